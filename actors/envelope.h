@@ -1,0 +1,38 @@
+// The envelope every wire message travels in, and its Cap'n Proto codec.
+//
+// Decoding is for untrusted bytes: it never crashes, never reads out of bounds and never
+// allocates more than a bounded multiple of its input. Anything malformed is an
+// invalid_input Status saying what was wrong.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+
+namespace colony {
+
+inline constexpr uint16_t wire_protocol_version = 1;
+// The largest encoded message accepted (and produced): 64 MiB.
+inline constexpr size_t wire_message_bytes_max = size_t{64} << 20;
+
+struct Envelope {
+  uint16_t version = wire_protocol_version;
+  uint64_t cluster_id = 0;
+  uint64_t sender_id = 0;
+  uint16_t kind = 0;
+  std::vector<uint8_t> body;
+  bool operator==(const Envelope&) const = default;
+};
+
+// Encodes `e` as a Cap'n Proto message (unpacked, single segment). Fails with invalid_input
+// when the result would exceed wire_message_bytes_max.
+Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e);
+
+// Decodes bytes made by encode_envelope (from any peer). Fails with invalid_input for a
+// message that is empty, too large, not a whole number of words, structurally malformed, or of
+// an unknown protocol version.
+Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes);
+
+}  // namespace colony

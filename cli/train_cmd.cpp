@@ -1,0 +1,158 @@
+// colony train: train a model on one machine.
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "gpu/device.h"
+#include "worker/train_job.h"
+
+namespace colony::cli {
+
+namespace {
+
+struct TrainArgs {
+  TrainJobOptions job;
+  std::string model = "fm";
+  std::string optimizer = "ftrl";
+  // Negative = the optimizer's default (default_optimizer_config).
+  float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
+  std::string store = "memory";
+  std::string report;
+  bool no_cache = false;
+};
+
+}  // namespace
+
+Runner add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  TrainJobOptions& j = a->job;
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a model on one machine (on generated data when --data is not given)");
+  cmd->add_option("--data", j.data, "Training file: libsvm, Criteo TSV or a Colony binary cache");
+  cmd->add_option("--test", j.test, "Test file (required with --data)");
+  cmd->add_option("--model", a->model, "lr or fm")->capture_default_str();
+  cmd->add_option("--dim", j.trainer.model.dim, "FM factor dimension")
+      ->check(CLI::Range(size_t{1}, max_fm_dim))->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
+  cmd->add_option("--lr", a->lr, "Step size, FTRL's alpha (default per optimizer: sgd 0.02, "
+                  "adagrad 0.02, ftrl 0.05, adam 0.001)");
+  cmd->add_option("--l1", a->l1, "L1 strength, FTRL only (default: ftrl 20)");
+  cmd->add_option("--l2", a->l2, "L2 strength (default: ftrl 20, others 0)");
+  cmd->add_option("--batch", j.batch, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--epochs", j.epochs, "Passes over the training data")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--store", a->store, "Row store: memory")->capture_default_str();
+  cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
+      ->capture_default_str();
+  cmd->add_option("--report", a->report, "Write a JSON report to this file");
+  cmd->add_option("--skip-bad-lines", j.reader.skip_bad_lines,
+                  "Tolerate up to N malformed input lines (counted in the report)")
+      ->capture_default_str();
+  cmd->add_option("--cache-dir", j.reader.cache_dir,
+                  "Where binary caches of text files go (default: beside each file)");
+  cmd->add_flag("--no-cache", a->no_cache, "Neither read nor write binary caches");
+  cmd->add_option("--rows", j.generate.rows, "Generated training rows (without --data)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--test-rows", j.generate.test_rows, "Generated test rows (without --data)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  return [a]() {
+    TrainJobOptions o = a->job;
+    auto model = parse_model(a->model);
+    if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
+    o.trainer.model.kind = *model;
+    auto opt = parse_optimizer(a->optimizer);
+    if (!opt) return fail(Status::invalid_input("--optimizer: " + opt.status().message()));
+    o.trainer.optimizer = default_optimizer_config(*opt);
+    if (a->lr >= 0.0f) o.trainer.optimizer.lr = a->lr;
+    if (a->l1 >= 0.0f) o.trainer.optimizer.l1 = a->l1;
+    if (a->l2 >= 0.0f) o.trainer.optimizer.l2 = a->l2;
+    if (a->store != "memory") {
+      return fail(Status::invalid_input(
+          "--store " + a->store +
+          ": only \"memory\" is available in the single-process trainer of this version"));
+    }
+    o.reader.use_cache = !a->no_cache;
+    o.generate.seed = o.trainer.seed;
+
+    std::fprintf(stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s, backend %s\n",
+                 to_string(o.trainer.model.kind),
+                 o.trainer.model.kind == ModelKind::fm ? fmt::format(" (dim {})", o.trainer.model.dim).c_str() : "",
+                 to_string(o.trainer.optimizer.kind), o.trainer.optimizer.lr, o.batch, o.epochs,
+                 o.epochs == 1 ? "" : "s", describe_backends().c_str());
+    if (o.data.empty())
+      std::fprintf(stderr, "no --data: generating %s training and %s test rows in memory\n",
+                   human_count(double(o.generate.rows)).c_str(),
+                   human_count(double(o.generate.test_rows)).c_str());
+    const auto start = std::chrono::steady_clock::now();
+    Progress progress(stderr);
+    int last_epoch = 0;
+    auto result = run_train_job(o, [&](const TrainProgress& p) {
+      if (p.epoch != last_epoch && p.epoch > 0 && std::string(p.phase) == "train") last_epoch = p.epoch;
+      const std::string status =
+          std::string(p.phase) == "train"
+              ? fmt::format("epoch {}/{} logloss {:.4f}", p.epoch, p.epochs, p.running_logloss)
+              : std::string(p.phase);
+      progress.update(p.fraction, double(p.samples), "samples", status);
+    });
+    progress.finish();
+    if (!result) return fail(result.status());
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const TrainJobResult& r = *result;
+    const double sps = r.train_seconds > 0 ? double(r.train_samples) / r.train_seconds : 0.0;
+    for (const EpochResult& e : r.epochs)
+      std::printf("epoch %d: train logloss %.5f  test logloss %.5f  test auc %.4f\n", e.epoch,
+                  e.train_logloss, e.test_logloss, e.test_auc);
+    nlohmann::json rep = {
+        {"test_logloss", r.test_logloss},
+        {"test_auc", r.test_auc},
+        {"train_samples", r.train_samples},
+        {"samples_per_sec", sps},
+        {"wall_seconds", wall},
+        {"peak_rss_bytes", peak_rss_bytes()},
+        {"test_samples", r.test_samples},
+        {"train_seconds", r.train_seconds},
+        {"bad_lines_skipped", r.bad_lines_skipped},
+        {"model", to_string(o.trainer.model.kind)},
+        {"dim", o.trainer.model.dim},
+        {"optimizer", to_string(o.trainer.optimizer.kind)},
+        {"lr", o.trainer.optimizer.lr},
+        {"l1", o.trainer.optimizer.l1},
+        {"l2", o.trainer.optimizer.l2},
+        {"batch", o.batch},
+        {"epochs", o.epochs},
+        {"seed", o.trainer.seed},
+        {"model_rows", r.model_rows},
+        {"model_bytes", r.model_bytes},
+        {"read_from_cache", r.read_from_cache},
+    };
+    nlohmann::json per_epoch = nlohmann::json::array();
+    for (const EpochResult& e : r.epochs)
+      per_epoch.push_back({{"epoch", e.epoch}, {"train_logloss", e.train_logloss},
+                           {"test_logloss", e.test_logloss}, {"test_auc", e.test_auc}});
+    rep["per_epoch"] = per_epoch;
+    std::printf("test_logloss %.5f  test_auc %.4f", r.test_logloss, r.test_auc);
+    if (r.planted) {
+      const double gap = r.test_logloss / r.planted->planted_logloss_test - 1.0;
+      rep["planted_logloss_test"] = r.planted->planted_logloss_test;
+      rep["planted_auc_test"] = r.planted->planted_auc_test;
+      rep["base_rate_logloss_test"] = r.planted->base_rate_logloss_test;
+      rep["gap_to_planted"] = gap;
+      std::printf("  (planted %.5f, %+.2f%%; base rate %.5f)", r.planted->planted_logloss_test,
+                  100.0 * gap, r.planted->base_rate_logloss_test);
+    }
+    std::printf("\ntrain_samples %llu  samples_per_sec %s  wall_seconds %.1f  peak_rss %s bytes",
+                static_cast<unsigned long long>(r.train_samples), human_count(sps).c_str(), wall,
+                human_count(double(peak_rss_bytes())).c_str());
+    if (r.bad_lines_skipped > 0)
+      std::printf("  bad_lines_skipped %llu", static_cast<unsigned long long>(r.bad_lines_skipped));
+    std::printf("\n");
+    if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
+    return 0;
+  };
+}
+
+}  // namespace colony::cli

@@ -1,0 +1,343 @@
+#include "worker/generator.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "common/hash.h"
+#include "worker/metrics.h"
+
+namespace colony {
+
+namespace {
+
+// Criteo (Kaggle display-advertising) vocabulary sizes and missing rates, field by field.
+constexpr std::array<uint32_t, gen_cat_fields> criteo_vocab = {
+    1460,    583, 10131227, 2202608, 305,   24, 12517, 633,    3,     93145, 5683,   8351593, 3194,
+    27,    14992, 5461306,  10,      5652,  2173, 4,    7046547, 18,   15,    286181, 105,    142572};
+constexpr std::array<double, gen_cat_fields> criteo_cat_missing = {
+    0, 0, 0.03, 0.03, 0, 0, 0, 0, 0, 0, 0, 0.03, 0, 0, 0, 0.03, 0, 0, 0.44, 0.44, 0.03, 0.76, 0,
+    0.03, 0.44, 0.44};
+constexpr std::array<double, gen_int_fields> criteo_int_missing = {
+    0.45, 0, 0.21, 0.22, 0.03, 0.22, 0.04, 0, 0.04, 0.45, 0.04, 0.77, 0.22};
+// Typical log-scale of each integer field's counts.
+constexpr std::array<double, gen_int_fields> int_log_mean = {0.8, 2.5, 1.5, 1.8, 7.5, 3.5, 1.7,
+                                                             2.4, 3.5, 0.4, 1.0, 0.3, 1.9};
+
+// Planted-model shape. Effects shrink with an id's rank, (1 + rank / rank_scale)^-rank_decay,
+// so that the signal sits mostly in ids that recur, as in real click logs.
+constexpr double bias_std = 0.55;
+constexpr double factor_std = 0.12;
+constexpr uint32_t factor_vocab_max = 20000;  // fields with larger vocabularies get no factors
+constexpr size_t factor_rank = 4;
+constexpr double rank_scale = 5.0;
+constexpr double rank_decay = 2.0;
+constexpr double int_weight_std = 0.12;
+constexpr double target_positive_rate = 0.25;
+constexpr uint64_t calibration_rows = 20000;
+
+double normal_from(uint64_t h) {
+  const double u1 = (static_cast<double>(h >> 40) + 0.5) * 0x1.0p-24;
+  const double u2 = static_cast<double>(h & 0xffffffULL) * 0x1.0p-24;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+double rank_shrink(uint32_t id) { return std::pow(1.0 + id / rank_scale, -rank_decay); }
+
+// A bijection on 32 bits, for Criteo-style hex tokens that look random but never collide.
+uint32_t permute32(uint32_t x, uint32_t salt) {
+  x ^= salt;
+  x *= 0x9e3779b1u;
+  x ^= x >> 16;
+  x *= 0x85ebca6bu;
+  x ^= x >> 13;
+  return x;
+}
+
+void append_float(std::string& out, float v) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+void append_uint(std::string& out, uint64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+float int_feature_value(int64_t x) {
+  return static_cast<float>(x >= 0 ? std::log1p(static_cast<double>(x))
+                                   : -std::log1p(-static_cast<double>(x)));
+}
+
+}  // namespace
+
+Generator::Generator(const GeneratorConfig& config) : config_(config) {
+  COLONY_ASSERT(config.vocab_scale > 0.0, "vocab_scale={}", config.vocab_scale);
+  uint64_t offset = 1 + gen_int_fields;  // libsvm indices 1..13 are the integer fields
+  for (size_t j = 0; j < gen_cat_fields; ++j) {
+    CatFieldParams& f = fields_[j];
+    const double v = std::round(criteo_vocab[j] * config.vocab_scale);
+    f.vocab = static_cast<uint32_t>(std::max(2.0, std::min(v, 4.0e9)));
+    // Exponents between 1.05 and 1.35, fixed per field (not per seed): the data's shape is
+    // the same for every seed, only its draws differ.
+    f.zipf_exponent = 1.05 + 0.3 * unit_double(mix64(0xC0101 + j));
+    f.missing = criteo_cat_missing[j];
+    f.bias_std = bias_std;
+    f.factor_std = criteo_vocab[j] <= factor_vocab_max ? factor_std : 0.0;
+    f.libsvm_offset = offset;
+    offset += f.vocab;
+    samplers_.emplace_back(f.vocab, f.zipf_exponent);
+  }
+  for (size_t i = 0; i < gen_int_fields; ++i)
+    int_weight_[i] = int_weight_std * normal_from(hash_combine(config.seed, 0x1000 + i));
+
+  // Intercept: bisect so that the mean planted probability over calibration rows is 25%.
+  std::vector<double> logits(calibration_rows);
+  RawRow row;
+  for (uint64_t r = 0; r < calibration_rows; ++r) {
+    generate(Stream::calibration, r, row);  // intercept_ is still 0 here
+    logits[r] = std::log(row.planted_p / (1.0 - row.planted_p));
+  }
+  double lo = -10.0, hi = 10.0;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    double mean = 0.0;
+    for (double z : logits) mean += sigmoid(z + mid);
+    mean /= static_cast<double>(logits.size());
+    (mean < target_positive_rate ? lo : hi) = mid;
+  }
+  intercept_ = 0.5 * (lo + hi);
+}
+
+double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed) const {
+  SplitMix64 rng(row_seed);
+  double z = 0.0;
+  row.int_present = 0;
+  for (size_t i = 0; i < gen_int_fields; ++i) {
+    if (rng.uniform() < criteo_int_missing[i]) {
+      rng.next();
+      continue;
+    }
+    const double g = normal_from(rng.next());
+    const int64_t x = std::max<int64_t>(0, static_cast<int64_t>(std::exp(int_log_mean[i] + 1.2 * g)) - 1);
+    row.ints[i] = x;
+    row.int_present |= 1u << i;
+    z += int_weight_[i] * int_feature_value(x);
+  }
+  row.cat_present = 0;
+  std::array<double, factor_rank> sum{};
+  double sum_sq = 0.0;
+  for (size_t j = 0; j < gen_cat_fields; ++j) {
+    const CatFieldParams& f = fields_[j];
+    const bool missing = rng.uniform() < f.missing;
+    const uint32_t id = static_cast<uint32_t>(samplers_[j](rng) - 1);
+    if (missing) continue;
+    row.cats[j] = id;
+    row.cat_present |= 1u << j;
+    const double shrink = rank_shrink(id);
+    const uint64_t id_hash = hash_combine(hash_combine(config_.seed, 0x2000 + j), id);
+    z += f.bias_std * shrink * normal_from(id_hash);
+    if (f.factor_std > 0.0) {
+      for (size_t k = 0; k < factor_rank; ++k) {
+        const double v = f.factor_std * shrink * normal_from(hash_combine(id_hash, 1 + k));
+        sum[k] += v;
+        sum_sq += v * v;
+      }
+    }
+  }
+  double pair = 0.0;
+  for (double s : sum) pair += s * s;
+  z += 0.5 * (pair - sum_sq);
+  return z;
+}
+
+void Generator::generate(Stream stream, uint64_t index, RawRow& row) const {
+  const uint64_t row_seed =
+      hash_combine(hash_combine(config_.seed, static_cast<uint64_t>(stream)), index);
+  const double z = logit_without_intercept(row, row_seed) + intercept_;
+  row.planted_p = sigmoid(z);
+  const double u = unit_double(hash_combine(row_seed, 0x5EED));
+  row.label = u < row.planted_p ? 1.0f : 0.0f;
+}
+
+uint64_t Generator::libsvm_index(size_t field, uint32_t id) const {
+  return fields_[field].libsvm_offset + id;
+}
+
+void Generator::append_features(const RawRow& row, Batch& out) const {
+  for (size_t i = 0; i < gen_int_fields; ++i)
+    if (row.int_present & (1u << i))
+      out.add_feature(make_key(0, mix64(i + 1)), int_feature_value(row.ints[i]));
+  for (size_t j = 0; j < gen_cat_fields; ++j)
+    if (row.cat_present & (1u << j)) out.add_feature(make_key(0, mix64(libsvm_index(j, row.cats[j]))), 1.0f);
+  out.finish_row(row.label);
+}
+
+void Generator::write_libsvm(const RawRow& row, std::string& out) const {
+  out.push_back(row.label > 0.5f ? '1' : '0');
+  for (size_t i = 0; i < gen_int_fields; ++i) {
+    if (!(row.int_present & (1u << i))) continue;
+    out.push_back(' ');
+    append_uint(out, i + 1);
+    out.push_back(':');
+    append_float(out, int_feature_value(row.ints[i]));
+  }
+  for (size_t j = 0; j < gen_cat_fields; ++j) {
+    if (!(row.cat_present & (1u << j))) continue;
+    out.push_back(' ');
+    append_uint(out, libsvm_index(j, row.cats[j]));
+    out.append(":1");
+  }
+  out.push_back('\n');
+}
+
+void Generator::write_criteo(const RawRow& row, std::string& out) const {
+  out.push_back(row.label > 0.5f ? '1' : '0');
+  for (size_t i = 0; i < gen_int_fields; ++i) {
+    out.push_back('\t');
+    if (row.int_present & (1u << i)) append_uint(out, static_cast<uint64_t>(row.ints[i]));
+  }
+  for (size_t j = 0; j < gen_cat_fields; ++j) {
+    out.push_back('\t');
+    if (!(row.cat_present & (1u << j))) continue;
+    char buf[9];
+    std::snprintf(buf, sizeof buf, "%08x", permute32(row.cats[j], static_cast<uint32_t>(mix64(j))));
+    out.append(buf, 8);
+  }
+  out.push_back('\n');
+}
+
+namespace {
+
+struct TestMetrics {
+  std::vector<float> p, y;
+  double positives = 0.0;
+};
+
+GenSummary summarize(const TestMetrics& test, double train_positives, uint64_t train_rows) {
+  GenSummary s;
+  s.planted_logloss_test = logloss(test.p, test.y);
+  s.planted_auc_test = auc(test.p, test.y);
+  const double n_test = static_cast<double>(test.y.size());
+  const double q = test.positives / n_test;  // base rate: the test set's own positive rate
+  s.base_rate_logloss_test = -(q * std::log(q) + (1.0 - q) * std::log1p(-q));
+  s.positive_rate = (train_positives + test.positives) / (static_cast<double>(train_rows) + n_test);
+  return s;
+}
+
+}  // namespace
+
+Expected<GenSummary> generate_dataset(const GenOptions& o,
+                                      const std::function<void(uint64_t, uint64_t)>& progress) {
+  if (o.format != "libsvm" && o.format != "criteo")
+    return Status::invalid_input("--format " + o.format + " is unknown, expected libsvm or criteo");
+  if (o.rows == 0) return Status::invalid_input("--rows must be at least 1");
+  if (o.test_rows == 0) return Status::invalid_input("--test-rows must be at least 1");
+  if (!(o.vocab_scale > 0.0) || o.vocab_scale > 1.0)
+    return Status::invalid_input("--vocab-scale must be in (0, 1]");
+  std::error_code ec;
+  std::filesystem::create_directories(o.out_dir, ec);
+  if (ec) return Status::io_error(o.out_dir + ": cannot create directory: " + ec.message());
+
+  Generator gen({o.seed, o.vocab_scale});
+  const bool libsvm = o.format == "libsvm";
+  GenSummary paths;
+  paths.train_path = o.out_dir + "/train." + o.format;
+  paths.test_path = o.out_dir + "/test." + o.format;
+  paths.meta_path = o.out_dir + "/meta.json";
+  const uint64_t total = o.rows + o.test_rows;
+  uint64_t done = 0;
+  double train_positives = 0.0;
+  TestMetrics test;
+  test.p.reserve(o.test_rows);
+  test.y.reserve(o.test_rows);
+
+  auto write_file = [&](const std::string& path, Stream stream, uint64_t rows) -> Status {
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+    if (!f) return Status::io_error(path + ": cannot open for writing: " + std::strerror(errno));
+    std::string buf;
+    buf.reserve(1 << 21);
+    RawRow row;
+    for (uint64_t r = 0; r < rows; ++r) {
+      gen.generate(stream, r, row);
+      if (stream == Stream::train) {
+        train_positives += row.label;
+      } else {
+        test.p.push_back(static_cast<float>(row.planted_p));
+        test.y.push_back(row.label);
+        test.positives += row.label;
+      }
+      libsvm ? gen.write_libsvm(row, buf) : gen.write_criteo(row, buf);
+      if (buf.size() >= (1 << 20)) {
+        if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size())
+          return Status::io_error(path + ": write failed: " + std::strerror(errno));
+        buf.clear();
+      }
+      if (++done % 65536 == 0 && progress) progress(done, total);
+    }
+    if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size() || std::fflush(f.get()) != 0)
+      return Status::io_error(path + ": write failed: " + std::strerror(errno));
+    return Status();
+  };
+  if (Status s = write_file(paths.train_path, Stream::train, o.rows); !s.ok()) return s;
+  if (Status s = write_file(paths.test_path, Stream::test, o.test_rows); !s.ok()) return s;
+  if (progress) progress(total, total);
+
+  GenSummary s = summarize(test, train_positives, o.rows);
+  s.train_path = paths.train_path;
+  s.test_path = paths.test_path;
+  s.meta_path = paths.meta_path;
+  nlohmann::json meta = {
+      {"planted_logloss_test", s.planted_logloss_test},
+      {"planted_auc_test", s.planted_auc_test},
+      {"base_rate_logloss_test", s.base_rate_logloss_test},
+      {"positive_rate", s.positive_rate},
+      {"rows", o.rows},
+      {"test_rows", o.test_rows},
+      {"seed", o.seed},
+      {"format", o.format},
+      {"vocab_scale", o.vocab_scale},
+      {"int_fields", gen_int_fields},
+      {"cat_fields", gen_cat_fields},
+  };
+  std::ofstream m(s.meta_path);
+  m << meta.dump(2) << "\n";
+  m.close();
+  if (!m) return Status::io_error(s.meta_path + ": write failed");
+  return s;
+}
+
+InMemoryData generate_in_memory(const GenOptions& o) {
+  Generator gen({o.seed, o.vocab_scale});
+  InMemoryData data;
+  constexpr size_t rows_per_batch = 4096;
+  double train_positives = 0.0;
+  RawRow row;
+  for (uint64_t r = 0; r < o.rows; ++r) {
+    if (r % rows_per_batch == 0) data.train.emplace_back();
+    gen.generate(Stream::train, r, row);
+    train_positives += row.label;
+    gen.append_features(row, data.train.back());
+  }
+  TestMetrics test;
+  for (uint64_t r = 0; r < o.test_rows; ++r) {
+    if (r % rows_per_batch == 0) data.test.emplace_back();
+    gen.generate(Stream::test, r, row);
+    test.p.push_back(static_cast<float>(row.planted_p));
+    test.y.push_back(row.label);
+    test.positives += row.label;
+    gen.append_features(row, data.test.back());
+  }
+  data.summary = summarize(test, train_positives, o.rows);
+  return data;
+}
+
+}  // namespace colony

@@ -1,0 +1,144 @@
+#include "worker/train_job.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/metrics.h"
+
+namespace colony {
+
+std::optional<GenSummary> read_gen_meta(const std::string& data_path) {
+  const auto meta = std::filesystem::path(data_path).parent_path() / "meta.json";
+  std::ifstream in(meta);
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("planted_logloss_test") || !j["planted_logloss_test"].is_number())
+    return std::nullopt;
+  GenSummary s;
+  s.planted_logloss_test = j.value("planted_logloss_test", 0.0);
+  s.planted_auc_test = j.value("planted_auc_test", 0.0);
+  s.base_rate_logloss_test = j.value("base_rate_logloss_test", 0.0);
+  s.positive_rate = j.value("positive_rate", 0.0);
+  s.meta_path = meta.string();
+  return s;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Source {
+  // Either files or in-memory batches.
+  std::shared_ptr<const std::vector<Batch>> train_mem, test_mem;
+};
+
+Expected<std::unique_ptr<BatchReader>> open(const std::string& path,
+                                            const std::shared_ptr<const std::vector<Batch>>& mem,
+                                            const ReaderOptions& ro) {
+  if (mem) return make_memory_reader(mem, ro.batch_rows);
+  return open_reader(path, ro);
+}
+
+}  // namespace
+
+Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
+                                       const std::function<void(const TrainProgress&)>& progress) {
+  if (o.epochs < 1) return Status::invalid_input("--epochs must be at least 1");
+  if (o.batch < 1) return Status::invalid_input("--batch must be at least 1");
+  if (!o.data.empty() && o.test.empty())
+    return Status::invalid_input("--test is required with --data (a file to evaluate on)");
+  if (o.data.empty() && !o.test.empty())
+    return Status::invalid_input("--test needs --data (without --data, test data is generated)");
+  auto trainer_or = LocalTrainer::make(o.trainer);
+  if (!trainer_or) return trainer_or.status();
+  LocalTrainer& trainer = **trainer_or;
+
+  TrainJobResult result;
+  Source src;
+  if (o.data.empty()) {
+    if (progress) progress(TrainProgress{"generate", 0, o.epochs, 0, 0.0, 0.0});
+    auto data = std::make_shared<InMemoryData>(generate_in_memory(o.generate));
+    result.planted = data->summary;
+    src.train_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
+    src.test_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->test);
+  } else {
+    result.planted = read_gen_meta(o.data);
+  }
+  ReaderOptions ro = o.reader;
+  ro.batch_rows = o.batch;
+
+  uint64_t samples_per_epoch = 0;  // known after the first epoch (or from the cache)
+  Batch batch;
+  std::vector<float> logits, scores, labels;
+  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+    auto reader_or = open(o.data, src.train_mem, ro);
+    if (!reader_or) return reader_or.status();
+    BatchReader& reader = **reader_or;
+    double epoch_loss = 0.0, window_loss = 0.0;
+    uint64_t epoch_samples = 0, window_samples = 0, batches = 0;
+    const auto start = Clock::now();
+    while (true) {
+      auto more = reader.next(batch);
+      if (!more) return more.status();
+      if (!*more) break;
+      const double loss = trainer.train_batch(batch);
+      epoch_loss += loss;
+      window_loss += loss;
+      epoch_samples += batch.rows();
+      window_samples += batch.rows();
+      if (progress && ++batches % 64 == 0) {
+        const ReaderStats st = reader.stats();
+        double within = 0.0;
+        if (samples_per_epoch > 0) within = double(epoch_samples) / double(samples_per_epoch);
+        else if (st.rows_total > 0) within = double(epoch_samples) / double(st.rows_total);
+        else if (st.bytes_total > 0) within = double(st.bytes_read) / double(st.bytes_total);
+        TrainProgress p{"train", epoch, o.epochs, result.train_samples + epoch_samples,
+                        (epoch - 1 + std::min(within, 1.0)) / o.epochs,
+                        window_loss / double(window_samples)};
+        progress(p);
+        window_loss = 0.0;
+        window_samples = 0;
+      }
+    }
+    result.train_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    const ReaderStats st = reader.stats();
+    result.bad_lines_skipped = st.bad_lines_skipped;
+    result.read_from_cache = st.from_cache;
+    if (epoch_samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
+    samples_per_epoch = epoch_samples;
+    result.train_samples += epoch_samples;
+
+    // Evaluate on the test data.
+    if (progress) progress(TrainProgress{"evaluate", epoch, o.epochs, result.train_samples,
+                                         double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
+    auto test_or = open(o.test, src.test_mem, ro);
+    if (!test_or) return test_or.status();
+    scores.clear();
+    labels.clear();
+    while (true) {
+      auto more = (*test_or)->next(batch);
+      if (!more) return more.status();
+      if (!*more) break;
+      trainer.predict(batch, logits);
+      for (size_t i = 0; i < batch.rows(); ++i) {
+        scores.push_back(static_cast<float>(sigmoid(logits[i])));
+        labels.push_back(batch.labels[i]);
+      }
+    }
+    if (scores.empty()) return Status::invalid_input(o.test + ": no samples to evaluate on");
+    EpochResult er{epoch, epoch_loss / double(epoch_samples), logloss(scores, labels), auc(scores, labels)};
+    result.epochs.push_back(er);
+  }
+  result.test_logloss = result.epochs.back().test_logloss;
+  result.test_auc = result.epochs.back().test_auc;
+  result.test_samples = scores.size();
+  result.model_rows = trainer.rows();
+  result.model_bytes = trainer.table_bytes();
+  return result;
+}
+
+}  // namespace colony

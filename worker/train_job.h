@@ -1,0 +1,70 @@
+// A whole single-process training run: epochs over a file (or generated data), evaluation on
+// a test file, and the numbers a report needs. The CLI's `colony train` is a thin shell
+// around run_train_job; tests call it directly.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "worker/generator.h"
+#include "worker/reader.h"
+#include "worker/trainer.h"
+
+namespace colony {
+
+struct TrainJobOptions {
+  std::string data;  // training file; empty = generate data in memory (see `generate`)
+  std::string test;  // test file; required with `data`, generated otherwise
+  TrainerConfig trainer;
+  size_t batch = 512;
+  int epochs = 1;
+  ReaderOptions reader;  // batch_rows is overridden by `batch`
+  GenOptions generate;   // rows, test_rows, seed and vocab_scale when `data` is empty
+};
+
+struct TrainProgress {
+  const char* phase = "train";     // "generate", "train" or "evaluate"
+  int epoch = 0;                   // 1-based
+  int epochs = 0;
+  uint64_t samples = 0;            // trained so far, over all epochs
+  double fraction = 0.0;           // of the whole job's training, 0..1 (estimated for text)
+  double running_logloss = 0.0;    // progressive logloss over recent batches
+};
+
+struct EpochResult {
+  int epoch = 0;
+  double train_logloss = 0.0;  // progressive: each sample scored before it was learned
+  double test_logloss = 0.0;
+  double test_auc = 0.0;
+};
+
+struct TrainJobResult {
+  double test_logloss = 0.0;
+  double test_auc = 0.0;
+  uint64_t train_samples = 0;
+  uint64_t test_samples = 0;
+  double train_seconds = 0.0;  // wall time of the training passes only (no evaluation)
+  uint64_t bad_lines_skipped = 0;
+  uint64_t model_rows = 0;
+  uint64_t model_bytes = 0;
+  bool read_from_cache = false;  // the last training epoch read the binary cache
+  std::vector<EpochResult> epochs;
+  // Set when the data is generated, or when a meta.json written by `colony gen` sits beside
+  // the training file.
+  std::optional<GenSummary> planted;
+};
+
+// Runs the job. Fails with the reader's Status (invalid_input naming file:line:column,
+// not_found) or with invalid_input for bad options (--test missing, epochs < 1, batch < 1).
+// `progress` is called after every few batches, from the calling thread.
+Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
+                                       const std::function<void(const TrainProgress&)>& progress);
+
+// Reads `planted_logloss_test` and friends from DIR/meta.json for a file DIR/<name>; nullopt
+// when there is no such file or it does not parse.
+std::optional<GenSummary> read_gen_meta(const std::string& data_path);
+
+}  // namespace colony

@@ -1,0 +1,67 @@
+// The single-process trainer: one model table, one optimizer, batches in, weights updated.
+//
+// Each step has the shape a parameter-server step will have (so the two give the same
+// weights): deduplicate the batch's keys, gather ("pull") their rows, run the model's
+// forward/backward on the gathered copy, then apply the optimizer to each unique row with its
+// summed gradient ("push"). Rows are created lazily and deterministically (ps/row_init.h).
+//
+// Thread-safety: none; one thread drives a trainer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "ps/optimizer.h"
+#include "ps/row_init.h"
+#include "storage/row_table.h"
+#include "worker/batch.h"
+#include "worker/model.h"
+
+namespace colony {
+
+struct TrainerConfig {
+  ModelSpec model;
+  OptimizerConfig optimizer;
+  uint64_t seed = 1;
+  float factor_init_std = 0.01f;  // FM factors start uniform with this standard deviation
+};
+
+class LocalTrainer {
+ public:
+  // Fails with invalid_input for an out-of-range optimizer setting or FM dimension.
+  static Expected<std::unique_ptr<LocalTrainer>> make(const TrainerConfig& config);
+
+  // One optimizer step on `batch`. Returns the batch's summed log loss under the weights
+  // before the step (progressive validation: every sample is scored before it is learned).
+  double train_batch(const Batch& batch);
+
+  // Each sample's logit under the current weights (unseen keys use their initial rows and
+  // are not inserted). `logits` is resized to batch.rows().
+  void predict(const Batch& batch, std::vector<float>& logits);
+
+  // The current parameters of `key` (its initial row when unseen); size model.width().
+  void row_value(uint64_t key, std::span<float> out) const;
+
+  size_t rows() const { return table_.size(); }
+  size_t table_bytes() const { return table_.memory_bytes(); }
+  const TrainerConfig& config() const { return config_; }
+
+ private:
+  LocalTrainer(const TrainerConfig& config, std::unique_ptr<Optimizer> optimizer);
+
+  TrainerConfig config_;
+  std::unique_ptr<Optimizer> optimizer_;
+  RowInit init_;
+  size_t width_;
+  size_t state_;
+  RowTable table_;
+  BatchIndex index_;
+  std::vector<float*> row_ptr_;  // per slot of the current batch
+  std::vector<float> rows_;      // gathered parameters, slots x width
+  std::vector<float> grads_;     // summed gradients, slots x width
+};
+
+}  // namespace colony
