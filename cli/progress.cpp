@@ -40,18 +40,22 @@ void Progress::update(double fraction, double units_done, const char* unit, cons
     const int filled = static_cast<int>(fraction * width);
     std::string bar(filled, '=');
     if (filled < width) bar += '>' + std::string(width - filled - 1, ' ');
-    fmt::print(out_, "\r[{}] {:3.0f}% {} {}s {}/s {} ETA {}\x1b[K", bar, fraction * 100,
+    fmt::print(out_, "\r[{}] {:3.0f}% {} {} {}/s {} ETA {}\x1b[K", bar, fraction * 100,
                human_count(units_done), unit, human_count(rate), status, human_duration(eta));
     std::fflush(out_);
     drawn_ = true;
   } else {
     if (since_last < log_every_) return;
-    fmt::print(out_, "progress {:.1f}% {} {}s {}/s {} elapsed {} eta {}\n", fraction * 100,
+    fmt::print(out_, "progress {:.1f}% {} {} {}/s {} elapsed {} eta {}\n", fraction * 100,
                human_count(units_done), unit, human_count(rate), status, human_duration(elapsed),
                human_duration(eta));
     std::fflush(out_);
   }
   last_ = now;
+}
+
+void Progress::restart() {
+  start_ = last_ = Clock::now();
 }
 
 void Progress::finish() {

@@ -13,6 +13,8 @@ class Progress {
   explicit Progress(FILE* out, double log_every_seconds = 5.0);
   // `fraction` of the work done (0..1), `done` units so far and a short status text.
   void update(double fraction, double units_done, const char* unit, const std::string& status);
+  // Starts the clock again (rates and ETA count from here), e.g. when a new phase begins.
+  void restart();
   // Ends the bar (newline) so later output starts on a fresh line.
   void finish();
   bool is_tty() const { return tty_; }

@@ -89,9 +89,12 @@ Runner add_train(CLI::App& app) {
                    human_count(double(o.generate.test_rows)).c_str());
     const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
-    int last_epoch = 0;
+    bool training_started = false;
     auto result = run_train_job(o, [&](const TrainProgress& p) {
-      if (p.epoch != last_epoch && p.epoch > 0 && std::string(p.phase) == "train") last_epoch = p.epoch;
+      if (!training_started && std::string(p.phase) == "train") {
+        progress.restart();  // rates count training only, not data generation
+        training_started = true;
+      }
       const std::string status =
           std::string(p.phase) == "train"
               ? fmt::format("epoch {}/{} logloss {:.4f}", p.epoch, p.epochs, p.running_logloss)

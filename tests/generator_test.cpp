@@ -1,3 +1,94 @@
 #define BOOST_TEST_MODULE generator_test
 #include <boost/test/unit_test.hpp>
-BOOST_AUTO_TEST_CASE(placeholder) {}
+#include <cmath>
+#include <map>
+
+#include "worker/generator.h"
+#include "worker/metrics.h"
+#include "worker/zipf.h"
+
+using namespace colony;
+
+// CLI.md: defaults as hard as Criteo. Planted AUC about 0.78-0.82, positive rate about 25%,
+// planted logloss at least 15% below the base-rate logloss.
+BOOST_AUTO_TEST_CASE(defaults_are_as_hard_as_criteo) {
+  for (uint64_t seed : {1, 2, 3}) {
+    GenOptions o;
+    o.rows = 20000;
+    o.test_rows = 100000;
+    o.seed = seed;
+    const InMemoryData d = generate_in_memory(o);
+    const GenSummary& s = d.summary;
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      BOOST_TEST(s.planted_auc_test >= 0.78);
+      BOOST_TEST(s.planted_auc_test <= 0.82);
+      BOOST_TEST(s.positive_rate >= 0.22);
+      BOOST_TEST(s.positive_rate <= 0.28);
+      BOOST_TEST(s.planted_logloss_test <= 0.85 * s.base_rate_logloss_test);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(rows_are_a_pure_function_of_seed_stream_and_index) {
+  Generator a({7, 1.0}), b({7, 1.0}), c({8, 1.0});
+  RawRow x, y, z;
+  int differ = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    a.generate(Stream::train, i, x);
+    b.generate(Stream::train, i, y);
+    c.generate(Stream::train, i, z);
+    BOOST_TEST(x.planted_p == y.planted_p);
+    BOOST_TEST(x.cats == y.cats);
+    differ += x.planted_p != z.planted_p;
+  }
+  BOOST_TEST(differ > 190);
+  // Out-of-order generation gives the same row.
+  a.generate(Stream::test, 5, x);
+  a.generate(Stream::test, 99, y);
+  b.generate(Stream::test, 5, z);
+  BOOST_TEST(x.planted_p == z.planted_p);
+}
+
+BOOST_AUTO_TEST_CASE(vocabularies_are_criteo_sized_and_scalable) {
+  Generator full({1, 1.0}), small({1, 0.001});
+  uint64_t largest = 0, smallest = UINT64_MAX;
+  for (size_t j = 0; j < gen_cat_fields; ++j) {
+    largest = std::max<uint64_t>(largest, full.vocab(j));
+    smallest = std::min<uint64_t>(smallest, full.vocab(j));
+    BOOST_TEST(small.vocab(j) >= 2u);
+    BOOST_TEST(small.vocab(j) <= full.vocab(j));
+  }
+  BOOST_TEST(largest >= 10000000u);
+  BOOST_TEST(smallest <= 10u);
+}
+
+BOOST_AUTO_TEST_CASE(in_memory_rows_match_libsvm_lines) {
+  Generator g({3, 0.01});
+  RawRow row;
+  g.generate(Stream::train, 11, row);
+  Batch b;
+  g.append_features(row, b);
+  std::string line;
+  g.write_libsvm(row, line);
+  BOOST_TEST(b.rows() == 1u);
+  // One feature per present field, each "idx:val" in the line.
+  size_t colons = 0;
+  for (char ch : line) colons += ch == ':';
+  BOOST_TEST(colons == b.features());
+  BOOST_TEST(line.back() == '\n');
+}
+
+BOOST_AUTO_TEST_CASE(zipf_sampler_follows_the_power_law) {
+  ZipfSampler z(1000, 1.2);
+  SplitMix64 rng(42);
+  std::map<uint64_t, int> counts;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t k = z(rng);
+    BOOST_REQUIRE(k >= 1 && k <= 1000);
+    ++counts[k];
+  }
+  // P(1)/P(2) = 2^1.2 = 2.30; P(1)/P(10) = 10^1.2 = 15.8.
+  BOOST_TEST(double(counts[1]) / counts[2] == std::pow(2.0, 1.2), boost::test_tools::tolerance(0.05));
+  BOOST_TEST(double(counts[1]) / counts[10] == std::pow(10.0, 1.2), boost::test_tools::tolerance(0.15));
+}

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Builds Colony and runs every test (ctest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build.sh
+ctest --test-dir build --output-on-failure -j"$(nproc)"
