@@ -105,6 +105,7 @@ Runner add_train(CLI::App& app) {
     if (!result) return fail(result.status());
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const TrainJobResult& r = *result;
+    if (!r.cache_note.empty()) std::fprintf(stderr, "note: binary cache: %s\n", r.cache_note.c_str());
     const double sps = r.train_seconds > 0 ? double(r.train_samples) / r.train_seconds : 0.0;
     for (const EpochResult& e : r.epochs)
       std::printf("epoch %d: train logloss %.5f  test logloss %.5f  test auc %.4f\n", e.epoch,

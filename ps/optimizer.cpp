@@ -159,15 +159,15 @@ Expected<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& c) {
   switch (c.kind) {
     case OptimizerKind::sgd: return std::unique_ptr<Optimizer>(new Sgd(c));
     case OptimizerKind::adagrad:
-      if (!(c.adagrad_init > 0.0f)) return bad("adagrad_init", c.adagrad_init, "> 0");
+      if (!(c.adagrad_init > 0.0f) || !std::isfinite(c.adagrad_init)) return bad("adagrad_init", c.adagrad_init, "> 0");
       return std::unique_ptr<Optimizer>(new Adagrad(c));
     case OptimizerKind::ftrl:
-      if (!(c.ftrl_beta >= 0.0f)) return bad("ftrl_beta", c.ftrl_beta, ">= 0");
+      if (!(c.ftrl_beta >= 0.0f) || !std::isfinite(c.ftrl_beta)) return bad("ftrl_beta", c.ftrl_beta, ">= 0");
       return std::unique_ptr<Optimizer>(new Ftrl(c));
     case OptimizerKind::adam:
       if (!(c.adam_beta1 >= 0.0f && c.adam_beta1 < 1.0f)) return bad("adam_beta1", c.adam_beta1, "in [0, 1)");
       if (!(c.adam_beta2 >= 0.0f && c.adam_beta2 < 1.0f)) return bad("adam_beta2", c.adam_beta2, "in [0, 1)");
-      if (!(c.adam_eps > 0.0f)) return bad("adam_eps", c.adam_eps, "> 0");
+      if (!(c.adam_eps > 0.0f) || !std::isfinite(c.adam_eps)) return bad("adam_eps", c.adam_eps, "> 0");
       return std::unique_ptr<Optimizer>(new Adam(c));
   }
   return Status::invalid_input("unknown optimizer kind");

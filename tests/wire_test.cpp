@@ -1,3 +1,199 @@
 #define BOOST_TEST_MODULE wire_test
 #include <boost/test/unit_test.hpp>
-BOOST_AUTO_TEST_CASE(placeholder) {}
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/envelope.h"
+#include "common/hash.h"
+
+using namespace colony;
+
+namespace {
+
+Envelope random_envelope(SplitMix64& rng, size_t body_bytes) {
+  Envelope e;
+  e.cluster_id = rng.next();
+  e.sender_id = rng.next();
+  e.kind = static_cast<uint16_t>(rng.next());
+  e.body.resize(body_bytes);
+  for (uint8_t& b : e.body) b = static_cast<uint8_t>(rng.next());
+  return e;
+}
+
+std::vector<uint8_t> encode_ok(const Envelope& e) {
+  auto r = encode_envelope(e);
+  BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
+  return std::move(r).value();
+}
+
+// A decode of untrusted bytes must end in ok or invalid_input, and an ok result must not be
+// larger than its input. Returns whether it decoded.
+bool decode_is_safe(std::span<const uint8_t> bytes, size_t& bad_outcomes) {
+  auto r = decode_envelope(bytes);
+  if (r.ok()) {
+    if (r.value().body.size() > bytes.size()) ++bad_outcomes;
+    if (r.value().version != wire_protocol_version) ++bad_outcomes;
+    return true;
+  }
+  if (r.status().code() != Status::Code::invalid_input || r.status().message().empty()) ++bad_outcomes;
+  return false;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(round_trip_of_random_envelopes) {
+  size_t failures = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SplitMix64 rng(seed);
+    size_t body = rng.next() % (100 * 1024 + 1);
+    if (seed % 4 == 0) body = rng.next() % 64;  // plenty of small bodies, including 0
+    if (seed == 1) body = 0;
+    if (seed == 2) body = 100 * 1024;
+    const Envelope e = random_envelope(rng, body);
+    const auto bytes = encode_ok(e);
+    BOOST_TEST(bytes.size() % 8 == 0u);
+    BOOST_TEST(bytes.size() >= body);
+    auto d = decode_envelope(bytes);
+    if (!d.ok()) {
+      BOOST_ERROR("seed " << seed << ": " << d.status().message());
+      continue;
+    }
+    if (!(d.value() == e)) ++failures;
+  }
+  BOOST_TEST(failures == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(round_trip_of_extreme_field_values) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, UINT64_MAX}) {
+    Envelope e;
+    e.cluster_id = v;
+    e.sender_id = ~v;
+    e.kind = static_cast<uint16_t>(v);
+    e.body = {0, 255, 0};
+    auto d = decode_envelope(encode_ok(e));
+    BOOST_REQUIRE(d.ok());
+    BOOST_TEST((d.value() == e));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(decode_from_unaligned_buffer) {
+  SplitMix64 rng(5);
+  const Envelope e = random_envelope(rng, 1000);
+  const auto bytes = encode_ok(e);
+  std::vector<uint8_t> shifted(bytes.size() + 1);
+  std::copy(bytes.begin(), bytes.end(), shifted.begin() + 1);
+  auto d = decode_envelope(std::span<const uint8_t>(shifted.data() + 1, bytes.size()));
+  BOOST_REQUIRE(d.ok());
+  BOOST_TEST((d.value() == e));
+}
+
+BOOST_AUTO_TEST_CASE(empty_input_is_rejected) {
+  auto r = decode_envelope({});
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+}
+
+BOOST_AUTO_TEST_CASE(sizes_not_a_multiple_of_eight_are_rejected) {
+  SplitMix64 rng(9);
+  const auto bytes = encode_ok(random_envelope(rng, 40));
+  for (size_t n = 1; n < bytes.size(); ++n) {
+    if (n % 8 == 0) continue;
+    auto r = decode_envelope(std::span<const uint8_t>(bytes.data(), n));
+    BOOST_REQUIRE(!r.ok());
+    BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+  }
+  std::vector<uint8_t> extended = bytes;
+  extended.push_back(0);
+  auto r = decode_envelope(extended);
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+}
+
+BOOST_AUTO_TEST_CASE(wrong_protocol_version_is_rejected_naming_it) {
+  for (uint16_t v : {uint16_t{0}, uint16_t{2}, uint16_t{777}, uint16_t{65535}}) {
+    Envelope e;
+    e.version = v;
+    e.body = {1, 2, 3};
+    auto r = decode_envelope(encode_ok(e));
+    BOOST_REQUIRE(!r.ok());
+    BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+    const std::string& msg = r.status().message();
+    BOOST_TEST(msg.find("version") != std::string::npos, msg);
+    BOOST_TEST(msg.find(std::to_string(v)) != std::string::npos, msg);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(truncated_encodings_never_crash) {
+  size_t bad = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SplitMix64 rng(seed);
+    const auto bytes = encode_ok(random_envelope(rng, rng.next() % 300));
+    for (size_t n = 0; n < bytes.size(); ++n) {
+      const bool ok = decode_is_safe(std::span<const uint8_t>(bytes.data(), n), bad);
+      // A strict prefix lacks part of the declared segment: it cannot decode.
+      if (ok) ++bad;
+    }
+  }
+  BOOST_TEST(bad == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(bit_flipped_encodings_never_crash) {
+  size_t bad = 0, decoded = 0, total = 0;
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    SplitMix64 rng(seed * 7919);
+    const auto good = encode_ok(random_envelope(rng, rng.next() % 200));
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<uint8_t> bytes = good;
+      const int flips = 1 + static_cast<int>(rng.next() % 4);
+      for (int f = 0; f < flips; ++f) {
+        // Concentrate flips on the segment table and root pointer/struct half the time.
+        const size_t limit = rng.next() % 2 ? std::min<size_t>(bytes.size(), 48) : bytes.size();
+        const size_t pos = rng.next() % limit;
+        bytes[pos] ^= static_cast<uint8_t>(1u << (rng.next() % 8));
+      }
+      decoded += decode_is_safe(bytes, bad);
+      ++total;
+    }
+  }
+  BOOST_TEST(bad == 0u);
+  BOOST_TEST_MESSAGE("bit flips: " << decoded << " of " << total << " still decoded");
+}
+
+BOOST_AUTO_TEST_CASE(random_garbage_never_crashes) {
+  size_t bad = 0;
+  for (uint64_t seed = 1; seed <= 3000; ++seed) {
+    SplitMix64 rng(seed);
+    size_t n = rng.next() % 512;
+    if (seed % 3 != 0) n &= ~size_t{7};  // mostly whole words so decoding gets past the size check
+    std::vector<uint8_t> bytes(n);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng.next());
+    // Often make the segment table plausible (one segment of the right size) so the garbage
+    // reaches pointer validation.
+    if (seed % 2 == 0 && n >= 16) {
+      const uint32_t words = static_cast<uint32_t>(n / 8 - 1);
+      bytes[0] = bytes[1] = bytes[2] = bytes[3] = 0;
+      bytes[4] = static_cast<uint8_t>(words);
+      bytes[5] = static_cast<uint8_t>(words >> 8);
+      bytes[6] = bytes[7] = 0;
+    }
+    (void)decode_is_safe(bytes, bad);
+  }
+  BOOST_TEST(bad == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(segment_table_claiming_huge_sizes_is_rejected) {
+  // Segment count / size fields at their maxima must not make the decoder allocate or read
+  // beyond the input.
+  for (uint32_t count_minus_one : {0u, 1u, 511u, 0xffffffffu}) {
+    for (uint32_t size : {0u, 1u, 0x7fffffffu, 0xffffffffu}) {
+      std::vector<uint8_t> bytes(64, 0);
+      for (int i = 0; i < 4; ++i) bytes[i] = static_cast<uint8_t>(count_minus_one >> (8 * i));
+      for (int i = 0; i < 4; ++i) bytes[4 + i] = static_cast<uint8_t>(size >> (8 * i));
+      size_t bad = 0;
+      (void)decode_is_safe(bytes, bad);
+      BOOST_TEST(bad == 0u, "count-1 " << count_minus_one << " size " << size);
+    }
+  }
+}

@@ -24,6 +24,8 @@ double logloss(std::span<const float> p, std::span<const float> y) {
 double auc(std::span<const float> score, std::span<const float> y) {
   COLONY_ASSERT(score.size() == y.size(), "score={} y={}", score.size(), y.size());
   const size_t n = score.size();
+  for (float s : score)
+    if (std::isnan(s)) return std::numeric_limits<double>::quiet_NaN();  // no order to sort by
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
   std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return score[a] < score[b]; });

@@ -108,6 +108,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
     const ReaderStats st = reader.stats();
     result.bad_lines_skipped = st.bad_lines_skipped;
     result.read_from_cache = st.from_cache;
+    if (!st.cache_note.empty()) result.cache_note = st.cache_note;
     if (epoch_samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
     samples_per_epoch = epoch_samples;
     result.train_samples += epoch_samples;

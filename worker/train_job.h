@@ -51,6 +51,7 @@ struct TrainJobResult {
   uint64_t model_rows = 0;
   uint64_t model_bytes = 0;
   bool read_from_cache = false;  // the last training epoch read the binary cache
+  std::string cache_note;        // why a cache was not used or written, when it was not
   std::vector<EpochResult> epochs;
   // Set when the data is generated, or when a meta.json written by `colony gen` sits beside
   // the training file.
