@@ -92,14 +92,19 @@ Runner add_train(CLI::App& app) {
     bool training_started = false;
     auto result = run_train_job(o, [&](const TrainProgress& p) {
       if (!training_started && std::string(p.phase) == "train") {
+        progress.finish();   // the generation bar stays on screen
         progress.restart();  // rates count training only, not data generation
         training_started = true;
       }
-      const std::string status =
-          std::string(p.phase) == "train"
-              ? fmt::format("epoch {}/{} logloss {:.4f}", p.epoch, p.epochs, p.running_logloss)
-              : std::string(p.phase);
-      progress.update(p.fraction, double(p.samples), "samples", status);
+      const std::string phase = p.phase;
+      if (phase == "generate") {
+        progress.update(p.fraction, double(p.samples), "rows", "generating data");
+      } else {
+        const std::string status =
+            phase == "train" ? fmt::format("epoch {}/{} logloss {:.4f}", p.epoch, p.epochs, p.running_logloss)
+                             : phase;
+        progress.update(p.fraction, double(p.samples), "samples", status);
+      }
     });
     progress.finish();
     if (!result) return fail(result.status());

@@ -15,7 +15,11 @@ std::vector<DeviceInfo> cuda_devices_impl(std::string* why_none) {
   std::vector<DeviceInfo> out;
   if (err != cudaSuccess) {
     // No driver (cudaErrorInsufficientDriver) or no device: the CPU backend runs everything.
-    if (why_none) *why_none = std::string("no device: ") + cudaGetErrorString(err);
+    if (why_none) {
+      *why_none = err == cudaErrorInsufficientDriver || err == cudaErrorNoDevice
+                      ? std::string("built, no device")
+                      : std::string("built, unusable: ") + cudaGetErrorString(err);
+    }
     cudaGetLastError();  // clear the sticky error
     return out;
   }
@@ -24,7 +28,7 @@ std::vector<DeviceInfo> cuda_devices_impl(std::string* why_none) {
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
     out.push_back(DeviceInfo{i, prop.name, prop.totalGlobalMem});
   }
-  if (out.empty() && why_none) *why_none = "no device";
+  if (out.empty() && why_none) *why_none = "built, no device";
   return out;
 }
 

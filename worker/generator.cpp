@@ -315,7 +315,9 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
   return s;
 }
 
-InMemoryData generate_in_memory(const GenOptions& o) {
+InMemoryData generate_in_memory(const GenOptions& o,
+                                const std::function<void(uint64_t, uint64_t)>& progress) {
+  const uint64_t total = o.rows + o.test_rows;
   Generator gen({o.seed, o.vocab_scale});
   InMemoryData data;
   constexpr size_t rows_per_batch = 4096;
@@ -326,6 +328,7 @@ InMemoryData generate_in_memory(const GenOptions& o) {
     gen.generate(Stream::train, r, row);
     train_positives += row.label;
     gen.append_features(row, data.train.back());
+    if (progress && (r + 1) % 65536 == 0) progress(r + 1, total);
   }
   TestMetrics test;
   for (uint64_t r = 0; r < o.test_rows; ++r) {

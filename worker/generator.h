@@ -110,6 +110,8 @@ struct InMemoryData {
   std::vector<Batch> test;
   GenSummary summary;
 };
-InMemoryData generate_in_memory(const GenOptions& options);
+// `progress(done_rows, total_rows)`, when given, is called now and then.
+InMemoryData generate_in_memory(const GenOptions& options,
+                                const std::function<void(uint64_t, uint64_t)>& progress = nullptr);
 
 }  // namespace colony

@@ -61,7 +61,9 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
   Source src;
   if (o.data.empty()) {
     if (progress) progress(TrainProgress{"generate", 0, o.epochs, 0, 0.0, 0.0});
-    auto data = std::make_shared<InMemoryData>(generate_in_memory(o.generate));
+    auto data = std::make_shared<InMemoryData>(generate_in_memory(o.generate, [&](uint64_t done, uint64_t total) {
+      if (progress) progress(TrainProgress{"generate", 0, o.epochs, done, double(done) / double(total), 0.0});
+    }));
     result.planted = data->summary;
     src.train_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
     src.test_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->test);

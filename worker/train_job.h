@@ -29,8 +29,8 @@ struct TrainProgress {
   const char* phase = "train";     // "generate", "train" or "evaluate"
   int epoch = 0;                   // 1-based
   int epochs = 0;
-  uint64_t samples = 0;            // trained so far, over all epochs
-  double fraction = 0.0;           // of the whole job's training, 0..1 (estimated for text)
+  uint64_t samples = 0;            // trained so far, over all epochs ("generate": rows made)
+  double fraction = 0.0;           // of the phase's work, 0..1 (estimated for text)
   double running_logloss = 0.0;    // progressive logloss over recent batches
 };
 
