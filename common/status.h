@@ -12,6 +12,8 @@
 #include <utility>
 #include <variant>
 
+#include <fmt/format.h>
+
 namespace colony {
 
 class [[nodiscard]] Status {
@@ -73,23 +75,19 @@ class [[nodiscard]] Expected {
 
 [[noreturn]] void assert_failed(const char* expr, const char* file, int line, const std::string& detail);
 
+// The optional message of COLONY_ASSERT: a fmt format string and its arguments.
+inline std::string detail_message() { return {}; }
+template <class... A>
+std::string detail_message(const char* f, A&&... args) {
+  return fmt::format(fmt::runtime(f), std::forward<A>(args)...);
+}
+
 }  // namespace colony
 
 // An invariant of our own code. Stays on in release builds; prints the values involved.
-#define COLONY_ASSERT(cond, ...)                                                     \
-  do {                                                                               \
-    if (!(cond)) [[unlikely]]                                                        \
-      ::colony::assert_failed(#cond, __FILE__, __LINE__, ::colony::detail_message(__VA_ARGS__)); \
+#define COLONY_ASSERT(cond, ...)                                                            \
+  do {                                                                                      \
+    if (!(cond)) [[unlikely]]                                                               \
+      ::colony::assert_failed(#cond, __FILE__, __LINE__,                                    \
+                              ::colony::detail_message(__VA_ARGS__));                       \
   } while (0)
-
-namespace colony {
-inline std::string detail_message() { return {}; }
-template <class... A>
-std::string detail_message(const char* fmt, A&&... args);
-}  // namespace colony
-
-#include <fmt/format.h>
-template <class... A>
-std::string colony::detail_message(const char* f, A&&... args) {
-  return fmt::format(fmt::runtime(f), std::forward<A>(args)...);
-}
