@@ -88,13 +88,12 @@ Generator::Generator(const GeneratorConfig& config) : config_(config) {
     f.vocab = static_cast<uint32_t>(std::max(2.0, std::min(v, 4.0e9)));
     // Exponents between 1.05 and 1.35, fixed per field (not per seed): the data's shape is
     // the same for every seed, only its draws differ.
-    f.zipf_exponent = 1.05 + 0.3 * unit_double(mix64(0xC0101 + j));
+    const double zipf_exponent = 1.05 + 0.3 * unit_double(mix64(0xC0101 + j));
     f.missing = criteo_cat_missing[j];
-    f.bias_std = bias_std;
     f.factor_std = criteo_vocab[j] <= factor_vocab_max ? factor_std : 0.0;
     f.libsvm_offset = offset;
     offset += f.vocab;
-    samplers_.emplace_back(f.vocab, f.zipf_exponent);
+    samplers_.emplace_back(f.vocab, zipf_exponent);
   }
   for (size_t i = 0; i < gen_int_fields; ++i)
     int_weight_[i] = int_weight_std * normal_from(hash_combine(config.seed, 0x1000 + i));
@@ -144,7 +143,7 @@ double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed) const 
     row.cat_present |= 1u << j;
     const double shrink = rank_shrink(id);
     const uint64_t id_hash = hash_combine(hash_combine(config_.seed, 0x2000 + j), id);
-    z += f.bias_std * shrink * normal_from(id_hash);
+    z += bias_std * shrink * normal_from(id_hash);
     if (f.factor_std > 0.0) {
       for (size_t k = 0; k < factor_rank; ++k) {
         const double v = f.factor_std * shrink * normal_from(hash_combine(id_hash, 1 + k));
@@ -249,10 +248,8 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
 
   Generator gen({o.seed, o.vocab_scale});
   const bool libsvm = o.format == "libsvm";
-  GenSummary paths;
-  paths.train_path = o.out_dir + "/train." + o.format;
-  paths.test_path = o.out_dir + "/test." + o.format;
-  paths.meta_path = o.out_dir + "/meta.json";
+  const std::string train_path = o.out_dir + "/train." + o.format;
+  const std::string test_path = o.out_dir + "/test." + o.format;
   const uint64_t total = o.rows + o.test_rows;
   uint64_t done = 0;
   double train_positives = 0.0;
@@ -287,14 +284,14 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
       return Status::io_error(path + ": write failed: " + std::strerror(errno));
     return Status();
   };
-  if (Status s = write_file(paths.train_path, Stream::train, o.rows); !s.ok()) return s;
-  if (Status s = write_file(paths.test_path, Stream::test, o.test_rows); !s.ok()) return s;
+  if (Status s = write_file(train_path, Stream::train, o.rows); !s.ok()) return s;
+  if (Status s = write_file(test_path, Stream::test, o.test_rows); !s.ok()) return s;
   if (progress) progress(total, total);
 
   GenSummary s = summarize(test, train_positives, o.rows);
-  s.train_path = paths.train_path;
-  s.test_path = paths.test_path;
-  s.meta_path = paths.meta_path;
+  s.train_path = train_path;
+  s.test_path = test_path;
+  s.meta_path = o.out_dir + "/meta.json";
   nlohmann::json meta = {
       {"planted_logloss_test", s.planted_logloss_test},
       {"planted_auc_test", s.planted_auc_test},

@@ -68,9 +68,7 @@ class Generator {
   GeneratorConfig config_;
   struct CatFieldParams {
     uint32_t vocab;
-    double zipf_exponent;
     double missing;
-    double bias_std;
     double factor_std;
     uint64_t libsvm_offset;
   };

@@ -31,11 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Source {
-  // Either files or in-memory batches.
-  std::shared_ptr<const std::vector<Batch>> train_mem, test_mem;
-};
-
 Expected<std::unique_ptr<BatchReader>> open(const std::string& path,
                                             const std::shared_ptr<const std::vector<Batch>>& mem,
                                             const ReaderOptions& ro) {
@@ -58,15 +53,16 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
   LocalTrainer& trainer = **trainer_or;
 
   TrainJobResult result;
-  Source src;
+  // Generated data lives in memory; otherwise both are read from files.
+  std::shared_ptr<const std::vector<Batch>> train_mem, test_mem;
   if (o.data.empty()) {
     if (progress) progress(TrainProgress{"generate", 0, o.epochs, 0, 0.0, 0.0});
     auto data = std::make_shared<InMemoryData>(generate_in_memory(o.generate, [&](uint64_t done, uint64_t total) {
       if (progress) progress(TrainProgress{"generate", 0, o.epochs, done, double(done) / double(total), 0.0});
     }));
     result.planted = data->summary;
-    src.train_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
-    src.test_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->test);
+    train_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
+    test_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->test);
   } else {
     result.planted = read_gen_meta(o.data);
   }
@@ -77,7 +73,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
   Batch batch;
   std::vector<float> logits, scores, labels;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
-    auto reader_or = open(o.data, src.train_mem, ro);
+    auto reader_or = open(o.data, train_mem, ro);
     if (!reader_or) return reader_or.status();
     BatchReader& reader = **reader_or;
     double epoch_loss = 0.0, window_loss = 0.0;
@@ -118,7 +114,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
     // Evaluate on the test data.
     if (progress) progress(TrainProgress{"evaluate", epoch, o.epochs, result.train_samples,
                                          double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
-    auto test_or = open(o.test, src.test_mem, ro);
+    auto test_or = open(o.test, test_mem, ro);
     if (!test_or) return test_or.status();
     scores.clear();
     labels.clear();
