@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "gpu/device.h"
+#include "actors/embedded_cluster.h"
 #include "worker/train_job.h"
 
 namespace colony::cli {
@@ -21,6 +22,10 @@ struct TrainArgs {
   // Negative = the optimizer's default (default_optimizer_config).
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   std::string store = "memory";
+  std::string engine = "cluster";
+  std::string consistency = "bsp";
+  std::string push = "hierarchical";
+  ClusterOptions cluster;
   std::string report;
   bool no_cache = false;
 };
@@ -55,6 +60,27 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--cache-dir", j.reader.cache_dir,
                   "Where binary caches of text files go (default: beside each file)");
   cmd->add_flag("--no-cache", a->no_cache, "Neither read nor write binary caches");
+  cmd->add_option("--shards", a->cluster.shards, "Parameter-server shards (actors)")
+      ->check(CLI::Range(1u, 4096u))->capture_default_str();
+  cmd->add_option("--workers", a->cluster.workers, "Worker replicas (actors)")
+      ->check(CLI::Range(1u, 4096u))->capture_default_str();
+  cmd->add_option("--consistency", a->consistency, "bsp, ssp:K (reads at most K clocks stale) or asp")
+      ->capture_default_str();
+  cmd->add_option("--push", a->push,
+                  "hierarchical (one push per node and shard, summed by the node's aggregator) or flat")
+      ->capture_default_str();
+  cmd->add_option("--replicas-per-node", a->cluster.replicas_per_node,
+                  "Workers per node for hierarchical push (0: all workers form one node)")
+      ->capture_default_str();
+  cmd->add_option("--max-inflight", a->cluster.max_inflight,
+                  "Steps whose pulls a worker keeps in flight (2: pull batch i+1 while computing i)")
+      ->check(CLI::Range(size_t{1}, size_t{64}))->capture_default_str();
+  cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
+      ->capture_default_str();
+  cmd->add_option("--engine", a->engine,
+                  "cluster (PS shards and workers as actors) or local (the single-process reference "
+                  "trainer; ignores the cluster flags)")
+      ->check(CLI::IsMember({"cluster", "local"}))->capture_default_str();
   cmd->add_option("--rows", j.generate.rows, "Generated training rows (without --data)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--test-rows", j.generate.test_rows, "Generated test rows (without --data)")
@@ -76,13 +102,26 @@ Runner add_train(CLI::App& app) {
           ": only \"memory\" is available in the single-process trainer of this version"));
     }
     o.reader.use_cache = !a->no_cache;
+    ClusterOptions cluster = a->cluster;
+    auto consistency = parse_consistency(a->consistency);
+    if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
+    cluster.consistency = *consistency;
+    auto push = parse_push_mode(a->push);
+    if (!push) return fail(Status::invalid_input("--push: " + push.status().message()));
+    cluster.push = *push;
+    const bool local = a->engine == "local";
     o.generate.seed = o.trainer.seed;
 
-    std::fprintf(stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s, backend %s\n",
+    const std::string engine_text =
+        local ? std::string("single-process trainer")
+              : fmt::format("{} shard{}, {} worker{}, {}, {} push", cluster.shards, cluster.shards == 1 ? "" : "s",
+                            cluster.workers, cluster.workers == 1 ? "" : "s", to_string(cluster.consistency),
+                            to_string(cluster.push));
+    std::fprintf(stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s; %s; backend %s\n",
                  to_string(o.trainer.model.kind),
                  o.trainer.model.kind == ModelKind::fm ? fmt::format(" (dim {})", o.trainer.model.dim).c_str() : "",
                  to_string(o.trainer.optimizer.kind), o.trainer.optimizer.lr, o.batch, o.epochs,
-                 o.epochs == 1 ? "" : "s", describe_backends().c_str());
+                 o.epochs == 1 ? "" : "s", engine_text.c_str(), describe_backends().c_str());
     if (o.data.empty())
       std::fprintf(stderr, "no --data: generating %s training and %s test rows in memory\n",
                    human_count(double(o.generate.rows)).c_str(),
@@ -90,7 +129,7 @@ Runner add_train(CLI::App& app) {
     const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
     bool training_started = false;
-    auto result = run_train_job(o, [&](const TrainProgress& p) {
+    auto on_progress = [&](const TrainProgress& p) {
       if (!training_started && std::string(p.phase) == "train") {
         progress.finish();   // the generation bar stays on screen
         progress.restart();  // rates count training only, not data generation
@@ -100,12 +139,15 @@ Runner add_train(CLI::App& app) {
       if (phase == "generate") {
         progress.update(p.fraction, double(p.samples), "rows", "generating data");
       } else {
-        const std::string status =
-            phase == "train" ? fmt::format("epoch {}/{} logloss {:.4f}", p.epoch, p.epochs, p.running_logloss)
-                             : phase;
+        std::string status = phase;
+        if (phase == "train") {
+          status = fmt::format("epoch {}/{}", p.epoch, p.epochs);
+          if (p.running_logloss > 0) status += fmt::format(" logloss {:.4f}", p.running_logloss);
+        }
         progress.update(p.fraction, double(p.samples), "samples", status);
       }
-    });
+    };
+    auto result = local ? run_train_job(o, on_progress) : run_cluster_train_job(o, cluster, on_progress);
     progress.finish();
     if (!result) return fail(result.status());
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -137,7 +179,21 @@ Runner add_train(CLI::App& app) {
         {"model_rows", r.model_rows},
         {"model_bytes", r.model_bytes},
         {"read_from_cache", r.read_from_cache},
+        {"engine", a->engine},
+        {"train_cpu_seconds", r.train_cpu_seconds},
+        {"cpu_seconds_per_sample", r.train_samples ? r.train_cpu_seconds / double(r.train_samples) : 0.0},
     };
+    if (!local) {
+      const double n = double(std::max<uint64_t>(r.train_samples, 1));
+      rep["shards"] = cluster.shards;
+      rep["workers"] = cluster.workers;
+      rep["consistency"] = to_string(cluster.consistency);
+      rep["push"] = to_string(cluster.push);
+      rep["pull_messages_per_sample"] = double(r.pull_messages) / n;
+      rep["push_messages_per_sample"] = double(r.push_messages) / n;
+      rep["push_bytes_per_sample"] = double(r.push_bytes) / n;
+      rep["pulls_deferred"] = r.pulls_deferred;
+    }
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs)
       per_epoch.push_back({{"epoch", e.epoch}, {"train_logloss", e.train_logloss},
@@ -156,6 +212,11 @@ Runner add_train(CLI::App& app) {
     std::printf("\ntrain_samples %llu  samples_per_sec %s  wall_seconds %.1f  peak_rss %s bytes",
                 static_cast<unsigned long long>(r.train_samples), human_count(sps).c_str(), wall,
                 human_count(double(peak_rss_bytes())).c_str());
+    if (!local)
+      std::printf("\npush_messages_per_sample %.4f  push_bytes_per_sample %.1f  pulls_deferred %llu",
+                  double(r.push_messages) / double(std::max<uint64_t>(r.train_samples, 1)),
+                  double(r.push_bytes) / double(std::max<uint64_t>(r.train_samples, 1)),
+                  static_cast<unsigned long long>(r.pulls_deferred));
     if (r.bad_lines_skipped > 0)
       std::printf("  bad_lines_skipped %llu", static_cast<unsigned long long>(r.bad_lines_skipped));
     std::printf("\n");

@@ -1,5 +1,7 @@
 #include "worker/train_job.h"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -31,54 +33,93 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-Expected<std::unique_ptr<BatchReader>> open(const std::string& path,
-                                            const std::shared_ptr<const std::vector<Batch>>& mem,
-                                            const ReaderOptions& ro) {
-  if (mem) return make_memory_reader(mem, ro.batch_rows);
-  return open_reader(path, ro);
-}
-
 }  // namespace
 
-Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
-                                       const std::function<void(const TrainProgress&)>& progress) {
+Status validate(const TrainJobOptions& o) {
   if (o.epochs < 1) return Status::invalid_input("--epochs must be at least 1");
   if (o.batch < 1) return Status::invalid_input("--batch must be at least 1");
   if (!o.data.empty() && o.test.empty())
     return Status::invalid_input("--test is required with --data (a file to evaluate on)");
   if (o.data.empty() && !o.test.empty())
     return Status::invalid_input("--test needs --data (without --data, test data is generated)");
+  return Status();
+}
+
+JobData prepare_job_data(const TrainJobOptions& o,
+                         const std::function<void(const TrainProgress&)>& progress) {
+  JobData d;
+  if (!o.data.empty()) {
+    d.planted = read_gen_meta(o.data);
+    return d;
+  }
+  if (progress) progress(TrainProgress{"generate", 0, o.epochs, 0, 0.0, 0.0});
+  auto data = std::make_shared<InMemoryData>(generate_in_memory(o.generate, [&](uint64_t done, uint64_t total) {
+    if (progress) progress(TrainProgress{"generate", 0, o.epochs, done, double(done) / double(total), 0.0});
+  }));
+  d.planted = data->summary;
+  d.train = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
+  d.test = std::shared_ptr<const std::vector<Batch>>(data, &data->test);
+  return d;
+}
+
+Expected<std::unique_ptr<BatchReader>> open_source(const std::string& path,
+                                                   const std::shared_ptr<const std::vector<Batch>>& mem,
+                                                   const ReaderOptions& ro) {
+  if (mem) return make_memory_reader(mem, ro.batch_rows);
+  return open_reader(path, ro);
+}
+
+Expected<Evaluation> evaluate(const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
+                              const ReaderOptions& ro,
+                              const std::function<void(const Batch&, std::vector<float>&)>& predict) {
+  auto reader = open_source(test, mem, ro);
+  if (!reader) return reader.status();
+  std::vector<float> logits, scores, labels;
+  Batch batch;
+  while (true) {
+    auto more = (*reader)->next(batch);
+    if (!more) return more.status();
+    if (!*more) break;
+    predict(batch, logits);
+    for (size_t i = 0; i < batch.rows(); ++i) {
+      scores.push_back(static_cast<float>(sigmoid(logits[i])));
+      labels.push_back(batch.labels[i]);
+    }
+  }
+  if (scores.empty()) return Status::invalid_input(test + ": no samples to evaluate on");
+  return Evaluation{logloss(scores, labels), auc(scores, labels), scores.size()};
+}
+
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
+                                       const std::function<void(const TrainProgress&)>& progress) {
+  if (Status s = validate(o); !s.ok()) return s;
   auto trainer_or = LocalTrainer::make(o.trainer);
   if (!trainer_or) return trainer_or.status();
   LocalTrainer& trainer = **trainer_or;
 
   TrainJobResult result;
-  // Generated data lives in memory; otherwise both are read from files.
-  std::shared_ptr<const std::vector<Batch>> train_mem, test_mem;
-  if (o.data.empty()) {
-    if (progress) progress(TrainProgress{"generate", 0, o.epochs, 0, 0.0, 0.0});
-    auto data = std::make_shared<InMemoryData>(generate_in_memory(o.generate, [&](uint64_t done, uint64_t total) {
-      if (progress) progress(TrainProgress{"generate", 0, o.epochs, done, double(done) / double(total), 0.0});
-    }));
-    result.planted = data->summary;
-    train_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
-    test_mem = std::shared_ptr<const std::vector<Batch>>(data, &data->test);
-  } else {
-    result.planted = read_gen_meta(o.data);
-  }
+  const JobData data = prepare_job_data(o, progress);
+  result.planted = data.planted;
   ReaderOptions ro = o.reader;
   ro.batch_rows = o.batch;
 
   uint64_t samples_per_epoch = 0;  // known after the first epoch (or from the cache)
   Batch batch;
-  std::vector<float> logits, scores, labels;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
-    auto reader_or = open(o.data, train_mem, ro);
+    auto reader_or = open_source(o.data, data.train, ro);
     if (!reader_or) return reader_or.status();
     BatchReader& reader = **reader_or;
     double epoch_loss = 0.0, window_loss = 0.0;
     uint64_t epoch_samples = 0, window_samples = 0, batches = 0;
     const auto start = Clock::now();
+    const double cpu_start = cpu_seconds();
     while (true) {
       auto more = reader.next(batch);
       if (!more) return more.status();
@@ -103,6 +144,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
       }
     }
     result.train_seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    result.train_cpu_seconds += cpu_seconds() - cpu_start;
     const ReaderStats st = reader.stats();
     result.bad_lines_skipped = st.bad_lines_skipped;
     result.read_from_cache = st.from_cache;
@@ -111,30 +153,16 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
     samples_per_epoch = epoch_samples;
     result.train_samples += epoch_samples;
 
-    // Evaluate on the test data.
     if (progress) progress(TrainProgress{"evaluate", epoch, o.epochs, result.train_samples,
                                          double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
-    auto test_or = open(o.test, test_mem, ro);
-    if (!test_or) return test_or.status();
-    scores.clear();
-    labels.clear();
-    while (true) {
-      auto more = (*test_or)->next(batch);
-      if (!more) return more.status();
-      if (!*more) break;
-      trainer.predict(batch, logits);
-      for (size_t i = 0; i < batch.rows(); ++i) {
-        scores.push_back(static_cast<float>(sigmoid(logits[i])));
-        labels.push_back(batch.labels[i]);
-      }
-    }
-    if (scores.empty()) return Status::invalid_input(o.test + ": no samples to evaluate on");
-    EpochResult er{epoch, epoch_loss / double(epoch_samples), logloss(scores, labels), auc(scores, labels)};
-    result.epochs.push_back(er);
+    auto ev = evaluate(o.test, data.test, ro,
+                       [&](const Batch& b, std::vector<float>& logits) { trainer.predict(b, logits); });
+    if (!ev) return ev.status();
+    result.epochs.push_back(EpochResult{epoch, epoch_loss / double(epoch_samples), ev->logloss, ev->auc});
+    result.test_samples = ev->samples;
   }
   result.test_logloss = result.epochs.back().test_logloss;
   result.test_auc = result.epochs.back().test_auc;
-  result.test_samples = scores.size();
   result.model_rows = trainer.rows();
   result.model_bytes = trainer.table_bytes();
   return result;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -46,7 +47,13 @@ struct TrainJobResult {
   double test_auc = 0.0;
   uint64_t train_samples = 0;
   uint64_t test_samples = 0;
-  double train_seconds = 0.0;  // wall time of the training passes only (no evaluation)
+  double train_seconds = 0.0;      // wall time of the training passes only (no evaluation)
+  double train_cpu_seconds = 0.0;  // user + system CPU of the process during those passes
+  // Messages between workers and the parameter server (zero for the single-process trainer).
+  uint64_t pull_messages = 0;
+  uint64_t push_messages = 0;      // pushes and clock advances the shards received
+  uint64_t push_bytes = 0;         // keys and gradients in those pushes
+  uint64_t pulls_deferred = 0;     // pulls a shard held back for the consistency gate
   uint64_t bad_lines_skipped = 0;
   uint64_t model_rows = 0;
   uint64_t model_bytes = 0;
@@ -63,6 +70,31 @@ struct TrainJobResult {
 // `progress` is called after every few batches, from the calling thread.
 Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
                                        const std::function<void(const TrainProgress&)>& progress);
+
+// The pieces run_train_job is made of, for other engines (the embedded cluster) to share.
+Status validate(const TrainJobOptions& options);
+struct JobData {
+  std::shared_ptr<const std::vector<Batch>> train, test;  // set when the data is generated
+  std::optional<GenSummary> planted;
+};
+// Generates the data in memory when options.data is empty; otherwise reads meta.json.
+JobData prepare_job_data(const TrainJobOptions& options,
+                         const std::function<void(const TrainProgress&)>& progress);
+// A reader over `mem` when it is set, else over the file `path`.
+Expected<std::unique_ptr<BatchReader>> open_source(const std::string& path,
+                                                   const std::shared_ptr<const std::vector<Batch>>& mem,
+                                                   const ReaderOptions& options);
+struct Evaluation {
+  double logloss = 0.0;
+  double auc = 0.0;
+  uint64_t samples = 0;
+};
+// Scores every test sample with `predict` (logits) and computes logloss and AUC.
+Expected<Evaluation> evaluate(const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
+                              const ReaderOptions& options,
+                              const std::function<void(const Batch&, std::vector<float>&)>& predict);
+// User + system CPU seconds this process has used.
+double cpu_seconds();
 
 // Reads `planted_logloss_test` and friends from DIR/meta.json for a file DIR/<name>; nullopt
 // when there is no such file or it does not parse.

@@ -1,0 +1,485 @@
+#include "actors/embedded_cluster.h"
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include "actors/ps_actors.h"
+#include "gpu/reduce.h"
+#include "ps/shard_core.h"
+#include "ps/shard_map.h"
+#include "worker/aggregator_core.h"
+#include "worker/worker_core.h"
+
+namespace colony {
+
+Expected<PushMode> parse_push_mode(const std::string& text) {
+  if (text == "flat") return PushMode::flat;
+  if (text == "hierarchical") return PushMode::hierarchical;
+  return Status::invalid_input("push mode \"" + text + "\" is not one of flat, hierarchical");
+}
+
+const char* to_string(PushMode mode) { return mode == PushMode::flat ? "flat" : "hierarchical"; }
+
+namespace {
+
+// What every actor of one job shares with the driver: where to send, and how the job goes.
+struct JobShared {
+  std::vector<caf::actor> nodes;  // by NodeId
+  std::atomic<uint64_t> samples{0};
+  std::mutex mutex;
+  Status first_error;  // guarded by mutex
+  void fail(const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (first_error.ok()) first_error = s;
+  }
+};
+
+void route(JobShared& shared, Outbox& out) {
+  for (Outgoing& o : out) {
+    COLONY_ASSERT(o.to < shared.nodes.size(), "message to unknown node {}", o.to);
+    std::visit([&](auto& m) { caf::anon_send(shared.nodes[o.to], std::move(m)); }, o.message);
+  }
+  out.clear();
+}
+
+// The batches of one worker: w, w+W, w+2W, ... of every epoch.
+class WorkerSource {
+ public:
+  WorkerSource(const ClusterJob& job, uint32_t index, uint32_t count)
+      : job_(job), index_(index), count_(count) {
+    options_ = job.reader;
+    options_.batch_rows = job.batch;
+  }
+  Expected<bool> next(Batch& out) {
+    while (true) {
+      if (!reader_) {
+        if (epoch_ >= job_.epochs) return false;
+        ++epoch_;
+        position_ = 0;
+        if (job_.memory) {
+          reader_ = make_memory_reader(job_.memory, job_.batch);
+        } else {
+          auto r = open_reader(job_.data, options_);
+          if (!r) return r.status();
+          reader_ = std::move(r.value());
+        }
+      }
+      auto more = reader_->next(out);
+      if (!more) return more.status();
+      if (!*more) {
+        stats_ = reader_->stats();
+        reader_.reset();
+        continue;
+      }
+      if (position_++ % count_ == index_) return true;
+    }
+  }
+  const ReaderStats& last_stats() const { return stats_; }
+
+ private:
+  const ClusterJob& job_;
+  uint32_t index_, count_;
+  ReaderOptions options_;
+  int epoch_ = 0;
+  uint64_t position_ = 0;
+  std::unique_ptr<BatchReader> reader_;
+  ReaderStats stats_;
+};
+
+struct shard_state {
+  static inline const char* name = "colony.shard";
+  Outbox out;
+};
+
+shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
+                                     std::shared_ptr<ShardCore> core,
+                                     std::shared_ptr<JobShared> shared) {
+  auto handle = [self, core, shared](PsMessage m) {
+    core->on_message(m, self->state.out);
+    route(*shared, self->state.out);
+  };
+  return {
+      [handle](PullRequest& m) { handle(std::move(m)); },
+      [handle](PushRequest& m) { handle(std::move(m)); },
+      [handle](ClockAdvance& m) { handle(std::move(m)); },
+      [](quiesce_atom) { return true; },
+  };
+}
+
+struct worker_state {
+  static inline const char* name = "colony.worker";
+  Outbox out;
+  uint64_t samples_reported = 0;
+  bool reported = false;
+};
+
+worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_state> self,
+                                       std::shared_ptr<WorkerCore> core,
+                                       std::shared_ptr<WorkerSource> source,
+                                       std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
+                                       NodeId id) {
+  // After every message: hand in batches while the core wants them, send what it produced,
+  // and tell the coordinator once it has finished or failed.
+  auto step = [self, core, source, shared, coordinator, id]() {
+    auto& st = self->state;
+    while (core->error().ok() && core->wants_batch()) {
+      Batch batch;
+      auto more = source->next(batch);
+      if (!more) {
+        shared->fail(more.status());
+        if (!st.reported) self->send(coordinator, done_atom::value, id, more.status().message());
+        st.reported = true;
+        return;
+      }
+      if (!*more) {
+        core->finish(st.out);
+        break;
+      }
+      core->add_batch(std::move(batch), st.out);
+    }
+    route(*shared, st.out);
+    const uint64_t samples = core->stats().samples;
+    shared->samples += samples - st.samples_reported;
+    st.samples_reported = samples;
+    if (st.reported) return;
+    if (!core->error().ok()) {
+      shared->fail(core->error());
+      self->send(coordinator, done_atom::value, id, core->error().message());
+      st.reported = true;
+    } else if (core->done()) {
+      self->send(coordinator, done_atom::value, id, std::string());
+      st.reported = true;
+    }
+  };
+  auto handle = [self, core, step](PsMessage m) {
+    core->on_message(m, self->state.out);
+    step();
+  };
+  return {
+      [step](start_atom) { step(); },
+      [handle](PullReply& m) { handle(std::move(m)); },
+      [handle](PushAck& m) { handle(std::move(m)); },
+      [handle](ShardMapUpdate& m) { handle(std::move(m)); },
+      [handle](PsError& m) { handle(std::move(m)); },
+  };
+}
+
+struct aggregator_state {
+  static inline const char* name = "colony.aggregator";
+  Outbox out;
+  bool reported = false;
+};
+
+aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointer<aggregator_state> self,
+                                               std::shared_ptr<AggregatorCore> core,
+                                               std::shared_ptr<JobShared> shared,
+                                               coordinator_actor coordinator, NodeId id) {
+  auto handle = [self, core, shared, coordinator, id](PsMessage m) {
+    auto& st = self->state;
+    core->on_message(m, st.out);
+    route(*shared, st.out);
+    if (st.reported) return;
+    if (!core->error().ok()) {
+      shared->fail(core->error());
+      self->send(coordinator, done_atom::value, id, core->error().message());
+      st.reported = true;
+    } else if (core->done()) {
+      self->send(coordinator, done_atom::value, id, std::string());
+      st.reported = true;
+    }
+  };
+  return {
+      [handle](PushRequest& m) { handle(std::move(m)); },
+      [handle](ClockAdvance& m) { handle(std::move(m)); },
+      [handle](PushAck& m) { handle(std::move(m)); },
+      [handle](ShardMapUpdate& m) { handle(std::move(m)); },
+      [handle](PsError& m) { handle(std::move(m)); },
+  };
+}
+
+struct coordinator_state {
+  static inline const char* name = "colony.coordinator";
+  size_t expected = 0;
+  size_t finished = 0;
+  bool answered = false;
+  caf::typed_response_promise<std::string> promise;
+};
+
+coordinator_actor::behavior_type coordinator_fun(coordinator_actor::stateful_pointer<coordinator_state> self) {
+  return {
+      [self](run_atom, const std::vector<caf::actor>& workers, uint32_t expected) {
+        auto& st = self->state;
+        st.expected = expected;
+        st.promise = self->make_response_promise<std::string>();
+        for (auto& w : workers) caf::anon_send(w, start_atom::value);
+        return st.promise;
+      },
+      [self](done_atom, NodeId, std::string& error) {
+        auto& st = self->state;
+        ++st.finished;
+        if (st.answered) return;
+        // The first failure ends the job; otherwise it ends when everyone has finished.
+        if (!error.empty() || st.finished == st.expected) {
+          st.answered = true;
+          st.promise.deliver(std::move(error));
+        }
+      },
+  };
+}
+
+}  // namespace
+
+// The configuration must outlive the system (the system keeps a reference to it).
+struct SystemConfig : caf::actor_system_config {
+  explicit SystemConfig(size_t threads) {
+    if (threads > 0) set("scheduler.max-threads", threads);
+  }
+};
+
+struct EmbeddedCluster::Impl {
+  explicit Impl(size_t threads) : config(threads), system(config) {}
+  ~Impl() {
+    for (auto& a : shared->nodes) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+  }
+
+  SystemConfig config;
+  caf::actor_system system;
+  ClusterJob job;
+  ShardMapSpec map_spec;
+  std::optional<ShardMap> map;
+  std::shared_ptr<JobShared> shared = std::make_shared<JobShared>();
+  std::vector<std::shared_ptr<ShardCore>> shards;
+  std::vector<std::shared_ptr<WorkerCore>> workers;
+  std::vector<std::shared_ptr<WorkerSource>> sources;
+  std::vector<std::shared_ptr<AggregatorCore>> aggregators;
+  coordinator_actor coordinator;
+  std::vector<caf::actor> worker_handles;
+  uint32_t expected_reports = 0;
+  BatchIndex index;
+  std::vector<float> rows;
+  bool ran = false;
+};
+
+EmbeddedCluster::EmbeddedCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EmbeddedCluster::~EmbeddedCluster() = default;
+
+Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJob& job) {
+  const ClusterOptions& c = job.cluster;
+  if (c.shards < 1) return Status::invalid_input("--shards must be at least 1");
+  if (c.workers < 1) return Status::invalid_input("--workers must be at least 1");
+  if (c.max_inflight < 1) return Status::invalid_input("max in-flight steps must be at least 1");
+  if (job.epochs < 1) return Status::invalid_input("--epochs must be at least 1");
+  if (job.batch < 1) return Status::invalid_input("--batch must be at least 1");
+  if (job.trainer.model.kind == ModelKind::fm &&
+      (job.trainer.model.dim < 1 || job.trainer.model.dim > max_fm_dim))
+    return Status::invalid_input(fmt::format("--dim {} is out of range, expected 1..{}", job.trainer.model.dim,
+                                             max_fm_dim));
+  auto impl = std::make_unique<Impl>(c.threads);
+  impl->job = job;
+  Impl& m = *impl;
+  m.map_spec = ShardMapSpec{};
+  m.map_spec.shards = c.shards;
+  m.map_spec.seed = job.trainer.seed;
+  auto map = ShardMap::make(m.map_spec);
+  if (!map) return map.status();
+  m.map_spec = map->spec();
+  m.map.emplace(std::move(map.value()));
+
+  const bool hier = c.push == PushMode::hierarchical;
+  const uint32_t group = hier ? (c.replicas_per_node == 0 ? c.workers : c.replicas_per_node) : 1;
+  const uint32_t aggregators = hier ? (c.workers + group - 1) / group : 0;
+  const NodeId first_worker = c.shards, first_aggregator = c.shards + c.workers;
+  std::vector<NodeId> shard_nodes(c.shards);
+  for (uint32_t s = 0; s < c.shards; ++s) shard_nodes[s] = s;
+  std::vector<NodeId> senders;  // who pushes to the shards
+  if (hier) {
+    for (uint32_t a = 0; a < aggregators; ++a) senders.push_back(first_aggregator + a);
+  } else {
+    for (uint32_t w = 0; w < c.workers; ++w) senders.push_back(first_worker + w);
+  }
+  const size_t width = job.trainer.model.width();
+
+  for (uint32_t s = 0; s < c.shards; ++s) {
+    ShardConfig sc;
+    sc.id = s;
+    sc.shard_index = s;
+    sc.width = width;
+    sc.optimizer = job.trainer.optimizer;
+    sc.init = RowInit{job.trainer.seed, 1, job.trainer.factor_init_std};
+    sc.consistency = c.consistency;
+    sc.senders = senders;
+    sc.map = m.map_spec;
+    auto core = ShardCore::make(sc);
+    if (!core) return core.status();
+    m.shards.push_back(std::move(core.value()));
+  }
+  for (uint32_t w = 0; w < c.workers; ++w) {
+    WorkerConfig wc;
+    wc.id = first_worker + w;
+    wc.model = job.trainer.model;
+    wc.map = m.map_spec;
+    wc.shard_nodes = shard_nodes;
+    if (hier) wc.aggregator = first_aggregator + w / group;
+    wc.max_inflight = c.max_inflight;
+    auto core = WorkerCore::make(wc);
+    if (!core) return core.status();
+    m.workers.push_back(std::move(core.value()));
+    m.sources.push_back(std::make_shared<WorkerSource>(m.job, w, c.workers));
+  }
+  for (uint32_t a = 0; a < aggregators; ++a) {
+    AggregatorConfig ac;
+    ac.id = first_aggregator + a;
+    ac.width = width;
+    ac.map = m.map_spec;
+    ac.shard_nodes = shard_nodes;
+    for (uint32_t w = a * group; w < std::min(c.workers, (a + 1) * group); ++w)
+      ac.replicas.push_back(first_worker + w);
+    auto core = AggregatorCore::make(ac, make_cpu_reducer());
+    if (!core) return core.status();
+    m.aggregators.push_back(std::move(core.value()));
+  }
+
+  // Spawn: the coordinator first (workers report to it), then every core's actor.
+  m.coordinator = m.system.spawn(coordinator_fun);
+  m.shared->nodes.resize(first_aggregator + aggregators);
+  for (uint32_t s = 0; s < c.shards; ++s)
+    m.shared->nodes[s] = caf::actor_cast<caf::actor>(m.system.spawn(shard_fun, m.shards[s], m.shared));
+  for (uint32_t w = 0; w < c.workers; ++w) {
+    auto h = m.system.spawn(worker_fun, m.workers[w], m.sources[w], m.shared, m.coordinator, first_worker + w);
+    m.shared->nodes[first_worker + w] = caf::actor_cast<caf::actor>(h);
+    m.worker_handles.push_back(caf::actor_cast<caf::actor>(h));
+  }
+  for (uint32_t a = 0; a < aggregators; ++a)
+    m.shared->nodes[first_aggregator + a] = caf::actor_cast<caf::actor>(
+        m.system.spawn(aggregator_fun, m.aggregators[a], m.shared, m.coordinator, first_aggregator + a));
+  m.expected_reports = c.workers + aggregators;
+  return std::unique_ptr<EmbeddedCluster>(new EmbeddedCluster(std::move(impl)));
+}
+
+Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>& progress) {
+  Impl& m = *impl_;
+  COLONY_ASSERT(!m.ran, "EmbeddedCluster::run called twice");
+  m.ran = true;
+  caf::scoped_actor self{m.system};
+  self->send(m.coordinator, run_atom::value, m.worker_handles, m.expected_reports);
+  bool finished = false;
+  std::string error;
+  while (!finished) {
+    self->receive([&](std::string& e) {
+                    error = std::move(e);
+                    finished = true;
+                  },
+                  caf::after(std::chrono::milliseconds(200)) >> [&] {
+                    if (progress) progress(m.shared->samples.load());
+                  });
+  }
+  {
+    std::lock_guard<std::mutex> lock(m.shared->mutex);
+    if (!m.shared->first_error.ok()) return m.shared->first_error;
+  }
+  if (!error.empty()) return Status::internal(error);
+  // Let every shard handle what is still queued for it (the workers' last clocks) before the
+  // driver reads the cores.
+  for (size_t s = 0; s < m.shards.size(); ++s) {
+    auto shard = caf::actor_cast<shard_actor>(m.shared->nodes[s]);
+    self->request(shard, caf::infinite, quiesce_atom::value).receive([](bool) {}, [](caf::error&) {});
+  }
+  ClusterResult r;
+  for (const auto& w : m.workers) {
+    const WorkerStats& st = w->stats();
+    r.samples += st.samples;
+    r.loss_sum += st.loss_sum;
+    r.steps += st.steps;
+    r.pull_messages += st.pull_messages;
+    if (m.aggregators.empty()) {
+      r.push_messages_to_ps += st.push_messages;
+      r.push_bytes_to_ps += st.push_bytes;
+    }
+  }
+  for (const auto& a : m.aggregators) {
+    r.push_messages_to_ps += a->stats().push_messages;
+    r.push_bytes_to_ps += a->stats().push_bytes;
+  }
+  for (const auto& s : m.shards) {
+    r.pulls_deferred += s->stats().pulls_deferred;
+    r.model_rows += s->rows();
+  }
+  const ReaderStats& rs = m.sources.front()->last_stats();
+  r.bad_lines_skipped = rs.bad_lines_skipped;
+  r.read_from_cache = rs.from_cache;
+  return r;
+}
+
+void EmbeddedCluster::row_value(uint64_t key, std::span<float> out) const {
+  impl_->shards[impl_->map->shard_of(key)]->row_value(key, out);
+}
+
+void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
+  Impl& m = *impl_;
+  const size_t width = m.job.trainer.model.width();
+  m.index.build(batch);
+  const auto keys = m.index.unique_keys();
+  m.rows.resize(keys.size() * width);
+  for (size_t s = 0; s < keys.size(); ++s) row_value(keys[s], {&m.rows[s * width], width});
+  logits.resize(batch.rows());
+  forward(m.job.trainer.model, batch, m.index.slots(), m.rows, logits);
+}
+
+Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const ClusterOptions& cluster,
+                                               const std::function<void(const TrainProgress&)>& progress) {
+  if (Status s = validate(o); !s.ok()) return s;
+  const JobData data = prepare_job_data(o, progress);
+  ClusterJob job;
+  job.trainer = o.trainer;
+  job.cluster = cluster;
+  job.batch = o.batch;
+  job.epochs = o.epochs;
+  job.data = o.data;
+  job.memory = data.train;
+  job.reader = o.reader;
+  auto made = EmbeddedCluster::make(job);
+  if (!made) return made.status();
+  EmbeddedCluster& c = **made;
+
+  // Progress: the fraction is known once the size of an epoch is (generated data, a cache).
+  uint64_t samples_per_epoch = 0;
+  if (data.train)
+    for (const Batch& b : *data.train) samples_per_epoch += b.rows();
+  const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = cpu_seconds();
+  auto ran = c.run([&](uint64_t samples) {
+    if (!progress) return;
+    const double total = double(samples_per_epoch) * o.epochs;
+    const int epoch = samples_per_epoch ? std::min<int>(o.epochs, 1 + samples / samples_per_epoch) : 1;
+    progress(TrainProgress{"train", epoch, o.epochs, samples, total > 0 ? double(samples) / total : 0.0, 0.0});
+  });
+  if (!ran) return ran.status();
+  TrainJobResult r;
+  r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.train_cpu_seconds = cpu_seconds() - cpu_start;
+  r.planted = data.planted;
+  r.train_samples = ran->samples;
+  r.bad_lines_skipped = ran->bad_lines_skipped;
+  r.read_from_cache = ran->read_from_cache;
+  r.model_rows = ran->model_rows;
+  r.pull_messages = ran->pull_messages;
+  r.push_messages = ran->push_messages_to_ps;
+  r.push_bytes = ran->push_bytes_to_ps;
+  r.pulls_deferred = ran->pulls_deferred;
+  if (r.train_samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
+
+  if (progress) progress(TrainProgress{"evaluate", o.epochs, o.epochs, r.train_samples, 1.0, 0.0});
+  ReaderOptions ro = o.reader;
+  ro.batch_rows = o.batch;
+  auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) { c.predict(b, logits); });
+  if (!ev) return ev.status();
+  r.epochs.push_back(EpochResult{o.epochs, ran->loss_sum / double(r.train_samples), ev->logloss, ev->auc});
+  r.test_logloss = ev->logloss;
+  r.test_auc = ev->auc;
+  r.test_samples = ev->samples;
+  return r;
+}
+
+}  // namespace colony

@@ -1,0 +1,91 @@
+// An embedded cluster: PS shards, worker replicas, a node aggregator and a coordinator as CAF
+// actors in one process, each actor wrapping the sans-I/O core that decides what it does.
+// `colony train` runs on it.
+//
+// Layout: node ids 0..S-1 are the shards, S..S+W-1 the workers, then the aggregators (one per
+// group of `replicas_per_node` workers, hierarchical push only). Worker w trains on batches
+// w, w+W, w+2W, ... of each epoch, so together the workers make one pass per epoch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ps/protocol.h"
+#include "worker/reader.h"
+#include "worker/train_job.h"
+#include "worker/trainer.h"
+
+namespace colony {
+
+enum class PushMode { flat, hierarchical };
+Expected<PushMode> parse_push_mode(const std::string& text);
+const char* to_string(PushMode mode);
+
+struct ClusterOptions {
+  uint32_t shards = 1;
+  uint32_t workers = 1;
+  Consistency consistency;  // BSP by default
+  PushMode push = PushMode::flat;
+  uint32_t replicas_per_node = 0;  // hierarchical group size; 0 = all workers form one node
+  size_t max_inflight = 2;         // steps with pulls outstanding per worker
+  size_t threads = 0;              // CAF scheduler threads; 0 = one per core
+};
+
+struct ClusterJob {
+  TrainerConfig trainer;
+  ClusterOptions cluster;
+  size_t batch = 512;
+  int epochs = 1;
+  std::string data;          // training file, or
+  std::shared_ptr<const std::vector<Batch>> memory;  // generated batches (when set)
+  ReaderOptions reader;      // batch_rows is overridden by `batch`
+};
+
+struct ClusterResult {
+  uint64_t samples = 0;
+  double loss_sum = 0.0;           // progressive logloss summed over trained samples
+  uint64_t steps = 0;
+  uint64_t pull_messages = 0;
+  uint64_t push_messages_to_ps = 0;  // pushes and clock advances the shards received
+  uint64_t push_bytes_to_ps = 0;     // keys and gradients in those pushes
+  uint64_t pulls_deferred = 0;       // pulls a shard held back for the consistency gate
+  uint64_t bad_lines_skipped = 0;
+  bool read_from_cache = false;
+  uint64_t model_rows = 0;
+};
+
+class EmbeddedCluster {
+ public:
+  // Fails with invalid_input for bad options (0 shards or workers, a bad optimizer setting).
+  static Expected<std::unique_ptr<EmbeddedCluster>> make(const ClusterJob& job);
+  ~EmbeddedCluster();
+
+  // Runs the whole job; `progress(samples trained so far)` is called a few times a second from
+  // the calling thread. Fails with the first error any actor met (a reader's invalid_input
+  // naming file and line, a refused request). Call once.
+  Expected<ClusterResult> run(const std::function<void(uint64_t)>& progress);
+
+  // After run: each sample's logit under the shards' final weights.
+  void predict(const Batch& batch, std::vector<float>& logits);
+  // After run: the final parameters of `key` (its initial row when never touched).
+  void row_value(uint64_t key, std::span<float> out) const;
+
+ private:
+  struct Impl;
+  explicit EmbeddedCluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// `colony train` on the embedded cluster: the same options, data, evaluation and report as
+// run_train_job (the single-process trainer), with the training done by the cluster. The
+// cluster runs all epochs in one go, so the test set is evaluated once, at the end.
+Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& options,
+                                               const ClusterOptions& cluster,
+                                               const std::function<void(const TrainProgress&)>& progress);
+
+}  // namespace colony

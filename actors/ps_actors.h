@@ -1,0 +1,74 @@
+// CAF glue for the parameter-server protocol: inspect functions for the messages of
+// ps/protocol.h, the atoms, and the typed actor interfaces of shards, workers, aggregators
+// and the coordinator. Included only by actors/ sources: CAF headers are heavy.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include "ps/protocol.h"
+
+namespace colony {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MessageHeader& x) {
+  return f(caf::meta::type_name("MessageHeader"), x.sender, x.request_id, x.map_version);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PullRequest& x) {
+  return f(caf::meta::type_name("PullRequest"), x.header, x.clock, x.writer, x.keys);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PullReply& x) {
+  return f(caf::meta::type_name("PullReply"), x.header, x.min_clock, x.values);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PushRequest& x) {
+  return f(caf::meta::type_name("PushRequest"), x.header, x.clock, x.keys, x.grads);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PushAck& x) {
+  return f(caf::meta::type_name("PushAck"), x.header);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ClockAdvance& x) {
+  return f(caf::meta::type_name("ClockAdvance"), x.header, x.clock);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ShardMapUpdate& x) {
+  return f(caf::meta::type_name("ShardMapUpdate"), x.header, x.version, x.shards, x.vnodes_per_shard,
+           x.seed);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PsError& x) {
+  return f(caf::meta::type_name("PsError"), x.header, x.code, x.message);
+}
+
+using start_atom = caf::atom_constant<caf::atom("start")>;
+using quiesce_atom = caf::atom_constant<caf::atom("quiesce")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using run_atom = caf::atom_constant<caf::atom("run")>;
+
+// A parameter-server shard: pulls, pushes and clocks in; replies go out to the senders.
+// `quiesce` answers once everything queued before it has been handled.
+using shard_actor = caf::typed_actor<caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>,
+                                     caf::reacts_to<ClockAdvance>,
+                                     caf::replies_to<quiesce_atom>::with<bool>>;
+
+// A worker replica: started by the coordinator, then driven by the replies it gets.
+using worker_actor = caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<PullReply>,
+                                      caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
+                                      caf::reacts_to<PsError>>;
+
+// A node aggregator (hierarchical push).
+using aggregator_actor = caf::typed_actor<caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
+                                          caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
+                                          caf::reacts_to<PsError>>;
+
+// The coordinator: `run` (the workers to start, how many reports to wait for) starts the
+// workers and is answered when every worker and aggregator has finished (an empty string) or
+// one has failed (its error).
+using coordinator_actor =
+    caf::typed_actor<caf::replies_to<run_atom, std::vector<caf::actor>, uint32_t>::with<std::string>,
+                     caf::reacts_to<done_atom, NodeId, std::string>>;
+
+}  // namespace colony

@@ -1,0 +1,112 @@
+// The parameter-server protocol: the messages shard, worker and aggregator cores exchange.
+//
+// Plain structs with no actor or wire types in them (actors/ adds CAF inspect functions and,
+// later, the Cap'n Proto codec). Every message names its sender, a request id the sender
+// chose (unique per sender) and the shard-map version it was sent under.
+//
+// Clocks: a worker's clock is the number of steps it has completed. A pull for the batch of
+// step t carries clock t; the push of that step's gradients carries clock t + 1. A sender
+// that has no keys for a shard in a step sends it a ClockAdvance instead, so every shard
+// sees every sender's clock move. A sender that has finished sends clock_done.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace colony {
+
+// Identifies a core: shards, workers and aggregators share one id space, assigned by the
+// coordinator (see ClusterLayout).
+using NodeId = uint32_t;
+inline constexpr uint32_t clock_done = std::numeric_limits<uint32_t>::max();
+
+struct MessageHeader {
+  NodeId sender = 0;
+  uint64_t request_id = 0;
+  uint64_t map_version = 0;
+};
+
+// Keys are unique within a request, in the sender's order; the reply keeps that order.
+struct PullRequest {
+  MessageHeader header;
+  uint32_t clock = 0;  // the step whose batch needs these rows
+  // The sender whose pushes carry this puller's gradients: the puller itself (flat push) or
+  // its node aggregator (hierarchical). The shard answers only once that sender's clock has
+  // reached `clock`, so a worker always reads its own writes.
+  NodeId writer = 0;
+  std::vector<uint64_t> keys;
+};
+
+struct PullReply {
+  MessageHeader header;       // request_id echoes the request's
+  uint32_t min_clock = 0;     // the shard's minimum clock over senders when it answered
+  std::vector<float> values;  // keys.size() x width, in the request's key order
+};
+
+struct PushRequest {
+  MessageHeader header;
+  uint32_t clock = 0;          // the sender's clock once this push is applied
+  std::vector<uint64_t> keys;  // unique within the push
+  std::vector<float> grads;    // keys.size() x width: gradients summed over the step
+};
+
+struct PushAck {
+  MessageHeader header;  // request_id echoes the push's
+};
+
+struct ClockAdvance {
+  MessageHeader header;
+  uint32_t clock = 0;  // the sender's new clock (clock_done: it will send nothing more)
+};
+
+// Sent in answer to a request made under an old map: the sender adopts the map and retries.
+struct ShardMapUpdate {
+  MessageHeader header;  // request_id echoes the stale request's
+  uint64_t version = 0;
+  uint32_t shards = 0;
+  uint32_t vnodes_per_shard = 0;
+  uint64_t seed = 0;
+};
+
+enum class PsErrorCode : uint8_t {
+  bad_request = 1,  // malformed (sizes disagree, keys repeated, unknown sender)
+  out_of_order,     // a push or clock that skips a step
+};
+
+struct PsError {
+  MessageHeader header;  // request_id echoes the failed request's
+  PsErrorCode code = PsErrorCode::bad_request;
+  std::string message;
+};
+
+// A message addressed to a core.
+using PsMessage = std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance,
+                               ShardMapUpdate, PsError>;
+struct Outgoing {
+  NodeId to = 0;
+  PsMessage message;
+};
+using Outbox = std::vector<Outgoing>;
+
+enum class ConsistencyKind : uint8_t { bsp, ssp, asp };
+struct Consistency {
+  ConsistencyKind kind = ConsistencyKind::bsp;
+  uint32_t staleness = 0;  // SSP's k; BSP is SSP(0); ASP ignores it
+  // Whether a pull for step `clock` may be answered when the slowest sender is at
+  // `min_clock`: no read is more than k clocks stale.
+  bool allows(uint32_t clock, uint32_t min_clock) const {
+    if (kind == ConsistencyKind::asp) return true;
+    const uint32_t k = kind == ConsistencyKind::bsp ? 0 : staleness;
+    return uint64_t{min_clock} + k >= clock;
+  }
+};
+// Parses "bsp", "asp" or "ssp:K" (K in 0..1000000).
+Expected<Consistency> parse_consistency(const std::string& text);
+std::string to_string(const Consistency& c);
+
+}  // namespace colony

@@ -1,0 +1,353 @@
+// The PS cores (shard, worker, aggregator) driven by hand: a test driver delivers messages
+// one at a time, choosing at random (from a seed) which channel delivers next, keeping only
+// the FIFO order of each sender-receiver pair, as the actor system does. Checkers watch every
+// message: no pull answered beyond its staleness bound, no worker running ahead under BSP,
+// no push lost or applied twice.
+#define BOOST_TEST_MODULE ps_core_test
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <deque>
+#include <map>
+
+#include "gpu/reduce.h"
+#include "ps/shard_core.h"
+#include "worker/aggregator_core.h"
+#include "worker/generator.h"
+#include "worker/reader.h"
+#include "worker/trainer.h"
+#include "worker/worker_core.h"
+
+using namespace colony;
+
+namespace {
+
+struct Setup {
+  uint32_t shards = 2;
+  uint32_t workers = 2;
+  Consistency consistency;
+  bool hierarchical = false;
+  size_t max_inflight = 2;
+  size_t batch = 64;
+  uint64_t rows = 2000;
+  TrainerConfig trainer;
+  // Test-only fault: the shard checker is given a weaker bound than the shards enforce, or the
+  // shards a weaker one than the checker, to prove the checker can fail.
+  std::optional<Consistency> shard_consistency;
+};
+
+struct Violations {
+  uint64_t stale_reads = 0;
+  uint64_t ran_ahead = 0;
+  std::vector<std::string> first;
+  void note(const std::string& what) {
+    if (first.size() < 5) first.push_back(what);
+  }
+};
+
+class Driver {
+ public:
+  Driver(const Setup& s, uint64_t seed) : s_(s), rng_(seed) {
+    data_ = std::make_shared<std::vector<Batch>>(
+        generate_in_memory(GenOptions{s.rows, 10, 7, "", "libsvm", 0.001}).train);
+    ShardMapSpec spec;
+    spec.shards = s.shards;
+    spec.vnodes_per_shard = 64;
+    spec.seed = 3;
+    const NodeId first_worker = s.shards, aggregator = s.shards + s.workers;
+    std::vector<NodeId> shard_nodes, senders;
+    for (uint32_t i = 0; i < s.shards; ++i) shard_nodes.push_back(i);
+    if (s.hierarchical) senders.push_back(aggregator);
+    for (uint32_t w = 0; !s.hierarchical && w < s.workers; ++w) senders.push_back(first_worker + w);
+    for (uint32_t i = 0; i < s.shards; ++i) {
+      ShardConfig c{i, i, s.trainer.model.width(), s.trainer.optimizer,
+                    RowInit{s.trainer.seed, 1, s.trainer.factor_init_std},
+                    s.shard_consistency.value_or(s.consistency), senders, spec};
+      shards_.push_back(std::move(ShardCore::make(c).value()));
+    }
+    for (uint32_t w = 0; w < s.workers; ++w) {
+      WorkerConfig c{first_worker + w, s.trainer.model, spec, shard_nodes, std::nullopt, s.max_inflight};
+      if (s.hierarchical) c.aggregator = aggregator;
+      workers_.push_back(std::move(WorkerCore::make(c).value()));
+      readers_.push_back(make_memory_reader(data_, s.batch));
+      batch_index_.push_back(0);
+    }
+    if (s.hierarchical) {
+      AggregatorConfig c{aggregator, s.trainer.model.width(), spec, shard_nodes, {}};
+      for (uint32_t w = 0; w < s.workers; ++w) c.replicas.push_back(first_worker + w);
+      aggregator_ = std::move(AggregatorCore::make(c, make_cpu_reducer()).value());
+    }
+  }
+
+  // Runs to the end; returns the violations seen.
+  Violations run() {
+    Outbox out;
+    for (uint32_t w = 0; w < s_.workers; ++w) feed(w, out);
+    enqueue(out);
+    while (!channels_.empty()) {
+      auto it = channels_.begin();
+      std::advance(it, rng_.next() % channels_.size());
+      auto& [key, queue] = *it;
+      Outgoing msg = std::move(queue.front());
+      queue.pop_front();
+      const NodeId from = key.first;
+      if (queue.empty()) channels_.erase(it);
+      deliver(from, msg, out);
+      enqueue(out);
+    }
+    return v_;
+  }
+
+  const std::vector<std::unique_ptr<ShardCore>>& shards() const { return shards_; }
+  const std::vector<std::unique_ptr<WorkerCore>>& workers() const { return workers_; }
+  uint64_t pushes_to_shards = 0;
+
+ private:
+  void feed(uint32_t w, Outbox& out) {
+    WorkerCore& core = *workers_[w];
+    while (core.wants_batch()) {
+      // Worker w takes batches w, w+W, ... as the embedded cluster does.
+      Batch b;
+      bool got = false;
+      while (true) {
+        auto more = readers_[w]->next(b);
+        BOOST_REQUIRE(more.ok());
+        if (!*more) break;
+        if (batch_index_[w]++ % s_.workers == w) {
+          got = true;
+          break;
+        }
+      }
+      if (!got) {
+        core.finish(out);
+        return;
+      }
+      core.add_batch(std::move(b), out);
+    }
+  }
+
+  void enqueue(Outbox& out) {
+    for (Outgoing& o : out) {
+      if (auto* pull = std::get_if<PullRequest>(&o.message)) pull_clock_[{pull->header.sender, pull->header.request_id}] = pull->clock;
+      if (o.to < s_.shards && std::holds_alternative<PushRequest>(o.message)) ++pushes_to_shards;
+      const NodeId from = std::visit([](auto& m) { return m.header.sender; }, o.message);
+      channels_[{from, o.to}].push_back(std::move(o));
+    }
+    out.clear();
+  }
+
+  void deliver(NodeId from, const Outgoing& msg, Outbox& out) {
+    (void)from;
+    const NodeId to = msg.to;
+    if (to < s_.shards) {
+      shards_[to]->on_message(msg.message, out);
+      return;
+    }
+    if (aggregator_ && to == s_.shards + s_.workers) {
+      aggregator_->on_message(msg.message, out);
+      BOOST_REQUIRE_MESSAGE(aggregator_->error().ok(), aggregator_->error().message());
+      return;
+    }
+    const uint32_t w = to - s_.shards;
+    if (auto* reply = std::get_if<PullReply>(&msg.message)) {
+      const uint32_t clock = pull_clock_.at({to, reply->header.request_id});
+      if (!s_.consistency.allows(clock, reply->min_clock)) {
+        ++v_.stale_reads;
+        v_.note("pull for step " + std::to_string(clock) + " answered at min clock " +
+                std::to_string(reply->min_clock));
+      }
+    }
+    WorkerCore& core = *workers_[w];
+    core.on_message(msg.message, out);
+    BOOST_REQUIRE_MESSAGE(core.error().ok(), core.error().message());
+    feed(w, out);
+    check_progress_bound(w);
+  }
+
+  // Under SSP(k) (BSP: k = 0) a worker that has pushed step t must not be more than k + 1
+  // steps ahead of the slowest worker still training.
+  void check_progress_bound(uint32_t w) {
+    if (s_.consistency.kind == ConsistencyKind::asp) return;
+    uint32_t slowest = clock_done;  // over workers that have not run out of batches
+    for (const auto& other : workers_)
+      if (!other->finished()) slowest = std::min(slowest, other->clock());
+    if (slowest == clock_done) return;
+    const uint32_t k = s_.consistency.kind == ConsistencyKind::bsp ? 0 : s_.consistency.staleness;
+    if (workers_[w]->clock() > slowest + k + 1) {
+      ++v_.ran_ahead;
+      v_.note("worker " + std::to_string(w) + " at clock " + std::to_string(workers_[w]->clock()) +
+              " while the slowest is at " + std::to_string(slowest));
+    }
+  }
+
+  Setup s_;
+  SplitMix64 rng_;
+  std::shared_ptr<std::vector<Batch>> data_;
+  std::vector<std::unique_ptr<ShardCore>> shards_;
+  std::vector<std::unique_ptr<WorkerCore>> workers_;
+  std::unique_ptr<AggregatorCore> aggregator_;
+  std::vector<std::unique_ptr<BatchReader>> readers_;
+  std::vector<uint64_t> batch_index_;
+  std::map<std::pair<NodeId, NodeId>, std::deque<Outgoing>> channels_;
+  std::map<std::pair<NodeId, uint64_t>, uint32_t> pull_clock_;
+  Violations v_;
+};
+
+Setup base_setup() {
+  Setup s;
+  s.trainer.model = {ModelKind::fm, 4};
+  s.trainer.optimizer = default_optimizer_config(OptimizerKind::ftrl);
+  return s;
+}
+
+void check_no_push_lost_or_doubled(const Driver& d) {
+  uint64_t applied = 0, duplicates = 0;
+  for (const auto& shard : d.shards()) {
+    applied += shard->stats().pushes_applied;
+    duplicates += shard->stats().pushes_duplicate;
+    BOOST_TEST(shard->min_clock() == clock_done);  // every sender finished, nothing skipped
+  }
+  BOOST_TEST(applied == d.pushes_to_shards);
+  BOOST_TEST(duplicates == 0u);
+  for (const auto& w : d.workers()) BOOST_TEST(w->done());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(one_worker_bsp_matches_the_single_process_trainer_bit_for_bit) {
+  for (bool hierarchical : {false, true}) {
+    Setup s = base_setup();
+    s.workers = 1;
+    s.shards = 3;
+    s.hierarchical = hierarchical;
+    Driver d(s, 11);
+    const Violations v = d.run();
+    BOOST_TEST(v.stale_reads == 0u);
+    check_no_push_lost_or_doubled(d);
+
+    auto trainer = std::move(LocalTrainer::make(s.trainer).value());
+    auto data = generate_in_memory(GenOptions{s.rows, 10, 7, "", "libsvm", 0.001}).train;
+    auto reader = make_memory_reader(std::make_shared<std::vector<Batch>>(data), s.batch);
+    Batch b;
+    std::vector<uint64_t> keys;
+    while (*reader->next(b)) {
+      trainer->train_batch(b);
+      keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+    }
+    keys.push_back(bias_key);
+    const size_t width = s.trainer.model.width();
+    std::vector<float> a(width), c(width);
+    ShardMap map = ShardMap::make({1, s.shards, 64, 3}).value();
+    size_t differ = 0;
+    for (uint64_t key : keys) {
+      trainer->row_value(key, a);
+      d.shards()[map.shard_of(key)]->row_value(key, c);
+      differ += std::memcmp(a.data(), c.data(), width * sizeof(float)) != 0;
+    }
+    BOOST_TEST(differ == 0u, "hierarchical=" << hierarchical);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(consistency_bounds_hold_under_random_message_orderings) {
+  struct Mode {
+    Consistency c;
+    bool hierarchical;
+  };
+  const Mode modes[] = {{{ConsistencyKind::bsp, 0}, false}, {{ConsistencyKind::ssp, 1}, false},
+                        {{ConsistencyKind::ssp, 3}, false}, {{ConsistencyKind::bsp, 0}, true},
+                        {{ConsistencyKind::ssp, 2}, true},  {{ConsistencyKind::asp, 0}, false}};
+  for (const Mode& m : modes) {
+    for (uint64_t seed = 1; seed <= 25; ++seed) {
+      Setup s = base_setup();
+      s.workers = 3;
+      s.shards = 2;
+      s.consistency = m.c;
+      s.hierarchical = m.hierarchical;
+      s.max_inflight = 1 + seed % 3;
+      Driver d(s, seed);
+      const Violations v = d.run();
+      BOOST_TEST_CONTEXT(to_string(m.c) << (m.hierarchical ? " hierarchical" : " flat") << " seed " << seed) {
+        BOOST_TEST(v.stale_reads == 0u, (v.first.empty() ? "" : v.first.front()));
+        BOOST_TEST(v.ran_ahead == 0u, (v.first.empty() ? "" : v.first.front()));
+        check_no_push_lost_or_doubled(d);
+      }
+    }
+  }
+}
+
+// The checker can fail: shards that enforce ASP while the job asked for BSP are caught.
+BOOST_AUTO_TEST_CASE(a_shard_that_skips_the_gate_is_caught) {
+  uint64_t caught = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Setup s = base_setup();
+    s.workers = 3;
+    s.consistency = {ConsistencyKind::bsp, 0};
+    s.shard_consistency = Consistency{ConsistencyKind::asp, 0};
+    Driver d(s, seed);
+    const Violations v = d.run();
+    caught += v.stale_reads > 0;
+  }
+  BOOST_TEST(caught >= 8u);
+}
+
+BOOST_AUTO_TEST_CASE(shard_answers_a_stale_map_with_the_new_one_and_the_worker_retries) {
+  Setup s = base_setup();
+  ShardMapSpec old_spec{1, 2, 64, 3}, new_spec{2, 2, 64, 3};
+  ShardConfig sc{0, 0, s.trainer.model.width(), s.trainer.optimizer, RowInit{1, 1, 0.01f},
+                 Consistency{ConsistencyKind::asp, 0}, {5}, new_spec};
+  auto shard = std::move(ShardCore::make(sc).value());
+  WorkerConfig wc{5, s.trainer.model, old_spec, {0, 1}, std::nullopt, 1};
+  auto worker = std::move(WorkerCore::make(wc).value());
+  Batch b;
+  b.add_feature(make_key(1, 42), 1.0f);
+  b.finish_row(1.0f);
+  Outbox out;
+  worker->add_batch(b, out);
+  // Deliver the pull for shard 0 (version 1) to a shard at version 2.
+  Outbox replies;
+  for (auto& o : out)
+    if (o.to == 0) shard->on_message(o.message, replies);
+  BOOST_REQUIRE_EQUAL(replies.size(), 1u);
+  BOOST_TEST(std::holds_alternative<ShardMapUpdate>(replies[0].message));
+  Outbox retry;
+  worker->on_message(replies[0].message, retry);
+  BOOST_TEST(worker->stats().pull_retries == 1u);
+  bool resent = false;
+  for (auto& o : retry)
+    if (auto* p = std::get_if<PullRequest>(&o.message)) resent |= p->header.map_version == 2;
+  BOOST_TEST(resent);
+}
+
+BOOST_AUTO_TEST_CASE(shard_refuses_out_of_order_and_ignores_duplicate_pushes) {
+  Setup s = base_setup();
+  s.trainer.model = {ModelKind::lr, 0};
+  ShardMapSpec spec{1, 1, 16, 0};
+  ShardConfig sc{0, 0, 1, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{}, {7}, spec};
+  auto shard = std::move(ShardCore::make(sc).value());
+  Outbox out;
+  PushRequest p{{7, 1, 1}, 1, {make_key(1, 1)}, {1.0f}};
+  shard->on_message(p, out);
+  shard->on_message(p, out);  // a retry of the same step
+  BOOST_TEST(shard->stats().pushes_applied == 1u);
+  BOOST_TEST(shard->stats().pushes_duplicate == 1u);
+  PushRequest skip{{7, 2, 1}, 3, {make_key(1, 1)}, {1.0f}};
+  out.clear();
+  shard->on_message(skip, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::out_of_order));
+  PushRequest bad{{7, 3, 1}, 2, {make_key(1, 1)}, {1.0f, 2.0f}};
+  out.clear();
+  shard->on_message(bad, out);
+  BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::bad_request));
+  PushRequest stranger{{9, 1, 1}, 1, {make_key(1, 1)}, {1.0f}};
+  out.clear();
+  shard->on_message(stranger, out);
+  BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::bad_request));
+}
+
+BOOST_AUTO_TEST_CASE(consistency_flag_parses) {
+  BOOST_TEST((parse_consistency("bsp").value().kind == ConsistencyKind::bsp));
+  BOOST_TEST((parse_consistency("asp").value().kind == ConsistencyKind::asp));
+  BOOST_TEST(parse_consistency("ssp:4").value().staleness == 4u);
+  for (const char* bad : {"", "ssp", "ssp:", "ssp:-1", "ssp:x", "SSP:1", "ssp:1a"})
+    BOOST_TEST(!parse_consistency(bad).ok(), bad);
+}

@@ -1,0 +1,74 @@
+// The node aggregator of hierarchical push, as a pure state machine.
+//
+// The worker replicas of one node send it their step's summed sparse gradients (a
+// PushRequest each, acknowledged at once). When every replica still training has sent step t,
+// the aggregator sums the contributions over identical keys (through a gpu/ Reducer: CPU now,
+// NCCL later) and sends one push per shard for the whole group, with clock t + 1 under its own
+// node id: the shards count the group as one sender. Replicas pull from the shards directly,
+// so the shards' consistency gate bounds how far a replica runs ahead of the group's pushes.
+// When every replica has finished, the aggregator tells every shard it is done.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "gpu/reduce.h"
+#include "ps/protocol.h"
+#include "ps/shard_map.h"
+
+namespace colony {
+
+struct AggregatorConfig {
+  NodeId id = 0;
+  size_t width = 1;
+  ShardMapSpec map;
+  std::vector<NodeId> shard_nodes;  // node id of shard i of the map
+  std::vector<NodeId> replicas;     // the workers whose gradients this node sums
+};
+
+struct AggregatorStats {
+  uint64_t steps_pushed = 0;
+  uint64_t contributions = 0;
+  uint64_t push_messages = 0;  // pushes and clock advances sent to shards
+  uint64_t push_bytes = 0;
+};
+
+class AggregatorCore {
+ public:
+  static Expected<std::unique_ptr<AggregatorCore>> make(const AggregatorConfig& config,
+                                                        std::unique_ptr<Reducer> reducer);
+  void on_message(const PsMessage& message, Outbox& out);
+  // Every replica finished, every step pushed and acknowledged.
+  bool done() const { return done_sent_ && unacked_pushes_ == 0; }
+  const Status& error() const { return error_; }
+  const AggregatorStats& stats() const { return stats_; }
+
+ private:
+  AggregatorCore(const AggregatorConfig& config, ShardMap map, std::unique_ptr<Reducer> reducer);
+  void flush(Outbox& out);
+  void fail(Status s) {
+    if (error_.ok()) error_ = std::move(s);
+  }
+
+  AggregatorConfig config_;
+  ShardMap map_;
+  std::unique_ptr<Reducer> reducer_;
+  std::unordered_map<NodeId, size_t> replica_index_;
+  std::vector<uint32_t> replica_clock_;          // steps received from each replica
+  std::vector<bool> replica_done_;
+  std::map<uint32_t, std::vector<std::optional<SparseGrads>>> pending_;  // step -> per replica
+  uint32_t next_step_ = 0;
+  uint64_t next_request_ = 1;
+  uint64_t unacked_pushes_ = 0;
+  bool done_sent_ = false;
+  SparseGrads sum_;
+  std::vector<std::vector<uint32_t>> shard_rows_;
+  Status error_;
+  AggregatorStats stats_;
+};
+
+}  // namespace colony

@@ -1,0 +1,111 @@
+// A worker's training loop as a pure state machine: batches and replies in, pulls and pushes
+// out.
+//
+// For each batch (one step) the core deduplicates the keys (BatchIndex), splits them by shard
+// with the shard map and sends one pull per shard. Up to `max_inflight` steps have pulls out
+// at once, so rows for batch i+1 are on their way while batch i is computed. Steps complete
+// strictly in order: when every reply of the oldest step is in, the model's forward/backward
+// runs on the gathered rows and the summed gradients go out, one push per shard (flat), or
+// all to the node aggregator (hierarchical), which pushes for the whole group. A shard that
+// gets no key of a step gets a ClockAdvance instead. Pushes are asynchronous: the next step
+// does not wait for acks; the shards' consistency gate is what bounds staleness.
+//
+// A pull sent under an old shard map is answered with the new map; the core adopts it and
+// re-sends the step's pulls. A PsError is fatal: error() reports it and the core stops.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/protocol.h"
+#include "ps/shard_map.h"
+#include "worker/batch.h"
+#include "worker/model.h"
+
+namespace colony {
+
+struct WorkerConfig {
+  NodeId id = 0;
+  ModelSpec model;
+  ShardMapSpec map;
+  std::vector<NodeId> shard_nodes;   // node id of shard i of the map
+  std::optional<NodeId> aggregator;  // hierarchical push: gradients go here, not to shards
+  size_t max_inflight = 2;           // steps with pulls outstanding at once (>= 1)
+};
+
+struct WorkerStats {
+  uint64_t steps = 0;
+  uint64_t samples = 0;
+  double loss_sum = 0.0;        // progressive logloss summed over trained samples
+  uint64_t pull_messages = 0;
+  uint64_t push_messages = 0;   // pushes and clock advances sent (to shards or the aggregator)
+  uint64_t push_bytes = 0;      // keys and gradients in those pushes
+  uint64_t pull_retries = 0;    // pulls re-sent after a shard-map update
+};
+
+class WorkerCore {
+ public:
+  // Fails with invalid_input for a bad map, a shard list that does not match it, or
+  // max_inflight == 0.
+  static Expected<std::unique_ptr<WorkerCore>> make(const WorkerConfig& config);
+
+  // True when the driver may hand in another batch (fewer than max_inflight steps in flight,
+  // not finished, no error).
+  bool wants_batch() const;
+  // Starts the next step on `batch` (non-empty): sends its pulls. Precondition: wants_batch().
+  void add_batch(Batch batch, Outbox& out);
+  // No more batches: once the steps in flight are pushed, tells every receiver it is done.
+  void finish(Outbox& out);
+  // A reply addressed to this worker: PullReply, PushAck, ShardMapUpdate or PsError.
+  void on_message(const PsMessage& message, Outbox& out);
+
+  // Finished, every step pushed and every push acknowledged.
+  bool done() const { return done_sent_ && unacked_pushes_ == 0; }
+  // Out of batches with every step pushed (acks may still be due).
+  bool finished() const { return done_sent_; }
+  const Status& error() const { return error_; }
+  uint32_t clock() const { return clock_; }
+  size_t in_flight() const { return steps_.size(); }
+  const WorkerStats& stats() const { return stats_; }
+
+ private:
+  struct Step {
+    uint32_t clock = 0;
+    Batch batch;
+    std::vector<uint64_t> keys;     // unique keys, slot order
+    std::vector<uint32_t> slots;    // per feature of the batch
+    std::vector<float> rows;        // slots x width, filled by replies
+    std::vector<std::vector<uint32_t>> shard_slots;  // per shard: the slots it serves
+    std::vector<uint64_t> request_ids;               // per shard: the pull's id (0: none)
+    size_t replies_missing = 0;
+  };
+
+  WorkerCore(const WorkerConfig& config, ShardMap map);
+  void send_pulls(Step& step, Outbox& out);
+  void complete_ready_steps(Outbox& out);
+  void push(Step& step, Outbox& out);
+  void maybe_send_done(Outbox& out);
+  void fail(Status status);
+
+  WorkerConfig config_;
+  ShardMap map_;
+  size_t width_;
+  BatchIndex index_;
+  std::deque<Step> steps_;
+  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> pulls_;  // request -> (clock, shard)
+  uint64_t next_request_ = 1;
+  uint32_t clock_ = 0;       // steps pushed
+  uint32_t next_step_ = 0;   // clock of the next batch handed in
+  uint64_t unacked_pushes_ = 0;
+  bool finishing_ = false;
+  bool done_sent_ = false;
+  std::vector<float> grads_;
+  Status error_;
+  WorkerStats stats_;
+};
+
+}  // namespace colony
