@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <unordered_set>
 
 #include "actors/ps_actors.h"
 #include "gpu/reduce.h"
@@ -10,6 +11,7 @@
 #include "ps/shard_map.h"
 #include "worker/aggregator_core.h"
 #include "worker/worker_core.h"
+#include "worker/zipf.h"
 
 namespace colony {
 
@@ -234,6 +236,13 @@ coordinator_actor::behavior_type coordinator_fun(coordinator_actor::stateful_poi
 struct SystemConfig : caf::actor_system_config {
   explicit SystemConfig(size_t threads) {
     if (threads > 0) set("scheduler.max-threads", threads);
+    // CAF's idle scheduler threads poll for work for a while before they sleep (100
+    // aggressive then 500 moderate attempts by default), which burns CPU that the workers'
+    // model math needs on a small machine. Measured with `colony bench cluster`: polling once
+    // per phase cut CPU per sample by about a tenth at the same throughput.
+    set("work-stealing.aggressive-poll-attempts", size_t{1});
+    set("work-stealing.moderate-poll-attempts", size_t{1});
+    set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
   }
 };
 
@@ -480,6 +489,64 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   r.test_auc = ev->auc;
   r.test_samples = ev->samples;
   return r;
+}
+
+Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_request, uint64_t round_trips,
+                                               uint64_t seed) {
+  SystemConfig config(1);
+  caf::actor_system system(config);
+  caf::scoped_actor self{system};
+  constexpr NodeId client = 1;
+  ShardConfig sc;
+  sc.width = width;
+  sc.optimizer = default_optimizer_config(OptimizerKind::sgd);
+  sc.init = RowInit{seed, 1, 0.01f};
+  sc.consistency = {ConsistencyKind::asp, 0};
+  sc.senders = {client};
+  sc.map = ShardMapSpec{1, 1, 16, seed};
+  auto core = ShardCore::make(sc);
+  if (!core) return core.status();
+  auto shared = std::make_shared<JobShared>();
+  shared->nodes.resize(2);
+  auto shard = system.spawn(shard_fun, std::shared_ptr<ShardCore>(std::move(core.value())), shared);
+  shared->nodes[0] = caf::actor_cast<caf::actor>(shard);
+  shared->nodes[client] = caf::actor_cast<caf::actor>(self);
+
+  // A few dozen distinct requests of unique Zipf-skewed keys, made before timing starts.
+  ZipfSampler zipf(10000000, 1.1);
+  SplitMix64 rng(seed);
+  std::vector<std::vector<uint64_t>> requests(32);
+  for (auto& keys : requests) {
+    std::unordered_set<uint64_t> seen;
+    while (keys.size() < keys_per_request) {
+      const uint64_t key = make_key(1, mix64(zipf(rng)));
+      if (seen.insert(key).second) keys.push_back(key);
+    }
+  }
+  std::vector<float> grads(keys_per_request * width, 1e-3f);
+  uint32_t clock = 0;
+  uint64_t request = 1;
+  auto round_trip = [&](const std::vector<uint64_t>& keys) -> Status {
+    caf::anon_send(shard, PullRequest{{client, request++, 1}, clock, client, keys});
+    Status st;
+    self->receive([&](PullReply& r) {
+      if (r.values.size() != keys.size() * width) st = Status::internal("short pull reply");
+    });
+    caf::anon_send(shard, PushRequest{{client, request++, 1}, ++clock, keys, grads});
+    self->receive([](PushAck&) {});
+    return st;
+  };
+  for (size_t i = 0; i < requests.size(); ++i)  // warm-up: create the rows
+    if (Status s = round_trip(requests[i]); !s.ok()) return s;
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < round_trips; ++i)
+    if (Status s = round_trip(requests[i % requests.size()]); !s.ok()) return s;
+  PsBenchFigure f;
+  f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  f.rows = 2 * round_trips * keys_per_request;
+  f.bytes = 2 * round_trips * keys_per_request * (sizeof(uint64_t) + width * sizeof(float));
+  caf::anon_send_exit(shard, caf::exit_reason::user_shutdown);
+  return f;
 }
 
 }  // namespace colony

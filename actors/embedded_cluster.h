@@ -88,4 +88,16 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& options,
                                                const ClusterOptions& cluster,
                                                const std::function<void(const TrainProgress&)>& progress);
 
+// `colony bench ps`: pull+push round trips between a client and one shard actor, in
+// process, with Zipf-skewed keys. Each round trip pulls `keys_per_request` rows of `width`
+// floats and pushes as many gradients back (applied with SGD). Returns the seconds taken for
+// `round_trips` round trips after a warm-up.
+struct PsBenchFigure {
+  double seconds = 0.0;
+  uint64_t rows = 0;   // rows pulled plus rows pushed
+  uint64_t bytes = 0;  // keys and floats carried by the pulls' replies and the pushes
+};
+Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_request, uint64_t round_trips,
+                                               uint64_t seed);
+
 }  // namespace colony

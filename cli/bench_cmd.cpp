@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "actors/embedded_cluster.h"
 #include "worker/generator.h"
+#include "worker/train_job.h"
 #include "worker/reader.h"
 #include "worker/trainer.h"
 
@@ -100,18 +103,133 @@ int bench_train(const BenchArgs& a) {
   return 0;
 }
 
+// Bytes per second of memcpy between two 256 MiB buffers (best of a few copies).
+double memcpy_bandwidth() {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  double best = 1e300;
+  for (int i = 0; i < 4; ++i) {
+    const auto start = Clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    a[i] = b[bytes - 1 - i];  // keep the copies observable
+  }
+  return double(bytes) / best;
+}
+
+int bench_ps(const BenchArgs& a) {
+  nlohmann::json rep = {{"suite", "ps"}};
+  const double memcpy_bps = memcpy_bandwidth();
+  rep["memcpy_bytes_per_sec"] = memcpy_bps;
+  std::printf("memcpy baseline: %.2f GB/s\n", memcpy_bps / 1e9);
+  std::printf("%-7s %-9s %14s %10s %12s\n", "floats", "keys/req", "rows/s", "GB/s", "of memcpy");
+  nlohmann::json figures = nlohmann::json::array();
+  for (size_t width : {size_t{1}, size_t{8}, size_t{64}}) {
+    for (size_t keys : {size_t{1000}, size_t{10000}}) {
+      // About the same bytes per figure, so each takes a similar time.
+      const uint64_t trips = std::max<uint64_t>(20, (uint64_t{400} << 20) / (keys * (8 + 4 * width) * 2));
+      double best = 1e300;
+      PsBenchFigure f;
+      for (int r = 0; r < a.repeats; ++r) {
+        auto m = measure_ps_round_trips(width, keys, trips, 1);
+        if (!m) return fail(m.status());
+        if (m->seconds < best) {
+          best = m->seconds;
+          f = *m;
+        }
+      }
+      const double rows_ps = double(f.rows) / f.seconds, bps = double(f.bytes) / f.seconds;
+      std::printf("%-7zu %-9zu %14.0f %10.2f %11.1f%%\n", width, keys, rows_ps, bps / 1e9, 100.0 * bps / memcpy_bps);
+      figures.push_back({{"floats", width}, {"keys_per_request", keys}, {"rows_per_sec", rows_ps},
+                         {"bytes_per_sec", bps}, {"ratio_to_memcpy", bps / memcpy_bps}});
+    }
+  }
+  std::printf("rows = rows pulled + rows pushed (one shard actor, Zipf keys, in process)\n");
+  rep["figures"] = figures;
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
+// The embedded cluster against the single-process trainer on the same data, in one run.
+int bench_cluster(const BenchArgs& a) {
+  namespace fs = std::filesystem;
+  const fs::path dir = a.dir.empty() ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
+                                     : fs::path(a.dir);
+  GenOptions g;
+  g.rows = a.rows;
+  g.test_rows = 20000;
+  g.seed = 1;
+  g.out_dir = dir.string();
+  std::fprintf(stderr, "bench cluster: generating %llu rows in %s\n", static_cast<unsigned long long>(a.rows),
+               dir.c_str());
+  auto gen = generate_dataset(g, nullptr);
+  if (!gen) return fail(gen.status());
+  TrainJobOptions o;
+  o.data = gen->train_path;
+  o.test = gen->test_path;
+  o.trainer.model = {ModelKind::fm, 8};
+  o.trainer.optimizer = default_optimizer_config(OptimizerKind::ftrl);
+  // One untimed pass builds the binary cache that every timed run reads.
+  if (auto warm = run_train_job(o, nullptr); !warm) return fail(warm.status());
+
+  struct Run {
+    const char* name;
+    bool local;
+    uint32_t shards, workers;
+  };
+  const Run runs[] = {{"single-process trainer", true, 1, 1},
+                      {"cluster 1 shard, 1 worker", false, 1, 1},
+                      {"cluster 2 shards, 1 worker", false, 2, 1},
+                      {"cluster 2 shards, 2 workers", false, 2, 2}};
+  nlohmann::json rep = {{"suite", "cluster"}, {"rows", a.rows}, {"consistency", "ssp:2"}};
+  nlohmann::json figures = nlohmann::json::array();
+  double local_cpu = 0.0;
+  std::printf("%-30s %12s %14s %10s %12s\n", "run (ssp:2, flat push)", "samples/s", "cpu us/sample",
+              "cpu ratio", "test logloss");
+  for (const Run& run : runs) {
+    double best_sps = 0.0, best_cpu = 1e300, loss = 0.0;
+    for (int r = 0; r < a.repeats; ++r) {
+      ClusterOptions c;
+      c.shards = run.shards;
+      c.workers = run.workers;
+      c.consistency = {ConsistencyKind::ssp, 2};
+      c.push = PushMode::flat;
+      auto res = run.local ? run_train_job(o, nullptr) : run_cluster_train_job(o, c, nullptr);
+      if (!res) return fail(res.status());
+      best_sps = std::max(best_sps, double(res->train_samples) / res->train_seconds);
+      best_cpu = std::min(best_cpu, res->train_cpu_seconds / double(res->train_samples));
+      loss = res->test_logloss;
+    }
+    if (run.local) local_cpu = best_cpu;
+    std::printf("%-30s %12.0f %14.3f %10.2f %12.5f\n", run.name, best_sps, best_cpu * 1e6, best_cpu / local_cpu, loss);
+    figures.push_back({{"run", run.name}, {"samples_per_sec", best_sps}, {"cpu_seconds_per_sample", best_cpu},
+                       {"cpu_ratio_to_single_process", best_cpu / local_cpu}, {"test_logloss", loss}});
+  }
+  std::printf("cpu ratio = CPU seconds (user+sys) per trained sample / the single-process trainer's\n");
+  rep["figures"] = figures;
+  if (a.dir.empty()) fs::remove_all(dir);
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
-  cmd->add_option("suite", a->suite, "Suite: train")->required()->check(CLI::IsMember({"train"}));
+  cmd->add_option("suite", a->suite, "Suite: train, ps or cluster")
+      ->required()
+      ->check(CLI::IsMember({"train", "ps", "cluster"}));
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   cmd->add_option("--rows", a->rows, "Generated rows to train on")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Timed passes per figure (best is kept)")
       ->check(CLI::Range(1, 100))->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the generated data (default: a temporary one)");
-  return [a]() { return bench_train(*a); };
+  return [a]() {
+    if (a->suite == "ps") return bench_ps(*a);
+    if (a->suite == "cluster") return bench_cluster(*a);
+    return bench_train(*a);
+  };
 }
 
 }  // namespace colony::cli

@@ -83,11 +83,25 @@ bool ShardCore::may_answer(const PullRequest& r) const {
   return it == clocks_.end() || it->second >= r.clock;
 }
 
+namespace {
+uint64_t hash_keys(const std::vector<uint64_t>& keys) {
+  uint64_t h = keys.size();
+  for (uint64_t k : keys) h = (h ^ k) * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
+  return h;
+}
+}  // namespace
+
 void ShardCore::answer(const PullRequest& r, Outbox& out) {
   PullReply reply{{config_.id, r.header.request_id, map_.version()}, min_clock_, {}};
   reply.values.resize(r.keys.size() * width_);
-  for (size_t i = 0; i < r.keys.size(); ++i)
-    std::memcpy(&reply.values[i * width_], row(r.keys[i]), width_ * sizeof(float));
+  auto& recent = answered_[r.writer];
+  if (recent.size() == answered_pulls_max) recent.pop_front();
+  AnsweredPull& a = recent.emplace_back(AnsweredPull{r.clock, hash_keys(r.keys), {}});
+  a.rows.resize(r.keys.size());
+  for (size_t i = 0; i < r.keys.size(); ++i) {
+    a.rows[i] = row(r.keys[i]);
+    std::memcpy(&reply.values[i * width_], a.rows[i], width_ * sizeof(float));
+  }
   ++stats_.pulls_answered;
   stats_.rows_pulled += r.keys.size();
   out.push_back({r.header.sender, std::move(reply)});
@@ -138,10 +152,21 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
   if (duplicate) {
     ++stats_.pushes_duplicate;
   } else {
+    // The rows of this worker's pull for the same step, when the keys are the same.
+    std::vector<float*>* rows = nullptr;
+    if (auto it = answered_.find(r.header.sender); it != answered_.end()) {
+      for (auto a = it->second.begin(); a != it->second.end(); ++a) {
+        if (a->clock + 1 == r.clock && a->rows.size() == r.keys.size() && a->keys_hash == hash_keys(r.keys)) {
+          rows = &a->rows;
+          break;
+        }
+      }
+    }
     for (size_t i = 0; i < r.keys.size(); ++i) {
-      float* p = row(r.keys[i]);
+      float* p = rows ? (*rows)[i] : row(r.keys[i]);
       optimizer_->apply({p, width_}, {p + width_, state_}, {&r.grads[i * width_], width_});
     }
+    if (rows) ++stats_.pushes_reusing_pull_rows;
     ++stats_.pushes_applied;
     stats_.rows_pushed += r.keys.size();
   }

@@ -47,6 +47,7 @@ struct ShardStats {
   uint64_t pulls_deferred = 0;  // answered later than they arrived, because of the gate
   uint64_t pushes_applied = 0;
   uint64_t pushes_duplicate = 0;
+  uint64_t pushes_reusing_pull_rows = 0;  // applied without looking the rows up again
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   uint64_t stale_map_replies = 0;
@@ -97,6 +98,16 @@ class ShardCore {
   std::unordered_map<NodeId, uint32_t> clocks_;
   uint32_t min_clock_ = 0;
   std::deque<PullRequest> waiting_;
+  // The rows of recent pulls, by writer and step: a worker pushes exactly the keys it pulled,
+  // in the same order, so the push can update those rows without looking them up again. A
+  // push whose keys do not match (hash of the key sequence) is looked up key by key.
+  struct AnsweredPull {
+    uint32_t clock;
+    uint64_t keys_hash;
+    std::vector<float*> rows;
+  };
+  std::unordered_map<NodeId, std::deque<AnsweredPull>> answered_;
+  static constexpr size_t answered_pulls_max = 8;  // per writer
   ShardStats stats_;
 };
 

@@ -1,0 +1,146 @@
+// The embedded cluster: PS shards, workers, aggregators and the coordinator as CAF actors.
+#define BOOST_TEST_MODULE cluster_test
+#include <boost/test/unit_test.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "actors/embedded_cluster.h"
+#include "worker/generator.h"
+#include "worker/trainer.h"
+
+using namespace colony;
+
+namespace {
+
+std::shared_ptr<const std::vector<Batch>> small_data(uint64_t rows) {
+  GenOptions g;
+  g.rows = rows;
+  g.test_rows = 10;
+  g.seed = 5;
+  g.vocab_scale = 0.01;
+  return std::make_shared<std::vector<Batch>>(generate_in_memory(g).train);
+}
+
+ClusterJob job_on(std::shared_ptr<const std::vector<Batch>> data) {
+  ClusterJob j;
+  j.trainer.model = {ModelKind::fm, 4};
+  j.trainer.optimizer = default_optimizer_config(OptimizerKind::ftrl);
+  j.batch = 128;
+  j.memory = std::move(data);
+  j.cluster.threads = 2;
+  return j;
+}
+
+ClusterResult run(EmbeddedCluster& c) {
+  auto r = c.run(nullptr);
+  BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
+  return *r;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bit_for_bit) {
+  auto data = small_data(20000);
+  for (PushMode push : {PushMode::flat, PushMode::hierarchical}) {
+    ClusterJob j = job_on(data);
+    j.epochs = 2;
+    j.cluster.shards = 3;
+    j.cluster.workers = 1;
+    j.cluster.push = push;
+    j.cluster.max_inflight = 2;
+    auto cluster = std::move(EmbeddedCluster::make(j).value());
+    const ClusterResult r = run(*cluster);
+    BOOST_TEST(r.samples == 40000u);
+
+    auto trainer = std::move(LocalTrainer::make(j.trainer).value());
+    std::vector<uint64_t> keys{bias_key};
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      auto reader = make_memory_reader(data, j.batch);
+      Batch b;
+      while (*reader->next(b)) {
+        trainer->train_batch(b);
+        if (epoch == 0) keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+      }
+    }
+    const size_t width = j.trainer.model.width();
+    std::vector<float> a(width), c(width);
+    size_t differ = 0;
+    for (uint64_t key : keys) {
+      trainer->row_value(key, a);
+      cluster->row_value(key, c);
+      differ += std::memcmp(a.data(), c.data(), width * sizeof(float)) != 0;
+    }
+    BOOST_TEST(differ == 0u, to_string(push) << ": " << differ << " of " << keys.size() << " rows differ");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(workers_share_each_epoch_and_train_every_sample_once) {
+  auto data = small_data(10000);
+  for (uint32_t workers : {2u, 3u, 5u}) {
+    ClusterJob j = job_on(data);
+    j.epochs = 2;
+    j.cluster.shards = 2;
+    j.cluster.workers = workers;
+    j.cluster.consistency = {ConsistencyKind::ssp, 1};
+    auto cluster = std::move(EmbeddedCluster::make(j).value());
+    const ClusterResult r = run(*cluster);
+    BOOST_TEST(r.samples == 20000u, workers << " workers");
+    BOOST_TEST(r.steps == 2u * ((10000 + 127) / 128), workers << " workers");
+  }
+}
+
+// Must show: hierarchical push with 4 replicas per node sends at most a third of the flat
+// mode's push messages per sample.
+BOOST_AUTO_TEST_CASE(hierarchical_push_sends_at_most_a_third_of_flat_messages) {
+  auto data = small_data(20000);
+  double per_sample[2] = {0, 0};
+  for (PushMode push : {PushMode::flat, PushMode::hierarchical}) {
+    ClusterJob j = job_on(data);
+    j.cluster.shards = 4;
+    j.cluster.workers = 4;
+    j.cluster.replicas_per_node = 4;
+    j.cluster.push = push;
+    j.cluster.consistency = {ConsistencyKind::ssp, 2};
+    auto cluster = std::move(EmbeddedCluster::make(j).value());
+    const ClusterResult r = run(*cluster);
+    per_sample[push == PushMode::hierarchical] = double(r.push_messages_to_ps) / double(r.samples);
+  }
+  BOOST_TEST_MESSAGE("push messages per sample: flat " << per_sample[0] << ", hierarchical " << per_sample[1]);
+  BOOST_TEST(per_sample[1] <= per_sample[0] / 3.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_input_line_fails_the_job_naming_file_and_line) {
+  const auto dir = std::filesystem::temp_directory_path() / ("colony-cluster-test-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "bad.libsvm").string();
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 1000; ++i) out << (i % 2) << " " << (i % 17 + 1) << ":1\n";
+    out << "1 5:oops\n";
+  }
+  ClusterJob j = job_on(nullptr);
+  j.memory = nullptr;
+  j.data = path;
+  j.reader.use_cache = false;
+  j.cluster.workers = 2;
+  auto cluster = std::move(EmbeddedCluster::make(j).value());
+  auto r = cluster->run(nullptr);
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST(r.status().is_user_error());
+  BOOST_TEST(r.status().message().find("bad.libsvm:1001:") != std::string::npos, r.status().message());
+  std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(bad_cluster_options_are_refused) {
+  ClusterJob j = job_on(small_data(100));
+  j.cluster.shards = 0;
+  BOOST_TEST(!EmbeddedCluster::make(j).ok());
+  j.cluster.shards = 1;
+  j.cluster.workers = 0;
+  BOOST_TEST(!EmbeddedCluster::make(j).ok());
+  j.cluster.workers = 1;
+  j.cluster.max_inflight = 0;
+  BOOST_TEST(!EmbeddedCluster::make(j).ok());
+  BOOST_TEST(!parse_push_mode("tree").ok());
+}
