@@ -125,7 +125,7 @@ int bench_ps(const BenchArgs& a) {
   std::printf("%-7s %-9s %14s %10s %12s\n", "floats", "keys/req", "rows/s", "GB/s", "of memcpy");
   nlohmann::json figures = nlohmann::json::array();
   for (size_t width : {size_t{1}, size_t{8}, size_t{64}}) {
-    for (size_t keys : {size_t{1000}, size_t{10000}}) {
+    for (size_t keys : {size_t{1000}, size_t{10000}, size_t{100000}}) {
       // About the same bytes per figure, so each takes a similar time.
       const uint64_t trips = std::max<uint64_t>(20, (uint64_t{400} << 20) / (keys * (8 + 4 * width) * 2));
       double best = 1e300;

@@ -62,7 +62,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   for (const char* args :
        {"", "train --no-such-flag", "train --epochs 0", "train --model bogus", "train --model deepfm",
         "train --optimizer bogus", "train --dim 0", "train --batch -3", "train --store rocksdb:/tmp/x",
-        "train --data somefile.libsvm", "gen --rows 10", "gen --rows 0 --test-rows 1 --seed 1 --out x",
+        "train --data somefile.libsvm", "train --shards 0", "train --workers 0",
+        "train --consistency ssp", "train --consistency ssp:-1", "train --consistency bogus",
+        "train --push tree", "train --engine gpu", "train --max-inflight 0", "gen --rows 10", "gen --rows 0 --test-rows 1 --seed 1 --out x",
         "gen --rows 5 --test-rows 5 --seed 1 --out x --format csv", "bench nosuchsuite", "nosuchcommand"}) {
     BOOST_TEST_CONTEXT("colony " << args) {
       const Run r = run(args);
@@ -153,6 +155,31 @@ BOOST_AUTO_TEST_CASE(train_on_generated_data_reaches_planted_logloss) {
   const auto j2 = read_json(report);
   BOOST_TEST(j2["read_from_cache"].get<bool>() == true);
   BOOST_TEST(j2["test_logloss"].get<double>() == got);
+}
+
+// The embedded cluster behind `colony train`: several shards and workers, the same report
+// keys plus the message counts, and the same quality bar.
+BOOST_AUTO_TEST_CASE(cluster_flags_train_and_report_messages) {
+  const fs::path data = dir / "cluster";
+  Run r = run("gen --rows 300000 --test-rows 50000 --seed 3 --vocab-scale 0.01 --out " + data.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const double planted = read_json(data / "meta.json")["planted_logloss_test"].get<double>();
+  const std::string files = " --data " + (data / "train.libsvm").string() + " --test " + (data / "test.libsvm").string();
+  const fs::path report = dir / "cluster.json";
+  r = run("train --shards 2 --workers 2 --consistency ssp:2 --push flat --report " + report.string() + files);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  auto j = read_json(report);
+  BOOST_TEST(j["train_samples"].get<int>() == 300000);
+  BOOST_TEST(j["test_logloss"].get<double>() <= planted * 1.02);
+  BOOST_TEST(j["consistency"].get<std::string>() == "ssp:2");
+  BOOST_TEST(j["push_messages_per_sample"].get<double>() > 0.0);
+  // One worker under BSP trains exactly as the single-process trainer does.
+  const fs::path local = dir / "local.json", one = dir / "one.json";
+  r = run("train --engine local --report " + local.string() + files);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  r = run("train --shards 3 --workers 1 --consistency bsp --report " + one.string() + files);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(read_json(local)["test_logloss"].get<double>() == read_json(one)["test_logloss"].get<double>());
 }
 
 BOOST_AUTO_TEST_CASE(criteo_format_trains) {

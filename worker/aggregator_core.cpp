@@ -7,20 +7,16 @@ namespace colony {
 Expected<std::unique_ptr<AggregatorCore>> AggregatorCore::make(const AggregatorConfig& config,
                                                                std::unique_ptr<Reducer> reducer) {
   if (config.replicas.empty()) return Status::invalid_input("an aggregator needs at least one replica");
-  auto map = ShardMap::make(config.map);
-  if (!map) return map.status();
-  if (config.shard_nodes.size() != map->shards())
-    return Status::invalid_input(fmt::format("{} shard nodes given for a map of {} shards",
-                                             config.shard_nodes.size(), map->shards()));
+  auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.width});
+  if (!kv) return kv.status();
   COLONY_ASSERT(reducer != nullptr);
-  return std::unique_ptr<AggregatorCore>(
-      new AggregatorCore(config, std::move(map.value()), std::move(reducer)));
+  return std::unique_ptr<AggregatorCore>(new AggregatorCore(config, std::move(kv.value()), std::move(reducer)));
 }
 
-AggregatorCore::AggregatorCore(const AggregatorConfig& config, ShardMap map,
+AggregatorCore::AggregatorCore(const AggregatorConfig& config, std::unique_ptr<KvClient> kv,
                                std::unique_ptr<Reducer> reducer)
     : config_(config),
-      map_(std::move(map)),
+      kv_(std::move(kv)),
       reducer_(std::move(reducer)),
       replica_clock_(config.replicas.size(), 0),
       replica_done_(config.replicas.size(), false) {
@@ -45,7 +41,7 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
     slot.resize(config_.replicas.size());
     slot[r] = SparseGrads{push->keys, push->grads};
     ++stats_.contributions;
-    out.push_back({push->header.sender, PushAck{{config_.id, push->header.request_id, map_.version()}}});
+    out.push_back({push->header.sender, PushAck{{config_.id, push->header.request_id, kv_->map().version()}}});
     flush(out);
   } else if (auto* clock = std::get_if<ClockAdvance>(&message)) {
     auto it = replica_index_.find(clock->header.sender);
@@ -54,17 +50,11 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
                                                clock->clock, clock->header.sender)));
     replica_done_[it->second] = true;
     flush(out);
-  } else if (std::get_if<PushAck>(&message)) {
-    COLONY_ASSERT(unacked_pushes_ > 0, "aggregator {}: unexpected ack", config_.id);
-    --unacked_pushes_;
-  } else if (auto* err = std::get_if<PsError>(&message)) {
-    fail(Status::internal(fmt::format("node {} refused request {}: {}", err->header.sender,
-                                      err->header.request_id, err->message)));
-  } else if (std::get_if<ShardMapUpdate>(&message)) {
-    fail(Status::internal("the shard map changed while a push was in flight; pushes are not re-routed "
-                          "in this version"));
   } else {
-    COLONY_ASSERT(false, "aggregator {} got a message of kind {}", config_.id, message.index());
+    // Replies from the shards to this node's pushes.
+    kv_->on_message(message, out);
+    if (!kv_->error().ok()) return fail(kv_->error());
+    std::erase_if(push_tickets_, [&](auto t) { return kv_->done(t); });
   }
 }
 
@@ -79,8 +69,7 @@ void AggregatorCore::flush(Outbox& out) {
     if (!ready) return;
     if (!any) {  // every replica has finished: nothing more will come
       done_sent_ = true;
-      for (NodeId shard : config_.shard_nodes)
-        out.push_back({shard, ClockAdvance{{config_.id, next_request_++, map_.version()}, clock_done}});
+      kv_->finish(out);
       return;
     }
     auto node = pending_.extract(next_step_);
@@ -88,28 +77,10 @@ void AggregatorCore::flush(Outbox& out) {
     for (auto& c : node.mapped())
       if (c) inputs.push_back(&*c);
     reducer_->sum(inputs, config_.width, sum_);
-    const size_t width = config_.width;
-    shard_rows_.assign(map_.shards(), {});
-    for (uint32_t i = 0; i < sum_.keys.size(); ++i) shard_rows_[map_.shard_of(sum_.keys[i])].push_back(i);
-    const uint32_t clock = next_step_ + 1;
-    for (uint32_t shard = 0; shard < map_.shards(); ++shard) {
-      const auto& rows = shard_rows_[shard];
-      ++stats_.push_messages;
-      if (rows.empty()) {
-        out.push_back({config_.shard_nodes[shard], ClockAdvance{{config_.id, next_request_++, map_.version()}, clock}});
-        continue;
-      }
-      PushRequest p{{config_.id, next_request_++, map_.version()}, clock, {}, {}};
-      p.keys.resize(rows.size());
-      p.grads.resize(rows.size() * width);
-      for (size_t i = 0; i < rows.size(); ++i) {
-        p.keys[i] = sum_.keys[rows[i]];
-        std::memcpy(&p.grads[i * width], &sum_.values[size_t{rows[i]} * width], width * sizeof(float));
-      }
-      stats_.push_bytes += rows.size() * (sizeof(uint64_t) + width * sizeof(float));
-      ++unacked_pushes_;
-      out.push_back({config_.shard_nodes[shard], std::move(p)});
-    }
+    const uint64_t sent = kv_->messages_sent(), bytes = kv_->push_bytes();
+    push_tickets_.push_back(kv_->push(sum_.keys, sum_.values, next_step_ + 1, out));
+    stats_.push_messages += kv_->messages_sent() - sent;
+    stats_.push_bytes += kv_->push_bytes() - bytes;
     ++stats_.steps_pushed;
     ++next_step_;
   }

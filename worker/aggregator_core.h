@@ -9,6 +9,7 @@
 // When every replica has finished, the aggregator tells every shard it is done.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -18,7 +19,7 @@
 
 #include "gpu/reduce.h"
 #include "ps/protocol.h"
-#include "ps/shard_map.h"
+#include "worker/kv_client.h"
 
 namespace colony {
 
@@ -43,30 +44,32 @@ class AggregatorCore {
                                                         std::unique_ptr<Reducer> reducer);
   void on_message(const PsMessage& message, Outbox& out);
   // Every replica finished, every step pushed and acknowledged.
-  bool done() const { return done_sent_ && unacked_pushes_ == 0; }
+  bool done() const {
+    return done_sent_ && std::all_of(push_tickets_.begin(), push_tickets_.end(),
+                                     [&](auto t) { return kv_->done(t); });
+  }
   const Status& error() const { return error_; }
   const AggregatorStats& stats() const { return stats_; }
 
  private:
-  AggregatorCore(const AggregatorConfig& config, ShardMap map, std::unique_ptr<Reducer> reducer);
+  AggregatorCore(const AggregatorConfig& config, std::unique_ptr<KvClient> kv,
+                 std::unique_ptr<Reducer> reducer);
   void flush(Outbox& out);
   void fail(Status s) {
     if (error_.ok()) error_ = std::move(s);
   }
 
   AggregatorConfig config_;
-  ShardMap map_;
+  std::unique_ptr<KvClient> kv_;  // pushes to the shards
   std::unique_ptr<Reducer> reducer_;
   std::unordered_map<NodeId, size_t> replica_index_;
   std::vector<uint32_t> replica_clock_;          // steps received from each replica
   std::vector<bool> replica_done_;
   std::map<uint32_t, std::vector<std::optional<SparseGrads>>> pending_;  // step -> per replica
   uint32_t next_step_ = 0;
-  uint64_t next_request_ = 1;
-  uint64_t unacked_pushes_ = 0;
+  std::vector<KvClient::Ticket> push_tickets_;  // not yet acknowledged by every shard
   bool done_sent_ = false;
   SparseGrads sum_;
-  std::vector<std::vector<uint32_t>> shard_rows_;
   Status error_;
   AggregatorStats stats_;
 };

@@ -1,8 +1,8 @@
 // A worker's training loop as a pure state machine: batches and replies in, pulls and pushes
 // out.
 //
-// For each batch (one step) the core deduplicates the keys (BatchIndex), splits them by shard
-// with the shard map and sends one pull per shard. Up to `max_inflight` steps have pulls out
+// For each batch (one step) the core deduplicates the keys (BatchIndex) and pulls their rows
+// through its KvClient (one pull per shard). Up to `max_inflight` steps have pulls out
 // at once, so rows for batch i+1 are on their way while batch i is computed. Steps complete
 // strictly in order: when every reply of the oldest step is in, the model's forward/backward
 // runs on the gathered rows and the summed gradients go out, one push per shard (flat), or
@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "ps/protocol.h"
-#include "ps/shard_map.h"
 #include "worker/batch.h"
+#include "worker/kv_client.h"
 #include "worker/model.h"
 
 namespace colony {
@@ -64,7 +64,7 @@ class WorkerCore {
   void on_message(const PsMessage& message, Outbox& out);
 
   // Finished, every step pushed and every push acknowledged.
-  bool done() const { return done_sent_ && unacked_pushes_ == 0; }
+  bool done() const;
   // Out of batches with every step pushed (acks may still be due).
   bool finished() const { return done_sent_; }
   const Status& error() const { return error_; }
@@ -76,31 +76,28 @@ class WorkerCore {
   struct Step {
     uint32_t clock = 0;
     Batch batch;
-    std::vector<uint64_t> keys;     // unique keys, slot order
-    std::vector<uint32_t> slots;    // per feature of the batch
-    std::vector<float> rows;        // slots x width, filled by replies
-    std::vector<std::vector<uint32_t>> shard_slots;  // per shard: the slots it serves
-    std::vector<uint64_t> request_ids;               // per shard: the pull's id (0: none)
-    size_t replies_missing = 0;
+    std::vector<uint64_t> keys;   // unique keys, slot order
+    std::vector<uint32_t> slots;  // per feature of the batch
+    std::vector<float> rows;      // slots x width, filled by the pull
+    KvClient::Ticket pull = 0;
   };
 
-  WorkerCore(const WorkerConfig& config, ShardMap map);
-  void send_pulls(Step& step, Outbox& out);
+  WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv);
   void complete_ready_steps(Outbox& out);
   void push(Step& step, Outbox& out);
   void maybe_send_done(Outbox& out);
   void fail(Status status);
 
   WorkerConfig config_;
-  ShardMap map_;
+  std::unique_ptr<KvClient> kv_;
   size_t width_;
   BatchIndex index_;
-  std::deque<Step> steps_;
-  std::unordered_map<uint64_t, std::pair<uint32_t, uint32_t>> pulls_;  // request -> (clock, shard)
-  uint64_t next_request_ = 1;
-  uint32_t clock_ = 0;       // steps pushed
-  uint32_t next_step_ = 0;   // clock of the next batch handed in
-  uint64_t unacked_pushes_ = 0;
+  std::deque<Step> steps_;  // a deque: a step's rows stay put while its pull fills them
+  uint64_t next_request_ = 1;   // for messages to the aggregator
+  uint32_t clock_ = 0;          // steps pushed
+  uint32_t next_step_ = 0;      // clock of the next batch handed in
+  uint64_t unacked_pushes_ = 0; // pushes to the aggregator not yet acknowledged
+  std::vector<KvClient::Ticket> push_tickets_;  // pushes to shards not yet acknowledged
   bool finishing_ = false;
   bool done_sent_ = false;
   std::vector<float> grads_;

@@ -1,0 +1,95 @@
+// The parameter-server client: push, pull and a ticket to wait on, as a sans-I/O core.
+//
+// Modelled on ps-lite's KVWorker (Pull/Push/Wait), without its internals. A caller hands in
+// keys and buffers and gets a ticket; the client splits the keys by shard with the shard map,
+// puts one message per shard into the Outbox, and reassembles the replies fed back through
+// on_message. done(ticket) says when a pull's values are all in place or a push is
+// acknowledged by every shard it touched. actors/ps_service.h wraps it in a blocking client
+// whose wait() returns when the ticket is done.
+//
+// Contract:
+//   - keys are unique within a call (not necessarily sorted); values and gradients are
+//     keys.size() x width floats, row-major, in the keys' order;
+//   - a pull's `values` buffer must stay valid and untouched until its ticket is done;
+//     push copies what it needs before it returns;
+//   - clocks: pull(keys, clock) reads rows for step `clock`; push(..., clock) completes step
+//     clock - 1 (the client's clock becomes `clock`); every shard hears of every push (a
+//     ClockAdvance where the push has no key for it). See ps/protocol.h;
+//   - a pull answered with a newer shard map is re-sent under that map (counted in
+//     retries()); a push answered so, or any PsError, makes error() non-ok, and no more
+//     messages go out;
+//   - one thread (or actor) uses a client at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "ps/protocol.h"
+#include "ps/shard_map.h"
+
+namespace colony {
+
+class KvClient {
+ public:
+  using Ticket = uint64_t;
+
+  struct Options {
+    NodeId id = 0;
+    ShardMapSpec map;
+    std::vector<NodeId> shard_nodes;  // node id of shard i of the map
+    size_t width = 1;                 // floats per row
+  };
+  // Fails with invalid_input when the map is bad or shard_nodes does not match it.
+  static Expected<std::unique_ptr<KvClient>> make(const Options& options);
+
+  // Sends the pulls of `keys` for step `clock`, filling `values` as replies arrive.
+  // `writer` is who pushes this client's gradients (itself, or its node aggregator).
+  Ticket pull(std::span<const uint64_t> keys, uint32_t clock, NodeId writer, std::span<float> values,
+              Outbox& out);
+  // Sends `grads` of `keys`, one push per shard (a ClockAdvance to shards without keys).
+  Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock, Outbox& out);
+  // Tells every shard this client is done (no ticket: nothing is acknowledged).
+  void finish(Outbox& out);
+
+  // A reply addressed to this client (PullReply, PushAck, ShardMapUpdate, PsError).
+  void on_message(const PsMessage& message, Outbox& out);
+  bool done(Ticket ticket) const { return !open_.contains(ticket); }
+  size_t open_tickets() const { return open_.size(); }
+  const Status& error() const { return error_; }
+  uint64_t retries() const { return retries_; }
+  uint64_t messages_sent() const { return messages_sent_; }
+  uint64_t push_bytes() const { return push_bytes_; }
+  const ShardMap& map() const { return map_; }
+
+ private:
+  struct Open {
+    size_t pending = 0;  // replies still due
+    bool is_pull = false;
+    // Pulls only: what to re-send under a new map, and where each shard's rows go.
+    std::vector<uint64_t> keys;
+    uint32_t clock = 0;
+    NodeId writer = 0;
+    std::span<float> values;
+    std::vector<std::vector<uint32_t>> positions;  // per shard: indices into keys
+  };
+  KvClient(const Options& options, ShardMap map);
+  void send_pulls(Ticket ticket, Open& open, Outbox& out);
+  void fail(Status s);
+
+  Options options_;
+  ShardMap map_;
+  std::unordered_map<Ticket, Open> open_;
+  std::unordered_map<uint64_t, std::pair<Ticket, uint32_t>> requests_;  // request -> (ticket, shard)
+  std::vector<std::vector<uint32_t>> scratch_;                        // per shard, for pushes
+  uint64_t next_request_ = 1;
+  Ticket next_ticket_ = 1;
+  uint64_t retries_ = 0;
+  uint64_t messages_sent_ = 0;
+  uint64_t push_bytes_ = 0;
+  Status error_;
+};
+
+}  // namespace colony
