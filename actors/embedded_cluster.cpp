@@ -7,6 +7,8 @@
 
 #include "actors/ps_actors.h"
 #include "actors/ps_service.h"
+
+#include <caf/scheduler/test_coordinator.hpp>
 #include "gpu/reduce.h"
 #include "ps/shard_core.h"
 #include "ps/shard_map.h"
@@ -30,6 +32,7 @@ namespace {
 // What every actor of one job shares with the driver: where to send, and how the job goes.
 struct JobShared {
   std::vector<caf::actor> nodes;  // by NodeId
+  std::function<void(const Outgoing&)> observer;
   std::atomic<uint64_t> samples{0};
   std::mutex mutex;
   Status first_error;  // guarded by mutex
@@ -42,6 +45,7 @@ struct JobShared {
 void route(JobShared& shared, Outbox& out) {
   for (Outgoing& o : out) {
     COLONY_ASSERT(o.to < shared.nodes.size(), "message to unknown node {}", o.to);
+    if (shared.observer) shared.observer(o);
     std::visit([&](auto& m) { caf::anon_send(shared.nodes[o.to], std::move(m)); }, o.message);
   }
   out.clear();
@@ -236,7 +240,11 @@ coordinator_actor::behavior_type coordinator_fun(coordinator_actor::stateful_poi
 
 // The configuration must outlive the system (the system keeps a reference to it).
 struct SystemConfig : caf::actor_system_config {
-  SystemConfig(size_t threads, bool eager_polling) {
+  SystemConfig(size_t threads, bool eager_polling, bool deterministic = false) {
+    if (deterministic) {
+      set("scheduler.policy", caf::atom("testing"));
+      return;
+    }
     if (threads > 0) set("scheduler.max-threads", threads);
     if (eager_polling) return;
     // CAF's idle scheduler threads poll for work for a while before they sleep (100
@@ -250,10 +258,15 @@ struct SystemConfig : caf::actor_system_config {
 };
 
 struct EmbeddedCluster::Impl {
-  explicit Impl(size_t threads) : config(threads, false), system(config) {}
+  Impl(size_t threads, bool deterministic) : config(threads, false, deterministic), system(config) {}
   ~Impl() {
     for (auto& a : shared->nodes) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
+    if (auto* sched = test_scheduler()) sched->run();  // no threads: run the exits here
+  }
+  caf::scheduler::test_coordinator* test_scheduler() {
+    return job.cluster.deterministic_seed ? dynamic_cast<caf::scheduler::test_coordinator*>(&system.scheduler())
+                                          : nullptr;
   }
 
   SystemConfig config;
@@ -288,8 +301,9 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
       (job.trainer.model.dim < 1 || job.trainer.model.dim > max_fm_dim))
     return Status::invalid_input(fmt::format("--dim {} is out of range, expected 1..{}", job.trainer.model.dim,
                                              max_fm_dim));
-  auto impl = std::make_unique<Impl>(c.threads);
+  auto impl = std::make_unique<Impl>(c.threads, c.deterministic_seed != 0);
   impl->job = job;
+  impl->shared->observer = job.observer;
   Impl& m = *impl;
   m.map_spec = ShardMapSpec{};
   m.map_spec.shards = c.shards;
@@ -374,6 +388,24 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
   Impl& m = *impl_;
   COLONY_ASSERT(!m.ran, "EmbeddedCluster::run called twice");
   m.ran = true;
+  if (auto* sched = m.test_scheduler()) {
+    // One message at a time, the next actor to run drawn from the seed.
+    caf::anon_send(m.coordinator, run_atom::value, m.worker_handles, m.expected_reports);
+    SplitMix64 rng(m.job.cluster.deterministic_seed);
+    while (sched->has_job()) {
+      std::swap(sched->jobs.front(), sched->jobs[rng.next() % sched->jobs.size()]);
+      sched->run_once();
+    }
+    {
+      std::lock_guard<std::mutex> lock(m.shared->mutex);
+      if (!m.shared->first_error.ok()) return m.shared->first_error;
+    }
+    for (const auto& w : m.workers)
+      if (!w->done()) return Status::internal("the job stalled: no message left to deliver, a worker not done");
+    for (const auto& a : m.aggregators)
+      if (!a->done()) return Status::internal("the job stalled: no message left to deliver, an aggregator not done");
+    return collect();
+  }
   caf::scoped_actor self{m.system};
   self->send(m.coordinator, run_atom::value, m.worker_handles, m.expected_reports);
   bool finished = false;
@@ -398,6 +430,11 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
     auto shard = caf::actor_cast<shard_actor>(m.shared->nodes[s]);
     self->request(shard, caf::infinite, quiesce_atom::value).receive([](bool) {}, [](caf::error&) {});
   }
+  return collect();
+}
+
+ClusterResult EmbeddedCluster::collect() const {
+  const Impl& m = *impl_;
   ClusterResult r;
   for (const auto& w : m.workers) {
     const WorkerStats& st = w->stats();
@@ -416,6 +453,8 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
   }
   for (const auto& s : m.shards) {
     r.pulls_deferred += s->stats().pulls_deferred;
+    r.pushes_applied += s->stats().pushes_applied;
+    r.pushes_duplicate += s->stats().pushes_duplicate;
     r.model_rows += s->rows();
   }
   const ReaderStats& rs = m.sources.front()->last_stats();

@@ -34,6 +34,10 @@ struct ClusterOptions {
   uint32_t replicas_per_node = 0;  // hierarchical group size; 0 = all workers form one node
   size_t max_inflight = 2;         // steps with pulls outstanding per worker
   size_t threads = 0;              // CAF scheduler threads; 0 = one per core
+  // Tests: when non-zero, no threads at all: CAF's test scheduler runs one message at a time,
+  // and which actor runs next is drawn from this seed, so every interleaving the mailboxes
+  // allow can come up, and each one can be replayed.
+  uint64_t deterministic_seed = 0;
 };
 
 struct ClusterJob {
@@ -44,6 +48,9 @@ struct ClusterJob {
   std::string data;          // training file, or
   std::shared_ptr<const std::vector<Batch>> memory;  // generated batches (when set)
   ReaderOptions reader;      // batch_rows is overridden by `batch`
+  // Tests: called with every message any actor sends, before it is sent (from the actors'
+  // threads; with deterministic_seed, from run's thread only).
+  std::function<void(const Outgoing&)> observer;
 };
 
 struct ClusterResult {
@@ -54,6 +61,8 @@ struct ClusterResult {
   uint64_t push_messages_to_ps = 0;  // pushes and clock advances the shards received
   uint64_t push_bytes_to_ps = 0;     // keys and gradients in those pushes
   uint64_t pulls_deferred = 0;       // pulls a shard held back for the consistency gate
+  uint64_t pushes_applied = 0;       // by the shards
+  uint64_t pushes_duplicate = 0;     // retries the shards recognised and did not apply
   uint64_t bad_lines_skipped = 0;
   bool read_from_cache = false;
   uint64_t model_rows = 0;
@@ -78,6 +87,7 @@ class EmbeddedCluster {
  private:
   struct Impl;
   explicit EmbeddedCluster(std::unique_ptr<Impl> impl);
+  ClusterResult collect() const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "actors/embedded_cluster.h"
 #include "worker/generator.h"
@@ -108,6 +109,140 @@ BOOST_AUTO_TEST_CASE(hierarchical_push_sends_at_most_a_third_of_flat_messages) {
   }
   BOOST_TEST_MESSAGE("push messages per sample: flat " << per_sample[0] << ", hierarchical " << per_sample[1]);
   BOOST_TEST(per_sample[1] <= per_sample[0] / 3.0);
+}
+
+namespace {
+
+// Watches every message of a deterministic run: staleness of every pull answered, how far
+// each worker runs ahead of the slowest, and the pushes that reach the shards.
+struct Checker {
+  Consistency bound;
+  uint32_t shards = 0;
+  uint32_t first_worker = 0, workers = 0;
+  std::map<std::pair<NodeId, uint64_t>, uint32_t> pull_clock;
+  std::map<NodeId, uint32_t> clock;  // per worker; clock_done once finished
+  uint64_t pushes_to_shards = 0, stale_reads = 0, ran_ahead = 0;
+
+  void observe(const Outgoing& o) {
+    const NodeId from = std::visit([](const auto& m) { return m.header.sender; }, o.message);
+    if (auto* p = std::get_if<PullRequest>(&o.message)) pull_clock[{from, p->header.request_id}] = p->clock;
+    if (auto* r = std::get_if<PullReply>(&o.message)) {
+      if (!bound.allows(pull_clock.at({o.to, r->header.request_id}), r->min_clock)) ++stale_reads;
+    }
+    if (o.to < shards && std::holds_alternative<PushRequest>(o.message)) ++pushes_to_shards;
+    const bool from_worker = from >= first_worker && from < first_worker + workers;
+    if (!from_worker) return;
+    uint32_t c = 0;
+    if (auto* p = std::get_if<PushRequest>(&o.message)) c = p->clock;
+    else if (auto* a = std::get_if<ClockAdvance>(&o.message)) c = a->clock;
+    else return;
+    clock[from] = std::max(clock[from], c);
+    if (c == clock_done || bound.kind == ConsistencyKind::asp) return;
+    uint32_t slowest = clock_done;
+    for (uint32_t w = first_worker; w < first_worker + workers; ++w) slowest = std::min(slowest, clock[w]);
+    const uint32_t k = bound.kind == ConsistencyKind::bsp ? 0 : bound.staleness;
+    if (c > slowest + k + 1) ++ran_ahead;
+  }
+};
+
+struct DeterministicRun {
+  Checker checker;
+  ClusterResult result;
+};
+
+DeterministicRun run_deterministic(std::shared_ptr<const std::vector<Batch>> data, ClusterOptions options,
+                                   Consistency checked) {
+  DeterministicRun d;
+  d.checker.bound = checked;
+  d.checker.shards = options.shards;
+  d.checker.first_worker = options.shards;
+  d.checker.workers = options.workers;
+  ClusterJob j = job_on(std::move(data));
+  j.cluster = options;
+  j.observer = [&d](const Outgoing& o) { d.checker.observe(o); };
+  auto cluster = std::move(EmbeddedCluster::make(j).value());
+  d.result = run(*cluster);
+  return d;
+}
+
+}  // namespace
+
+// Must show: over many seeds and message orderings (CAF's test scheduler, no threads), SSP(k)
+// never answers a pull more than k clocks stale, BSP never lets a worker run ahead, and no
+// push is lost or applied twice.
+BOOST_AUTO_TEST_CASE(actors_keep_the_consistency_bounds_under_random_schedules) {
+  auto data = small_data(3000);
+  struct Mode {
+    Consistency c;
+    PushMode push;
+  };
+  const Mode modes[] = {{{ConsistencyKind::bsp, 0}, PushMode::flat},
+                        {{ConsistencyKind::ssp, 1}, PushMode::flat},
+                        {{ConsistencyKind::ssp, 3}, PushMode::flat},
+                        {{ConsistencyKind::bsp, 0}, PushMode::hierarchical},
+                        {{ConsistencyKind::ssp, 2}, PushMode::hierarchical},
+                        {{ConsistencyKind::asp, 0}, PushMode::flat}};
+  int runs = 0;
+  for (const Mode& m : modes) {
+    for (uint64_t seed = 1; seed <= 20; ++seed) {
+      ClusterOptions o;
+      o.shards = 2;
+      o.workers = 3;
+      o.consistency = m.c;
+      o.push = m.push;
+      o.max_inflight = 1 + seed % 3;
+      o.deterministic_seed = seed;
+      const DeterministicRun d = run_deterministic(data, o, m.c);
+      BOOST_TEST_CONTEXT(to_string(m.c) << " " << to_string(m.push) << " seed " << seed) {
+        BOOST_TEST(d.checker.stale_reads == 0u);
+        BOOST_TEST(d.checker.ran_ahead == 0u);
+        BOOST_TEST(d.result.pushes_applied == d.checker.pushes_to_shards);
+        BOOST_TEST(d.result.pushes_duplicate == 0u);
+        BOOST_TEST(d.result.samples == 3000u);
+      }
+      ++runs;
+    }
+  }
+  BOOST_TEST_MESSAGE(runs << " deterministic runs checked");
+}
+
+// The checker can fail: a cluster run under ASP, checked against BSP's bound, is caught.
+BOOST_AUTO_TEST_CASE(the_consistency_checker_catches_a_cluster_that_skips_the_gate) {
+  auto data = small_data(3000);
+  int caught = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    ClusterOptions o;
+    o.shards = 2;
+    o.workers = 3;
+    o.consistency = {ConsistencyKind::asp, 0};
+    o.deterministic_seed = seed;
+    const DeterministicRun d = run_deterministic(data, o, {ConsistencyKind::bsp, 0});
+    caught += d.checker.stale_reads > 0 || d.checker.ran_ahead > 0;
+  }
+  BOOST_TEST(caught >= 8);
+}
+
+BOOST_AUTO_TEST_CASE(a_deterministic_run_replays_exactly) {
+  auto data = small_data(3000);
+  ClusterOptions o;
+  o.shards = 2;
+  o.workers = 3;
+  o.consistency = {ConsistencyKind::ssp, 2};
+  o.deterministic_seed = 42;
+  ClusterJob j = job_on(data);
+  j.cluster = o;
+  std::vector<float> a(5), b(5);
+  {
+    auto c = std::move(EmbeddedCluster::make(j).value());
+    run(*c);
+    c->row_value(bias_key, a);
+  }
+  {
+    auto c = std::move(EmbeddedCluster::make(j).value());
+    run(*c);
+    c->row_value(bias_key, b);
+  }
+  BOOST_TEST(std::memcmp(a.data(), b.data(), sizeof(float) * 5) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_input_line_fails_the_job_naming_file_and_line) {
