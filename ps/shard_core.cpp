@@ -5,7 +5,8 @@
 
 namespace colony {
 
-Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config) {
+Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config,
+                                                    std::unique_ptr<RowStore> store) {
   if (config.senders.empty()) return Status::invalid_input("a shard needs at least one sender");
   if (config.width == 0) return Status::invalid_input("row width must be at least 1");
   auto map = ShardMap::make(config.map);
@@ -15,17 +16,23 @@ Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config) 
                                              config.shard_index, map->shards()));
   auto optimizer = make_optimizer(config.optimizer);
   if (!optimizer) return optimizer.status();
+  const size_t row_floats = config.width + (*optimizer)->state_floats(config.width);
+  if (!store) store = std::make_unique<MemoryRowStore>(row_floats);
+  if (store->row_floats() != row_floats)
+    return Status::invalid_input(fmt::format("the store keeps rows of {} floats; this shard needs {}",
+                                             store->row_floats(), row_floats));
   return std::unique_ptr<ShardCore>(
-      new ShardCore(config, std::move(optimizer.value()), std::move(map.value())));
+      new ShardCore(config, std::move(optimizer.value()), std::move(map.value()), std::move(store)));
 }
 
-ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optimizer, ShardMap map)
+ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optimizer, ShardMap map,
+                     std::unique_ptr<RowStore> store)
     : config_(config),
       optimizer_(std::move(optimizer)),
       map_(std::move(map)),
       width_(config.width),
       state_(optimizer_->state_floats(width_)),
-      table_(width_ + state_) {
+      store_(std::move(store)) {
   for (NodeId s : config.senders) clocks_[s] = 0;
 }
 
@@ -47,7 +54,7 @@ bool ShardCore::stale(const MessageHeader& h, Outbox& out) {
 }
 
 float* ShardCore::row(uint64_t key) {
-  auto [r, inserted] = table_.find_or_insert(key);
+  auto [r, inserted] = store_->find_or_insert(key);
   if (inserted) {
     init_row(key, config_.init, {r, width_});
     optimizer_->init_state({r, width_}, {r + width_, state_});
@@ -93,22 +100,29 @@ uint64_t hash_keys(const std::vector<uint64_t>& keys) {
 
 void ShardCore::answer(const PullRequest& r, Outbox& out) {
   PullReply reply{{config_.id, r.header.request_id, map_.version()}, min_clock_, {}};
-  reply.values.reserve(r.keys.size() * width_);  // appended below: no zero-fill pass first
-  auto& recent = answered_[r.writer];
-  if (recent.size() == answered_pulls_max) recent.pop_front();
-  AnsweredPull& a = recent.emplace_back(AnsweredPull{r.clock, hash_keys(r.keys), {}});
-  a.rows.resize(r.keys.size());
-  // Look every row up first, prefetching index slots a few keys ahead, then copy: the
-  // lookups are cache misses on a large table, and this lets several be in flight at once.
-  constexpr size_t ahead = 8;
   const size_t n = r.keys.size();
-  for (size_t i = 0; i < std::min(n, ahead); ++i) table_.prefetch(r.keys[i]);
-  for (size_t i = 0; i < n; ++i) {
-    if (i + ahead < n) table_.prefetch(r.keys[i + ahead]);
-    a.rows[i] = row(r.keys[i]);
-    __builtin_prefetch(a.rows[i]);
+  reply.values.reserve(n * width_);  // appended below: no zero-fill pass first
+  if (!store_->stable_rows()) {
+    for (uint64_t key : r.keys) {
+      const float* p = row(key);
+      reply.values.insert(reply.values.end(), p, p + width_);
+    }
+  } else {
+    auto& recent = answered_[r.writer];
+    if (recent.size() == answered_pulls_max) recent.pop_front();
+    AnsweredPull& a = recent.emplace_back(AnsweredPull{r.clock, hash_keys(r.keys), {}});
+    a.rows.resize(n);
+    // Look every row up first, prefetching index slots a few keys ahead, then copy: the
+    // lookups are cache misses on a large table, and this lets several be in flight at once.
+    constexpr size_t ahead = 8;
+    for (size_t i = 0; i < std::min(n, ahead); ++i) store_->prefetch(r.keys[i]);
+    for (size_t i = 0; i < n; ++i) {
+      if (i + ahead < n) store_->prefetch(r.keys[i + ahead]);
+      a.rows[i] = row(r.keys[i]);
+      __builtin_prefetch(a.rows[i]);
+    }
+    for (size_t i = 0; i < n; ++i) reply.values.insert(reply.values.end(), a.rows[i], a.rows[i] + width_);
   }
-  for (size_t i = 0; i < n; ++i) reply.values.insert(reply.values.end(), a.rows[i], a.rows[i] + width_);
   ++stats_.pulls_answered;
   stats_.rows_pulled += r.keys.size();
   out.push_back({r.header.sender, std::move(reply)});
@@ -161,7 +175,8 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
   } else {
     // The rows of this worker's pull for the same step, when the keys are the same.
     std::vector<float*>* rows = nullptr;
-    if (auto it = answered_.find(r.header.sender); it != answered_.end()) {
+    auto it = store_->stable_rows() ? answered_.find(r.header.sender) : answered_.end();
+    if (it != answered_.end()) {
       for (auto a = it->second.begin(); a != it->second.end(); ++a) {
         if (a->clock + 1 == r.clock && a->rows.size() == r.keys.size() && a->keys_hash == hash_keys(r.keys)) {
           rows = &a->rows;
@@ -204,7 +219,7 @@ void ShardCore::release_waiting(Outbox& out) {
 
 void ShardCore::row_value(uint64_t key, std::span<float> out) const {
   COLONY_ASSERT(out.size() == width_, "out={} width={}", out.size(), width_);
-  if (const float* r = table_.find(key)) std::copy(r, r + width_, out.begin());
+  if (const float* r = store_->find(key)) std::copy(r, r + width_, out.begin());
   else init_row(key, config_.init, out);
 }
 

@@ -27,7 +27,7 @@
 #include "ps/protocol.h"
 #include "ps/row_init.h"
 #include "ps/shard_map.h"
-#include "storage/row_table.h"
+#include "storage/row_store.h"
 
 namespace colony {
 
@@ -55,9 +55,11 @@ struct ShardStats {
 
 class ShardCore {
  public:
-  // Fails with invalid_input for a bad optimizer setting, an empty sender list or a shard
-  // index outside the map.
-  static Expected<std::unique_ptr<ShardCore>> make(const ShardConfig& config);
+  // Fails with invalid_input for a bad optimizer setting, an empty sender list, a shard
+  // index outside the map, or a store whose rows are not width + optimizer state floats.
+  // Without a store, rows are kept in memory (MemoryRowStore).
+  static Expected<std::unique_ptr<ShardCore>> make(const ShardConfig& config,
+                                                   std::unique_ptr<RowStore> store = nullptr);
 
   // Handles one message addressed to this shard; replies go to `out`.
   void on_message(const PsMessage& message, Outbox& out);
@@ -65,18 +67,19 @@ class ShardCore {
   // The slowest sender's clock (clock_done when all have finished).
   uint32_t min_clock() const { return min_clock_; }
   const ShardStats& stats() const { return stats_; }
-  size_t rows() const { return table_.size(); }
+  size_t rows() const { return store_->size(); }
   // The parameters of `key` (its initial row when never touched); size width.
   void row_value(uint64_t key, std::span<float> out) const;
   // Calls f(key, parameters) for every row held.
   template <class F>
   void for_each_row(F&& f) const {
-    table_.for_each([&](uint64_t key, const float* row) { f(key, std::span<const float>(row, width_)); });
+    store_->for_each([&](uint64_t key, const float* row) { f(key, std::span<const float>(row, width_)); });
   }
   const ShardConfig& config() const { return config_; }
 
  private:
-  ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optimizer, ShardMap map);
+  ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optimizer, ShardMap map,
+            std::unique_ptr<RowStore> store);
   void on_pull(const PullRequest& r, Outbox& out);
   void on_push(const PushRequest& r, Outbox& out);
   void on_clock(const ClockAdvance& r, Outbox& out);
@@ -94,7 +97,7 @@ class ShardCore {
   ShardMap map_;
   size_t width_;
   size_t state_;
-  RowTable table_;
+  std::unique_ptr<RowStore> store_;
   std::unordered_map<NodeId, uint32_t> clocks_;
   uint32_t min_clock_ = 0;
   std::deque<PullRequest> waiting_;

@@ -351,3 +351,48 @@ BOOST_AUTO_TEST_CASE(consistency_flag_parses) {
   for (const char* bad : {"", "ssp", "ssp:", "ssp:-1", "ssp:x", "SSP:1", "ssp:1a"})
     BOOST_TEST(!parse_consistency(bad).ok(), bad);
 }
+
+// A store that does not promise stable row pointers (as a tiered store cannot) gets the same
+// results: the shard then looks rows up again for every push.
+BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_pointers) {
+  struct Unstable final : RowStore {
+    explicit Unstable(size_t n) : inner(n) {}
+    float* find(uint64_t k) override { return inner.find(k); }
+    std::pair<float*, bool> find_or_insert(uint64_t k) override { return inner.find_or_insert(k); }
+    void prefetch(uint64_t k) const override { inner.prefetch(k); }
+    bool stable_rows() const override { return false; }
+    size_t size() const override { return inner.size(); }
+    size_t row_floats() const override { return inner.row_floats(); }
+    size_t memory_bytes() const override { return inner.memory_bytes(); }
+    void for_each(const std::function<void(uint64_t, const float*)>& f) const override { inner.for_each(f); }
+    MemoryRowStore inner;
+  };
+  ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f},
+                 Consistency{}, {7}, ShardMapSpec{1, 1, 16, 0}};
+  const size_t state = make_optimizer(sc.optimizer).value()->state_floats(3);
+  auto stable = std::move(ShardCore::make(sc).value());
+  auto unstable = std::move(ShardCore::make(sc, std::make_unique<Unstable>(3 + state)).value());
+  BOOST_TEST(!ShardCore::make(sc, std::make_unique<Unstable>(2)).ok());  // wrong row size
+  std::vector<uint64_t> keys{make_key(1, 1), make_key(1, 2), make_key(2, 9)};
+  std::vector<float> grads{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  for (uint32_t step = 0; step < 3; ++step) {
+    Outbox a, b;
+    PullRequest pull{{7, 2 * step + 1, 1}, step, 7, keys};
+    PushRequest push{{7, 2 * step + 2, 1}, step + 1, keys, grads};
+    for (ShardCore* s : {stable.get(), unstable.get()}) {
+      Outbox& o = s == stable.get() ? a : b;
+      s->on_message(pull, o);
+      s->on_message(push, o);
+    }
+    BOOST_REQUIRE_EQUAL(a.size(), b.size());
+    BOOST_TEST(std::get<PullReply>(a[0].message).values == std::get<PullReply>(b[0].message).values);
+  }
+  BOOST_TEST(stable->stats().pushes_reusing_pull_rows == 3u);
+  BOOST_TEST(unstable->stats().pushes_reusing_pull_rows == 0u);
+  std::vector<float> x(3), y(3);
+  for (uint64_t k : keys) {
+    stable->row_value(k, x);
+    unstable->row_value(k, y);
+    BOOST_TEST(x == y);
+  }
+}
