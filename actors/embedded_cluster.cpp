@@ -95,6 +95,21 @@ class WorkerSource {
   ReaderStats stats_;
 };
 
+// Tells the coordinator, once, that a core has finished or failed.
+template <class Self, class Core>
+void report_once(Self* self, bool& reported, const Core& core, JobShared& shared,
+                 const coordinator_actor& coordinator, NodeId id) {
+  if (reported) return;
+  if (!core.error().ok()) {
+    shared.fail(core.error());
+    self->send(coordinator, done_atom::value, id, core.error().message());
+    reported = true;
+  } else if (core.done()) {
+    self->send(coordinator, done_atom::value, id, std::string());
+    reported = true;
+  }
+}
+
 struct shard_state {
   static inline const char* name = "colony.shard";
   Outbox out;
@@ -150,15 +165,7 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
     const uint64_t samples = core->stats().samples;
     shared->samples += samples - st.samples_reported;
     st.samples_reported = samples;
-    if (st.reported) return;
-    if (!core->error().ok()) {
-      shared->fail(core->error());
-      self->send(coordinator, done_atom::value, id, core->error().message());
-      st.reported = true;
-    } else if (core->done()) {
-      self->send(coordinator, done_atom::value, id, std::string());
-      st.reported = true;
-    }
+    report_once(self, st.reported, *core, *shared, coordinator, id);
   };
   auto handle = [self, core, step](PsMessage m) {
     core->on_message(m, self->state.out);
@@ -187,15 +194,7 @@ aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointe
     auto& st = self->state;
     core->on_message(m, st.out);
     route(*shared, st.out);
-    if (st.reported) return;
-    if (!core->error().ok()) {
-      shared->fail(core->error());
-      self->send(coordinator, done_atom::value, id, core->error().message());
-      st.reported = true;
-    } else if (core->done()) {
-      self->send(coordinator, done_atom::value, id, std::string());
-      st.reported = true;
-    }
+    report_once(self, st.reported, *core, *shared, coordinator, id);
   };
   return {
       [handle](PushRequest& m) { handle(std::move(m)); },

@@ -62,17 +62,21 @@ float* ShardCore::row(uint64_t key) {
   return r;
 }
 
-void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
-  if (stale(r.header, out)) return;
-  for (uint64_t key : r.keys) {
+bool ShardCore::owns_all(const MessageHeader& h, const std::vector<uint64_t>& keys, Outbox& out) {
+  for (uint64_t key : keys) {
     if (map_.shard_of(key) != config_.shard_index) {
-      out.push_back({r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()},
-                                              PsErrorCode::bad_request,
-                                              fmt::format("key {:#x} does not belong to shard {}", key,
-                                                          config_.shard_index)}});
-      return;
+      out.push_back({h.sender, PsError{{config_.id, h.request_id, map_.version()}, PsErrorCode::bad_request,
+                                       fmt::format("key {:#x} does not belong to shard {}", key,
+                                                   config_.shard_index)}});
+      return false;
     }
   }
+  return true;
+}
+
+void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
+  if (stale(r.header, out)) return;
+  if (!owns_all(r.header, r.keys, out)) return;
   if (may_answer(r)) {
     answer(r, out);
   } else {
@@ -159,15 +163,7 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
                                        r.keys.size(), r.grads.size(), width_)}});
     return;
   }
-  for (uint64_t key : r.keys) {
-    if (map_.shard_of(key) != config_.shard_index) {
-      out.push_back({r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()},
-                                              PsErrorCode::bad_request,
-                                              fmt::format("key {:#x} does not belong to shard {}", key,
-                                                          config_.shard_index)}});
-      return;
-    }
-  }
+  if (!owns_all(r.header, r.keys, out)) return;
   bool duplicate = false;
   if (!advance(r.header, r.clock, duplicate, out)) return;
   if (duplicate) {
