@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ps/protocol.h"
 
 namespace colony {
 
@@ -34,5 +35,17 @@ Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e);
 // message that is empty, too large, not a whole number of words, structurally malformed, or of
 // an unknown protocol version.
 Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes);
+
+// Parameter-server messages (ps/protocol.h) on the wire: an Envelope of kind 0 whose `ps`
+// field holds the message; the envelope's sender id is the message's sender.
+//
+// encode_ps_message fails with invalid_input when the result would exceed
+// wire_message_bytes_max. decode_ps_message is for untrusted bytes: besides what
+// decode_envelope checks, it fails with invalid_input for another cluster's message, a kind
+// other than 0, no message in the union, an envelope sender that differs from the message's,
+// a float blob whose size is not a multiple of 4, gradients that are not a whole number of
+// rows of the push's keys, and an unknown error code.
+Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id);
+Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id);
 
 }  // namespace colony
