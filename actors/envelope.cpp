@@ -11,6 +11,32 @@
 
 namespace colony {
 
+namespace {
+
+// Checks the size of untrusted bytes and copies them into words: a received buffer is not
+// guaranteed to be 8-byte aligned, which Cap'n Proto's flat reader needs.
+Status to_words(std::span<const uint8_t> bytes, kj::Array<capnp::word>& words) {
+  if (bytes.empty()) return Status::invalid_input("empty message");
+  if (bytes.size() > wire_message_bytes_max)
+    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes.size(),
+                                             wire_message_bytes_max));
+  if (bytes.size() % sizeof(capnp::word) != 0)
+    return Status::invalid_input(fmt::format("message of {} bytes is not a whole number of words", bytes.size()));
+  words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  return Status();
+}
+
+// Bounds for reading untrusted messages: no more traversal than twice the message, shallow.
+capnp::ReaderOptions reader_options(size_t words) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = words * 2 + 64;
+  options.nestingLimit = 16;
+  return options;
+}
+
+}  // namespace
+
 Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e) {
   capnp::MallocMessageBuilder message;
   auto root = message.initRoot<wire::Envelope>();
@@ -28,19 +54,9 @@ Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e) {
 }
 
 Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes) {
-  if (bytes.empty()) return Status::invalid_input("empty message");
-  if (bytes.size() > wire_message_bytes_max)
-    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit",
-                                             bytes.size(), wire_message_bytes_max));
-  if (bytes.size() % sizeof(capnp::word) != 0)
-    return Status::invalid_input(fmt::format("message of {} bytes is not a whole number of words",
-                                             bytes.size()));
-  // A received buffer is not guaranteed 8-byte aligned: copy into words.
-  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), bytes.data(), bytes.size());
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = words.size() * 2 + 64;
-  options.nestingLimit = 16;
+  kj::Array<capnp::word> words;
+  if (Status s = to_words(bytes, words); !s.ok()) return s;
+  const capnp::ReaderOptions options = reader_options(words.size());
   Envelope out;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
     capnp::FlatArrayMessageReader reader(words.asPtr(), options);
@@ -157,17 +173,9 @@ Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint6
 }
 
 Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
-  if (bytes.empty()) return Status::invalid_input("empty message");
-  if (bytes.size() > wire_message_bytes_max)
-    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes.size(),
-                                             wire_message_bytes_max));
-  if (bytes.size() % sizeof(capnp::word) != 0)
-    return Status::invalid_input(fmt::format("message of {} bytes is not a whole number of words", bytes.size()));
-  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), bytes.data(), bytes.size());
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = words.size() * 2 + 64;
-  options.nestingLimit = 16;
+  kj::Array<capnp::word> words;
+  if (Status s = to_words(bytes, words); !s.ok()) return s;
+  const capnp::ReaderOptions options = reader_options(words.size());
   PsMessage out;
   Status status;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
