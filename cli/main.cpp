@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   Runner gen = add_gen(app);
   Runner train = add_train(app);
   Runner bench = add_bench(app);
+  Runner keygen = add_keygen(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -49,5 +50,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("gen")) return gen();
   if (app.got_subcommand("train")) return train();
   if (app.got_subcommand("bench")) return bench();
+  if (app.got_subcommand("keygen")) return keygen();
   return 2;
 }

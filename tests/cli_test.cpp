@@ -182,6 +182,17 @@ BOOST_AUTO_TEST_CASE(cluster_flags_train_and_report_messages) {
   BOOST_TEST(read_json(local)["test_logloss"].get<double>() == read_json(one)["test_logloss"].get<double>());
 }
 
+BOOST_AUTO_TEST_CASE(keygen_writes_keys_once) {
+  const fs::path keys = dir / "keys";
+  Run r = run("keygen --out " + keys.string() + " --nodes 3");
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  for (const char* f : {"server.key", "server.pub", "node-0.key", "node-2.pub", "authorized_keys"})
+    BOOST_TEST(fs::exists(keys / f), f);
+  r = run("keygen --out " + keys.string());
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find(keys.string()) != std::string::npos, r.err);
+}
+
 BOOST_AUTO_TEST_CASE(criteo_format_trains) {
   const fs::path data = dir / "criteo";
   Run r = run("gen --rows 20000 --test-rows 5000 --seed 5 --vocab-scale 0.01 --format criteo --out " + data.string());
