@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "actors/embedded_cluster.h"
+#include "actors/wire_bench.h"
 #include "worker/generator.h"
 #include "worker/train_job.h"
 #include "worker/reader.h"
@@ -212,14 +213,34 @@ int bench_cluster(const BenchArgs& a) {
   return 0;
 }
 
+int bench_wire(const BenchArgs& a) {
+  auto figures = run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20);
+  if (!figures) return fail(figures.status());
+  nlohmann::json rep = {{"suite", "wire"}, {"transport", "zeromq tcp loopback, no CURVE"}};
+  nlohmann::json list = nlohmann::json::array();
+  std::printf("%-7s %-9s %14s %10s %14s %8s\n", "floats", "keys/req", "rows/s", "GB/s", "baseline GB/s", "ratio");
+  for (const WireFigure& f : *figures) {
+    std::printf("%-7zu %-9zu %14.0f %10.3f %14.3f %8.3f\n", f.width, f.keys, f.rows_per_sec, f.bytes_per_sec / 1e9,
+                f.baseline_bytes_per_sec / 1e9, f.bytes_per_sec / f.baseline_bytes_per_sec);
+    list.push_back({{"floats", f.width}, {"keys_per_request", f.keys}, {"rows_per_sec", f.rows_per_sec},
+                    {"bytes_per_sec", f.bytes_per_sec}, {"baseline_bytes_per_sec", f.baseline_bytes_per_sec},
+                    {"ratio_to_baseline", f.bytes_per_sec / f.baseline_bytes_per_sec}});
+  }
+  std::printf("a round trip = pull + reply + push + ack between two processes; baseline = ZeroMQ echo of the\n"
+              "same bytes in two request/reply exchanges, measured in the same run\n");
+  rep["figures"] = list;
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
-  cmd->add_option("suite", a->suite, "Suite: train, ps or cluster")
+  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster or wire")
       ->required()
-      ->check(CLI::IsMember({"train", "ps", "cluster"}));
+      ->check(CLI::IsMember({"train", "ps", "cluster", "wire"}));
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   cmd->add_option("--rows", a->rows, "Generated rows to train on")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Timed passes per figure (best is kept)")
@@ -228,6 +249,7 @@ Runner add_bench(CLI::App& app) {
   return [a]() {
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);
+    if (a->suite == "wire") return bench_wire(*a);
     return bench_train(*a);
   };
 }

@@ -1,0 +1,178 @@
+#include "actors/wire_bench.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "actors/envelope.h"
+#include "actors/zmq_transport.h"
+#include "common/hash.h"
+#include "ps/shard_core.h"
+#include "worker/zipf.h"
+
+namespace colony {
+
+namespace {
+
+constexpr uint64_t bench_cluster_id = 0xbe0c;
+constexpr NodeId client_id = 1;
+constexpr int receive_timeout_ms = 10000;
+
+// The child: serves a shard of `width` (width 0: echo every payload back) until killed.
+[[noreturn]] void serve(size_t width, int report_fd) {
+  auto server = ZmqServer::open({});
+  std::string endpoint = server ? (*server)->last_endpoint() : std::string();
+  endpoint.push_back('\n');
+  if (::write(report_fd, endpoint.data(), endpoint.size()) < 0 || !server) ::_exit(1);
+  ::close(report_fd);
+  std::unique_ptr<ShardCore> shard;
+  if (width > 0) {
+    ShardConfig sc;
+    sc.width = width;
+    sc.optimizer = default_optimizer_config(OptimizerKind::sgd);
+    sc.consistency = {ConsistencyKind::asp, 0};
+    sc.senders = {client_id};
+    sc.map = ShardMapSpec{1, 1, 16, 0};
+    auto made = ShardCore::make(sc);
+    if (!made) ::_exit(1);
+    shard = std::move(made.value());
+  }
+  Outbox out;
+  while (true) {
+    auto r = (*server)->receive(1000);
+    if (!r || r->timed_out) continue;
+    if (!shard) {
+      (void)(*server)->send(r->identity, r->payload);
+      continue;
+    }
+    auto msg = decode_ps_message(r->payload, bench_cluster_id);
+    if (!msg) continue;  // counted nowhere: the client times out and reports it
+    shard->on_message(*msg, out);
+    for (const Outgoing& o : out) {
+      auto bytes = encode_ps_message(o.message, bench_cluster_id);
+      if (bytes) (void)(*server)->send(r->identity, *bytes);
+    }
+    out.clear();
+  }
+}
+
+// A forked server and a client connected to it; the child is killed on destruction.
+struct Peer {
+  pid_t pid = -1;
+  std::unique_ptr<ZmqClient> client;
+  ~Peer() {
+    client.reset();
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+Status start(size_t width, Peer& peer) {
+  int fds[2];
+  if (::pipe(fds) != 0) return Status::io_error(std::string("pipe: ") + std::strerror(errno));
+  peer.pid = ::fork();
+  if (peer.pid < 0) return Status::io_error(std::string("fork: ") + std::strerror(errno));
+  if (peer.pid == 0) {
+    ::close(fds[0]);
+    serve(width, fds[1]);
+  }
+  ::close(fds[1]);
+  std::string endpoint;
+  char c;
+  while (::read(fds[0], &c, 1) == 1 && c != '\n') endpoint.push_back(c);
+  ::close(fds[0]);
+  if (endpoint.empty()) return Status::io_error("the bench server process could not bind a loopback port");
+  auto client = ZmqClient::open({endpoint, std::nullopt});
+  if (!client) return client.status();
+  peer.client = std::move(client.value());
+  return Status();
+}
+
+Expected<std::vector<uint8_t>> call(ZmqClient& client, std::span<const uint8_t> payload) {
+  if (Status s = client.send(payload); !s.ok()) return s;
+  auto r = client.receive(receive_timeout_ms);
+  if (!r) return r.status();
+  if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
+  return std::move(r->payload);
+}
+
+}  // namespace
+
+Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
+                                                 const std::vector<size_t>& keys_per_request,
+                                                 uint64_t bytes_per_figure) {
+  using Clock = std::chrono::steady_clock;
+  Peer echo;
+  if (Status s = start(0, echo); !s.ok()) return s;
+  std::vector<WireFigure> figures;
+  ZipfSampler zipf(10000000, 1.1);
+  for (size_t width : widths) {
+    Peer shard;
+    if (Status s = start(width, shard); !s.ok()) return s;
+    uint32_t clock = 0;
+    uint64_t request = 1;
+    for (size_t n : keys_per_request) {
+      SplitMix64 rng(n * 31 + width);
+      std::vector<uint64_t> keys;
+      std::unordered_set<uint64_t> seen;
+      while (keys.size() < n) {
+        const uint64_t k = make_key(1, mix64(zipf(rng)));
+        if (seen.insert(k).second) keys.push_back(k);
+      }
+      std::vector<float> grads(n * width, 1e-3f);
+      uint64_t bytes = 0;
+      auto round_trip = [&]() -> Status {
+        auto pull = encode_ps_message(PullRequest{{client_id, request++, 1}, clock, client_id, keys}, bench_cluster_id);
+        if (!pull) return pull.status();
+        auto reply = call(*shard.client, *pull);
+        if (!reply) return reply.status();
+        auto values = decode_ps_message(*reply, bench_cluster_id);
+        if (!values) return values.status();
+        if (!std::holds_alternative<PullReply>(*values)) return Status::internal("the bench shard refused a pull");
+        auto push = encode_ps_message(PushRequest{{client_id, request++, 1}, ++clock, keys, grads}, bench_cluster_id);
+        if (!push) return push.status();
+        auto ack = call(*shard.client, *push);
+        if (!ack) return ack.status();
+        auto acked = decode_ps_message(*ack, bench_cluster_id);
+        if (!acked) return acked.status();
+        if (!std::holds_alternative<PushAck>(*acked)) return Status::internal("the bench shard refused a push");
+        bytes = pull->size() + reply->size() + push->size() + ack->size();
+        return Status();
+      };
+      if (Status s = round_trip(); !s.ok()) return s;  // warm-up: creates the rows
+      const uint64_t trips = std::max<uint64_t>(5, bytes_per_figure / bytes);
+      auto start_time = Clock::now();
+      for (uint64_t i = 0; i < trips; ++i)
+        if (Status s = round_trip(); !s.ok()) return s;
+      const double seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
+
+      // Baseline: the same bytes, in the same shape (two request/reply exchanges a round trip),
+      // as raw payloads echoed back.
+      std::vector<uint8_t> quarter(std::max<uint64_t>(8, bytes / 4), 0x5a);
+      start_time = Clock::now();
+      for (uint64_t i = 0; i < trips; ++i) {
+        for (int k = 0; k < 2; ++k) {
+          auto back = call(*echo.client, quarter);
+          if (!back) return back.status();
+        }
+      }
+      const double baseline_seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
+      WireFigure f;
+      f.width = width;
+      f.keys = n;
+      f.rows_per_sec = double(2 * n * trips) / seconds;
+      f.bytes_per_sec = double(bytes * trips) / seconds;
+      f.baseline_bytes_per_sec = double(4 * quarter.size() * trips) / baseline_seconds;
+      figures.push_back(f);
+    }
+  }
+  return figures;
+}
+
+}  // namespace colony
