@@ -495,8 +495,14 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
 
   // Progress: the fraction is known once the size of an epoch is (generated data, a cache).
   uint64_t samples_per_epoch = 0;
-  if (data.train)
+  if (data.train) {
     for (const Batch& b : *data.train) samples_per_epoch += b.rows();
+  } else {
+    // A binary cache knows its row count when opened; a text file only after a full pass.
+    ReaderOptions peek = o.reader;
+    peek.prefetch_batches = 0;
+    if (auto r = open_reader(o.data, peek)) samples_per_epoch = (*r)->stats().rows_total;
+  }
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = cpu_seconds();
   auto ran = c.run([&](uint64_t samples) {
