@@ -5,6 +5,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "actors/core_actors.h"
 #include "actors/ps_actors.h"
 #include "actors/ps_service.h"
 
@@ -28,182 +29,6 @@ Expected<PushMode> parse_push_mode(const std::string& text) {
 const char* to_string(PushMode mode) { return mode == PushMode::flat ? "flat" : "hierarchical"; }
 
 namespace {
-
-// What every actor of one job shares with the driver: where to send, and how the job goes.
-struct JobShared {
-  std::vector<caf::actor> nodes;  // by NodeId
-  std::function<void(const Outgoing&)> observer;
-  std::atomic<uint64_t> samples{0};
-  std::mutex mutex;
-  Status first_error;  // guarded by mutex
-  void fail(const Status& s) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (first_error.ok()) first_error = s;
-  }
-};
-
-void route(JobShared& shared, Outbox& out) {
-  for (Outgoing& o : out) {
-    COLONY_ASSERT(o.to < shared.nodes.size(), "message to unknown node {}", o.to);
-    if (shared.observer) shared.observer(o);
-    std::visit([&](auto& m) { caf::anon_send(shared.nodes[o.to], std::move(m)); }, o.message);
-  }
-  out.clear();
-}
-
-// The batches of one worker: w, w+W, w+2W, ... of every epoch.
-class WorkerSource {
- public:
-  WorkerSource(const ClusterJob& job, uint32_t index, uint32_t count)
-      : job_(job), index_(index), count_(count) {
-    options_ = job.reader;
-    options_.batch_rows = job.batch;
-  }
-  Expected<bool> next(Batch& out) {
-    while (true) {
-      if (!reader_) {
-        if (epoch_ >= job_.epochs) return false;
-        ++epoch_;
-        position_ = 0;
-        if (job_.memory) {
-          reader_ = make_memory_reader(job_.memory, job_.batch);
-        } else {
-          auto r = open_reader(job_.data, options_);
-          if (!r) return r.status();
-          reader_ = std::move(r.value());
-        }
-      }
-      auto more = reader_->next(out);
-      if (!more) return more.status();
-      if (!*more) {
-        stats_ = reader_->stats();
-        reader_.reset();
-        continue;
-      }
-      if (position_++ % count_ == index_) return true;
-    }
-  }
-  const ReaderStats& last_stats() const { return stats_; }
-
- private:
-  const ClusterJob& job_;
-  uint32_t index_, count_;
-  ReaderOptions options_;
-  int epoch_ = 0;
-  uint64_t position_ = 0;
-  std::unique_ptr<BatchReader> reader_;
-  ReaderStats stats_;
-};
-
-// Tells the coordinator, once, that a core has finished or failed.
-template <class Self, class Core>
-void report_once(Self* self, bool& reported, const Core& core, JobShared& shared,
-                 const coordinator_actor& coordinator, NodeId id) {
-  if (reported) return;
-  if (!core.error().ok()) {
-    shared.fail(core.error());
-    self->send(coordinator, done_atom::value, id, core.error().message());
-    reported = true;
-  } else if (core.done()) {
-    self->send(coordinator, done_atom::value, id, std::string());
-    reported = true;
-  }
-}
-
-struct shard_state {
-  static inline const char* name = "colony.shard";
-  Outbox out;
-};
-
-shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
-                                     std::shared_ptr<ShardCore> core,
-                                     std::shared_ptr<JobShared> shared) {
-  auto handle = [self, core, shared](PsMessage m) {
-    core->on_message(m, self->state.out);
-    route(*shared, self->state.out);
-  };
-  return {
-      [handle](PullRequest& m) { handle(std::move(m)); },
-      [handle](PushRequest& m) { handle(std::move(m)); },
-      [handle](ClockAdvance& m) { handle(std::move(m)); },
-      [](quiesce_atom) { return true; },
-  };
-}
-
-struct worker_state {
-  static inline const char* name = "colony.worker";
-  Outbox out;
-  uint64_t samples_reported = 0;
-  bool reported = false;
-};
-
-worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_state> self,
-                                       std::shared_ptr<WorkerCore> core,
-                                       std::shared_ptr<WorkerSource> source,
-                                       std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
-                                       NodeId id) {
-  // After every message: hand in batches while the core wants them, send what it produced,
-  // and tell the coordinator once it has finished or failed.
-  auto step = [self, core, source, shared, coordinator, id]() {
-    auto& st = self->state;
-    while (core->error().ok() && core->wants_batch()) {
-      Batch batch;
-      auto more = source->next(batch);
-      if (!more) {
-        shared->fail(more.status());
-        if (!st.reported) self->send(coordinator, done_atom::value, id, more.status().message());
-        st.reported = true;
-        return;
-      }
-      if (!*more) {
-        core->finish(st.out);
-        break;
-      }
-      core->add_batch(std::move(batch), st.out);
-    }
-    route(*shared, st.out);
-    const uint64_t samples = core->stats().samples;
-    shared->samples += samples - st.samples_reported;
-    st.samples_reported = samples;
-    report_once(self, st.reported, *core, *shared, coordinator, id);
-  };
-  auto handle = [self, core, step](PsMessage m) {
-    core->on_message(m, self->state.out);
-    step();
-  };
-  return {
-      [step](start_atom) { step(); },
-      [handle](PullReply& m) { handle(std::move(m)); },
-      [handle](PushAck& m) { handle(std::move(m)); },
-      [handle](ShardMapUpdate& m) { handle(std::move(m)); },
-      [handle](PsError& m) { handle(std::move(m)); },
-  };
-}
-
-struct aggregator_state {
-  static inline const char* name = "colony.aggregator";
-  Outbox out;
-  bool reported = false;
-};
-
-aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointer<aggregator_state> self,
-                                               std::shared_ptr<AggregatorCore> core,
-                                               std::shared_ptr<JobShared> shared,
-                                               coordinator_actor coordinator, NodeId id) {
-  auto handle = [self, core, shared, coordinator, id](PsMessage m) {
-    auto& st = self->state;
-    core->on_message(m, st.out);
-    route(*shared, st.out);
-    report_once(self, st.reported, *core, *shared, coordinator, id);
-  };
-  return {
-      [handle](PushRequest& m) { handle(std::move(m)); },
-      [handle](ClockAdvance& m) { handle(std::move(m)); },
-      [handle](PushAck& m) { handle(std::move(m)); },
-      [handle](ShardMapUpdate& m) { handle(std::move(m)); },
-      [handle](PsError& m) { handle(std::move(m)); },
-  };
-}
 
 struct coordinator_state {
   static inline const char* name = "colony.coordinator";
@@ -236,25 +61,6 @@ coordinator_actor::behavior_type coordinator_fun(coordinator_actor::stateful_poi
 }
 
 }  // namespace
-
-// The configuration must outlive the system (the system keeps a reference to it).
-struct SystemConfig : caf::actor_system_config {
-  SystemConfig(size_t threads, bool eager_polling, bool deterministic = false) {
-    if (deterministic) {
-      set("scheduler.policy", caf::atom("testing"));
-      return;
-    }
-    if (threads > 0) set("scheduler.max-threads", threads);
-    if (eager_polling) return;
-    // CAF's idle scheduler threads poll for work for a while before they sleep (100
-    // aggressive then 500 moderate attempts by default), which burns CPU that the workers'
-    // model math needs on a small machine. Measured with `colony bench cluster`: polling once
-    // per phase cut CPU per sample by about a tenth at the same throughput.
-    set("work-stealing.aggressive-poll-attempts", size_t{1});
-    set("work-stealing.moderate-poll-attempts", size_t{1});
-    set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
-  }
-};
 
 struct EmbeddedCluster::Impl {
   Impl(size_t threads, bool deterministic) : config(threads, false, deterministic), system(config) {}

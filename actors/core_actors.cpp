@@ -1,0 +1,110 @@
+#include "actors/core_actors.h"
+
+namespace colony {
+
+void route(JobShared& shared, Outbox& out) {
+  for (Outgoing& o : out) {
+    COLONY_ASSERT(o.to < shared.nodes.size(), "message to unknown node {}", o.to);
+    if (shared.observer) shared.observer(o);
+    std::visit([&](auto& m) { caf::anon_send(shared.nodes[o.to], std::move(m)); }, o.message);
+  }
+  out.clear();
+}
+
+namespace {
+
+// Tells the coordinator, once, that a core has finished or failed.
+template <class Self, class Core>
+void report_once(Self* self, bool& reported, const Core& core, JobShared& shared,
+                 const coordinator_actor& coordinator, NodeId id) {
+  if (reported) return;
+  if (!core.error().ok()) {
+    shared.fail(core.error());
+    self->send(coordinator, done_atom::value, id, core.error().message());
+    reported = true;
+  } else if (core.done()) {
+    self->send(coordinator, done_atom::value, id, std::string());
+    reported = true;
+  }
+}
+
+}  // namespace
+
+shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
+                                     std::shared_ptr<ShardCore> core,
+                                     std::shared_ptr<JobShared> shared) {
+  auto handle = [self, core, shared](PsMessage m) {
+    core->on_message(m, self->state.out);
+    route(*shared, self->state.out);
+  };
+  return {
+      [handle](PullRequest& m) { handle(std::move(m)); },
+      [handle](PushRequest& m) { handle(std::move(m)); },
+      [handle](ClockAdvance& m) { handle(std::move(m)); },
+      [](quiesce_atom) { return true; },
+  };
+}
+
+worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_state> self,
+                                       std::shared_ptr<WorkerCore> core,
+                                       std::shared_ptr<WorkerSource> source,
+                                       std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
+                                       NodeId id) {
+  // After every message: hand in batches while the core wants them, send what it produced,
+  // and tell the coordinator once it has finished or failed.
+  auto step = [self, core, source, shared, coordinator, id]() {
+    auto& st = self->state;
+    while (core->error().ok() && core->wants_batch()) {
+      Batch batch;
+      auto more = source->next(batch);
+      if (!more) {
+        shared->fail(more.status());
+        if (!st.reported) self->send(coordinator, done_atom::value, id, more.status().message());
+        st.reported = true;
+        return;
+      }
+      if (!*more) {
+        core->finish(st.out);
+        break;
+      }
+      core->add_batch(std::move(batch), st.out);
+    }
+    route(*shared, st.out);
+    const uint64_t samples = core->stats().samples;
+    shared->samples += samples - st.samples_reported;
+    st.samples_reported = samples;
+    report_once(self, st.reported, *core, *shared, coordinator, id);
+  };
+  auto handle = [self, core, step](PsMessage m) {
+    core->on_message(m, self->state.out);
+    step();
+  };
+  return {
+      [step](start_atom) { step(); },
+      [handle](PullReply& m) { handle(std::move(m)); },
+      [handle](PushAck& m) { handle(std::move(m)); },
+      [handle](ShardMapUpdate& m) { handle(std::move(m)); },
+      [handle](PsError& m) { handle(std::move(m)); },
+  };
+}
+
+aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointer<aggregator_state> self,
+                                               std::shared_ptr<AggregatorCore> core,
+                                               std::shared_ptr<JobShared> shared,
+                                               coordinator_actor coordinator, NodeId id) {
+  auto handle = [self, core, shared, coordinator, id](PsMessage m) {
+    auto& st = self->state;
+    core->on_message(m, st.out);
+    route(*shared, st.out);
+    report_once(self, st.reported, *core, *shared, coordinator, id);
+  };
+  return {
+      [handle](PushRequest& m) { handle(std::move(m)); },
+      [handle](ClockAdvance& m) { handle(std::move(m)); },
+      [handle](PushAck& m) { handle(std::move(m)); },
+      [handle](ShardMapUpdate& m) { handle(std::move(m)); },
+      [handle](PsError& m) { handle(std::move(m)); },
+  };
+}
+
+}  // namespace colony

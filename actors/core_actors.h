@@ -1,0 +1,138 @@
+// The CAF actors that wrap the sans-I/O cores (shard, worker replica, node aggregator), shared
+// by the embedded cluster and the cluster daemons. Internal to actors/: CAF headers are heavy.
+//
+// Every actor of one process shares a JobShared: the actor handle of every node id (a local
+// core's actor, or, in a daemon, a proxy that carries messages to a remote process) and the
+// first error any actor met.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "actors/ps_actors.h"
+#include "actors/embedded_cluster.h"
+#include "ps/shard_core.h"
+#include "worker/aggregator_core.h"
+#include "worker/reader.h"
+#include "worker/worker_core.h"
+
+namespace colony {
+
+struct shard_state {
+  static inline const char* name = "colony.shard";
+  Outbox out;
+};
+
+struct worker_state {
+  static inline const char* name = "colony.worker";
+  Outbox out;
+  uint64_t samples_reported = 0;
+  bool reported = false;
+};
+
+struct aggregator_state {
+  static inline const char* name = "colony.aggregator";
+  Outbox out;
+  bool reported = false;
+};
+
+// What every actor of one job shares with the driver: where to send, and how the job goes.
+struct JobShared {
+  std::vector<caf::actor> nodes;  // by NodeId
+  std::function<void(const Outgoing&)> observer;
+  std::atomic<uint64_t> samples{0};
+  std::mutex mutex;
+  Status first_error;  // guarded by mutex
+  void fail(const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (first_error.ok()) first_error = s;
+  }
+};
+
+// Sends every message of `out` to its node's actor (in order) and clears `out`. The observer,
+// when set, sees each message first.
+void route(JobShared& shared, Outbox& out);
+
+// The batches of one worker: w, w+W, w+2W, ... of every epoch.
+class WorkerSource {
+ public:
+  WorkerSource(const ClusterJob& job, uint32_t index, uint32_t count)
+      : job_(job), index_(index), count_(count) {
+    options_ = job.reader;
+    options_.batch_rows = job.batch;
+  }
+  Expected<bool> next(Batch& out) {
+    while (true) {
+      if (!reader_) {
+        if (epoch_ >= job_.epochs) return false;
+        ++epoch_;
+        position_ = 0;
+        if (job_.memory) {
+          reader_ = make_memory_reader(job_.memory, job_.batch);
+        } else {
+          auto r = open_reader(job_.data, options_);
+          if (!r) return r.status();
+          reader_ = std::move(r.value());
+        }
+      }
+      auto more = reader_->next(out);
+      if (!more) return more.status();
+      if (!*more) {
+        stats_ = reader_->stats();
+        reader_.reset();
+        continue;
+      }
+      if (position_++ % count_ == index_) return true;
+    }
+  }
+  const ReaderStats& last_stats() const { return stats_; }
+
+ private:
+  const ClusterJob& job_;
+  uint32_t index_, count_;
+  ReaderOptions options_;
+  int epoch_ = 0;
+  uint64_t position_ = 0;
+  std::unique_ptr<BatchReader> reader_;
+  ReaderStats stats_;
+};
+
+shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
+                                     std::shared_ptr<ShardCore> core, std::shared_ptr<JobShared> shared);
+
+// A worker replica: on `start` and after every reply, hands batches from `source` to its core
+// while the core wants them, sends what the core produced, and reports to `coordinator` once
+// (done_atom with an empty string when done, the error otherwise).
+worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_state> self,
+                                       std::shared_ptr<WorkerCore> core, std::shared_ptr<WorkerSource> source,
+                                       std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
+                                       NodeId id);
+
+aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointer<aggregator_state> self,
+                                               std::shared_ptr<AggregatorCore> core,
+                                               std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
+                                               NodeId id);
+
+// The configuration must outlive the system (the system keeps a reference to it).
+struct SystemConfig : caf::actor_system_config {
+  SystemConfig(size_t threads, bool eager_polling, bool deterministic = false) {
+    if (deterministic) {
+      set("scheduler.policy", caf::atom("testing"));
+      return;
+    }
+    if (threads > 0) set("scheduler.max-threads", threads);
+    if (eager_polling) return;
+    // CAF's idle scheduler threads poll for work for a while before they sleep (100
+    // aggressive then 500 moderate attempts by default), which burns CPU that the workers'
+    // model math needs on a small machine. Measured with `colony bench cluster`: polling once
+    // per phase cut CPU per sample by about a tenth at the same throughput.
+    set("work-stealing.aggressive-poll-attempts", size_t{1});
+    set("work-stealing.moderate-poll-attempts", size_t{1});
+    set("work-stealing.relaxed-sleep-duration", caf::timespan{std::chrono::milliseconds(1)});
+  }
+};
+
+}  // namespace colony
