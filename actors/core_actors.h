@@ -65,6 +65,7 @@ class WorkerSource {
     options_.batch_rows = job.batch;
   }
   Expected<bool> next(Batch& out) {
+    if (stopping_.load()) return false;
     while (true) {
       if (!reader_) {
         if (epoch_ >= job_.epochs) return false;
@@ -89,6 +90,8 @@ class WorkerSource {
     }
   }
   const ReaderStats& last_stats() const { return stats_; }
+  // From any thread: hand out no more batches (a worker drained on SIGTERM).
+  void stop() { stopping_ = true; }
 
  private:
   const ClusterJob& job_;
@@ -98,6 +101,7 @@ class WorkerSource {
   uint64_t position_ = 0;
   std::unique_ptr<BatchReader> reader_;
   ReaderStats stats_;
+  std::atomic<bool> stopping_{false};
 };
 
 shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,

@@ -213,6 +213,10 @@ Expected<CurveKeyPair> read_key_pair(const std::string& dir, const std::string& 
   return CurveKeyPair{std::move(*public_key), std::move(*secret)};
 }
 
+Expected<std::string> read_public_key(const std::string& dir, const std::string& name) {
+  return read_single_key((fs::path(dir) / (name + ".pub")).string());
+}
+
 Expected<std::vector<std::string>> read_authorized_keys(const std::string& dir) {
   const std::string path = (fs::path(dir) / "authorized_keys").string();
   auto text = read_small_file(path, authorized_keys_bytes_max);

@@ -53,6 +53,9 @@ Status write_cluster_keys(const std::string& dir, size_t nodes);
 // not one Z85 key, and invalid_input when the public key does not belong to the secret key.
 Expected<CurveKeyPair> read_key_pair(const std::string& dir, const std::string& name);
 
+// Reads `<dir>/<name>.pub` alone (a peer's public key, e.g. "server"). Fails as read_key_pair.
+Expected<std::string> read_public_key(const std::string& dir, const std::string& name);
+
 // Reads `<dir>/authorized_keys`: the Z85 public keys in file order. Fails with not_found for a
 // missing file and invalid_input naming the file and line of a line that is not one Z85 key,
 // or a file that lists no key or more than authorized_keys_max.

@@ -35,6 +35,15 @@ capnp::ReaderOptions reader_options(size_t words) {
   return options;
 }
 
+Expected<std::vector<uint8_t>> to_bytes(capnp::MessageBuilder& builder) {
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
+  auto bytes = words.asBytes();
+  if (bytes.size() > wire_message_bytes_max)
+    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes.size(),
+                                             wire_message_bytes_max));
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
 }  // namespace
 
 Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e) {
@@ -119,12 +128,14 @@ std::vector<uint64_t> read_keys(capnp::List<uint64_t>::Reader list) {
 
 }  // namespace
 
-Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id) {
+Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id,
+                                                 NodeId receiver) {
   capnp::MallocMessageBuilder builder;
   auto root = builder.initRoot<wire::Envelope>();
   root.setVersion(wire_protocol_version);
   root.setClusterId(cluster_id);
-  root.setKind(0);
+  root.setKind(wire_kind_ps);
+  root.setReceiver(receiver);
   auto ps = root.initPs();
   const MessageHeader& header = std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);
   root.setSenderId(header.sender);
@@ -164,19 +175,337 @@ Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint6
     w.setCode(static_cast<uint8_t>(m->code));
     w.setMessage(m->message);
   }
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
-  auto bytes = words.asBytes();
-  if (bytes.size() > wire_message_bytes_max)
-    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes.size(),
-                                             wire_message_bytes_max));
-  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  return to_bytes(builder);
 }
 
-Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
+namespace {
+
+// Decodes the ps union of an envelope; `status` says what was wrong.
+Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, PsMessage& out) {
+  Status status;
+  switch (ps.which()) {
+    case wire::PsMessage::PULL_REQUEST: {
+      auto r = ps.getPullRequest();
+      out = PullRequest{get_header(r.getHeader()), r.getClock(), r.getWriter(), read_keys(r.getKeys())};
+      break;
+    }
+    case wire::PsMessage::PULL_REPLY: {
+      auto r = ps.getPullReply();
+      PullReply m{get_header(r.getHeader()), r.getMinClock(), {}};
+      status = read_floats(r.getValues(), m.values, "pull reply values");
+      out = std::move(m);
+      break;
+    }
+    case wire::PsMessage::PUSH_REQUEST: {
+      auto r = ps.getPushRequest();
+      PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
+      status = read_floats(r.getGrads(), m.grads, "push gradients");
+      if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
+        status = Status::invalid_input(fmt::format("push of {} keys carries {} gradient floats, not a whole "
+                                                   "number of rows", m.keys.size(), m.grads.size()));
+      out = std::move(m);
+      break;
+    }
+    case wire::PsMessage::PUSH_ACK:
+      out = PushAck{get_header(ps.getPushAck().getHeader())};
+      break;
+    case wire::PsMessage::CLOCK_ADVANCE: {
+      auto r = ps.getClockAdvance();
+      out = ClockAdvance{get_header(r.getHeader()), r.getClock()};
+      break;
+    }
+    case wire::PsMessage::SHARD_MAP_UPDATE: {
+      auto r = ps.getShardMapUpdate();
+      out = ShardMapUpdate{get_header(r.getHeader()), r.getVersion(), r.getShards(), r.getVnodesPerShard(),
+                           r.getSeed()};
+      break;
+    }
+    case wire::PsMessage::PS_ERROR: {
+      auto r = ps.getPsError();
+      const uint8_t code = r.getCode();
+      if (code != static_cast<uint8_t>(PsErrorCode::bad_request) &&
+          code != static_cast<uint8_t>(PsErrorCode::out_of_order))
+        return Status::invalid_input(fmt::format("unknown error code {}", code));
+      out = PsError{get_header(r.getHeader()), static_cast<PsErrorCode>(code), std::string(r.getMessage().cStr())};
+      break;
+    }
+    default:
+      return Status::invalid_input("message holds no parameter-server message");
+  }
+  const NodeId sender = std::visit([](const auto& m) { return m.header.sender; }, out);
+  if (status.ok() && sender != envelope_sender)
+    status = Status::invalid_input(fmt::format("envelope sender {} differs from the message's sender {}",
+                                               envelope_sender, sender));
+  return status;
+}
+
+Status read_text(capnp::Text::Reader t, std::string& out, const char* what) {
+  if (t.size() > control_text_bytes_max)
+    return Status::invalid_input(fmt::format("{} of {} bytes exceeds {}", what, t.size(), control_text_bytes_max));
+  out.assign(t.cStr(), t.size());
+  return Status();
+}
+
+Status read_member(wire::MemberInfo::Reader r, MemberInfo& m) {
+  if (r.getRole() > 1) return Status::invalid_input(fmt::format("unknown member role {}", r.getRole()));
+  m.role = static_cast<MemberRole>(r.getRole());
+  if (Status s = read_text(r.getEndpoint(), m.endpoint, "member endpoint"); !s.ok()) return s;
+  if (Status s = read_text(r.getPublicKey(), m.public_key, "member public key"); !s.ok()) return s;
+  if (!m.public_key.empty() && m.public_key.size() != 40)
+    return Status::invalid_input(fmt::format("member public key of {} characters, expected 40", m.public_key.size()));
+  if (Status s = read_text(r.getData(), m.data, "member data path"); !s.ok()) return s;
+  m.count = r.getCount();
+  if (m.count == 0 || m.count > 4096)
+    return Status::invalid_input(fmt::format("member hosts {} cores, expected 1..4096", m.count));
+  m.first_node = r.getFirstNode();
+  m.has_aggregator = r.getHasAggregator();
+  m.aggregator = r.getAggregator();
+  return Status();
+}
+
+void write_member(wire::MemberInfo::Builder w, const MemberInfo& m) {
+  w.setRole(static_cast<uint8_t>(m.role));
+  w.setEndpoint(m.endpoint);
+  w.setPublicKey(m.public_key);
+  w.setCount(m.count);
+  w.setData(m.data);
+  w.setFirstNode(m.first_node);
+  w.setHasAggregator(m.has_aggregator);
+  w.setAggregator(m.aggregator);
+}
+
+void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
+  w.setModel(j.model);
+  w.setDim(j.dim);
+  auto o = w.initOptimizer();
+  o.setKind(static_cast<uint8_t>(j.optimizer.kind));
+  o.setLr(j.optimizer.lr);
+  o.setL1(j.optimizer.l1);
+  o.setL2(j.optimizer.l2);
+  o.setAdagradInit(j.optimizer.adagrad_init);
+  o.setFtrlBeta(j.optimizer.ftrl_beta);
+  o.setAdamBeta1(j.optimizer.adam_beta1);
+  o.setAdamBeta2(j.optimizer.adam_beta2);
+  o.setAdamEps(j.optimizer.adam_eps);
+  w.setSeed(j.seed);
+  w.setFactorInitStd(j.factor_init_std);
+  w.setBatch(j.batch);
+  w.setEpochs(j.epochs);
+  w.setConsistency(static_cast<uint8_t>(j.consistency.kind));
+  w.setStaleness(j.consistency.staleness);
+  w.setHierarchical(j.hierarchical);
+  w.setMaxInflight(j.max_inflight);
+  w.setSkipBadLines(j.skip_bad_lines);
+  w.setUseCache(j.use_cache);
+}
+
+Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
+  if (r.getModel() > 1) return Status::invalid_input(fmt::format("unknown model kind {}", r.getModel()));
+  j.model = r.getModel();
+  j.dim = r.getDim();
+  if (j.dim < 1 || j.dim > 1024) return Status::invalid_input(fmt::format("dim {} outside 1..1024", j.dim));
+  auto o = r.getOptimizer();
+  if (o.getKind() > static_cast<uint8_t>(OptimizerKind::adam))
+    return Status::invalid_input(fmt::format("unknown optimizer kind {}", o.getKind()));
+  j.optimizer.kind = static_cast<OptimizerKind>(o.getKind());
+  j.optimizer.lr = o.getLr();
+  j.optimizer.l1 = o.getL1();
+  j.optimizer.l2 = o.getL2();
+  j.optimizer.adagrad_init = o.getAdagradInit();
+  j.optimizer.ftrl_beta = o.getFtrlBeta();
+  j.optimizer.adam_beta1 = o.getAdamBeta1();
+  j.optimizer.adam_beta2 = o.getAdamBeta2();
+  j.optimizer.adam_eps = o.getAdamEps();
+  j.seed = r.getSeed();
+  j.factor_init_std = r.getFactorInitStd();
+  j.batch = r.getBatch();
+  j.epochs = r.getEpochs();
+  if (j.batch == 0 || j.epochs == 0) return Status::invalid_input("job with a zero batch or epoch count");
+  if (r.getConsistency() > static_cast<uint8_t>(ConsistencyKind::asp))
+    return Status::invalid_input(fmt::format("unknown consistency kind {}", r.getConsistency()));
+  j.consistency = {static_cast<ConsistencyKind>(r.getConsistency()), r.getStaleness()};
+  j.hierarchical = r.getHierarchical();
+  j.max_inflight = r.getMaxInflight();
+  if (j.max_inflight < 1 || j.max_inflight > 64)
+    return Status::invalid_input(fmt::format("max in-flight {} outside 1..64", j.max_inflight));
+  j.skip_bad_lines = r.getSkipBadLines();
+  j.use_cache = r.getUseCache();
+  return Status();
+}
+
+Status read_control(wire::Control::Reader r, ControlMessage& m) {
+  m.from = r.getFrom();
+  switch (r.which()) {
+    case wire::Control::JOIN: {
+      Join j;
+      if (Status s = read_member(r.getJoin(), j.member); !s.ok()) return s;
+      m.body = std::move(j);
+      return Status();
+    }
+    case wire::Control::WELCOME: {
+      auto w = r.getWelcome();
+      Welcome x;
+      x.you = w.getYou();
+      auto members = w.getMembers();
+      if (members.size() > control_members_max)
+        return Status::invalid_input(fmt::format("welcome lists {} members, over {}", members.size(),
+                                                 control_members_max));
+      if (x.you >= members.size())
+        return Status::invalid_input(fmt::format("welcome addressed to member {} of {}", x.you, members.size()));
+      x.members.resize(members.size());
+      for (unsigned i = 0; i < members.size(); ++i)
+        if (Status s = read_member(members[i], x.members[i]); !s.ok()) return s;
+      if (Status s = read_job(w.getJob(), x.job); !s.ok()) return s;
+      x.map.version = w.getMapVersion();
+      x.map.shards = w.getMapShards();
+      x.map.vnodes_per_shard = w.getMapVnodesPerShard();
+      x.map.seed = w.getMapSeed();
+      x.coordinator_node = w.getCoordinatorNode();
+      x.workers_total = w.getWorkersTotal();
+      x.split_data = w.getSplitData();
+      x.heartbeat_ms = w.getHeartbeatMs();
+      x.heartbeat_timeout_ms = w.getHeartbeatTimeoutMs();
+      if (x.heartbeat_ms == 0 || x.heartbeat_timeout_ms == 0)
+        return Status::invalid_input("welcome with a zero heartbeat interval or timeout");
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::READY:
+      m.body = Ready{};
+      return Status();
+    case wire::Control::START:
+      m.body = Start{};
+      return Status();
+    case wire::Control::HEARTBEAT:
+      m.body = Heartbeat{r.getHeartbeat()};
+      return Status();
+    case wire::Control::DONE: {
+      auto d = r.getDone();
+      MemberDone x;
+      if (Status s = read_text(d.getError(), x.error, "done error"); !s.ok()) return s;
+      x.drained = d.getDrained();
+      x.samples = d.getSamples();
+      x.loss_sum = d.getLossSum();
+      x.steps = d.getSteps();
+      x.pull_messages = d.getPullMessages();
+      x.push_messages = d.getPushMessages();
+      x.push_bytes = d.getPushBytes();
+      x.bad_lines_skipped = d.getBadLinesSkipped();
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::NODES_LOST: {
+      auto n = r.getNodesLost();
+      NodesLost x;
+      if (n.getNodes().size() > control_nodes_max)
+        return Status::invalid_input(fmt::format("{} lost nodes, over {}", n.getNodes().size(), control_nodes_max));
+      for (uint32_t id : n.getNodes()) x.nodes.push_back(id);
+      if (Status s = read_text(n.getReason(), x.reason, "lost reason"); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::LEAVE: {
+      Leave x;
+      if (Status s = read_text(r.getLeave(), x.reason, "leave reason"); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::SHUTDOWN: {
+      Shutdown x;
+      if (Status s = read_text(r.getShutdown(), x.error, "shutdown error"); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::REFUSE: {
+      Refuse x;
+      if (Status s = read_text(r.getRefuse(), x.reason, "refuse reason"); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::JOINED: {
+      Joined x;
+      if (Status s = read_text(r.getJoined(), x.status, "joined status"); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    default:
+      return Status::invalid_input("control message holds nothing");
+  }
+}
+
+}  // namespace
+
+Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& message, uint64_t cluster_id) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::Envelope>();
+  root.setVersion(wire_protocol_version);
+  root.setClusterId(cluster_id);
+  root.setSenderId(message.from);
+  root.setKind(wire_kind_control);
+  auto c = root.initControl();
+  c.setFrom(message.from);
+  std::visit(
+      [&](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, Join>) {
+          write_member(c.initJoin(), b.member);
+        } else if constexpr (std::is_same_v<T, Welcome>) {
+          auto w = c.initWelcome();
+          w.setYou(b.you);
+          auto members = w.initMembers(static_cast<unsigned>(b.members.size()));
+          for (unsigned i = 0; i < b.members.size(); ++i) write_member(members[i], b.members[i]);
+          write_job(w.initJob(), b.job);
+          w.setMapVersion(b.map.version);
+          w.setMapShards(b.map.shards);
+          w.setMapVnodesPerShard(b.map.vnodes_per_shard);
+          w.setMapSeed(b.map.seed);
+          w.setCoordinatorNode(b.coordinator_node);
+          w.setWorkersTotal(b.workers_total);
+          w.setSplitData(b.split_data);
+          w.setHeartbeatMs(b.heartbeat_ms);
+          w.setHeartbeatTimeoutMs(b.heartbeat_timeout_ms);
+        } else if constexpr (std::is_same_v<T, Ready>) {
+          c.setReady();
+        } else if constexpr (std::is_same_v<T, Start>) {
+          c.setStart();
+        } else if constexpr (std::is_same_v<T, Heartbeat>) {
+          c.setHeartbeat(b.samples);
+        } else if constexpr (std::is_same_v<T, MemberDone>) {
+          auto d = c.initDone();
+          d.setError(b.error);
+          d.setDrained(b.drained);
+          d.setSamples(b.samples);
+          d.setLossSum(b.loss_sum);
+          d.setSteps(b.steps);
+          d.setPullMessages(b.pull_messages);
+          d.setPushMessages(b.push_messages);
+          d.setPushBytes(b.push_bytes);
+          d.setBadLinesSkipped(b.bad_lines_skipped);
+        } else if constexpr (std::is_same_v<T, NodesLost>) {
+          auto n = c.initNodesLost();
+          auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));
+          for (unsigned i = 0; i < b.nodes.size(); ++i) nodes.set(i, b.nodes[i]);
+          n.setReason(b.reason);
+        } else if constexpr (std::is_same_v<T, Leave>) {
+          c.setLeave(b.reason);
+        } else if constexpr (std::is_same_v<T, Shutdown>) {
+          c.setShutdown(b.error);
+        } else if constexpr (std::is_same_v<T, Refuse>) {
+          c.setRefuse(b.reason);
+        } else {
+          static_assert(std::is_same_v<T, Joined>);
+          c.setJoined(b.status);
+        }
+      },
+      message.body);
+  return to_bytes(builder);
+}
+
+Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
   kj::Array<capnp::word> words;
   if (Status s = to_words(bytes, words); !s.ok()) return s;
   const capnp::ReaderOptions options = reader_options(words.size());
-  PsMessage out;
+  WireMessage out;
   Status status;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
     capnp::FlatArrayMessageReader reader(words.asPtr(), options);
@@ -191,74 +520,28 @@ Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t c
                                                  root.getClusterId(), cluster_id));
       return;
     }
-    if (root.getKind() != 0 || !root.hasPs()) {
-      status = Status::invalid_input(fmt::format("message of kind {} holds no parameter-server message",
-                                                 root.getKind()));
-      return;
+    if (root.getKind() == wire_kind_ps && root.hasPs()) {
+      out.receiver = root.getReceiver();
+      status = read_ps(root.getPs(), root.getSenderId(), out.ps);
+    } else if (root.getKind() == wire_kind_control && root.hasControl()) {
+      out.is_control = true;
+      status = read_control(root.getControl(), out.control);
+    } else {
+      status = Status::invalid_input(fmt::format("message of kind {} holds no message of that kind", root.getKind()));
     }
-    auto ps = root.getPs();
-    switch (ps.which()) {
-      case wire::PsMessage::PULL_REQUEST: {
-        auto r = ps.getPullRequest();
-        out = PullRequest{get_header(r.getHeader()), r.getClock(), r.getWriter(), read_keys(r.getKeys())};
-        break;
-      }
-      case wire::PsMessage::PULL_REPLY: {
-        auto r = ps.getPullReply();
-        PullReply m{get_header(r.getHeader()), r.getMinClock(), {}};
-        status = read_floats(r.getValues(), m.values, "pull reply values");
-        out = std::move(m);
-        break;
-      }
-      case wire::PsMessage::PUSH_REQUEST: {
-        auto r = ps.getPushRequest();
-        PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
-        status = read_floats(r.getGrads(), m.grads, "push gradients");
-        if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
-          status = Status::invalid_input(fmt::format("push of {} keys carries {} gradient floats, not a whole "
-                                                     "number of rows", m.keys.size(), m.grads.size()));
-        out = std::move(m);
-        break;
-      }
-      case wire::PsMessage::PUSH_ACK:
-        out = PushAck{get_header(ps.getPushAck().getHeader())};
-        break;
-      case wire::PsMessage::CLOCK_ADVANCE: {
-        auto r = ps.getClockAdvance();
-        out = ClockAdvance{get_header(r.getHeader()), r.getClock()};
-        break;
-      }
-      case wire::PsMessage::SHARD_MAP_UPDATE: {
-        auto r = ps.getShardMapUpdate();
-        out = ShardMapUpdate{get_header(r.getHeader()), r.getVersion(), r.getShards(), r.getVnodesPerShard(),
-                             r.getSeed()};
-        break;
-      }
-      case wire::PsMessage::PS_ERROR: {
-        auto r = ps.getPsError();
-        const uint8_t code = r.getCode();
-        if (code != static_cast<uint8_t>(PsErrorCode::bad_request) &&
-            code != static_cast<uint8_t>(PsErrorCode::out_of_order)) {
-          status = Status::invalid_input(fmt::format("unknown error code {}", code));
-          return;
-        }
-        out = PsError{get_header(r.getHeader()), static_cast<PsErrorCode>(code), std::string(r.getMessage().cStr())};
-        break;
-      }
-      default:
-        status = Status::invalid_input("message holds no parameter-server message");
-        return;
-    }
-    const NodeId sender = std::visit([](const auto& m) { return m.header.sender; }, out);
-    if (status.ok() && sender != root.getSenderId())
-      status = Status::invalid_input(fmt::format("envelope sender {} differs from the message's sender {}",
-                                                 root.getSenderId(), sender));
   });
   KJ_IF_MAYBE(e, error) {
     return Status::invalid_input(std::string("malformed message: ") + e->getDescription().cStr());
   }
   if (!status.ok()) return status;
   return out;
+}
+
+Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
+  auto m = decode_wire_message(bytes, cluster_id);
+  if (!m) return m.status();
+  if (m->is_control) return Status::invalid_input("message of kind 1 holds no parameter-server message");
+  return std::move(m->ps);
 }
 
 }  // namespace colony

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
 
 namespace colony {
@@ -45,7 +46,36 @@ Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes);
 // other than 0, no message in the union, an envelope sender that differs from the message's,
 // a float blob whose size is not a multiple of 4, gradients that are not a whole number of
 // rows of the push's keys, and an unknown error code.
-Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id);
+// `receiver` is the node the message is for (the envelope carries it; decode_ps_message ignores
+// it, decode_wire_message returns it).
+Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id,
+                                                 NodeId receiver = 0);
 Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id);
+
+// Control messages (ps/cluster_protocol.h) on the wire: an Envelope of kind 1 whose `control`
+// field holds the message.
+inline constexpr uint16_t wire_kind_ps = 0;
+inline constexpr uint16_t wire_kind_control = 1;
+// Bounds on a control message's contents, checked by the decoder.
+inline constexpr size_t control_text_bytes_max = 4096;  // endpoints, paths, reasons
+inline constexpr size_t control_members_max = 8192;
+inline constexpr size_t control_nodes_max = 1u << 20;
+
+Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& message, uint64_t cluster_id);
+
+// Whatever a cluster socket receives: a parameter-server message for a node, or a control
+// message.
+struct WireMessage {
+  bool is_control = false;
+  NodeId receiver = 0;  // ps messages
+  PsMessage ps;
+  ControlMessage control;
+};
+// Decodes untrusted bytes as decode_ps_message does, accepting kind 0 (ps) and kind 1
+// (control). A control message also fails with invalid_input for a text over
+// control_text_bytes_max, a list over its bound, a public key that is neither empty nor 40
+// characters, or a value out of range (role, model, optimizer, consistency, a zero batch,
+// epoch count, replica count, dim over max 1024, max in-flight over 64, zero heartbeat times).
+Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id);
 
 }  // namespace colony

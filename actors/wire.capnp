@@ -12,6 +12,8 @@ struct Envelope {
   kind @3 :UInt16;        # which message the body holds (0: the ps field holds it)
   body @4 :Data;
   ps @5 :PsMessage;
+  receiver @6 :UInt32;    # kind 0: the node the ps message is for
+  control @7 :Control;    # kind 1: a control message (ps/cluster_protocol.h)
 }
 
 struct Header {
@@ -70,4 +72,88 @@ struct PsMessage {
     shardMapUpdate @6 :ShardMapUpdate;
     psError @7 :PsError;
   }
+}
+
+# The control protocol between the coordinator and member processes (ps/cluster_protocol.h).
+struct OptimizerSpec {
+  kind @0 :UInt8;
+  lr @1 :Float32;
+  l1 @2 :Float32;
+  l2 @3 :Float32;
+  adagradInit @4 :Float32;
+  ftrlBeta @5 :Float32;
+  adamBeta1 @6 :Float32;
+  adamBeta2 @7 :Float32;
+  adamEps @8 :Float32;
+}
+struct JobSpec {
+  model @0 :UInt8;
+  dim @1 :UInt32;
+  optimizer @2 :OptimizerSpec;
+  seed @3 :UInt64;
+  factorInitStd @4 :Float32;
+  batch @5 :UInt32;
+  epochs @6 :UInt32;
+  consistency @7 :UInt8;
+  staleness @8 :UInt32;
+  hierarchical @9 :Bool;
+  maxInflight @10 :UInt32;
+  skipBadLines @11 :UInt64;
+  useCache @12 :Bool;
+}
+struct MemberInfo {
+  role @0 :UInt8;
+  endpoint @1 :Text;
+  publicKey @2 :Text;
+  count @3 :UInt32;
+  data @4 :Text;
+  firstNode @5 :UInt32;
+  hasAggregator @6 :Bool;
+  aggregator @7 :UInt32;
+}
+struct Welcome {
+  you @0 :UInt32;
+  members @1 :List(MemberInfo);
+  job @2 :JobSpec;
+  mapVersion @3 :UInt64;
+  mapShards @4 :UInt32;
+  mapVnodesPerShard @5 :UInt32;
+  mapSeed @6 :UInt64;
+  coordinatorNode @7 :UInt32;
+  workersTotal @8 :UInt32;
+  splitData @9 :Bool;
+  heartbeatMs @10 :UInt32;
+  heartbeatTimeoutMs @11 :UInt32;
+}
+struct MemberDone {
+  error @0 :Text;
+  drained @1 :Bool;
+  samples @2 :UInt64;
+  lossSum @3 :Float64;
+  steps @4 :UInt64;
+  pullMessages @5 :UInt64;
+  pushMessages @6 :UInt64;
+  pushBytes @7 :UInt64;
+  badLinesSkipped @8 :UInt64;
+}
+struct Control {
+  from @0 :UInt32;
+  union {
+    none @1 :Void;
+    join @2 :MemberInfo;
+    welcome @3 :Welcome;
+    ready @4 :Void;
+    start @5 :Void;
+    heartbeat @6 :UInt64;     # samples trained so far
+    done @7 :MemberDone;
+    nodesLost @8 :NodesLost;
+    leave @9 :Text;           # reason
+    shutdown @10 :Text;       # error; empty = success
+    refuse @11 :Text;         # reason
+    joined @12 :Text;         # who the coordinator still waits for
+  }
+}
+struct NodesLost {
+  nodes @0 :List(UInt32);
+  reason @1 :Text;
 }

@@ -133,6 +133,9 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
         r.identity.assign(id, id + frames[0].size());
       }
       const zmq::message_t& body = frames.back();
+      // The sender's address, from libzmq's metadata (absent on inproc and older libzmq).
+      if (const char* address = zmq_msg_gets(const_cast<zmq_msg_t*>(body.handle()), "Peer-Address"))
+        r.peer_address = address;
       r.payload.assign(body.data<uint8_t>(), body.data<uint8_t>() + body.size());
       return r;
     }
@@ -392,6 +395,7 @@ Expected<std::unique_ptr<ZmqClient>> ZmqClient::open(const ZmqClientOptions& opt
     impl->dealer = zmq::socket_t(impl->context, zmq::socket_type::dealer);
     zmq::socket_t& d = impl->dealer;
     set_common_options(d, options.send_hwm, options.receive_hwm, options.send_timeout_ms);
+    d.set(zmq::sockopt::linger, std::max(0, options.linger_ms));
     if (options.curve) {
       d.set(zmq::sockopt::curve_serverkey, options.curve->server_public_key);
       d.set(zmq::sockopt::curve_publickey, options.curve->own.public_z85);

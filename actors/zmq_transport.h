@@ -40,6 +40,7 @@ inline constexpr size_t zmq_refused_recorded_max = 64;
 struct Received {
   std::vector<uint8_t> identity;  // the sending peer's routing identity; empty at a client
   std::vector<uint8_t> payload;
+  std::string peer_address;  // the sending peer's IP address, when libzmq knows it
   bool timed_out = false;
 };
 
@@ -116,6 +117,8 @@ struct ZmqClientOptions {
   int send_hwm = 1000;
   int receive_hwm = 1000;
   int send_timeout_ms = 1000;
+  // How long closing waits for queued messages to go out (0: discard them at once).
+  int linger_ms = 0;
 };
 
 class ZmqClient {
@@ -126,7 +129,7 @@ class ZmqClient {
   // key, non-positive hwm, negative send timeout or an endpoint libzmq rejects.
   static Expected<std::unique_ptr<ZmqClient>> open(const ZmqClientOptions& options);
 
-  ~ZmqClient();  // closes without lingering: queued messages are discarded
+  ~ZmqClient();  // closes, waiting up to linger_ms for queued messages to go out
   ZmqClient(const ZmqClient&) = delete;
   ZmqClient& operator=(const ZmqClient&) = delete;
 

@@ -41,6 +41,9 @@ int main(int argc, char** argv) {
   Runner train = add_train(app);
   Runner bench = add_bench(app);
   Runner keygen = add_keygen(app);
+  Runner coordinator = add_coordinator(app);
+  Runner ps = add_ps(app);
+  Runner worker = add_worker(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -51,5 +54,8 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("train")) return train();
   if (app.got_subcommand("bench")) return bench();
   if (app.got_subcommand("keygen")) return keygen();
+  if (app.got_subcommand("coordinator")) return coordinator();
+  if (app.got_subcommand("ps")) return ps();
+  if (app.got_subcommand("worker")) return worker();
   return 2;
 }

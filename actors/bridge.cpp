@@ -1,0 +1,246 @@
+#include "actors/bridge.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_set>
+
+#include "actors/zmq_transport.h"
+
+namespace colony {
+
+namespace {
+
+// One DEALER to a remote process, shared by every proxy and control sender aimed at it.
+struct Link {
+  std::mutex mu;
+  std::unique_ptr<ZmqClient> client;  // guarded by mu
+};
+
+constexpr int poll_ms = 100;
+constexpr auto bad_log_interval = std::chrono::minutes(1);
+
+}  // namespace
+
+struct Bridge::Impl {
+  BridgeOptions options;
+  caf::actor_system* system = nullptr;
+  std::shared_ptr<JobShared> shared;
+  ControlHandler on_control;
+  Logger log;
+  std::unique_ptr<ZmqServer> server;
+  std::thread poller;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> routing_ready{false};
+  std::vector<bool> local;  // by node id; written before routing_ready, read after
+
+  std::mutex links_mu;
+  std::map<std::string, std::shared_ptr<Link>> links;  // by endpoint; guarded by links_mu
+
+  mutable std::mutex lost_mu;
+  std::unordered_set<NodeId> lost;  // guarded by lost_mu
+
+  std::atomic<uint64_t> received{0}, sent{0}, bad{0}, dropped{0}, refused{0};
+  std::map<std::string, std::chrono::steady_clock::time_point> bad_logged;  // poller thread only
+
+  Expected<std::shared_ptr<Link>> link(const std::string& endpoint, const std::string& public_key) {
+    std::lock_guard lock(links_mu);
+    auto it = links.find(endpoint);
+    if (it != links.end()) return it->second;
+    ZmqClientOptions o;
+    o.endpoint = endpoint;
+    o.send_hwm = options.send_hwm;
+    o.receive_hwm = options.send_hwm;
+    o.send_timeout_ms = options.send_timeout_ms;
+    o.linger_ms = options.linger_ms;
+    if (options.curve) {
+      if (public_key.empty())
+        return Status::invalid_input(fmt::format("{} has no CURVE public key, and this cluster is not --insecure",
+                                                 endpoint));
+      o.curve = ZmqClientCurve{*options.curve, public_key};
+    }
+    auto client = ZmqClient::open(o);
+    if (!client) return client.status();
+    auto l = std::make_shared<Link>();
+    l->client = std::move(client.value());
+    links.emplace(endpoint, l);
+    return l;
+  }
+
+  bool is_lost(NodeId n) const {
+    std::lock_guard lock(lost_mu);
+    return lost.count(n) != 0;
+  }
+
+  Status send_bytes(Link& l, const std::vector<uint8_t>& bytes) {
+    std::lock_guard lock(l.mu);
+    Status s = l.client->send(bytes);
+    if (s.ok()) ++sent;
+    return s;
+  }
+
+  void bad_message(const std::string& peer, const std::string& why) {
+    ++bad;
+    const auto now = std::chrono::steady_clock::now();
+    const std::string who = peer.empty() ? std::string("an unknown peer") : peer;
+    auto it = bad_logged.find(who);
+    if (it != bad_logged.end() && now - it->second < bad_log_interval) return;
+    bad_logged[who] = now;
+    if (bad_logged.size() > 4096) bad_logged.clear();  // bounded: forget old peers wholesale
+    log(fmt::format("dropped a bad message from {}: {} ({} bad messages so far; logged at most once a "
+                    "minute per peer)",
+                    who, why, bad.load()));
+  }
+
+  void check_refused(uint64_t& seen) {
+    const RefusedPeers r = server->refused();
+    if (r.count == seen) return;
+    const uint64_t fresh = r.count - seen;
+    const size_t show = std::min<uint64_t>(fresh, r.recent.size());
+    for (size_t i = r.recent.size() - show; i < r.recent.size(); ++i)
+      log(fmt::format("refused a connection from {}: its key {} is not in authorized_keys", r.recent[i].address,
+                      r.recent[i].public_key.empty() ? std::string("(none: not CURVE)") : r.recent[i].public_key));
+    refused = r.count;
+    seen = r.count;
+  }
+
+  void deliver(WireMessage& m, const std::string& peer) {
+    if (!routing_ready.load(std::memory_order_acquire))
+      return bad_message(peer, fmt::format("a message for node {} before this process has its layout", m.receiver));
+    if (m.receiver >= local.size() || !local[m.receiver])
+      return bad_message(peer, fmt::format("a message for node {}, which is not in this process", m.receiver));
+    caf::actor& target = shared->nodes[m.receiver];
+    std::visit([&](auto& msg) { caf::anon_send(target, std::move(msg)); }, m.ps);
+  }
+
+  void run() {
+    uint64_t refused_seen = 0;
+    while (!stop.load()) {
+      if (options.curve) check_refused(refused_seen);
+      auto r = server->receive(poll_ms);
+      if (!r) {
+        if (r.status().code() == Status::Code::invalid_input) {
+          bad_message("", r.status().message());
+          continue;
+        }
+        log("the receiving socket failed: " + r.status().message());
+        shared->fail(r.status());
+        return;
+      }
+      if (r->timed_out) continue;
+      ++received;
+      auto m = decode_wire_message(r->payload, options.cluster_id);
+      if (!m) {
+        bad_message(r->peer_address, m.status().message());
+        continue;
+      }
+      if (m->is_control) on_control(std::move(m->control));
+      else deliver(*m, r->peer_address);
+    }
+  }
+};
+
+namespace {
+
+caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr<Link> link,
+                        std::shared_ptr<Bridge::Impl> bridge) {
+  (void)self;
+  auto forward = [to, link, bridge](const PsMessage& m) {
+    if (bridge->is_lost(to)) {
+      ++bridge->dropped;
+      return;
+    }
+    auto bytes = encode_ps_message(m, bridge->options.cluster_id, to);
+    Status s = bytes ? bridge->send_bytes(*link, *bytes) : bytes.status();
+    if (!s.ok()) {
+      const Status failed = Status::internal(fmt::format("could not send to node {}: {}", to, s.message()));
+      bridge->log(failed.message());
+      bridge->shared->fail(failed);
+    }
+  };
+  return {
+      [forward](PullRequest& m) { forward(PsMessage(std::move(m))); },
+      [forward](PullReply& m) { forward(PsMessage(std::move(m))); },
+      [forward](PushRequest& m) { forward(PsMessage(std::move(m))); },
+      [forward](PushAck& m) { forward(PsMessage(std::move(m))); },
+      [forward](ClockAdvance& m) { forward(PsMessage(std::move(m))); },
+      [forward](ShardMapUpdate& m) { forward(PsMessage(std::move(m))); },
+      [forward](PsError& m) { forward(PsMessage(std::move(m))); },
+  };
+}
+
+}  // namespace
+
+Bridge::Bridge(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Bridge::~Bridge() {
+  impl_->stop = true;
+  if (impl_->poller.joinable()) impl_->poller.join();
+}
+
+Expected<std::unique_ptr<Bridge>> Bridge::open(const BridgeOptions& options, caf::actor_system& system,
+                                               std::shared_ptr<JobShared> shared, ControlHandler on_control,
+                                               Logger log) {
+  auto impl = std::make_shared<Impl>();
+  impl->system = &system;
+  impl->options = options;
+  impl->shared = std::move(shared);
+  impl->on_control = std::move(on_control);
+  impl->log = std::move(log);
+  ZmqServerOptions so;
+  so.endpoint = options.listen;
+  so.curve = options.curve;
+  if (options.curve) so.authorized_keys = options.authorized_keys;
+  so.send_hwm = options.send_hwm;
+  so.receive_hwm = options.send_hwm;
+  so.send_timeout_ms = options.send_timeout_ms;
+  auto server = ZmqServer::open(so);
+  if (!server) return server.status();
+  impl->server = std::move(server.value());
+  impl->poller = std::thread([raw = impl.get()] { raw->run(); });
+  return std::unique_ptr<Bridge>(new Bridge(std::move(impl)));
+}
+
+const std::string& Bridge::endpoint() const { return impl_->server->last_endpoint(); }
+
+Status Bridge::send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m) {
+  auto l = impl_->link(endpoint, public_key);
+  if (!l) return l.status();
+  auto bytes = encode_control_message(m, impl_->options.cluster_id);
+  if (!bytes) return bytes.status();
+  return impl_->send_bytes(**l, *bytes);
+}
+
+Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first,
+                                uint32_t count) {
+  auto l = impl_->link(endpoint, public_key);
+  if (!l) return l.status();
+  for (NodeId n = first; n < first + count; ++n) {
+    COLONY_ASSERT(n < impl_->shared->nodes.size(), "remote node {} outside {} nodes", n, impl_->shared->nodes.size());
+    impl_->shared->nodes[n] = impl_->system->spawn(proxy_fun, n, *l, impl_);
+  }
+  return Status();
+}
+
+void Bridge::set_routing_ready(const std::vector<NodeId>& local_nodes) {
+  impl_->local.assign(impl_->shared->nodes.size(), false);
+  for (NodeId n : local_nodes) {
+    COLONY_ASSERT(n < impl_->local.size(), "local node {} outside {} nodes", n, impl_->local.size());
+    impl_->local[n] = true;
+  }
+  impl_->routing_ready.store(true, std::memory_order_release);
+}
+
+void Bridge::mark_lost(const std::vector<NodeId>& nodes) {
+  std::lock_guard lock(impl_->lost_mu);
+  impl_->lost.insert(nodes.begin(), nodes.end());
+}
+
+BridgeStats Bridge::stats() const {
+  return BridgeStats{impl_->received.load(), impl_->sent.load(), impl_->bad.load(), impl_->dropped.load(),
+                     impl_->refused.load()};
+}
+
+}  // namespace colony

@@ -1,0 +1,94 @@
+// The bridge between a process's CAF actors and the other processes of a cluster, over ZeroMQ.
+// Internal to actors/ (CAF types in the interface).
+//
+// Each process binds one ROUTER socket (ZmqServer) and receives everything there: a poller
+// thread decodes each message (actors/envelope.h) and delivers a parameter-server message to
+// the local actor of its receiver node, a control message to the `on_control` callback. Sends
+// go out through one DEALER (ZmqClient) per remote process, opened on first use; a remote
+// node appears to local actors as a proxy actor in JobShared::nodes that encodes what it is
+// sent and queues it on that process's link. So the core actors never know whether a peer is
+// local or remote.
+//
+// Failures: a message that cannot be queued (the peer's queue stayed full for the send
+// timeout, or it exceeds the size limit) fails the job (JobShared::fail), never vanishes. A
+// message to a node declared lost (mark_lost) is dropped and counted. A received message that
+// does not decode, or names a node that is not local, is counted and dropped, and logged at
+// most once per peer address per minute. Connections the CURVE handshake refused are logged
+// with the peer's address and key. ZeroMQ reconnects a link whose peer restarts.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/core_actors.h"
+#include "actors/curve_keys.h"
+#include "actors/envelope.h"
+#include "common/status.h"
+
+namespace colony {
+
+struct BridgeOptions {
+  std::string listen = "tcp://127.0.0.1:*";
+  std::optional<CurveKeyPair> curve;          // nullopt: plain TCP (--insecure)
+  std::vector<std::string> authorized_keys;   // with curve: the Z85 keys admitted
+  uint64_t cluster_id = 1;
+  int send_timeout_ms = 30'000;  // how long a send waits on a full queue before failing the job
+  int send_hwm = 10'000;
+  int linger_ms = 0;  // how long closing a link waits for its queued messages to go out
+};
+
+struct BridgeStats {
+  uint64_t received = 0;
+  uint64_t sent = 0;
+  uint64_t bad_messages = 0;     // undecodable, another cluster's, or for a node not here
+  uint64_t dropped_to_lost = 0;  // sends to nodes declared lost
+  uint64_t refused_peers = 0;    // CURVE handshakes refused
+};
+
+class Bridge {
+ public:
+  using ControlHandler = std::function<void(ControlMessage&&)>;
+  using Logger = std::function<void(const std::string&)>;
+
+  // Binds the socket and starts the poller thread. `shared` is the process's JobShared: its
+  // `nodes` must be sized for every node id before any ps message can arrive, and must not
+  // change afterwards (see set_routing_ready). `on_control` and `log` are called from the
+  // poller thread. Fails as ZmqServer::open does (bad keys, address in use, ...).
+  static Expected<std::unique_ptr<Bridge>> open(const BridgeOptions& options, caf::actor_system& system,
+                                                std::shared_ptr<JobShared> shared, ControlHandler on_control,
+                                                Logger log);
+  // Stops the poller and closes every socket without lingering; proxies still alive drop what
+  // they are sent.
+  ~Bridge();
+
+  // The bound endpoint (with the port chosen for "*").
+  const std::string& endpoint() const;
+
+  // Sends a control message to the process listening at `endpoint` (server key `public_key`,
+  // empty when insecure). Any thread. Fails with the link's error (bad key, queue full).
+  Status send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m);
+
+  // Makes nodes first..first+count-1 reachable at `endpoint`: a proxy actor each, stored in
+  // shared->nodes. Call before set_routing_ready.
+  Status add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first, uint32_t count);
+  // Marks which node ids are this process's own (received ps messages for others are bad),
+  // then lets the poller deliver ps messages. Before this, ps messages are counted as bad.
+  void set_routing_ready(const std::vector<NodeId>& local_nodes);
+  // From now on, messages to these nodes are dropped (counted), not sent. Any thread.
+  void mark_lost(const std::vector<NodeId>& nodes);
+
+  BridgeStats stats() const;
+
+ struct Impl;  // shared with the proxy actors
+
+ private:
+  explicit Bridge(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace colony

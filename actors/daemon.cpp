@@ -1,0 +1,704 @@
+#include "actors/daemon.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+
+#include "actors/bridge.h"
+#include "actors/core_actors.h"
+#include "actors/curve_keys.h"
+#include "gpu/reduce.h"
+#include "ps/coordinator_core.h"
+#include "worker/kv_client.h"
+#include "worker/train_job.h"
+
+namespace colony {
+
+namespace {
+
+constexpr uint64_t notice_ms = 5'000;       // how often a waiting daemon says so
+constexpr uint64_t join_retry_ms = 1'000;   // how often a member re-sends its Join
+constexpr int poll_ms = 100;                // the longest a daemon loop sleeps
+constexpr int control_linger_ms = 2'000;    // how long exit waits for the last messages to go out
+
+uint64_t now_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Control messages from the bridge's poller, and core reports from local actors, for the
+// daemon's main loop.
+class Inbox {
+ public:
+  void push(ControlMessage m) {
+    {
+      std::lock_guard lock(mu_);
+      control_.push_back(std::move(m));
+    }
+    cv_.notify_one();
+  }
+  void push_done(NodeId id, std::string error) {
+    {
+      std::lock_guard lock(mu_);
+      done_.emplace_back(id, std::move(error));
+    }
+    cv_.notify_one();
+  }
+  // Waits up to timeout_ms for something; returns the control messages that came.
+  std::deque<ControlMessage> wait(uint64_t timeout_ms) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                 [&] { return !control_.empty() || !done_.empty(); });
+    std::deque<ControlMessage> out;
+    out.swap(control_);
+    return out;
+  }
+  std::vector<std::pair<NodeId, std::string>> take_done() {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<NodeId, std::string>> out;
+    out.swap(done_);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ControlMessage> control_;
+  std::vector<std::pair<NodeId, std::string>> done_;
+};
+
+struct Keys {
+  std::optional<CurveKeyPair> own;
+  std::vector<std::string> authorized;
+  std::string server_public;  // the coordinator's public key
+};
+
+Expected<Keys> load_keys(const DaemonSecurity& s) {
+  Keys k;
+  if (s.insecure) {
+    if (!s.keys_dir.empty()) return Status::invalid_input("--insecure and --keys exclude each other");
+    return k;
+  }
+  if (s.keys_dir.empty())
+    return Status::invalid_input("--keys DIR is required (from `colony keygen`); plain TCP needs --insecure");
+  if (s.key_name.empty())
+    return Status::invalid_input("--key NAME is required with --keys: which key pair in " + s.keys_dir +
+                                 " is this process's (e.g. node-0)");
+  auto own = read_key_pair(s.keys_dir, s.key_name);
+  if (!own) return own.status();
+  k.own = std::move(own.value());
+  auto authorized = read_authorized_keys(s.keys_dir);
+  if (!authorized) return authorized.status();
+  k.authorized = std::move(authorized.value());
+  auto server = read_public_key(s.keys_dir, "server");
+  if (!server) return server.status();
+  k.server_public = std::move(server.value());
+  return k;
+}
+
+// The endpoint peers use: `bound` with its host replaced by `advertise` when given.
+Expected<std::string> advertised_endpoint(const std::string& bound, const std::string& advertise) {
+  const size_t scheme = bound.find("://");
+  const size_t colon = bound.rfind(':');
+  if (scheme == std::string::npos || colon == std::string::npos || colon <= scheme + 3)
+    return Status::invalid_input("cannot tell the host and port of " + bound);
+  const std::string host = bound.substr(scheme + 3, colon - scheme - 3);
+  if (!advertise.empty()) return bound.substr(0, scheme + 3) + advertise + bound.substr(colon);
+  if (host == "0.0.0.0" || host == "*" || host == "[::]")
+    return Status::invalid_input(fmt::format(
+        "--listen {} binds every interface: say which address peers should use with --advertise HOST", bound));
+  return bound;
+}
+
+// The CAF system, the shared routing table and the bridge of one daemon, torn down in the
+// right order: the bridge first (no more deliveries), then every actor, then the system.
+struct Process {
+  explicit Process(size_t threads) : config(threads, false), system(config) {}
+  ~Process() {
+    bridge.reset();
+    for (auto& a : shared->nodes)
+      if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : extra) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  SystemConfig config;
+  caf::actor_system system;
+  std::shared_ptr<JobShared> shared = std::make_shared<JobShared>();
+  std::unique_ptr<Bridge> bridge;
+  std::vector<caf::actor> extra;  // local actors not in shared->nodes
+  Inbox inbox;
+
+  Status open_bridge(const std::string& listen, const Keys& keys, uint64_t cluster_id, const DaemonLog& log) {
+    BridgeOptions o;
+    o.listen = listen;
+    o.curve = keys.own;
+    o.authorized_keys = keys.authorized;
+    o.cluster_id = cluster_id;
+    o.linger_ms = control_linger_ms;
+    auto b = Bridge::open(o, system, shared, [this](ControlMessage&& m) { inbox.push(std::move(m)); }, log);
+    if (!b) return b.status();
+    bridge = std::move(b.value());
+    return Status();
+  }
+  Status first_error() {
+    std::lock_guard lock(shared->mutex);
+    return shared->first_error;
+  }
+};
+
+std::vector<NodeId> shard_nodes_of(const Welcome& w) {
+  std::vector<NodeId> nodes(w.map.shards);
+  for (uint32_t s = 0; s < w.map.shards; ++s) nodes[s] = s;
+  return nodes;
+}
+
+ModelSpec model_of(const JobSpec& j) { return ModelSpec{static_cast<ModelKind>(j.model), j.dim}; }
+
+const char* security_text(const Keys& k) { return k.own ? "CURVE" : "INSECURE plain TCP"; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Members
+
+namespace {
+
+class Member {
+ public:
+  Member(const MemberDaemonOptions& o, const DaemonLog& log, DaemonSignals& signals)
+      : o_(o), log_(log), signals_(signals), p_(o.threads) {}
+
+  Status run() {
+    if (o_.count == 0 || o_.count > 4096)
+      return Status::invalid_input(fmt::format("{} {} out of range 1..4096",
+                                               o_.role == MemberRole::ps ? "--shards" : "--replicas", o_.count));
+    if (o_.role == MemberRole::worker && o_.data.empty()) return Status::invalid_input("--data is required");
+    if (o_.coordinator.empty()) return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
+    auto keys = load_keys(o_.security);
+    if (!keys) return keys.status();
+    keys_ = std::move(keys.value());
+    if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_); !s.ok()) return s;
+    auto endpoint = advertised_endpoint(p_.bridge->endpoint(), o_.advertise);
+    if (!endpoint) return endpoint.status();
+    me_.role = o_.role;
+    me_.endpoint = *endpoint;
+    me_.public_key = keys_.own ? keys_.own->public_z85 : "";
+    me_.count = o_.count;
+    me_.data = o_.data;
+    log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role), me_.endpoint,
+                     security_text(keys_), o_.coordinator));
+    auto welcome = join();
+    if (!welcome) return welcome.status();
+    if (!welcome->has_value()) return Status();  // stopped or told to shut down before the start
+    welcome_ = std::move(**welcome);
+    if (Status s = build(); !s.ok()) {
+      (void)send(Leave{s.message()});
+      return s;
+    }
+    if (Status s = send(Ready{}); !s.ok()) return s;
+    log_("built my cores; ready");
+    return serve();
+  }
+
+ private:
+  Status send(ControlBody body) {
+    return p_.bridge->send_control(o_.coordinator, keys_.server_public, ControlMessage{you_, std::move(body)});
+  }
+
+  // Until a Welcome: nullopt inside when the job ended (or a signal came) before it.
+  Expected<std::optional<Welcome>> join() {
+    const uint64_t start = now_ms();
+    uint64_t next_join = start, next_notice = start + notice_ms;
+    bool acknowledged = false;
+    std::string status;
+    for (;;) {
+      const uint64_t now = now_ms();
+      if (signals_.stop_requests.load() > 0) {
+        log_("stopped by a signal before the job started");
+        return std::optional<Welcome>();
+      }
+      if (now - start >= o_.join_timeout_ms) {
+        if (acknowledged)
+          return Status::internal(fmt::format("the cluster did not fill within {} s (--join-timeout): {}",
+                                              o_.join_timeout_ms / 1000, status));
+        return Status::internal(fmt::format(
+            "no answer from the coordinator at {} within {} s (--join-timeout): is it running and reachable from "
+            "here, with the same --cluster-id, and is this process's public key in its authorized_keys?",
+            o_.coordinator, o_.join_timeout_ms / 1000));
+      }
+      if (!acknowledged && now >= next_join) {
+        if (Status s = send(Join{me_}); !s.ok()) return s;
+        next_join = now + join_retry_ms;
+      }
+      if (now >= next_notice) {
+        log_(acknowledged ? fmt::format("joined; waiting for the cluster to fill: {}", status)
+                          : fmt::format("waiting for the coordinator at {} ({} s): no answer yet", o_.coordinator,
+                                        (now - start) / 1000));
+        next_notice = now + notice_ms;
+      }
+      for (ControlMessage& m : p_.inbox.wait(poll_ms)) {
+        if (auto* j = std::get_if<Joined>(&m.body)) {
+          if (!acknowledged) log_("the coordinator took my join: " + j->status);
+          acknowledged = true;
+          status = j->status;
+        } else if (auto* r = std::get_if<Refuse>(&m.body)) {
+          return Status::internal("the coordinator refused this member: " + r->reason);
+        } else if (auto* w = std::get_if<Welcome>(&m.body)) {
+          return std::optional<Welcome>(std::move(*w));
+        } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
+          if (s->error.empty()) return std::optional<Welcome>();
+          return Status::internal("the coordinator ended the job: " + s->error);
+        }
+      }
+    }
+  }
+
+  Status build() {
+    const Welcome& w = welcome_;
+    you_ = w.you;
+    const MemberInfo& self = w.members[w.you];
+    if (self.count != o_.count || self.role != o_.role)
+      return Status::internal("the layout from the coordinator does not match what this member offered");
+    auto& nodes = p_.shared->nodes;
+    nodes.resize(size_t{w.coordinator_node} + 1);
+    const JobSpec& job = w.job;
+    const ModelSpec model = model_of(job);
+    const size_t width = model.width();
+    const std::vector<NodeId> shards = shard_nodes_of(w);
+    std::vector<NodeId> local;
+    for (NodeId n = self.first_node; n < self.first_node + self.count; ++n) {
+      if (n >= nodes.size()) return Status::internal(fmt::format("node {} outside the layout", n));
+      local.push_back(n);
+    }
+    if (o_.role == MemberRole::ps) {
+      std::vector<NodeId> senders;
+      for (const MemberInfo& m : w.members) {
+        if (m.role != MemberRole::worker) continue;
+        if (m.has_aggregator) senders.push_back(m.aggregator);
+        else
+          for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) senders.push_back(n);
+      }
+      for (NodeId n : local) {
+        ShardConfig sc{n, n, width, job.optimizer, RowInit{job.seed, 1, job.factor_init_std}, job.consistency,
+                       senders, w.map};
+        auto core = ShardCore::make(sc);
+        if (!core) return core.status();
+        shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(core.value())));
+        nodes[n] = caf::actor_cast<caf::actor>(p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared));
+      }
+      for (const MemberInfo& m : w.members) {
+        if (m.role != MemberRole::worker) continue;
+        if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count); !s.ok()) return s;
+        if (m.has_aggregator)
+          if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.aggregator, 1); !s.ok()) return s;
+      }
+      if (Status s = p_.bridge->add_remote_nodes(o_.coordinator, keys_.server_public, w.coordinator_node, 1); !s.ok())
+        return s;
+    } else {
+      job_ = std::make_unique<ClusterJob>();
+      job_->trainer.model = model;
+      job_->trainer.optimizer = job.optimizer;
+      job_->trainer.seed = job.seed;
+      job_->trainer.factor_init_std = job.factor_init_std;
+      job_->batch = job.batch;
+      job_->epochs = static_cast<int>(job.epochs);
+      job_->data = o_.data;
+      job_->reader = o_.reader;
+      job_->reader.skip_bad_lines = job.skip_bad_lines;
+      job_->reader.use_cache = job.use_cache;
+      NodeId first_worker = clock_done;
+      for (const MemberInfo& m : w.members)
+        if (m.role == MemberRole::worker) first_worker = std::min(first_worker, m.first_node);
+      // Core reports come to a local stand-in for the coordinator actor, which hands them to the loop.
+      Inbox* inbox = &p_.inbox;
+      auto reporter = p_.system.spawn([inbox]() -> coordinator_actor::behavior_type {
+        return {
+            [](run_atom, const std::vector<caf::actor>&, uint32_t) { return std::string(); },
+            [inbox](done_atom, NodeId id, std::string& error) { inbox->push_done(id, std::move(error)); },
+        };
+      });
+      p_.extra.push_back(caf::actor_cast<caf::actor>(reporter));
+      for (NodeId n : local) {
+        WorkerConfig wc;
+        wc.id = n;
+        wc.model = model;
+        wc.map = w.map;
+        wc.shard_nodes = shards;
+        if (self.has_aggregator) wc.aggregator = self.aggregator;
+        wc.max_inflight = job.max_inflight;
+        auto core = WorkerCore::make(wc);
+        if (!core) return core.status();
+        workers_.push_back(std::shared_ptr<WorkerCore>(std::move(core.value())));
+        sources_.push_back(w.split_data
+                               ? std::make_shared<WorkerSource>(*job_, n - first_worker, w.workers_total)
+                               : std::make_shared<WorkerSource>(*job_, n - self.first_node, self.count));
+        auto h = p_.system.spawn(worker_fun, workers_.back(), sources_.back(), p_.shared, reporter, n);
+        nodes[n] = caf::actor_cast<caf::actor>(h);
+        worker_actors_.push_back(nodes[n]);
+      }
+      if (self.has_aggregator) {
+        AggregatorConfig ac{self.aggregator, width, w.map, shards, local};
+        auto core = AggregatorCore::make(ac, make_cpu_reducer());
+        if (!core) return core.status();
+        aggregator_ = std::shared_ptr<AggregatorCore>(std::move(core.value()));
+        nodes[self.aggregator] =
+            caf::actor_cast<caf::actor>(p_.system.spawn(aggregator_fun, aggregator_, p_.shared, reporter, self.aggregator));
+        local.push_back(self.aggregator);
+      }
+      for (const MemberInfo& m : w.members)
+        if (m.role == MemberRole::ps)
+          if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count); !s.ok())
+            return s;
+      reports_expected_ = local.size();
+    }
+    p_.bridge->set_routing_ready(local);
+    return Status();
+  }
+
+  MemberDone summary(const std::string& error) const {
+    MemberDone d;
+    d.error = error;
+    d.drained = draining_;
+    for (const auto& w : workers_) {
+      const WorkerStats& st = w->stats();
+      d.samples += st.samples;
+      d.loss_sum += st.loss_sum;
+      d.steps += st.steps;
+      d.pull_messages += st.pull_messages;
+      if (!aggregator_) {
+        d.push_messages += st.push_messages;
+        d.push_bytes += st.push_bytes;
+      }
+    }
+    if (aggregator_) {
+      d.push_messages = aggregator_->stats().push_messages;
+      d.push_bytes = aggregator_->stats().push_bytes;
+    }
+    for (const auto& s : sources_) d.bad_lines_skipped += s->last_stats().bad_lines_skipped;
+    return d;
+  }
+
+  Status drain_ps() {
+    caf::scoped_actor self{p_.system};
+    for (NodeId n = welcome_.members[you_].first_node; n < welcome_.members[you_].first_node + o_.count; ++n)
+      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite, quiesce_atom::value)
+          .receive([](bool) {}, [](caf::error&) {});
+    log_("drained: every shard has handled what it was sent; leaving");
+    return send(Leave{"stopped by SIGTERM"});
+  }
+
+  Status serve() {
+    const Welcome& w = welcome_;
+    uint64_t last_heard = now_ms(), next_heartbeat = last_heard;
+    int signals_seen = 0;
+    bool started = false, done_sent = false;
+    size_t reports = 0;
+    std::string local_error;
+    for (;;) {
+      const uint64_t now = now_ms();
+      const int stops = signals_.stop_requests.load();
+      if (stops > signals_seen) {
+        signals_seen = stops;
+        if (o_.role == MemberRole::ps) {
+          log_("SIGTERM: draining the shards");
+          return drain_ps();
+        }
+        if (!draining_) {
+          draining_ = true;
+          if (!started) {
+            log_("SIGTERM before the start: leaving");
+            return send(Leave{"stopped by SIGTERM before the start"});
+          }
+          log_("SIGTERM: taking no more batches; waiting for the pushes in flight to be acknowledged");
+          for (auto& s : sources_) s->stop();
+        }
+      }
+      if (Status e = p_.first_error(); !e.ok()) {
+        log_("failed: " + e.message());
+        if (o_.role == MemberRole::worker && !done_sent) (void)send(summary(e.message()));
+        else (void)send(Leave{e.message()});
+        return e;
+      }
+      for (auto& [id, error] : p_.inbox.take_done()) {
+        ++reports;
+        if (!error.empty() && local_error.empty()) local_error = fmt::format("node {}: {}", id, error);
+      }
+      if (o_.role == MemberRole::worker && !done_sent && (reports == reports_expected_ || !local_error.empty())) {
+        const MemberDone d = summary(local_error);
+        if (Status s = send(d); !s.ok()) return s;
+        done_sent = true;
+        log_(local_error.empty() ? fmt::format("done: {} samples in {} steps", d.samples, d.steps)
+                                 : "failed: " + local_error);
+        if (!local_error.empty()) return Status::internal(local_error);
+        if (draining_) {
+          log_("drained; exiting");
+          return Status();
+        }
+      }
+      if (now >= next_heartbeat) {
+        if (Status s = send(Heartbeat{p_.shared->samples.load()}); !s.ok()) return s;
+        next_heartbeat = now + w.heartbeat_ms;
+      }
+      if (now > last_heard + w.heartbeat_timeout_ms)
+        return Status::internal(fmt::format("lost the coordinator at {}: nothing heard for {} ms", o_.coordinator,
+                                            now - last_heard));
+      for (ControlMessage& m : p_.inbox.wait(poll_ms)) {
+        last_heard = now_ms();
+        if (std::holds_alternative<Start>(m.body)) {
+          if (started || o_.role != MemberRole::worker) continue;
+          started = true;
+          log_(fmt::format("training starts: {} replica{}", worker_actors_.size(), worker_actors_.size() == 1 ? "" : "s"));
+          for (auto& a : worker_actors_) caf::anon_send(a, start_atom::value);
+        } else if (auto* lost = std::get_if<NodesLost>(&m.body)) {
+          p_.bridge->mark_lost(lost->nodes);
+          log_(lost->reason + ": no longer sending to its nodes");
+        } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
+          if (s->error.empty()) {
+            log_("the job is over; exiting");
+            return Status();
+          }
+          return Status::internal("the coordinator ended the job: " + s->error);
+        }
+      }
+    }
+  }
+
+  const MemberDaemonOptions& o_;
+  const DaemonLog& log_;
+  DaemonSignals& signals_;
+  Keys keys_;
+  MemberInfo me_;
+  Welcome welcome_;
+  uint32_t you_ = control_from_unknown;
+  std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
+  std::vector<std::shared_ptr<ShardCore>> shard_cores_;
+  std::vector<std::shared_ptr<WorkerCore>> workers_;
+  std::vector<std::shared_ptr<WorkerSource>> sources_;
+  std::shared_ptr<AggregatorCore> aggregator_;
+  std::vector<caf::actor> worker_actors_;
+  size_t reports_expected_ = 0;
+  bool draining_ = false;
+  Process p_;  // last: destroyed first, before the cores its actors use
+};
+
+}  // namespace
+
+Status run_member(const MemberDaemonOptions& options, const DaemonLog& log, DaemonSignals& signals) {
+  Member m(options, log, signals);
+  return m.run();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Coordinator
+
+namespace {
+
+class Coordinator {
+ public:
+  Coordinator(const CoordinatorDaemonOptions& o, const DaemonLog& log, DaemonSignals& signals)
+      : o_(o), log_(log), signals_(signals), p_(0) {}
+
+  Expected<CoordinatorResult> run() {
+    auto keys = load_keys(DaemonSecurity{o_.security.insecure, o_.security.keys_dir,
+                                         o_.security.key_name.empty() ? "server" : o_.security.key_name});
+    if (!keys) return keys.status();
+    keys_ = std::move(keys.value());
+    CoordinatorConfig cc;
+    cc.shards = o_.shards;
+    cc.workers = o_.workers;
+    cc.job = o_.job;
+    cc.map.seed = o_.job.seed;
+    cc.join_timeout_ms = o_.join_timeout_ms;
+    cc.notice_ms = notice_ms;
+    cc.heartbeat_ms = o_.heartbeat_ms;
+    cc.heartbeat_timeout_ms = o_.heartbeat_timeout_ms;
+    cc.require_all_workers = o_.require_all_workers;
+    auto map = ShardMap::make(ShardMapSpec{1, o_.shards, ShardMapSpec{}.vnodes_per_shard, o_.job.seed});
+    if (!map) return map.status();
+    cc.map = map->spec();
+    map_ = cc.map;
+    auto core = CoordinatorCore::make(cc, now_ms());
+    if (!core) return core.status();
+    core_.emplace(std::move(core.value()));
+    if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_); !s.ok()) return s;
+    log_(fmt::format("coordinator listening on {} ({}, cluster id {}): waiting for {} shard{} and {} worker replica{}",
+                     p_.bridge->endpoint(), security_text(keys_), o_.cluster_id, o_.shards, o_.shards == 1 ? "" : "s",
+                     o_.workers, o_.workers == 1 ? "" : "s"));
+    while (core_->phase() != CoordinatorPhase::ended && !trained_) {
+      if (signals_.stop_requests.load() > 0) {
+        log_("SIGTERM: telling every member to stop");
+        CoordinatorEffects fx;
+        core_->finish("the coordinator was stopped (SIGTERM)", fx);
+        apply(fx);
+        result_.stopped_by_signal = true;
+        return finish_result();
+      }
+      pump(poll_ms);
+      if (!failed_.ok()) return failed_;
+      progress();
+    }
+    result_.train_seconds = double(now_ms() - start_ms_) / 1000.0;
+    if (!o_.test.empty()) {
+      log_("evaluating on " + o_.test);
+      auto ev = evaluate_test();
+      if (!ev) {
+        CoordinatorEffects fx;
+        core_->finish(ev.status().message(), fx);
+        apply(fx);
+        return ev.status();
+      }
+      result_.test_logloss = ev->logloss;
+      result_.test_auc = ev->auc;
+      result_.test_samples = ev->samples;
+      log_(fmt::format("test logloss {:.5f}, auc {:.4f} over {} samples", ev->logloss, ev->auc, ev->samples));
+    }
+    CoordinatorEffects fx;
+    core_->finish("", fx);
+    apply(fx);
+    return finish_result();
+  }
+
+ private:
+  CoordinatorResult finish_result() {
+    const CoordinatorTotals& t = core_->totals();
+    result_.train_samples = t.samples;
+    result_.train_logloss = t.samples ? t.loss_sum / double(t.samples) : 0.0;
+    result_.members = static_cast<uint32_t>(core_->members().size());
+    result_.workers_lost = t.workers_lost;
+    result_.workers_drained = t.workers_drained;
+    result_.pull_messages = t.pull_messages;
+    result_.push_messages = t.push_messages;
+    result_.push_bytes = t.push_bytes;
+    result_.bad_lines_skipped = t.bad_lines_skipped;
+    const BridgeStats bs = p_.bridge->stats();
+    result_.bad_messages = bs.bad_messages;
+    result_.refused_peers = bs.refused_peers;
+    return result_;
+  }
+
+  // Handles what arrived within timeout_ms and the timers due.
+  void pump(uint64_t timeout_ms) {
+    const uint64_t now = now_ms();
+    const uint64_t deadline = core_->next_deadline();
+    const uint64_t wait = deadline <= now ? 0 : std::min(timeout_ms, deadline - now);
+    for (ControlMessage& m : p_.inbox.wait(wait)) {
+      CoordinatorEffects fx;
+      core_->on_message(m, now_ms(), fx);
+      apply(fx);
+    }
+    if (now_ms() >= core_->next_deadline()) {
+      CoordinatorEffects fx;
+      core_->on_timer(now_ms(), fx);
+      apply(fx);
+    }
+  }
+
+  void apply(CoordinatorEffects& fx) {
+    for (const std::string& line : fx.log) log_(line);
+    const bool was_joining = !routing_;
+    if (was_joining && core_->phase() != CoordinatorPhase::joining && core_->phase() != CoordinatorPhase::ended)
+      setup_routing();
+    for (ControlOut& c : fx.control) {
+      if (auto* lost = std::get_if<NodesLost>(&c.message.body)) p_.bridge->mark_lost(lost->nodes);
+      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message); !s.ok())
+        log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));
+    }
+    if (!fx.ps.empty()) route(*p_.shared, fx.ps);
+    for (const ControlOut& c : fx.control)
+      if (std::holds_alternative<Start>(c.message.body)) start_ms_ = now_ms();
+    if (fx.training_done) trained_ = true;
+    if (!fx.failed.ok() && failed_.ok()) failed_ = fx.failed;
+  }
+
+  // Once the layout is out: proxies for every shard, and a local actor for evaluation pulls.
+  void setup_routing() {
+    routing_ = true;
+    auto& nodes = p_.shared->nodes;
+    const NodeId me = core_->coordinator_node();
+    nodes.resize(size_t{me} + 1);
+    for (const MemberInfo& m : core_->members())
+      if (m.role == MemberRole::ps)
+        if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count); !s.ok())
+          failed_ = s;
+    self_.emplace(p_.system);
+    nodes[me] = caf::actor_cast<caf::actor>(*self_);
+    p_.bridge->set_routing_ready({me});
+  }
+
+  void progress() {
+    const uint64_t now = now_ms();
+    if (core_->phase() != CoordinatorPhase::running || now < next_progress_ms_) return;
+    next_progress_ms_ = now + notice_ms;
+    const uint64_t samples = core_->samples_reported();
+    const double seconds = double(now - start_ms_) / 1000.0;
+    log_(fmt::format("trained {} samples ({:.0f}/s)", samples, seconds > 0 ? double(samples) / seconds : 0.0));
+  }
+
+  // Pulls the rows of every test batch from the shards (keeping the control loop going while
+  // it waits) and scores them.
+  Expected<Evaluation> evaluate_test() {
+    const NodeId me = core_->coordinator_node();
+    std::vector<NodeId> shards(o_.shards);
+    for (uint32_t s = 0; s < o_.shards; ++s) shards[s] = s;
+    const ModelSpec model = model_of(o_.job);
+    auto kv = KvClient::make({me, map_, shards, model.width()});
+    if (!kv) return kv.status();
+    BatchIndex index;
+    std::vector<float> rows;
+    Outbox out;
+    Status failure;
+    ReaderOptions ro = o_.reader;
+    ro.batch_rows = o_.job.batch;
+    auto ev = evaluate(o_.test, nullptr, ro, [&](const Batch& batch, std::vector<float>& logits) {
+      logits.assign(batch.rows(), 0.0f);
+      if (!failure.ok()) return;
+      index.build(batch);
+      const auto keys = index.unique_keys();
+      rows.assign(keys.size() * model.width(), 0.0f);
+      const auto ticket = (*kv)->pull(keys, 0, me, rows, out);
+      route(*p_.shared, out);
+      auto feed = [&](PsMessage m) {
+        (*kv)->on_message(m, out);
+        route(*p_.shared, out);
+      };
+      while (!(*kv)->done(ticket) && (*kv)->error().ok() && failed_.ok()) {
+        (*self_)->receive([&](PullReply& m) { feed(std::move(m)); }, [&](ShardMapUpdate& m) { feed(std::move(m)); },
+                          [&](PsError& m) { feed(std::move(m)); },
+                          caf::after(std::chrono::milliseconds(poll_ms)) >> [&] { pump(0); });
+      }
+      if (!(*kv)->error().ok()) failure = (*kv)->error();
+      else if (!failed_.ok()) failure = failed_;
+      if (!failure.ok()) return;
+      forward(model, batch, index.slots(), rows, logits);
+    });
+    if (!failure.ok()) return failure;
+    return ev;
+  }
+
+  const CoordinatorDaemonOptions& o_;
+  const DaemonLog& log_;
+  DaemonSignals& signals_;
+  Keys keys_;
+  std::optional<CoordinatorCore> core_;
+  CoordinatorResult result_;
+  Status failed_;
+  bool routing_ = false;
+  bool trained_ = false;
+  uint64_t start_ms_ = 0;
+  uint64_t next_progress_ms_ = 0;
+  ShardMapSpec map_;
+  Process p_;
+  std::optional<caf::scoped_actor> self_;  // after p_: destroyed before the actor system
+};
+
+}  // namespace
+
+Expected<CoordinatorResult> run_coordinator(const CoordinatorDaemonOptions& options, const DaemonLog& log,
+                                            DaemonSignals& signals) {
+  Coordinator c(options, log, signals);
+  return c.run();
+}
+
+}  // namespace colony

@@ -1,0 +1,265 @@
+// colony coordinator | ps | worker: the daemons of a real cluster (see docs/deploy.md).
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/daemon.h"
+#include "cli/commands.h"
+#include "worker/model.h"
+
+namespace colony::cli {
+
+namespace {
+
+// The signal handlers' only state: async-signal-safe counters.
+DaemonSignals* g_signals = nullptr;
+std::atomic<int> g_interrupts{0};  // lock-free, so safe in a handler
+
+void on_signal(int sig) {
+  if (sig == SIGINT && g_interrupts.fetch_add(1) >= 1) {
+    const char msg[] = "colony: second SIGINT: exiting at once\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    ::_exit(130);
+  }
+  if (g_signals) g_signals->stop_requests.fetch_add(1);
+}
+
+void install_signal_handlers(DaemonSignals& signals) {
+  g_signals = &signals;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+DaemonLog make_log(const std::string& role) {
+  return [role](const std::string& line) {
+    const std::time_t t = std::time(nullptr);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+    std::fprintf(stderr, "%s colony %s[%d]: %s\n", stamp, role.c_str(), static_cast<int>(::getpid()), line.c_str());
+    std::fflush(stderr);
+  };
+}
+
+struct CommonArgs {
+  DaemonSecurity security;
+  uint64_t cluster_id = 1;
+  double join_timeout_s = 60;
+};
+
+void add_common(CLI::App* cmd, CommonArgs& a) {
+  cmd->add_option("--keys", a.security.keys_dir, "Key directory from `colony keygen` (CURVE authentication)");
+  cmd->add_option("--key", a.security.key_name,
+                  "Which key pair in --keys is this process's, e.g. node-3 (coordinator default: server)");
+  cmd->add_flag("--insecure", a.security.insecure, "Plain TCP without authentication or encryption (prints a warning)");
+  cmd->add_option("--cluster-id", a.cluster_id, "Messages of another cluster id are refused")->capture_default_str();
+  cmd->add_option("--join-timeout", a.join_timeout_s, "Seconds to wait for the cluster to form before giving up")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->set_config("--config", "", "Read flags from this TOML file (keys are the flag names without --)");
+}
+
+Status check_security(const CommonArgs& a, const DaemonLog& log) {
+  if (a.security.insecure && !a.security.keys_dir.empty())
+    return Status::invalid_input("--insecure and --keys exclude each other");
+  if (!a.security.insecure && a.security.keys_dir.empty())
+    return Status::invalid_input("--keys DIR is required (make one with `colony keygen`), or --insecure for plain TCP");
+  if (a.security.insecure)
+    log("WARNING: --insecure: plain TCP, no authentication and no encryption; anyone who can reach this port can "
+        "join the cluster and read or change the model");
+  return Status();
+}
+
+struct CoordinatorArgs {
+  CommonArgs common;
+  std::string listen;
+  uint32_t shards = 1, workers = 1;
+  std::string model = "fm", optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
+  size_t dim = 8;
+  float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
+  uint32_t batch = 512, epochs = 1, max_inflight = 2;
+  uint64_t seed = 1, skip_bad_lines = 0;
+  bool no_cache = false, require_all = false;
+  std::string test, report, cache_dir;
+  uint32_t heartbeat_ms = 1000, heartbeat_timeout_ms = 10000;
+};
+
+}  // namespace
+
+Runner add_coordinator(CLI::App& app) {
+  auto a = std::make_shared<CoordinatorArgs>();
+  CLI::App* cmd = app.add_subcommand("coordinator", "Run a cluster's coordinator: membership, layout, the job's end");
+  cmd->add_option("--listen", a->listen, "Where members reach it, e.g. tcp://10.0.0.1:7100")->required();
+  cmd->add_option("--shards", a->shards, "PS shards, over all `colony ps` members")
+      ->check(CLI::Range(1u, 4096u))->capture_default_str();
+  cmd->add_option("--workers", a->workers, "Worker replicas, over all `colony worker` members")
+      ->check(CLI::Range(1u, 4096u))->capture_default_str();
+  cmd->add_option("--test", a->test, "Test file evaluated at the end (libsvm, Criteo TSV or a binary cache)");
+  cmd->add_option("--report", a->report, "Write a JSON report to this file");
+  cmd->add_option("--model", a->model, "lr or fm")->capture_default_str();
+  cmd->add_option("--dim", a->dim, "FM factor dimension")->check(CLI::Range(size_t{1}, max_fm_dim))->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
+  cmd->add_option("--lr", a->lr, "Step size (default per optimizer, as `colony train`)");
+  cmd->add_option("--l1", a->l1, "L1 strength, FTRL only");
+  cmd->add_option("--l2", a->l2, "L2 strength");
+  cmd->add_option("--batch", a->batch, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--epochs", a->epochs, "Passes over the training data")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed for initialisation and the shard map")->capture_default_str();
+  cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
+  cmd->add_option("--push", a->push, "hierarchical (one aggregator per worker member) or flat")->capture_default_str();
+  cmd->add_option("--max-inflight", a->max_inflight, "Steps whose pulls a worker keeps in flight")
+      ->check(CLI::Range(1u, 64u))->capture_default_str();
+  cmd->add_option("--skip-bad-lines", a->skip_bad_lines, "Malformed input lines each worker tolerates")->capture_default_str();
+  cmd->add_flag("--no-cache", a->no_cache, "Workers neither read nor write binary caches");
+  cmd->add_option("--cache-dir", a->cache_dir, "Where the test file's binary cache goes");
+  cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--heartbeat-timeout-ms", a->heartbeat_timeout_ms, "Silence after which a member is lost")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_flag("--require-all-workers", a->require_all,
+                "Fail the job when a worker member is lost (default: go on with the rest)");
+  add_common(cmd, a->common);
+  return [a]() {
+    const DaemonLog log = make_log("coordinator");
+    if (Status s = check_security(a->common, log); !s.ok()) return fail(s);
+    CoordinatorDaemonOptions o;
+    o.listen = a->listen;
+    o.security = a->common.security;
+    o.cluster_id = a->common.cluster_id;
+    o.shards = a->shards;
+    o.workers = a->workers;
+    o.test = a->test;
+    o.reader.use_cache = !a->no_cache;
+    o.reader.cache_dir = a->cache_dir;
+    o.join_timeout_ms = static_cast<uint64_t>(a->common.join_timeout_s * 1000);
+    o.heartbeat_ms = a->heartbeat_ms;
+    o.heartbeat_timeout_ms = a->heartbeat_timeout_ms;
+    o.require_all_workers = a->require_all;
+    JobSpec& j = o.job;
+    auto model = parse_model(a->model);
+    if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
+    j.model = static_cast<uint8_t>(*model);
+    j.dim = static_cast<uint32_t>(a->dim);
+    auto opt = parse_optimizer(a->optimizer);
+    if (!opt) return fail(Status::invalid_input("--optimizer: " + opt.status().message()));
+    j.optimizer = default_optimizer_config(*opt);
+    if (a->lr >= 0.0f) j.optimizer.lr = a->lr;
+    if (a->l1 >= 0.0f) j.optimizer.l1 = a->l1;
+    if (a->l2 >= 0.0f) j.optimizer.l2 = a->l2;
+    j.seed = a->seed;
+    j.batch = a->batch;
+    j.epochs = a->epochs;
+    auto consistency = parse_consistency(a->consistency);
+    if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
+    j.consistency = *consistency;
+    if (a->push != "flat" && a->push != "hierarchical")
+      return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
+    j.hierarchical = a->push == "hierarchical";
+    j.max_inflight = a->max_inflight;
+    j.skip_bad_lines = a->skip_bad_lines;
+    j.use_cache = !a->no_cache;
+    DaemonSignals signals;
+    install_signal_handlers(signals);
+    const auto start = std::chrono::steady_clock::now();
+    auto r = run_coordinator(o, log, signals);
+    if (!r) return fail(r.status());
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double sps = r->train_seconds > 0 ? double(r->train_samples) / r->train_seconds : 0.0;
+    auto optional_number = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    nlohmann::json rep = {
+        {"test_logloss", optional_number(r->test_logloss)},
+        {"test_auc", optional_number(r->test_auc)},
+        {"train_samples", r->train_samples},
+        {"samples_per_sec", sps},
+        {"wall_seconds", wall},
+        {"peak_rss_bytes", peak_rss_bytes()},
+        {"train_logloss", r->train_logloss},
+        {"train_seconds", r->train_seconds},
+        {"test_samples", r->test_samples},
+        {"shards", a->shards},
+        {"workers", a->workers},
+        {"members", r->members},
+        {"workers_lost", r->workers_lost},
+        {"workers_drained", r->workers_drained},
+        {"consistency", to_string(j.consistency)},
+        {"push", a->push},
+        {"model", a->model},
+        {"optimizer", a->optimizer},
+        {"pull_messages", r->pull_messages},
+        {"push_messages", r->push_messages},
+        {"push_bytes", r->push_bytes},
+        {"bad_lines_skipped", r->bad_lines_skipped},
+        {"bad_messages", r->bad_messages},
+        {"refused_peers", r->refused_peers},
+        {"stopped_by_signal", r->stopped_by_signal},
+    };
+    if (r->test_logloss)
+      std::printf("test_logloss %.5f  test_auc %.4f\n", *r->test_logloss, r->test_auc.value_or(0.0));
+    std::printf("train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u\n",
+                static_cast<unsigned long long>(r->train_samples), sps, wall, r->workers_lost);
+    if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
+    return 0;
+  };
+}
+
+namespace {
+
+struct MemberArgs {
+  CommonArgs common;
+  MemberDaemonOptions options;
+  std::string store = "memory";
+};
+
+Runner add_member(CLI::App& app, MemberRole role) {
+  auto a = std::make_shared<MemberArgs>();
+  a->options.role = role;
+  const bool ps = role == MemberRole::ps;
+  CLI::App* cmd = app.add_subcommand(
+      ps ? "ps" : "worker",
+      ps ? "Run parameter-server shards for a cluster" : "Run worker replicas (and their node aggregator) for a cluster");
+  MemberDaemonOptions& o = a->options;
+  cmd->add_option("--coordinator", o.coordinator, "The coordinator's --listen endpoint, e.g. tcp://10.0.0.1:7100")
+      ->required();
+  cmd->add_option("--listen", o.listen,
+                  "This process's own socket (peers connect to it), e.g. tcp://10.0.0.2:7101; port * = any")
+      ->capture_default_str();
+  cmd->add_option("--advertise", o.advertise, "Host or IP peers use to reach --listen (needed with 0.0.0.0)");
+  cmd->add_option("--threads", o.threads, "Actor scheduler threads (0: one per core)")->capture_default_str();
+  if (ps) {
+    cmd->add_option("--shards", o.count, "Shards this process hosts")->check(CLI::Range(1u, 4096u))->capture_default_str();
+    cmd->add_option("--store", a->store, "Row store: memory")->capture_default_str();
+  } else {
+    cmd->add_option("--data", o.data, "Training file (libsvm, Criteo TSV or a binary cache)")->required();
+    cmd->add_option("--replicas", o.count, "Worker replicas in this process")
+        ->check(CLI::Range(1u, 4096u))->capture_default_str();
+    cmd->add_option("--cache-dir", o.reader.cache_dir, "Where binary caches of text files go (default: beside each file)");
+  }
+  add_common(cmd, a->common);
+  return [a, ps]() {
+    const DaemonLog log = make_log(ps ? "ps" : "worker");
+    if (Status s = check_security(a->common, log); !s.ok()) return fail(s);
+    MemberDaemonOptions o = a->options;
+    if (ps && a->store != "memory")
+      return fail(Status::invalid_input("--store " + a->store + ": only \"memory\" is available in this version"));
+    o.security = a->common.security;
+    o.cluster_id = a->common.cluster_id;
+    o.join_timeout_ms = static_cast<uint64_t>(a->common.join_timeout_s * 1000);
+    DaemonSignals signals;
+    install_signal_handlers(signals);
+    Status s = run_member(o, log, signals);
+    if (!s.ok()) return fail(s);
+    return 0;
+  };
+}
+
+}  // namespace
+
+Runner add_ps(CLI::App& app) { return add_member(app, MemberRole::ps); }
+Runner add_worker(CLI::App& app) { return add_member(app, MemberRole::worker); }
+
+}  // namespace colony::cli

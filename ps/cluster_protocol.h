@@ -1,0 +1,133 @@
+// The control protocol between the coordinator and the member processes of a cluster (`colony
+// ps`, `colony worker`): joining, the layout the coordinator hands out, start, heartbeats, the
+// end of the job. Plain structs, like ps/protocol.h; actors/envelope.h puts them on the wire.
+//
+// A member is one process. It joins with the node cores it can host (a ps: shards; a worker:
+// replicas, plus a node aggregator under hierarchical push); once every expected member has
+// joined, the coordinator numbers the nodes and sends every member a Welcome with the whole
+// layout, so members can reach each other directly. Members answer Ready once their cores are
+// built; the coordinator then sends Start to the workers. Both sides send Heartbeats; a member
+// silent for the heartbeat timeout is lost (see ps/coordinator_core.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ps/optimizer.h"
+#include "ps/protocol.h"
+#include "ps/shard_map.h"
+
+namespace colony {
+
+enum class MemberRole : uint8_t { ps = 0, worker = 1 };
+const char* to_string(MemberRole role);
+
+// Everything a member needs to build its cores the way the coordinator was told to train.
+struct JobSpec {
+  uint8_t model = 1;            // ModelKind (worker/model.h): 0 lr, 1 fm
+  uint32_t dim = 8;
+  OptimizerConfig optimizer;
+  uint64_t seed = 1;
+  float factor_init_std = 0.01f;
+  uint32_t batch = 512;
+  uint32_t epochs = 1;
+  Consistency consistency;
+  bool hierarchical = false;    // push through a node aggregator per worker member
+  uint32_t max_inflight = 2;
+  uint64_t skip_bad_lines = 0;
+  bool use_cache = true;
+  bool operator==(const JobSpec&) const = default;
+};
+
+struct MemberInfo {
+  MemberRole role = MemberRole::ps;
+  std::string endpoint;    // where the member's own socket listens, e.g. tcp://10.0.0.2:7101
+  std::string public_key;  // its CURVE public key in Z85; empty on an --insecure cluster
+  uint32_t count = 1;      // shards (ps) or worker replicas (worker) it hosts
+  std::string data;        // a worker's --data path (the coordinator compares them)
+  // Assigned by the coordinator (in Welcome):
+  NodeId first_node = 0;   // its cores are nodes first_node .. first_node + count - 1
+  bool has_aggregator = false;
+  NodeId aggregator = 0;   // its node aggregator (hierarchical push)
+  bool operator==(const MemberInfo&) const = default;
+};
+
+struct Join {
+  MemberInfo member;  // the assigned fields are ignored
+};
+
+struct Welcome {
+  uint32_t you = 0;                  // the receiver's index in `members`
+  std::vector<MemberInfo> members;   // every member, in join order
+  JobSpec job;
+  ShardMapSpec map;
+  NodeId coordinator_node = 0;       // the coordinator's own node id (it pulls to evaluate)
+  uint32_t workers_total = 0;        // worker replicas in the cluster
+  // True when every worker member named the same --data: replica g of W trains on batches
+  // g, g+W, ...; false: each member's replicas split its own file among themselves.
+  bool split_data = true;
+  uint32_t heartbeat_ms = 1000;
+  uint32_t heartbeat_timeout_ms = 10000;
+};
+
+struct Ready {};
+struct Start {};
+
+struct Heartbeat {
+  uint64_t samples = 0;  // a worker member's samples trained so far
+};
+
+// A worker member's cores are all done (or one failed, or it drained after SIGTERM).
+struct MemberDone {
+  std::string error;  // empty: success
+  bool drained = false;  // stopped early on SIGTERM
+  uint64_t samples = 0;
+  double loss_sum = 0.0;
+  uint64_t steps = 0;
+  uint64_t pull_messages = 0;
+  uint64_t push_messages = 0;  // to the shards (by the aggregator under hierarchical push)
+  uint64_t push_bytes = 0;
+  uint64_t bad_lines_skipped = 0;
+};
+
+// Sent to every member when members were lost: messages to these nodes are dropped from now on.
+struct NodesLost {
+  std::vector<NodeId> nodes;
+  std::string reason;
+};
+
+// A member leaves on its own (SIGTERM); `reason` says why.
+struct Leave {
+  std::string reason;
+};
+
+// The job is over: members stop and exit (0 when `error` is empty).
+struct Shutdown {
+  std::string error;
+};
+
+// The coordinator has taken a join; `status` says who it still waits for.
+struct Joined {
+  std::string status;
+};
+
+// A join the coordinator will not take (the cluster is full, the role is unknown).
+struct Refuse {
+  std::string reason;
+};
+
+using ControlBody =
+    std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown, Refuse, Joined>;
+
+// A control message and who sent it: a member's index once welcomed, or control_from_unknown
+// (a joiner, or the coordinator, which is control_from_coordinator).
+inline constexpr uint32_t control_from_unknown = 0xffffffffu;
+inline constexpr uint32_t control_from_coordinator = 0xfffffffeu;
+struct ControlMessage {
+  uint32_t from = control_from_unknown;
+  ControlBody body;
+};
+
+}  // namespace colony

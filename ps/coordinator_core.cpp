@@ -1,0 +1,283 @@
+#include "ps/coordinator_core.h"
+
+#include <algorithm>
+
+namespace colony {
+
+const char* to_string(MemberRole role) { return role == MemberRole::ps ? "ps" : "worker"; }
+
+namespace {
+std::string plural(uint32_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+}  // namespace
+
+Expected<CoordinatorCore> CoordinatorCore::make(const CoordinatorConfig& config, uint64_t now_ms) {
+  if (config.shards == 0) return Status::invalid_input("--shards must be at least 1");
+  if (config.workers == 0) return Status::invalid_input("--workers must be at least 1");
+  if (config.heartbeat_ms == 0) return Status::invalid_input("--heartbeat-ms must be at least 1");
+  if (config.heartbeat_timeout_ms <= config.heartbeat_ms)
+    return Status::invalid_input(fmt::format("--heartbeat-timeout-ms {} must be above --heartbeat-ms {}",
+                                             config.heartbeat_timeout_ms, config.heartbeat_ms));
+  if (config.notice_ms == 0) return Status::invalid_input("the notice interval must be at least 1 ms");
+  return CoordinatorCore(config, now_ms);
+}
+
+CoordinatorCore::CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms) : config_(config) {
+  config_.map.shards = config.shards;
+  join_deadline_ms_ = now_ms + config.join_timeout_ms;
+  next_notice_ms_ = now_ms + config.notice_ms;
+  next_heartbeat_ms_ = now_ms + config.heartbeat_ms;
+}
+
+uint32_t CoordinatorCore::joined(MemberRole role) const {
+  uint32_t n = 0;
+  for (const MemberInfo& m : members_)
+    if (m.role == role) n += m.count;
+  return n;
+}
+
+std::string CoordinatorCore::waiting_for() const {
+  std::string joined_list;
+  for (const MemberInfo& m : members_)
+    joined_list += fmt::format("{}{} {}", joined_list.empty() ? "" : ", ", to_string(m.role), m.endpoint);
+  return fmt::format("{}/{} shards and {}/{} worker replicas have joined{}{}", joined(MemberRole::ps),
+                     config_.shards, joined(MemberRole::worker), config_.workers,
+                     members_.empty() ? "" : " (", members_.empty() ? "" : joined_list + ")");
+}
+
+void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out) {
+  if (phase_ == CoordinatorPhase::ended) return;
+  if (auto* join = std::get_if<Join>(&message.body)) return on_join(*join, now_ms, out);
+  const uint32_t i = message.from;
+  if (i >= members_.size() || phase_ == CoordinatorPhase::joining) {
+    out.log.push_back(fmt::format("ignored a control message of kind {} from unknown member {}",
+                                  message.body.index(), i));
+    return;
+  }
+  MemberState& st = state_[i];
+  const MemberInfo& m = members_[i];
+  if (st.gone) return;  // declared lost: what it still says does not count
+  st.last_heard_ms = now_ms;
+  if (auto* hb = std::get_if<Heartbeat>(&message.body)) {
+    if (!st.finished) st.samples = hb->samples;
+  } else if (std::holds_alternative<Ready>(message.body)) {
+    if (phase_ != CoordinatorPhase::starting || st.ready) return;
+    st.ready = true;
+    if (std::all_of(state_.begin(), state_.end(), [](const MemberState& s) { return s.ready; })) {
+      phase_ = CoordinatorPhase::running;
+      out.log.push_back(fmt::format("all {} members are ready: training starts", members_.size()));
+      for (size_t w = 0; w < members_.size(); ++w)
+        if (members_[w].role == MemberRole::worker)
+          out.control.push_back({members_[w].endpoint, members_[w].public_key, {control_from_coordinator, Start{}}});
+    }
+  } else if (auto* done = std::get_if<MemberDone>(&message.body)) {
+    if (m.role != MemberRole::worker || st.finished) return;
+    st.finished = true;
+    st.samples = done->samples;
+    totals_.samples += done->samples;
+    totals_.loss_sum += done->loss_sum;
+    totals_.steps += done->steps;
+    totals_.pull_messages += done->pull_messages;
+    totals_.push_messages += done->push_messages;
+    totals_.push_bytes += done->push_bytes;
+    totals_.bad_lines_skipped += done->bad_lines_skipped;
+    if (!done->error.empty())
+      return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error), out);
+    if (done->drained) {
+      ++totals_.workers_drained;
+      out.log.push_back(fmt::format("worker member {} at {} stopped early (SIGTERM) after {} samples", i,
+                                    m.endpoint, done->samples));
+    } else {
+      out.log.push_back(fmt::format("worker member {} at {} finished: {} samples", i, m.endpoint, done->samples));
+    }
+    maybe_trained(out);
+  } else if (auto* leave = std::get_if<Leave>(&message.body)) {
+    st.gone = true;
+    if (m.role == MemberRole::ps)
+      return fail(fmt::format("ps member {} at {} left ({}): its shards are gone", i, m.endpoint, leave->reason), out);
+    if (!st.finished) lose(i, "left: " + leave->reason, out);
+  } else {
+    out.log.push_back(fmt::format("ignored a control message of kind {} from member {} at {}",
+                                  message.body.index(), i, m.endpoint));
+  }
+}
+
+void CoordinatorCore::on_join(const Join& j, uint64_t now_ms, CoordinatorEffects& out) {
+  const MemberInfo& m = j.member;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].endpoint == m.endpoint) {
+      state_[i].last_heard_ms = now_ms;
+      // A retry: the member is already known (its Welcome, if due, is on its way).
+      if (phase_ == CoordinatorPhase::joining)
+        out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
+      return;
+    }
+  }
+  auto refuse = [&](std::string why) {
+    out.log.push_back(fmt::format("refused a {} joining from {}: {}", to_string(m.role), m.endpoint, why));
+    out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Refuse{std::move(why)}}});
+  };
+  if (phase_ != CoordinatorPhase::joining) return refuse("the cluster is complete and the job has started");
+  const uint32_t want = m.role == MemberRole::ps ? config_.shards : config_.workers;
+  const uint32_t have = joined(m.role);
+  if (have + m.count > want)
+    return refuse(fmt::format("it would host {} but only {} more {} expected", plural(m.count, m.role == MemberRole::ps ? "shard" : "replica"),
+                              want - have, m.role == MemberRole::ps ? "shards are" : "replicas are"));
+  members_.push_back(m);
+  state_.push_back(MemberState{now_ms, 0, false, false, false});
+  out.log.push_back(fmt::format("{} joined from {} with {}: {}", to_string(m.role), m.endpoint,
+                                plural(m.count, m.role == MemberRole::ps ? "shard" : "replica"), waiting_for()));
+  out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
+  if (joined(MemberRole::ps) == config_.shards && joined(MemberRole::worker) == config_.workers) {
+    for (MemberState& s : state_) s.last_heard_ms = now_ms;
+    welcome(out);
+  }
+}
+
+void CoordinatorCore::welcome(CoordinatorEffects& out) {
+  NodeId next = 0;
+  for (MemberInfo& m : members_)
+    if (m.role == MemberRole::ps) { m.first_node = next; next += m.count; }
+  for (MemberInfo& m : members_)
+    if (m.role == MemberRole::worker) { m.first_node = next; next += m.count; }
+  for (MemberInfo& m : members_) {
+    if (m.role != MemberRole::worker || !config_.job.hierarchical) continue;
+    m.has_aggregator = true;
+    m.aggregator = next++;
+  }
+  coordinator_node_ = next;
+  bool same_data = true;
+  const MemberInfo* first_worker = nullptr;
+  for (const MemberInfo& m : members_) {
+    if (m.role != MemberRole::worker) continue;
+    if (!first_worker) first_worker = &m;
+    else if (m.data != first_worker->data) same_data = false;
+  }
+  phase_ = CoordinatorPhase::starting;
+  for (uint32_t i = 0; i < members_.size(); ++i) {
+    Welcome w;
+    w.you = i;
+    w.members = members_;
+    w.job = config_.job;
+    w.map = config_.map;
+    w.coordinator_node = coordinator_node_;
+    w.workers_total = config_.workers;
+    w.split_data = same_data;
+    w.heartbeat_ms = config_.heartbeat_ms;
+    w.heartbeat_timeout_ms = config_.heartbeat_timeout_ms;
+    out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, std::move(w)}});
+  }
+  out.log.push_back(fmt::format("every member has joined ({} shards, {} worker replicas{}): sent the layout",
+                                config_.shards, config_.workers,
+                                same_data ? ", one training file split among them" : ", each member its own file"));
+}
+
+void CoordinatorCore::lose(uint32_t i, const std::string& why, CoordinatorEffects& out) {
+  MemberState& st = state_[i];
+  const MemberInfo& m = members_[i];
+  st.gone = true;
+  if (m.role == MemberRole::ps)
+    return fail(fmt::format("lost ps member {} at {} (shards {}..{}): {}", i, m.endpoint, m.first_node,
+                            m.first_node + m.count - 1, why),
+                out);
+  if (phase_ == CoordinatorPhase::starting || config_.require_all_workers)
+    return fail(fmt::format("lost worker member {} at {}: {}{}", i, m.endpoint, why,
+                            config_.require_all_workers ? " (--require-all-workers is set)" : " (before training started)"),
+                out);
+  ++totals_.workers_lost;
+  // Its senders will push nothing more: tell every shard they are done, so the consistency gate
+  // stops waiting for them. A push of theirs still in flight arrives as a duplicate (its clock is
+  // not above clock_done) and is acknowledged without being applied.
+  std::vector<NodeId> senders, nodes;
+  for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) nodes.push_back(n);
+  if (m.has_aggregator) {
+    senders.push_back(m.aggregator);
+    nodes.push_back(m.aggregator);
+  } else {
+    senders = nodes;
+  }
+  for (NodeId sender : senders)
+    for (NodeId shard = 0; shard < config_.shards; ++shard)
+      out.ps.push_back({shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done}});
+  const std::string reason = fmt::format("worker member {} at {} was lost: {}", i, m.endpoint, why);
+  out.log.push_back(reason + "; the job goes on without its replicas (nodes " +
+                    fmt::format("{}..{})", m.first_node, m.first_node + m.count - 1));
+  send_all(NodesLost{nodes, reason}, out);
+  maybe_trained(out);
+}
+
+void CoordinatorCore::maybe_trained(CoordinatorEffects& out) {
+  if (phase_ != CoordinatorPhase::running) return;
+  bool all = true, any_finished = false;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].role != MemberRole::worker) continue;
+    if (state_[i].finished) any_finished = true;
+    else if (!state_[i].gone) all = false;
+  }
+  if (!all) return;
+  if (!any_finished) return fail("every worker member was lost", out);
+  phase_ = CoordinatorPhase::trained;
+  out.training_done = true;
+  out.log.push_back(fmt::format("training done: {} samples", totals_.samples));
+}
+
+void CoordinatorCore::fail(const std::string& why, CoordinatorEffects& out) {
+  if (phase_ == CoordinatorPhase::ended) return;
+  out.log.push_back("the job failed: " + why);
+  send_all(Shutdown{why}, out);
+  phase_ = CoordinatorPhase::ended;
+  out.failed = Status::internal(why);
+}
+
+void CoordinatorCore::finish(const std::string& error, CoordinatorEffects& out) {
+  if (phase_ == CoordinatorPhase::ended) return;
+  send_all(Shutdown{error}, out);
+  phase_ = CoordinatorPhase::ended;
+}
+
+void CoordinatorCore::send_all(const ControlBody& body, CoordinatorEffects& out) {
+  for (size_t i = 0; i < members_.size(); ++i)
+    if (!state_[i].gone)
+      out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, body}});
+}
+
+void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
+  if (phase_ == CoordinatorPhase::ended) return;
+  if (phase_ == CoordinatorPhase::joining) {
+    if (now_ms >= join_deadline_ms_)
+      return fail(fmt::format("gave up after {} s (--join-timeout): {}", config_.join_timeout_ms / 1000,
+                              waiting_for()),
+                  out);
+    if (now_ms >= next_notice_ms_) {
+      out.log.push_back("waiting for members: " + waiting_for());
+      next_notice_ms_ = now_ms + config_.notice_ms;
+    }
+    return;
+  }
+  if (now_ms >= next_heartbeat_ms_) {
+    send_all(Heartbeat{samples_reported()}, out);
+    next_heartbeat_ms_ = now_ms + config_.heartbeat_ms;
+  }
+  for (uint32_t i = 0; i < members_.size() && phase_ != CoordinatorPhase::ended; ++i) {
+    const MemberState& st = state_[i];
+    if (st.gone || st.finished) continue;
+    if (now_ms > st.last_heard_ms + config_.heartbeat_timeout_ms)
+      lose(i, fmt::format("no heartbeat for {} ms (--heartbeat-timeout-ms)", now_ms - st.last_heard_ms), out);
+  }
+}
+
+uint64_t CoordinatorCore::next_deadline() const {
+  if (phase_ == CoordinatorPhase::joining) return std::min(join_deadline_ms_, next_notice_ms_);
+  uint64_t t = next_heartbeat_ms_;
+  for (size_t i = 0; i < members_.size(); ++i)
+    if (!state_[i].gone && !state_[i].finished)
+      t = std::min(t, state_[i].last_heard_ms + config_.heartbeat_timeout_ms + 1);
+  return t;
+}
+
+uint64_t CoordinatorCore::samples_reported() const {
+  uint64_t n = 0;
+  for (const MemberState& s : state_) n += s.samples;
+  return n;
+}
+
+}  // namespace colony

@@ -1,0 +1,136 @@
+// The coordinator of a cluster as a pure state machine: membership, the layout, heartbeats and
+// the end of the job.
+//
+// It takes control messages and the time (milliseconds on any monotonic clock the driver
+// chooses: the daemon's steady clock, the simulator's virtual one) and returns effects: control
+// messages to members, parameter-server messages to shards, log lines, and whether the job
+// has finished training or failed. It never reads a clock or touches a socket; the driver
+// calls on_timer(now) at next_deadline() or sooner.
+//
+// Life of a job:
+//   joining   members join (a ps with the shards it hosts, a worker with its replicas) until
+//             the shards and replicas expected are all there. A member that joins again from
+//             the same endpoint (a retry) is the same member. Every notice_ms the coordinator
+//             logs who it still waits for; after join_timeout_ms it fails the job naming them.
+//   starting  every member is sent a Welcome with the whole layout; the job starts (Start to
+//             every worker member) once each has answered Ready.
+//   running   members send heartbeats; a member silent for heartbeat_timeout_ms is lost. A lost
+//             ps member fails the job (its rows are gone). A lost worker member fails the job
+//             when require_all_workers; otherwise the coordinator tells every shard that the
+//             lost member's senders are done (a ClockAdvance to clock_done on their behalf, so
+//             the consistency gate stops waiting for them), tells the other members to drop
+//             messages to its nodes, and the job goes on with the rest.
+//   trained   every worker member has finished (MemberDone) or been lost: training_done is set
+//             once. The driver evaluates the model and calls finish().
+//   ended     Shutdown went to every member (also after a failure).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "ps/cluster_protocol.h"
+#include "ps/protocol.h"
+
+namespace colony {
+
+struct CoordinatorConfig {
+  uint32_t shards = 1;   // shards expected, over all ps members
+  uint32_t workers = 1;  // worker replicas expected, over all worker members
+  JobSpec job;
+  ShardMapSpec map;      // its `shards` is overwritten with `shards`
+  uint64_t join_timeout_ms = 60'000;
+  uint64_t notice_ms = 5'000;           // how often "still waiting" is logged
+  uint32_t heartbeat_ms = 1'000;        // how often members and coordinator send heartbeats
+  uint32_t heartbeat_timeout_ms = 10'000;
+  bool require_all_workers = false;
+};
+
+enum class CoordinatorPhase { joining, starting, running, trained, ended };
+
+// A control message for a member, or for a joiner that is not one (a refusal).
+struct ControlOut {
+  std::string endpoint;    // where it listens
+  std::string public_key;  // its CURVE server key (empty on an --insecure cluster)
+  ControlMessage message;
+};
+
+struct CoordinatorEffects {
+  std::vector<ControlOut> control;
+  Outbox ps;                      // to shard nodes
+  std::vector<std::string> log;   // lines for the operator
+  bool training_done = false;     // set once, when the job reaches `trained`
+  Status failed;                  // set once, when the job fails (Shutdown already queued)
+};
+
+// What the members reported at the end, summed.
+struct CoordinatorTotals {
+  uint64_t samples = 0;
+  double loss_sum = 0.0;
+  uint64_t steps = 0;
+  uint64_t pull_messages = 0;
+  uint64_t push_messages = 0;
+  uint64_t push_bytes = 0;
+  uint64_t bad_lines_skipped = 0;
+  uint32_t workers_lost = 0;     // worker members lost (heartbeat timeout)
+  uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
+};
+
+class CoordinatorCore {
+ public:
+  // Fails with invalid_input for zero shards or workers, zero heartbeat interval or a timeout
+  // not above the interval.
+  static Expected<CoordinatorCore> make(const CoordinatorConfig& config, uint64_t now_ms);
+
+  // A control message from a member (`message.from` is its index, or control_from_unknown for
+  // a Join). Messages that make no sense in the current phase are logged and ignored.
+  void on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out);
+  // Deadlines: join timeout, notices, heartbeats to send, members to declare lost.
+  void on_timer(uint64_t now_ms, CoordinatorEffects& out);
+  // The next time on_timer has something to do.
+  uint64_t next_deadline() const;
+
+  // After training_done: Shutdown to every member still there; the phase becomes ended.
+  void finish(const std::string& error, CoordinatorEffects& out);
+
+  CoordinatorPhase phase() const { return phase_; }
+  const std::vector<MemberInfo>& members() const { return members_; }
+  // Whether member i was lost or has left.
+  bool gone(uint32_t i) const { return state_[i].gone; }
+  NodeId coordinator_node() const { return coordinator_node_; }
+  const CoordinatorTotals& totals() const { return totals_; }
+  uint64_t samples_reported() const;  // from the latest heartbeats and final reports
+
+ private:
+  struct MemberState {
+    uint64_t last_heard_ms = 0;
+    uint64_t samples = 0;
+    bool ready = false;
+    bool finished = false;
+    bool gone = false;
+  };
+  explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
+  void on_join(const Join& j, uint64_t now_ms, CoordinatorEffects& out);
+  void welcome(CoordinatorEffects& out);
+  void lose(uint32_t i, const std::string& why, CoordinatorEffects& out);
+  void fail(const std::string& why, CoordinatorEffects& out);
+  void maybe_trained(CoordinatorEffects& out);
+  void send_all(const ControlBody& body, CoordinatorEffects& out);
+  std::string waiting_for() const;
+  uint32_t joined(MemberRole role) const;
+
+  CoordinatorConfig config_;
+  CoordinatorPhase phase_ = CoordinatorPhase::joining;
+  std::vector<MemberInfo> members_;
+  std::vector<MemberState> state_;
+  NodeId coordinator_node_ = 0;
+  uint64_t join_deadline_ms_ = 0;
+  uint64_t next_notice_ms_ = 0;
+  uint64_t next_heartbeat_ms_ = 0;
+  CoordinatorTotals totals_;
+};
+
+}  // namespace colony
