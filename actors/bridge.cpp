@@ -74,9 +74,9 @@ struct Bridge::Impl {
     return lost.count(n) != 0;
   }
 
-  Status send_bytes(Link& l, const std::vector<uint8_t>& bytes) {
+  Status send_bytes(Link& l, const std::vector<uint8_t>& bytes, bool wait = true) {
     std::lock_guard lock(l.mu);
-    Status s = l.client->send(bytes);
+    Status s = l.client->send(bytes, wait);
     if (s.ok()) ++sent;
     return s;
   }
@@ -205,12 +205,13 @@ Expected<std::unique_ptr<Bridge>> Bridge::open(const BridgeOptions& options, caf
 
 const std::string& Bridge::endpoint() const { return impl_->server->last_endpoint(); }
 
-Status Bridge::send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m) {
+Status Bridge::send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m,
+                            bool wait) {
   auto l = impl_->link(endpoint, public_key);
   if (!l) return l.status();
   auto bytes = encode_control_message(m, impl_->options.cluster_id);
   if (!bytes) return bytes.status();
-  return impl_->send_bytes(**l, *bytes);
+  return impl_->send_bytes(**l, *bytes, wait);
 }
 
 Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first,

@@ -70,8 +70,10 @@ class Bridge {
   const std::string& endpoint() const;
 
   // Sends a control message to the process listening at `endpoint` (server key `public_key`,
-  // empty when insecure). Any thread. Fails with the link's error (bad key, queue full).
-  Status send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m);
+  // empty when insecure). Any thread. Fails with the link's error (bad key, queue full); with
+  // !wait, fails at once rather than waiting for room (or for a connection).
+  Status send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m,
+                      bool wait = true);
 
   // Makes nodes first..first+count-1 reachable at `endpoint`: a proxy actor each, stored in
   // shared->nodes. Call before set_routing_ready.

@@ -203,8 +203,8 @@ class Member {
   }
 
  private:
-  Status send(ControlBody body) {
-    return p_.bridge->send_control(o_.coordinator, keys_.server_public, ControlMessage{you_, std::move(body)});
+  Status send(ControlBody body, bool wait = true) {
+    return p_.bridge->send_control(o_.coordinator, keys_.server_public, ControlMessage{you_, std::move(body)}, wait);
   }
 
   // Until a Welcome: nullopt inside when the job ended (or a signal came) before it.
@@ -229,7 +229,9 @@ class Member {
             o_.coordinator, o_.join_timeout_ms / 1000));
       }
       if (!acknowledged && now >= next_join) {
-        if (Status s = send(Join{me_}); !s.ok()) return s;
+        // Not waiting: with no connection yet there is no queue, and the loop must keep its
+        // deadlines. An unsent Join is simply sent again next time.
+        (void)send(Join{me_}, /*wait=*/false);
         next_join = now + join_retry_ms;
       }
       if (now >= next_notice) {
@@ -602,7 +604,8 @@ class Coordinator {
       setup_routing();
     for (ControlOut& c : fx.control) {
       if (auto* lost = std::get_if<NodesLost>(&c.message.body)) p_.bridge->mark_lost(lost->nodes);
-      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message); !s.ok())
+      // Not waiting: the loop keeps its deadlines even when a member's queue is full or gone.
+      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false); !s.ok())
         log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));
     }
     if (!fx.ps.empty()) route(*p_.shared, fx.ps);

@@ -416,7 +416,7 @@ const std::string& ZmqClient::endpoint() const {
   return impl_->endpoint;
 }
 
-Status ZmqClient::send(std::span<const uint8_t> payload) {
+Status ZmqClient::send(std::span<const uint8_t> payload, bool wait) {
   const std::string& where = impl_->where;
   if (payload.size() > zmq_message_bytes_max)
     return Status::invalid_input(fmt::format("{}: a payload of {} bytes exceeds the {} byte limit",
@@ -424,8 +424,10 @@ Status ZmqClient::send(std::span<const uint8_t> payload) {
   try {
     for (;;) {
       try {
-        if (!impl_->dealer.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none))
-          return Status::io_error(fmt::format("{}: send: the queue stayed full", where));
+        if (!impl_->dealer.send(zmq::buffer(payload.data(), payload.size()),
+                                wait ? zmq::send_flags::none : zmq::send_flags::dontwait))
+          return Status::io_error(where + (wait ? ": send: the queue stayed full"
+                                                : ": send: the queue is full (or no connection yet)"));
         return Status();
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;

@@ -136,8 +136,10 @@ class ZmqClient {
   const std::string& endpoint() const;
 
   // Queues `payload` for the server. Fails with io_error when the queue stays full for
-  // send_timeout_ms, invalid_input for a payload over zmq_message_bytes_max.
-  Status send(std::span<const uint8_t> payload);
+  // send_timeout_ms (at once when !wait), invalid_input for a payload over zmq_message_bytes_max.
+  // With no connection made yet (the server unreachable, or the handshake refused), there is
+  // no queue: a send waits like a full one.
+  Status send(std::span<const uint8_t> payload, bool wait = true);
 
   // As ZmqServer::receive; the identity of what it returns is empty.
   Expected<Received> receive(int timeout_ms);

@@ -62,7 +62,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
   cmd->add_option("--cluster-id", a.cluster_id, "Messages of another cluster id are refused")->capture_default_str();
   cmd->add_option("--join-timeout", a.join_timeout_s, "Seconds to wait for the cluster to form before giving up")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->set_config("--config", "", "Read flags from this TOML file (keys are the flag names without --)");
+  add_config_option(cmd);
 }
 
 Status check_security(const CommonArgs& a, const DaemonLog& log) {

@@ -21,6 +21,15 @@ Runner add_coordinator(CLI::App& app);
 Runner add_ps(CLI::App& app);
 Runner add_worker(CLI::App& app);
 
+// Adds `--config FILE` to a subcommand: a TOML file whose keys are the subcommand's flag names
+// without the dashes (e.g. `shards = 2`, `insecure = true`, `test = "/data/test.libsvm"`).
+// Flags given on the command line win over the file. main() applies it (apply_config_file).
+void add_config_option(CLI::App* cmd);
+// Reads the --config file of `cmd`, if one was given, into the flags not set on the command line.
+// Throws CLI::ParseError (exit 2) naming the file for a file that cannot be read or parsed, a
+// key that is not a flag of `cmd`, or a value the flag refuses.
+void apply_config_file(CLI::App* cmd);
+
 // Prints "colony: error: <message>" and returns the exit code for the Status.
 int fail(const Status& status);
 // Bytes of peak resident memory of this process.

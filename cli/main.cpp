@@ -30,6 +30,38 @@ bool write_report(const std::string& path, const std::string& json_text) {
   return true;
 }
 
+void add_config_option(CLI::App* cmd) {
+  cmd->add_option("--config", "Read flags from this TOML file (keys: the flag names without --; the command line wins)");
+}
+
+void apply_config_file(CLI::App* cmd) {
+  CLI::Option* config = cmd->get_option_no_throw("--config");
+  if (config == nullptr || config->count() == 0) return;
+  const std::string path = config->as<std::string>();
+  std::vector<CLI::ConfigItem> items;
+  try {
+    items = CLI::ConfigTOML().from_file(path);
+  } catch (const CLI::Error& e) {
+    throw CLI::ValidationError("--config", path + ": " + e.what());
+  }
+  for (const CLI::ConfigItem& item : items) {
+    if (!item.parents.empty() && !(item.parents.size() == 1 && item.parents[0] == cmd->get_name()))
+      throw CLI::ValidationError("--config", path + ": section [" + CLI::detail::join(item.parents, ".") +
+                                                 "] is not [" + cmd->get_name() + "]");
+    if (item.name == "config") throw CLI::ValidationError("--config", path + ": a config file cannot name another");
+    CLI::Option* op = cmd->get_option_no_throw("--" + item.name);
+    if (op == nullptr)
+      throw CLI::ValidationError("--config", path + ": \"" + item.name + "\" is not a flag of colony " + cmd->get_name());
+    if (op->count() > 0) continue;  // given on the command line
+    for (const std::string& v : item.inputs) op->add_result(v);
+    try {
+      op->run_callback();
+    } catch (const CLI::Error& e) {
+      throw CLI::ValidationError("--config", path + ": " + item.name + ": " + e.what());
+    }
+  }
+}
+
 }  // namespace colony::cli
 
 int main(int argc, char** argv) {
@@ -46,6 +78,7 @@ int main(int argc, char** argv) {
   Runner worker = add_worker(app);
   try {
     app.parse(argc, argv);
+    for (CLI::App* sub : app.get_subcommands()) apply_config_file(sub);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;  // --help exits 0; every usage error exits 2
