@@ -32,6 +32,7 @@ struct OptimizerConfig {
   float adam_beta1 = 0.9f;
   float adam_beta2 = 0.999f;
   float adam_eps = 1e-8f;
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 // Parses "sgd", "adagrad", "ftrl" or "adam".

@@ -104,6 +104,7 @@ struct Consistency {
     const uint32_t k = kind == ConsistencyKind::bsp ? 0 : staleness;
     return uint64_t{min_clock} + k >= clock;
   }
+  bool operator==(const Consistency&) const = default;
 };
 // Parses "bsp", "asp" or "ssp:K" (K in 0..1000000).
 Expected<Consistency> parse_consistency(const std::string& text);

@@ -308,3 +308,191 @@ BOOST_AUTO_TEST_CASE(decoding_damaged_ps_messages_never_crashes) {
   BOOST_TEST_MESSAGE(decoded << " damaged messages decoded, " << refused << " refused");
   BOOST_TEST(refused > 0u);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Control messages (ps/cluster_protocol.h) and decode_wire_message.
+
+namespace {
+
+std::string random_text(SplitMix64& rng, size_t max) {
+  std::string s(rng.next() % (max + 1), ' ');
+  for (char& c : s) c = static_cast<char>('a' + rng.next() % 26);
+  return s;
+}
+
+MemberInfo random_member(SplitMix64& rng) {
+  MemberInfo m;
+  m.role = rng.next() % 2 ? MemberRole::ps : MemberRole::worker;
+  m.endpoint = "tcp://" + random_text(rng, 30) + ":7100";
+  m.public_key = rng.next() % 2 ? std::string(40, 'k') : std::string();
+  m.count = 1 + static_cast<uint32_t>(rng.next() % 4096);
+  m.data = random_text(rng, 100);
+  m.first_node = static_cast<uint32_t>(rng.next());
+  m.has_aggregator = rng.next() % 2;
+  m.aggregator = static_cast<uint32_t>(rng.next());
+  return m;
+}
+
+JobSpec random_job(SplitMix64& rng) {
+  JobSpec j;
+  j.model = static_cast<uint8_t>(rng.next() % 2);
+  j.dim = 1 + static_cast<uint32_t>(rng.next() % 1024);
+  j.optimizer.kind = static_cast<OptimizerKind>(rng.next() % 4);
+  j.optimizer.lr = static_cast<float>(rng.next() % 1000) / 997.0f;
+  j.optimizer.l1 = static_cast<float>(rng.next() % 100);
+  j.optimizer.l2 = static_cast<float>(rng.next() % 100);
+  j.seed = rng.next();
+  j.factor_init_std = 0.5f;
+  j.batch = 1 + static_cast<uint32_t>(rng.next() % 10000);
+  j.epochs = 1 + static_cast<uint32_t>(rng.next() % 100);
+  j.consistency = {static_cast<ConsistencyKind>(rng.next() % 3), static_cast<uint32_t>(rng.next() % 100)};
+  j.hierarchical = rng.next() % 2;
+  j.max_inflight = 1 + static_cast<uint32_t>(rng.next() % 64);
+  j.skip_bad_lines = rng.next();
+  j.use_cache = rng.next() % 2;
+  return j;
+}
+
+std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
+  Welcome w;
+  const size_t members = 1 + rng.next() % 20;
+  for (size_t i = 0; i < members; ++i) w.members.push_back(random_member(rng));
+  w.you = static_cast<uint32_t>(rng.next() % members);
+  w.job = random_job(rng);
+  w.map = ShardMapSpec{rng.next(), static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next()), rng.next()};
+  w.coordinator_node = static_cast<uint32_t>(rng.next());
+  w.workers_total = static_cast<uint32_t>(rng.next());
+  w.split_data = rng.next() % 2;
+  w.heartbeat_ms = 1 + static_cast<uint32_t>(rng.next() % 5000);
+  w.heartbeat_timeout_ms = 1 + static_cast<uint32_t>(rng.next() % 50000);
+  MemberDone d{random_text(rng, 200), rng.next() % 2 == 0, rng.next(), 0.25 * double(rng.next() % 1000), rng.next(),
+               rng.next(), rng.next(), rng.next(), rng.next()};
+  NodesLost lost;
+  for (size_t i = rng.next() % 10; i > 0; --i) lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
+  lost.reason = random_text(rng, 100);
+  const uint32_t from = static_cast<uint32_t>(rng.next());
+  return {
+      {from, Join{random_member(rng)}},  {from, std::move(w)},
+      {from, Ready{}},                   {from, Start{}},
+      {from, Heartbeat{rng.next()}},     {from, std::move(d)},
+      {from, std::move(lost)},           {from, Leave{random_text(rng, 300)}},
+      {from, Shutdown{random_text(rng, 300)}}, {from, Refuse{random_text(rng, 300)}},
+      {from, Joined{random_text(rng, 300)}},
+  };
+}
+
+bool same_body(const ControlBody& a, const ControlBody& b) {
+  if (a.index() != b.index()) return false;
+  return std::visit(
+      [&](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        const T& y = std::get<T>(b);
+        if constexpr (std::is_same_v<T, Join>) return x.member == y.member;
+        if constexpr (std::is_same_v<T, Welcome>)
+          return x.you == y.you && x.members == y.members && x.job == y.job && x.map.version == y.map.version &&
+                 x.map.shards == y.map.shards && x.map.vnodes_per_shard == y.map.vnodes_per_shard &&
+                 x.map.seed == y.map.seed && x.coordinator_node == y.coordinator_node &&
+                 x.workers_total == y.workers_total && x.split_data == y.split_data &&
+                 x.heartbeat_ms == y.heartbeat_ms && x.heartbeat_timeout_ms == y.heartbeat_timeout_ms;
+        if constexpr (std::is_same_v<T, Heartbeat>) return x.samples == y.samples;
+        if constexpr (std::is_same_v<T, MemberDone>)
+          return x.error == y.error && x.drained == y.drained && x.samples == y.samples && x.loss_sum == y.loss_sum &&
+                 x.steps == y.steps && x.pull_messages == y.pull_messages && x.push_messages == y.push_messages &&
+                 x.push_bytes == y.push_bytes && x.bad_lines_skipped == y.bad_lines_skipped;
+        if constexpr (std::is_same_v<T, NodesLost>) return x.nodes == y.nodes && x.reason == y.reason;
+        if constexpr (std::is_same_v<T, Leave>) return x.reason == y.reason;
+        if constexpr (std::is_same_v<T, Shutdown>) return x.error == y.error;
+        if constexpr (std::is_same_v<T, Refuse>) return x.reason == y.reason;
+        if constexpr (std::is_same_v<T, Joined>) return x.status == y.status;
+        return true;  // Ready, Start
+      },
+      a);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_control_message_kind_round_trips) {
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    SplitMix64 rng(seed);
+    for (const ControlMessage& m : random_control_messages(rng)) {
+      auto bytes = encode_control_message(m, 9);
+      BOOST_REQUIRE(bytes.ok());
+      auto back = decode_wire_message(*bytes, 9);
+      BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
+      BOOST_TEST(back->is_control);
+      BOOST_TEST(back->control.from == m.from);
+      BOOST_TEST(same_body(m.body, back->control.body), "kind " << m.body.index() << " seed " << seed);
+      BOOST_TEST(!decode_ps_message(*bytes, 9).ok());  // a control message is not a ps message
+      BOOST_TEST(!decode_wire_message(*bytes, 10).ok());  // nor another cluster's
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ps_messages_carry_their_receiver) {
+  SplitMix64 rng(11);
+  auto bytes = encode_ps_message(PushAck{random_header(rng)}, 4, 1234).value();
+  auto m = decode_wire_message(bytes, 4);
+  BOOST_REQUIRE(m.ok());
+  BOOST_TEST(!m->is_control);
+  BOOST_TEST(m->receiver == 1234u);
+}
+
+BOOST_AUTO_TEST_CASE(control_messages_out_of_range_are_refused_with_a_reason) {
+  auto refused = [](ControlBody body, const std::string& why) {
+    auto bytes = encode_control_message(ControlMessage{0, std::move(body)}, 1);
+    BOOST_REQUIRE(bytes.ok());
+    auto r = decode_wire_message(*bytes, 1);
+    BOOST_REQUIRE(!r.ok());
+    BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+    BOOST_TEST(r.status().message().find(why) != std::string::npos, r.status().message());
+  };
+  MemberInfo m;
+  m.endpoint = "tcp://10.0.0.1:7100";
+  m.count = 0;
+  refused(Join{m}, "cores");
+  m.count = 1;
+  m.public_key = "short";
+  refused(Join{m}, "public key");
+  m.public_key.clear();
+  m.endpoint = std::string(control_text_bytes_max + 1, 'x');
+  refused(Join{m}, "endpoint");
+  m.endpoint = "tcp://10.0.0.1:7100";
+  Welcome w;
+  w.members = {m};
+  w.you = 1;
+  refused(w, "member 1 of 1");
+  w.you = 0;
+  w.job.batch = 0;
+  refused(w, "zero batch");
+  w.job.batch = 1;
+  w.job.max_inflight = 65;
+  refused(w, "in-flight");
+  w.job.max_inflight = 2;
+  w.job.dim = 5000;
+  refused(w, "dim");
+  w.job.dim = 8;
+  w.heartbeat_ms = 0;
+  refused(w, "heartbeat");
+  refused(Shutdown{std::string(control_text_bytes_max + 1, 'e')}, "shutdown error");
+}
+
+BOOST_AUTO_TEST_CASE(decoding_damaged_control_messages_never_crashes) {
+  size_t refused = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SplitMix64 rng(seed * 31);
+    for (const ControlMessage& m : random_control_messages(rng)) {
+      const auto good = encode_control_message(m, 5).value();
+      for (int trial = 0; trial < 20; ++trial) {
+        std::vector<uint8_t> bad = good;
+        const int flips = 1 + static_cast<int>(rng.next() % 8);
+        for (int f = 0; f < flips; ++f) bad[rng.next() % bad.size()] ^= static_cast<uint8_t>(1u << (rng.next() % 8));
+        auto r = decode_wire_message(bad, 5);
+        if (!r.ok()) {
+          ++refused;
+          BOOST_REQUIRE(r.status().code() == Status::Code::invalid_input);
+        }
+      }
+    }
+  }
+  BOOST_TEST(refused > 0u);
+}
