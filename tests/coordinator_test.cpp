@@ -1,0 +1,285 @@
+// The coordinator core on its own: membership, layout, heartbeats and losses, driven by hand
+// with a fake clock (no sockets, no threads).
+#define BOOST_TEST_MODULE coordinator_test
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "common/hash.h"
+#include "ps/coordinator_core.h"
+
+using namespace colony;
+
+namespace {
+
+MemberInfo member(MemberRole role, int i, uint32_t count = 1) {
+  MemberInfo m;
+  m.role = role;
+  m.endpoint = "tcp://10.0.0." + std::to_string(i) + ":7000";
+  m.count = count;
+  m.data = "/data/train";
+  return m;
+}
+
+CoordinatorConfig config(uint32_t shards, uint32_t workers, bool hierarchical = true) {
+  CoordinatorConfig c;
+  c.shards = shards;
+  c.workers = workers;
+  c.job.hierarchical = hierarchical;
+  c.join_timeout_ms = 60'000;
+  c.heartbeat_ms = 1'000;
+  c.heartbeat_timeout_ms = 5'000;
+  return c;
+}
+
+template <class T>
+std::vector<std::pair<std::string, T>> sent(const CoordinatorEffects& fx) {
+  std::vector<std::pair<std::string, T>> out;
+  for (const ControlOut& c : fx.control)
+    if (auto* m = std::get_if<T>(&c.message.body)) out.emplace_back(c.endpoint, *m);
+  return out;
+}
+
+bool logged(const CoordinatorEffects& fx, const std::string& text) {
+  return std::any_of(fx.log.begin(), fx.log.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+}
+
+// Joins every member and answers Ready; returns the Welcome effects.
+CoordinatorEffects form(CoordinatorCore& core, const std::vector<MemberInfo>& members, uint64_t now) {
+  CoordinatorEffects welcome;
+  for (const MemberInfo& m : members) {
+    CoordinatorEffects fx;
+    core.on_message({control_from_unknown, Join{m}}, now, fx);
+    BOOST_REQUIRE_EQUAL(sent<Joined>(fx).size(), 1u);
+    if (!sent<Welcome>(fx).empty()) welcome = fx;
+  }
+  return welcome;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_job_joins_starts_and_ends) {
+  auto core = CoordinatorCore::make(config(2, 3), 0).value();
+  const std::vector<MemberInfo> members = {member(MemberRole::worker, 1, 2), member(MemberRole::ps, 2),
+                                           member(MemberRole::ps, 3), member(MemberRole::worker, 4, 1)};
+  const CoordinatorEffects fx = form(core, members, 10);
+  const auto welcomes = sent<Welcome>(fx);
+  BOOST_REQUIRE_EQUAL(welcomes.size(), 4u);
+  // Shards first, in join order; then worker replicas; then one aggregator per worker member.
+  const Welcome& w = welcomes.front().second;
+  BOOST_TEST(w.members[1].first_node == 0u);
+  BOOST_TEST(w.members[2].first_node == 1u);
+  BOOST_TEST(w.members[0].first_node == 2u);
+  BOOST_TEST(w.members[3].first_node == 4u);
+  BOOST_TEST(w.members[0].has_aggregator);
+  BOOST_TEST(w.members[0].aggregator == 5u);
+  BOOST_TEST(w.members[3].aggregator == 6u);
+  BOOST_TEST(w.coordinator_node == 7u);
+  BOOST_TEST(w.split_data);
+  for (uint32_t i = 0; i < 4; ++i) BOOST_TEST(welcomes[i].second.you == i);
+  BOOST_TEST((core.phase() == CoordinatorPhase::starting));
+
+  for (uint32_t i = 0; i < 4; ++i) {
+    CoordinatorEffects r;
+    core.on_message({i, Ready{}}, 20, r);
+    BOOST_TEST(sent<Start>(r).size() == (i == 3 ? 2u : 0u));  // the workers only, once all are ready
+  }
+  BOOST_TEST((core.phase() == CoordinatorPhase::running));
+  CoordinatorEffects d0, d3;
+  core.on_message({0, MemberDone{"", false, 700, 350.0, 7, 14, 7, 1000, 0}}, 30, d0);
+  BOOST_TEST(!d0.training_done);
+  core.on_message({3, MemberDone{"", false, 300, 150.0, 3, 6, 3, 500, 0}}, 31, d3);
+  BOOST_TEST(d3.training_done);
+  BOOST_TEST(core.totals().samples == 1000u);
+  BOOST_TEST(core.totals().loss_sum == 500.0);
+  CoordinatorEffects end;
+  core.finish("", end);
+  BOOST_TEST(sent<Shutdown>(end).size() == 4u);
+  BOOST_TEST((core.phase() == CoordinatorPhase::ended));
+}
+
+BOOST_AUTO_TEST_CASE(joins_beyond_the_layout_are_refused_and_retries_are_the_same_member) {
+  auto core = CoordinatorCore::make(config(1, 1), 0).value();
+  CoordinatorEffects a, b, c;
+  core.on_message({control_from_unknown, Join{member(MemberRole::ps, 1)}}, 0, a);
+  core.on_message({control_from_unknown, Join{member(MemberRole::ps, 1)}}, 1, b);  // a retry
+  BOOST_TEST(core.members().size() == 1u);
+  BOOST_TEST(sent<Joined>(b).size() == 1u);
+  core.on_message({control_from_unknown, Join{member(MemberRole::ps, 2)}}, 2, c);
+  BOOST_REQUIRE_EQUAL(sent<Refuse>(c).size(), 1u);
+  BOOST_TEST(sent<Refuse>(c)[0].first == "tcp://10.0.0.2:7000");
+  BOOST_TEST(sent<Refuse>(c)[0].second.reason.find("only 0 more shards") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(the_join_timeout_fails_the_job_naming_who_is_missing) {
+  auto core = CoordinatorCore::make(config(2, 2), 0).value();
+  CoordinatorEffects fx;
+  core.on_message({control_from_unknown, Join{member(MemberRole::ps, 1)}}, 0, fx);
+  CoordinatorEffects notice;
+  core.on_timer(5'000, notice);
+  BOOST_TEST(logged(notice, "waiting for members: 1/2 shards and 0/2 worker replicas"));
+  BOOST_TEST(core.next_deadline() <= 60'000u);
+  CoordinatorEffects end;
+  core.on_timer(60'000, end);
+  BOOST_TEST(!end.failed.ok());
+  BOOST_TEST(end.failed.message().find("gave up after 60 s") != std::string::npos);
+  BOOST_TEST(end.failed.message().find("1/2 shards") != std::string::npos);
+  BOOST_TEST(sent<Shutdown>(end).size() == 1u);  // the member that did join is told
+}
+
+namespace {
+// A running job of 2 shards and 2 single-replica worker members; returns the core at time 100.
+CoordinatorCore running(bool hierarchical, bool require_all = false) {
+  CoordinatorConfig c = config(2, 2, hierarchical);
+  c.require_all_workers = require_all;
+  auto core = CoordinatorCore::make(c, 0).value();
+  form(core, {member(MemberRole::ps, 1, 2), member(MemberRole::worker, 2), member(MemberRole::worker, 3)}, 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 100, fx);
+  }
+  BOOST_REQUIRE((core.phase() == CoordinatorPhase::running));
+  return core;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_silent_worker_is_lost_its_clocks_released_and_the_job_goes_on) {
+  for (bool hierarchical : {false, true}) {
+    CoordinatorCore core = running(hierarchical);
+    // Members 0 (ps) and 2 keep sending heartbeats; member 1 goes silent.
+    uint64_t now = 100;
+    CoordinatorEffects lost;
+    for (; now <= 6'000; now += 500) {
+      CoordinatorEffects fx;
+      core.on_message({0, Heartbeat{0}}, now, fx);
+      core.on_message({2, Heartbeat{now}}, now, fx);
+      core.on_timer(now, fx);
+      if (!sent<NodesLost>(fx).empty()) lost = fx;
+    }
+    BOOST_TEST_CONTEXT("hierarchical " << hierarchical) {
+      BOOST_REQUIRE(!sent<NodesLost>(lost).empty());
+      BOOST_TEST(lost.failed.ok());
+      // The lost member's sender (its aggregator, or its one replica) is done at every shard.
+      const NodeId sender = hierarchical ? 4 : 2;  // shards 0-1, workers 2-3, aggregators 4-5
+      BOOST_REQUIRE_EQUAL(lost.ps.size(), 2u);
+      std::set<NodeId> shards;
+      for (const Outgoing& o : lost.ps) {
+        const auto& c = std::get<ClockAdvance>(o.message);
+        BOOST_TEST(c.header.sender == sender);
+        BOOST_TEST(c.clock == clock_done);
+        shards.insert(o.to);
+      }
+      BOOST_TEST((shards == std::set<NodeId>{0, 1}));
+      // Everyone else is told to stop sending to its nodes.
+      BOOST_TEST(sent<NodesLost>(lost).size() == 2u);
+      BOOST_TEST(core.totals().workers_lost == 1u);
+      CoordinatorEffects done;
+      core.on_message({2, MemberDone{"", false, 10, 5.0, 1, 1, 1, 1, 0}}, now, done);
+      BOOST_TEST(done.training_done);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(losses_that_end_the_job) {
+  {
+    CoordinatorCore core = running(true, /*require_all=*/true);
+    CoordinatorEffects fx;
+    core.on_message({0, Heartbeat{0}}, 5'000, fx);
+    core.on_message({2, Heartbeat{0}}, 5'000, fx);
+    core.on_timer(5'200, fx);
+    BOOST_TEST(!fx.failed.ok());
+    BOOST_TEST(fx.failed.message().find("--require-all-workers") != std::string::npos);
+  }
+  {
+    CoordinatorCore core = running(true);
+    CoordinatorEffects fx;
+    core.on_message({1, Heartbeat{0}}, 5'000, fx);
+    core.on_message({2, Heartbeat{0}}, 5'000, fx);
+    core.on_timer(5'200, fx);  // the ps went silent: its rows are gone
+    BOOST_TEST(!fx.failed.ok());
+    BOOST_TEST(fx.failed.message().find("lost ps member 0") != std::string::npos);
+  }
+  {
+    CoordinatorCore core = running(false);
+    CoordinatorEffects fx;
+    core.on_message({0, Heartbeat{0}}, 5'000, fx);
+    core.on_timer(5'200, fx);
+    BOOST_TEST(!fx.failed.ok());
+    BOOST_TEST(fx.failed.message().find("every worker member was lost") != std::string::npos);
+  }
+  {
+    CoordinatorCore core = running(false);
+    CoordinatorEffects fx;
+    core.on_message({1, MemberDone{"bad input at line 3", false, 0, 0, 0, 0, 0, 0, 0}}, 200, fx);
+    BOOST_TEST(fx.failed.message().find("bad input at line 3") != std::string::npos);
+    BOOST_TEST(sent<Shutdown>(fx).size() == 3u);
+  }
+}
+
+// Random schedules: members join in any order, some workers die at random times, the rest
+// finish. The job ends trained exactly when some worker finished; a lost worker's senders get
+// clock_done at every shard exactly once; nothing is sent after the end.
+BOOST_AUTO_TEST_CASE(random_schedules_keep_the_invariants) {
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    SplitMix64 rng(seed);
+    const uint32_t shards = 1 + static_cast<uint32_t>(rng.next() % 4);
+    const uint32_t worker_members = 1 + static_cast<uint32_t>(rng.next() % 4);
+    const bool hierarchical = rng.next() % 2;
+    std::vector<MemberInfo> members;
+    for (uint32_t s = 0; s < shards; ++s) members.push_back(member(MemberRole::ps, int(s)));
+    for (uint32_t w = 0; w < worker_members; ++w) members.push_back(member(MemberRole::worker, 100 + int(w), 2));
+    for (size_t i = members.size(); i > 1; --i) std::swap(members[i - 1], members[rng.next() % i]);
+    auto core = CoordinatorCore::make(config(shards, 2 * worker_members, hierarchical), 0).value();
+    form(core, members, 0);
+    for (uint32_t i = 0; i < members.size(); ++i) {
+      CoordinatorEffects fx;
+      core.on_message({i, Ready{}}, 0, fx);
+    }
+    BOOST_REQUIRE((core.phase() == CoordinatorPhase::running));
+    // Each worker member either finishes at a random time or dies (goes silent) at one.
+    std::vector<uint64_t> ends(members.size(), 0);
+    std::vector<bool> dies(members.size(), false);
+    bool any_finishes = false;
+    for (uint32_t i = 0; i < members.size(); ++i) {
+      if (core.members()[i].role != MemberRole::worker) continue;
+      ends[i] = 1'000 + rng.next() % 20'000;
+      dies[i] = rng.next() % 3 == 0;
+      any_finishes |= !dies[i];
+    }
+    std::map<std::pair<NodeId, NodeId>, int> released;  // (sender, shard) -> clock_done count
+    bool trained = false, ended = false;
+    for (uint64_t now = 0; now <= 40'000 && !ended; now += 250) {
+      CoordinatorEffects fx;
+      for (uint32_t i = 0; i < members.size(); ++i) {
+        const bool worker = core.members()[i].role == MemberRole::worker;
+        if (!worker) core.on_message({i, Heartbeat{0}}, now, fx);
+        else if (now < ends[i]) core.on_message({i, Heartbeat{now}}, now, fx);
+        else if (!dies[i] && now < ends[i] + 250) core.on_message({i, MemberDone{"", false, 1, 0.5, 1, 1, 1, 1, 0}}, now, fx);
+      }
+      core.on_timer(now, fx);
+      for (const Outgoing& o : fx.ps) ++released[{std::get<ClockAdvance>(o.message).header.sender, o.to}];
+      BOOST_TEST(!(trained && fx.training_done), "trained twice, seed " << seed);
+      trained |= fx.training_done;
+      if (!fx.failed.ok()) ended = true;
+      if (trained) break;
+    }
+    BOOST_TEST(trained == any_finishes, "seed " << seed);
+    for (uint32_t i = 0; i < members.size(); ++i) {
+      const MemberInfo& m = core.members()[i];
+      if (m.role != MemberRole::worker) continue;
+      std::vector<NodeId> senders;
+      if (m.has_aggregator) senders = {m.aggregator};
+      else senders = {m.first_node, m.first_node + 1};
+      for (NodeId sender : senders)
+        for (NodeId s = 0; s < shards; ++s) {
+          const int n = released.count({sender, s}) ? released[{sender, s}] : 0;
+          // A dead worker is released once, unless the job failed (all died) before it was noticed.
+          if (dies[i] && any_finishes) BOOST_TEST(n == 1, "seed " << seed << " sender " << sender);
+          if (!dies[i]) BOOST_TEST(n == 0, "seed " << seed << " sender " << sender);
+        }
+    }
+  }
+}
