@@ -1,8 +1,10 @@
 #include "actors/envelope.h"
 
 #include <capnp/message.h>
+#include <capnp/orphan.h>
 #include <capnp/serialize.h>
 #include <kj/exception.h>
+#include <kj/io.h>
 
 #include <bit>
 #include <cstring>
@@ -13,17 +15,24 @@ namespace colony {
 
 namespace {
 
-// Checks the size of untrusted bytes and copies them into words: a received buffer is not
-// guaranteed to be 8-byte aligned, which Cap'n Proto's flat reader needs.
-Status to_words(std::span<const uint8_t> bytes, kj::Array<capnp::word>& words) {
+// Checks the size of untrusted bytes and views them as words. Cap'n Proto's flat reader needs
+// 8-byte alignment: bytes that have it (any malloc'd buffer) are read in place; others are
+// copied into `copy` first.
+Status to_words(std::span<const uint8_t> bytes, kj::Array<capnp::word>& copy, kj::ArrayPtr<const capnp::word>& words) {
   if (bytes.empty()) return Status::invalid_input("empty message");
   if (bytes.size() > wire_message_bytes_max)
     return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes.size(),
                                              wire_message_bytes_max));
   if (bytes.size() % sizeof(capnp::word) != 0)
     return Status::invalid_input(fmt::format("message of {} bytes is not a whole number of words", bytes.size()));
-  words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  const size_t n = bytes.size() / sizeof(capnp::word);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(capnp::word) == 0) {
+    words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(bytes.data()), n);
+    return Status();
+  }
+  copy = kj::heapArray<capnp::word>(n);
+  std::memcpy(copy.begin(), bytes.data(), bytes.size());
+  words = copy.asPtr();
   return Status();
 }
 
@@ -35,13 +44,29 @@ capnp::ReaderOptions reader_options(size_t words) {
   return options;
 }
 
+// The flat (unpacked) serialization of `builder`, written straight into the result: one copy
+// of the contents, not two.
 Expected<std::vector<uint8_t>> to_bytes(capnp::MessageBuilder& builder) {
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
-  auto bytes = words.asBytes();
-  if (bytes.size() > wire_message_bytes_max)
-    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes.size(),
+  auto segments = builder.getSegmentsForOutput();
+  const size_t bytes = capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word);
+  if (bytes > wire_message_bytes_max)
+    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes,
                                              wire_message_bytes_max));
-  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  // Appended into reserved room: no zero-filling pass before the copy.
+  struct Appender final : kj::OutputStream {
+    std::vector<uint8_t>& out;
+    explicit Appender(std::vector<uint8_t>& o) : out(o) {}
+    void write(const void* buffer, size_t size) override {
+      const auto* p = static_cast<const uint8_t*>(buffer);
+      out.insert(out.end(), p, p + size);
+    }
+  };
+  std::vector<uint8_t> out;
+  out.reserve(bytes);
+  Appender stream(out);
+  capnp::writeMessage(stream, segments);
+  COLONY_ASSERT(out.size() == bytes, "wrote {} of {} bytes", out.size(), bytes);
+  return out;
 }
 
 }  // namespace
@@ -54,21 +79,17 @@ Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e) {
   root.setSenderId(e.sender_id);
   root.setKind(e.kind);
   root.setBody(kj::arrayPtr(e.body.data(), e.body.size()));
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  auto bytes = words.asBytes();
-  if (bytes.size() > wire_message_bytes_max)
-    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit",
-                                             bytes.size(), wire_message_bytes_max));
-  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  return to_bytes(message);
 }
 
 Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes) {
-  kj::Array<capnp::word> words;
-  if (Status s = to_words(bytes, words); !s.ok()) return s;
+  kj::Array<capnp::word> copy;
+  kj::ArrayPtr<const capnp::word> words;
+  if (Status s = to_words(bytes, copy, words); !s.ok()) return s;
   const capnp::ReaderOptions options = reader_options(words.size());
   Envelope out;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    capnp::FlatArrayMessageReader reader(words, options);
     auto root = reader.getRoot<wire::Envelope>();
     out.version = root.getVersion();
     out.cluster_id = root.getClusterId();
@@ -102,8 +123,19 @@ MessageHeader get_header(wire::Header::Reader r) {
   return MessageHeader{r.getSender(), r.getRequestId(), r.getMapVersion()};
 }
 
-kj::ArrayPtr<const kj::byte> float_bytes(const std::vector<float>& v) {
-  return kj::arrayPtr(reinterpret_cast<const kj::byte*>(v.data()), v.size() * sizeof(float));
+// Sets a float blob. A blob of whole words, from a word-aligned buffer (any vector's), becomes a
+// segment of the message as it is, without a copy (Cap'n Proto's external data): the message is
+// written out in one copy. `v` must outlive the builder. Others are copied in.
+template <class Adopt, class Set>
+void set_floats(capnp::MessageBuilder& message, const std::vector<float>& v, Adopt adopt, Set set) {
+  const size_t bytes = v.size() * sizeof(float);
+  if (bytes > 0 && bytes % sizeof(capnp::word) == 0 &&
+      reinterpret_cast<uintptr_t>(v.data()) % alignof(capnp::word) == 0) {
+    adopt(message.getOrphanage().referenceExternalData(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(v.data()), bytes)));
+  } else {
+    set(kj::arrayPtr(reinterpret_cast<const kj::byte*>(v.data()), bytes));
+  }
 }
 
 template <class L>
@@ -115,8 +147,15 @@ Status read_floats(capnp::Data::Reader data, std::vector<float>& out, const char
   if (data.size() % sizeof(float) != 0)
     return Status::invalid_input(fmt::format("{} blob of {} bytes is not a whole number of floats", what,
                                              data.size()));
-  out.resize(data.size() / sizeof(float));
-  if (!out.empty()) std::memcpy(out.data(), data.begin(), data.size());
+  const size_t n = data.size() / sizeof(float);
+  if (reinterpret_cast<uintptr_t>(data.begin()) % alignof(float) == 0) {
+    // One pass: no zero-filling before the copy (blobs in an aligned message are aligned).
+    const auto* p = reinterpret_cast<const float*>(data.begin());
+    out.assign(p, p + n);
+  } else {
+    out.resize(n);
+    if (n > 0) std::memcpy(out.data(), data.begin(), data.size());
+  }
   return Status();
 }
 
@@ -149,13 +188,17 @@ Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint6
     auto w = ps.initPullReply();
     set_header(w, m->header);
     w.setMinClock(m->min_clock);
-    w.setValues(float_bytes(m->values));
+    set_floats(
+        builder, m->values, [&](capnp::Orphan<capnp::Data>&& o) { w.adoptValues(std::move(o)); },
+        [&](kj::ArrayPtr<const kj::byte> b) { w.setValues(b); });
   } else if (auto* m = std::get_if<PushRequest>(&message)) {
     auto w = ps.initPushRequest();
     set_header(w, m->header);
     w.setClock(m->clock);
     set_keys(w.initKeys(m->keys.size()), m->keys);
-    w.setGrads(float_bytes(m->grads));
+    set_floats(
+        builder, m->grads, [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
+        [&](kj::ArrayPtr<const kj::byte> b) { w.setGrads(b); });
   } else if (auto* m = std::get_if<PushAck>(&message)) {
     set_header(ps.initPushAck(), m->header);
   } else if (auto* m = std::get_if<ClockAdvance>(&message)) {
@@ -502,13 +545,14 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
 }
 
 Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
-  kj::Array<capnp::word> words;
-  if (Status s = to_words(bytes, words); !s.ok()) return s;
+  kj::Array<capnp::word> copy;
+  kj::ArrayPtr<const capnp::word> words;
+  if (Status s = to_words(bytes, copy, words); !s.ok()) return s;
   const capnp::ReaderOptions options = reader_options(words.size());
   WireMessage out;
   Status status;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader reader(words.asPtr(), options);
+    capnp::FlatArrayMessageReader reader(words, options);
     auto root = reader.getRoot<wire::Envelope>();
     if (root.getVersion() != wire_protocol_version) {
       status = Status::invalid_input(fmt::format("protocol version {} is not supported (this build speaks {})",

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "actors/wire_bench.h"
 
 #include <signal.h>
@@ -17,6 +18,9 @@
 namespace colony {
 
 namespace {
+
+// Alternating rounds of ours and the baseline per figure (odd: the median is one round).
+constexpr int wire_bench_rounds = 5;
 
 constexpr uint64_t bench_cluster_id = 0xbe0c;
 constexpr NodeId client_id = 1;
@@ -46,7 +50,7 @@ constexpr int receive_timeout_ms = 10000;
     auto r = (*server)->receive(1000);
     if (!r || r->timed_out) continue;
     if (!shard) {
-      (void)(*server)->send(r->identity, r->payload);
+      (void)(*server)->send(r->identity, r->payload.to_vector());
       continue;
     }
     auto msg = decode_ps_message(r->payload, bench_cluster_id);
@@ -54,7 +58,7 @@ constexpr int receive_timeout_ms = 10000;
     shard->on_message(*msg, out);
     for (const Outgoing& o : out) {
       auto bytes = encode_ps_message(o.message, bench_cluster_id);
-      if (bytes) (void)(*server)->send(r->identity, *bytes);
+      if (bytes) (void)(*server)->send(r->identity, std::move(*bytes));
     }
     out.clear();
   }
@@ -94,8 +98,9 @@ Status start(size_t width, Peer& peer) {
   return Status();
 }
 
-Expected<std::vector<uint8_t>> call(ZmqClient& client, std::span<const uint8_t> payload) {
-  if (Status s = client.send(payload); !s.ok()) return s;
+template <class Payload>
+Expected<ReceivedBytes> call(ZmqClient& client, Payload&& payload) {
+  if (Status s = client.send(std::forward<Payload>(payload)); !s.ok()) return s;
   auto r = client.receive(receive_timeout_ms);
   if (!r) return r.status();
   if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
@@ -130,45 +135,59 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       auto round_trip = [&]() -> Status {
         auto pull = encode_ps_message(PullRequest{{client_id, request++, 1}, clock, client_id, keys}, bench_cluster_id);
         if (!pull) return pull.status();
-        auto reply = call(*shard.client, *pull);
+        const size_t pull_bytes = pull->size();
+        auto reply = call(*shard.client, std::move(*pull));
         if (!reply) return reply.status();
         auto values = decode_ps_message(*reply, bench_cluster_id);
         if (!values) return values.status();
         if (!std::holds_alternative<PullReply>(*values)) return Status::internal("the bench shard refused a pull");
         auto push = encode_ps_message(PushRequest{{client_id, request++, 1}, ++clock, keys, grads}, bench_cluster_id);
         if (!push) return push.status();
-        auto ack = call(*shard.client, *push);
+        const size_t push_bytes = push->size();
+        auto ack = call(*shard.client, std::move(*push));
         if (!ack) return ack.status();
         auto acked = decode_ps_message(*ack, bench_cluster_id);
         if (!acked) return acked.status();
         if (!std::holds_alternative<PushAck>(*acked)) return Status::internal("the bench shard refused a push");
-        bytes = pull->size() + reply->size() + push->size() + ack->size();
+        bytes = pull_bytes + reply->size() + push_bytes + ack->size();
         return Status();
       };
       if (Status s = round_trip(); !s.ok()) return s;  // warm-up: creates the rows
-      const uint64_t trips = std::max<uint64_t>(5, bytes_per_figure / bytes);
-      auto start_time = Clock::now();
-      for (uint64_t i = 0; i < trips; ++i)
-        if (Status s = round_trip(); !s.ok()) return s;
-      const double seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
-
+      // Ours and the baseline alternate in rounds, so that both see the same noise from other
+      // work on the machine; the figure is the median round.
+      const uint64_t trips = std::max<uint64_t>(2, bytes_per_figure / bytes / wire_bench_rounds);
       // Baseline: the same bytes, in the same shape (two request/reply exchanges a round trip),
       // as raw payloads echoed back.
       std::vector<uint8_t> quarter(std::max<uint64_t>(8, bytes / 4), 0x5a);
-      start_time = Clock::now();
-      for (uint64_t i = 0; i < trips; ++i) {
-        for (int k = 0; k < 2; ++k) {
-          auto back = call(*echo.client, quarter);
-          if (!back) return back.status();
+      std::vector<double> ours, baseline, ratios;
+      for (int round = 0; round < wire_bench_rounds; ++round) {
+        auto start_time = Clock::now();
+        for (uint64_t i = 0; i < trips; ++i)
+          if (Status s = round_trip(); !s.ok()) return s;
+        const double seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
+        start_time = Clock::now();
+        for (uint64_t i = 0; i < trips; ++i) {
+          for (int k = 0; k < 2; ++k) {
+            auto back = call(*echo.client, std::span<const uint8_t>(quarter));
+            if (!back) return back.status();
+          }
         }
+        const double baseline_seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
+        ours.push_back(double(bytes * trips) / seconds);
+        baseline.push_back(double(4 * quarter.size() * trips) / baseline_seconds);
+        ratios.push_back(ours.back() / baseline.back());
       }
-      const double baseline_seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
+      auto median = [](std::vector<double> v) {
+        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+        return v[v.size() / 2];
+      };
       WireFigure f;
       f.width = width;
       f.keys = n;
-      f.rows_per_sec = double(2 * n * trips) / seconds;
-      f.bytes_per_sec = double(bytes * trips) / seconds;
-      f.baseline_bytes_per_sec = double(4 * quarter.size() * trips) / baseline_seconds;
+      f.bytes_per_sec = median(ours);
+      f.rows_per_sec = f.bytes_per_sec / double(bytes) * double(2 * n);
+      f.baseline_bytes_per_sec = median(baseline);
+      f.ratio = median(ratios);
       figures.push_back(f);
     }
   }

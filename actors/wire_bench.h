@@ -20,9 +20,11 @@ struct WireFigure {
   double rows_per_sec = 0.0;    // rows pulled plus rows pushed
   double bytes_per_sec = 0.0;   // encoded bytes of the four messages of a round trip
   double baseline_bytes_per_sec = 0.0;  // raw ZeroMQ echo of the same bytes
+  double ratio = 0.0;  // the median over alternating rounds of ours / baseline
 };
 
-// Runs every (width, keys) pair; each figure moves about `bytes_per_figure` bytes.
+// Runs every (width, keys) pair; each figure moves about `bytes_per_figure` bytes in each of
+// ours and the baseline, in alternating rounds (the figures are the medians).
 Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
                                                  const std::vector<size_t>& keys_per_request,
                                                  uint64_t bytes_per_figure);

@@ -132,16 +132,26 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
         const auto* id = frames[0].data<uint8_t>();
         r.identity.assign(id, id + frames[0].size());
       }
-      const zmq::message_t& body = frames.back();
+      auto body_owner = std::make_shared<zmq::message_t>(std::move(frames.back()));
+      const zmq::message_t& body = *body_owner;
       // The sender's address, from libzmq's metadata (absent on inproc and older libzmq).
       if (const char* address = zmq_msg_gets(const_cast<zmq_msg_t*>(body.handle()), "Peer-Address"))
         r.peer_address = address;
-      r.payload.assign(body.data<uint8_t>(), body.data<uint8_t>() + body.size());
+      r.payload = ReceivedBytes(body_owner, body.data<uint8_t>(), body.size());
       return r;
     }
   } catch (const zmq::error_t& e) {
     return zmq_status(where + ": receive", e);
   }
+}
+
+// A message that takes over `bytes` without copying them; libzmq frees them (from its I/O
+// thread) once sent.
+zmq::message_t adopt(std::vector<uint8_t>&& bytes) {
+  auto* owned = new std::vector<uint8_t>(std::move(bytes));
+  return zmq::message_t(
+      owned->data(), owned->size(), [](void*, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); },
+      owned);
 }
 
 }  // namespace
@@ -323,6 +333,14 @@ Expected<Received> ZmqServer::receive(int timeout_ms) {
 }
 
 Status ZmqServer::send(std::span<const uint8_t> identity, std::span<const uint8_t> payload) {
+  return send_message(identity, zmq::message_t(payload.data(), payload.size()));
+}
+
+Status ZmqServer::send(std::span<const uint8_t> identity, std::vector<uint8_t>&& payload) {
+  return send_message(identity, adopt(std::move(payload)));
+}
+
+Status ZmqServer::send_message(std::span<const uint8_t> identity, zmq::message_t&& payload) {
   const std::string& where = impl_->where;
   if (identity.empty())
     return Status::invalid_input(fmt::format("{}: send to an empty peer identity", where));
@@ -343,7 +361,7 @@ Status ZmqServer::send(std::span<const uint8_t> identity, std::span<const uint8_
         if (e.num() != EINTR) throw;
       }
     }
-    if (!impl_->router.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none))
+    if (!impl_->router.send(payload, zmq::send_flags::none))
       return Status::io_error(fmt::format("{}: the payload frame was not queued", peer));
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH)
@@ -417,6 +435,14 @@ const std::string& ZmqClient::endpoint() const {
 }
 
 Status ZmqClient::send(std::span<const uint8_t> payload, bool wait) {
+  return send_message(zmq::message_t(payload.data(), payload.size()), wait);
+}
+
+Status ZmqClient::send(std::vector<uint8_t>&& payload, bool wait) {
+  return send_message(adopt(std::move(payload)), wait);
+}
+
+Status ZmqClient::send_message(zmq::message_t&& payload, bool wait) {
   const std::string& where = impl_->where;
   if (payload.size() > zmq_message_bytes_max)
     return Status::invalid_input(fmt::format("{}: a payload of {} bytes exceeds the {} byte limit",
@@ -424,8 +450,7 @@ Status ZmqClient::send(std::span<const uint8_t> payload, bool wait) {
   try {
     for (;;) {
       try {
-        if (!impl_->dealer.send(zmq::buffer(payload.data(), payload.size()),
-                                wait ? zmq::send_flags::none : zmq::send_flags::dontwait))
+        if (!impl_->dealer.send(payload, wait ? zmq::send_flags::none : zmq::send_flags::dontwait))
           return Status::io_error(where + (wait ? ": send: the queue stayed full"
                                                 : ": send: the queue is full (or no connection yet)"));
         return Status();

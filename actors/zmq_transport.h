@@ -26,6 +26,10 @@
 #include "actors/curve_keys.h"
 #include "common/status.h"
 
+namespace zmq {
+class message_t;
+}
+
 namespace colony {
 
 // The largest message sent or accepted: the wire format's limit (64 MiB, envelope.h). A peer
@@ -36,10 +40,29 @@ inline constexpr int zmq_receive_timeout_ms_max = 3'600'000;
 // How many refused attempts ZmqServer::refused() keeps the details of (the count goes on).
 inline constexpr size_t zmq_refused_recorded_max = 64;
 
+// The bytes of a received message, left where libzmq received them (no copy); they live as
+// long as any copy of this handle.
+class ReceivedBytes {
+ public:
+  ReceivedBytes() = default;
+  ReceivedBytes(std::shared_ptr<const void> owner, const uint8_t* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  operator std::span<const uint8_t>() const { return {data_, size_}; }
+  std::vector<uint8_t> to_vector() const { return {data_, data_ + size_}; }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // What receive() returns: a message, or timed_out with nothing in it.
 struct Received {
   std::vector<uint8_t> identity;  // the sending peer's routing identity; empty at a client
-  std::vector<uint8_t> payload;
+  ReceivedBytes payload;
   std::string peer_address;  // the sending peer's IP address, when libzmq knows it
   bool timed_out = false;
 };
@@ -95,6 +118,8 @@ class ZmqServer {
   // peer's queue stays full for send_timeout_ms, invalid_input for an empty identity or a
   // payload over zmq_message_bytes_max.
   Status send(std::span<const uint8_t> identity, std::span<const uint8_t> payload);
+  // The same, handing `payload` over to libzmq instead of copying it.
+  Status send(std::span<const uint8_t> identity, std::vector<uint8_t>&& payload);
 
   // The attempts refused so far. Any thread.
   RefusedPeers refused() const;
@@ -102,6 +127,7 @@ class ZmqServer {
  private:
   struct Impl;
   explicit ZmqServer(std::unique_ptr<Impl> impl);
+  Status send_message(std::span<const uint8_t> identity, zmq::message_t&& payload);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -140,6 +166,8 @@ class ZmqClient {
   // With no connection made yet (the server unreachable, or the handshake refused), there is
   // no queue: a send waits like a full one.
   Status send(std::span<const uint8_t> payload, bool wait = true);
+  // The same, handing `payload` over to libzmq instead of copying it.
+  Status send(std::vector<uint8_t>&& payload, bool wait = true);
 
   // As ZmqServer::receive; the identity of what it returns is empty.
   Expected<Received> receive(int timeout_ms);
@@ -147,6 +175,7 @@ class ZmqClient {
  private:
   struct Impl;
   explicit ZmqClient(std::unique_ptr<Impl> impl);
+  Status send_message(zmq::message_t&& payload, bool wait);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -496,3 +496,20 @@ BOOST_AUTO_TEST_CASE(decoding_damaged_control_messages_never_crashes) {
   }
   BOOST_TEST(refused > 0u);
 }
+
+// Received bytes are read in place when word-aligned and copied first when not: both decode the
+// same message.
+BOOST_AUTO_TEST_CASE(unaligned_bytes_decode_like_aligned_ones) {
+  SplitMix64 rng(21);
+  for (const PsMessage& m : random_ps_messages(rng)) {
+    const auto bytes = encode_ps_message(m, 3).value();
+    std::vector<uint8_t> shifted(bytes.size() + 1);
+    std::copy(bytes.begin(), bytes.end(), shifted.begin() + 1);
+    auto a = decode_ps_message(bytes, 3);
+    auto b = decode_ps_message(std::span<const uint8_t>(shifted).subspan(1), 3);
+    BOOST_REQUIRE(a.ok());
+    BOOST_REQUIRE(b.ok());
+    BOOST_TEST(same(*a, *b));
+    BOOST_TEST(same(m, *b));
+  }
+}
