@@ -74,9 +74,9 @@ struct Bridge::Impl {
     return lost.count(n) != 0;
   }
 
-  Status send_bytes(Link& l, const std::vector<uint8_t>& bytes, bool wait = true) {
+  Status send_bytes(Link& l, std::vector<uint8_t>&& bytes, bool wait = true) {
     std::lock_guard lock(l.mu);
-    Status s = l.client->send(bytes, wait);
+    Status s = l.client->send(std::move(bytes), wait);
     if (s.ok()) ++sent;
     return s;
   }
@@ -153,7 +153,7 @@ caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr
       return;
     }
     auto bytes = encode_ps_message(m, bridge->options.cluster_id, to);
-    Status s = bytes ? bridge->send_bytes(*link, *bytes) : bytes.status();
+    Status s = bytes ? bridge->send_bytes(*link, std::move(*bytes)) : bytes.status();
     if (!s.ok()) {
       const Status failed = Status::internal(fmt::format("could not send to node {}: {}", to, s.message()));
       bridge->log(failed.message());
@@ -211,7 +211,7 @@ Status Bridge::send_control(const std::string& endpoint, const std::string& publ
   if (!l) return l.status();
   auto bytes = encode_control_message(m, impl_->options.cluster_id);
   if (!bytes) return bytes.status();
-  return impl_->send_bytes(**l, *bytes, wait);
+  return impl_->send_bytes(**l, std::move(*bytes), wait);
 }
 
 Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first,
