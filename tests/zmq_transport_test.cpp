@@ -287,3 +287,20 @@ BOOST_AUTO_TEST_CASE(key_file_errors_name_the_file_and_line) {
   BOOST_TEST((no_key.status().code() == Status::Code::not_found));
   BOOST_TEST(contains(no_key.status().message(), "absent.key"));
 }
+
+// A client keeps its link across a restart of the server on the same endpoint: libzmq
+// reconnects, and what the client sends afterwards reaches the new server.
+BOOST_AUTO_TEST_CASE(client_reconnects_after_the_server_restarts) {
+  auto server = ok_or_fail(ZmqServer::open({}));
+  const std::string endpoint = server->last_endpoint();
+  auto client = ok_or_fail(ZmqClient::open({endpoint, std::nullopt}));
+  round_trip(*server, *client);
+  server.reset();
+  ZmqServerOptions again;
+  again.endpoint = endpoint;
+  server = ok_or_fail(ZmqServer::open(again));
+  require_ok(client->send(bytes("after")));
+  Received r = ok_or_fail(server->receive(arrive_timeout_ms));
+  BOOST_REQUIRE(!r.timed_out);
+  BOOST_TEST(r.payload.to_vector() == bytes("after"));
+}
