@@ -565,15 +565,9 @@ class Coordinator {
  private:
   CoordinatorResult finish_result() {
     const CoordinatorTotals& t = core_->totals();
-    result_.train_samples = t.samples;
+    result_.totals = t;
     result_.train_logloss = t.samples ? t.loss_sum / double(t.samples) : 0.0;
     result_.members = static_cast<uint32_t>(core_->members().size());
-    result_.workers_lost = t.workers_lost;
-    result_.workers_drained = t.workers_drained;
-    result_.pull_messages = t.pull_messages;
-    result_.push_messages = t.push_messages;
-    result_.push_bytes = t.push_bytes;
-    result_.bad_lines_skipped = t.bad_lines_skipped;
     const BridgeStats bs = p_.bridge->stats();
     result_.bad_messages = bs.bad_messages;
     result_.refused_peers = bs.refused_peers;

@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "ps/cluster_protocol.h"
+#include "ps/coordinator_core.h"
 #include "worker/reader.h"
 
 namespace colony {
@@ -56,18 +57,12 @@ struct CoordinatorDaemonOptions {
 };
 
 struct CoordinatorResult {
-  uint64_t train_samples = 0;
+  CoordinatorTotals totals;          // what the worker members reported, summed
   double train_logloss = 0.0;        // progressive, over the samples trained
   double train_seconds = 0.0;        // from Start to the last worker's report
   std::optional<double> test_logloss, test_auc;
   uint64_t test_samples = 0;
   uint32_t members = 0;
-  uint32_t workers_lost = 0;
-  uint32_t workers_drained = 0;
-  uint64_t pull_messages = 0;
-  uint64_t push_messages = 0;
-  uint64_t push_bytes = 0;
-  uint64_t bad_lines_skipped = 0;
   uint64_t bad_messages = 0;
   uint64_t refused_peers = 0;
   bool stopped_by_signal = false;    // drained on SIGTERM before the job ended

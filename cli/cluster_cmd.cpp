@@ -169,12 +169,12 @@ Runner add_coordinator(CLI::App& app) {
     auto r = run_coordinator(o, log, signals);
     if (!r) return fail(r.status());
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double sps = r->train_seconds > 0 ? double(r->train_samples) / r->train_seconds : 0.0;
+    const double sps = r->train_seconds > 0 ? double(r->totals.samples) / r->train_seconds : 0.0;
     auto optional_number = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
     nlohmann::json rep = {
         {"test_logloss", optional_number(r->test_logloss)},
         {"test_auc", optional_number(r->test_auc)},
-        {"train_samples", r->train_samples},
+        {"train_samples", r->totals.samples},
         {"samples_per_sec", sps},
         {"wall_seconds", wall},
         {"peak_rss_bytes", peak_rss_bytes()},
@@ -184,16 +184,16 @@ Runner add_coordinator(CLI::App& app) {
         {"shards", a->shards},
         {"workers", a->workers},
         {"members", r->members},
-        {"workers_lost", r->workers_lost},
-        {"workers_drained", r->workers_drained},
+        {"workers_lost", r->totals.workers_lost},
+        {"workers_drained", r->totals.workers_drained},
         {"consistency", to_string(j.consistency)},
         {"push", a->push},
         {"model", a->model},
         {"optimizer", a->optimizer},
-        {"pull_messages", r->pull_messages},
-        {"push_messages", r->push_messages},
-        {"push_bytes", r->push_bytes},
-        {"bad_lines_skipped", r->bad_lines_skipped},
+        {"pull_messages", r->totals.pull_messages},
+        {"push_messages", r->totals.push_messages},
+        {"push_bytes", r->totals.push_bytes},
+        {"bad_lines_skipped", r->totals.bad_lines_skipped},
         {"bad_messages", r->bad_messages},
         {"refused_peers", r->refused_peers},
         {"stopped_by_signal", r->stopped_by_signal},
@@ -201,7 +201,7 @@ Runner add_coordinator(CLI::App& app) {
     if (r->test_logloss)
       std::printf("test_logloss %.5f  test_auc %.4f\n", *r->test_logloss, r->test_auc.value_or(0.0));
     std::printf("train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u\n",
-                static_cast<unsigned long long>(r->train_samples), sps, wall, r->workers_lost);
+                static_cast<unsigned long long>(r->totals.samples), sps, wall, r->totals.workers_lost);
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
     return 0;
   };

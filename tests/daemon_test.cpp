@@ -288,6 +288,13 @@ BOOST_AUTO_TEST_CASE(start_up_gives_up_with_a_clear_message) {
   auto [coord, endpoint] = start_coordinator("empty-coordinator", {"--insecure", "--shards", "2", "--join-timeout", "1"});
   BOOST_TEST(coord->wait() == 1);
   BOOST_TEST(coord->log().find("gave up after 1 s (--join-timeout): 0/2 shards") != std::string::npos, coord->log());
+  // Ctrl-C while waiting: it stops cleanly.
+  Child patient({bin(), "worker", "--coordinator", "tcp://127.0.0.1:9", "--insecure", "--data", suite().data.string()},
+                suite().dir / "patient.log");
+  patient.await("joining the coordinator");
+  patient.signal(SIGINT);
+  BOOST_TEST(patient.wait() == 0, patient.log());
+  BOOST_TEST(patient.log().find("stopped by a signal before the job started") != std::string::npos, patient.log());
   // Neither keys nor --insecure.
   Child bare({bin(), "worker", "--coordinator", endpoint, "--data", suite().data.string()}, suite().dir / "bare.log");
   BOOST_TEST(bare.wait() == 2);
