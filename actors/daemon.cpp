@@ -113,6 +113,15 @@ Expected<std::string> advertised_endpoint(const std::string& bound, const std::s
   return bound;
 }
 
+std::string host_of(const std::string& endpoint) {
+  const size_t scheme = endpoint.find("://");
+  const size_t colon = endpoint.rfind(':');
+  if (scheme == std::string::npos || colon == std::string::npos || colon <= scheme + 3) return "";
+  return endpoint.substr(scheme + 3, colon - scheme - 3);
+}
+
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
+
 // The CAF system, the shared routing table and the bridge of one daemon, torn down in the
 // right order: the bridge first (no more deliveries), then every actor, then the system.
 struct Process {
@@ -182,6 +191,12 @@ class Member {
     if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_); !s.ok()) return s;
     auto endpoint = advertised_endpoint(p_.bridge->endpoint(), o_.advertise);
     if (!endpoint) return endpoint.status();
+    // Peers on other hosts could never reach a loopback address: say so now, not after a timeout.
+    if (is_loopback(host_of(*endpoint)) && !is_loopback(host_of(o_.coordinator)))
+      return Status::invalid_input(fmt::format(
+          "this process would listen on {}, which only this host can reach, but the coordinator at {} is on "
+          "another host: give --listen tcp://<this host's address>:PORT (or --advertise HOST)",
+          *endpoint, o_.coordinator));
     me_.role = o_.role;
     me_.endpoint = *endpoint;
     me_.public_key = keys_.own ? keys_.own->public_z85 : "";

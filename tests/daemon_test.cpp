@@ -295,6 +295,10 @@ BOOST_AUTO_TEST_CASE(start_up_gives_up_with_a_clear_message) {
   patient.signal(SIGINT);
   BOOST_TEST(patient.wait() == 0, patient.log());
   BOOST_TEST(patient.log().find("stopped by a signal before the job started") != std::string::npos, patient.log());
+  // A loopback listener cannot serve a coordinator on another host.
+  Child local({bin(), "ps", "--coordinator", "tcp://10.0.0.1:7100", "--insecure"}, suite().dir / "local.log");
+  BOOST_TEST(local.wait() == 2);
+  BOOST_TEST(local.log().find("only this host can reach") != std::string::npos, local.log());
   // Neither keys nor --insecure.
   Child bare({bin(), "worker", "--coordinator", endpoint, "--data", suite().data.string()}, suite().dir / "bare.log");
   BOOST_TEST(bare.wait() == 2);
