@@ -20,7 +20,8 @@ namespace colony {
 namespace {
 
 // Alternating rounds of ours and the baseline per figure (odd: the median is one round).
-constexpr int wire_bench_rounds = 5;
+constexpr int wire_bench_rounds = 7;
+constexpr double wire_bench_round_seconds_min = 0.25;
 
 constexpr uint64_t bench_cluster_id = 0xbe0c;
 constexpr NodeId client_id = 1;
@@ -154,8 +155,19 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       };
       if (Status s = round_trip(); !s.ok()) return s;  // warm-up: creates the rows
       // Ours and the baseline alternate in rounds, so that both see the same noise from other
-      // work on the machine; the figure is the median round.
-      const uint64_t trips = std::max<uint64_t>(2, bytes_per_figure / bytes / wire_bench_rounds);
+      // work on the machine; the figure is the median round. A round is as many round trips as
+      // move bytes_per_figure / rounds, and at least as many as take round_seconds_min (short
+      // rounds measure the scheduler more than the code).
+      uint64_t trips = std::max<uint64_t>(2, bytes_per_figure / bytes / wire_bench_rounds);
+      {
+        uint64_t done = 0;
+        const auto start_time = Clock::now();
+        while (std::chrono::duration<double>(Clock::now() - start_time).count() < wire_bench_round_seconds_min) {
+          if (Status s = round_trip(); !s.ok()) return s;
+          ++done;
+        }
+        trips = std::max(trips, done);
+      }
       // Baseline: the same bytes, in the same shape (two request/reply exchanges a round trip),
       // as raw payloads echoed back.
       std::vector<uint8_t> quarter(std::max<uint64_t>(8, bytes / 4), 0x5a);
