@@ -37,6 +37,9 @@ ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optim
 }
 
 void ShardCore::on_message(const PsMessage& message, Outbox& out) {
+  // A shard whose store failed may have lost rows: it answers nothing more (the driver reads
+  // error() and ends the job).
+  if (!error_.ok()) return;
   if (auto* pull = std::get_if<PullRequest>(&message)) return on_pull(*pull, out);
   if (auto* push = std::get_if<PushRequest>(&message)) return on_push(*push, out);
   if (auto* clock = std::get_if<ClockAdvance>(&message)) return on_clock(*clock, out);
@@ -107,10 +110,14 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
   const size_t n = r.keys.size();
   reply.values.reserve(n * width_);  // appended below: no zero-fill pass first
   if (!store_->stable_rows()) {
+    // One batch against the store: read the rows in one go, write the new ones back.
+    if (!store_ok(store_->load(r.keys))) return;
     for (uint64_t key : r.keys) {
-      const float* p = row(key);
+      const float* p = store_->find(key);
+      if (!p) p = row(key);
       reply.values.insert(reply.values.end(), p, p + width_);
     }
+    if (!store_ok(store_->commit())) return;
   } else {
     auto& recent = answered_[r.writer];
     if (recent.size() == answered_pulls_max) recent.pop_front();
@@ -180,10 +187,12 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
         }
       }
     }
+    if (!rows && !store_ok(store_->load(r.keys))) return;
     for (size_t i = 0; i < r.keys.size(); ++i) {
       float* p = rows ? (*rows)[i] : row(r.keys[i]);
       optimizer_->apply({p, width_}, {p + width_, state_}, {&r.grads[i * width_], width_});
     }
+    if (!rows && !store_ok(store_->commit())) return;
     if (rows) ++stats_.pushes_reusing_pull_rows;
     ++stats_.pushes_applied;
     stats_.rows_pushed += r.keys.size();
@@ -213,10 +222,36 @@ void ShardCore::release_waiting(Outbox& out) {
   waiting_.swap(still);
 }
 
-void ShardCore::row_value(uint64_t key, std::span<float> out) const {
-  COLONY_ASSERT(out.size() == width_, "out={} width={}", out.size(), width_);
-  if (const float* r = store_->find(key)) std::copy(r, r + width_, out.begin());
-  else init_row(key, config_.init, out);
+bool ShardCore::store_ok(Status s) {
+  if (s.ok()) return true;
+  if (!error_.ok()) return false;
+  std::string m = fmt::format("shard {}: {}", config_.shard_index, s.message());
+  switch (s.code()) {
+    case Status::Code::invalid_input: error_ = Status::invalid_input(std::move(m)); break;
+    case Status::Code::not_found: error_ = Status::not_found(std::move(m)); break;
+    case Status::Code::io_error: error_ = Status::io_error(std::move(m)); break;
+    default: error_ = Status::internal(std::move(m)); break;
+  }
+  return false;
+}
+
+Status ShardCore::row_values(std::span<const uint64_t> keys, std::span<float> out) {
+  COLONY_ASSERT(out.size() == keys.size() * width_, "out={} keys={} width={}", out.size(), keys.size(), width_);
+  if (!error_.ok()) return error_;
+  if (!store_ok(store_->load(keys))) return error_;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::span<float> o = out.subspan(i * width_, width_);
+    if (const float* r = store_->find(keys[i])) std::copy(r, r + width_, o.begin());
+    else init_row(keys[i], config_.init, o);
+  }
+  if (!store_ok(store_->commit())) return error_;
+  return {};
+}
+
+void ShardCore::row_value(uint64_t key, std::span<float> out) {
+  const uint64_t keys[1] = {key};
+  const Status s = row_values(keys, out);
+  COLONY_ASSERT(s.ok(), "{}", s.message());
 }
 
 }  // namespace colony

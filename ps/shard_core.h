@@ -68,8 +68,18 @@ class ShardCore {
   uint32_t min_clock() const { return min_clock_; }
   const ShardStats& stats() const { return stats_; }
   size_t rows() const { return store_->size(); }
-  // The parameters of `key` (its initial row when never touched); size width.
-  void row_value(uint64_t key, std::span<float> out) const;
+  // The parameters of `key` (its initial row when never touched); size width. Asserts that
+  // the store could read it (tests; drivers use row_values and handle the error).
+  void row_value(uint64_t key, std::span<float> out);
+  // The parameters of every key (initial rows for keys never touched) into out (keys.size() *
+  // width floats), in one batch against the store. Fails with the store's error (as error()).
+  Status row_values(std::span<const uint64_t> keys, std::span<float> out);
+  // The first store failure (a read or write of rows), naming the shard and the store's path.
+  // Once set, the shard ignores every message: its rows may be incomplete, so it must not
+  // answer as if nothing happened. The driver ends the job with it.
+  const Status& error() const { return error_; }
+  // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
+  RowStore& store() { return *store_; }
   // Calls f(key, parameters) for every row held.
   template <class F>
   void for_each_row(F&& f) const {
@@ -93,6 +103,8 @@ class ShardCore {
   void answer(const PullRequest& r, Outbox& out);
   void release_waiting(Outbox& out);
   float* row(uint64_t key);
+  // False (keeping the first failure in error_) when `s` is an error.
+  bool store_ok(Status s);
 
   ShardConfig config_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -114,6 +126,7 @@ class ShardCore {
   std::unordered_map<NodeId, std::deque<AnsweredPull>> answered_;
   static constexpr size_t answered_pulls_max = 8;  // per writer
   ShardStats stats_;
+  Status error_;
 };
 
 }  // namespace colony
