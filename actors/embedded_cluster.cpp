@@ -89,6 +89,9 @@ struct EmbeddedCluster::Impl {
   uint32_t expected_reports = 0;
   BatchIndex index;
   std::vector<float> rows;
+  std::vector<std::vector<uint64_t>> shard_keys;  // predict's keys and slots by shard
+  std::vector<std::vector<size_t>> shard_slots;
+  std::vector<float> shard_rows;
   bool ran = false;
 };
 
@@ -131,6 +134,9 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     for (uint32_t w = 0; w < c.workers; ++w) senders.push_back(first_worker + w);
   }
   const size_t width = job.trainer.model.width();
+  auto optimizer = make_optimizer(job.trainer.optimizer);
+  if (!optimizer) return optimizer.status();
+  const size_t row_floats = width + (*optimizer)->state_floats(width);
 
   for (uint32_t s = 0; s < c.shards; ++s) {
     ShardConfig sc;
@@ -142,7 +148,9 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     sc.consistency = c.consistency;
     sc.senders = senders;
     sc.map = m.map_spec;
-    auto core = ShardCore::make(sc);
+    auto store = open_shard_store(c.store, StoreIdentity{store_fingerprint(job.trainer), s, c.shards, row_floats});
+    if (!store) return store.status();
+    auto core = ShardCore::make(sc, std::move(store.value()));
     if (!core) return core.status();
     m.shards.push_back(std::move(core.value()));
   }
@@ -209,7 +217,7 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
       if (!w->done()) return Status::internal("the job stalled: no message left to deliver, a worker not done");
     for (const auto& a : m.aggregators)
       if (!a->done()) return Status::internal("the job stalled: no message left to deliver, an aggregator not done");
-    return collect();
+    return finish();
   }
   caf::scoped_actor self{m.system};
   self->send(m.coordinator, run_atom::value, m.worker_handles, m.expected_reports);
@@ -222,6 +230,9 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
                   },
                   caf::after(std::chrono::milliseconds(200)) >> [&] {
                     if (progress) progress(m.shared->samples.load());
+                    // A shard whose store failed stops answering: end the job with its error.
+                    std::lock_guard<std::mutex> lock(m.shared->mutex);
+                    if (!m.shared->first_error.ok()) finished = true;
                   });
   }
   {
@@ -234,6 +245,16 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
   for (size_t s = 0; s < m.shards.size(); ++s) {
     auto shard = caf::actor_cast<shard_actor>(m.shared->nodes[s]);
     self->request(shard, caf::infinite, quiesce_atom::value).receive([](bool) {}, [](caf::error&) {});
+  }
+  return finish();
+}
+
+Expected<ClusterResult> EmbeddedCluster::finish() {
+  // Rows a tiered store holds only in memory go to disk, so that the store left behind is
+  // the job's final model.
+  for (auto& shard : impl_->shards) {
+    if (!shard->error().ok()) return shard->error();
+    if (Status s = shard->store().flush(); !s.ok()) return s;
   }
   return collect();
 }
@@ -261,6 +282,7 @@ ClusterResult EmbeddedCluster::collect() const {
     r.pushes_applied += s->stats().pushes_applied;
     r.pushes_duplicate += s->stats().pushes_duplicate;
     r.model_rows += s->rows();
+    r.model_bytes += s->store().memory_bytes();
   }
   const ReaderStats& rs = m.sources.front()->last_stats();
   r.bad_lines_skipped = rs.bad_lines_skipped;
@@ -269,7 +291,15 @@ ClusterResult EmbeddedCluster::collect() const {
 }
 
 void EmbeddedCluster::row_value(uint64_t key, std::span<float> out) const {
-  impl_->shards[impl_->map->shard_of(key)]->row_value(key, out);
+  const uint64_t keys[1] = {key};
+  const Status s = impl_->shards[impl_->map->shard_of(key)]->row_values(keys, out);
+  COLONY_ASSERT(s.ok(), "{}", s.message());
+}
+
+Status EmbeddedCluster::error() const {
+  for (const auto& shard : impl_->shards)
+    if (!shard->error().ok()) return shard->error();
+  return {};
 }
 
 void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
@@ -278,7 +308,26 @@ void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
   m.index.build(batch);
   const auto keys = m.index.unique_keys();
   m.rows.resize(keys.size() * width);
-  for (size_t s = 0; s < keys.size(); ++s) row_value(keys[s], {&m.rows[s * width], width});
+  // One batch per shard: a store on disk reads its rows in one go.
+  const size_t shards = m.shards.size();
+  m.shard_keys.resize(shards);
+  m.shard_slots.resize(shards);
+  for (size_t s = 0; s < shards; ++s) {
+    m.shard_keys[s].clear();
+    m.shard_slots[s].clear();
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t s = m.map->shard_of(keys[i]);
+    m.shard_keys[s].push_back(keys[i]);
+    m.shard_slots[s].push_back(i);
+  }
+  for (size_t s = 0; s < shards; ++s) {
+    m.shard_rows.resize(m.shard_keys[s].size() * width);
+    // A failure is kept in the shard (error()) and ends the job after evaluation.
+    if (!m.shards[s]->row_values(m.shard_keys[s], m.shard_rows).ok()) continue;
+    for (size_t j = 0; j < m.shard_slots[s].size(); ++j)
+      std::copy_n(&m.shard_rows[j * width], width, &m.rows[m.shard_slots[s][j] * width]);
+  }
   logits.resize(batch.rows());
   forward(m.job.trainer.model, batch, m.index.slots(), m.rows, logits);
 }
@@ -326,6 +375,7 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   r.bad_lines_skipped = ran->bad_lines_skipped;
   r.read_from_cache = ran->read_from_cache;
   r.model_rows = ran->model_rows;
+  r.model_bytes = ran->model_bytes;
   r.pull_messages = ran->pull_messages;
   r.push_messages = ran->push_messages_to_ps;
   r.push_bytes = ran->push_bytes_to_ps;
@@ -337,11 +387,17 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   ro.batch_rows = o.batch;
   auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) { c.predict(b, logits); });
   if (!ev) return ev.status();
+  if (Status s = c.error(); !s.ok()) return s;
   r.epochs.push_back(EpochResult{o.epochs, ran->loss_sum / double(r.train_samples), ev->logloss, ev->auc});
   r.test_logloss = ev->logloss;
   r.test_auc = ev->auc;
   r.test_samples = ev->samples;
   return r;
+}
+
+std::string store_fingerprint(const TrainerConfig& t) {
+  return fmt::format("colony-train model={} width={} optimizer={} seed={}", to_string(t.model.kind), t.model.width(),
+                     to_string(t.optimizer.kind), t.seed);
 }
 
 namespace {

@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "ps/protocol.h"
+#include "storage/store_spec.h"
 #include "worker/reader.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
@@ -34,6 +35,10 @@ struct ClusterOptions {
   uint32_t replicas_per_node = 0;  // hierarchical group size; 0 = all workers form one node
   size_t max_inflight = 2;         // steps with pulls outstanding per worker
   size_t threads = 0;              // CAF scheduler threads; 0 = one per core
+  // Where the shards keep their rows (memory, or DIR/shard-<i> on RocksDB, tiered with a
+  // cache). A store left by an earlier run of the same job is continued; one written by
+  // another job (see store_fingerprint) is refused.
+  StoreSpec store;
   // Tests: when non-zero, no threads at all: CAF's test scheduler runs one message at a time,
   // and which actor runs next is drawn from this seed, so every interleaving the mailboxes
   // allow can come up, and each one can be replayed.
@@ -66,6 +71,7 @@ struct ClusterResult {
   uint64_t bad_lines_skipped = 0;
   bool read_from_cache = false;
   uint64_t model_rows = 0;
+  uint64_t model_bytes = 0;  // of rows held in memory by the shards' stores
 };
 
 class EmbeddedCluster {
@@ -81,15 +87,23 @@ class EmbeddedCluster {
 
   // After run: each sample's logit under the shards' final weights.
   void predict(const Batch& batch, std::vector<float>& logits);
-  // After run: the final parameters of `key` (its initial row when never touched).
+  // After run: the final parameters of `key` (its initial row when never touched). Asserts
+  // that the shard's store can be read (tests).
   void row_value(uint64_t key, std::span<float> out) const;
+  // The first error of run or predict (a shard's store failing during evaluation).
+  Status error() const;
 
  private:
   struct Impl;
   explicit EmbeddedCluster(std::unique_ptr<Impl> impl);
   ClusterResult collect() const;
+  Expected<ClusterResult> finish();
   std::unique_ptr<Impl> impl_;
 };
+
+// The identity a job's shard stores are written under: the model, its width, the optimizer
+// and the seed (rows trained under other settings are not this job's rows).
+std::string store_fingerprint(const TrainerConfig& trainer);
 
 // `colony train` on the embedded cluster: the same options, data, evaluation and report as
 // run_train_job (the single-process trainer), with the training done by the cluster. The

@@ -22,6 +22,8 @@ struct TrainArgs {
   // Negative = the optimizer's default (default_optimizer_config).
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   std::string store = "memory";
+  size_t cache_bytes = 0;
+  std::string eviction = "lfu";
   std::string engine = "cluster";
   std::string consistency = "bsp";
   std::string push = "hierarchical";
@@ -50,7 +52,15 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--batch", j.batch, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--epochs", j.epochs, "Passes over the training data")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--store", a->store, "Row store: memory")->capture_default_str();
+  cmd->add_option("--store", a->store,
+                  "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; a store "
+                  "left by the same job is continued, another job's is refused)")
+      ->capture_default_str();
+  cmd->add_option("--cache-bytes", a->cache_bytes,
+                  "With rocksdb:DIR: keep hot rows in this many bytes of memory (all shards together) "
+                  "over RocksDB, writing rows back when evicted (tiered store)");
+  cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
+      ->check(CLI::IsMember({"lfu", "lru"}))->capture_default_str();
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
@@ -96,13 +106,15 @@ Runner add_train(CLI::App& app) {
     if (a->lr >= 0.0f) o.trainer.optimizer.lr = a->lr;
     if (a->l1 >= 0.0f) o.trainer.optimizer.l1 = a->l1;
     if (a->l2 >= 0.0f) o.trainer.optimizer.l2 = a->l2;
-    if (a->store != "memory") {
-      return fail(Status::invalid_input(
-          "--store " + a->store +
-          ": only \"memory\" is available in the single-process trainer of this version"));
-    }
     o.reader.use_cache = !a->no_cache;
     ClusterOptions cluster = a->cluster;
+    auto store = parse_store_spec(a->store, a->cache_bytes);
+    if (!store) return fail(store.status());
+    cluster.store = *store;
+    cluster.store.policy = parse_eviction_policy(a->eviction).value();
+    if (a->engine == "local" && cluster.store.kind != StoreKind::memory)
+      return fail(Status::invalid_input("--store " + a->store +
+                                        ": the local engine keeps rows in memory; use --engine cluster"));
     auto consistency = parse_consistency(a->consistency);
     if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     cluster.consistency = *consistency;
@@ -114,9 +126,9 @@ Runner add_train(CLI::App& app) {
 
     const std::string engine_text =
         local ? std::string("single-process trainer")
-              : fmt::format("{} shard{}, {} worker{}, {}, {} push", cluster.shards, cluster.shards == 1 ? "" : "s",
-                            cluster.workers, cluster.workers == 1 ? "" : "s", to_string(cluster.consistency),
-                            to_string(cluster.push));
+              : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
+                            cluster.shards == 1 ? "" : "s", cluster.workers, cluster.workers == 1 ? "" : "s",
+                            to_string(cluster.consistency), to_string(cluster.push), to_string(cluster.store));
     std::fprintf(stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s; %s; backend %s\n",
                  to_string(o.trainer.model.kind),
                  o.trainer.model.kind == ModelKind::fm ? fmt::format(" (dim {})", o.trainer.model.dim).c_str() : "",
@@ -193,6 +205,7 @@ Runner add_train(CLI::App& app) {
       rep["push_messages_per_sample"] = double(r.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.push_bytes) / n;
       rep["pulls_deferred"] = r.pulls_deferred;
+      rep["store"] = to_string(cluster.store);
     }
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs)
