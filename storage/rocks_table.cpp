@@ -227,6 +227,20 @@ Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>&
   return {};
 }
 
+Expected<bool> RocksTable::get(uint64_t key, float* out) {
+  const size_t rf = identity_.row_floats;
+  const std::string k = encode_key(key);
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rows_cf_, k, &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return error(fmt::format("cannot read key {:#x}", key).c_str(), s.ToString());
+  if (value.size() != rf * sizeof(float))
+    return Status::invalid_input(fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats",
+                                             options_.path, key, value.size(), rf));
+  std::memcpy(out, value.data(), rf * sizeof(float));
+  return true;
+}
+
 Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added) {
   const size_t rf = identity_.row_floats;
   COLONY_ASSERT(rows.size() == keys.size() * rf, "keys={} floats={} row_floats={}", keys.size(), rows.size(), rf);

@@ -71,6 +71,9 @@ class RocksTable {
   // are resized). Fails with io_error, or invalid_input for a stored value of the wrong size,
   // naming path and key.
   Status multi_get(std::span<const uint64_t> keys, std::vector<float>& out, std::vector<uint8_t>& found);
+  // One plain point lookup (DB::Get) into out[0 .. row_floats); false when the key has no
+  // row. The baseline `colony bench store` compares the stores with. Fails as multi_get.
+  Expected<bool> get(uint64_t key, float* out);
   // Writes rows[i * row_floats ...] under keys[i] in one atomic batch, together with the row
   // count grown by `rows_added` (rows that were not stored before). Fails with io_error.
   Status write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added);
