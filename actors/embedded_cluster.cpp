@@ -148,6 +148,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     sc.consistency = c.consistency;
     sc.senders = senders;
     sc.map = m.map_spec;
+    sc.admit_after = c.admit_after;
     auto store = open_shard_store(c.store, StoreIdentity{store_fingerprint(job.trainer), s, c.shards, row_floats});
     if (!store) return store.status();
     auto core = ShardCore::make(sc, std::move(store.value()));
@@ -283,6 +284,8 @@ ClusterResult EmbeddedCluster::collect() const {
     r.pushes_duplicate += s->stats().pushes_duplicate;
     r.model_rows += s->rows();
     r.model_bytes += s->store().memory_bytes();
+    r.table_bytes += s->rows() * s->store().row_floats() * sizeof(float);
+    r.updates_dropped += s->stats().updates_dropped;
   }
   const ReaderStats& rs = m.sources.front()->last_stats();
   r.bad_lines_skipped = rs.bad_lines_skipped;
@@ -376,6 +379,8 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   r.read_from_cache = ran->read_from_cache;
   r.model_rows = ran->model_rows;
   r.model_bytes = ran->model_bytes;
+  r.table_bytes = ran->table_bytes;
+  r.updates_dropped = ran->updates_dropped;
   r.pull_messages = ran->pull_messages;
   r.push_messages = ran->push_messages_to_ps;
   r.push_bytes = ran->push_bytes_to_ps;

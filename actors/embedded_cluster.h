@@ -39,6 +39,7 @@ struct ClusterOptions {
   // cache). A store left by an earlier run of the same job is continued; one written by
   // another job (see store_fingerprint) is refused.
   StoreSpec store;
+  uint32_t admit_after = 0;  // feature admission (ShardConfig::admit_after)
   // Tests: when non-zero, no threads at all: CAF's test scheduler runs one message at a time,
   // and which actor runs next is drawn from this seed, so every interleaving the mailboxes
   // allow can come up, and each one can be replayed.
@@ -72,6 +73,8 @@ struct ClusterResult {
   bool read_from_cache = false;
   uint64_t model_rows = 0;
   uint64_t model_bytes = 0;  // of rows held in memory by the shards' stores
+  uint64_t table_bytes = 0;  // rows times a row's bytes (parameters and optimizer state)
+  uint64_t updates_dropped = 0;  // pushed rows dropped: key not admitted yet
 };
 
 class EmbeddedCluster {

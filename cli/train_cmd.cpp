@@ -59,6 +59,11 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--cache-bytes", a->cache_bytes,
                   "With rocksdb:DIR: keep hot rows in this many bytes of memory (all shards together) "
                   "over RocksDB, writing rows back when evicted (tiered store)");
+  cmd->add_option("--admit-after", a->cluster.admit_after,
+                  "Feature admission: a key gets a row once pulled this many times (counted in a "
+                  "count-min sketch); until then pulls see its initial value and pushes to it are "
+                  "dropped (0: at once)")
+      ->check(CLI::Range(0u, 255u))->capture_default_str();
   cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
       ->check(CLI::IsMember({"lfu", "lru"}))->capture_default_str();
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
@@ -112,6 +117,8 @@ Runner add_train(CLI::App& app) {
     if (!store) return fail(store.status());
     cluster.store = *store;
     cluster.store.policy = parse_eviction_policy(a->eviction).value();
+    if (a->engine == "local" && cluster.admit_after > 1)
+      return fail(Status::invalid_input("--admit-after: feature admission runs in the PS shards; use --engine cluster"));
     if (a->engine == "local" && cluster.store.kind != StoreKind::memory)
       return fail(Status::invalid_input("--store " + a->store +
                                         ": the local engine keeps rows in memory; use --engine cluster"));
@@ -190,6 +197,8 @@ Runner add_train(CLI::App& app) {
         {"seed", o.trainer.seed},
         {"model_rows", r.model_rows},
         {"model_bytes", r.model_bytes},
+        {"table_rows", r.model_rows},
+        {"table_bytes", r.table_bytes},
         {"read_from_cache", r.read_from_cache},
         {"engine", a->engine},
         {"train_cpu_seconds", r.train_cpu_seconds},
@@ -206,13 +215,16 @@ Runner add_train(CLI::App& app) {
       rep["push_bytes_per_sample"] = double(r.push_bytes) / n;
       rep["pulls_deferred"] = r.pulls_deferred;
       rep["store"] = to_string(cluster.store);
+      rep["admit_after"] = cluster.admit_after;
+      rep["updates_dropped"] = r.updates_dropped;
     }
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs)
       per_epoch.push_back({{"epoch", e.epoch}, {"train_logloss", e.train_logloss},
                            {"test_logloss", e.test_logloss}, {"test_auc", e.test_auc}});
     rep["per_epoch"] = per_epoch;
-    std::printf("test_logloss %.5f  test_auc %.4f", r.test_logloss, r.test_auc);
+    std::printf("test_logloss %.5f  test_auc %.4f  table_rows %llu  table_bytes %s", r.test_logloss, r.test_auc,
+                static_cast<unsigned long long>(r.model_rows), human_count(double(r.table_bytes)).c_str());
     if (r.planted) {
       const double gap = r.test_logloss / r.planted->planted_logloss_test - 1.0;
       rep["planted_logloss_test"] = r.planted->planted_logloss_test;

@@ -14,6 +14,13 @@ Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config,
   if (config.shard_index >= map->shards())
     return Status::invalid_input(fmt::format("shard index {} is outside a map of {} shards",
                                              config.shard_index, map->shards()));
+  if (config.admit_after > 1 &&
+      (config.admit_sketch_width == 0 || (config.admit_sketch_width & (config.admit_sketch_width - 1)) != 0))
+    return Status::invalid_input(fmt::format("the admission sketch width {} is not a power of two",
+                                             config.admit_sketch_width));
+  if (config.admit_after > 255)
+    return Status::invalid_input(fmt::format("--admit-after {} is above the most the sketch counts (255)",
+                                             config.admit_after));
   auto optimizer = make_optimizer(config.optimizer);
   if (!optimizer) return optimizer.status();
   const size_t row_floats = config.width + (*optimizer)->state_floats(config.width);
@@ -34,6 +41,8 @@ ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optim
       state_(optimizer_->state_floats(width_)),
       store_(std::move(store)) {
   for (NodeId s : config.senders) clocks_[s] = 0;
+  if (config.admit_after > 1)
+    sketch_ = std::make_unique<CountMinSketch>(4, config.admit_sketch_width, config.init.seed ^ 0xad317);
 }
 
 void ShardCore::on_message(const PsMessage& message, Outbox& out) {
@@ -63,6 +72,21 @@ float* ShardCore::row(uint64_t key) {
     optimizer_->init_state({r, width_}, {r + width_, state_});
   }
   return r;
+}
+
+float* ShardCore::admitted_row(uint64_t key) {
+  if (float* r = store_->find(key)) return store_->stable_rows() ? r : row(key);
+  if (sketch_->add(key) < config_.admit_after) {
+    ++stats_.rows_not_admitted;
+    return nullptr;
+  }
+  return row(key);
+}
+
+float* ShardCore::existing_row(uint64_t key) {
+  float* r = store_->find(key);
+  // A store without stable rows keeps only writes through find_or_insert.
+  return r && !store_->stable_rows() ? row(key) : r;
 }
 
 bool ShardCore::owns_all(const MessageHeader& h, const std::vector<uint64_t>& keys, Outbox& out) {
@@ -114,8 +138,13 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     if (!store_ok(store_->load(r.keys))) return;
     for (uint64_t key : r.keys) {
       const float* p = store_->find(key);
-      if (!p) p = row(key);
-      reply.values.insert(reply.values.end(), p, p + width_);
+      if (!p) p = sketch_ ? admitted_row(key) : row(key);
+      if (p) {
+        reply.values.insert(reply.values.end(), p, p + width_);
+      } else {
+        reply.values.resize(reply.values.size() + width_);
+        init_row(key, config_.init, {reply.values.data() + reply.values.size() - width_, width_});
+      }
     }
     if (!store_ok(store_->commit())) return;
   } else {
@@ -127,12 +156,23 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     // lookups are cache misses on a large table, and this lets several be in flight at once.
     constexpr size_t ahead = 8;
     for (size_t i = 0; i < std::min(n, ahead); ++i) store_->prefetch(r.keys[i]);
-    for (size_t i = 0; i < n; ++i) {
-      if (i + ahead < n) store_->prefetch(r.keys[i + ahead]);
-      a.rows[i] = row(r.keys[i]);
-      __builtin_prefetch(a.rows[i]);
+    if (!sketch_) {
+      for (size_t i = 0; i < n; ++i) {
+        if (i + ahead < n) store_->prefetch(r.keys[i + ahead]);
+        a.rows[i] = row(r.keys[i]);
+        __builtin_prefetch(a.rows[i]);
+      }
+      for (size_t i = 0; i < n; ++i) reply.values.insert(reply.values.end(), a.rows[i], a.rows[i] + width_);
+    } else {
+      // With admission, a key without a row yet gets its initial value (and no pointer).
+      for (size_t i = 0; i < n; ++i) a.rows[i] = admitted_row(r.keys[i]);
+      reply.values.resize(n * width_);
+      for (size_t i = 0; i < n; ++i) {
+        std::span<float> o(reply.values.data() + i * width_, width_);
+        if (a.rows[i]) std::copy(a.rows[i], a.rows[i] + width_, o.begin());
+        else init_row(r.keys[i], config_.init, o);
+      }
     }
-    for (size_t i = 0; i < n; ++i) reply.values.insert(reply.values.end(), a.rows[i], a.rows[i] + width_);
   }
   ++stats_.pulls_answered;
   stats_.rows_pulled += r.keys.size();
@@ -189,7 +229,12 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
     }
     if (!rows && !store_ok(store_->load(r.keys))) return;
     for (size_t i = 0; i < r.keys.size(); ++i) {
-      float* p = rows ? (*rows)[i] : row(r.keys[i]);
+      float* p = rows ? (*rows)[i] : nullptr;
+      if (!p) p = sketch_ ? existing_row(r.keys[i]) : row(r.keys[i]);
+      if (!p) {
+        ++stats_.updates_dropped;  // not admitted: the key has no row to update
+        continue;
+      }
       optimizer_->apply({p, width_}, {p + width_, state_}, {&r.grads[i * width_], width_});
     }
     if (!rows && !store_ok(store_->commit())) return;

@@ -23,6 +23,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ps/count_min.h"
 #include "ps/optimizer.h"
 #include "ps/protocol.h"
 #include "ps/row_init.h"
@@ -40,6 +41,13 @@ struct ShardConfig {
   Consistency consistency;
   std::vector<NodeId> senders;  // the cores whose pushes and clocks this shard waits for
   ShardMapSpec map;
+  // Feature admission (Monolith, DeepRec): a key gets a row only once it has been pulled
+  // `admit_after` times, counted in a count-min sketch of admit_sketch_width x 4 byte
+  // counters (ps/count_min.h; it may admit a key a little early, never late). Until then a
+  // pull returns the key's initial row and a push to it is dropped (counted). 0 or 1: every
+  // key gets a row when first pulled.
+  uint32_t admit_after = 0;
+  size_t admit_sketch_width = size_t{1} << 22;
 };
 
 struct ShardStats {
@@ -51,6 +59,8 @@ struct ShardStats {
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   uint64_t stale_map_replies = 0;
+  uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
+  uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
 };
 
 class ShardCore {
@@ -103,6 +113,11 @@ class ShardCore {
   void answer(const PullRequest& r, Outbox& out);
   void release_waiting(Outbox& out);
   float* row(uint64_t key);
+  // The row of `key` for a pull: found, or created when admission allows; nullptr when the
+  // key is not admitted yet (counts the sighting).
+  float* admitted_row(uint64_t key);
+  // The row of `key` for a push: nullptr when the key has no row (not admitted).
+  float* existing_row(uint64_t key);
   // False (keeping the first failure in error_) when `s` is an error.
   bool store_ok(Status s);
 
@@ -127,6 +142,7 @@ class ShardCore {
   static constexpr size_t answered_pulls_max = 8;  // per writer
   ShardStats stats_;
   Status error_;
+  std::unique_ptr<CountMinSketch> sketch_;  // only with admission
 };
 
 }  // namespace colony
