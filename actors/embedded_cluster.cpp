@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <mutex>
 #include <unordered_set>
 
@@ -13,6 +15,7 @@
 #include "gpu/reduce.h"
 #include "ps/shard_core.h"
 #include "ps/shard_map.h"
+#include "storage/checkpoint.h"
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
 #include "worker/worker_core.h"
@@ -60,6 +63,114 @@ coordinator_actor::behavior_type coordinator_fun(coordinator_actor::stateful_poi
   };
 }
 
+// Checkpoints and test restarts of the shards, run by each shard's actor between messages.
+class ShardKeeper {
+ public:
+  ShardKeeper(const ClusterOptions& c, std::vector<ShardConfig> configs, std::vector<StoreIdentity> identities,
+              size_t value_floats, std::shared_ptr<JobShared> shared)
+      : options_(c),
+        configs_(std::move(configs)),
+        identities_(std::move(identities)),
+        value_floats_(value_floats),
+        shared_(std::move(shared)) {}
+
+  void after_message(ShardCore& core) {
+    if (!core.error().ok()) return;
+    if (auto step = core.checkpoint_due()) {
+      if (Status s = checkpoint(core, *step); !s.ok()) shared_->fail(s);
+    }
+    const uint32_t i = core.config().shard_index;
+    if (options_.restart_after_pushes && i == options_.restart_shard && !restarted_ &&
+        core.stats().pushes_applied >= options_.restart_after_pushes) {
+      restarted_ = true;
+      if (Status s = restart(core); !s.ok()) shared_->fail(s);
+    }
+  }
+
+  uint64_t checkpoints() const { return checkpoints_; }
+  uint32_t last_step() const { return last_step_; }
+  uint64_t restarts() const { return restarts_; }
+  uint64_t updates_lost() const { return updates_lost_; }
+
+ private:
+  Status checkpoint(ShardCore& core, uint32_t step) {
+    const uint32_t i = core.config().shard_index;
+    const std::string dir = checkpoint_shard_dir(options_.checkpoint_dir, step, i);
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_step_dir(options_.checkpoint_dir, step), ec);
+    if (ec) return Status::io_error(fmt::format("{}: cannot create: {}", checkpoint_step_dir(options_.checkpoint_dir, step), ec.message()));
+    if (Status s = core.store().checkpoint(dir, identities_[i]); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pending& p = pending_[step];
+    p.shards.resize(configs_.size());
+    p.rows_pushed.resize(configs_.size());
+    std::vector<std::pair<uint64_t, uint32_t>> clocks;
+    for (auto [node, clock] : core.sender_clocks()) clocks.emplace_back(node, clock);
+    p.shards[i] = ShardCheckpoint{i, fmt::format("shard-{}", i), core.rows(), std::move(clocks)};
+    p.rows_pushed[i] = core.stats().rows_pushed;
+    if (++p.done < configs_.size()) return {};
+    CheckpointManifest m{step, identities_[i].cluster_id, uint32_t(configs_.size()), identities_[i].row_floats,
+                         value_floats_, {}};
+    for (auto& sc : p.shards) m.shard_checkpoints.push_back(*sc);
+    if (Status s = write_manifest(options_.checkpoint_dir, m); !s.ok()) return s;
+    ++checkpoints_;
+    last_step_ = step;
+    complete_rows_pushed_[step] = p.rows_pushed;
+    pending_.erase(pending_.begin(), pending_.upper_bound(step));
+    return {};
+  }
+
+  Status restart(ShardCore& core) {
+    const uint32_t i = core.config().shard_index;
+    auto step_dir = latest_checkpoint(options_.checkpoint_dir);
+    if (!step_dir) return Status::internal("restarting shard " + std::to_string(i) + ": " + step_dir.status().message());
+    auto manifest = read_manifest(*step_dir);
+    if (!manifest) return manifest.status();
+    uint64_t pushed_then = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pushed_then = complete_rows_pushed_.at(manifest->step)[i];
+    }
+    const auto clocks = core.sender_clocks();
+    std::deque<PullRequest> waiting = core.take_waiting();
+    const uint64_t pushed_now = core.stats().rows_pushed;
+    // Close the old store first (its folder is replaced): swap in a core over an empty memory store.
+    auto placeholder = ShardCore::make(configs_[i]);
+    if (!placeholder) return placeholder.status();
+    core = std::move(**placeholder);
+    auto store = restore_shard_store(options_.store, identities_[i],
+                                     (std::filesystem::path(*step_dir) / fmt::format("shard-{}", i)).string());
+    if (!store) return store.status();
+    auto fresh = ShardCore::make(configs_[i], std::move(store.value()));
+    if (!fresh) return fresh.status();
+    if (Status s = (*fresh)->resume_clocks(clocks); !s.ok()) return s;
+    core = std::move(**fresh);
+    updates_lost_ += pushed_now - pushed_then;
+    ++restarts_;
+    Outbox out;
+    for (const PullRequest& r : waiting) core.on_message(r, out);
+    route(*shared_, out);
+    return {};
+  }
+
+  struct Pending {
+    std::vector<std::optional<ShardCheckpoint>> shards;
+    std::vector<uint64_t> rows_pushed;
+    size_t done = 0;
+  };
+  const ClusterOptions options_;
+  const std::vector<ShardConfig> configs_;
+  const std::vector<StoreIdentity> identities_;
+  const size_t value_floats_;
+  std::shared_ptr<JobShared> shared_;
+  std::mutex mutex_;
+  std::map<uint32_t, Pending> pending_;                           // guarded by mutex_
+  std::map<uint32_t, std::vector<uint64_t>> complete_rows_pushed_;  // guarded by mutex_
+  std::atomic<uint64_t> checkpoints_{0}, restarts_{0}, updates_lost_{0};
+  std::atomic<uint32_t> last_step_{0};
+  bool restarted_ = false;  // only the restarted shard's actor reads and writes it
+};
+
 }  // namespace
 
 struct EmbeddedCluster::Impl {
@@ -81,6 +192,7 @@ struct EmbeddedCluster::Impl {
   std::optional<ShardMap> map;
   std::shared_ptr<JobShared> shared = std::make_shared<JobShared>();
   std::vector<std::shared_ptr<ShardCore>> shards;
+  std::shared_ptr<ShardKeeper> keeper;
   std::vector<std::shared_ptr<WorkerCore>> workers;
   std::vector<std::shared_ptr<WorkerSource>> sources;
   std::vector<std::shared_ptr<AggregatorCore>> aggregators;
@@ -137,6 +249,16 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   auto optimizer = make_optimizer(job.trainer.optimizer);
   if (!optimizer) return optimizer.status();
   const size_t row_floats = width + (*optimizer)->state_floats(width);
+  ClusterOptions& co = m.job.cluster;
+  if (co.checkpoint_every && co.checkpoint_dir.empty()) {
+    if (co.store.kind == StoreKind::memory)
+      return Status::invalid_input("--checkpoint-every: give --checkpoint-dir (the memory store has no folder)");
+    co.checkpoint_dir = (std::filesystem::path(co.store.dir) / "checkpoints").string();
+  }
+  if (co.restart_after_pushes && !co.checkpoint_every)
+    return Status::invalid_input("a shard restart needs checkpoints (checkpoint_every)");
+  std::vector<ShardConfig> shard_configs;
+  std::vector<StoreIdentity> identities;
 
   for (uint32_t s = 0; s < c.shards; ++s) {
     ShardConfig sc;
@@ -149,8 +271,12 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     sc.senders = senders;
     sc.map = m.map_spec;
     sc.admit_after = c.admit_after;
-    auto store = open_shard_store(c.store, StoreIdentity{store_fingerprint(job.trainer), s, c.shards, row_floats});
+    sc.checkpoint_every = c.checkpoint_every;
+    const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, row_floats};
+    auto store = open_shard_store(c.store, identity);
     if (!store) return store.status();
+    shard_configs.push_back(sc);
+    identities.push_back(identity);
     auto core = ShardCore::make(sc, std::move(store.value()));
     if (!core) return core.status();
     m.shards.push_back(std::move(core.value()));
@@ -180,6 +306,12 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     if (!core) return core.status();
     m.aggregators.push_back(std::move(core.value()));
   }
+
+  m.keeper = std::make_shared<ShardKeeper>(co, std::move(shard_configs), std::move(identities), width, m.shared);
+  if (co.checkpoint_every)
+    m.shared->after_shard_message = [keeper = std::weak_ptr<ShardKeeper>(m.keeper)](ShardCore& core) {
+      if (auto k = keeper.lock()) k->after_message(core);
+    };
 
   // Spawn: the coordinator first (workers report to it), then every core's actor.
   m.coordinator = m.system.spawn(coordinator_fun);
@@ -287,6 +419,10 @@ ClusterResult EmbeddedCluster::collect() const {
     r.table_bytes += s->rows() * s->store().row_floats() * sizeof(float);
     r.updates_dropped += s->stats().updates_dropped;
   }
+  r.checkpoints = m.keeper->checkpoints();
+  r.last_checkpoint_step = m.keeper->last_step();
+  r.shard_restarts = m.keeper->restarts();
+  r.updates_lost = m.keeper->updates_lost();
   const ReaderStats& rs = m.sources.front()->last_stats();
   r.bad_lines_skipped = rs.bad_lines_skipped;
   r.read_from_cache = rs.from_cache;
@@ -381,6 +517,8 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   r.model_bytes = ran->model_bytes;
   r.table_bytes = ran->table_bytes;
   r.updates_dropped = ran->updates_dropped;
+  r.checkpoints = ran->checkpoints;
+  r.updates_lost = ran->updates_lost;
   r.pull_messages = ran->pull_messages;
   r.push_messages = ran->push_messages_to_ps;
   r.push_bytes = ran->push_bytes_to_ps;

@@ -40,6 +40,18 @@ struct ClusterOptions {
   // another job (see store_fingerprint) is refused.
   StoreSpec store;
   uint32_t admit_after = 0;  // feature admission (ShardConfig::admit_after)
+  // Checkpoints every this many steps (0: none) under checkpoint_dir (default: DIR/checkpoints
+  // for a store on RocksDB), laid out as storage/checkpoint.h says. Shard i copies its store
+  // when its slowest sender's clock reaches a multiple (ShardCore::checkpoint_due); the step's
+  // manifest is written when the last shard has.
+  uint32_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  // Tests (recovery): once shard `restart_shard` has applied this many pushes (0: never), its
+  // core is replaced by one over the newest complete checkpoint, as after a crash and restart:
+  // the updates since that checkpoint are lost (counted), the senders' clocks carry on, and
+  // the pulls it held are handed to the new core (the workers' re-sent pulls).
+  uint64_t restart_after_pushes = 0;
+  uint32_t restart_shard = 0;
   // Tests: when non-zero, no threads at all: CAF's test scheduler runs one message at a time,
   // and which actor runs next is drawn from this seed, so every interleaving the mailboxes
   // allow can come up, and each one can be replayed.
@@ -75,6 +87,10 @@ struct ClusterResult {
   uint64_t model_bytes = 0;  // of rows held in memory by the shards' stores
   uint64_t table_bytes = 0;  // rows times a row's bytes (parameters and optimizer state)
   uint64_t updates_dropped = 0;  // pushed rows dropped: key not admitted yet
+  uint64_t checkpoints = 0;      // complete checkpoints (manifests written)
+  uint32_t last_checkpoint_step = 0;
+  uint64_t shard_restarts = 0;
+  uint64_t updates_lost = 0;     // pushed rows applied after the checkpoint a restart went back to
 };
 
 class EmbeddedCluster {

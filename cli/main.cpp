@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
   Runner train = add_train(app);
   Runner bench = add_bench(app);
   Runner keygen = add_keygen(app);
+  Runner checkpoint = add_checkpoint(app);
+  Runner export_rows = add_export(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -51,5 +53,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("train")) return train();
   if (app.got_subcommand("bench")) return bench();
   if (app.got_subcommand("keygen")) return keygen();
+  if (app.got_subcommand("checkpoint")) return checkpoint();
+  if (app.got_subcommand("export")) return export_rows();
   return 2;
 }

@@ -64,6 +64,11 @@ Runner add_train(CLI::App& app) {
                   "count-min sketch); until then pulls see its initial value and pushes to it are "
                   "dropped (0: at once)")
       ->check(CLI::Range(0u, 255u))->capture_default_str();
+  cmd->add_option("--checkpoint-every", a->cluster.checkpoint_every,
+                  "Checkpoint every shard's rows and optimizer state every N steps (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", a->cluster.checkpoint_dir,
+                  "Where checkpoints go (default with rocksdb:DIR: DIR/checkpoints)");
   cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
       ->check(CLI::IsMember({"lfu", "lru"}))->capture_default_str();
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
@@ -119,6 +124,8 @@ Runner add_train(CLI::App& app) {
     cluster.store.policy = parse_eviction_policy(a->eviction).value();
     if (a->engine == "local" && cluster.admit_after > 1)
       return fail(Status::invalid_input("--admit-after: feature admission runs in the PS shards; use --engine cluster"));
+    if (a->engine == "local" && cluster.checkpoint_every)
+      return fail(Status::invalid_input("--checkpoint-every: checkpoints are taken by the PS shards; use --engine cluster"));
     if (a->engine == "local" && cluster.store.kind != StoreKind::memory)
       return fail(Status::invalid_input("--store " + a->store +
                                         ": the local engine keeps rows in memory; use --engine cluster"));
@@ -217,6 +224,8 @@ Runner add_train(CLI::App& app) {
       rep["store"] = to_string(cluster.store);
       rep["admit_after"] = cluster.admit_after;
       rep["updates_dropped"] = r.updates_dropped;
+      rep["checkpoints"] = r.checkpoints;
+      rep["updates_lost"] = r.updates_lost;
     }
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs)

@@ -257,6 +257,12 @@ void ShardCore::release_waiting(Outbox& out) {
   uint32_t m = clock_done;
   for (const auto& [sender, clock] : clocks_) m = std::min(m, clock);
   min_clock_ = m;
+  // At the job's end (every sender done) there is no step boundary to name: no checkpoint.
+  const uint32_t every = config_.checkpoint_every;
+  if (every && m != clock_done && m / every * every > last_checkpoint_) {
+    last_checkpoint_ = m / every * every;
+    checkpoint_due_ = last_checkpoint_;
+  }
   if (waiting_.empty()) return;
   // Answer, in arrival order, every waiting pull the clocks now allow.
   std::deque<PullRequest> still;
@@ -290,6 +296,29 @@ Status ShardCore::row_values(std::span<const uint64_t> keys, std::span<float> ou
     else init_row(keys[i], config_.init, o);
   }
   if (!store_ok(store_->commit())) return error_;
+  return {};
+}
+
+std::vector<std::pair<NodeId, uint32_t>> ShardCore::sender_clocks() const {
+  std::vector<std::pair<NodeId, uint32_t>> v(clocks_.begin(), clocks_.end());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+Status ShardCore::resume_clocks(const std::vector<std::pair<NodeId, uint32_t>>& clocks) {
+  for (const auto& [node, clock] : clocks) {
+    auto it = clocks_.find(NodeId(node));
+    if (it == clocks_.end())
+      return Status::invalid_input(fmt::format("node {} is not a sender of shard {}", node, config_.shard_index));
+    it->second = clock;
+  }
+  Outbox none;
+  release_waiting(none);  // recomputes the minimum; nothing waits yet
+  COLONY_ASSERT(none.empty());
+  checkpoint_due_.reset();
+  last_checkpoint_ = config_.checkpoint_every && min_clock_ != clock_done
+                         ? min_clock_ / config_.checkpoint_every * config_.checkpoint_every
+                         : 0;
   return {};
 }
 

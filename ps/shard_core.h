@@ -19,8 +19,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ps/count_min.h"
@@ -48,6 +50,9 @@ struct ShardConfig {
   // key gets a row when first pulled.
   uint32_t admit_after = 0;
   size_t admit_sketch_width = size_t{1} << 22;
+  // Checkpoints: every time the slowest sender's clock reaches a multiple of this (0: never),
+  // checkpoint_due() names that step once. See checkpoint_due for what a checkpoint holds.
+  uint32_t checkpoint_every = 0;
 };
 
 struct ShardStats {
@@ -88,6 +93,29 @@ class ShardCore {
   // Once set, the shard ignores every message: its rows may be incomplete, so it must not
   // answer as if nothing happened. The driver ends the job with it.
   const Status& error() const { return error_; }
+  // Once after the slowest sender's clock has reached a multiple of checkpoint_every, that
+  // multiple (the newest one reached, if several were crossed at once); nullopt otherwise.
+  // The driver then checkpoints the store before handing the core its next message, so the
+  // checkpoint holds every update of the steps before that clock from every sender, and,
+  // under SSP and ASP, any update of later steps that faster senders had already pushed
+  // (sender_clocks() says which: a sender's clock c means its steps < c are in).
+  std::optional<uint32_t> checkpoint_due() {
+    auto due = checkpoint_due_;
+    checkpoint_due_.reset();
+    return due;
+  }
+  // Every sender's clock (clock_done when it has finished), by node id.
+  std::vector<std::pair<NodeId, uint32_t>> sender_clocks() const;
+
+  // Restarting a shard from a checkpoint (recovery). The new core, made over the restored
+  // store, takes the senders' current clocks (which the senders know: they announce them
+  // when they reconnect), so that their next pushes follow on; the updates between the
+  // checkpoint and the crash are lost (the driver counts them). Fails with invalid_input for
+  // a node that is not a sender.
+  Status resume_clocks(const std::vector<std::pair<NodeId, uint32_t>>& clocks);
+  // The pulls waiting for the gate, removed from the core (a restarted shard gets them
+  // again: the workers re-send pulls that a crashed shard never answered).
+  std::deque<PullRequest> take_waiting() { return std::exchange(waiting_, {}); }
   // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
   RowStore& store() { return *store_; }
   // Calls f(key, parameters) for every row held.
@@ -143,6 +171,8 @@ class ShardCore {
   ShardStats stats_;
   Status error_;
   std::unique_ptr<CountMinSketch> sketch_;  // only with admission
+  uint32_t last_checkpoint_ = 0;
+  std::optional<uint32_t> checkpoint_due_;
 };
 
 }  // namespace colony

@@ -63,6 +63,8 @@ class RocksRowStore final : public RowStore {
   Status load(std::span<const uint64_t> keys) override;
   Status commit() override;
   Status flush() override { return table_->flush(); }
+  // RocksDB's Checkpoint of the table (its own identity; `identity` is not used).
+  Status checkpoint(const std::string& dir, const StoreIdentity&) override { return table_->checkpoint(dir); }
   Status for_each_in_range(uint64_t begin, uint64_t end,
                            const std::function<void(uint64_t, const float*)>& f) const override {
     return table_->for_each_in_range(begin, end, f);
@@ -119,6 +121,11 @@ class TieredRowStore final : public RowStore {
   Status commit() override;
   // Writes every dirty cached row to the table and flushes it.
   Status flush() override;
+  // flush(), then RocksDB's Checkpoint of the table (`identity` is not used).
+  Status checkpoint(const std::string& dir, const StoreIdentity&) override {
+    if (Status s = flush(); !s.ok()) return s;
+    return table_->checkpoint(dir);
+  }
   Status for_each_in_range(uint64_t begin, uint64_t end,
                            const std::function<void(uint64_t, const float*)>& f) const override;
   StoreStats stats() const override;

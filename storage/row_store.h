@@ -28,9 +28,11 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "common/status.h"
+#include "storage/rocks_table.h"
 #include "storage/row_table.h"
 
 namespace colony {
@@ -84,6 +86,11 @@ class RowStore {
   // migration and export). Stops at, and returns, the first read error.
   virtual Status for_each_in_range(uint64_t begin, uint64_t end,
                                    const std::function<void(uint64_t, const float*)>& f) const;
+  // Writes a consistent copy of every committed row to a new RocksDB store in `dir` (which
+  // must not exist yet): RocksDB's Checkpoint (hard links to the table files) for the RocksDB
+  // and tiered stores (tiered writes its dirty rows first), a fresh database written under
+  // `identity` for the memory store. Fails with io_error naming `dir` (it exists, disk full).
+  virtual Status checkpoint(const std::string& dir, const StoreIdentity& identity);
   virtual StoreStats stats() const {
     StoreStats s;
     s.rows = size();

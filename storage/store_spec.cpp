@@ -53,4 +53,38 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec, cons
   return std::unique_ptr<RowStore>(new TieredRowStore(std::move(table.value()), t));
 }
 
+Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec, const StoreIdentity& identity,
+                                                       const std::string& checkpoint_dir) {
+  namespace fs = std::filesystem;
+  auto copy = RocksTable::open_read_only(checkpoint_dir);
+  if (!copy) return copy.status();
+  const StoreIdentity& got = (*copy)->identity();
+  if (got.cluster_id != identity.cluster_id || got.shard_index != identity.shard_index ||
+      got.shards != identity.shards || got.row_floats != identity.row_floats)
+    return Status::invalid_input(fmt::format(
+        "{}: a checkpoint of cluster \"{}\" shard {} of {} (rows of {} floats), not of this job's cluster \"{}\" "
+        "shard {} of {} (rows of {} floats)",
+        checkpoint_dir, got.cluster_id, got.shard_index, got.shards, got.row_floats, identity.cluster_id,
+        identity.shard_index, identity.shards, identity.row_floats));
+  if (spec.kind == StoreKind::memory) {
+    auto store = std::make_unique<MemoryRowStore>(identity.row_floats);
+    Status s = (*copy)->for_each_in_range(0, UINT64_MAX, [&](uint64_t key, const float* row) {
+      std::copy(row, row + identity.row_floats, store->find_or_insert(key).first);
+    });
+    if (!s.ok()) return s;
+    return std::unique_ptr<RowStore>(std::move(store));
+  }
+  copy.value().reset();
+  const std::string target = shard_store_path(spec.dir, identity.shard_index);
+  std::error_code ec;
+  fs::remove_all(target, ec);
+  if (!ec) fs::create_directories(target, ec);
+  // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
+  if (!ec) fs::copy(checkpoint_dir, target, fs::copy_options::recursive, ec);
+  if (ec)
+    return Status::io_error(fmt::format("{}: cannot replace it with the checkpoint {}: {}", target, checkpoint_dir,
+                                        ec.message()));
+  return open_shard_store(spec, identity);
+}
+
 }  // namespace colony

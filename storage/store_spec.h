@@ -7,6 +7,9 @@
 //
 //   auto spec = parse_store_spec("rocksdb:/var/lib/colony", cache_bytes);     // flags
 //   auto store = open_shard_store(*spec, StoreIdentity{cluster_id, i, shards, row_floats});
+//   // or, to go back to the newest complete checkpoint (storage/checkpoint.h):
+//   auto step_dir = latest_checkpoint(root);
+//   auto store = restore_shard_store(*spec, identity, *step_dir + "/shard-" + i);
 //
 // and hands the store to ShardCore::make. Reopening the same DIR with the same identity
 // continues from the rows committed there; another identity is refused, naming the path.
@@ -47,5 +50,14 @@ std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 // tiered store gets cache_bytes / identity.shards of the budget. Fails as RocksTable::open
 // does (another job's store, a corrupt or locked database), naming the path.
 Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec, const StoreIdentity& identity);
+
+// Recovery: opens shard `identity.shard_index`'s store with the rows of its checkpoint copy
+// in `checkpoint_dir` (a ROOT/step-<S>/shard-<i> folder, storage/checkpoint.h), whose identity
+// must be `identity`. memory: a new store loaded with the rows. rocksdb and tiered: the
+// store folder DIR/shard-<i> is replaced by a copy of the checkpoint; the old store must be
+// closed first (destroyed), and whatever it held after the checkpoint is gone. Fails, naming
+// the folder, when the checkpoint is missing, corrupt or another job's, or the copy fails.
+Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec, const StoreIdentity& identity,
+                                                       const std::string& checkpoint_dir);
 
 }  // namespace colony
