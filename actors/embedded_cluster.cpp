@@ -246,9 +246,6 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     for (uint32_t w = 0; w < c.workers; ++w) senders.push_back(first_worker + w);
   }
   const size_t width = job.trainer.model.width();
-  auto optimizer = make_optimizer(job.trainer.optimizer);
-  if (!optimizer) return optimizer.status();
-  const size_t row_floats = width + (*optimizer)->state_floats(width);
   ClusterOptions& co = m.job.cluster;
   if (co.checkpoint_every && co.checkpoint_dir.empty()) {
     if (co.store.kind == StoreKind::memory)
@@ -272,7 +269,10 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     sc.map = m.map_spec;
     sc.admit_after = c.admit_after;
     sc.checkpoint_every = c.checkpoint_every;
-    const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, row_floats};
+    sc.evict_after = c.evict_after;
+    auto row_floats = ShardCore::row_floats(sc);
+    if (!row_floats) return row_floats.status();
+    const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};
     auto store = open_shard_store(c.store, identity);
     if (!store) return store.status();
     shard_configs.push_back(sc);
@@ -418,6 +418,7 @@ ClusterResult EmbeddedCluster::collect() const {
     r.model_bytes += s->store().memory_bytes();
     r.table_bytes += s->rows() * s->store().row_floats() * sizeof(float);
     r.updates_dropped += s->stats().updates_dropped;
+    r.rows_evicted += s->stats().rows_evicted;
   }
   r.checkpoints = m.keeper->checkpoints();
   r.last_checkpoint_step = m.keeper->last_step();
@@ -517,6 +518,7 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   r.model_bytes = ran->model_bytes;
   r.table_bytes = ran->table_bytes;
   r.updates_dropped = ran->updates_dropped;
+  r.rows_evicted = ran->rows_evicted;
   r.checkpoints = ran->checkpoints;
   r.updates_lost = ran->updates_lost;
   r.pull_messages = ran->pull_messages;

@@ -40,6 +40,7 @@ struct ClusterOptions {
   // another job (see store_fingerprint) is refused.
   StoreSpec store;
   uint32_t admit_after = 0;  // feature admission (ShardConfig::admit_after)
+  uint32_t evict_after = 0;  // row eviction (ShardConfig::evict_after)
   // Checkpoints every this many steps (0: none) under checkpoint_dir (default: DIR/checkpoints
   // for a store on RocksDB), laid out as storage/checkpoint.h says. Shard i copies its store
   // when its slowest sender's clock reaches a multiple (ShardCore::checkpoint_due); the step's
@@ -87,6 +88,7 @@ struct ClusterResult {
   uint64_t model_bytes = 0;  // of rows held in memory by the shards' stores
   uint64_t table_bytes = 0;  // rows times a row's bytes (parameters and optimizer state)
   uint64_t updates_dropped = 0;  // pushed rows dropped: key not admitted yet
+  uint64_t rows_evicted = 0;     // rows removed for not being updated for evict_after steps
   uint64_t checkpoints = 0;      // complete checkpoints (manifests written)
   uint32_t last_checkpoint_step = 0;
   uint64_t shard_restarts = 0;

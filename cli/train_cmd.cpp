@@ -64,6 +64,9 @@ Runner add_train(CLI::App& app) {
                   "count-min sketch); until then pulls see its initial value and pushes to it are "
                   "dropped (0: at once)")
       ->check(CLI::Range(0u, 255u))->capture_default_str();
+  cmd->add_option("--evict-after", a->cluster.evict_after,
+                  "Remove rows not updated during the last T steps (0: never)")
+      ->capture_default_str();
   cmd->add_option("--checkpoint-every", a->cluster.checkpoint_every,
                   "Checkpoint every shard's rows and optimizer state every N steps (0: never)")
       ->capture_default_str();
@@ -124,6 +127,8 @@ Runner add_train(CLI::App& app) {
     cluster.store.policy = parse_eviction_policy(a->eviction).value();
     if (a->engine == "local" && cluster.admit_after > 1)
       return fail(Status::invalid_input("--admit-after: feature admission runs in the PS shards; use --engine cluster"));
+    if (a->engine == "local" && cluster.evict_after)
+      return fail(Status::invalid_input("--evict-after: eviction runs in the PS shards; use --engine cluster"));
     if (a->engine == "local" && cluster.checkpoint_every)
       return fail(Status::invalid_input("--checkpoint-every: checkpoints are taken by the PS shards; use --engine cluster"));
     if (a->engine == "local" && cluster.store.kind != StoreKind::memory)
@@ -224,6 +229,8 @@ Runner add_train(CLI::App& app) {
       rep["store"] = to_string(cluster.store);
       rep["admit_after"] = cluster.admit_after;
       rep["updates_dropped"] = r.updates_dropped;
+      rep["evict_after"] = cluster.evict_after;
+      rep["rows_evicted"] = r.rows_evicted;
       rep["checkpoints"] = r.checkpoints;
       rep["updates_lost"] = r.updates_lost;
     }

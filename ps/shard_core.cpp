@@ -23,13 +23,19 @@ Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config,
                                              config.admit_after));
   auto optimizer = make_optimizer(config.optimizer);
   if (!optimizer) return optimizer.status();
-  const size_t row_floats = config.width + (*optimizer)->state_floats(config.width);
+  const size_t row_floats = config.width + (*optimizer)->state_floats(config.width) + (config.evict_after ? 1 : 0);
   if (!store) store = std::make_unique<MemoryRowStore>(row_floats);
   if (store->row_floats() != row_floats)
     return Status::invalid_input(fmt::format("the store keeps rows of {} floats; this shard needs {}",
                                              store->row_floats(), row_floats));
   return std::unique_ptr<ShardCore>(
       new ShardCore(config, std::move(optimizer.value()), std::move(map.value()), std::move(store)));
+}
+
+Expected<size_t> ShardCore::row_floats(const ShardConfig& config) {
+  auto optimizer = make_optimizer(config.optimizer);
+  if (!optimizer) return optimizer.status();
+  return config.width + (*optimizer)->state_floats(config.width) + (config.evict_after ? 1 : 0);
 }
 
 ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optimizer, ShardMap map,
@@ -41,6 +47,8 @@ ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optim
       state_(optimizer_->state_floats(width_)),
       store_(std::move(store)) {
   for (NodeId s : config.senders) clocks_[s] = 0;
+  stamp_ = config.evict_after ? 1 : 0;
+  next_eviction_scan_ = config.evict_after;
   if (config.admit_after > 1)
     sketch_ = std::make_unique<CountMinSketch>(4, config.admit_sketch_width, config.init.seed ^ 0xad317);
 }
@@ -70,6 +78,7 @@ float* ShardCore::row(uint64_t key) {
   if (inserted) {
     init_row(key, config_.init, {r, width_});
     optimizer_->init_state({r, width_}, {r + width_, state_});
+    if (stamp_) r[width_ + state_] = float(min_clock_);  // a new row counts as fresh
   }
   return r;
 }
@@ -236,6 +245,7 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
         continue;
       }
       optimizer_->apply({p, width_}, {p + width_, state_}, {&r.grads[i * width_], width_});
+      if (stamp_) p[width_ + state_] = float(r.clock);
     }
     if (!rows && !store_ok(store_->commit())) return;
     if (rows) ++stats_.pushes_reusing_pull_rows;
@@ -262,6 +272,10 @@ void ShardCore::release_waiting(Outbox& out) {
   if (every && m != clock_done && m / every * every > last_checkpoint_) {
     last_checkpoint_ = m / every * every;
     checkpoint_due_ = last_checkpoint_;
+  }
+  if (config_.evict_after && m != clock_done && m >= next_eviction_scan_) {
+    evict_stale_rows();
+    next_eviction_scan_ = m + std::max<uint32_t>(1, config_.evict_after / 2);
   }
   if (waiting_.empty()) return;
   // Answer, in arrival order, every waiting pull the clocks now allow.
@@ -297,6 +311,20 @@ Status ShardCore::row_values(std::span<const uint64_t> keys, std::span<float> ou
   }
   if (!store_ok(store_->commit())) return error_;
   return {};
+}
+
+void ShardCore::evict_stale_rows() {
+  // Clocks are exact in a float up to 2^24 steps; beyond, rows look a few steps older.
+  const float oldest_kept = float(min_clock_) - float(config_.evict_after);
+  evict_keys_.clear();
+  store_->for_each([&](uint64_t key, const float* row) {
+    if (row[width_ + state_] < oldest_kept) evict_keys_.push_back(key);
+  });
+  if (evict_keys_.empty()) return;
+  if (!store_ok(store_->erase(evict_keys_))) return;
+  stats_.rows_evicted += evict_keys_.size();
+  // Pulls answered earlier may hold pointers to evicted rows: their pushes look rows up again.
+  answered_.clear();
 }
 
 std::vector<std::pair<NodeId, uint32_t>> ShardCore::sender_clocks() const {

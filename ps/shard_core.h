@@ -53,6 +53,11 @@ struct ShardConfig {
   // Checkpoints: every time the slowest sender's clock reaches a multiple of this (0: never),
   // checkpoint_due() names that step once. See checkpoint_due for what a checkpoint holds.
   uint32_t checkpoint_every = 0;
+  // Row eviction (Monolith, DeepRec): a row not updated during the last `evict_after` steps
+  // (of the slowest sender's clock) is removed (0: never). Each row then carries the clock of
+  // its last update as one more float after the optimizer state. The shard looks for such
+  // rows every evict_after / 2 steps (at least every step), scanning the whole store.
+  uint32_t evict_after = 0;
 };
 
 struct ShardStats {
@@ -66,15 +71,20 @@ struct ShardStats {
   uint64_t stale_map_replies = 0;
   uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
   uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
+  uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
 };
 
 class ShardCore {
  public:
   // Fails with invalid_input for a bad optimizer setting, an empty sender list, a shard
-  // index outside the map, or a store whose rows are not width + optimizer state floats.
+  // index outside the map, or a store whose rows are not row_floats(config) floats.
   // Without a store, rows are kept in memory (MemoryRowStore).
   static Expected<std::unique_ptr<ShardCore>> make(const ShardConfig& config,
                                                    std::unique_ptr<RowStore> store = nullptr);
+  // Floats a row of this configuration takes in the store: the width, the optimizer's
+  // state, and with evict_after the clock of the last update. Fails as make does for a bad
+  // optimizer setting.
+  static Expected<size_t> row_floats(const ShardConfig& config);
 
   // Handles one message addressed to this shard; replies go to `out`.
   void on_message(const PsMessage& message, Outbox& out);
@@ -140,6 +150,8 @@ class ShardCore {
   bool may_answer(const PullRequest& r) const;
   void answer(const PullRequest& r, Outbox& out);
   void release_waiting(Outbox& out);
+  // Removes the rows not updated during the last evict_after steps.
+  void evict_stale_rows();
   float* row(uint64_t key);
   // The row of `key` for a pull: found, or created when admission allows; nullptr when the
   // key is not admitted yet (counts the sighting).
@@ -172,6 +184,9 @@ class ShardCore {
   Status error_;
   std::unique_ptr<CountMinSketch> sketch_;  // only with admission
   uint32_t last_checkpoint_ = 0;
+  size_t stamp_ = 0;  // 1 with eviction: the row's last-update clock after its state
+  uint32_t next_eviction_scan_ = 0;
+  std::vector<uint64_t> evict_keys_;
   std::optional<uint32_t> checkpoint_due_;
 };
 

@@ -261,6 +261,21 @@ Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> 
   return {};
 }
 
+Status RocksTable::erase(std::span<const uint64_t> keys) {
+  if (keys.empty()) return {};
+  if (!injected_write_failure_.ok()) return injected_write_failure_;
+  COLONY_ASSERT(keys.size() <= rows_, "erasing {} of {} rows", keys.size(), rows_);
+  rocksdb::WriteBatch b;
+  for (uint64_t k : keys) b.Delete(rows_cf_, encode_key(k));
+  b.Put(meta_, key_rows, std::to_string(rows_ - keys.size()));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  rocksdb::Status s = db_->Write(wo, &b);
+  if (!s.ok()) return error(fmt::format("cannot delete a batch of {} rows", keys.size()).c_str(), s.ToString());
+  rows_ -= keys.size();
+  return {};
+}
+
 Status RocksTable::for_each_in_range(uint64_t begin, uint64_t end,
                                      const std::function<void(uint64_t, const float*)>& f) const {
   const size_t rf = identity_.row_floats;

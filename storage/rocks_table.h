@@ -77,6 +77,9 @@ class RocksTable {
   // Writes rows[i * row_floats ...] under keys[i] in one atomic batch, together with the row
   // count grown by `rows_added` (rows that were not stored before). Fails with io_error.
   Status write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added);
+  // Deletes the rows of `keys`, all of which are stored, in one atomic batch (with the row
+  // count). Fails with io_error.
+  Status erase(std::span<const uint64_t> keys);
   // Every row with begin <= key < end, in key order; stops at the first error.
   Status for_each_in_range(uint64_t begin, uint64_t end,
                            const std::function<void(uint64_t, const float*)>& f) const;

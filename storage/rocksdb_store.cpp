@@ -105,6 +105,17 @@ void RocksRowStore::for_each(const std::function<void(uint64_t, const float*)>& 
   // The key UINT64_MAX itself: no reader makes it (its field, 255, is reserved).
 }
 
+Status RocksRowStore::erase(std::span<const uint64_t> keys) {
+  COLONY_ASSERT(staged_.empty(), "erase inside a batch");
+  keys_buf_.clear();
+  if (Status s = table_->multi_get(keys, rows_buf_, found_buf_); !s.ok()) return s;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (found_buf_[i]) keys_buf_.push_back(keys[i]);
+  std::sort(keys_buf_.begin(), keys_buf_.end());
+  keys_buf_.erase(std::unique(keys_buf_.begin(), keys_buf_.end()), keys_buf_.end());
+  return table_->erase(keys_buf_);
+}
+
 StoreStats RocksRowStore::stats() const {
   StoreStats s = stats_;
   s.rows = size();
@@ -354,6 +365,32 @@ Status TieredRowStore::for_each_in_range(uint64_t begin, uint64_t end,
 void TieredRowStore::for_each(const std::function<void(uint64_t, const float*)>& f) const {
   const Status s = for_each_in_range(0, UINT64_MAX, f);
   COLONY_ASSERT(s.ok(), "{}", s.message());
+}
+
+Status TieredRowStore::erase(std::span<const uint64_t> keys) {
+  std::vector<uint64_t> on_disk;
+  std::vector<uint64_t> unknown;
+  for (uint64_t k : keys) {
+    auto it = index_.find(k);
+    if (it == index_.end()) {
+      unknown.push_back(k);
+      continue;
+    }
+    Slot& s = slots_[it->second];
+    if (s.on_disk) on_disk.push_back(k);
+    else --cache_only_;
+    s.used = false;
+    free_.push_back(it->second);
+    index_.erase(it);
+  }
+  if (!unknown.empty()) {
+    if (Status s = table_->multi_get(unknown, rows_buf_, found_buf_); !s.ok()) return s;
+    for (size_t i = 0; i < unknown.size(); ++i)
+      if (found_buf_[i]) on_disk.push_back(unknown[i]);
+  }
+  std::sort(on_disk.begin(), on_disk.end());
+  on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
+  return table_->erase(on_disk);
 }
 
 StoreStats TieredRowStore::stats() const {

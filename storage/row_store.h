@@ -69,6 +69,10 @@ class RowStore {
   // Calls f(key, row) for every row, in no particular order.
   virtual void for_each(const std::function<void(uint64_t, const float*)>& f) const = 0;
 
+  // Removes the rows of `keys` (keys without a row are skipped); pointers handed out before
+  // must not be used after. Outside a batch (between commit and load). Fails with io_error.
+  virtual Status erase(std::span<const uint64_t> keys) = 0;
+
   // Step 1 of the batch protocol: reads the rows of `keys` (any order, repeats allowed).
   // Fails with io_error (naming the store's path) when the disk read fails.
   virtual Status load(std::span<const uint64_t> keys) {
@@ -111,6 +115,10 @@ class MemoryRowStore final : public RowStore {
   size_t row_floats() const override { return table_.row_floats(); }
   size_t memory_bytes() const override { return table_.memory_bytes(); }
   void for_each(const std::function<void(uint64_t, const float*)>& f) const override { table_.for_each(f); }
+  Status erase(std::span<const uint64_t> keys) override {
+    for (uint64_t k : keys) table_.erase(k);
+    return {};
+  }
 
  private:
   RowTable table_;

@@ -1,3 +1,4 @@
+// Feature admission and row eviction in the shard core.
 #define BOOST_TEST_MODULE admission_test
 #include <boost/test/unit_test.hpp>
 
@@ -75,4 +76,31 @@ BOOST_AUTO_TEST_CASE(admission_settings_out_of_range_are_refused) {
   sc = config(2);
   sc.admit_sketch_width = 1000;
   BOOST_TEST(!ShardCore::make(sc).ok());
+}
+
+BOOST_AUTO_TEST_CASE(rows_not_updated_for_evict_after_steps_are_removed) {
+  ShardConfig sc = config(0);
+  sc.evict_after = 4;
+  auto shard = std::move(ShardCore::make(sc).value());
+  BOOST_TEST(ShardCore::row_floats(sc).value() == 2u + 1u);  // SGD has no state; the clock stamp
+  const uint64_t hot = make_key(1, 1), cold = make_key(1, 2);
+  for (uint32_t step = 0; step < 12; ++step) {
+    // `cold` is pulled and pushed at step 0 only; `hot` at every step.
+    std::vector<uint64_t> keys{hot};
+    if (step == 0) keys.push_back(cold);
+    Outbox out;
+    shard->on_message(PullRequest{{7, 2 * step + 1, 1}, step, 7, keys}, out);
+    shard->on_message(PushRequest{{7, 2 * step + 2, 1}, step + 1, keys, std::vector<float>(keys.size() * 2, 1.0f)},
+                      out);
+    BOOST_REQUIRE_EQUAL(out.size(), 2u);
+    // Last updated by the push of clock 1: gone once the clock is past 1 + 4 (scans every 2).
+    if (step + 1 <= 5) BOOST_TEST(shard->rows() == 2u, "step " << step);
+    if (step + 1 >= 8) BOOST_TEST(shard->rows() == 1u, "step " << step);
+  }
+  BOOST_TEST(shard->stats().rows_evicted == 1u);
+  // An evicted key pulled again starts from its initial row.
+  std::vector<float> v(2), init(2);
+  shard->row_value(cold, v);
+  init_row(cold, RowInit{1, 1, 0.1f}, init);
+  BOOST_TEST(v == init);
 }

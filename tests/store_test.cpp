@@ -153,6 +153,29 @@ BOOST_AUTO_TEST_CASE(tiered_store_matches_the_model_with_a_cache_far_smaller_tha
   }
 }
 
+BOOST_AUTO_TEST_CASE(every_store_erases_rows_between_batches) {
+  TempDir dir;
+  TieredOptions small;
+  small.cache_bytes = 30 * (rf * sizeof(float) + 64);
+  std::vector<std::unique_ptr<RowStore>> stores;
+  stores.push_back(std::make_unique<MemoryRowStore>(rf));
+  stores.push_back(std::make_unique<RocksRowStore>(open_table(dir.sub("a"))));
+  stores.push_back(std::make_unique<TieredRowStore>(open_table(dir.sub("b")), small));
+  for (auto& store : stores) {
+    std::map<uint64_t, std::vector<float>> expect;
+    SplitMix64 rng(8);
+    for (int round = 0; round < 10; ++round) {
+      exercise(*store, expect, 10 + uint64_t(round), 20, 200);
+      std::vector<uint64_t> gone;
+      for (int i = 0; i < 30; ++i) gone.push_back(rng.next() % 250);  // some never stored
+      BOOST_REQUIRE(store->erase(gone).ok());
+      for (uint64_t k : gone) expect.erase(k);
+      BOOST_REQUIRE_EQUAL(store->size(), expect.size());
+    }
+    check_contents(*store, expect);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(memory_store_iterates_a_range_in_key_order) {
   MemoryRowStore store(rf);
   std::map<uint64_t, std::vector<float>> expect;
