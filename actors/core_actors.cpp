@@ -36,6 +36,8 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
   auto handle = [self, core, shared](PsMessage m) {
     core->on_message(m, self->state.out);
     route(*shared, self->state.out);
+    if (!core->error().ok()) shared->fail(core->error());  // the store failed: end the job
+    if (shared->after_shard_message) shared->after_shard_message(*core);
   };
   return {
       [handle](PullRequest& m) { handle(std::move(m)); },

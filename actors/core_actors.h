@@ -43,6 +43,8 @@ struct aggregator_state {
 struct JobShared {
   std::vector<caf::actor> nodes;  // by NodeId
   std::function<void(const Outgoing&)> observer;
+  // Called by a shard's actor after each message, with its core (checkpoints, recovery).
+  std::function<void(ShardCore&)> after_shard_message;
   std::atomic<uint64_t> samples{0};
   std::mutex mutex;
   Status first_error;  // guarded by mutex

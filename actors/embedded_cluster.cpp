@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <mutex>
 #include <unordered_set>
 
@@ -13,6 +15,7 @@
 #include "gpu/reduce.h"
 #include "ps/shard_core.h"
 #include "ps/shard_map.h"
+#include "storage/checkpoint.h"
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
 #include "worker/worker_core.h"
@@ -60,6 +63,114 @@ coordinator_actor::behavior_type coordinator_fun(coordinator_actor::stateful_poi
   };
 }
 
+// Checkpoints and test restarts of the shards, run by each shard's actor between messages.
+class ShardKeeper {
+ public:
+  ShardKeeper(const ClusterOptions& c, std::vector<ShardConfig> configs, std::vector<StoreIdentity> identities,
+              size_t value_floats, std::shared_ptr<JobShared> shared)
+      : options_(c),
+        configs_(std::move(configs)),
+        identities_(std::move(identities)),
+        value_floats_(value_floats),
+        shared_(std::move(shared)) {}
+
+  void after_message(ShardCore& core) {
+    if (!core.error().ok()) return;
+    if (auto step = core.checkpoint_due()) {
+      if (Status s = checkpoint(core, *step); !s.ok()) shared_->fail(s);
+    }
+    const uint32_t i = core.config().shard_index;
+    if (options_.restart_after_pushes && i == options_.restart_shard && !restarted_ &&
+        core.stats().pushes_applied >= options_.restart_after_pushes) {
+      restarted_ = true;
+      if (Status s = restart(core); !s.ok()) shared_->fail(s);
+    }
+  }
+
+  uint64_t checkpoints() const { return checkpoints_; }
+  uint32_t last_step() const { return last_step_; }
+  uint64_t restarts() const { return restarts_; }
+  uint64_t updates_lost() const { return updates_lost_; }
+
+ private:
+  Status checkpoint(ShardCore& core, uint32_t step) {
+    const uint32_t i = core.config().shard_index;
+    const std::string dir = checkpoint_shard_dir(options_.checkpoint_dir, step, i);
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_step_dir(options_.checkpoint_dir, step), ec);
+    if (ec) return Status::io_error(fmt::format("{}: cannot create: {}", checkpoint_step_dir(options_.checkpoint_dir, step), ec.message()));
+    if (Status s = core.store().checkpoint(dir, identities_[i]); !s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mutex_);
+    Pending& p = pending_[step];
+    p.shards.resize(configs_.size());
+    p.rows_pushed.resize(configs_.size());
+    std::vector<std::pair<uint64_t, uint32_t>> clocks;
+    for (auto [node, clock] : core.sender_clocks()) clocks.emplace_back(node, clock);
+    p.shards[i] = ShardCheckpoint{i, fmt::format("shard-{}", i), core.rows(), std::move(clocks)};
+    p.rows_pushed[i] = core.stats().rows_pushed;
+    if (++p.done < configs_.size()) return {};
+    CheckpointManifest m{step, identities_[i].cluster_id, uint32_t(configs_.size()), identities_[i].row_floats,
+                         value_floats_, {}};
+    for (auto& sc : p.shards) m.shard_checkpoints.push_back(*sc);
+    if (Status s = write_manifest(options_.checkpoint_dir, m); !s.ok()) return s;
+    ++checkpoints_;
+    last_step_ = step;
+    complete_rows_pushed_[step] = p.rows_pushed;
+    pending_.erase(pending_.begin(), pending_.upper_bound(step));
+    return {};
+  }
+
+  Status restart(ShardCore& core) {
+    const uint32_t i = core.config().shard_index;
+    auto step_dir = latest_checkpoint(options_.checkpoint_dir);
+    if (!step_dir) return Status::internal("restarting shard " + std::to_string(i) + ": " + step_dir.status().message());
+    auto manifest = read_manifest(*step_dir);
+    if (!manifest) return manifest.status();
+    uint64_t pushed_then = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pushed_then = complete_rows_pushed_.at(manifest->step)[i];
+    }
+    const auto clocks = core.sender_clocks();
+    std::deque<PullRequest> waiting = core.take_waiting();
+    const uint64_t pushed_now = core.stats().rows_pushed;
+    // Close the old store first (its folder is replaced): swap in a core over an empty memory store.
+    auto placeholder = ShardCore::make(configs_[i]);
+    if (!placeholder) return placeholder.status();
+    core = std::move(**placeholder);
+    auto store = restore_shard_store(options_.store, identities_[i],
+                                     (std::filesystem::path(*step_dir) / fmt::format("shard-{}", i)).string());
+    if (!store) return store.status();
+    auto fresh = ShardCore::make(configs_[i], std::move(store.value()));
+    if (!fresh) return fresh.status();
+    if (Status s = (*fresh)->resume_clocks(clocks); !s.ok()) return s;
+    core = std::move(**fresh);
+    updates_lost_ += pushed_now - pushed_then;
+    ++restarts_;
+    Outbox out;
+    for (const PullRequest& r : waiting) core.on_message(r, out);
+    route(*shared_, out);
+    return {};
+  }
+
+  struct Pending {
+    std::vector<std::optional<ShardCheckpoint>> shards;
+    std::vector<uint64_t> rows_pushed;
+    size_t done = 0;
+  };
+  const ClusterOptions options_;
+  const std::vector<ShardConfig> configs_;
+  const std::vector<StoreIdentity> identities_;
+  const size_t value_floats_;
+  std::shared_ptr<JobShared> shared_;
+  std::mutex mutex_;
+  std::map<uint32_t, Pending> pending_;                           // guarded by mutex_
+  std::map<uint32_t, std::vector<uint64_t>> complete_rows_pushed_;  // guarded by mutex_
+  std::atomic<uint64_t> checkpoints_{0}, restarts_{0}, updates_lost_{0};
+  std::atomic<uint32_t> last_step_{0};
+  bool restarted_ = false;  // only the restarted shard's actor reads and writes it
+};
+
 }  // namespace
 
 struct EmbeddedCluster::Impl {
@@ -81,6 +192,7 @@ struct EmbeddedCluster::Impl {
   std::optional<ShardMap> map;
   std::shared_ptr<JobShared> shared = std::make_shared<JobShared>();
   std::vector<std::shared_ptr<ShardCore>> shards;
+  std::shared_ptr<ShardKeeper> keeper;
   std::vector<std::shared_ptr<WorkerCore>> workers;
   std::vector<std::shared_ptr<WorkerSource>> sources;
   std::vector<std::shared_ptr<AggregatorCore>> aggregators;
@@ -89,6 +201,9 @@ struct EmbeddedCluster::Impl {
   uint32_t expected_reports = 0;
   BatchIndex index;
   std::vector<float> rows;
+  std::vector<std::vector<uint64_t>> shard_keys;  // predict's keys and slots by shard
+  std::vector<std::vector<size_t>> shard_slots;
+  std::vector<float> shard_rows;
   bool ran = false;
 };
 
@@ -131,6 +246,16 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     for (uint32_t w = 0; w < c.workers; ++w) senders.push_back(first_worker + w);
   }
   const size_t width = job.trainer.model.width();
+  ClusterOptions& co = m.job.cluster;
+  if (co.checkpoint_every && co.checkpoint_dir.empty()) {
+    if (co.store.kind == StoreKind::memory)
+      return Status::invalid_input("--checkpoint-every: give --checkpoint-dir (the memory store has no folder)");
+    co.checkpoint_dir = (std::filesystem::path(co.store.dir) / "checkpoints").string();
+  }
+  if (co.restart_after_pushes && !co.checkpoint_every)
+    return Status::invalid_input("a shard restart needs checkpoints (checkpoint_every)");
+  std::vector<ShardConfig> shard_configs;
+  std::vector<StoreIdentity> identities;
 
   for (uint32_t s = 0; s < c.shards; ++s) {
     ShardConfig sc;
@@ -142,7 +267,17 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     sc.consistency = c.consistency;
     sc.senders = senders;
     sc.map = m.map_spec;
-    auto core = ShardCore::make(sc);
+    sc.admit_after = c.admit_after;
+    sc.checkpoint_every = c.checkpoint_every;
+    sc.evict_after = c.evict_after;
+    auto row_floats = ShardCore::row_floats(sc);
+    if (!row_floats) return row_floats.status();
+    const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};
+    auto store = open_shard_store(c.store, identity);
+    if (!store) return store.status();
+    shard_configs.push_back(sc);
+    identities.push_back(identity);
+    auto core = ShardCore::make(sc, std::move(store.value()));
     if (!core) return core.status();
     m.shards.push_back(std::move(core.value()));
   }
@@ -171,6 +306,12 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     if (!core) return core.status();
     m.aggregators.push_back(std::move(core.value()));
   }
+
+  m.keeper = std::make_shared<ShardKeeper>(co, std::move(shard_configs), std::move(identities), width, m.shared);
+  if (co.checkpoint_every)
+    m.shared->after_shard_message = [keeper = std::weak_ptr<ShardKeeper>(m.keeper)](ShardCore& core) {
+      if (auto k = keeper.lock()) k->after_message(core);
+    };
 
   // Spawn: the coordinator first (workers report to it), then every core's actor.
   m.coordinator = m.system.spawn(coordinator_fun);
@@ -209,7 +350,7 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
       if (!w->done()) return Status::internal("the job stalled: no message left to deliver, a worker not done");
     for (const auto& a : m.aggregators)
       if (!a->done()) return Status::internal("the job stalled: no message left to deliver, an aggregator not done");
-    return collect();
+    return finish();
   }
   caf::scoped_actor self{m.system};
   self->send(m.coordinator, run_atom::value, m.worker_handles, m.expected_reports);
@@ -222,6 +363,9 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
                   },
                   caf::after(std::chrono::milliseconds(200)) >> [&] {
                     if (progress) progress(m.shared->samples.load());
+                    // A shard whose store failed stops answering: end the job with its error.
+                    std::lock_guard<std::mutex> lock(m.shared->mutex);
+                    if (!m.shared->first_error.ok()) finished = true;
                   });
   }
   {
@@ -234,6 +378,16 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
   for (size_t s = 0; s < m.shards.size(); ++s) {
     auto shard = caf::actor_cast<shard_actor>(m.shared->nodes[s]);
     self->request(shard, caf::infinite, quiesce_atom::value).receive([](bool) {}, [](caf::error&) {});
+  }
+  return finish();
+}
+
+Expected<ClusterResult> EmbeddedCluster::finish() {
+  // Rows a tiered store holds only in memory go to disk, so that the store left behind is
+  // the job's final model.
+  for (auto& shard : impl_->shards) {
+    if (!shard->error().ok()) return shard->error();
+    if (Status s = shard->store().flush(); !s.ok()) return s;
   }
   return collect();
 }
@@ -261,7 +415,15 @@ ClusterResult EmbeddedCluster::collect() const {
     r.pushes_applied += s->stats().pushes_applied;
     r.pushes_duplicate += s->stats().pushes_duplicate;
     r.model_rows += s->rows();
+    r.model_bytes += s->store().memory_bytes();
+    r.table_bytes += s->rows() * s->store().row_floats() * sizeof(float);
+    r.updates_dropped += s->stats().updates_dropped;
+    r.rows_evicted += s->stats().rows_evicted;
   }
+  r.checkpoints = m.keeper->checkpoints();
+  r.last_checkpoint_step = m.keeper->last_step();
+  r.shard_restarts = m.keeper->restarts();
+  r.updates_lost = m.keeper->updates_lost();
   const ReaderStats& rs = m.sources.front()->last_stats();
   r.bad_lines_skipped = rs.bad_lines_skipped;
   r.read_from_cache = rs.from_cache;
@@ -269,7 +431,15 @@ ClusterResult EmbeddedCluster::collect() const {
 }
 
 void EmbeddedCluster::row_value(uint64_t key, std::span<float> out) const {
-  impl_->shards[impl_->map->shard_of(key)]->row_value(key, out);
+  const uint64_t keys[1] = {key};
+  const Status s = impl_->shards[impl_->map->shard_of(key)]->row_values(keys, out);
+  COLONY_ASSERT(s.ok(), "{}", s.message());
+}
+
+Status EmbeddedCluster::error() const {
+  for (const auto& shard : impl_->shards)
+    if (!shard->error().ok()) return shard->error();
+  return {};
 }
 
 void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
@@ -278,7 +448,26 @@ void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
   m.index.build(batch);
   const auto keys = m.index.unique_keys();
   m.rows.resize(keys.size() * width);
-  for (size_t s = 0; s < keys.size(); ++s) row_value(keys[s], {&m.rows[s * width], width});
+  // One batch per shard: a store on disk reads its rows in one go.
+  const size_t shards = m.shards.size();
+  m.shard_keys.resize(shards);
+  m.shard_slots.resize(shards);
+  for (size_t s = 0; s < shards; ++s) {
+    m.shard_keys[s].clear();
+    m.shard_slots[s].clear();
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t s = m.map->shard_of(keys[i]);
+    m.shard_keys[s].push_back(keys[i]);
+    m.shard_slots[s].push_back(i);
+  }
+  for (size_t s = 0; s < shards; ++s) {
+    m.shard_rows.resize(m.shard_keys[s].size() * width);
+    // A failure is kept in the shard (error()) and ends the job after evaluation.
+    if (!m.shards[s]->row_values(m.shard_keys[s], m.shard_rows).ok()) continue;
+    for (size_t j = 0; j < m.shard_slots[s].size(); ++j)
+      std::copy_n(&m.shard_rows[j * width], width, &m.rows[m.shard_slots[s][j] * width]);
+  }
   logits.resize(batch.rows());
   forward(m.job.trainer.model, batch, m.index.slots(), m.rows, logits);
 }
@@ -326,6 +515,12 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   r.bad_lines_skipped = ran->bad_lines_skipped;
   r.read_from_cache = ran->read_from_cache;
   r.model_rows = ran->model_rows;
+  r.model_bytes = ran->model_bytes;
+  r.table_bytes = ran->table_bytes;
+  r.updates_dropped = ran->updates_dropped;
+  r.rows_evicted = ran->rows_evicted;
+  r.checkpoints = ran->checkpoints;
+  r.updates_lost = ran->updates_lost;
   r.pull_messages = ran->pull_messages;
   r.push_messages = ran->push_messages_to_ps;
   r.push_bytes = ran->push_bytes_to_ps;
@@ -337,11 +532,17 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   ro.batch_rows = o.batch;
   auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) { c.predict(b, logits); });
   if (!ev) return ev.status();
+  if (Status s = c.error(); !s.ok()) return s;
   r.epochs.push_back(EpochResult{o.epochs, ran->loss_sum / double(r.train_samples), ev->logloss, ev->auc});
   r.test_logloss = ev->logloss;
   r.test_auc = ev->auc;
   r.test_samples = ev->samples;
   return r;
+}
+
+std::string store_fingerprint(const TrainerConfig& t) {
+  return fmt::format("colony-train model={} width={} optimizer={} seed={}", to_string(t.model.kind), t.model.width(),
+                     to_string(t.optimizer.kind), t.seed);
 }
 
 namespace {

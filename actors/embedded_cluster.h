@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "ps/protocol.h"
+#include "storage/store_spec.h"
 #include "worker/reader.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
@@ -34,6 +35,24 @@ struct ClusterOptions {
   uint32_t replicas_per_node = 0;  // hierarchical group size; 0 = all workers form one node
   size_t max_inflight = 2;         // steps with pulls outstanding per worker
   size_t threads = 0;              // CAF scheduler threads; 0 = one per core
+  // Where the shards keep their rows (memory, or DIR/shard-<i> on RocksDB, tiered with a
+  // cache). A store left by an earlier run of the same job is continued; one written by
+  // another job (see store_fingerprint) is refused.
+  StoreSpec store;
+  uint32_t admit_after = 0;  // feature admission (ShardConfig::admit_after)
+  uint32_t evict_after = 0;  // row eviction (ShardConfig::evict_after)
+  // Checkpoints every this many steps (0: none) under checkpoint_dir (default: DIR/checkpoints
+  // for a store on RocksDB), laid out as storage/checkpoint.h says. Shard i copies its store
+  // when its slowest sender's clock reaches a multiple (ShardCore::checkpoint_due); the step's
+  // manifest is written when the last shard has.
+  uint32_t checkpoint_every = 0;
+  std::string checkpoint_dir;
+  // Tests (recovery): once shard `restart_shard` has applied this many pushes (0: never), its
+  // core is replaced by one over the newest complete checkpoint, as after a crash and restart:
+  // the updates since that checkpoint are lost (counted), the senders' clocks carry on, and
+  // the pulls it held are handed to the new core (the workers' re-sent pulls).
+  uint64_t restart_after_pushes = 0;
+  uint32_t restart_shard = 0;
   // Tests: when non-zero, no threads at all: CAF's test scheduler runs one message at a time,
   // and which actor runs next is drawn from this seed, so every interleaving the mailboxes
   // allow can come up, and each one can be replayed.
@@ -66,6 +85,14 @@ struct ClusterResult {
   uint64_t bad_lines_skipped = 0;
   bool read_from_cache = false;
   uint64_t model_rows = 0;
+  uint64_t model_bytes = 0;  // of rows held in memory by the shards' stores
+  uint64_t table_bytes = 0;  // rows times a row's bytes (parameters and optimizer state)
+  uint64_t updates_dropped = 0;  // pushed rows dropped: key not admitted yet
+  uint64_t rows_evicted = 0;     // rows removed for not being updated for evict_after steps
+  uint64_t checkpoints = 0;      // complete checkpoints (manifests written)
+  uint32_t last_checkpoint_step = 0;
+  uint64_t shard_restarts = 0;
+  uint64_t updates_lost = 0;     // pushed rows applied after the checkpoint a restart went back to
 };
 
 class EmbeddedCluster {
@@ -81,15 +108,23 @@ class EmbeddedCluster {
 
   // After run: each sample's logit under the shards' final weights.
   void predict(const Batch& batch, std::vector<float>& logits);
-  // After run: the final parameters of `key` (its initial row when never touched).
+  // After run: the final parameters of `key` (its initial row when never touched). Asserts
+  // that the shard's store can be read (tests).
   void row_value(uint64_t key, std::span<float> out) const;
+  // The first error of run or predict (a shard's store failing during evaluation).
+  Status error() const;
 
  private:
   struct Impl;
   explicit EmbeddedCluster(std::unique_ptr<Impl> impl);
   ClusterResult collect() const;
+  Expected<ClusterResult> finish();
   std::unique_ptr<Impl> impl_;
 };
+
+// The identity a job's shard stores are written under: the model, its width, the optimizer
+// and the seed (rows trained under other settings are not this job's rows).
+std::string store_fingerprint(const TrainerConfig& trainer);
 
 // `colony train` on the embedded cluster: the same options, data, evaluation and report as
 // run_train_job (the single-process trainer), with the training done by the cluster. The

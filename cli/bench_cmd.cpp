@@ -16,6 +16,7 @@
 #include "worker/generator.h"
 #include "worker/train_job.h"
 #include "worker/reader.h"
+#include "worker/store_bench.h"
 #include "worker/trainer.h"
 
 namespace colony::cli {
@@ -233,20 +234,57 @@ int bench_wire(const BenchArgs& a) {
   return 0;
 }
 
+// Row stores (memory, RocksDB, tiered) against RocksDB's own point lookups on the same data.
+int bench_store(const BenchArgs& a, bool rows_given) {
+  namespace fs = std::filesystem;
+  const fs::path dir = a.dir.empty() ? fs::temp_directory_path() / fmt::format("colony-bench-store-{}", ::getpid())
+                                     : fs::path(a.dir);
+  StoreBenchOptions o;
+  o.dir = dir.string();
+  if (rows_given) o.rows = a.rows;
+  auto figures = run_store_bench(o, [](const std::string& line) { std::fprintf(stderr, "bench store: %s\n", line.c_str()); });
+  if (a.dir.empty()) fs::remove_all(dir);
+  if (!figures) return fail(figures.status());
+  double raw = 0;
+  for (const StoreBenchFigure& f : *figures)
+    if (f.store == "rocksdb-raw-get") raw = f.rows_per_sec;
+  nlohmann::json rep = {{"suite", "store"},         {"rows", o.rows},
+                        {"row_floats", o.row_floats}, {"batch_keys", o.batch_keys},
+                        {"zipf_exponent", o.zipf_exponent}, {"cache_fraction", o.cache_fraction},
+                        {"block_cache_bytes", o.block_cache_bytes}};
+  nlohmann::json list = nlohmann::json::array();
+  std::printf("%-16s %14s %12s %10s\n", "store", "rows/s", "of raw get", "hit rate");
+  for (const StoreBenchFigure& f : *figures) {
+    std::printf("%-16s %14.0f %12.3f %10s\n", f.store.c_str(), f.rows_per_sec, f.rows_per_sec / raw,
+                f.store.rfind("tiered", 0) == 0 ? fmt::format("{:.3f}", f.hit_rate).c_str() : "");
+    list.push_back({{"store", f.store}, {"rows_per_sec", f.rows_per_sec}, {"ratio_to_raw_get", f.rows_per_sec / raw},
+                    {"hit_rate", f.hit_rate}, {"disk_writes", f.disk_writes}});
+  }
+  std::printf("rows/s = rows read and written back (load, update, commit) in batches of %zu unique Zipf(%.1f) keys;\n"
+              "raw get = one RocksDB Get per key of the same batches on the same database, no writes\n",
+              o.batch_keys, o.zipf_exponent);
+  rep["figures"] = list;
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
 }  // namespace
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
-  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster or wire")
+  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster, wire or store")
       ->required()
-      ->check(CLI::IsMember({"train", "ps", "cluster", "wire"}));
+      ->check(CLI::IsMember({"train", "ps", "cluster", "wire", "store"}));
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
-  cmd->add_option("--rows", a->rows, "Generated rows to train on")->check(CLI::PositiveNumber)->capture_default_str();
+  CLI::Option* rows = cmd->add_option("--rows", a->rows, "Generated rows to train on (store: rows stored, default 1M)")
+                          ->check(CLI::PositiveNumber)
+                          ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Timed passes per figure (best is kept)")
       ->check(CLI::Range(1, 100))->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the generated data (default: a temporary one)");
-  return [a]() {
+  return [a, rows]() {
+    if (a->suite == "store") return bench_store(*a, rows->count() > 0);
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);
     if (a->suite == "wire") return bench_wire(*a);

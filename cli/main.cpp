@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
   Runner coordinator = add_coordinator(app);
   Runner ps = add_ps(app);
   Runner worker = add_worker(app);
+  Runner checkpoint = add_checkpoint(app);
+  Runner export_rows = add_export(app);
   try {
     app.parse(argc, argv);
     for (CLI::App* sub : app.get_subcommands()) apply_config_file(sub);
@@ -97,5 +99,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("coordinator")) return coordinator();
   if (app.got_subcommand("ps")) return ps();
   if (app.got_subcommand("worker")) return worker();
+  if (app.got_subcommand("checkpoint")) return checkpoint();
+  if (app.got_subcommand("export")) return export_rows();
   return 2;
 }

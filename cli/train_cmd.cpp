@@ -22,6 +22,8 @@ struct TrainArgs {
   // Negative = the optimizer's default (default_optimizer_config).
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   std::string store = "memory";
+  size_t cache_bytes = 0;
+  std::string eviction = "lfu";
   std::string engine = "cluster";
   std::string consistency = "bsp";
   std::string push = "hierarchical";
@@ -50,7 +52,28 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--batch", j.batch, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--epochs", j.epochs, "Passes over the training data")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--store", a->store, "Row store: memory")->capture_default_str();
+  cmd->add_option("--store", a->store,
+                  "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; a store "
+                  "left by the same job is continued, another job's is refused)")
+      ->capture_default_str();
+  cmd->add_option("--cache-bytes", a->cache_bytes,
+                  "With rocksdb:DIR: keep hot rows in this many bytes of memory (all shards together) "
+                  "over RocksDB, writing rows back when evicted (tiered store)");
+  cmd->add_option("--admit-after", a->cluster.admit_after,
+                  "Feature admission: a key gets a row once pulled this many times (counted in a "
+                  "count-min sketch); until then pulls see its initial value and pushes to it are "
+                  "dropped (0: at once)")
+      ->check(CLI::Range(0u, 255u))->capture_default_str();
+  cmd->add_option("--evict-after", a->cluster.evict_after,
+                  "Remove rows not updated during the last T steps (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", a->cluster.checkpoint_every,
+                  "Checkpoint every shard's rows and optimizer state every N steps (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", a->cluster.checkpoint_dir,
+                  "Where checkpoints go (default with rocksdb:DIR: DIR/checkpoints)");
+  cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
+      ->check(CLI::IsMember({"lfu", "lru"}))->capture_default_str();
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
@@ -96,13 +119,21 @@ Runner add_train(CLI::App& app) {
     if (a->lr >= 0.0f) o.trainer.optimizer.lr = a->lr;
     if (a->l1 >= 0.0f) o.trainer.optimizer.l1 = a->l1;
     if (a->l2 >= 0.0f) o.trainer.optimizer.l2 = a->l2;
-    if (a->store != "memory") {
-      return fail(Status::invalid_input(
-          "--store " + a->store +
-          ": only \"memory\" is available in the single-process trainer of this version"));
-    }
     o.reader.use_cache = !a->no_cache;
     ClusterOptions cluster = a->cluster;
+    auto store = parse_store_spec(a->store, a->cache_bytes);
+    if (!store) return fail(store.status());
+    cluster.store = *store;
+    cluster.store.policy = parse_eviction_policy(a->eviction).value();
+    if (a->engine == "local" && cluster.admit_after > 1)
+      return fail(Status::invalid_input("--admit-after: feature admission runs in the PS shards; use --engine cluster"));
+    if (a->engine == "local" && cluster.evict_after)
+      return fail(Status::invalid_input("--evict-after: eviction runs in the PS shards; use --engine cluster"));
+    if (a->engine == "local" && cluster.checkpoint_every)
+      return fail(Status::invalid_input("--checkpoint-every: checkpoints are taken by the PS shards; use --engine cluster"));
+    if (a->engine == "local" && cluster.store.kind != StoreKind::memory)
+      return fail(Status::invalid_input("--store " + a->store +
+                                        ": the local engine keeps rows in memory; use --engine cluster"));
     auto consistency = parse_consistency(a->consistency);
     if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     cluster.consistency = *consistency;
@@ -114,9 +145,9 @@ Runner add_train(CLI::App& app) {
 
     const std::string engine_text =
         local ? std::string("single-process trainer")
-              : fmt::format("{} shard{}, {} worker{}, {}, {} push", cluster.shards, cluster.shards == 1 ? "" : "s",
-                            cluster.workers, cluster.workers == 1 ? "" : "s", to_string(cluster.consistency),
-                            to_string(cluster.push));
+              : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
+                            cluster.shards == 1 ? "" : "s", cluster.workers, cluster.workers == 1 ? "" : "s",
+                            to_string(cluster.consistency), to_string(cluster.push), to_string(cluster.store));
     std::fprintf(stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s; %s; backend %s\n",
                  to_string(o.trainer.model.kind),
                  o.trainer.model.kind == ModelKind::fm ? fmt::format(" (dim {})", o.trainer.model.dim).c_str() : "",
@@ -178,6 +209,8 @@ Runner add_train(CLI::App& app) {
         {"seed", o.trainer.seed},
         {"model_rows", r.model_rows},
         {"model_bytes", r.model_bytes},
+        {"table_rows", r.model_rows},
+        {"table_bytes", r.table_bytes},
         {"read_from_cache", r.read_from_cache},
         {"engine", a->engine},
         {"train_cpu_seconds", r.train_cpu_seconds},
@@ -193,13 +226,21 @@ Runner add_train(CLI::App& app) {
       rep["push_messages_per_sample"] = double(r.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.push_bytes) / n;
       rep["pulls_deferred"] = r.pulls_deferred;
+      rep["store"] = to_string(cluster.store);
+      rep["admit_after"] = cluster.admit_after;
+      rep["updates_dropped"] = r.updates_dropped;
+      rep["evict_after"] = cluster.evict_after;
+      rep["rows_evicted"] = r.rows_evicted;
+      rep["checkpoints"] = r.checkpoints;
+      rep["updates_lost"] = r.updates_lost;
     }
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs)
       per_epoch.push_back({{"epoch", e.epoch}, {"train_logloss", e.train_logloss},
                            {"test_logloss", e.test_logloss}, {"test_auc", e.test_auc}});
     rep["per_epoch"] = per_epoch;
-    std::printf("test_logloss %.5f  test_auc %.4f", r.test_logloss, r.test_auc);
+    std::printf("test_logloss %.5f  test_auc %.4f  table_rows %llu  table_bytes %s", r.test_logloss, r.test_auc,
+                static_cast<unsigned long long>(r.model_rows), human_count(double(r.table_bytes)).c_str());
     if (r.planted) {
       const double gap = r.test_logloss / r.planted->planted_logloss_test - 1.0;
       rep["planted_logloss_test"] = r.planted->planted_logloss_test;

@@ -14,15 +14,28 @@ Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config,
   if (config.shard_index >= map->shards())
     return Status::invalid_input(fmt::format("shard index {} is outside a map of {} shards",
                                              config.shard_index, map->shards()));
+  if (config.admit_after > 1 &&
+      (config.admit_sketch_width == 0 || (config.admit_sketch_width & (config.admit_sketch_width - 1)) != 0))
+    return Status::invalid_input(fmt::format("the admission sketch width {} is not a power of two",
+                                             config.admit_sketch_width));
+  if (config.admit_after > 255)
+    return Status::invalid_input(fmt::format("--admit-after {} is above the most the sketch counts (255)",
+                                             config.admit_after));
   auto optimizer = make_optimizer(config.optimizer);
   if (!optimizer) return optimizer.status();
-  const size_t row_floats = config.width + (*optimizer)->state_floats(config.width);
+  const size_t row_floats = config.width + (*optimizer)->state_floats(config.width) + (config.evict_after ? 1 : 0);
   if (!store) store = std::make_unique<MemoryRowStore>(row_floats);
   if (store->row_floats() != row_floats)
     return Status::invalid_input(fmt::format("the store keeps rows of {} floats; this shard needs {}",
                                              store->row_floats(), row_floats));
   return std::unique_ptr<ShardCore>(
       new ShardCore(config, std::move(optimizer.value()), std::move(map.value()), std::move(store)));
+}
+
+Expected<size_t> ShardCore::row_floats(const ShardConfig& config) {
+  auto optimizer = make_optimizer(config.optimizer);
+  if (!optimizer) return optimizer.status();
+  return config.width + (*optimizer)->state_floats(config.width) + (config.evict_after ? 1 : 0);
 }
 
 ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optimizer, ShardMap map,
@@ -34,9 +47,16 @@ ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optim
       state_(optimizer_->state_floats(width_)),
       store_(std::move(store)) {
   for (NodeId s : config.senders) clocks_[s] = 0;
+  stamp_ = config.evict_after ? 1 : 0;
+  next_eviction_scan_ = config.evict_after;
+  if (config.admit_after > 1)
+    sketch_ = std::make_unique<CountMinSketch>(4, config.admit_sketch_width, config.init.seed ^ 0xad317);
 }
 
 void ShardCore::on_message(const PsMessage& message, Outbox& out) {
+  // A shard whose store failed may have lost rows: it answers nothing more (the driver reads
+  // error() and ends the job).
+  if (!error_.ok()) return;
   if (auto* pull = std::get_if<PullRequest>(&message)) return on_pull(*pull, out);
   if (auto* push = std::get_if<PushRequest>(&message)) return on_push(*push, out);
   if (auto* clock = std::get_if<ClockAdvance>(&message)) return on_clock(*clock, out);
@@ -58,8 +78,24 @@ float* ShardCore::row(uint64_t key) {
   if (inserted) {
     init_row(key, config_.init, {r, width_});
     optimizer_->init_state({r, width_}, {r + width_, state_});
+    if (stamp_) r[width_ + state_] = float(min_clock_);  // a new row counts as fresh
   }
   return r;
+}
+
+float* ShardCore::admitted_row(uint64_t key) {
+  if (float* r = store_->find(key)) return store_->stable_rows() ? r : row(key);
+  if (sketch_->add(key) < config_.admit_after) {
+    ++stats_.rows_not_admitted;
+    return nullptr;
+  }
+  return row(key);
+}
+
+float* ShardCore::existing_row(uint64_t key) {
+  float* r = store_->find(key);
+  // A store without stable rows keeps only writes through find_or_insert.
+  return r && !store_->stable_rows() ? row(key) : r;
 }
 
 bool ShardCore::owns_all(const MessageHeader& h, const std::vector<uint64_t>& keys, Outbox& out) {
@@ -107,10 +143,19 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
   const size_t n = r.keys.size();
   reply.values.reserve(n * width_);  // appended below: no zero-fill pass first
   if (!store_->stable_rows()) {
+    // One batch against the store: read the rows in one go, write the new ones back.
+    if (!store_ok(store_->load(r.keys))) return;
     for (uint64_t key : r.keys) {
-      const float* p = row(key);
-      reply.values.insert(reply.values.end(), p, p + width_);
+      const float* p = store_->find(key);
+      if (!p) p = sketch_ ? admitted_row(key) : row(key);
+      if (p) {
+        reply.values.insert(reply.values.end(), p, p + width_);
+      } else {
+        reply.values.resize(reply.values.size() + width_);
+        init_row(key, config_.init, {reply.values.data() + reply.values.size() - width_, width_});
+      }
     }
+    if (!store_ok(store_->commit())) return;
   } else {
     auto& recent = answered_[r.writer];
     if (recent.size() == answered_pulls_max) recent.pop_front();
@@ -120,12 +165,23 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     // lookups are cache misses on a large table, and this lets several be in flight at once.
     constexpr size_t ahead = 8;
     for (size_t i = 0; i < std::min(n, ahead); ++i) store_->prefetch(r.keys[i]);
-    for (size_t i = 0; i < n; ++i) {
-      if (i + ahead < n) store_->prefetch(r.keys[i + ahead]);
-      a.rows[i] = row(r.keys[i]);
-      __builtin_prefetch(a.rows[i]);
+    if (!sketch_) {
+      for (size_t i = 0; i < n; ++i) {
+        if (i + ahead < n) store_->prefetch(r.keys[i + ahead]);
+        a.rows[i] = row(r.keys[i]);
+        __builtin_prefetch(a.rows[i]);
+      }
+      for (size_t i = 0; i < n; ++i) reply.values.insert(reply.values.end(), a.rows[i], a.rows[i] + width_);
+    } else {
+      // With admission, a key without a row yet gets its initial value (and no pointer).
+      for (size_t i = 0; i < n; ++i) a.rows[i] = admitted_row(r.keys[i]);
+      reply.values.resize(n * width_);
+      for (size_t i = 0; i < n; ++i) {
+        std::span<float> o(reply.values.data() + i * width_, width_);
+        if (a.rows[i]) std::copy(a.rows[i], a.rows[i] + width_, o.begin());
+        else init_row(r.keys[i], config_.init, o);
+      }
     }
-    for (size_t i = 0; i < n; ++i) reply.values.insert(reply.values.end(), a.rows[i], a.rows[i] + width_);
   }
   ++stats_.pulls_answered;
   stats_.rows_pulled += r.keys.size();
@@ -180,10 +236,18 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
         }
       }
     }
+    if (!rows && !store_ok(store_->load(r.keys))) return;
     for (size_t i = 0; i < r.keys.size(); ++i) {
-      float* p = rows ? (*rows)[i] : row(r.keys[i]);
+      float* p = rows ? (*rows)[i] : nullptr;
+      if (!p) p = sketch_ ? existing_row(r.keys[i]) : row(r.keys[i]);
+      if (!p) {
+        ++stats_.updates_dropped;  // not admitted: the key has no row to update
+        continue;
+      }
       optimizer_->apply({p, width_}, {p + width_, state_}, {&r.grads[i * width_], width_});
+      if (stamp_) p[width_ + state_] = float(r.clock);
     }
+    if (!rows && !store_ok(store_->commit())) return;
     if (rows) ++stats_.pushes_reusing_pull_rows;
     ++stats_.pushes_applied;
     stats_.rows_pushed += r.keys.size();
@@ -203,6 +267,16 @@ void ShardCore::release_waiting(Outbox& out) {
   uint32_t m = clock_done;
   for (const auto& [sender, clock] : clocks_) m = std::min(m, clock);
   min_clock_ = m;
+  // At the job's end (every sender done) there is no step boundary to name: no checkpoint.
+  const uint32_t every = config_.checkpoint_every;
+  if (every && m != clock_done && m / every * every > last_checkpoint_) {
+    last_checkpoint_ = m / every * every;
+    checkpoint_due_ = last_checkpoint_;
+  }
+  if (config_.evict_after && m != clock_done && m >= next_eviction_scan_) {
+    evict_stale_rows();
+    next_eviction_scan_ = m + std::max<uint32_t>(1, config_.evict_after / 2);
+  }
   if (waiting_.empty()) return;
   // Answer, in arrival order, every waiting pull the clocks now allow.
   std::deque<PullRequest> still;
@@ -213,10 +287,73 @@ void ShardCore::release_waiting(Outbox& out) {
   waiting_.swap(still);
 }
 
-void ShardCore::row_value(uint64_t key, std::span<float> out) const {
-  COLONY_ASSERT(out.size() == width_, "out={} width={}", out.size(), width_);
-  if (const float* r = store_->find(key)) std::copy(r, r + width_, out.begin());
-  else init_row(key, config_.init, out);
+bool ShardCore::store_ok(Status s) {
+  if (s.ok()) return true;
+  if (!error_.ok()) return false;
+  std::string m = fmt::format("shard {}: {}", config_.shard_index, s.message());
+  switch (s.code()) {
+    case Status::Code::invalid_input: error_ = Status::invalid_input(std::move(m)); break;
+    case Status::Code::not_found: error_ = Status::not_found(std::move(m)); break;
+    case Status::Code::io_error: error_ = Status::io_error(std::move(m)); break;
+    default: error_ = Status::internal(std::move(m)); break;
+  }
+  return false;
+}
+
+Status ShardCore::row_values(std::span<const uint64_t> keys, std::span<float> out) {
+  COLONY_ASSERT(out.size() == keys.size() * width_, "out={} keys={} width={}", out.size(), keys.size(), width_);
+  if (!error_.ok()) return error_;
+  if (!store_ok(store_->load(keys))) return error_;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::span<float> o = out.subspan(i * width_, width_);
+    if (const float* r = store_->find(keys[i])) std::copy(r, r + width_, o.begin());
+    else init_row(keys[i], config_.init, o);
+  }
+  if (!store_ok(store_->commit())) return error_;
+  return {};
+}
+
+void ShardCore::evict_stale_rows() {
+  // Clocks are exact in a float up to 2^24 steps; beyond, rows look a few steps older.
+  const float oldest_kept = float(min_clock_) - float(config_.evict_after);
+  evict_keys_.clear();
+  store_->for_each([&](uint64_t key, const float* row) {
+    if (row[width_ + state_] < oldest_kept) evict_keys_.push_back(key);
+  });
+  if (evict_keys_.empty()) return;
+  if (!store_ok(store_->erase(evict_keys_))) return;
+  stats_.rows_evicted += evict_keys_.size();
+  // Pulls answered earlier may hold pointers to evicted rows: their pushes look rows up again.
+  answered_.clear();
+}
+
+std::vector<std::pair<NodeId, uint32_t>> ShardCore::sender_clocks() const {
+  std::vector<std::pair<NodeId, uint32_t>> v(clocks_.begin(), clocks_.end());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+Status ShardCore::resume_clocks(const std::vector<std::pair<NodeId, uint32_t>>& clocks) {
+  for (const auto& [node, clock] : clocks) {
+    auto it = clocks_.find(NodeId(node));
+    if (it == clocks_.end())
+      return Status::invalid_input(fmt::format("node {} is not a sender of shard {}", node, config_.shard_index));
+    it->second = clock;
+  }
+  Outbox none;
+  release_waiting(none);  // recomputes the minimum; nothing waits yet
+  COLONY_ASSERT(none.empty());
+  checkpoint_due_.reset();
+  last_checkpoint_ = config_.checkpoint_every && min_clock_ != clock_done
+                         ? min_clock_ / config_.checkpoint_every * config_.checkpoint_every
+                         : 0;
+  return {};
+}
+
+void ShardCore::row_value(uint64_t key, std::span<float> out) {
+  const uint64_t keys[1] = {key};
+  const Status s = row_values(keys, out);
+  COLONY_ASSERT(s.ok(), "{}", s.message());
 }
 
 }  // namespace colony

@@ -19,10 +19,13 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
+#include "ps/count_min.h"
 #include "ps/optimizer.h"
 #include "ps/protocol.h"
 #include "ps/row_init.h"
@@ -40,6 +43,21 @@ struct ShardConfig {
   Consistency consistency;
   std::vector<NodeId> senders;  // the cores whose pushes and clocks this shard waits for
   ShardMapSpec map;
+  // Feature admission (Monolith, DeepRec): a key gets a row only once it has been pulled
+  // `admit_after` times, counted in a count-min sketch of admit_sketch_width x 4 byte
+  // counters (ps/count_min.h; it may admit a key a little early, never late). Until then a
+  // pull returns the key's initial row and a push to it is dropped (counted). 0 or 1: every
+  // key gets a row when first pulled.
+  uint32_t admit_after = 0;
+  size_t admit_sketch_width = size_t{1} << 22;
+  // Checkpoints: every time the slowest sender's clock reaches a multiple of this (0: never),
+  // checkpoint_due() names that step once. See checkpoint_due for what a checkpoint holds.
+  uint32_t checkpoint_every = 0;
+  // Row eviction (Monolith, DeepRec): a row not updated during the last `evict_after` steps
+  // (of the slowest sender's clock) is removed (0: never). Each row then carries the clock of
+  // its last update as one more float after the optimizer state. The shard looks for such
+  // rows every evict_after / 2 steps (at least every step), scanning the whole store.
+  uint32_t evict_after = 0;
 };
 
 struct ShardStats {
@@ -51,15 +69,22 @@ struct ShardStats {
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   uint64_t stale_map_replies = 0;
+  uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
+  uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
+  uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
 };
 
 class ShardCore {
  public:
   // Fails with invalid_input for a bad optimizer setting, an empty sender list, a shard
-  // index outside the map, or a store whose rows are not width + optimizer state floats.
+  // index outside the map, or a store whose rows are not row_floats(config) floats.
   // Without a store, rows are kept in memory (MemoryRowStore).
   static Expected<std::unique_ptr<ShardCore>> make(const ShardConfig& config,
                                                    std::unique_ptr<RowStore> store = nullptr);
+  // Floats a row of this configuration takes in the store: the width, the optimizer's
+  // state, and with evict_after the clock of the last update. Fails as make does for a bad
+  // optimizer setting.
+  static Expected<size_t> row_floats(const ShardConfig& config);
 
   // Handles one message addressed to this shard; replies go to `out`.
   void on_message(const PsMessage& message, Outbox& out);
@@ -68,8 +93,41 @@ class ShardCore {
   uint32_t min_clock() const { return min_clock_; }
   const ShardStats& stats() const { return stats_; }
   size_t rows() const { return store_->size(); }
-  // The parameters of `key` (its initial row when never touched); size width.
-  void row_value(uint64_t key, std::span<float> out) const;
+  // The parameters of `key` (its initial row when never touched); size width. Asserts that
+  // the store could read it (tests; drivers use row_values and handle the error).
+  void row_value(uint64_t key, std::span<float> out);
+  // The parameters of every key (initial rows for keys never touched) into out (keys.size() *
+  // width floats), in one batch against the store. Fails with the store's error (as error()).
+  Status row_values(std::span<const uint64_t> keys, std::span<float> out);
+  // The first store failure (a read or write of rows), naming the shard and the store's path.
+  // Once set, the shard ignores every message: its rows may be incomplete, so it must not
+  // answer as if nothing happened. The driver ends the job with it.
+  const Status& error() const { return error_; }
+  // Once after the slowest sender's clock has reached a multiple of checkpoint_every, that
+  // multiple (the newest one reached, if several were crossed at once); nullopt otherwise.
+  // The driver then checkpoints the store before handing the core its next message, so the
+  // checkpoint holds every update of the steps before that clock from every sender, and,
+  // under SSP and ASP, any update of later steps that faster senders had already pushed
+  // (sender_clocks() says which: a sender's clock c means its steps < c are in).
+  std::optional<uint32_t> checkpoint_due() {
+    auto due = checkpoint_due_;
+    checkpoint_due_.reset();
+    return due;
+  }
+  // Every sender's clock (clock_done when it has finished), by node id.
+  std::vector<std::pair<NodeId, uint32_t>> sender_clocks() const;
+
+  // Restarting a shard from a checkpoint (recovery). The new core, made over the restored
+  // store, takes the senders' current clocks (which the senders know: they announce them
+  // when they reconnect), so that their next pushes follow on; the updates between the
+  // checkpoint and the crash are lost (the driver counts them). Fails with invalid_input for
+  // a node that is not a sender.
+  Status resume_clocks(const std::vector<std::pair<NodeId, uint32_t>>& clocks);
+  // The pulls waiting for the gate, removed from the core (a restarted shard gets them
+  // again: the workers re-send pulls that a crashed shard never answered).
+  std::deque<PullRequest> take_waiting() { return std::exchange(waiting_, {}); }
+  // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
+  RowStore& store() { return *store_; }
   // Calls f(key, parameters) for every row held.
   template <class F>
   void for_each_row(F&& f) const {
@@ -92,7 +150,16 @@ class ShardCore {
   bool may_answer(const PullRequest& r) const;
   void answer(const PullRequest& r, Outbox& out);
   void release_waiting(Outbox& out);
+  // Removes the rows not updated during the last evict_after steps.
+  void evict_stale_rows();
   float* row(uint64_t key);
+  // The row of `key` for a pull: found, or created when admission allows; nullptr when the
+  // key is not admitted yet (counts the sighting).
+  float* admitted_row(uint64_t key);
+  // The row of `key` for a push: nullptr when the key has no row (not admitted).
+  float* existing_row(uint64_t key);
+  // False (keeping the first failure in error_) when `s` is an error.
+  bool store_ok(Status s);
 
   ShardConfig config_;
   std::unique_ptr<Optimizer> optimizer_;
@@ -114,6 +181,13 @@ class ShardCore {
   std::unordered_map<NodeId, std::deque<AnsweredPull>> answered_;
   static constexpr size_t answered_pulls_max = 8;  // per writer
   ShardStats stats_;
+  Status error_;
+  std::unique_ptr<CountMinSketch> sketch_;  // only with admission
+  uint32_t last_checkpoint_ = 0;
+  size_t stamp_ = 0;  // 1 with eviction: the row's last-update clock after its state
+  uint32_t next_eviction_scan_ = 0;
+  std::vector<uint64_t> evict_keys_;
+  std::optional<uint32_t> checkpoint_due_;
 };
 
 }  // namespace colony

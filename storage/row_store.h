@@ -2,8 +2,23 @@
 // never does I/O itself. A row is a fixed number of floats (parameters and optimizer state
 // together, so they are always stored, moved and checkpointed as one).
 //
-// The memory store is here; the RocksDB and tiered stores (storage issue) implement the same
-// interface.
+// Three stores implement it: MemoryRowStore (here), RocksRowStore (storage/rocksdb_store.h)
+// and TieredRowStore (storage/tiered_store.h); open_row_store (storage/store_spec.h) picks one
+// from a flag.
+//
+// The batch protocol. A store that does I/O cannot hand out pointers that stay valid for
+// ever, so a caller that uses rows works in batches:
+//   1. load(keys): the store reads the rows of `keys` it does not hold in memory, in one go;
+//   2. find / find_or_insert for those keys (others work too, one read each): pointers stay
+//      valid until commit();
+//   3. commit(): every row handed out by find_or_insert since the last commit, as the caller
+//      left it, is written back in one atomic batch; then the pointers are invalid.
+// find() hands out a row for reading: writes through it are not kept unless stable_rows().
+// The memory store does nothing in load() and commit() and its pointers stay valid until it
+// is destroyed (stable_rows()), so a caller may skip the protocol there and reuse pointers.
+//
+// Errors: find / find_or_insert cannot return one; a store whose read fails records the
+// first failure (error()), hands out a scratch row, and fails the next commit() with it.
 //
 // Thread-safety: none; one shard owns a store.
 #pragma once
@@ -12,30 +27,80 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
+#include <string>
 #include <utility>
 
+#include "common/status.h"
+#include "storage/rocks_table.h"
 #include "storage/row_table.h"
 
 namespace colony {
 
+// Counters a store keeps about itself (monotonic, since it was opened).
+struct StoreStats {
+  uint64_t rows = 0;            // rows stored
+  uint64_t memory_bytes = 0;    // bytes of rows (and index) held in memory
+  uint64_t reads = 0;           // rows read from disk
+  uint64_t writes = 0;          // rows written to disk
+  uint64_t write_batches = 0;   // atomic batches written
+  uint64_t cache_hits = 0;      // tiered: rows found in memory
+  uint64_t cache_misses = 0;    // tiered: rows read from disk (or created)
+  uint64_t evictions = 0;       // tiered: rows dropped from memory
+  uint64_t evicted_dirty = 0;   // tiered: of those, rows written back first
+};
+
 class RowStore {
  public:
   virtual ~RowStore() = default;
-  // The row stored under `key`, or nullptr.
+  // The row stored under `key` (for reading), or nullptr.
   virtual float* find(uint64_t key) = 0;
   // The row under `key`, inserting a zero-filled one when there is none; `.second` says
-  // whether it was inserted (the caller initialises it).
+  // whether it was inserted (the caller initialises it). Written back at commit().
   virtual std::pair<float*, bool> find_or_insert(uint64_t key) = 0;
   // A hint that `key` will be looked up soon.
   virtual void prefetch(uint64_t key) const = 0;
-  // True when a row pointer stays valid until the store is destroyed (the memory store).
-  // Otherwise a pointer is valid only until the next call on the store.
+  // True when a row pointer stays valid until the store is destroyed and writes through any
+  // pointer are kept (the memory store). Otherwise see the batch protocol above.
   virtual bool stable_rows() const = 0;
   virtual size_t size() const = 0;
   virtual size_t row_floats() const = 0;
   virtual size_t memory_bytes() const = 0;
   // Calls f(key, row) for every row, in no particular order.
   virtual void for_each(const std::function<void(uint64_t, const float*)>& f) const = 0;
+
+  // Removes the rows of `keys` (keys without a row are skipped); pointers handed out before
+  // must not be used after. Outside a batch (between commit and load). Fails with io_error.
+  virtual Status erase(std::span<const uint64_t> keys) = 0;
+
+  // Step 1 of the batch protocol: reads the rows of `keys` (any order, repeats allowed).
+  // Fails with io_error (naming the store's path) when the disk read fails.
+  virtual Status load(std::span<const uint64_t> keys) {
+    (void)keys;
+    return {};
+  }
+  // Step 3: writes back the rows handed out by find_or_insert, atomically. Fails with the
+  // first read error since the last commit, or with io_error when the write fails (then
+  // none of the batch is written).
+  virtual Status commit() { return {}; }
+  // Makes everything committed durable against a crash of the process (a store with a
+  // write-ahead log already is) and flushes rows held only in memory (tiered) to disk.
+  virtual Status flush() { return {}; }
+  // Calls f(key, row) for every row with begin <= key < end, in increasing key order (for
+  // migration and export). Stops at, and returns, the first read error.
+  virtual Status for_each_in_range(uint64_t begin, uint64_t end,
+                                   const std::function<void(uint64_t, const float*)>& f) const;
+  // Writes a consistent copy of every committed row to a new RocksDB store in `dir` (which
+  // must not exist yet): RocksDB's Checkpoint (hard links to the table files) for the RocksDB
+  // and tiered stores (tiered writes its dirty rows first), a fresh database written under
+  // `identity` for the memory store. Fails with io_error naming `dir` (it exists, disk full).
+  virtual Status checkpoint(const std::string& dir, const StoreIdentity& identity);
+  virtual StoreStats stats() const {
+    StoreStats s;
+    s.rows = size();
+    s.memory_bytes = memory_bytes();
+    return s;
+  }
 };
 
 // Rows in memory: a RowTable (open addressing, rows in a chunked arena, stable pointers).
@@ -50,6 +115,10 @@ class MemoryRowStore final : public RowStore {
   size_t row_floats() const override { return table_.row_floats(); }
   size_t memory_bytes() const override { return table_.memory_bytes(); }
   void for_each(const std::function<void(uint64_t, const float*)>& f) const override { table_.for_each(f); }
+  Status erase(std::span<const uint64_t> keys) override {
+    for (uint64_t k : keys) table_.erase(k);
+    return {};
+  }
 
  private:
   RowTable table_;

@@ -21,7 +21,13 @@ float* RowTable::insert_at(size_t pos, uint64_t key) {
     pos = home(key);
     while (index_[pos].row_plus_one != 0) pos = (pos + 1) & mask_;
   }
-  const uint64_t id = rows_;
+  uint64_t id;
+  if (!free_rows_.empty()) {
+    id = free_rows_.back();
+    free_rows_.pop_back();
+  } else {
+    id = next_row_++;
+  }
   if ((id >> chunk_rows_log2) >= chunks_.size()) {
     chunks_.emplace_back(new float[chunk_rows * row_floats_]);
   }
@@ -30,6 +36,30 @@ float* RowTable::insert_at(size_t pos, uint64_t key) {
   index_[pos] = Slot{key, id + 1};
   ++rows_;
   return r;
+}
+
+bool RowTable::erase(uint64_t key) {
+  size_t pos = home(key);
+  while (true) {
+    const Slot& s = index_[pos];
+    if (s.row_plus_one == 0) return false;
+    if (s.key == key) break;
+    pos = (pos + 1) & mask_;
+  }
+  free_rows_.push_back(index_[pos].row_plus_one - 1);
+  // Backward-shift deletion: move later entries of the probe run into the hole when their
+  // home position allows, so that lookups never stop early at it.
+  size_t hole = pos;
+  for (size_t next = (pos + 1) & mask_; index_[next].row_plus_one != 0; next = (next + 1) & mask_) {
+    const size_t h = home(index_[next].key);
+    if (((next - h) & mask_) >= ((next - hole) & mask_)) {
+      index_[hole] = index_[next];
+      hole = next;
+    }
+  }
+  index_[hole] = Slot{};
+  --rows_;
+  return true;
 }
 
 void RowTable::grow() {

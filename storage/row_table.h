@@ -48,6 +48,10 @@ class RowTable {
     return {insert_at(pos, key), true};
   }
 
+  // Removes `key`'s row; false when there is none. Its row's memory is reused by a later
+  // insert, so a pointer to it must not be used after this.
+  bool erase(uint64_t key);
+
   // Hints that `key` will be looked up soon: starts loading its index slot into cache.
   void prefetch(uint64_t key) const { __builtin_prefetch(&index_[home(key)]); }
 
@@ -86,6 +90,8 @@ class RowTable {
 
   size_t row_floats_;
   size_t rows_ = 0;
+  uint64_t next_row_ = 0;             // arena rows handed out so far
+  std::vector<uint64_t> free_rows_;  // arena rows of erased keys, reused first
   size_t mask_ = 0;
   std::vector<Slot> index_;
   std::vector<std::unique_ptr<float[]>> chunks_;

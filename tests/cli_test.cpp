@@ -61,7 +61,10 @@ BOOST_FIXTURE_TEST_SUITE(cli, Fixture)
 BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   for (const char* args :
        {"", "train --no-such-flag", "train --epochs 0", "train --model bogus", "train --model deepfm",
-        "train --optimizer bogus", "train --dim 0", "train --batch -3", "train --store rocksdb:/tmp/x",
+        "train --optimizer bogus", "train --dim 0", "train --batch -3", "train --store disk", "train --store rocksdb:",
+        "train --cache-bytes 1000", "train --admit-after 300", "train --checkpoint-every 5",
+        "train --engine local --store rocksdb:no-such-dir/x", "checkpoint verify no-such-dir",
+        "checkpoint list no-such-dir", "checkpoint frobnicate x", "export --store no-such-dir --out x",
         "train --data somefile.libsvm", "train --shards 0", "train --workers 0",
         "train --consistency ssp", "train --consistency ssp:-1", "train --consistency bogus",
         "train --push tree", "train --engine gpu", "train --max-inflight 0", "gen --rows 10", "gen --rows 0 --test-rows 1 --seed 1 --out x",

@@ -365,6 +365,7 @@ BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_point
     size_t row_floats() const override { return inner.row_floats(); }
     size_t memory_bytes() const override { return inner.memory_bytes(); }
     void for_each(const std::function<void(uint64_t, const float*)>& f) const override { inner.for_each(f); }
+    Status erase(std::span<const uint64_t> keys) override { return inner.erase(keys); }
     MemoryRowStore inner;
   };
   ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f},

@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(matches_unordered_map_over_random_operations) {
     size_t mismatches = 0;
     for (int op = 0; op < 40000; ++op) {
       const uint64_t k = draw_key();
-      switch (rng.next() % 3) {
+      switch (rng.next() % 4) {
         case 0: {  // find
           float* row = t.find(k);
           auto it = ref.find(k);
@@ -172,6 +172,10 @@ BOOST_AUTO_TEST_CASE(matches_unordered_map_over_random_operations) {
           const float v = static_cast<float>(op);
           row[op % width] = v;
           it->second[op % width] = v;
+          break;
+        }
+        case 3: {  // erase (backward-shift deletion; the arena row is reused)
+          if (t.erase(k) != (ref.erase(k) == 1)) ++mismatches;
           break;
         }
       }

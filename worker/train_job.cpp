@@ -165,6 +165,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
   result.test_auc = result.epochs.back().test_auc;
   result.model_rows = trainer.rows();
   result.model_bytes = trainer.table_bytes();
+  result.table_bytes = trainer.rows() * trainer.row_floats() * sizeof(float);
   return result;
 }
 

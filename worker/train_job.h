@@ -56,7 +56,12 @@ struct TrainJobResult {
   uint64_t pulls_deferred = 0;     // pulls a shard held back for the consistency gate
   uint64_t bad_lines_skipped = 0;
   uint64_t model_rows = 0;
-  uint64_t model_bytes = 0;
+  uint64_t model_bytes = 0;        // memory held by the rows (the store's tables and indexes)
+  uint64_t table_bytes = 0;        // rows times a row's bytes (parameters and optimizer state)
+  uint64_t updates_dropped = 0;    // pushed rows dropped by feature admission (cluster only)
+  uint64_t rows_evicted = 0;       // rows removed by --evict-after (cluster only)
+  uint64_t checkpoints = 0;        // complete checkpoints written (cluster only)
+  uint64_t updates_lost = 0;       // pushed rows lost to shard restarts (cluster only)
   bool read_from_cache = false;  // the last training epoch read the binary cache
   std::string cache_note;        // why a cache was not used or written, when it was not
   std::vector<EpochResult> epochs;

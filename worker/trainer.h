@@ -47,6 +47,7 @@ class LocalTrainer {
 
   size_t rows() const { return table_.size(); }
   size_t table_bytes() const { return table_.memory_bytes(); }
+  size_t row_floats() const { return table_.row_floats(); }
   const TrainerConfig& config() const { return config_; }
 
  private:

@@ -1,0 +1,256 @@
+#include "storage/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "storage/rocks_table.h"
+#include "storage/store_spec.h"
+
+namespace colony {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* manifest_name = "MANIFEST.json";
+constexpr uint32_t manifest_format = 1;
+constexpr const char* step_prefix = "step-";
+
+bool parse_step(const std::string& name, uint32_t& step) {
+  if (name.rfind(step_prefix, 0) != 0 || name.size() == 5 || name.size() > 15) return false;
+  uint64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return false;
+    v = v * 10 + uint64_t(name[i] - '0');
+  }
+  if (v > UINT32_MAX) return false;
+  step = uint32_t(v);
+  return true;
+}
+}  // namespace
+
+std::string checkpoint_step_dir(const std::string& root, uint32_t step) {
+  return (fs::path(root) / fmt::format("{}{}", step_prefix, step)).string();
+}
+
+std::string checkpoint_shard_dir(const std::string& root, uint32_t step, uint32_t shard) {
+  return (fs::path(checkpoint_step_dir(root, step)) / fmt::format("shard-{}", shard)).string();
+}
+
+Status write_manifest(const std::string& root, const CheckpointManifest& m) {
+  nlohmann::json j = {{"format", manifest_format}, {"step", m.step},           {"cluster_id", m.cluster_id},
+                      {"shards", m.shards},        {"row_floats", m.row_floats}, {"value_floats", m.value_floats}};
+  nlohmann::json list = nlohmann::json::array();
+  for (const ShardCheckpoint& s : m.shard_checkpoints)
+    list.push_back({{"shard", s.shard}, {"dir", s.dir}, {"rows", s.rows}, {"sender_clocks", s.sender_clocks}});
+  j["shard_checkpoints"] = list;
+  const fs::path dir = checkpoint_step_dir(root, m.step);
+  const fs::path tmp = dir / (std::string(manifest_name) + ".tmp"), final_path = dir / manifest_name;
+  const std::string text = j.dump(2) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return Status::io_error(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+  const bool written = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!written) return Status::io_error(fmt::format("{}: cannot write: {}", tmp.string(), std::strerror(saved)));
+  std::error_code ec;
+  fs::rename(tmp, final_path, ec);
+  if (ec) return Status::io_error(fmt::format("{}: cannot rename into place: {}", final_path.string(), ec.message()));
+  return {};
+}
+
+Expected<CheckpointManifest> read_manifest(const std::string& step_dir) {
+  const fs::path path = fs::path(step_dir) / manifest_name;
+  std::ifstream in(path);
+  if (!in)
+    return Status::not_found(fmt::format("{}: no checkpoint manifest (an incomplete or missing checkpoint)",
+                                         path.string()));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_input(fmt::format("{}: not valid JSON: {}", path.string(), e.what()));
+  }
+  CheckpointManifest m;
+  try {
+    if (j.at("format").get<uint32_t>() != manifest_format)
+      return Status::invalid_input(fmt::format("{}: format {} is not {}", path.string(), j.at("format").dump(),
+                                               manifest_format));
+    m.step = j.at("step").get<uint32_t>();
+    m.cluster_id = j.at("cluster_id").get<std::string>();
+    m.shards = j.at("shards").get<uint32_t>();
+    m.row_floats = j.at("row_floats").get<uint64_t>();
+    m.value_floats = j.at("value_floats").get<uint64_t>();
+    for (const auto& s : j.at("shard_checkpoints")) {
+      ShardCheckpoint c;
+      c.shard = s.at("shard").get<uint32_t>();
+      c.dir = s.at("dir").get<std::string>();
+      c.rows = s.at("rows").get<uint64_t>();
+      c.sender_clocks = s.at("sender_clocks").get<std::vector<std::pair<uint64_t, uint32_t>>>();
+      m.shard_checkpoints.push_back(std::move(c));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::invalid_input(fmt::format("{}: a field is missing or of the wrong type: {}", path.string(), e.what()));
+  }
+  if (m.shards == 0 || m.shard_checkpoints.size() != m.shards || m.row_floats == 0 || m.value_floats == 0 ||
+      m.value_floats > m.row_floats)
+    return Status::invalid_input(fmt::format("{}: {} shard checkpoints for {} shards, rows of {} floats ({} values)",
+                                             path.string(), m.shard_checkpoints.size(), m.shards, m.row_floats,
+                                             m.value_floats));
+  for (uint32_t i = 0; i < m.shards; ++i) {
+    const ShardCheckpoint& c = m.shard_checkpoints[i];
+    // The folder must be the shard's own, inside the step folder: never a path elsewhere.
+    if (c.shard != i || c.dir != fmt::format("shard-{}", i))
+      return Status::invalid_input(fmt::format("{}: shard_checkpoints[{}] is shard {} in \"{}\"; expected shard {} "
+                                               "in \"shard-{}\"",
+                                               path.string(), i, c.shard, c.dir, i, i));
+  }
+  return m;
+}
+
+Expected<std::vector<CheckpointListing>> list_checkpoints(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return Status::not_found(fmt::format("{}: no checkpoint folder there", root));
+  std::vector<CheckpointListing> out;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    uint32_t step = 0;
+    if (!e.is_directory() || !parse_step(e.path().filename().string(), step)) continue;
+    CheckpointListing l{step, e.path().string(), false, ""};
+    auto m = read_manifest(l.dir);
+    if (m) l.complete = true;
+    else l.problem = m.status().message();
+    out.push_back(std::move(l));
+  }
+  if (ec) return Status::io_error(fmt::format("{}: cannot list: {}", root, ec.message()));
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  return out;
+}
+
+Expected<std::string> latest_checkpoint(const std::string& root) {
+  auto all = list_checkpoints(root);
+  if (!all) return all.status();
+  for (auto it = all->rbegin(); it != all->rend(); ++it)
+    if (it->complete) return it->dir;
+  return Status::not_found(fmt::format("{}: no complete checkpoint there", root));
+}
+
+Expected<uint64_t> verify_checkpoint(const std::string& step_dir) {
+  auto m = read_manifest(step_dir);
+  if (!m) return m.status();
+  uint64_t total = 0;
+  for (const ShardCheckpoint& c : m->shard_checkpoints) {
+    const std::string dir = (fs::path(step_dir) / c.dir).string();
+    auto t = RocksTable::open_read_only(dir);
+    if (!t) return t.status();
+    const StoreIdentity& id = (*t)->identity();
+    if (id.cluster_id != m->cluster_id || id.shard_index != c.shard || id.shards != m->shards ||
+        id.row_floats != m->row_floats)
+      return Status::invalid_input(fmt::format(
+          "{}: holds cluster \"{}\" shard {} of {} (rows of {} floats); the manifest says cluster \"{}\" shard {} "
+          "of {} (rows of {} floats)",
+          dir, id.cluster_id, id.shard_index, id.shards, id.row_floats, m->cluster_id, c.shard, m->shards,
+          m->row_floats));
+    uint64_t rows = 0;
+    if (Status s = (*t)->for_each_in_range(0, UINT64_MAX, [&](uint64_t, const float*) { ++rows; }); !s.ok())
+      return s;
+    if (rows != c.rows || rows != (*t)->rows())
+      return Status::invalid_input(fmt::format("{}: holds {} rows; its count says {} and the manifest {}", dir, rows,
+                                               (*t)->rows(), c.rows));
+    total += rows;
+  }
+  return total;
+}
+
+Status restore_checkpoint(const std::string& step_dir, const std::string& store_dir) {
+  auto verified = verify_checkpoint(step_dir);
+  if (!verified) return verified.status();
+  const CheckpointManifest m = read_manifest(step_dir).value();
+  std::error_code ec;
+  for (uint32_t i = 0; i < m.shards; ++i) {
+    const std::string target = shard_store_path(store_dir, i);
+    if (fs::exists(target, ec))
+      return Status::invalid_input(
+          fmt::format("{}: exists; restoring never merges into a store: remove it first", target));
+  }
+  for (uint32_t i = 0; i < m.shards; ++i) {
+    const std::string target = shard_store_path(store_dir, i);
+    // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
+    fs::create_directories(target, ec);
+    if (!ec) fs::copy(fs::path(step_dir) / m.shard_checkpoints[i].dir, target, fs::copy_options::recursive, ec);
+    if (ec)
+      return Status::io_error(fmt::format("{}: cannot copy the checkpoint of shard {} there: {}", target, i,
+                                          ec.message()));
+  }
+  return {};
+}
+
+Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats, const std::string& out) {
+  std::vector<std::string> shard_dirs;
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / manifest_name, ec)) {
+    auto m = read_manifest(dir);
+    if (!m) return m.status();
+    if (value_floats == 0) value_floats = uint32_t(m->value_floats);
+    for (const ShardCheckpoint& c : m->shard_checkpoints) shard_dirs.push_back((fs::path(dir) / c.dir).string());
+  } else {
+    for (uint32_t i = 0; fs::exists(shard_store_path(dir, i), ec); ++i) shard_dirs.push_back(shard_store_path(dir, i));
+    if (shard_dirs.empty())
+      return Status::not_found(fmt::format("{}: neither a checkpoint (no {}) nor a store (no shard-0)", dir,
+                                           manifest_name));
+    if (value_floats == 0)
+      return Status::invalid_input(fmt::format("{}: a store folder does not say how many floats of a row are "
+                                               "values: give --value-floats",
+                                               dir));
+  }
+  std::vector<std::unique_ptr<RocksTable>> tables;
+  uint64_t rows = 0;
+  uint32_t row_floats = 0;
+  for (const std::string& d : shard_dirs) {
+    auto t = RocksTable::open_read_only(d);
+    if (!t) return t.status();
+    if (row_floats == 0) row_floats = uint32_t((*t)->row_floats());
+    if ((*t)->row_floats() != row_floats)
+      return Status::invalid_input(fmt::format("{}: rows of {} floats, other shards {}", d, (*t)->row_floats(),
+                                               row_floats));
+    rows += (*t)->rows();
+    tables.push_back(std::move(t.value()));
+  }
+  if (value_floats > row_floats)
+    return Status::invalid_input(fmt::format("--value-floats {} is more than a row's {} floats", value_floats,
+                                             row_floats));
+  const std::string tmp = out + ".tmp";
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  if (!f) return Status::io_error(fmt::format("{}: cannot create", tmp));
+  auto put = [&](const void* p, size_t n) { f.write(static_cast<const char*>(p), std::streamsize(n)); };
+  static_assert(std::endian::native == std::endian::little, "the export format is little-endian");
+  put("COLONYX1", 8);
+  put(&row_floats, 4);
+  put(&value_floats, 4);
+  put(&rows, 8);
+  uint64_t written = 0;
+  for (const auto& t : tables) {
+    Status s = t->for_each_in_range(0, UINT64_MAX, [&](uint64_t key, const float* row) {
+      put(&key, 8);
+      put(row, row_floats * sizeof(float));
+      ++written;
+    });
+    if (!s.ok()) return s;
+  }
+  f.close();
+  if (!f) return Status::io_error(fmt::format("{}: cannot write (disk full?)", tmp));
+  if (written != rows)
+    return Status::invalid_input(fmt::format("{}: the shards' counts say {} rows, iteration found {}", dir, rows,
+                                             written));
+  fs::rename(tmp, out, ec);
+  if (ec) return Status::io_error(fmt::format("{}: cannot rename into place: {}", out, ec.message()));
+  return written;
+}
+
+}  // namespace colony

@@ -1,0 +1,323 @@
+#include "storage/rocks_table.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include <rocksdb/cache.h>
+#include <rocksdb/db.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/options.h>
+#include <rocksdb/table.h>
+#include <rocksdb/utilities/checkpoint.h>
+#include <rocksdb/write_batch.h>
+
+namespace colony {
+
+namespace {
+
+constexpr const char* rows_family = "rows";
+constexpr const char* key_cluster = "colony.cluster_id";
+constexpr const char* key_shard = "colony.shard_index";
+constexpr const char* key_shards = "colony.shards";
+constexpr const char* key_row_floats = "colony.row_floats";
+constexpr const char* key_rows = "colony.rows";
+
+std::string describe(const StoreIdentity& id) {
+  return fmt::format("cluster \"{}\", shard {} of {}, rows of {} floats", id.cluster_id, id.shard_index,
+                     id.shards, id.row_floats);
+}
+
+rocksdb::ColumnFamilyOptions family_options(size_t block_cache_bytes) {
+  rocksdb::ColumnFamilyOptions cf;
+  rocksdb::BlockBasedTableOptions t;
+  t.block_cache = rocksdb::NewLRUCache(std::max<size_t>(block_cache_bytes, size_t{1} << 20));
+  t.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10, false));
+  t.whole_key_filtering = true;
+  t.data_block_index_type = rocksdb::BlockBasedTableOptions::kDataBlockBinaryAndHash;
+  t.cache_index_and_filter_blocks = false;  // small rows, many keys: keep filters resident
+  cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
+  cf.compression = rocksdb::kNoCompression;
+  cf.write_buffer_size = size_t{64} << 20;
+  return cf;
+}
+
+bool parse_u64(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+std::string encode_key(uint64_t key) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[size_t(i)] = char((key >> (56 - 8 * i)) & 0xff);
+  return s;
+}
+
+uint64_t decode_key(const char* bytes) {
+  uint64_t k = 0;
+  for (int i = 0; i < 8; ++i) k = (k << 8) | uint8_t(bytes[i]);
+  return k;
+}
+
+RocksTable::~RocksTable() {
+  if (db_) {
+    if (rows_cf_) (void)db_->DestroyColumnFamilyHandle(rows_cf_);
+    (void)db_->Close();
+  }
+}
+
+Status RocksTable::error(const char* what, const std::string& status_text) const {
+  return Status::io_error(fmt::format("{}: {}: {}", options_.path, what, status_text));
+}
+
+Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& options,
+                                                       const StoreIdentity& identity) {
+  COLONY_ASSERT(!identity.cluster_id.empty() && identity.row_floats > 0 && identity.shard_index < identity.shards,
+                "{}", describe(identity));
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const bool exists = fs::exists(fs::path(options.path) / "CURRENT", ec);
+  if (!exists) {
+    if (!options.create_if_missing)
+      return Status::not_found(fmt::format("{}: no store there (no RocksDB database)", options.path));
+    fs::create_directories(options.path, ec);
+    if (ec) return Status::io_error(fmt::format("{}: cannot create the folder: {}", options.path, ec.message()));
+  }
+  std::unique_ptr<RocksTable> t(new RocksTable());
+  t->options_ = options;
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = options.create_if_missing;
+  db_options.create_missing_column_families = true;
+  db_options.max_background_jobs = 2;
+  db_options.keep_log_file_num = 2;
+  const rocksdb::ColumnFamilyOptions cf = family_options(options.block_cache_bytes);
+  std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, cf},
+                                                        {rows_family, cf}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, families, &handles, &db);
+  if (!s.ok()) return t->error("cannot open the RocksDB store", s.ToString());
+  t->db_.reset(db);
+  t->meta_ = handles[0];
+  t->rows_cf_ = handles[1];
+  // The default family's handle is owned by the DB; ours is the rows family's.
+  (void)t->db_->DestroyColumnFamilyHandle(handles[0]);
+  t->meta_ = t->db_->DefaultColumnFamily();
+
+  std::string cluster;
+  s = t->db_->Get(rocksdb::ReadOptions(), t->meta_, key_cluster, &cluster);
+  if (s.IsNotFound()) {
+    // A new store (or one that was never written by Colony): record who owns it.
+    rocksdb::WriteBatch b;
+    b.Put(t->meta_, key_cluster, identity.cluster_id);
+    b.Put(t->meta_, key_shard, std::to_string(identity.shard_index));
+    b.Put(t->meta_, key_shards, std::to_string(identity.shards));
+    b.Put(t->meta_, key_row_floats, std::to_string(identity.row_floats));
+    b.Put(t->meta_, key_rows, "0");
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    s = t->db_->Write(wo, &b);
+    if (!s.ok()) return t->error("cannot write the store's identity", s.ToString());
+    t->identity_ = identity;
+    return t;
+  }
+  if (!s.ok()) return t->error("cannot read the store's identity", s.ToString());
+  StoreIdentity stored;
+  stored.cluster_id = cluster;
+  std::string v;
+  uint64_t n = 0;
+  auto read_number = [&](const char* key, uint64_t& out) -> Status {
+    rocksdb::Status rs = t->db_->Get(rocksdb::ReadOptions(), t->meta_, key, &v);
+    if (!rs.ok()) return t->error(fmt::format("cannot read {}", key).c_str(), rs.ToString());
+    if (!parse_u64(v, out))
+      return Status::invalid_input(fmt::format("{}: corrupt store identity: {} is \"{}\"", options.path, key, v));
+    return {};
+  };
+  if (Status e = read_number(key_shard, n); !e.ok()) return e;
+  stored.shard_index = uint32_t(n);
+  if (Status e = read_number(key_shards, n); !e.ok()) return e;
+  stored.shards = uint32_t(n);
+  if (Status e = read_number(key_row_floats, n); !e.ok()) return e;
+  stored.row_floats = size_t(n);
+  if (Status e = read_number(key_rows, t->rows_); !e.ok()) return e;
+  if (stored.cluster_id != identity.cluster_id || stored.shard_index != identity.shard_index ||
+      stored.shards != identity.shards || stored.row_floats != identity.row_floats)
+    return Status::invalid_input(fmt::format(
+        "{}: this store was written by {}; this job is {}. Refusing to train on it: point the store "
+        "elsewhere, or remove the folder to start from scratch",
+        options.path, describe(stored), describe(identity)));
+  t->identity_ = stored;
+  return t;
+}
+
+Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(fs::path(path) / "CURRENT", ec))
+    return Status::not_found(fmt::format("{}: no store there (no RocksDB database)", path));
+  std::unique_ptr<RocksTable> t(new RocksTable());
+  t->options_.path = path;
+  const rocksdb::ColumnFamilyOptions cf = family_options(size_t{8} << 20);
+  std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, cf},
+                                                        {rows_family, cf}};
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::DB* db = nullptr;
+  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), path, families, &handles, &db);
+  if (!s.ok()) return t->error("cannot open the RocksDB store read-only", s.ToString());
+  t->db_.reset(db);
+  (void)t->db_->DestroyColumnFamilyHandle(handles[0]);
+  t->meta_ = t->db_->DefaultColumnFamily();
+  t->rows_cf_ = handles[1];
+  std::string v;
+  auto get = [&](const char* key, std::string& out) -> Status {
+    rocksdb::Status rs = t->db_->Get(rocksdb::ReadOptions(), t->meta_, key, &out);
+    if (rs.IsNotFound())
+      return Status::invalid_input(fmt::format("{}: not a Colony store ({} missing)", path, key));
+    if (!rs.ok()) return t->error(fmt::format("cannot read {}", key).c_str(), rs.ToString());
+    return {};
+  };
+  if (Status e = get(key_cluster, t->identity_.cluster_id); !e.ok()) return e;
+  uint64_t n = 0;
+  for (auto [key, field] : {std::pair{key_shard, 0}, std::pair{key_shards, 1}, std::pair{key_row_floats, 2},
+                            std::pair{key_rows, 3}}) {
+    if (Status e = get(key, v); !e.ok()) return e;
+    if (!parse_u64(v, n))
+      return Status::invalid_input(fmt::format("{}: corrupt store identity: {} is \"{}\"", path, key, v));
+    if (field == 0) t->identity_.shard_index = uint32_t(n);
+    if (field == 1) t->identity_.shards = uint32_t(n);
+    if (field == 2) t->identity_.row_floats = size_t(n);
+    if (field == 3) t->rows_ = n;
+  }
+  if (t->identity_.row_floats == 0)
+    return Status::invalid_input(fmt::format("{}: corrupt store identity: rows of 0 floats", path));
+  return t;
+}
+
+Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>& out, std::vector<uint8_t>& found) {
+  const size_t n = keys.size(), rf = identity_.row_floats;
+  out.resize(n * rf);
+  found.assign(n, 0);
+  if (n == 0) return {};
+  key_bytes_.resize(n);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) {
+    key_bytes_[i] = encode_key(keys[i]);
+    slices[i] = key_bytes_[i];
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  db_->MultiGet(rocksdb::ReadOptions(), rows_cf_, n, slices.data(), values.data(), statuses.data());
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) continue;
+    if (!statuses[i].ok())
+      return error(fmt::format("cannot read key {:#x}", keys[i]).c_str(), statuses[i].ToString());
+    if (values[i].size() != rf * sizeof(float))
+      return Status::invalid_input(fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats",
+                                               options_.path, keys[i], values[i].size(), rf));
+    std::memcpy(&out[i * rf], values[i].data(), rf * sizeof(float));
+    found[i] = 1;
+  }
+  return {};
+}
+
+Expected<bool> RocksTable::get(uint64_t key, float* out) {
+  const size_t rf = identity_.row_floats;
+  const std::string k = encode_key(key);
+  rocksdb::PinnableSlice value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rows_cf_, k, &value);
+  if (s.IsNotFound()) return false;
+  if (!s.ok()) return error(fmt::format("cannot read key {:#x}", key).c_str(), s.ToString());
+  if (value.size() != rf * sizeof(float))
+    return Status::invalid_input(fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats",
+                                             options_.path, key, value.size(), rf));
+  std::memcpy(out, value.data(), rf * sizeof(float));
+  return true;
+}
+
+Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added) {
+  const size_t rf = identity_.row_floats;
+  COLONY_ASSERT(rows.size() == keys.size() * rf, "keys={} floats={} row_floats={}", keys.size(), rows.size(), rf);
+  if (keys.empty() && rows_added == 0) return {};
+  if (!injected_write_failure_.ok()) return injected_write_failure_;
+  rocksdb::WriteBatch b;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const std::string k = encode_key(keys[i]);
+    b.Put(rows_cf_, k, rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
+  }
+  if (rows_added) b.Put(meta_, key_rows, std::to_string(rows_ + rows_added));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  rocksdb::Status s = db_->Write(wo, &b);
+  if (!s.ok())
+    return error(fmt::format("cannot write a batch of {} rows", keys.size()).c_str(), s.ToString());
+  rows_ += rows_added;
+  return {};
+}
+
+Status RocksTable::erase(std::span<const uint64_t> keys) {
+  if (keys.empty()) return {};
+  if (!injected_write_failure_.ok()) return injected_write_failure_;
+  COLONY_ASSERT(keys.size() <= rows_, "erasing {} of {} rows", keys.size(), rows_);
+  rocksdb::WriteBatch b;
+  for (uint64_t k : keys) b.Delete(rows_cf_, encode_key(k));
+  b.Put(meta_, key_rows, std::to_string(rows_ - keys.size()));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  rocksdb::Status s = db_->Write(wo, &b);
+  if (!s.ok()) return error(fmt::format("cannot delete a batch of {} rows", keys.size()).c_str(), s.ToString());
+  rows_ -= keys.size();
+  return {};
+}
+
+Status RocksTable::for_each_in_range(uint64_t begin, uint64_t end,
+                                     const std::function<void(uint64_t, const float*)>& f) const {
+  const size_t rf = identity_.row_floats;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), rows_cf_));
+  std::vector<float> row(rf);
+  for (it->Seek(encode_key(begin)); it->Valid(); it->Next()) {
+    if (it->key().size() != 8)
+      return Status::invalid_input(fmt::format("{}: a row key of {} bytes", options_.path, it->key().size()));
+    const uint64_t key = decode_key(it->key().data());
+    if (key >= end) break;
+    if (it->value().size() != rf * sizeof(float))
+      return Status::invalid_input(fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats",
+                                               options_.path, key, it->value().size(), rf));
+    std::memcpy(row.data(), it->value().data(), rf * sizeof(float));
+    f(key, row.data());
+  }
+  if (!it->status().ok()) return error("cannot iterate over the rows", it->status().ToString());
+  return {};
+}
+
+Status RocksTable::flush() {
+  if (!injected_write_failure_.ok()) return injected_write_failure_;
+  rocksdb::Status s = db_->Flush(rocksdb::FlushOptions(), {meta_, rows_cf_});
+  if (!s.ok()) return error("cannot flush", s.ToString());
+  return {};
+}
+
+Status RocksTable::checkpoint(const std::string& dir) {
+  if (!injected_write_failure_.ok()) return injected_write_failure_;
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
+  if (!s.ok()) return error("cannot start a checkpoint", s.ToString());
+  std::unique_ptr<rocksdb::Checkpoint> cp(raw);
+  s = cp->CreateCheckpoint(std::filesystem::absolute(dir).string());
+  if (!s.ok()) return error(fmt::format("cannot write a checkpoint to {}", dir).c_str(), s.ToString());
+  return {};
+}
+
+uint64_t RocksTable::disk_bytes() const {
+  uint64_t v = 0;
+  if (!db_->GetIntProperty(rows_cf_, "rocksdb.total-sst-files-size", &v)) return 0;
+  return v;
+}
+
+}  // namespace colony

@@ -1,0 +1,116 @@
+// One shard's rows on disk: a RocksDB database in its own folder, the rows in a column family
+// of their own, keyed by the row key as 8 big-endian bytes (so key ranges iterate in key
+// order), each value the row's floats (parameters and optimizer state together).
+//
+// The default column family holds the store's identity (which cluster wrote it, which shard
+// of how many, the row size) and its row count. Opening a store written by another cluster,
+// for another shard or with another row size is refused, naming the path: training must never
+// silently continue on someone else's rows, nor silently start from scratch.
+//
+// Tuned for point lookups of small rows: a bloom filter (10 bits a key) and a hash index in
+// every data block, a block cache of `block_cache_bytes`, no compression (floats barely
+// compress). Writes go through the write-ahead log (a crash of the process loses nothing
+// acknowledged; `sync_writes` also survives a crash of the machine).
+//
+// Errors: RocksDB's statuses become ours (io_error; invalid_input for a refused identity or a
+// malformed row), each naming the path and, where there is one, the key.
+//
+// Thread-safety: none; one shard (one store over it) owns a table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace rocksdb {
+class DB;
+class ColumnFamilyHandle;
+}  // namespace rocksdb
+
+namespace colony {
+
+// Who owns a store: checked on every open.
+struct StoreIdentity {
+  std::string cluster_id;  // a cluster id or a job fingerprint; not empty
+  uint32_t shard_index = 0;
+  uint32_t shards = 1;
+  size_t row_floats = 0;   // > 0
+};
+
+struct RocksTableOptions {
+  std::string path;                            // the database folder (created with parents)
+  size_t block_cache_bytes = size_t{64} << 20;
+  bool create_if_missing = true;               // false: a missing database is not_found
+  bool sync_writes = false;
+};
+
+class RocksTable {
+ public:
+  // Opens (or creates) the database at options.path for `identity`. Fails with
+  // invalid_input when it was written by another cluster, shard, shard count or row size
+  // (the message names the path and both identities), not_found when it is missing and
+  // !create_if_missing, io_error when RocksDB cannot open it (corruption, permissions, a
+  // lock held by another process).
+  static Expected<std::unique_ptr<RocksTable>> open(const RocksTableOptions& options,
+                                                    const StoreIdentity& identity);
+  // Opens an existing database read-only whatever its identity (tools: export, verify).
+  static Expected<std::unique_ptr<RocksTable>> open_read_only(const std::string& path);
+  ~RocksTable();
+
+  const std::string& path() const { return options_.path; }
+  const StoreIdentity& identity() const { return identity_; }
+  size_t row_floats() const { return identity_.row_floats; }
+  uint64_t rows() const { return rows_; }
+
+  // Reads the rows of `keys` into out[i * row_floats ...] and sets found[i] (out and found
+  // are resized). Fails with io_error, or invalid_input for a stored value of the wrong size,
+  // naming path and key.
+  Status multi_get(std::span<const uint64_t> keys, std::vector<float>& out, std::vector<uint8_t>& found);
+  // One plain point lookup (DB::Get) into out[0 .. row_floats); false when the key has no
+  // row. The baseline `colony bench store` compares the stores with. Fails as multi_get.
+  Expected<bool> get(uint64_t key, float* out);
+  // Writes rows[i * row_floats ...] under keys[i] in one atomic batch, together with the row
+  // count grown by `rows_added` (rows that were not stored before). Fails with io_error.
+  Status write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added);
+  // Deletes the rows of `keys`, all of which are stored, in one atomic batch (with the row
+  // count). Fails with io_error.
+  Status erase(std::span<const uint64_t> keys);
+  // Every row with begin <= key < end, in key order; stops at the first error.
+  Status for_each_in_range(uint64_t begin, uint64_t end,
+                           const std::function<void(uint64_t, const float*)>& f) const;
+  // Flushes the memtables to table files (and so, with the WAL, everything written is on disk).
+  Status flush();
+  // A consistent point-in-time copy in `dir` (hard links where it can): RocksDB's Checkpoint.
+  // Fails when `dir` exists or the copy fails, naming both paths.
+  Status checkpoint(const std::string& dir);
+  // Bytes of table files on disk (RocksDB's estimate).
+  uint64_t disk_bytes() const;
+
+  // Tests: every later write fails with this status (a full disk, injected).
+  void inject_write_failure(Status s) { injected_write_failure_ = std::move(s); }
+
+ private:
+  RocksTable() = default;
+  Status error(const char* what, const std::string& status_text) const;
+
+  RocksTableOptions options_;
+  StoreIdentity identity_;
+  uint64_t rows_ = 0;
+  std::unique_ptr<rocksdb::DB> db_;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;  // the default family, owned by db_
+  rocksdb::ColumnFamilyHandle* rows_cf_ = nullptr;
+  Status injected_write_failure_;
+  // Reused buffers.
+  std::vector<std::string> key_bytes_;
+};
+
+// The 8 big-endian bytes of a key, and back.
+std::string encode_key(uint64_t key);
+uint64_t decode_key(const char* bytes);
+
+}  // namespace colony

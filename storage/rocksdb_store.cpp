@@ -1,0 +1,403 @@
+#include "storage/rocksdb_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/hash.h"
+
+namespace colony {
+
+// ---------------------------------------------------------------------------------------------
+// RocksRowStore
+
+RocksRowStore::RocksRowStore(std::unique_ptr<RocksTable> table)
+    : table_(std::move(table)), arena_(table_->row_floats()) {}
+
+Status RocksRowStore::load(std::span<const uint64_t> keys) {
+  keys_buf_.clear();
+  for (uint64_t k : keys)
+    if (index_.find(k) == index_.end()) keys_buf_.push_back(k);
+  std::sort(keys_buf_.begin(), keys_buf_.end());
+  keys_buf_.erase(std::unique(keys_buf_.begin(), keys_buf_.end()), keys_buf_.end());
+  if (keys_buf_.empty()) return {};
+  if (Status s = table_->multi_get(keys_buf_, rows_buf_, found_buf_); !s.ok()) {
+    if (error_.ok()) error_ = s;
+    return s;
+  }
+  const size_t rf = table_->row_floats();
+  for (size_t i = 0; i < keys_buf_.size(); ++i) {
+    const uint32_t id = uint32_t(staged_.size());
+    const bool on_disk = found_buf_[i] != 0;
+    staged_.push_back({keys_buf_[i], on_disk, false, on_disk});
+    index_.emplace(keys_buf_[i], id);
+    if (on_disk) {
+      std::memcpy(arena_.row(id), &rows_buf_[i * rf], rf * sizeof(float));
+      ++stats_.reads;
+    }
+  }
+  return {};
+}
+
+RocksRowStore::Staged* RocksRowStore::stage(uint64_t key, uint32_t& id) {
+  auto it = index_.find(key);
+  if (it == index_.end()) {
+    const uint64_t one[1] = {key};
+    if (Status s = load(one); !s.ok()) {
+      // Hand out a scratch row; the next commit fails with the error.
+      id = uint32_t(staged_.size());
+      staged_.push_back({key, false, false, true});
+      index_.emplace(key, id);
+      std::memset(arena_.row(id), 0, table_->row_floats() * sizeof(float));
+      return &staged_[id];
+    }
+    it = index_.find(key);
+  }
+  id = it->second;
+  return &staged_[id];
+}
+
+float* RocksRowStore::find(uint64_t key) {
+  uint32_t id = 0;
+  Staged* s = stage(key, id);
+  return s->exists ? arena_.row(id) : nullptr;
+}
+
+std::pair<float*, bool> RocksRowStore::find_or_insert(uint64_t key) {
+  uint32_t id = 0;
+  Staged* s = stage(key, id);
+  s->dirty = true;
+  float* row = arena_.row(id);
+  if (s->exists) return {row, false};
+  s->exists = true;
+  ++created_;
+  std::memset(row, 0, table_->row_floats() * sizeof(float));
+  return {row, true};
+}
+
+Status RocksRowStore::commit() {
+  Status result = error_;
+  if (result.ok()) {
+    const size_t rf = table_->row_floats();
+    keys_buf_.clear();
+    rows_buf_.clear();
+    for (uint32_t id = 0; id < staged_.size(); ++id) {
+      if (!staged_[id].dirty) continue;
+      keys_buf_.push_back(staged_[id].key);
+      const float* r = arena_.row(id);
+      rows_buf_.insert(rows_buf_.end(), r, r + rf);
+    }
+    result = table_->write(keys_buf_, rows_buf_, created_);
+    if (result.ok() && !keys_buf_.empty()) {
+      stats_.writes += keys_buf_.size();
+      ++stats_.write_batches;
+    }
+  }
+  index_.clear();
+  staged_.clear();
+  created_ = 0;
+  error_ = Status();
+  return result;
+}
+
+void RocksRowStore::for_each(const std::function<void(uint64_t, const float*)>& f) const {
+  const Status s = table_->for_each_in_range(0, UINT64_MAX, f);
+  COLONY_ASSERT(s.ok(), "{}", s.message());
+  // The key UINT64_MAX itself: no reader makes it (its field, 255, is reserved).
+}
+
+Status RocksRowStore::erase(std::span<const uint64_t> keys) {
+  COLONY_ASSERT(staged_.empty(), "erase inside a batch");
+  keys_buf_.clear();
+  if (Status s = table_->multi_get(keys, rows_buf_, found_buf_); !s.ok()) return s;
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (found_buf_[i]) keys_buf_.push_back(keys[i]);
+  std::sort(keys_buf_.begin(), keys_buf_.end());
+  keys_buf_.erase(std::unique(keys_buf_.begin(), keys_buf_.end()), keys_buf_.end());
+  return table_->erase(keys_buf_);
+}
+
+StoreStats RocksRowStore::stats() const {
+  StoreStats s = stats_;
+  s.rows = size();
+  s.memory_bytes = memory_bytes();
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TieredRowStore
+
+Expected<EvictionPolicy> parse_eviction_policy(const std::string& text) {
+  if (text == "lru") return EvictionPolicy::lru;
+  if (text == "lfu") return EvictionPolicy::lfu;
+  return Status::invalid_input("eviction policy \"" + text + "\" is not one of lru, lfu");
+}
+
+const char* to_string(EvictionPolicy policy) { return policy == EvictionPolicy::lru ? "lru" : "lfu"; }
+
+namespace {
+// Memory per cached row beyond its floats: the slot and the hash index entry.
+constexpr size_t cached_row_overhead_bytes = 64;
+// Cached rows looked at to choose each victim (Redis samples 5 by default).
+constexpr int eviction_samples = 8;
+}  // namespace
+
+TieredRowStore::TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOptions& options)
+    : table_(std::move(table)),
+      options_(options),
+      capacity_(std::max<size_t>(1, options.cache_bytes /
+                                        (table_->row_floats() * sizeof(float) + cached_row_overhead_bytes))),
+      arena_(table_->row_floats()),
+      rng_(options.seed) {
+  index_.reserve(capacity_ + capacity_ / 4);
+}
+
+size_t TieredRowStore::memory_bytes() const {
+  return index_.size() * (table_->row_floats() * sizeof(float) + cached_row_overhead_bytes);
+}
+
+float* TieredRowStore::touch(uint32_t id, bool write) {
+  Slot& s = slots_[id];
+  s.last_used = batch_;
+  if (s.freq < UINT32_MAX) ++s.freq;
+  s.dirty |= write;
+  // Age the counts: halve them all every few capacities' worth of touches.
+  if (options_.policy == EvictionPolicy::lfu && ++touches_ >= 8 * uint64_t(capacity_)) {
+    touches_ = 0;
+    for (Slot& x : slots_) x.freq >>= 1;
+  }
+  return arena_.row(id);
+}
+
+uint32_t TieredRowStore::insert(uint64_t key, const float* row, bool on_disk) {
+  uint32_t id;
+  if (!free_.empty()) {
+    id = free_.back();
+    free_.pop_back();
+  } else {
+    id = uint32_t(slots_.size());
+    slots_.emplace_back();
+  }
+  Slot& s = slots_[id];
+  s = Slot{key, batch_, 0, true, false, on_disk};
+  const size_t rf = table_->row_floats();
+  if (row) std::memcpy(arena_.row(id), row, rf * sizeof(float));
+  else std::memset(arena_.row(id), 0, rf * sizeof(float));
+  index_.emplace(key, id);
+  if (!on_disk) ++cache_only_;
+  return id;
+}
+
+Status TieredRowStore::load(std::span<const uint64_t> keys) {
+  ++batch_;
+  absent_.clear();
+  keys_buf_.clear();
+  for (uint64_t k : keys) {
+    auto it = index_.find(k);
+    if (it == index_.end()) {
+      keys_buf_.push_back(k);
+    } else {
+      // Count the batch's use now, so that eviction sees it even if the caller only reads.
+      ++stats_.cache_hits;
+      touch(it->second, false);
+    }
+  }
+  std::sort(keys_buf_.begin(), keys_buf_.end());
+  keys_buf_.erase(std::unique(keys_buf_.begin(), keys_buf_.end()), keys_buf_.end());
+  if (keys_buf_.empty()) return {};
+  if (Status s = table_->multi_get(keys_buf_, rows_buf_, found_buf_); !s.ok()) {
+    if (error_.ok()) error_ = s;
+    return s;
+  }
+  const size_t rf = table_->row_floats();
+  for (size_t i = 0; i < keys_buf_.size(); ++i) {
+    ++stats_.cache_misses;
+    if (found_buf_[i]) {
+      ++stats_.reads;
+      touch(insert(keys_buf_[i], &rows_buf_[i * rf], true), false);
+    } else {
+      absent_.insert(keys_buf_[i]);
+    }
+  }
+  return {};
+}
+
+float* TieredRowStore::find(uint64_t key) {
+  auto it = index_.find(key);
+  if (it != index_.end()) return arena_.row(it->second);
+  if (absent_.count(key)) return nullptr;
+  const uint64_t one[1] = {key};
+  if (Status s = load(one); !s.ok()) return nullptr;
+  it = index_.find(key);
+  return it == index_.end() ? nullptr : arena_.row(it->second);
+}
+
+std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
+  auto it = index_.find(key);
+  if (it == index_.end() && !absent_.count(key)) {
+    const uint64_t one[1] = {key};
+    if (Status s = load(one); !s.ok()) {
+      // A scratch row: not cached as clean data, the next commit fails.
+      return {arena_.row(insert(key, nullptr, false)), true};
+    }
+    it = index_.find(key);
+  }
+  if (it != index_.end()) return {touch(it->second, true), false};
+  absent_.erase(key);
+  return {touch(insert(key, nullptr, false), true), true};
+}
+
+uint32_t TieredRowStore::pick_victim() {
+  // Sample used slots; keep the one the policy values least.
+  uint32_t best = UINT32_MAX;
+  for (int i = 0; i < eviction_samples * 4 && (i < eviction_samples || best == UINT32_MAX); ++i) {
+    rng_ = mix64(rng_);
+    const uint32_t id = uint32_t(rng_ % slots_.size());
+    const Slot& s = slots_[id];
+    if (!s.used) continue;
+    if (best == UINT32_MAX) {
+      best = id;
+      continue;
+    }
+    const Slot& b = slots_[best];
+    const bool better = options_.policy == EvictionPolicy::lru
+                            ? s.last_used < b.last_used
+                            : (s.freq < b.freq || (s.freq == b.freq && s.last_used < b.last_used));
+    if (better) best = id;
+  }
+  if (best == UINT32_MAX) {  // sampling kept landing on free slots: scan
+    for (uint32_t id = 0; id < slots_.size(); ++id)
+      if (slots_[id].used) return id;
+  }
+  return best;
+}
+
+Status TieredRowStore::evict_to(size_t rows) {
+  if (index_.size() <= rows) return {};
+  const size_t rf = table_->row_floats();
+  keys_buf_.clear();
+  rows_buf_.clear();
+  uint64_t added = 0;
+  std::vector<uint32_t> victims;
+  while (index_.size() - victims.size() > rows) {
+    const uint32_t id = pick_victim();
+    Slot& s = slots_[id];
+    s.used = false;  // so it is not picked twice
+    victims.push_back(id);
+    if (s.dirty) {
+      keys_buf_.push_back(s.key);
+      const float* r = arena_.row(id);
+      rows_buf_.insert(rows_buf_.end(), r, r + rf);
+      if (!s.on_disk) ++added;
+    }
+  }
+  Status st = table_->write(keys_buf_, rows_buf_, added);
+  if (!st.ok()) {
+    for (uint32_t id : victims) slots_[id].used = true;  // the write failed: every victim stays cached
+    return st;
+  }
+  if (!keys_buf_.empty()) ++stats_.write_batches;
+  stats_.writes += keys_buf_.size();
+  stats_.evicted_dirty += keys_buf_.size();
+  stats_.evictions += victims.size();
+  for (uint32_t id : victims) {
+    if (!slots_[id].on_disk) --cache_only_;
+    index_.erase(slots_[id].key);
+    free_.push_back(id);
+  }
+  return {};
+}
+
+Status TieredRowStore::commit() {
+  absent_.clear();
+  if (!error_.ok()) {
+    Status e = error_;
+    error_ = Status();
+    return e;
+  }
+  return evict_to(capacity_);
+}
+
+Status TieredRowStore::flush() {
+  const size_t rf = table_->row_floats();
+  keys_buf_.clear();
+  rows_buf_.clear();
+  uint64_t added = 0;
+  for (uint32_t id = 0; id < slots_.size(); ++id) {
+    const Slot& s = slots_[id];
+    if (!s.used || !s.dirty) continue;
+    keys_buf_.push_back(s.key);
+    const float* r = arena_.row(id);
+    rows_buf_.insert(rows_buf_.end(), r, r + rf);
+    if (!s.on_disk) ++added;
+  }
+  if (Status st = table_->write(keys_buf_, rows_buf_, added); !st.ok()) return st;
+  if (!keys_buf_.empty()) ++stats_.write_batches;
+  stats_.writes += keys_buf_.size();
+  for (Slot& s : slots_) {
+    if (!s.used) continue;
+    s.dirty = false;
+    s.on_disk = true;
+  }
+  cache_only_ = 0;
+  return table_->flush();
+}
+
+Status TieredRowStore::for_each_in_range(uint64_t begin, uint64_t end,
+                                         const std::function<void(uint64_t, const float*)>& f) const {
+  // The table's rows in order, with cached values in place of stale ones, merged with the
+  // rows that exist only in memory.
+  std::vector<std::pair<uint64_t, uint32_t>> only;
+  for (const auto& [key, id] : index_)
+    if (!slots_[id].on_disk && key >= begin && key < end) only.emplace_back(key, id);
+  std::sort(only.begin(), only.end());
+  auto& arena = const_cast<RowArena&>(arena_);
+  size_t j = 0;
+  Status s = table_->for_each_in_range(begin, end, [&](uint64_t key, const float* row) {
+    for (; j < only.size() && only[j].first < key; ++j) f(only[j].first, arena.row(only[j].second));
+    auto it = index_.find(key);
+    f(key, it == index_.end() ? row : arena.row(it->second));
+  });
+  if (!s.ok()) return s;
+  for (; j < only.size(); ++j) f(only[j].first, arena.row(only[j].second));
+  return {};
+}
+
+void TieredRowStore::for_each(const std::function<void(uint64_t, const float*)>& f) const {
+  const Status s = for_each_in_range(0, UINT64_MAX, f);
+  COLONY_ASSERT(s.ok(), "{}", s.message());
+}
+
+Status TieredRowStore::erase(std::span<const uint64_t> keys) {
+  std::vector<uint64_t> on_disk;
+  std::vector<uint64_t> unknown;
+  for (uint64_t k : keys) {
+    auto it = index_.find(k);
+    if (it == index_.end()) {
+      unknown.push_back(k);
+      continue;
+    }
+    Slot& s = slots_[it->second];
+    if (s.on_disk) on_disk.push_back(k);
+    else --cache_only_;
+    s.used = false;
+    free_.push_back(it->second);
+    index_.erase(it);
+  }
+  if (!unknown.empty()) {
+    if (Status s = table_->multi_get(unknown, rows_buf_, found_buf_); !s.ok()) return s;
+    for (size_t i = 0; i < unknown.size(); ++i)
+      if (found_buf_[i]) on_disk.push_back(unknown[i]);
+  }
+  std::sort(on_disk.begin(), on_disk.end());
+  on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
+  return table_->erase(on_disk);
+}
+
+StoreStats TieredRowStore::stats() const {
+  StoreStats s = stats_;
+  s.rows = size();
+  s.memory_bytes = memory_bytes();
+  return s;
+}
+
+}  // namespace colony

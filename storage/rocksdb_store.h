@@ -1,0 +1,172 @@
+// Row stores over a RocksTable (storage/rocks_table.h): every row on disk (RocksRowStore), or
+// hot rows in memory within a byte budget over the rows on disk (TieredRowStore).
+//
+// Both follow RowStore's batch protocol (storage/row_store.h): load(keys) reads the missing
+// rows in one MultiGet, find/find_or_insert hand out pointers valid until commit().
+//
+// RocksRowStore writes every row handed out by find_or_insert at commit(), in one WriteBatch
+// through the write-ahead log: an acknowledged update survives a crash of the process.
+//
+// TieredRowStore keeps up to `cache_bytes` of rows in memory and writes a row to disk only
+// when it is evicted (write-back) or on flush(): commit() evicts down to the budget. A crash
+// loses the updates of rows still dirty in memory since the last flush(); flush() before a
+// checkpoint. Eviction samples a few cached rows and drops the one the policy values least:
+// `lru` (least recently used) or `lfu` (least frequently used, counts halved as they age so
+// that yesterday's hot rows can leave). docs/benchmarks.md (`colony bench store`) has the
+// measurement that chose the default.
+//
+// Thread-safety: none; one shard owns a store.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "storage/rocks_table.h"
+#include "storage/row_store.h"
+
+namespace colony {
+
+// Rows held for the current batch, in fixed chunks so that pointers stay put while it grows.
+class RowArena {
+ public:
+  explicit RowArena(size_t row_floats) : row_floats_(row_floats) {}
+  // Row `id`, allocating chunks up to it.
+  float* row(uint32_t id) {
+    while ((id >> chunk_log2) >= chunks_.size()) chunks_.emplace_back(new float[(size_t{1} << chunk_log2) * row_floats_]);
+    return chunks_[id >> chunk_log2].get() + (id & ((1u << chunk_log2) - 1)) * row_floats_;
+  }
+  size_t bytes() const { return chunks_.size() * (size_t{1} << chunk_log2) * row_floats_ * sizeof(float); }
+
+ private:
+  static constexpr uint32_t chunk_log2 = 10;
+  size_t row_floats_;
+  std::vector<std::unique_ptr<float[]>> chunks_;
+};
+
+class RocksRowStore final : public RowStore {
+ public:
+  explicit RocksRowStore(std::unique_ptr<RocksTable> table);
+
+  float* find(uint64_t key) override;
+  std::pair<float*, bool> find_or_insert(uint64_t key) override;
+  void prefetch(uint64_t) const override {}
+  bool stable_rows() const override { return false; }
+  size_t size() const override { return table_->rows() + created_; }
+  size_t row_floats() const override { return table_->row_floats(); }
+  size_t memory_bytes() const override { return arena_.bytes(); }
+  // Committed rows only.
+  void for_each(const std::function<void(uint64_t, const float*)>& f) const override;
+  Status erase(std::span<const uint64_t> keys) override;
+  Status load(std::span<const uint64_t> keys) override;
+  Status commit() override;
+  Status flush() override { return table_->flush(); }
+  // RocksDB's Checkpoint of the table (its own identity; `identity` is not used).
+  Status checkpoint(const std::string& dir, const StoreIdentity&) override { return table_->checkpoint(dir); }
+  Status for_each_in_range(uint64_t begin, uint64_t end,
+                           const std::function<void(uint64_t, const float*)>& f) const override {
+    return table_->for_each_in_range(begin, end, f);
+  }
+  StoreStats stats() const override;
+  RocksTable& table() { return *table_; }
+
+ private:
+  struct Staged {
+    uint64_t key;
+    bool on_disk;  // the row exists in the table (otherwise it is absent or new)
+    bool dirty;    // handed out by find_or_insert: written at commit
+    bool exists;   // on disk or created in this batch
+  };
+  // The staged entry of `key`, reading it from the table when it is not staged yet.
+  Staged* stage(uint64_t key, uint32_t& id);
+
+  std::unique_ptr<RocksTable> table_;
+  RowArena arena_;
+  std::unordered_map<uint64_t, uint32_t> index_;  // key -> staged id
+  std::vector<Staged> staged_;
+  uint64_t created_ = 0;  // rows created in this batch
+  Status error_;
+  StoreStats stats_;
+  std::vector<uint64_t> keys_buf_;
+  std::vector<float> rows_buf_;
+  std::vector<uint8_t> found_buf_;
+};
+
+enum class EvictionPolicy { lru, lfu };
+Expected<EvictionPolicy> parse_eviction_policy(const std::string& text);
+const char* to_string(EvictionPolicy policy);
+
+struct TieredOptions {
+  size_t cache_bytes = size_t{256} << 20;  // rows kept in memory, counting row bytes and per-row overhead
+  EvictionPolicy policy = EvictionPolicy::lfu;
+  uint64_t seed = 1;  // for sampling eviction candidates
+};
+
+class TieredRowStore final : public RowStore {
+ public:
+  TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOptions& options);
+
+  float* find(uint64_t key) override;
+  std::pair<float*, bool> find_or_insert(uint64_t key) override;
+  void prefetch(uint64_t) const override {}
+  bool stable_rows() const override { return false; }
+  size_t size() const override { return table_->rows() + cache_only_; }
+  size_t row_floats() const override { return table_->row_floats(); }
+  size_t memory_bytes() const override;
+  void for_each(const std::function<void(uint64_t, const float*)>& f) const override;
+  Status erase(std::span<const uint64_t> keys) override;
+  Status load(std::span<const uint64_t> keys) override;
+  // Evicts down to the budget, writing dirty victims back in one batch.
+  Status commit() override;
+  // Writes every dirty cached row to the table and flushes it.
+  Status flush() override;
+  // flush(), then RocksDB's Checkpoint of the table (`identity` is not used).
+  Status checkpoint(const std::string& dir, const StoreIdentity&) override {
+    if (Status s = flush(); !s.ok()) return s;
+    return table_->checkpoint(dir);
+  }
+  Status for_each_in_range(uint64_t begin, uint64_t end,
+                           const std::function<void(uint64_t, const float*)>& f) const override;
+  StoreStats stats() const override;
+  // The most rows the budget holds (at least one).
+  size_t capacity_rows() const { return capacity_; }
+  size_t cached_rows() const { return index_.size(); }
+  RocksTable& table() { return *table_; }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    uint64_t last_used = 0;  // batch number
+    uint32_t freq = 0;
+    bool used = false;
+    bool dirty = false;
+    bool on_disk = false;
+  };
+  float* touch(uint32_t id, bool write);
+  uint32_t insert(uint64_t key, const float* row, bool on_disk);
+  uint32_t pick_victim();
+  Status evict_to(size_t rows);
+
+  std::unique_ptr<RocksTable> table_;
+  TieredOptions options_;
+  size_t capacity_;
+  RowArena arena_;
+  std::unordered_map<uint64_t, uint32_t> index_;  // key -> slot
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;
+  std::unordered_set<uint64_t> absent_;  // loaded in this batch and not on disk
+  uint64_t batch_ = 0;
+  uint64_t touches_ = 0;
+  uint64_t cache_only_ = 0;  // cached rows not on disk yet
+  uint64_t rng_;
+  Status error_;
+  StoreStats stats_;
+  std::vector<uint64_t> keys_buf_;
+  std::vector<float> rows_buf_;
+  std::vector<uint8_t> found_buf_;
+};
+
+}  // namespace colony

@@ -1,0 +1,63 @@
+// Choosing and opening a shard's row store from flags: `--store memory|rocksdb:DIR` and
+// `--cache-bytes N` (tiered: hot rows in N bytes of memory over RocksDB; rocksdb only).
+//
+// Layout on disk: shard i of a job keeps its rows in DIR/shard-<i>, a RocksDB database that
+// records the identity of the job that wrote it (storage/rocks_table.h). This is the API the
+// PS daemon uses to open (or reopen after a crash) its shard's store:
+//
+//   auto spec = parse_store_spec("rocksdb:/var/lib/colony", cache_bytes);     // flags
+//   auto store = open_shard_store(*spec, StoreIdentity{cluster_id, i, shards, row_floats});
+//   // or, to go back to the newest complete checkpoint (storage/checkpoint.h):
+//   auto step_dir = latest_checkpoint(root);
+//   auto store = restore_shard_store(*spec, identity, *step_dir + "/shard-" + i);
+//
+// and hands the store to ShardCore::make. Reopening the same DIR with the same identity
+// continues from the rows committed there; another identity is refused, naming the path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "storage/rocks_table.h"
+#include "storage/rocksdb_store.h"
+#include "storage/row_store.h"
+
+namespace colony {
+
+enum class StoreKind { memory, rocksdb, tiered };
+
+struct StoreSpec {
+  StoreKind kind = StoreKind::memory;
+  std::string dir;                 // rocksdb and tiered: the folder holding shard-<i>/
+  size_t cache_bytes = 0;          // tiered: memory budget for rows, across all shards of the process
+  EvictionPolicy policy = EvictionPolicy::lfu;
+  size_t block_cache_bytes = size_t{64} << 20;  // per shard
+  bool sync_writes = false;
+};
+
+// Parses the `--store` text ("memory" or "rocksdb:DIR") with `--cache-bytes` (0 = not given).
+// Fails with invalid_input naming the flag: an unknown kind, an empty DIR, --cache-bytes
+// with the memory store.
+Expected<StoreSpec> parse_store_spec(const std::string& text, size_t cache_bytes);
+std::string to_string(const StoreSpec& spec);
+
+// DIR/shard-<index>.
+std::string shard_store_path(const std::string& dir, uint32_t shard_index);
+
+// Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one). The
+// tiered store gets cache_bytes / identity.shards of the budget. Fails as RocksTable::open
+// does (another job's store, a corrupt or locked database), naming the path.
+Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec, const StoreIdentity& identity);
+
+// Recovery: opens shard `identity.shard_index`'s store with the rows of its checkpoint copy
+// in `checkpoint_dir` (a ROOT/step-<S>/shard-<i> folder, storage/checkpoint.h), whose identity
+// must be `identity`. memory: a new store loaded with the rows. rocksdb and tiered: the
+// store folder DIR/shard-<i> is replaced by a copy of the checkpoint; the old store must be
+// closed first (destroyed), and whatever it held after the checkpoint is gone. Fails, naming
+// the folder, when the checkpoint is missing, corrupt or another job's, or the copy fails.
+Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec, const StoreIdentity& identity,
+                                                       const std::string& checkpoint_dir);
+
+}  // namespace colony

@@ -1,0 +1,305 @@
+#define BOOST_TEST_MODULE store_test
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <vector>
+
+#include "common/hash.h"
+#include "ps/shard_core.h"
+#include "storage/rocks_table.h"
+#include "storage/rocksdb_store.h"
+#include "storage/store_spec.h"
+
+using namespace colony;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A fresh folder, removed with everything in it at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static int n = 0;
+    path = fs::temp_directory_path() / fmt::format("colony-store-test-{}-{}", ::getpid(), n++);
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string sub(const std::string& name) const { return (path / name).string(); }
+};
+
+constexpr size_t rf = 4;
+const StoreIdentity ident{"test-cluster", 0, 1, rf};
+
+std::unique_ptr<RocksTable> open_table(const std::string& path, const StoreIdentity& id = ident) {
+  RocksTableOptions o;
+  o.path = path;
+  o.block_cache_bytes = size_t{1} << 20;
+  auto t = RocksTable::open(o, id);
+  BOOST_REQUIRE_MESSAGE(t.ok(), (t.ok() ? std::string() : t.status().message()));
+  return std::move(t.value());
+}
+
+// Applies `steps` batches of random reads and writes to `store` and to a map of what it
+// should hold; each batch follows the load / find_or_insert / commit protocol.
+void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, uint64_t seed, int steps,
+              uint64_t key_space) {
+  SplitMix64 rng(seed);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<uint64_t> keys;
+    for (int i = 0; i < 16; ++i) keys.push_back(rng.next() % key_space);
+    BOOST_REQUIRE(store.load(keys).ok());
+    for (uint64_t k : keys) {
+      if (rng.next() % 2) {
+        const float* r = store.find(k);
+        auto it = expect.find(k);
+        BOOST_REQUIRE_EQUAL(r != nullptr, it != expect.end());
+        if (r) BOOST_REQUIRE(std::vector<float>(r, r + rf) == it->second);
+      } else {
+        auto [r, inserted] = store.find_or_insert(k);
+        BOOST_REQUIRE_EQUAL(inserted, expect.find(k) == expect.end());
+        auto& e = expect[k];
+        e.resize(rf);
+        for (size_t j = 0; j < rf; ++j) r[j] = e[j] = r[j] + float(step + j);
+      }
+    }
+    BOOST_REQUIRE(store.commit().ok());
+    BOOST_REQUIRE_EQUAL(store.size(), expect.size());
+  }
+}
+
+void check_contents(const RowStore& store, const std::map<uint64_t, std::vector<float>>& expect) {
+  std::vector<std::pair<uint64_t, std::vector<float>>> got;
+  BOOST_REQUIRE(store.for_each_in_range(0, UINT64_MAX, [&](uint64_t k, const float* r) {
+    got.emplace_back(k, std::vector<float>(r, r + rf));
+  }).ok());
+  BOOST_REQUIRE_EQUAL(got.size(), expect.size());
+  size_t i = 0;
+  for (const auto& [k, v] : expect) {  // std::map: key order, as for_each_in_range promises
+    BOOST_TEST(got[i].first == k);
+    BOOST_TEST((got[i].second == v));
+    ++i;
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(keys_encode_big_endian_so_ranges_iterate_in_order) {
+  BOOST_TEST(encode_key(0x0102030405060708ULL) == std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+  for (uint64_t k : {uint64_t{0}, uint64_t{1}, uint64_t{255}, uint64_t{1} << 63, UINT64_MAX})
+    BOOST_TEST(decode_key(encode_key(k).data()) == k);
+  BOOST_TEST(encode_key(255) < encode_key(256));
+}
+
+BOOST_AUTO_TEST_CASE(rocksdb_store_keeps_committed_rows_across_reopen) {
+  TempDir dir;
+  std::map<uint64_t, std::vector<float>> expect;
+  {
+    RocksRowStore store(open_table(dir.sub("db")));
+    exercise(store, expect, 1, 200, 300);
+    check_contents(store, expect);
+    BOOST_TEST(store.stats().write_batches > 0u);
+  }
+  RocksRowStore again(open_table(dir.sub("db")));
+  BOOST_TEST(again.size() == expect.size());
+  check_contents(again, expect);
+  exercise(again, expect, 2, 50, 300);
+  check_contents(again, expect);
+}
+
+BOOST_AUTO_TEST_CASE(uncommitted_rows_are_not_written) {
+  TempDir dir;
+  {
+    RocksRowStore store(open_table(dir.sub("db")));
+    const uint64_t keys[] = {5, 6};
+    BOOST_REQUIRE(store.load(keys).ok());
+    store.find_or_insert(5).first[0] = 1.0f;
+    BOOST_REQUIRE(store.commit().ok());
+    BOOST_REQUIRE(store.load(keys).ok());
+    store.find_or_insert(6).first[0] = 2.0f;  // never committed
+  }
+  RocksRowStore again(open_table(dir.sub("db")));
+  BOOST_TEST(again.size() == 1u);
+  BOOST_REQUIRE(again.find(5) != nullptr);
+  BOOST_TEST(again.find(5)[0] == 1.0f);
+  BOOST_TEST(again.find(6) == nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(tiered_store_matches_the_model_with_a_cache_far_smaller_than_the_rows) {
+  for (EvictionPolicy policy : {EvictionPolicy::lru, EvictionPolicy::lfu}) {
+    TempDir dir;
+    std::map<uint64_t, std::vector<float>> expect;
+    TieredOptions o;
+    o.cache_bytes = 40 * (rf * sizeof(float) + 64);  // 40 rows of ~300
+    o.policy = policy;
+    {
+      TieredRowStore store(open_table(dir.sub("db")), o);
+      BOOST_TEST(store.capacity_rows() == 40u);
+      exercise(store, expect, 3, 300, 300);
+      BOOST_TEST(store.cached_rows() <= 40u);
+      BOOST_TEST(store.stats().evictions > 0u);
+      BOOST_TEST(store.stats().evicted_dirty > 0u);
+      check_contents(store, expect);  // cached and on-disk rows merged in key order
+      BOOST_REQUIRE(store.flush().ok());
+    }
+    // After flush, the table alone holds everything.
+    RocksRowStore plain(open_table(dir.sub("db")));
+    BOOST_TEST(plain.size() == expect.size());
+    check_contents(plain, expect);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_store_erases_rows_between_batches) {
+  TempDir dir;
+  TieredOptions small;
+  small.cache_bytes = 30 * (rf * sizeof(float) + 64);
+  std::vector<std::unique_ptr<RowStore>> stores;
+  stores.push_back(std::make_unique<MemoryRowStore>(rf));
+  stores.push_back(std::make_unique<RocksRowStore>(open_table(dir.sub("a"))));
+  stores.push_back(std::make_unique<TieredRowStore>(open_table(dir.sub("b")), small));
+  for (auto& store : stores) {
+    std::map<uint64_t, std::vector<float>> expect;
+    SplitMix64 rng(8);
+    for (int round = 0; round < 10; ++round) {
+      exercise(*store, expect, 10 + uint64_t(round), 20, 200);
+      std::vector<uint64_t> gone;
+      for (int i = 0; i < 30; ++i) gone.push_back(rng.next() % 250);  // some never stored
+      BOOST_REQUIRE(store->erase(gone).ok());
+      for (uint64_t k : gone) expect.erase(k);
+      BOOST_REQUIRE_EQUAL(store->size(), expect.size());
+    }
+    check_contents(*store, expect);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(memory_store_iterates_a_range_in_key_order) {
+  MemoryRowStore store(rf);
+  std::map<uint64_t, std::vector<float>> expect;
+  exercise(store, expect, 4, 100, 1000);
+  check_contents(store, expect);
+  std::vector<uint64_t> got;
+  BOOST_REQUIRE(store.for_each_in_range(100, 200, [&](uint64_t k, const float*) { got.push_back(k); }).ok());
+  std::vector<uint64_t> want;
+  for (const auto& [k, v] : expect)
+    if (k >= 100 && k < 200) want.push_back(k);
+  BOOST_TEST(got == want);
+}
+
+BOOST_AUTO_TEST_CASE(a_store_of_another_cluster_shard_or_row_size_is_refused_naming_the_path) {
+  TempDir dir;
+  open_table(dir.sub("db"));
+  RocksTableOptions o;
+  o.path = dir.sub("db");
+  for (StoreIdentity other : {StoreIdentity{"other-cluster", 0, 1, rf}, StoreIdentity{"test-cluster", 0, 2, rf},
+                              StoreIdentity{"test-cluster", 0, 1, rf + 1}}) {
+    auto t = RocksTable::open(o, other);
+    BOOST_REQUIRE(!t.ok());
+    BOOST_TEST((t.status().code() == Status::Code::invalid_input));
+    BOOST_TEST(t.status().message().find(o.path) != std::string::npos, t.status().message());
+    BOOST_TEST(t.status().message().find("test-cluster") != std::string::npos, t.status().message());
+  }
+  BOOST_TEST(RocksTable::open(o, ident).ok());  // and the rightful owner still opens it
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_store_is_not_found_when_it_must_exist) {
+  TempDir dir;
+  RocksTableOptions o;
+  o.path = dir.sub("nothing-here");
+  o.create_if_missing = false;
+  auto t = RocksTable::open(o, ident);
+  BOOST_REQUIRE(!t.ok());
+  BOOST_TEST((t.status().code() == Status::Code::not_found));
+  BOOST_TEST(t.status().message().find(o.path) != std::string::npos);
+  BOOST_TEST(!RocksTable::open_read_only(o.path).ok());
+}
+
+BOOST_AUTO_TEST_CASE(a_corrupt_store_is_an_error_naming_the_path_not_a_fresh_start) {
+  TempDir dir;
+  {
+    RocksRowStore store(open_table(dir.sub("db")));
+    std::map<uint64_t, std::vector<float>> expect;
+    exercise(store, expect, 5, 20, 100);
+  }
+  // Overwrite the CURRENT file (which names the manifest) with garbage.
+  { std::ofstream(dir.path / "db" / "CURRENT", std::ios::trunc) << "garbage\n"; }
+  RocksTableOptions o;
+  o.path = dir.sub("db");
+  auto t = RocksTable::open(o, ident);
+  BOOST_REQUIRE(!t.ok());
+  BOOST_TEST(t.status().message().find(o.path) != std::string::npos, t.status().message());
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_write_fails_the_commit_and_stops_the_shard) {
+  // A full disk, injected through the table (no tmpfs can be mounted here).
+  TempDir dir;
+  auto table = open_table(dir.sub("db"), StoreIdentity{"c", 0, 1, 3 + 3});  // width 3 + adagrad state 3
+  RocksTable* raw = table.get();
+  ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f}, Consistency{},
+                 {7}, ShardMapSpec{1, 1, 16, 0}};
+  auto shard = std::move(ShardCore::make(sc, std::make_unique<RocksRowStore>(std::move(table))).value());
+  std::vector<uint64_t> keys{make_key(1, 1), make_key(1, 2)};
+  Outbox out;
+  shard->on_message(PullRequest{{7, 1, 1}, 0, 7, keys}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_TEST(shard->error().ok());
+  raw->inject_write_failure(Status::io_error(raw->path() + ": No space left on device (injected)"));
+  out.clear();
+  shard->on_message(PushRequest{{7, 2, 1}, 1, keys, std::vector<float>(6, 1.0f)}, out);
+  BOOST_TEST(out.empty());  // not acknowledged
+  BOOST_REQUIRE(!shard->error().ok());
+  BOOST_TEST((shard->error().code() == Status::Code::io_error));
+  BOOST_TEST(shard->error().message().find(dir.sub("db")) != std::string::npos, shard->error().message());
+  out.clear();
+  shard->on_message(PullRequest{{7, 3, 1}, 1, 7, keys}, out);
+  BOOST_TEST(out.empty());  // a failed shard answers nothing more
+}
+
+BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_shard) {
+  TempDir dir;
+  ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f}, Consistency{},
+                 {7}, ShardMapSpec{1, 1, 16, 0}};
+  const StoreIdentity id{"c", 0, 1, 6};
+  auto memory = std::move(ShardCore::make(sc).value());
+  auto rocks = std::move(ShardCore::make(sc, std::make_unique<RocksRowStore>(open_table(dir.sub("a"), id))).value());
+  TieredOptions t;
+  t.cache_bytes = 5 * (6 * sizeof(float) + 64);
+  auto tiered =
+      std::move(ShardCore::make(sc, std::make_unique<TieredRowStore>(open_table(dir.sub("b"), id), t)).value());
+  SplitMix64 rng(9);
+  for (uint32_t step = 0; step < 40; ++step) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 0; k < 8; ++k) keys.push_back(make_key(1, (rng.next() % 4) * 8 + k));  // unique
+    std::vector<float> grads(keys.size() * 3);
+    for (float& g : grads) g = float(unit_double(rng.next()) - 0.5);
+    std::vector<std::vector<float>> replies;
+    for (ShardCore* s : {memory.get(), rocks.get(), tiered.get()}) {
+      Outbox out;
+      s->on_message(PullRequest{{7, 2 * step + 1, 1}, step, 7, keys}, out);
+      s->on_message(PushRequest{{7, 2 * step + 2, 1}, step + 1, keys, grads}, out);
+      BOOST_REQUIRE_EQUAL(out.size(), 2u);
+      replies.push_back(std::get<PullReply>(out[0].message).values);
+    }
+    BOOST_TEST((replies[0] == replies[1]));
+    BOOST_TEST((replies[0] == replies[2]));
+  }
+  BOOST_TEST(memory->rows() == rocks->rows());
+  BOOST_TEST(memory->rows() == tiered->rows());
+}
+
+BOOST_AUTO_TEST_CASE(store_flags_parse_and_name_the_flag_when_wrong) {
+  BOOST_TEST((parse_store_spec("memory", 0).value().kind == StoreKind::memory));
+  BOOST_TEST((parse_store_spec("rocksdb:/x", 0).value().kind == StoreKind::rocksdb));
+  auto tiered = parse_store_spec("rocksdb:/x", 1000);
+  BOOST_TEST((tiered.value().kind == StoreKind::tiered));
+  BOOST_TEST(tiered.value().dir == "/x");
+  for (auto [text, cache] : {std::pair{"rocksdb:", 0}, std::pair{"disk", 0}, std::pair{"memory", 5}}) {
+    auto s = parse_store_spec(text, size_t(cache));
+    BOOST_REQUIRE(!s.ok());
+    BOOST_TEST(s.status().message().find("--") != std::string::npos);
+  }
+  BOOST_TEST(shard_store_path("/a/b", 3) == "/a/b/shard-3");
+}

@@ -1,0 +1,158 @@
+#include "worker/store_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <unordered_set>
+
+#include "common/hash.h"
+#include "storage/rocksdb_store.h"
+#include "worker/zipf.h"
+
+namespace colony {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Batches of unique keys, Zipf-skewed over the rows, prepared before timing.
+std::vector<std::vector<uint64_t>> make_batches(const StoreBenchOptions& o, size_t count) {
+  ZipfSampler zipf(o.rows, o.zipf_exponent);
+  SplitMix64 rng(o.seed);
+  std::vector<std::vector<uint64_t>> batches(count);
+  for (auto& keys : batches) {
+    std::unordered_set<uint64_t> seen;
+    while (keys.size() < o.batch_keys) {
+      const uint64_t key = mix64(zipf(rng) - 1);  // rank r's row is stored under mix64(r - 1)
+      if (seen.insert(key).second) keys.push_back(key);
+    }
+  }
+  return batches;
+}
+
+// Runs `batch(keys)` over the prepared batches for about `seconds` (warm-up of as long
+// first); returns rows per second.
+template <class F>
+Expected<double> timed(const std::vector<std::vector<uint64_t>>& batches, double seconds, F&& batch) {
+  size_t next = 0;
+  for (int phase = 0; phase < 2; ++phase) {
+    uint64_t rows = 0;
+    const auto start = Clock::now();
+    double elapsed = 0;
+    do {
+      for (int i = 0; i < 4; ++i) {
+        const auto& keys = batches[next++ % batches.size()];
+        if (Status s = batch(keys); !s.ok()) return s;
+        rows += keys.size();
+      }
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < seconds);
+    if (phase == 1) return double(rows) / elapsed;
+  }
+  return 0.0;
+}
+
+Status get_and_put(RowStore& store, const std::vector<uint64_t>& keys) {
+  if (Status s = store.load(keys); !s.ok()) return s;
+  const size_t rf = store.row_floats();
+  for (uint64_t k : keys) {
+    float* r = store.find_or_insert(k).first;
+    for (size_t j = 0; j < rf; ++j) r[j] += 1e-3f;
+  }
+  return store.commit();
+}
+
+}  // namespace
+
+Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions& o,
+                                                        const std::function<void(const std::string&)>& log) {
+  namespace fs = std::filesystem;
+  const std::string path = (fs::path(o.dir) / "bench-db").string();
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  const StoreIdentity id{"colony-bench-store", 0, 1, o.row_floats};
+  RocksTableOptions to;
+  to.path = path;
+  to.block_cache_bytes = o.block_cache_bytes;
+
+  // The data, on disk and in memory.
+  log(fmt::format("writing {} rows of {} floats to {}", o.rows, o.row_floats, path));
+  MemoryRowStore memory(o.row_floats);
+  {
+    auto table = RocksTable::open(to, id);
+    if (!table) return table.status();
+    constexpr size_t chunk = 10000;
+    std::vector<uint64_t> keys;
+    std::vector<float> rows;
+    for (uint64_t first = 0; first < o.rows; first += chunk) {
+      keys.clear();
+      rows.clear();
+      for (uint64_t r = first; r < std::min<uint64_t>(o.rows, first + chunk); ++r) {
+        keys.push_back(mix64(r));
+        float* m = memory.find_or_insert(mix64(r)).first;
+        for (size_t j = 0; j < o.row_floats; ++j) rows.push_back(m[j] = float(unit_double(hash_combine(r, j))));
+      }
+      if (Status s = (*table)->write(keys, rows, keys.size()); !s.ok()) return s;
+    }
+    if (Status s = (*table)->flush(); !s.ok()) return s;
+  }
+  // Enough batches that the keys touched are not a small fixed set (4M draws).
+  const auto batches = make_batches(o, 4096);
+  std::vector<StoreBenchFigure> figures;
+
+  log("memory");
+  auto mem = timed(batches, o.seconds_per_figure, [&](const auto& keys) { return get_and_put(memory, keys); });
+  if (!mem) return mem.status();
+  figures.push_back({"memory", *mem, 1.0, 0});
+
+  {
+    log("rocksdb: raw point lookups");
+    auto table = RocksTable::open(to, id);
+    if (!table) return table.status();
+    std::vector<float> row(o.row_floats);
+    auto raw = timed(batches, o.seconds_per_figure, [&](const auto& keys) -> Status {
+      for (uint64_t k : keys) {
+        auto found = (*table)->get(k, row.data());
+        if (!found) return found.status();
+      }
+      return {};
+    });
+    if (!raw) return raw.status();
+    figures.push_back({"rocksdb-raw-get", *raw, 0.0, 0});
+    log("rocksdb store");
+    RocksRowStore store(std::move(table.value()));
+    auto r = timed(batches, o.seconds_per_figure, [&](const auto& keys) { return get_and_put(store, keys); });
+    if (!r) return r.status();
+    figures.push_back({"rocksdb", *r, 0.0, store.stats().writes});
+  }
+  for (EvictionPolicy policy : {EvictionPolicy::lru, EvictionPolicy::lfu}) {
+    log(fmt::format("tiered store, {}", to_string(policy)));
+    auto table = RocksTable::open(to, id);
+    if (!table) return table.status();
+    TieredOptions t;
+    t.policy = policy;
+    t.seed = o.seed;
+    // cache_fraction of the rows, counting each cached row's overhead as the store does.
+    t.cache_bytes = size_t(double(o.rows) * o.cache_fraction) * (o.row_floats * sizeof(float) + 64);
+    TieredRowStore store(std::move(table.value()), t);
+    StoreStats before;
+    bool warm = false;
+    auto r = timed(batches, o.seconds_per_figure, [&](const auto& keys) {
+      if (!warm && store.cached_rows() >= store.capacity_rows()) {
+        warm = true;
+        before = store.stats();
+      }
+      return get_and_put(store, keys);
+    });
+    if (!r) return r.status();
+    const StoreStats after = store.stats();
+    const double hits = double(after.cache_hits - before.cache_hits);
+    const double misses = double(after.cache_misses - before.cache_misses);
+    figures.push_back({fmt::format("tiered-{}", to_string(policy)), *r, hits / std::max(1.0, hits + misses),
+                       after.writes});
+  }
+  fs::remove_all(path, ec);
+  return figures;
+}
+
+}  // namespace colony

@@ -1,0 +1,46 @@
+// `colony bench store`: rows/s of get+put through each row store, next to RocksDB's own point
+// lookups on the same data, measured in one run.
+//
+// The data: `rows` rows of `row_floats` floats under scattered keys, written to a fresh
+// RocksDB store in `dir` (and into a memory store). The work: batches of `batch_keys` unique
+// keys drawn Zipf(`zipf_exponent`) over the rows (a shard's pull then push); each batch loads
+// its rows, adds to every float of each row and commits (RowStore's batch protocol). The
+// tiered store keeps `cache_fraction` of the rows in memory. The baseline: one DB::Get per key
+// of the same batches on the same database, no writes.
+//
+// Runs each figure for about `seconds_per_figure` (after a warm-up of as long, which for the
+// tiered store also fills its cache). Fails with the store's error (disk full, ...).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace colony {
+
+struct StoreBenchOptions {
+  std::string dir;  // the database goes in dir/bench-db (removed first)
+  uint64_t rows = 1000000;
+  size_t row_floats = 16;
+  size_t batch_keys = 1000;
+  double zipf_exponent = 1.1;
+  double cache_fraction = 0.1;
+  size_t block_cache_bytes = size_t{16} << 20;
+  double seconds_per_figure = 2.0;
+  uint64_t seed = 1;
+};
+
+struct StoreBenchFigure {
+  std::string store;       // memory, rocksdb, tiered-lru, tiered-lfu, rocksdb-raw-get
+  double rows_per_sec = 0;  // get+put rows (the raw baseline: gets)
+  double hit_rate = 0;      // tiered: rows found in memory
+  uint64_t disk_writes = 0;
+};
+
+Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions& options,
+                                                        const std::function<void(const std::string&)>& log);
+
+}  // namespace colony
