@@ -40,6 +40,9 @@ struct ShardConfig {
   Consistency consistency;
   std::vector<NodeId> senders;  // the cores whose pushes and clocks this shard waits for
   ShardMapSpec map;
+  // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
+  // skip the consistency bound (read-my-writes still holds). Off everywhere else.
+  bool fault_skip_consistency_gate = false;
 };
 
 struct ShardStats {
