@@ -17,6 +17,7 @@ Runner add_gen(CLI::App& app);
 Runner add_train(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_keygen(CLI::App& app);
+Runner add_sim(CLI::App& app);
 
 // Prints "colony: error: <message>" and returns the exit code for the Status.
 int fail(const Status& status);

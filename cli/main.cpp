@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   Runner train = add_train(app);
   Runner bench = add_bench(app);
   Runner keygen = add_keygen(app);
+  Runner sim = add_sim(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -51,5 +52,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("train")) return train();
   if (app.got_subcommand("bench")) return bench();
   if (app.got_subcommand("keygen")) return keygen();
+  if (app.got_subcommand("sim")) return sim();
   return 2;
 }
