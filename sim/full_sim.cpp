@@ -135,7 +135,7 @@ class FullSim {
  public:
   explicit FullSim(const SimOptions& o)
       : o_(o), rng_(hash_combine(o.seed, 0x51a)), net_(o.network, o.nodes + o.ps),
-        generator_(GeneratorConfig{o.seed, 0.001}) {}
+        generator_(o.generator ? o.generator : std::make_shared<const Generator>(GeneratorConfig{o.seed, 0.001})) {}
 
   Expected<SimResult> run(const std::function<void(double)>& progress);
 
@@ -144,8 +144,10 @@ class FullSim {
   void mix(uint64_t a, uint64_t b) { hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b))); }
   Status build();
   void feed(Core& c, Outbox& out);
-  void deliver(uint32_t to, PsMessage m);
-  void process(uint32_t to, PsMessage m);
+  // `duplicate`: a copy the network made; the shard handles it, its replies are not sent (the
+  // receiving transport answers one copy per request id).
+  void deliver(uint32_t to, PsMessage m, bool duplicate = false);
+  void process(uint32_t to, PsMessage m, bool duplicate = false);
   void emit(uint32_t from, Outbox& out, VirtualNanos at);
   void send(uint32_t flight);
   void check_shard_output(Core& c, const PsMessage& in, const Outbox& out);
@@ -183,7 +185,7 @@ class FullSim {
   SplitMix64 rng_;
   EventQueue q_;
   Network net_;
-  Generator generator_;
+  std::shared_ptr<const Generator> generator_;
   ShardMapSpec map_;
   std::vector<Core> cores_;
   std::vector<Host> hosts_;
@@ -293,8 +295,8 @@ void FullSim::feed(Core& c, Outbox& out) {
     RawRow row;
     const uint64_t first = (uint64_t{c.batches} * workers_ + c.index) * o_.batch;
     for (uint64_t i = 0; i < o_.batch; ++i) {
-      generator_.generate(Stream::train, first + i, row);
-      generator_.append_features(row, batch);
+      generator_->generate(Stream::train, first + i, row);
+      generator_->append_features(row, batch);
     }
     ++c.batches;
     w.add_batch(std::move(batch), out);
@@ -351,25 +353,26 @@ void FullSim::send(uint32_t id) {
              cores_[f.from].tid, f.sent_at, arrival - f.sent_at);
   if (dup > 0 && cores_[to].role == Role::shard && rng_.uniform() < dup) {
     PsMessage copy = f.message.message;
-    q_.schedule(arrival + 1000, [this, to, copy = std::move(copy)]() mutable { deliver(to, std::move(copy)); });
+    q_.schedule(arrival + 1000, [this, to, copy = std::move(copy)]() mutable { deliver(to, std::move(copy), true); });
   }
   q_.schedule(arrival, [this, to, m = std::move(f.message.message)]() mutable { deliver(to, std::move(m)); });
 }
 
-void FullSim::deliver(uint32_t to, PsMessage m) {
+void FullSim::deliver(uint32_t to, PsMessage m, bool duplicate) {
   Core& c = cores_[to];
   Host& h = hosts_[c.host];
   mix(to, (uint64_t{header_of(m).sender} << 8) | m.index());
   if (h.down) {
-    h.held_in.emplace_back(to, std::move(m));
+    if (!duplicate) h.held_in.emplace_back(to, std::move(m));
     return;
   }
   if (c.role == Role::shard && h.disk_full_until > now() &&
       (std::holds_alternative<PushRequest>(m) || std::holds_alternative<ClockAdvance>(m))) {
-    q_.schedule(h.disk_full_until, [this, to, m = std::move(m)]() mutable { deliver(to, std::move(m)); });
+    q_.schedule(h.disk_full_until,
+                [this, to, duplicate, m = std::move(m)]() mutable { deliver(to, std::move(m), duplicate); });
     return;
   }
-  process(to, std::move(m));
+  process(to, std::move(m), duplicate);
 }
 
 void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out) {
@@ -409,7 +412,7 @@ void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out
   }
 }
 
-void FullSim::process(uint32_t to, PsMessage m) {
+void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
   Core& c = cores_[to];
   const VirtualNanos start = std::max(now(), c.busy_until);
   Outbox out;
@@ -426,6 +429,7 @@ void FullSim::process(uint32_t to, PsMessage m) {
     const uint64_t rows = after.rows_pulled + after.rows_pushed - before.rows_pulled - before.rows_pushed;
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
     check_shard_output(c, c.log.back(), out);
+    if (duplicate) out.clear();
   } else if (c.role == Role::worker) {
     const uint64_t steps = c.worker->stats().steps;
     c.worker->on_message(m, out);

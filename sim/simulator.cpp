@@ -49,7 +49,7 @@ Status validate(const SimOptions& o) {
   for (const std::string& s : o.force_sites)
     if (std::find(std::begin(fault_sites), std::end(fault_sites), s) == std::end(fault_sites))
       return Status::invalid_input("--fault-site " + s + ": not one of skip_ssp_gate, lose_log_tail");
-  if (o.numerics == Numerics::full && uint64_t{o.nodes} * o.gpus_per_node > 4096)
+  if (o.numerics == Numerics::full && o.days == 0 && uint64_t{o.nodes} * o.gpus_per_node > 4096)
     return Status::invalid_input("--numerics full runs the real cores: at most 4096 workers (use modelled)");
   return Status();
 }

@@ -24,10 +24,13 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "common/status.h"
 #include "ps/protocol.h"
 #include "sim/faults.h"
 #include "sim/network.h"
+#include "worker/generator.h"
 #include "worker/model.h"
 
 namespace colony::sim {
@@ -80,6 +83,10 @@ struct SimOptions {
   // Job-level goodput mode: simulate this many days of failures and checkpoints.
   double days = 0.0;
   double restart_s = 600.0;  // goodput mode: time to restart the job after a failure
+  // The data of full numerics (batches of rows from the planted-model generator). Null: one is
+  // made from `seed` with small vocabularies (vocab_scale 0.001). Sharing one between runs
+  // saves its calibration (tens of ms); its rows are a pure function of its config.
+  std::shared_ptr<const Generator> generator;
   bool record_timeline = false;
   uint64_t events_max = 200'000'000;  // bound on events; exceeding it is a reported failure
 };
