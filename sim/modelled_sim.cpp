@@ -27,8 +27,7 @@ struct Node {
   VirtualNanos down_since = 0;
   VirtualNanos restart_at = 0;
   double slow = 1.0;
-  std::function<void()> deferred;  // the node's next event, held while it is down
-  bool deferred_is_push = false;
+  uint8_t deferred = 0;  // the node's next phase (Phase), held while it is down; 0: none
   VirtualNanos wait_since = -1;
   VirtualNanos compute_ns = 0, wait_ns = 0;
   VirtualNanos last_step_end = 0;
@@ -76,18 +75,25 @@ class ModelledSim {
   VirtualNanos now() const { return q_.now(); }
   uint32_t shard_host(uint32_t s) const { return o_.nodes + s; }
   void mix(uint64_t a, uint64_t b) { hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b))); }
-  // Runs `f` now unless node n is down; then it runs after the restart.
-  void at_node(uint32_t n, VirtualNanos at, bool is_push, std::function<void()> f) {
-    q_.schedule(at, [this, n, is_push, f = std::move(f)]() mutable {
-      Node& node = nodes_[n];
-      if (node.down) {
-        node.deferred = std::move(f);
-        node.deferred_is_push = is_push;
-        return;
-      }
-      mix(n, is_push);
-      f();
-    });
+  // A node's next event: small enough for the event's function to hold without allocating.
+  enum Phase : uint8_t { phase_compute = 1, phase_push, phase_push_shards, phase_pushed };
+  // Runs phase `p` of node n at `at`, or after its restart if it is down then.
+  void at_node(uint32_t n, VirtualNanos at, Phase p) {
+    q_.schedule(at, [this, n, p] { run_phase(n, p); });
+  }
+  void run_phase(uint32_t n, Phase p) {
+    Node& node = nodes_[n];
+    if (node.down) {
+      node.deferred = p;
+      return;
+    }
+    mix(n, p);
+    switch (p) {
+      case phase_compute: return compute(n);
+      case phase_push: return push(n);
+      case phase_push_shards: return push_shards(n);
+      case phase_pushed: return pushed(n);
+    }
   }
   VirtualNanos transfer(uint32_t from, uint32_t to, uint64_t bytes, VirtualNanos t) {
     for (const Partition& p : partitions_)
@@ -103,6 +109,7 @@ class ModelledSim {
   void pull(uint32_t n);
   void compute(uint32_t n);
   void push(uint32_t n);
+  void push_shards(uint32_t n);
   void pushed(uint32_t n);
   void inject(const FaultEvent& e);
   // Every node pauses for the checkpoint's cost before its next compute.
@@ -180,13 +187,13 @@ void ModelledSim::pull(uint32_t n) {
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, now()));
   messages_ += 2ull * o_.gpus_per_node * o_.ps;
-  at_node(n, std::max(arrival, paused_until_), false, [this, n] { compute(n); });
+  at_node(n, std::max(arrival, paused_until_), phase_compute);
 }
 
 void ModelledSim::compute(uint32_t n) {
   const VirtualNanos d = compute_ns(n);
   nodes_[n].compute_ns += d;
-  at_node(n, now() + d, true, [this, n] { push(n); });
+  at_node(n, now() + d, phase_push);
 }
 
 void ModelledSim::push(uint32_t n) {
@@ -196,7 +203,7 @@ void ModelledSim::push(uint32_t n) {
     VirtualNanos arrival = now();
     for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
     messages_ += uint64_t{o_.gpus_per_node} * o_.ps;
-    at_node(n, arrival, false, [this, n] { pushed(n); });
+    at_node(n, arrival, phase_pushed);
     return;
   }
   // Hierarchical: the replicas' gradients reach the aggregator over the intra-host link, then
@@ -204,13 +211,15 @@ void ModelledSim::push(uint32_t n) {
   const uint64_t local = uint64_t{o_.gpus_per_node - 1} * u_gpu_ * row_bytes;
   const VirtualNanos reduced = o_.gpus_per_node > 1 ? transfer(n, n, local, now()) : now();
   messages_ += o_.gpus_per_node;
-  at_node(n, reduced, false, [this, n, row_bytes] {
-    const uint64_t per_shard = u_node_ * row_bytes / o_.ps + header_bytes;
-    VirtualNanos arrival = now();
-    for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
-    messages_ += o_.ps;
-    at_node(n, arrival, false, [this, n] { pushed(n); });
-  });
+  at_node(n, reduced, phase_push_shards);
+}
+
+void ModelledSim::push_shards(uint32_t n) {
+  const uint64_t per_shard = u_node_ * (8 + 4 * o_.model.width()) / o_.ps + header_bytes;
+  VirtualNanos arrival = now();
+  for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
+  messages_ += o_.ps;
+  at_node(n, arrival, phase_pushed);
 }
 
 void ModelledSim::pushed(uint32_t n) {
@@ -260,12 +269,11 @@ void ModelledSim::inject(const FaultEvent& e) {
           Node& nd = nodes_[host];
           nd.down = false;
           VirtualNanos redo = 0;
-          if (nd.deferred_is_push) redo = std::min(step_ns_, now() - nd.down_since);
+          if (nd.deferred == phase_push) redo = std::min(step_ns_, now() - nd.down_since);
           lost_ns_ += (now() - nd.down_since + redo) * o_.gpus_per_node;
-          if (nd.deferred) {
-            auto f = std::move(nd.deferred);
-            nd.deferred = nullptr;
-            q_.schedule(now() + redo, std::move(f));
+          if (nd.deferred != 0) {
+            at_node(host, now() + redo, static_cast<Phase>(nd.deferred));
+            nd.deferred = 0;
           }
         });
       }
