@@ -191,7 +191,14 @@ class FullSim {
   std::vector<Host> hosts_;
   std::vector<ShardShadow> shadows_;
   std::vector<std::unordered_map<NodeId, uint32_t>> acked_;  // per shard: sender -> acked clock
-  std::unordered_map<uint64_t, std::pair<uint32_t, std::vector<uint64_t>>> pending_pulls_;
+  struct PendingPull {
+    uint32_t clock;
+    std::vector<uint64_t> keys;
+    VirtualNanos arrived;
+  };
+  std::unordered_map<uint64_t, PendingPull> pending_pulls_;  // by (shard, sender, request)
+  // Per (worker, step): the longest any of its pulls was held by a shard's gate.
+  std::unordered_map<uint64_t, VirtualNanos> step_gate_wait_;
   std::unordered_map<uint64_t, VirtualNanos> pair_last_;
   std::vector<std::optional<Flight>> flights_;
   std::vector<uint32_t> free_flights_;
@@ -382,14 +389,16 @@ void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out
       const uint64_t key = hash_combine(hash_combine(c.index, o.to), reply->header.request_id);
       auto it = pending_pulls_.find(key);
       if (it == pending_pulls_.end()) continue;  // a duplicated pull answered again: checked once
-      const uint32_t clock = it->second.first;
+      const uint32_t clock = it->second.clock;
+      VirtualNanos& waited = step_gate_wait_[(uint64_t{o.to} << 32) | clock];
+      waited = std::max(waited, now() - it->second.arrived);
       const uint32_t min = shadow.min_clock();
       if (!o_.consistency.allows(clock, min))
         violation(fmt::format("ssp bound exceeded: shard {} answered node {}'s pull for step {} at t={:.6f}s "
                               "while the slowest sender was at clock {} ({})",
                               c.index, o.to, clock, double(now()) / 1e9, min, to_string(o_.consistency)));
       auto& seen = cores_[o.to].seen_versions;
-      for (uint64_t k : it->second.second) {
+      for (uint64_t k : it->second.keys) {
         auto v = shadow.versions.find(k);
         const uint32_t version = v == shadow.versions.end() ? 0 : v->second;
         uint32_t& last = seen[k];
@@ -420,7 +429,7 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
   if (c.role == Role::shard) {
     if (auto* pull = std::get_if<PullRequest>(&m))
       pending_pulls_[hash_combine(hash_combine(c.index, pull->header.sender), pull->header.request_id)] = {
-          pull->clock, pull->keys};
+          pull->clock, pull->keys, now()};
     shadows_[c.index].apply(m);
     const ShardStats before = c.shard->stats();
     c.shard->on_message(m, out);
@@ -643,14 +652,9 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     result_.effective_training_time_ratio =
         std::clamp(1.0 - double(lost_ns_) / worker_time, 0.0, 1.0);
   }
-  uint64_t deferred = 0;
-  for (const Core& c : cores_)
-    if (c.role == Role::shard) deferred += c.shard->stats().pulls_deferred;
-  // Gate waits are not timed per pull here; the share of pulls that waited stands in.
-  uint64_t pulls = 0;
-  for (const Core& c : cores_)
-    if (c.role == Role::shard) pulls += c.shard->stats().pulls_answered;
-  result_.gate_wait_fraction = pulls ? double(deferred) / double(pulls) : 0.0;
+  VirtualNanos waited = 0;
+  for (const auto& [step, w] : step_gate_wait_) waited += w;
+  if (end > 0) result_.gate_wait_fraction = std::clamp(double(waited) / worker_time, 0.0, 1.0);
   result_.event_trace_hash = hash_combine(hash_, result_.events);
   return std::move(result_);
 }

@@ -110,7 +110,9 @@ struct SimResult {
   uint64_t steps = 0;  // over all workers (GPUs)
   double samples_per_sec_simulated = 0.0;
   double comm_overhead_fraction = 0.0;       // worker-time not spent computing
-  double gate_wait_fraction = 0.0;           // worker-time waiting on the consistency gate
+  // Worker-time its pulls were held by the shards (SSP gate or read-my-writes); full numerics
+  // take the longest hold among a step's pulls, modelled numerics the time a node waits.
+  double gate_wait_fraction = 0.0;
   double effective_training_time_ratio = 1.0;  // worker-time not lost to failures or checkpoints
   uint64_t failures_injected = 0;
   std::vector<std::string> invariant_violations;
