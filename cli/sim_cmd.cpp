@@ -64,6 +64,8 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--cpu-fm-samples-per-sec", o.compute.cpu_fm8_samples_per_sec, "FM dim 8 samples/s of one core")
       ->capture_default_str();
+  cmd->add_option("--shard-ns-per-row", o.compute.shard_ns_per_row, "A shard's CPU time per row read or updated")
+      ->capture_default_str();
   cmd->add_option("--jitter", o.compute.jitter, "Coefficient of variation of a step's compute time")
       ->capture_default_str();
   cmd->add_option("--nic-gbps", o.network.nic_gbps, "NIC bandwidth per host, Gbit/s")->capture_default_str();
@@ -98,6 +100,11 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--progress-bound", o.progress_bound_s,
                   "Seconds within which a live worker must step after the last fault heals (0: derived)")
+      ->capture_default_str();
+  cmd->add_flag("--colocate", o.colocate,
+                "Full numerics: every core on one host, as in colony train's embedded cluster");
+  cmd->add_option("--cpus-per-host", o.cpus_per_host,
+                  "Full numerics: CPUs the cores of a host share (0: one per core)")
       ->capture_default_str();
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
   cmd->add_option("--fault-site", o.force_sites, "Force a fault site on: skip_ssp_gate, lose_log_tail");

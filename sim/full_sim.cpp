@@ -66,6 +66,7 @@ struct Host {
   VirtualNanos disk_full_until = 0;
   std::vector<std::pair<uint32_t, PsMessage>> held_in;   // (core, message) arrived while down
   std::vector<std::pair<uint32_t, Outgoing>> held_out;   // (core, message) not sent before the crash
+  std::vector<VirtualNanos> cpu_free;  // when each CPU of the host's pool is next free
 };
 
 // What the invariant checker believes a shard holds, rebuilt from the same inputs as the core.
@@ -134,8 +135,8 @@ struct Flight {
 class FullSim {
  public:
   explicit FullSim(const SimOptions& o)
-      : o_(o), rng_(hash_combine(o.seed, 0x51a)), net_(o.network, o.nodes + o.ps),
-        generator_(o.generator ? o.generator : std::make_shared<const Generator>(GeneratorConfig{o.seed, 0.001})) {}
+      : o_(o), rng_(hash_combine(o.seed, 0x51a)), net_(o.network, o.colocate ? 1 : o.nodes + o.ps),
+        generator_(o.generator ? o.generator : std::make_shared<const Generator>(GeneratorConfig{o.seed, 1.0})) {}
 
   Expected<SimResult> run(const std::function<void(double)>& progress);
 
@@ -155,7 +156,10 @@ class FullSim {
   void crash(uint32_t host);
   void restart(uint32_t host);
   void rebuild_shard(Core& c);
-  uint32_t host_of(const HostRef& h) const { return h.shard ? o_.nodes + h.index : h.index; }
+  uint32_t host_of(const HostRef& h) const {
+    if (o_.colocate) return 0;
+    return h.shard ? o_.nodes + h.index : h.index;
+  }
   VirtualNanos step_ns(const Core& c) {
     double f = hosts_[c.host].slow;
     if (o_.compute.jitter > 0) {
@@ -230,14 +234,15 @@ Status FullSim::build() {
   for (uint32_t i = 0; i < (hier ? aggregators_ : workers_); ++i)
     senders.push_back((hier ? first_aggregator : first_worker) + i);
   const size_t width = o_.model.width();
-  hosts_.resize(o_.nodes + o_.ps);
+  hosts_.resize(o_.colocate ? 1 : o_.nodes + o_.ps);
+  for (Host& h : hosts_) h.cpu_free.assign(o_.cpus_per_host, 0);
   cores_.resize(o_.ps + workers_ + aggregators_);
   shadows_.resize(o_.ps);
   acked_.resize(o_.ps);
   for (uint32_t s = 0; s < o_.ps; ++s) {
     Core& c = cores_[s];
     c.role = Role::shard;
-    c.host = o_.nodes + s;
+    c.host = o_.colocate ? 0 : o_.nodes + s;
     c.index = s;
     ShardConfig& sc = c.shard_config;
     sc.id = s;
@@ -257,7 +262,7 @@ Status FullSim::build() {
   for (uint32_t w = 0; w < workers_; ++w) {
     Core& c = cores_[first_worker + w];
     c.role = Role::worker;
-    c.host = w / o_.gpus_per_node;
+    c.host = o_.colocate ? 0 : w / o_.gpus_per_node;
     c.tid = w % o_.gpus_per_node;
     c.index = w;
     WorkerConfig wc;
@@ -273,7 +278,7 @@ Status FullSim::build() {
   for (uint32_t a = 0; a < aggregators_; ++a) {
     Core& c = cores_[first_aggregator + a];
     c.role = Role::aggregator;
-    c.host = a;
+    c.host = o_.colocate ? 0 : a;
     c.tid = o_.gpus_per_node;
     c.index = a;
     AggregatorConfig ac;
@@ -390,8 +395,11 @@ void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out
       auto it = pending_pulls_.find(key);
       if (it == pending_pulls_.end()) continue;  // a duplicated pull answered again: checked once
       const uint32_t clock = it->second.clock;
+      // Only the part of the hold the worker spent idle counts: a pipelined pull waits at the
+      // shard for the worker's own push while the worker is still computing.
+      const VirtualNanos idle_from = std::max(it->second.arrived, cores_[o.to].busy_until);
       VirtualNanos& waited = step_gate_wait_[(uint64_t{o.to} << 32) | clock];
-      waited = std::max(waited, now() - it->second.arrived);
+      waited = std::max(waited, now() - std::min(now(), idle_from));
       const uint32_t min = shadow.min_clock();
       if (!o_.consistency.allows(clock, min))
         violation(fmt::format("ssp bound exceeded: shard {} answered node {}'s pull for step {} at t={:.6f}s "
@@ -423,7 +431,11 @@ void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out
 
 void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
   Core& c = cores_[to];
-  const VirtualNanos start = std::max(now(), c.busy_until);
+  VirtualNanos start = std::max(now(), c.busy_until);
+  // With a CPU pool the core also waits for the host's earliest free CPU, and holds it.
+  std::vector<VirtualNanos>& cpus = hosts_[c.host].cpu_free;
+  auto cpu = std::min_element(cpus.begin(), cpus.end());
+  if (cpu != cpus.end()) start = std::max(start, *cpu);
   Outbox out;
   VirtualNanos cost = 0;
   if (c.role == Role::shard) {
@@ -457,6 +469,7 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.aggregator_ns_per_row);
   }
   c.busy_until = start + cost;
+  if (cpu != cpus.end()) *cpu = c.busy_until;
   if (!c.done) {
     const bool done = c.role == Role::worker ? c.worker->done()
                       : c.role == Role::aggregator ? c.aggregator->done()

@@ -34,6 +34,11 @@ Status validate(const SimOptions& o) {
                          std::pair{c.cpu_fm8_samples_per_sec, "--cpu-fm-samples-per-sec"},
                          std::pair{c.gpu_speedup, "--gpu-speedup"}})
     if (!(std::isfinite(v) && v > 0)) return Status::invalid_input(fmt::format("{} must be a positive number", flag));
+  if (o.cpus_per_host > 4096) return Status::invalid_input("--cpus-per-host must be in 0..4096");
+  if ((o.colocate || o.cpus_per_host > 0) && o.numerics != Numerics::full && o.days == 0)
+    return Status::invalid_input("--colocate and --cpus-per-host need --numerics full");
+  if (!(c.shard_ns_per_row >= 0 && c.shard_ns_per_row <= 1e9))
+    return Status::invalid_input("--shard-ns-per-row must be in 0..1e9");
   if (!(c.jitter >= 0 && c.jitter <= 10)) return Status::invalid_input("--jitter must be in 0..10");
   if (!(o.rto_s > 0 && o.rto_s <= 3600)) return Status::invalid_input("--rto-seconds must be in (0, 3600]");
   if (!(o.checkpoint.interval_s >= 0 && std::isfinite(o.checkpoint.interval_s)))

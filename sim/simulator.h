@@ -67,6 +67,12 @@ struct SimOptions {
   Consistency consistency;  // BSP by default
   ModelSpec model;          // FM dim 8 by default
   uint32_t batch = 512;     // samples per worker (GPU) per step
+  // Full numerics: every core (shards too) on one host, as in `colony train`'s embedded
+  // cluster; messages cross the intra-host link.
+  bool colocate = false;
+  // Full numerics: the cores of a host share this many CPUs; a core holds one while it handles a
+  // message (compute included). 0: every core has a CPU of its own.
+  uint32_t cpus_per_host = 0;
   uint64_t seed = 1;
   NetworkSpec network;
   ComputeSpec compute;
@@ -84,8 +90,8 @@ struct SimOptions {
   double days = 0.0;
   double restart_s = 600.0;  // goodput mode: time to restart the job after a failure
   // The data of full numerics (batches of rows from the planted-model generator). Null: one is
-  // made from `seed` with small vocabularies (vocab_scale 0.001). Sharing one between runs
-  // saves its calibration (tens of ms); its rows are a pure function of its config.
+  // made from `seed` with Criteo-sized vocabularies, as `colony train` generates. Sharing one
+  // between runs saves its calibration (tens of ms); its rows are a pure function of its config.
   std::shared_ptr<const Generator> generator;
   bool record_timeline = false;
   uint64_t events_max = 200'000'000;  // bound on events; exceeding it is a reported failure
