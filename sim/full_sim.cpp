@@ -537,16 +537,20 @@ void FullSim::restart(uint32_t host) {
     }
     c.busy_until = std::max(c.busy_until, now());
   }
-  auto held_in = std::move(h.held_in);
-  h.held_in.clear();
-  for (auto& [core, m] : held_in) process(core, std::move(m));
+  // What the host had produced before the crash leaves first: replies to the held messages
+  // are newer, and each pair of cores keeps FIFO order.
   auto held_out = std::move(h.held_out);
   h.held_out.clear();
   for (auto& [core, o] : held_out) {
     Outbox one;
     one.push_back(std::move(o));
-    emit(core, one, std::max(resend_at, cores_[core].busy_until));
+    Core& c = cores_[core];
+    c.busy_until = std::max(resend_at, c.busy_until);
+    emit(core, one, c.busy_until);
   }
+  auto held_in = std::move(h.held_in);
+  h.held_in.clear();
+  for (auto& [core, m] : held_in) deliver(core, std::move(m));
 }
 
 void FullSim::inject(const FaultEvent& e) {
