@@ -132,6 +132,8 @@ Runner add_sim(CLI::App& app) {
       if (!trace) return fail(trace.status());
       o.trace = std::move(trace.value());
     }
+    // Wall time counts the whole command's simulating, the fault-free length probe included.
+    const auto start = std::chrono::steady_clock::now();
     if (a->faults != "none") {
       sim::TraceGenOptions g;
       g.nodes = o.nodes;
@@ -140,10 +142,18 @@ Runner add_sim(CLI::App& app) {
       g.profile = *profile;
       g.profile.restart_s = o.restart_s;
       g.profile.network_heal_s = a->partition_s;
-      // The horizon: the run's length, estimated from its compute alone (faults drawn past the
-      // end of the run are never injected).
-      g.horizon_s = o.days > 0 ? o.days * 86400.0
-                               : 2.0 * o.steps * sim::step_compute_seconds(o.compute, o.model, o.batch) + 1e-3;
+      // The horizon: the length of the same run without faults (faults drawn past the end of
+      // the run would never be injected), found by running it once first.
+      if (o.days > 0) {
+        g.horizon_s = o.days * 86400.0;
+      } else {
+        sim::SimOptions probe = o;
+        probe.trace = {};
+        probe.record_timeline = false;
+        auto length = sim::simulate(probe);
+        if (!length) return fail(length.status());
+        g.horizon_s = std::max(length->simulated_seconds, 1e-6);
+      }
       if (a->faults == "chaos") {
         g.min_crashes = 1;
         g.min_partitions = 1;
@@ -156,7 +166,6 @@ Runner add_sim(CLI::App& app) {
                  o.nodes, o.nodes == 1 ? "" : "s", o.gpus_per_node, a->device.c_str(), o.ps, o.steps, a->push.c_str(),
                  to_string(o.consistency).c_str(), static_cast<unsigned long long>(o.seed), o.trace.events.size(),
                  o.trace.events.size() == 1 ? "" : "s");
-    const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
     auto result = sim::simulate(o, [&](double f) { progress.update(f, f * 100.0, "%", "simulating"); });
     progress.finish();

@@ -31,6 +31,7 @@ struct Node {
   VirtualNanos wait_since = -1;
   VirtualNanos compute_ns = 0, wait_ns = 0;
   VirtualNanos last_step_end = 0;
+  VirtualNanos push_start = 0;
   bool done = false;
 };
 
@@ -147,6 +148,15 @@ class ModelledSim {
     const uint32_t k = o_.consistency.kind == ConsistencyKind::bsp ? 0 : o_.consistency.staleness;
     return t > k ? t - k : 0;
   }
+  void timeline(const char* name, const char* cat, uint32_t host, VirtualNanos start, VirtualNanos duration) {
+    constexpr size_t timeline_events_max = 500'000;
+    if (!o_.record_timeline) return;
+    if (result_.timeline.size() >= timeline_events_max) {
+      result_.timeline_truncated = true;
+      return;
+    }
+    result_.timeline.push_back({name, cat, host, 0, start, duration});
+  }
   void violation(std::string v) {
     if (result_.invariant_violations.size() < 100) result_.invariant_violations.push_back(std::move(v));
   }
@@ -206,6 +216,8 @@ void ModelledSim::pull(uint32_t n) {
 void ModelledSim::compute(uint32_t n) {
   const VirtualNanos d = compute_ns(n);
   nodes_[n].compute_ns += d;
+  timeline("step", "compute", n, now(), d);
+  nodes_[n].push_start = now() + d;
   at_node(n, now() + d, phase_push);
 }
 
@@ -246,6 +258,7 @@ void ModelledSim::pushed(uint32_t n) {
                           "{:.3f}s (bound {:.3f}s)",
                           n, double(now() - since) / 1e9, double(last_heal_) / 1e9, double(bound) / 1e9));
   node.last_step_end = now();
+  timeline("push", "network", n, node.push_start, now() - node.push_start);
   --at_clock_[node.clock];
   ++node.clock;
   ++at_clock_[node.clock];
@@ -277,10 +290,12 @@ void ModelledSim::inject(const FaultEvent& e) {
       if (!e.hosts[0].shard && !nodes_[host].down) {
         Node& node = nodes_[host];
         node.down = true;
+        timeline("crash", "fault", host, now(), -1);
         node.down_since = now();
         q_.schedule(end, [this, host] {
           Node& nd = nodes_[host];
           nd.down = false;
+          timeline("restart", "fault", host, now(), -1);
           VirtualNanos redo = 0;
           if (nd.deferred == phase_push) redo = std::min(step_ns_, now() - nd.down_since);
           lost_ns_ += (now() - nd.down_since + redo) * o_.gpus_per_node;
@@ -296,6 +311,7 @@ void ModelledSim::inject(const FaultEvent& e) {
       for (const HostRef& h : e.hosts) p.a[host_of(h)] = true;
       for (const HostRef& h : e.side_b) p.b[host_of(h)] = true;
       partitions_.push_back(std::move(p));
+      timeline("partition", "fault", host, now(), end - now());
       q_.schedule(end, [this, end] { std::erase_if(partitions_, [&](const Partition& p) { return p.heal_at <= end; }); });
       break;
     }
