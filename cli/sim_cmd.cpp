@@ -26,7 +26,7 @@ struct SimArgs {
   std::string consistency = "bsp";
   std::string device = "gpu";
   std::string faults = "none";
-  std::string trace, report, timeline;
+  std::string trace, report, timeline, save_trace;
   double partition_s = 60.0;
 };
 
@@ -45,6 +45,8 @@ Runner add_sim(CLI::App& app) {
   cmd->add_option("--push", a->push, "hierarchical (node aggregator) or flat")
       ->check(CLI::IsMember({"flat", "hierarchical"}))->capture_default_str();
   cmd->add_option("--trace", a->trace, "Fault trace file (JSON, docs/simulation.md)");
+  cmd->add_option("--save-trace", a->save_trace,
+                  "Write the run's fault trace (given and generated events) as a trace file");
   cmd->add_option("--seed", o.seed, "Seed of every random choice: same seed, same run")->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   cmd->add_option("--timeline", a->timeline, "Write a Chrome trace-event timeline (opens in Perfetto)");
@@ -160,6 +162,15 @@ Runner add_sim(CLI::App& app) {
         g.chaos_extras = true;
       }
       o.trace = sim::merge(std::move(o.trace), sim::generate_trace(g, o.seed));
+    }
+    if (!a->save_trace.empty()) {
+      std::ofstream out(a->save_trace);
+      out << sim::trace_json(o.trace) << "\n";
+      out.close();
+      if (!out) {
+        std::fprintf(stderr, "colony: error: --save-trace %s: cannot write the file\n", a->save_trace.c_str());
+        return 1;
+      }
     }
     std::fprintf(stderr,
                  "colony sim: %u node%s x %u %s, %u ps, %u steps, %s push, %s, seed %llu, %zu fault event%s\n",

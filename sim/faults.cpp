@@ -145,6 +145,45 @@ Expected<FaultTrace> load_trace(const std::string& path, uint32_t nodes, uint32_
   return parse_trace(text.str(), path, nodes, ps);
 }
 
+std::string trace_json(const FaultTrace& trace) {
+  json events = json::array();
+  auto host = [](json& j, const HostRef& h) { j[h.shard ? "shard" : "node"] = h.index; };
+  auto side = [](const std::vector<HostRef>& hosts) {
+    json nodes = json::array(), shards = json::array();
+    for (const HostRef& h : hosts) (h.shard ? shards : nodes).push_back(h.index);
+    json j = json::object();
+    if (!nodes.empty()) j["nodes"] = nodes;
+    if (!shards.empty()) j["shards"] = shards;
+    return j;
+  };
+  for (const FaultEvent& e : trace.events) {
+    json j = {{"at", e.at_s}, {"kind", to_string(e.kind)}, {"duration", e.duration_s}};
+    switch (e.kind) {
+      case FaultKind::partition:
+        j["a"] = side(e.hosts);
+        j["b"] = side(e.side_b);
+        break;
+      case FaultKind::lossy:
+        j["drop"] = e.drop;
+        j["duplicate"] = e.duplicate;
+        j["reorder"] = e.reorder;
+        break;
+      case FaultKind::clog:
+      case FaultKind::slow:
+        j["factor"] = e.factor;
+        host(j, e.hosts.at(0));
+        break;
+      case FaultKind::crash:
+      case FaultKind::disk_full:
+        host(j, e.hosts.at(0));
+        break;
+    }
+    if (!e.cause.empty()) j["cause"] = e.cause;
+    events.push_back(std::move(j));
+  }
+  return json{{"events", std::move(events)}}.dump(1);
+}
+
 FaultTrace merge(FaultTrace a, const FaultTrace& b) {
   a.events.insert(a.events.end(), b.events.begin(), b.events.end());
   std::stable_sort(a.events.begin(), a.events.end(),
@@ -222,7 +261,8 @@ FaultTrace generate_trace(const TraceGenOptions& o, uint64_t seed) {
       e.kind = k;
       e.at_s = rng.uniform() * o.horizon_s;
       e.duration_s = (0.05 + 0.2 * rng.uniform()) * o.horizon_s;
-      e.factor = 1.0 + 9.0 * rng.uniform();
+      const double factor = 1.0 + 9.0 * rng.uniform();
+      if (k == FaultKind::slow || k == FaultKind::clog) e.factor = factor;
       e.cause = "chaos";
       if (k == FaultKind::lossy) {
         e.drop = 0.05 * rng.uniform();

@@ -82,6 +82,10 @@ struct TraceGenOptions {
 // the horizon.
 FaultTrace generate_trace(const TraceGenOptions& options, uint64_t seed);
 
+// The trace as a trace file that parse_trace reads back to the same events (generated events
+// keep their cause as an extra "cause" field, which the parser ignores).
+std::string trace_json(const FaultTrace& trace);
+
 // Concatenates and re-sorts (stable) two traces.
 FaultTrace merge(FaultTrace a, const FaultTrace& b);
 

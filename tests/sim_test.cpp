@@ -284,6 +284,30 @@ BOOST_AUTO_TEST_CASE(bad_trace_is_an_error_naming_file_and_field) {
              std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(saved_trace_reads_back_to_the_same_events) {
+  colony::sim::TraceGenOptions g;
+  g.nodes = 5;
+  g.ps = 3;
+  g.horizon_s = 2.0;
+  g.min_crashes = 3;
+  g.min_partitions = 2;
+  g.chaos_extras = true;
+  const auto trace = colony::sim::generate_trace(g, 11);
+  auto back = colony::sim::parse_trace(colony::sim::trace_json(trace), "saved", 5, 3);
+  BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.status().message()));
+  BOOST_REQUIRE(back->events.size() == trace.events.size());
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const auto &x = trace.events[i], &y = back->events[i];
+    BOOST_TEST((x.kind == y.kind));
+    BOOST_TEST(x.at_s == y.at_s);
+    BOOST_TEST(x.duration_s == y.duration_s);
+    BOOST_TEST((x.hosts == y.hosts));
+    BOOST_TEST((x.side_b == y.side_b));
+    BOOST_TEST(x.factor == y.factor);
+    BOOST_TEST(x.drop == y.drop);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(generated_trace_is_a_function_of_seed_and_follows_rates) {
   colony::sim::TraceGenOptions g;
   g.nodes = 1000;
