@@ -35,6 +35,9 @@ Status validate(const SimOptions& o) {
                          std::pair{c.gpu_speedup, "--gpu-speedup"}})
     if (!(std::isfinite(v) && v > 0)) return Status::invalid_input(fmt::format("{} must be a positive number", flag));
   if (o.cpus_per_host > 4096) return Status::invalid_input("--cpus-per-host must be in 0..4096");
+  if (o.checkpoint.interval_s > 0 && o.numerics == Numerics::full && o.days == 0)
+    return Status::invalid_input(
+        "--checkpoint-interval needs --numerics modelled or --days (full numerics recover shards from their log)");
   if ((o.colocate || o.cpus_per_host > 0) && o.numerics != Numerics::full && o.days == 0)
     return Status::invalid_input("--colocate and --cpus-per-host need --numerics full");
   if (!(c.shard_ns_per_row >= 0 && c.shard_ns_per_row <= 1e9))
