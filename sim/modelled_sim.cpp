@@ -143,6 +143,9 @@ class ModelledSim {
     }
     return static_cast<VirtualNanos>(double(step_ns_) * f);
   }
+  // The keys of the node's next pulls (every GPU pulls its own, under both push modes) to one
+  // shard: sent while the step computes, so they ride with the push on the same links.
+  uint64_t pull_request_bytes() const { return o_.gpus_per_node * (u_gpu_ * 8 / o_.ps + header_bytes); }
   uint32_t required_min(uint32_t t) const {
     if (o_.consistency.kind == ConsistencyKind::asp) return 0;
     const uint32_t k = o_.consistency.kind == ConsistencyKind::bsp ? 0 : o_.consistency.staleness;
@@ -224,7 +227,7 @@ void ModelledSim::compute(uint32_t n) {
 void ModelledSim::push(uint32_t n) {
   const uint64_t row_bytes = 8 + 4 * o_.model.width();
   if (o_.push == PushKind::flat) {
-    const uint64_t per_shard = o_.gpus_per_node * (u_gpu_ * row_bytes / o_.ps + header_bytes);
+    const uint64_t per_shard = o_.gpus_per_node * (u_gpu_ * row_bytes / o_.ps + header_bytes) + pull_request_bytes();
     VirtualNanos arrival = now();
     for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
     messages_ += uint64_t{o_.gpus_per_node} * o_.ps;
@@ -240,7 +243,7 @@ void ModelledSim::push(uint32_t n) {
 }
 
 void ModelledSim::push_shards(uint32_t n) {
-  const uint64_t per_shard = u_node_ * (8 + 4 * o_.model.width()) / o_.ps + header_bytes;
+  const uint64_t per_shard = u_node_ * (8 + 4 * o_.model.width()) / o_.ps + header_bytes + pull_request_bytes();
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
   messages_ += o_.ps;
