@@ -8,10 +8,11 @@
 // Faults, as the transport and process layer see them:
 //   - crash: the host's cores stop; messages to it wait in the senders' transports (ZeroMQ
 //     queues and reconnects) and arrive after restart; what the host had computed but not yet
-//     sent is recomputed (one step's time) and sent after restart. A shard restarts by
-//     replaying its input log into a fresh ShardCore (the log stands for the durable push log
-//     the design promises; the daemons do not have one yet). Workers and aggregators keep
-//     their state (their recovery is modelled as the restart delay).
+//     sent is recomputed (one step's time) and sent after restart. Every core on the host
+//     restarts as a fresh core that replays its log of handled messages (for a shard the log
+//     stands for the durable push log the design promises; for workers and aggregators, for the
+//     checkpoint of their state; the daemons have neither yet). A replay that does not reach
+//     the core's state before the crash is reported: the cores must be deterministic.
 //   - partition: messages between the sides wait until it heals (the transport retries).
 //   - lossy: a dropped message is re-sent after the RTO; a duplicate arrives again shortly
 //     after the original (only towards shards, whose pushes are idempotent: the aggregator's
@@ -106,7 +107,9 @@ struct Core {
   std::unique_ptr<WorkerCore> worker;
   std::unique_ptr<AggregatorCore> aggregator;
   ShardConfig shard_config;
-  std::vector<PsMessage> log;  // shards: every input, in order
+  WorkerConfig worker_config;
+  AggregatorConfig aggregator_config;
+  std::vector<PsMessage> log;  // every message handled, in order (replayed after a crash)
   VirtualNanos busy_until = 0;
   uint32_t batches = 0;
   bool feeding_done = false;
@@ -156,6 +159,9 @@ class FullSim {
   void crash(uint32_t host);
   void restart(uint32_t host);
   void rebuild_shard(Core& c);
+  // Rebuilds a worker or aggregator by replaying its log into a fresh core; a replay that does
+  // not reach the state the core had is a violation (the cores must be deterministic).
+  void rebuild_client(Core& c);
   uint32_t host_of(const HostRef& h) const {
     if (o_.colocate) return 0;
     return h.shard ? o_.nodes + h.index : h.index;
@@ -265,7 +271,7 @@ Status FullSim::build() {
     c.host = o_.colocate ? 0 : w / o_.gpus_per_node;
     c.tid = w % o_.gpus_per_node;
     c.index = w;
-    WorkerConfig wc;
+    WorkerConfig& wc = c.worker_config;
     wc.id = first_worker + w;
     wc.model = o_.model;
     wc.map = map_;
@@ -281,7 +287,7 @@ Status FullSim::build() {
     c.host = o_.colocate ? 0 : a;
     c.tid = o_.gpus_per_node;
     c.index = a;
-    AggregatorConfig ac;
+    AggregatorConfig& ac = c.aggregator_config;
     ac.id = first_aggregator + a;
     ac.width = width;
     ac.map = map_;
@@ -462,9 +468,11 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
       c.step_ends.push_back(start + cost);
     }
     feed(c, out);
+    c.log.push_back(std::move(m));
   } else {
     const uint64_t contributions = c.aggregator->stats().contributions;
     c.aggregator->on_message(m, out);
+    c.log.push_back(std::move(m));
     const uint64_t rows = (c.aggregator->stats().contributions - contributions) * o_.batch;
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.aggregator_ns_per_row);
   }
@@ -509,6 +517,42 @@ void FullSim::rebuild_shard(Core& c) {
   }
 }
 
+void FullSim::rebuild_client(Core& c) {
+  Outbox discard;
+  if (c.role == Role::worker) {
+    const uint32_t clock = c.worker->clock();
+    const uint64_t steps = c.worker->stats().steps, batches = c.batches;
+    auto core = WorkerCore::make(c.worker_config);
+    COLONY_ASSERT(core.ok(), "rebuilding worker {}: {}", c.index, core.status().message());
+    c.worker = std::move(core.value());
+    c.batches = 0;
+    c.feeding_done = false;
+    feed(c, discard);
+    for (const PsMessage& m : c.log) {
+      discard.clear();
+      c.worker->on_message(m, discard);
+      feed(c, discard);
+    }
+    if (c.worker->clock() != clock || c.worker->stats().steps != steps || c.batches != batches)
+      violation(fmt::format("replay diverged: worker {} on node {} rebuilt at clock {} ({} steps, {} batches), "
+                            "had clock {} ({} steps, {} batches)",
+                            c.tid, c.host, c.worker->clock(), c.worker->stats().steps, c.batches, clock, steps,
+                            batches));
+  } else {
+    const uint64_t pushed = c.aggregator->stats().steps_pushed;
+    auto core = AggregatorCore::make(c.aggregator_config, make_cpu_reducer());
+    COLONY_ASSERT(core.ok(), "rebuilding aggregator {}: {}", c.index, core.status().message());
+    c.aggregator = std::move(core.value());
+    for (const PsMessage& m : c.log) {
+      discard.clear();
+      c.aggregator->on_message(m, discard);
+    }
+    if (c.aggregator->stats().steps_pushed != pushed)
+      violation(fmt::format("replay diverged: aggregator of node {} rebuilt having pushed {} steps, had {}", c.host,
+                            c.aggregator->stats().steps_pushed, pushed));
+  }
+}
+
 void FullSim::crash(uint32_t host) {
   Host& h = hosts_[host];
   if (h.down) return;
@@ -528,6 +572,7 @@ void FullSim::restart(uint32_t host) {
   for (Core& c : cores_) {
     if (c.host != host) continue;
     if (c.role == Role::shard) rebuild_shard(c);
+    else rebuild_client(c);
     if (c.role == Role::worker && !c.done) {
       // The step being computed at the crash is computed again.
       const VirtualNanos redo = std::max<VirtualNanos>(0, std::min(c.busy_until, h.down_since + step_ns_) - h.down_since);

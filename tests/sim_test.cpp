@@ -440,6 +440,38 @@ BOOST_AUTO_TEST_CASE(core_that_skips_the_ssp_gate_is_caught) {
   BOOST_TEST(!modelled->invariant_violations.empty());
 }
 
+BOOST_AUTO_TEST_CASE(crashed_hosts_rebuild_every_core_by_replay_and_training_completes) {
+  for (auto push : {colony::sim::PushKind::flat, colony::sim::PushKind::hierarchical}) {
+    colony::sim::SimOptions o;
+    o.generator = small_data;
+    o.nodes = 2;
+    o.gpus_per_node = 2;
+    o.ps = 2;
+    o.steps = 12;
+    o.batch = 16;
+    o.push = push;
+    o.numerics = colony::sim::Numerics::full;
+    auto clean = colony::sim::simulate(o);
+    BOOST_REQUIRE(clean.ok());
+    // Node 0 (its workers and aggregator) and shard 1 crash in the middle of the run.
+    for (auto host : {colony::sim::HostRef{false, 0}, colony::sim::HostRef{true, 1}}) {
+      colony::sim::FaultEvent crash;
+      crash.kind = FaultKind::crash;
+      crash.at_s = clean->simulated_seconds / 2;
+      crash.duration_s = clean->simulated_seconds / 4;
+      crash.hosts = {host};
+      o.trace.events.push_back(crash);
+    }
+    auto r = colony::sim::simulate(o);
+    BOOST_REQUIRE(r.ok());
+    BOOST_TEST(r->invariant_violations.empty(), joined(r->invariant_violations));
+    BOOST_TEST(r->failures_injected == 2u);
+    BOOST_TEST(r->samples == clean->samples);
+    BOOST_TEST(r->simulated_seconds > clean->simulated_seconds);
+    BOOST_TEST(r->effective_training_time_ratio < 1.0);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(shard_that_loses_its_log_tail_is_caught) {
   colony::sim::SimOptions o;
   o.nodes = 2;
