@@ -208,7 +208,7 @@ Runner add_sim(CLI::App& app) {
         {"worker_steps", r.steps},
         {"messages", r.messages},
         {"bytes", r.bytes},
-        {"step_compute_seconds", r.step_seconds},
+        {o.days > 0 ? "step_seconds" : "step_compute_seconds", r.step_seconds},
         {"checkpoints", r.checkpoints},
         {"fault_events", o.trace.events.size()},
         {"fault_sites_enabled", r.sites_enabled},
@@ -230,9 +230,9 @@ Runner add_sim(CLI::App& app) {
     std::printf("  simulated %s (%.6f s) in %.2f s wall (%.0fx), %s events\n",
                 human_duration(r.simulated_seconds).c_str(), r.simulated_seconds, wall,
                 wall > 0 ? r.simulated_seconds / wall : 0.0, human_count(double(r.events)).c_str());
-    std::printf("  samples/s simulated %s  (%s samples, step compute %.3f ms)\n",
+    std::printf("  samples/s simulated %s  (%s samples, %s %.3f ms)\n",
                 human_count(r.samples_per_sec_simulated).c_str(), human_count(double(r.samples)).c_str(),
-                r.step_seconds * 1e3);
+                o.days > 0 ? "whole step" : "step compute", r.step_seconds * 1e3);
     std::printf("  comm overhead %.1f%%  gate wait %.1f%%  effective training time %.1f%%\n",
                 100 * r.comm_overhead_fraction, 100 * r.gate_wait_fraction, 100 * r.effective_training_time_ratio);
     std::printf("  failures injected %llu  checkpoints %llu", static_cast<unsigned long long>(r.failures_injected),

@@ -127,7 +127,9 @@ struct SimResult {
   uint64_t event_trace_hash = 0;  // over every event's time and kind: equal runs, equal hash
   std::string numerics;
   std::vector<std::string> sites_enabled;
-  double step_seconds = 0.0;        // mean fault-free compute time of one step
+  // The fault-free compute time of one step; goodput mode: the whole step (compute and
+  // communication) measured by its probe run.
+  double step_seconds = 0.0;
   double mtbf_seconds = 0.0;        // goodput mode
   double young_daly_interval_seconds = 0.0;  // goodput mode: sqrt(2 x MTBF x cost)
   uint64_t checkpoints = 0;
