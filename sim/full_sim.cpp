@@ -219,6 +219,9 @@ class FullSim {
   VirtualNanos last_heal_ = 0;
   VirtualNanos lost_ns_ = 0;
   bool skip_gate_ = false, lose_log_tail_ = false;
+  // Cores keep their logs only when the trace can crash them: a log holds every message a core
+  // handled, rows and gradients included.
+  bool logging_ = false;
   uint64_t hash_ = 0;
   SimResult result_;
 };
@@ -451,11 +454,11 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
     shadows_[c.index].apply(m);
     const ShardStats before = c.shard->stats();
     c.shard->on_message(m, out);
-    c.log.push_back(std::move(m));
     const ShardStats& after = c.shard->stats();
     const uint64_t rows = after.rows_pulled + after.rows_pushed - before.rows_pulled - before.rows_pushed;
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
-    check_shard_output(c, c.log.back(), out);
+    check_shard_output(c, m, out);
+    if (logging_) c.log.push_back(std::move(m));
     if (duplicate) out.clear();
   } else if (c.role == Role::worker) {
     const uint64_t steps = c.worker->stats().steps;
@@ -468,11 +471,11 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
       c.step_ends.push_back(start + cost);
     }
     feed(c, out);
-    c.log.push_back(std::move(m));
+    if (logging_) c.log.push_back(std::move(m));
   } else {
     const uint64_t contributions = c.aggregator->stats().contributions;
     c.aggregator->on_message(m, out);
-    c.log.push_back(std::move(m));
+    if (logging_) c.log.push_back(std::move(m));
     const uint64_t rows = (c.aggregator->stats().contributions - contributions) * o_.batch;
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.aggregator_ns_per_row);
   }
@@ -649,6 +652,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   result_.numerics = "full";
   result_.sites_enabled = enabled_sites(o_);
   if (Status s = build(); !s.ok()) return s;
+  for (const FaultEvent& e : o_.trace.events) logging_ |= e.kind == FaultKind::crash;
   result_.step_seconds = double(step_ns_) / 1e9;
   for (const FaultEvent& e : o_.trace.events)
     q_.schedule(static_cast<VirtualNanos>(e.at_s * 1e9), [this, &e] { inject(e); });
