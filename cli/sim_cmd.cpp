@@ -26,8 +26,9 @@ struct SimArgs {
   std::string consistency = "bsp";
   std::string device = "gpu";
   std::string faults = "none";
-  std::string trace, report, timeline, save_trace;
+  std::string trace, report, timeline, save_trace, topology;
   double partition_s = 60.0;
+  CLI::App* cmd = nullptr;
 };
 
 }  // namespace
@@ -38,6 +39,7 @@ Runner add_sim(CLI::App& app) {
   o.batch = 8192;
   CLI::App* cmd = app.add_subcommand(
       "sim", "Simulate a cluster on a virtual clock and network, with faults replayed from a seed");
+  a->cmd = cmd;
   cmd->add_option("--nodes", o.nodes, "Worker nodes")->required();
   cmd->add_option("--gpus-per-node", o.gpus_per_node, "Devices (worker replicas) per node")->capture_default_str();
   cmd->add_option("--ps", o.ps, "Parameter-server shards, one host each")->capture_default_str();
@@ -80,6 +82,9 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--intra-gbps", o.network.intra_gbps, "Intra-node (NVLink-class) bandwidth, Gbit/s")
       ->capture_default_str();
+  cmd->add_option("--topology", a->topology,
+                  "JSON file of network fields (nic_gbps, latency_us, nodes_per_rack, ...); flags given "
+                  "on the command line win");
   cmd->add_option("--rto-seconds", o.rto_s, "Re-send delay of a dropped message")->capture_default_str();
   cmd->add_option("--faults", a->faults,
                   "none, profile (failures drawn from per-component rates) or chaos (profile plus at least one "
@@ -125,6 +130,20 @@ Runner add_sim(CLI::App& app) {
                      ? sim::Numerics::full
                      : sim::Numerics::modelled;
     o.record_timeline = !a->timeline.empty();
+    if (!a->topology.empty()) {
+      // The file sets the network; network flags given explicitly override it.
+      sim::NetworkSpec from_file = o.network;
+      if (Status s = sim::load_topology(a->topology, from_file); !s.ok()) return fail(s);
+      const sim::NetworkSpec flags = o.network;
+      o.network = from_file;
+      auto given = [&](const char* flag) { return a->cmd->count(flag) > 0; };
+      if (given("--nic-gbps")) o.network.nic_gbps = flags.nic_gbps;
+      if (given("--latency-us")) o.network.latency_us = flags.latency_us;
+      if (given("--spine-latency-us")) o.network.spine_latency_us = flags.spine_latency_us;
+      if (given("--nodes-per-rack")) o.network.nodes_per_rack = flags.nodes_per_rack;
+      if (given("--oversubscription")) o.network.oversubscription = flags.oversubscription;
+      if (given("--intra-gbps")) o.network.intra_gbps = flags.intra_gbps;
+    }
     if (Status s = sim::validate(o); !s.ok()) return fail(s);
     if (!(profile->per_gpu_day >= 0 && profile->rate_scale >= 0))
       return fail(Status::invalid_input("--failures-per-gpu-day and --failure-rate-scale must be zero or more"));

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 namespace colony::sim {
 
@@ -18,6 +22,38 @@ Status validate(const NetworkSpec& s) {
   if (s.nodes_per_rack < 1) return Status::invalid_input("--nodes-per-rack must be at least 1");
   if (!(s.oversubscription >= 1.0 && std::isfinite(s.oversubscription)))
     return Status::invalid_input("--oversubscription must be at least 1");
+  return Status();
+}
+
+Status load_topology(const std::string& path, NetworkSpec& spec) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::not_found("--topology " + path + ": cannot open the file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const auto doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object())
+    return Status::invalid_input(path + ": not a JSON object of topology fields");
+  NetworkSpec s = spec;
+  for (const auto& [key, value] : doc.items()) {
+    double* field = key == "nic_gbps"           ? &s.nic_gbps
+                    : key == "latency_us"       ? &s.latency_us
+                    : key == "spine_latency_us" ? &s.spine_latency_us
+                    : key == "oversubscription" ? &s.oversubscription
+                    : key == "intra_gbps"       ? &s.intra_gbps
+                    : key == "intra_latency_us" ? &s.intra_latency_us
+                                                : nullptr;
+    if (key == "nodes_per_rack") {
+      if (!value.is_number_unsigned() || value.get<uint64_t>() < 1 || value.get<uint64_t>() > 1'000'000)
+        return Status::invalid_input(path + ": nodes_per_rack: must be an integer in 1..1000000");
+      s.nodes_per_rack = static_cast<uint32_t>(value.get<uint64_t>());
+      continue;
+    }
+    if (!field) return Status::invalid_input(path + ": " + key + ": not a topology field");
+    if (!value.is_number()) return Status::invalid_input(path + ": " + key + ": must be a number");
+    *field = value.get<double>();
+  }
+  if (Status st = validate(s); !st.ok()) return Status::invalid_input(path + ": " + st.message());
+  spec = s;
   return Status();
 }
 

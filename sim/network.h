@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -38,6 +39,13 @@ struct NetworkSpec {
 
 // Checks ranges; fails with invalid_input naming the flag.
 Status validate(const NetworkSpec& spec);
+
+// Reads a topology file: a JSON object whose fields override `spec`'s (nic_gbps, latency_us,
+// spine_latency_us, nodes_per_rack, oversubscription, intra_gbps, intra_latency_us), e.g.
+// {"nodes_per_rack": 16, "oversubscription": 4, "nic_gbps": 200}. Fails with invalid_input
+// naming the file and field for bad JSON, an unknown field, a value of the wrong type or out of
+// range (see validate); not_found when the file cannot be read.
+Status load_topology(const std::string& path, NetworkSpec& spec);
 
 class Network {
  public:

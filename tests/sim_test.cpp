@@ -1,8 +1,14 @@
 #define BOOST_TEST_MODULE sim_test
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -231,6 +237,49 @@ BOOST_AUTO_TEST_CASE(bad_network_settings_name_the_flag) {
   s = NetworkSpec{};
   s.oversubscription = 0.5;
   BOOST_TEST(colony::sim::validate(s).message().find("--oversubscription") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(topology_file_overrides_network_fields_and_names_bad_ones) {
+  const std::string path = "/tmp/colony-sim-test-topology-" + std::to_string(::getpid()) + ".json";
+  auto write = [&](const char* text) { std::ofstream(path) << text; };
+  NetworkSpec spec;
+  write(R"({"nodes_per_rack": 16, "oversubscription": 4, "nic_gbps": 200})");
+  BOOST_TEST_REQUIRE(colony::sim::load_topology(path, spec).ok());
+  BOOST_TEST(spec.nodes_per_rack == 16u);
+  BOOST_TEST(spec.oversubscription == 4.0);
+  BOOST_TEST(spec.nic_gbps == 200.0);
+  BOOST_TEST(spec.latency_us == NetworkSpec{}.latency_us);
+  for (const auto& [text, want] : std::vector<std::pair<const char*, const char*>>{
+           {"[1]", "not a JSON object"},
+           {R"({"nic_gbps": "fast"})", "nic_gbps: must be a number"},
+           {R"({"racks": 3})", "racks: not a topology field"},
+           {R"({"nodes_per_rack": 0})", "nodes_per_rack"},
+           {R"({"oversubscription": 0.5})", "oversubscription"}}) {
+    write(text);
+    NetworkSpec s;
+    const Status st = colony::sim::load_topology(path, s);
+    BOOST_TEST(st.is_user_error(), text);
+    BOOST_TEST(st.message().find(path) != std::string::npos, st.message());
+    BOOST_TEST(st.message().find(want) != std::string::npos, st.message() << " wants " << want);
+    BOOST_TEST(s.nic_gbps == NetworkSpec{}.nic_gbps);  // untouched on error
+  }
+  std::remove(path.c_str());
+  BOOST_TEST((colony::sim::load_topology(path, spec).code() == Status::Code::not_found));
+}
+
+BOOST_AUTO_TEST_CASE(buggify_switches_sites_by_seed_alone) {
+  colony::sim::SimOptions o;
+  o.buggify = true;
+  std::set<std::vector<std::string>> seen;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    o.seed = seed;
+    const auto a = colony::sim::detail::enabled_sites(o);
+    BOOST_TEST(a == colony::sim::detail::enabled_sites(o), boost::test_tools::per_element());
+    seen.insert(a);
+  }
+  BOOST_TEST(seen.size() == 4u);  // two sites, each on or off
+  o.buggify = false;
+  BOOST_TEST(colony::sim::detail::enabled_sites(o).empty());
 }
 
 // ---------------------------------------------------------------------------------------------
