@@ -15,16 +15,16 @@
 // And a job-level goodput mode (days > 0): the step time is measured by a short modelled run,
 // then failures and checkpoints are simulated over days (rollback to the last checkpoint).
 //
-// Determinism: every random choice derives from `seed` through one SplitMix64 chain; nothing
-// reads a clock or starts a thread. Same options, same result (wall time is not part of it).
+// Determinism: every random choice derives from `seed` through SplitMix64 streams seeded from it
+// (the run's events, the fault sites; generate_trace takes the same seed); nothing reads a clock
+// or starts a thread. Same options, same result (wall time is not part of it).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
-
-#include <memory>
 
 #include "common/status.h"
 #include "ps/protocol.h"
