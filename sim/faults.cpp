@@ -224,7 +224,9 @@ FaultTrace generate_trace(const TraceGenOptions& o, uint64_t seed) {
     e.kind = FaultKind::crash;
     const bool chaos = std::string_view(cause) == "chaos";
     e.duration_s = chaos ? (0.02 + 0.18 * rng.uniform()) * o.horizon_s : p.restart_s;
-    e.hosts = {std::string_view(cause) == "gpu" ? pick_node() : any_host()};
+    // GPU and GPU-memory (HBM) failures take down a worker node; other causes any host.
+    const bool gpu_host = std::string_view(cause) == "gpu" || std::string_view(cause) == "memory";
+    e.hosts = {gpu_host ? pick_node() : any_host()};
     e.cause = cause;
     trace.events.push_back(std::move(e));
   };

@@ -55,8 +55,8 @@ Expected<FaultTrace> parse_trace(const std::string& text, const std::string& nam
                                  uint32_t ps);
 
 // Per-component failure rates. The default profile: about 4.7e-4 unexpected interruptions per
-// GPU-day (Meta's Llama 3 report: 419 in 54 days on 16,384 GPUs), of which 30% GPU, 17% host
-// memory, 8% network, the rest other host causes.
+// GPU-day (Meta's Llama 3 report: 419 in 54 days on 16,384 GPUs), of which 30% GPU, 17% GPU
+// memory (HBM), 8% network, the rest other causes.
 struct FailureProfile {
   double per_gpu_day = 4.7e-4;
   double gpu_share = 0.30, memory_share = 0.17, network_share = 0.08;
@@ -76,7 +76,7 @@ struct TraceGenOptions {
 };
 
 // A trace drawn from the profile (Poisson arrivals per component) and the chaos minimums, a
-// pure function of (options, seed). GPU failures crash a worker node; memory and other
+// pure function of (options, seed). GPU and GPU-memory failures crash a worker node; other
 // failures crash any host (worker node or PS shard, uniformly); network failures cut one node
 // off from every other host. Chaos crashes and partitions hit any host and last 2% to 20% of
 // the horizon.
