@@ -22,6 +22,7 @@ Runner add_ps(CLI::App& app);
 Runner add_worker(CLI::App& app);
 Runner add_checkpoint(CLI::App& app);
 Runner add_export(CLI::App& app);
+Runner add_sim(CLI::App& app);
 
 // Adds `--config FILE` to a subcommand: a TOML file whose keys are the subcommand's flag names
 // without the dashes (e.g. `shards = 2`, `insecure = true`, `test = "/data/test.libsvm"`).

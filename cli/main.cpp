@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
   Runner worker = add_worker(app);
   Runner checkpoint = add_checkpoint(app);
   Runner export_rows = add_export(app);
+  Runner sim = add_sim(app);
   try {
     app.parse(argc, argv);
     for (CLI::App* sub : app.get_subcommands()) apply_config_file(sub);
@@ -101,5 +102,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("worker")) return worker();
   if (app.got_subcommand("checkpoint")) return checkpoint();
   if (app.got_subcommand("export")) return export_rows();
+  if (app.got_subcommand("sim")) return sim();
   return 2;
 }

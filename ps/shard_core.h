@@ -58,6 +58,9 @@ struct ShardConfig {
   // its last update as one more float after the optimizer state. The shard looks for such
   // rows every evict_after / 2 steps (at least every step), scanning the whole store.
   uint32_t evict_after = 0;
+  // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
+  // skip the consistency bound (read-my-writes still holds). Off everywhere else.
+  bool fault_skip_consistency_gate = false;
 };
 
 struct ShardStats {

@@ -13,7 +13,8 @@ uint64_t EventQueue::schedule(VirtualNanos at, Action action) {
 
 bool EventQueue::run_next() {
   if (heap_.empty()) return false;
-  Event e = heap_.top();
+  // Moving out of the top is safe: the heap orders by (at, seq) only, which the move keeps.
+  Event e = std::move(const_cast<Event&>(heap_.top()));
   heap_.pop();
   now_ = e.at;
   ++executed_;

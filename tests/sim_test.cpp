@@ -1,13 +1,22 @@
 #define BOOST_TEST_MODULE sim_test
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <functional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/hash.h"
 #include "sim/event_queue.h"
+#include "sim/faults.h"
+#include "sim/network.h"
+#include "sim/simulator.h"
 
 using namespace colony;
 using colony::sim::EventQueue;
@@ -170,4 +179,446 @@ BOOST_AUTO_TEST_CASE(same_seeded_schedule_gives_identical_logs) {
     BOOST_TEST(monotone, "seed " << seed);
   }
   BOOST_TEST(!(run_workload(1) == run_workload(2)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The network model.
+
+using colony::sim::FaultKind;
+using colony::sim::Network;
+using colony::sim::NetworkSpec;
+
+namespace {
+NetworkSpec simple_net() {
+  NetworkSpec s;
+  s.nic_gbps = 8.0;  // one byte per ns
+  s.latency_us = 1.0;
+  s.spine_latency_us = 2.0;
+  s.nodes_per_rack = 2;
+  s.oversubscription = 2.0;  // rack uplink: 2 x 8 / 2 = 8 Gbit/s
+  s.intra_gbps = 80.0;
+  s.intra_latency_us = 0.5;
+  return s;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(transfer_takes_bytes_over_bandwidth_plus_latency) {
+  Network net(simple_net(), 4);
+  BOOST_TEST(net.transfer(0, 1, 1000, 0) == 1000 + 1000 + 1);     // same rack
+  BOOST_TEST(net.transfer(2, 3, 1000, 5000) == 5000 + 1000 + 1000 + 1);
+  Network across(simple_net(), 4);
+  BOOST_TEST(across.transfer(0, 2, 1000, 0) == 1000 + 3000 + 1);  // spine adds latency
+  Network local(simple_net(), 4);
+  BOOST_TEST(local.transfer(1, 1, 1000, 0) == 100 + 500 + 1);      // intra-host link
+  BOOST_TEST(local.bytes_carried() == 1000u);
+}
+
+BOOST_AUTO_TEST_CASE(flows_sharing_a_link_take_turns) {
+  Network net(simple_net(), 4);
+  // Two senders into one receiver: its NIC serializes them.
+  BOOST_TEST(net.transfer(0, 1, 1000, 0) == 2001);
+  BOOST_TEST(net.transfer(3, 1, 1000, 0) == 2000 + 3000 + 1);  // waits for host 1's downlink
+  // A later transfer on idle links is not delayed.
+  BOOST_TEST(net.transfer(2, 3, 10, 10'000) == 10'000 + 10 + 1000 + 1);
+}
+
+BOOST_AUTO_TEST_CASE(clogged_nic_divides_bandwidth) {
+  Network net(simple_net(), 4);
+  net.set_clog(0, 4.0);
+  BOOST_TEST(net.transfer(0, 1, 1000, 0) == 4000 + 1000 + 1);
+  net.set_clog(0, 1.0);
+  BOOST_TEST(net.transfer(0, 1, 1000, 10'000) == 10'000 + 1000 + 1000 + 1);
+}
+
+BOOST_AUTO_TEST_CASE(bad_network_settings_name_the_flag) {
+  NetworkSpec s;
+  s.nic_gbps = 0;
+  BOOST_TEST(colony::sim::validate(s).message().find("--nic-gbps") != std::string::npos);
+  s = NetworkSpec{};
+  s.oversubscription = 0.5;
+  BOOST_TEST(colony::sim::validate(s).message().find("--oversubscription") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(topology_file_overrides_network_fields_and_names_bad_ones) {
+  const std::string path = "/tmp/colony-sim-test-topology-" + std::to_string(::getpid()) + ".json";
+  auto write = [&](const char* text) { std::ofstream(path) << text; };
+  NetworkSpec spec;
+  write(R"({"nodes_per_rack": 16, "oversubscription": 4, "nic_gbps": 200})");
+  BOOST_TEST_REQUIRE(colony::sim::load_topology(path, spec).ok());
+  BOOST_TEST(spec.nodes_per_rack == 16u);
+  BOOST_TEST(spec.oversubscription == 4.0);
+  BOOST_TEST(spec.nic_gbps == 200.0);
+  BOOST_TEST(spec.latency_us == NetworkSpec{}.latency_us);
+  for (const auto& [text, want] : std::vector<std::pair<const char*, const char*>>{
+           {"[1]", "not a JSON object"},
+           {R"({"nic_gbps": "fast"})", "nic_gbps: must be a number"},
+           {R"({"racks": 3})", "racks: not a topology field"},
+           {R"({"nodes_per_rack": 0})", "nodes_per_rack"},
+           {R"({"oversubscription": 0.5})", "oversubscription"}}) {
+    write(text);
+    NetworkSpec s;
+    const Status st = colony::sim::load_topology(path, s);
+    BOOST_TEST(st.is_user_error(), text);
+    BOOST_TEST(st.message().find(path) != std::string::npos, st.message());
+    BOOST_TEST(st.message().find(want) != std::string::npos, st.message() << " wants " << want);
+    BOOST_TEST(s.nic_gbps == NetworkSpec{}.nic_gbps);  // untouched on error
+  }
+  std::remove(path.c_str());
+  BOOST_TEST((colony::sim::load_topology(path, spec).code() == Status::Code::not_found));
+}
+
+BOOST_AUTO_TEST_CASE(buggify_switches_sites_by_seed_alone) {
+  colony::sim::SimOptions o;
+  o.buggify = true;
+  std::set<std::vector<std::string>> seen;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    o.seed = seed;
+    const auto a = colony::sim::detail::enabled_sites(o);
+    BOOST_TEST(a == colony::sim::detail::enabled_sites(o), boost::test_tools::per_element());
+    seen.insert(a);
+  }
+  BOOST_TEST(seen.size() == 4u);  // two sites, each on or off
+  o.buggify = false;
+  BOOST_TEST(colony::sim::detail::enabled_sites(o).empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fault traces.
+
+BOOST_AUTO_TEST_CASE(trace_file_parses_every_kind) {
+  const char* text = R"({"events": [
+    {"at": 2.0, "kind": "crash", "node": 1, "duration": 0.5},
+    {"at": 1.0, "kind": "partition", "a": {"nodes": [0]}, "b": {"nodes": [1], "shards": [0]}, "duration": 1},
+    {"at": 0.5, "kind": "clog", "shard": 1, "factor": 10, "duration": 1},
+    {"at": 0.5, "kind": "slow", "node": 0, "factor": 3, "duration": 1},
+    {"at": 0.1, "kind": "lossy", "drop": 0.01, "duplicate": 0.02, "reorder": 0.1, "duration": 1},
+    {"at": 3.0, "kind": "disk_full", "shard": 0, "duration": 1}
+  ]})";
+  auto t = colony::sim::parse_trace(text, "t.json", 2, 2);
+  BOOST_REQUIRE_MESSAGE(t.ok(), (t.ok() ? "" : t.status().message()));
+  BOOST_REQUIRE(t->events.size() == 6u);
+  BOOST_TEST((t->events.front().kind == FaultKind::lossy));  // sorted by time
+  BOOST_TEST((t->events[1].kind == FaultKind::clog));        // stable among equal times
+  BOOST_TEST((t->events[3].kind == FaultKind::partition));
+  BOOST_TEST(t->events[3].side_b.size() == 2u);
+  BOOST_TEST(t->events[4].hosts[0].index == 1u);
+  BOOST_TEST(t->events.back().hosts[0].shard);
+}
+
+BOOST_AUTO_TEST_CASE(bad_trace_is_an_error_naming_file_and_field) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"not json", "t.json: not valid JSON"},
+      {"[]", "t.json: events"},
+      {R"({"events": [{"at": 1, "kind": "meteor", "duration": 1}]})", "events[0].kind"},
+      {R"({"events": [{"at": 1, "kind": "crash", "node": 0}]})", "events[0].duration: missing"},
+      {R"({"events": [{"at": -1, "kind": "crash", "node": 0, "duration": 1}]})", "events[0].at"},
+      {R"({"events": [{"at": 1, "kind": "crash", "node": 5, "duration": 1}]})", "events[0].node"},
+      {R"({"events": [{"at": 1, "kind": "crash", "node": 0, "shard": 0, "duration": 1}]})", "exactly one"},
+      {R"({"events": [{"at": 1, "kind": "slow", "node": 0, "duration": 1}]})", "events[0].factor"},
+      {R"({"events": [{"at": 1, "kind": "lossy", "drop": 2, "duration": 1}]})", "events[0].drop"},
+      {R"({"events": [{"at": 1, "kind": "disk_full", "node": 0, "duration": 1}]})", "disk_full needs"},
+      {R"({"events": [{"at": 1, "kind": "partition", "a": {"nodes": [0]}, "b": {"nodes": [0]}, "duration": 1}]})",
+       "both sides"},
+      {R"({"events": [{"at": 1, "kind": "partition", "a": {"nodes": ["x"]}, "b": {}, "duration": 1}]})",
+       "events[0].a.nodes[0]"},
+      {R"({"events": [7]})", "events[0]: must be an object"},
+  };
+  for (const auto& [text, want] : cases) {
+    auto t = colony::sim::parse_trace(text, "t.json", 2, 1);
+    BOOST_TEST_REQUIRE(!t.ok(), text);
+    BOOST_TEST(t.status().is_user_error());
+    BOOST_TEST(t.status().message().find(want) != std::string::npos, t.status().message() << " wants " << want);
+  }
+  BOOST_TEST(colony::sim::load_trace("/nonexistent/trace.json", 1, 1).status().message().find("--trace") !=
+             std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(saved_trace_reads_back_to_the_same_events) {
+  colony::sim::TraceGenOptions g;
+  g.nodes = 5;
+  g.ps = 3;
+  g.horizon_s = 2.0;
+  g.min_crashes = 3;
+  g.min_partitions = 2;
+  g.chaos_extras = true;
+  const auto trace = colony::sim::generate_trace(g, 11);
+  auto back = colony::sim::parse_trace(colony::sim::trace_json(trace), "saved", 5, 3);
+  BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? "" : back.status().message()));
+  BOOST_REQUIRE(back->events.size() == trace.events.size());
+  for (size_t i = 0; i < trace.events.size(); ++i) {
+    const auto &x = trace.events[i], &y = back->events[i];
+    BOOST_TEST((x.kind == y.kind));
+    BOOST_TEST(x.at_s == y.at_s);
+    BOOST_TEST(x.duration_s == y.duration_s);
+    BOOST_TEST((x.hosts == y.hosts));
+    BOOST_TEST((x.side_b == y.side_b));
+    BOOST_TEST(x.factor == y.factor);
+    BOOST_TEST(x.drop == y.drop);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(generated_trace_is_a_function_of_seed_and_follows_rates) {
+  colony::sim::TraceGenOptions g;
+  g.nodes = 1000;
+  g.gpus_per_node = 8;
+  g.ps = 16;
+  g.horizon_s = 30 * 86400.0;
+  auto a = colony::sim::generate_trace(g, 7), b = colony::sim::generate_trace(g, 7);
+  BOOST_REQUIRE(a.events.size() == b.events.size());
+  for (size_t i = 0; i < a.events.size(); ++i) BOOST_TEST(a.events[i].at_s == b.events[i].at_s);
+  // 8000 GPUs x 30 days x 4.7e-4 = 112.8 interruptions expected; Poisson sd about 10.6.
+  BOOST_TEST(a.events.size() > 70u);
+  BOOST_TEST(a.events.size() < 160u);
+  g.min_crashes = 3;
+  g.min_partitions = 2;
+  g.horizon_s = 1.0;
+  auto c = colony::sim::generate_trace(g, 7);
+  size_t crashes = 0, partitions = 0;
+  for (const auto& e : c.events) {
+    crashes += e.kind == FaultKind::crash;
+    partitions += e.kind == FaultKind::partition;
+    BOOST_TEST(e.at_s < 1.0);
+  }
+  BOOST_TEST(crashes >= 3u);
+  BOOST_TEST(partitions >= 2u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole runs: the real cores under generated faults, with the invariant checker.
+
+namespace {
+
+// One data generator for every small run (its calibration would dominate their time).
+const std::shared_ptr<const Generator> small_data = std::make_shared<const Generator>(GeneratorConfig{1, 0.001});
+
+colony::sim::SimOptions small_run(uint64_t seed) {
+  colony::sim::SimOptions o;
+  o.generator = small_data;
+  SplitMix64 rng(seed);
+  o.seed = seed;
+  o.nodes = 2 + static_cast<uint32_t>(rng.next() % 2);
+  o.gpus_per_node = 1 + static_cast<uint32_t>(rng.next() % 2);
+  o.ps = 1 + static_cast<uint32_t>(rng.next() % 2);
+  o.steps = 6 + static_cast<uint32_t>(rng.next() % 6);
+  o.batch = 16;
+  o.push = rng.next() % 2 ? colony::sim::PushKind::flat : colony::sim::PushKind::hierarchical;
+  const uint64_t c = rng.next() % 3;
+  o.consistency = c == 0 ? Consistency{} : c == 1 ? Consistency{ConsistencyKind::ssp, 2} : Consistency{ConsistencyKind::asp, 0};
+  o.numerics = colony::sim::Numerics::full;
+  // Faults fall within the length of the same run without them.
+  auto probe = colony::sim::simulate(o);
+  BOOST_REQUIRE(probe.ok());
+  colony::sim::TraceGenOptions g;
+  g.nodes = o.nodes;
+  g.gpus_per_node = o.gpus_per_node;
+  g.ps = o.ps;
+  g.horizon_s = probe->simulated_seconds;
+  g.min_crashes = 1 + static_cast<uint32_t>(rng.next() % 2);
+  g.min_partitions = 1;
+  g.chaos_extras = rng.next() % 2 == 0;
+  o.trace = colony::sim::generate_trace(g, seed);
+  return o;
+}
+
+std::string joined(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += x + "\n";
+  return s;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(two_hundred_seeds_with_crashes_and_partitions_hold_every_invariant_and_replay) {
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const colony::sim::SimOptions o = small_run(seed);
+    size_t crashes = 0, partitions = 0;
+    for (const auto& e : o.trace.events) {
+      crashes += e.kind == FaultKind::crash;
+      partitions += e.kind == FaultKind::partition;
+    }
+    BOOST_TEST_REQUIRE(crashes >= 1u);
+    BOOST_TEST_REQUIRE(partitions >= 1u);
+    auto a = colony::sim::simulate(o);
+    auto b = colony::sim::simulate(o);
+    BOOST_REQUIRE(a.ok() && b.ok());
+    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n" << joined(a->invariant_violations));
+    BOOST_TEST(a->event_trace_hash == b->event_trace_hash, "seed " << seed);
+    BOOST_TEST(a->events == b->events, "seed " << seed);
+    BOOST_TEST(a->simulated_seconds == b->simulated_seconds, "seed " << seed);
+    BOOST_TEST(a->failures_injected >= 2u, "seed " << seed);
+    BOOST_TEST(a->samples == uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch, "seed " << seed);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(different_seeds_give_different_runs) {
+  auto a = colony::sim::simulate(small_run(1)), b = colony::sim::simulate(small_run(2));
+  BOOST_REQUIRE(a.ok() && b.ok());
+  BOOST_TEST(a->event_trace_hash != b->event_trace_hash);
+}
+
+BOOST_AUTO_TEST_CASE(core_that_skips_the_ssp_gate_is_caught) {
+  colony::sim::SimOptions o;
+  o.nodes = 3;
+  o.gpus_per_node = 2;
+  o.ps = 2;
+  o.steps = 10;
+  o.batch = 16;
+  o.numerics = colony::sim::Numerics::full;
+  o.consistency = Consistency{ConsistencyKind::ssp, 1};
+  o.compute.gpu = false;
+  // Node 0 is a straggler, so the gate has work to do.
+  colony::sim::FaultEvent slow;
+  slow.kind = FaultKind::slow;
+  slow.factor = 20;
+  slow.duration_s = 1;
+  slow.hosts = {colony::sim::HostRef{false, 0}};
+  o.trace.events = {slow};
+  auto good = colony::sim::simulate(o);
+  BOOST_REQUIRE(good.ok());
+  BOOST_TEST(good->invariant_violations.empty(), joined(good->invariant_violations));
+  o.force_sites = {"skip_ssp_gate"};
+  auto bad = colony::sim::simulate(o);
+  BOOST_REQUIRE(bad.ok());
+  BOOST_TEST(bad->sites_enabled == std::vector<std::string>{"skip_ssp_gate"}, boost::test_tools::per_element());
+  BOOST_REQUIRE(!bad->invariant_violations.empty());
+  BOOST_TEST(bad->invariant_violations.front().find("ssp bound exceeded") != std::string::npos);
+  // The modelled stand-in's gate is checked the same way.
+  o.numerics = colony::sim::Numerics::modelled;
+  auto modelled = colony::sim::simulate(o);
+  BOOST_REQUIRE(modelled.ok());
+  BOOST_TEST(!modelled->invariant_violations.empty());
+}
+
+BOOST_AUTO_TEST_CASE(crashed_hosts_rebuild_every_core_by_replay_and_training_completes) {
+  for (auto push : {colony::sim::PushKind::flat, colony::sim::PushKind::hierarchical}) {
+    colony::sim::SimOptions o;
+    o.generator = small_data;
+    o.nodes = 2;
+    o.gpus_per_node = 2;
+    o.ps = 2;
+    o.steps = 12;
+    o.batch = 16;
+    o.push = push;
+    o.numerics = colony::sim::Numerics::full;
+    auto clean = colony::sim::simulate(o);
+    BOOST_REQUIRE(clean.ok());
+    // Node 0 (its workers and aggregator) and shard 1 crash in the middle of the run.
+    for (auto host : {colony::sim::HostRef{false, 0}, colony::sim::HostRef{true, 1}}) {
+      colony::sim::FaultEvent crash;
+      crash.kind = FaultKind::crash;
+      crash.at_s = clean->simulated_seconds / 2;
+      crash.duration_s = clean->simulated_seconds / 4;
+      crash.hosts = {host};
+      o.trace.events.push_back(crash);
+    }
+    auto r = colony::sim::simulate(o);
+    BOOST_REQUIRE(r.ok());
+    BOOST_TEST(r->invariant_violations.empty(), joined(r->invariant_violations));
+    BOOST_TEST(r->failures_injected == 2u);
+    BOOST_TEST(r->samples == clean->samples);
+    BOOST_TEST(r->simulated_seconds > clean->simulated_seconds);
+    BOOST_TEST(r->effective_training_time_ratio < 1.0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(shard_that_loses_its_log_tail_is_caught) {
+  colony::sim::SimOptions o;
+  o.nodes = 2;
+  o.gpus_per_node = 1;
+  o.ps = 1;
+  o.steps = 10;
+  o.batch = 16;
+  o.numerics = colony::sim::Numerics::full;
+  o.force_sites = {"lose_log_tail"};
+  colony::sim::FaultEvent crash;
+  crash.kind = FaultKind::crash;
+  crash.at_s = 0.0003;
+  crash.duration_s = 0.0001;
+  crash.hosts = {colony::sim::HostRef{true, 0}};
+  o.trace.events = {crash};
+  auto r = colony::sim::simulate(o);
+  BOOST_REQUIRE(r.ok());
+  const std::string all = joined(r->invariant_violations);
+  BOOST_TEST(all.find("acknowledged push lost") != std::string::npos, all);
+  BOOST_TEST(all.find("no progress") != std::string::npos, all);
+}
+
+BOOST_AUTO_TEST_CASE(modelled_runs_replay_and_hold_invariants_under_faults) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    colony::sim::SimOptions o = small_run(seed);
+    o.numerics = colony::sim::Numerics::modelled;
+    o.nodes = 20;
+    o.gpus_per_node = 8;
+    o.ps = 4;
+    o.batch = 1024;
+    colony::sim::TraceGenOptions g;
+    g.nodes = o.nodes;
+    g.ps = o.ps;
+    g.horizon_s = 0.01;
+    g.min_crashes = 2;
+    g.min_partitions = 1;
+    g.chaos_extras = true;
+    o.trace = colony::sim::generate_trace(g, seed);
+    auto a = colony::sim::simulate(o), b = colony::sim::simulate(o);
+    BOOST_REQUIRE(a.ok() && b.ok());
+    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n" << joined(a->invariant_violations));
+    BOOST_TEST(a->event_trace_hash == b->event_trace_hash);
+    BOOST_TEST(a->samples == uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(hierarchical_push_sends_fewer_bytes_than_flat) {
+  colony::sim::SimOptions o;
+  o.nodes = 8;
+  o.gpus_per_node = 8;
+  o.ps = 8;
+  o.steps = 20;
+  o.batch = 4096;
+  o.numerics = colony::sim::Numerics::modelled;
+  o.push = colony::sim::PushKind::flat;
+  auto flat = colony::sim::simulate(o);
+  o.push = colony::sim::PushKind::hierarchical;
+  auto hier = colony::sim::simulate(o);
+  BOOST_REQUIRE(flat.ok() && hier.ok());
+  BOOST_TEST(hier->comm_overhead_fraction < flat->comm_overhead_fraction);
+  BOOST_TEST(hier->messages < flat->messages);
+}
+
+BOOST_AUTO_TEST_CASE(goodput_falls_without_checkpoints_and_peaks_near_young_daly) {
+  colony::sim::SimOptions o;
+  o.nodes = 1000;
+  o.gpus_per_node = 8;
+  o.ps = 16;
+  o.steps = 5;
+  o.batch = 1024;
+  o.days = 30;
+  o.checkpoint.cost_s = 60;
+  colony::sim::TraceGenOptions g;
+  g.nodes = o.nodes;
+  g.gpus_per_node = o.gpus_per_node;
+  g.ps = o.ps;
+  g.horizon_s = o.days * 86400;
+  o.trace = colony::sim::generate_trace(g, 3);
+  auto ratio = [&](double interval) {
+    o.checkpoint.interval_s = interval;
+    auto r = colony::sim::simulate(o);
+    BOOST_REQUIRE(r.ok());
+    return *r;
+  };
+  const auto none = ratio(0), young = ratio(1800), rare = ratio(86400), often = ratio(120);
+  BOOST_TEST(young.young_daly_interval_seconds > 1000);
+  BOOST_TEST(young.young_daly_interval_seconds < 3000);
+  BOOST_TEST(none.effective_training_time_ratio < young.effective_training_time_ratio);
+  BOOST_TEST(rare.effective_training_time_ratio < young.effective_training_time_ratio);
+  BOOST_TEST(often.effective_training_time_ratio < young.effective_training_time_ratio);
+  BOOST_TEST(young.effective_training_time_ratio > 0.85);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_name_the_flag) {
+  colony::sim::SimOptions o;
+  o.nodes = 0;
+  BOOST_TEST(colony::sim::simulate(o).status().message().find("--nodes") != std::string::npos);
+  o = {};
+  o.force_sites = {"nope"};
+  BOOST_TEST(colony::sim::simulate(o).status().message().find("--fault-site") != std::string::npos);
 }

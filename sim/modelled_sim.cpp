@@ -1,0 +1,419 @@
+// Modelled numerics: a stand-in per node, not the real cores, for thousand-node runs.
+//
+// One node-step is four events: the node's pull replies arrive (one transfer per GPU and
+// shard, sized by the real generator's unique keys per batch), its GPUs compute, the
+// hierarchical reduce crosses the intra-host link, its pushes arrive at every shard. A node
+// starts step t once its own push of step t - 1 has arrived (read-my-writes) and the slowest
+// node has pushed clock t - k (the SSP gate; BSP k = 0; ASP no bound), as the shard core's
+// gate would allow. Faults act on the same quantities: a crashed host's events wait for its
+// restart (the step in progress is computed again), transfers across a partition or to a
+// down shard wait for the heal, slow and clogged hosts stretch compute and transfers.
+#include <algorithm>
+#include <cmath>
+
+#include "common/hash.h"
+#include "sim/simulator.h"
+#include "worker/generator.h"
+
+namespace colony::sim::detail {
+
+namespace {
+
+constexpr uint64_t header_bytes = 64;
+
+struct Node {
+  uint32_t clock = 0;  // steps pushed
+  bool down = false;
+  VirtualNanos down_since = 0;
+  VirtualNanos restart_at = 0;
+  double slow = 1.0;
+  uint8_t deferred = 0;  // the node's next phase (Phase), held while it is down; 0: none
+  VirtualNanos wait_since = -1;
+  VirtualNanos compute_ns = 0, wait_ns = 0;
+  VirtualNanos last_step_end = 0;
+  VirtualNanos push_start = 0;
+  bool done = false;
+};
+
+struct Partition {
+  std::vector<bool> a, b;
+  VirtualNanos heal_at;
+};
+
+// Unique keys of one GPU's batch and of a node's batches together, from the real generator
+// (Criteo-sized vocabularies) and BatchIndex. Counted exactly up to `rows_exact` rows; beyond,
+// extrapolated by Heaps' law U(n) = U(m) (n / m)^b with b fitted on U(m / 2) and U(m). On the
+// generator's default data the extrapolation is within 1% of the exact count at 8,192 and
+// 65,536 rows (docs/simulation.md), and generating the rows would otherwise dominate the
+// setup of a large run.
+std::pair<uint64_t, uint64_t> unique_keys(uint64_t seed, uint32_t batch, uint32_t gpus) {
+  constexpr uint64_t rows_exact = 4096;
+  const uint64_t node_rows = uint64_t{batch} * gpus;
+  Generator gen(GeneratorConfig{seed, 1.0});
+  Batch rows;
+  RawRow row;
+  BatchIndex index;
+  std::vector<std::pair<uint64_t, double>> counted;  // (rows, unique keys)
+  const uint64_t last = std::min(node_rows, rows_exact);
+  for (uint64_t n = 1; n <= last; ++n) {
+    gen.generate(Stream::train, n, row);
+    gen.append_features(row, rows);
+    if (n == batch || n == node_rows || n == rows_exact / 2 || n == rows_exact) {
+      index.build(rows);
+      counted.emplace_back(n, double(index.unique_keys().size()));
+    }
+  }
+  auto at = [&](uint64_t n) {
+    for (const auto& [r, u] : counted)
+      if (r == n) return u;
+    COLONY_ASSERT(false, "no count at {} rows", n);
+    return 0.0;
+  };
+  auto estimate = [&](uint64_t n) -> uint64_t {
+    if (n <= rows_exact) return static_cast<uint64_t>(at(n));
+    const double m = at(rows_exact), half = at(rows_exact / 2);
+    const double b = std::log(m / half) / std::log(2.0);
+    return static_cast<uint64_t>(m * std::pow(double(n) / double(rows_exact), b));
+  };
+  return {estimate(batch), estimate(node_rows)};
+}
+
+class ModelledSim {
+ public:
+  explicit ModelledSim(const SimOptions& o)
+      : o_(o), rng_(hash_combine(o.seed, 0x40de1)), net_(o.network, o.nodes + o.ps), nodes_(o.nodes) {}
+
+  Expected<SimResult> run(const std::function<void(double)>& progress);
+
+ private:
+  VirtualNanos now() const { return q_.now(); }
+  uint32_t shard_host(uint32_t s) const { return o_.nodes + s; }
+  void mix(uint64_t a, uint64_t b) { hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b))); }
+  // A node's next event: small enough for the event's function to hold without allocating.
+  enum Phase : uint8_t { phase_compute = 1, phase_push, phase_push_shards, phase_pushed };
+  // Runs phase `p` of node n at `at`, or after its restart if it is down then.
+  void at_node(uint32_t n, VirtualNanos at, Phase p) {
+    q_.schedule(at, [this, n, p] { run_phase(n, p); });
+  }
+  void run_phase(uint32_t n, Phase p) {
+    Node& node = nodes_[n];
+    if (node.down) {
+      node.deferred = p;
+      return;
+    }
+    mix(n, p);
+    switch (p) {
+      case phase_compute: return compute(n);
+      case phase_push: return push(n);
+      case phase_push_shards: return push_shards(n);
+      case phase_pushed: return pushed(n);
+    }
+  }
+  VirtualNanos transfer(uint32_t from, uint32_t to, uint64_t bytes, VirtualNanos t) {
+    for (const Partition& p : partitions_)
+      if (p.heal_at > t && ((p.a[from] && p.b[to]) || (p.b[from] && p.a[to]))) t = p.heal_at;
+    t = std::max({t, host_down_until_[from], host_down_until_[to]});
+    if (drop_ > 0) {
+      for (int i = 0; i < 16 && rng_.uniform() < drop_; ++i) t += static_cast<VirtualNanos>(o_.rto_s * 1e9);
+    }
+    bytes_ += bytes;
+    return net_.transfer(from, to, bytes, t);
+  }
+  void try_start(uint32_t n);
+  void pull(uint32_t n);
+  void compute(uint32_t n);
+  void push(uint32_t n);
+  void push_shards(uint32_t n);
+  void pushed(uint32_t n);
+  void inject(const FaultEvent& e);
+  // Every node pauses for the checkpoint's cost before its next compute.
+  void checkpoint();
+  VirtualNanos compute_ns(uint32_t n) {
+    double f = nodes_[n].slow;
+    if (o_.compute.jitter > 0) {
+      // The node waits for its slowest GPU.
+      const double s = std::sqrt(std::log(1 + o_.compute.jitter * o_.compute.jitter));
+      double worst = 0;
+      for (uint32_t g = 0; g < o_.gpus_per_node; ++g) {
+        const double u1 = std::max(rng_.uniform(), 1e-12), u2 = rng_.uniform();
+        const double z = std::sqrt(-2 * std::log(u1)) * std::cos(2 * M_PI * u2);
+        worst = std::max(worst, std::exp(s * z - s * s / 2));
+      }
+      f *= worst;
+    }
+    return static_cast<VirtualNanos>(double(step_ns_) * f);
+  }
+  // The keys of the node's next pulls (every GPU pulls its own, under both push modes) to one
+  // shard: sent while the step computes, so they ride with the push on the same links.
+  uint64_t pull_request_bytes() const { return o_.gpus_per_node * (u_gpu_ * 8 / o_.ps + header_bytes); }
+  uint32_t required_min(uint32_t t) const {
+    if (o_.consistency.kind == ConsistencyKind::asp) return 0;
+    const uint32_t k = o_.consistency.kind == ConsistencyKind::bsp ? 0 : o_.consistency.staleness;
+    return t > k ? t - k : 0;
+  }
+  void timeline(const char* name, const char* cat, uint32_t host, VirtualNanos start, VirtualNanos duration) {
+    constexpr size_t timeline_events_max = 500'000;
+    if (!o_.record_timeline) return;
+    if (result_.timeline.size() >= timeline_events_max) {
+      result_.timeline_truncated = true;
+      return;
+    }
+    result_.timeline.push_back({name, cat, host, 0, start, duration});
+  }
+  void violation(std::string v) {
+    if (result_.invariant_violations.size() < 100) result_.invariant_violations.push_back(std::move(v));
+  }
+
+  const SimOptions& o_;
+  SplitMix64 rng_;
+  EventQueue q_;
+  Network net_;
+  std::vector<Node> nodes_;
+  std::vector<VirtualNanos> host_down_until_;
+  std::vector<uint32_t> at_clock_;                // nodes whose pushed clock is c
+  uint32_t min_pushed_ = 0;
+  std::vector<std::vector<uint32_t>> waiters_;    // by the minimum clock they wait for
+  std::vector<Partition> partitions_;
+  double drop_ = 0.0;
+  uint64_t u_gpu_ = 0, u_node_ = 0;
+  VirtualNanos step_ns_ = 0;
+  VirtualNanos paused_until_ = 0;  // checkpoint in progress
+  VirtualNanos last_heal_ = 0, lost_ns_ = 0;
+  uint32_t finished_ = 0;
+  uint64_t bytes_ = 0, messages_ = 0;
+  bool skip_gate_ = false;
+  uint64_t hash_ = 0;
+  SimResult result_;
+};
+
+void ModelledSim::try_start(uint32_t n) {
+  Node& node = nodes_[n];
+  const uint32_t need = required_min(node.clock);
+  if (!skip_gate_ && min_pushed_ < need) {
+    node.wait_since = now();
+    waiters_[need].push_back(n);
+    return;
+  }
+  pull(n);
+}
+
+void ModelledSim::pull(uint32_t n) {
+  Node& node = nodes_[n];
+  if (node.wait_since >= 0) {
+    node.wait_ns += now() - node.wait_since;
+    node.wait_since = -1;
+  }
+  // The invariant, checked against the pushed clocks themselves rather than the gate.
+  if (!o_.consistency.allows(node.clock, min_pushed_))
+    violation(fmt::format("ssp bound exceeded: node {} started step {} at t={:.6f}s while the slowest node had "
+                          "pushed clock {} ({})",
+                          n, node.clock, double(now()) / 1e9, min_pushed_, to_string(o_.consistency)));
+  const uint64_t width_bytes = 4 * o_.model.width();
+  const uint64_t per_shard = o_.gpus_per_node * (u_gpu_ * width_bytes / o_.ps + header_bytes);
+  VirtualNanos arrival = now();
+  for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, now()));
+  messages_ += 2ull * o_.gpus_per_node * o_.ps;
+  at_node(n, std::max(arrival, paused_until_), phase_compute);
+}
+
+void ModelledSim::compute(uint32_t n) {
+  const VirtualNanos d = compute_ns(n);
+  nodes_[n].compute_ns += d;
+  timeline("step", "compute", n, now(), d);
+  nodes_[n].push_start = now() + d;
+  at_node(n, now() + d, phase_push);
+}
+
+void ModelledSim::push(uint32_t n) {
+  const uint64_t row_bytes = 8 + 4 * o_.model.width();
+  if (o_.push == PushKind::flat) {
+    const uint64_t per_shard = o_.gpus_per_node * (u_gpu_ * row_bytes / o_.ps + header_bytes) + pull_request_bytes();
+    VirtualNanos arrival = now();
+    for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
+    messages_ += uint64_t{o_.gpus_per_node} * o_.ps;
+    at_node(n, arrival, phase_pushed);
+    return;
+  }
+  // Hierarchical: the replicas' gradients reach the aggregator over the intra-host link, then
+  // one push per shard carries the node's summed rows.
+  const uint64_t local = uint64_t{o_.gpus_per_node - 1} * u_gpu_ * row_bytes;
+  const VirtualNanos reduced = o_.gpus_per_node > 1 ? transfer(n, n, local, now()) : now();
+  messages_ += o_.gpus_per_node;
+  at_node(n, reduced, phase_push_shards);
+}
+
+void ModelledSim::push_shards(uint32_t n) {
+  const uint64_t per_shard = u_node_ * (8 + 4 * o_.model.width()) / o_.ps + header_bytes + pull_request_bytes();
+  VirtualNanos arrival = now();
+  for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
+  messages_ += o_.ps;
+  at_node(n, arrival, phase_pushed);
+}
+
+void ModelledSim::pushed(uint32_t n) {
+  Node& node = nodes_[n];
+  const VirtualNanos bound =
+      o_.progress_bound_s > 0 ? static_cast<VirtualNanos>(o_.progress_bound_s * 1e9)
+                              : 50 * step_ns_ + static_cast<VirtualNanos>(8 * o_.rto_s * 1e9) + 50'000'000;
+  const VirtualNanos since = std::max(node.last_step_end, last_heal_);
+  if (now() > last_heal_ && now() - since > bound)
+    violation(fmt::format("slow progress: node {} went {:.3f}s without a step after the last fault healed at "
+                          "{:.3f}s (bound {:.3f}s)",
+                          n, double(now() - since) / 1e9, double(last_heal_) / 1e9, double(bound) / 1e9));
+  node.last_step_end = now();
+  timeline("push", "network", n, node.push_start, now() - node.push_start);
+  --at_clock_[node.clock];
+  ++node.clock;
+  ++at_clock_[node.clock];
+  while (min_pushed_ < o_.steps && at_clock_[min_pushed_] == 0) {
+    ++min_pushed_;
+    auto ready = std::move(waiters_[min_pushed_]);
+    waiters_[min_pushed_].clear();
+    for (uint32_t w : ready) pull(w);
+  }
+  if (node.clock < o_.steps) {
+    try_start(n);
+  } else {
+    node.done = true;
+    ++finished_;
+    result_.simulated_seconds = std::max(result_.simulated_seconds, double(now()) / 1e9);
+  }
+}
+
+void ModelledSim::inject(const FaultEvent& e) {
+  ++result_.failures_injected;
+  mix(0xfa, static_cast<uint64_t>(e.kind));
+  const VirtualNanos end = now() + static_cast<VirtualNanos>(e.duration_s * 1e9);
+  last_heal_ = std::max(last_heal_, end);
+  auto host_of = [&](const HostRef& h) { return h.shard ? o_.nodes + h.index : h.index; };
+  const uint32_t host = e.hosts.empty() ? 0 : host_of(e.hosts[0]);
+  switch (e.kind) {
+    case FaultKind::crash:
+      host_down_until_[host] = std::max(host_down_until_[host], end);
+      if (!e.hosts[0].shard && !nodes_[host].down) {
+        Node& node = nodes_[host];
+        node.down = true;
+        timeline("crash", "fault", host, now(), -1);
+        node.down_since = now();
+        q_.schedule(end, [this, host] {
+          Node& nd = nodes_[host];
+          nd.down = false;
+          timeline("restart", "fault", host, now(), -1);
+          VirtualNanos redo = 0;
+          if (nd.deferred == phase_push) redo = std::min(step_ns_, now() - nd.down_since);
+          lost_ns_ += (now() - nd.down_since + redo) * o_.gpus_per_node;
+          if (nd.deferred != 0) {
+            at_node(host, now() + redo, static_cast<Phase>(nd.deferred));
+            nd.deferred = 0;
+          }
+        });
+      }
+      break;
+    case FaultKind::partition: {
+      Partition p{std::vector<bool>(o_.nodes + o_.ps), std::vector<bool>(o_.nodes + o_.ps), end};
+      for (const HostRef& h : e.hosts) p.a[host_of(h)] = true;
+      for (const HostRef& h : e.side_b) p.b[host_of(h)] = true;
+      partitions_.push_back(std::move(p));
+      timeline("partition", "fault", host, now(), end - now());
+      q_.schedule(end, [this, end] { std::erase_if(partitions_, [&](const Partition& p) { return p.heal_at <= end; }); });
+      break;
+    }
+    case FaultKind::clog:
+      net_.set_clog(host, e.factor);
+      q_.schedule(end, [this, host] { net_.set_clog(host, 1.0); });
+      break;
+    case FaultKind::slow:
+      if (!e.hosts[0].shard) {
+        nodes_[host].slow = e.factor;
+        q_.schedule(end, [this, host] { nodes_[host].slow = 1.0; });
+      }
+      break;
+    case FaultKind::lossy: {
+      const double before = drop_;
+      drop_ = std::max(drop_, e.drop);
+      q_.schedule(end, [this, before] { drop_ = before; });
+      break;
+    }
+    case FaultKind::disk_full:
+      // Pushes to the shard wait: modelled as the shard taking no transfers until it clears.
+      host_down_until_[host] = std::max(host_down_until_[host], end);
+      break;
+  }
+}
+
+Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress) {
+  result_.numerics = "modelled";
+  result_.sites_enabled = enabled_sites(o_);
+  for (const std::string& s : result_.sites_enabled) skip_gate_ |= s == "skip_ssp_gate";
+  std::tie(u_gpu_, u_node_) = unique_keys(o_.seed, o_.batch, o_.gpus_per_node);
+  step_ns_ = static_cast<VirtualNanos>(std::llround(step_compute_seconds(o_.compute, o_.model, o_.batch) * 1e9));
+  result_.step_seconds = double(step_ns_) / 1e9;
+  host_down_until_.assign(o_.nodes + o_.ps, 0);
+  at_clock_.assign(o_.steps + 2, 0);
+  at_clock_[0] = o_.nodes;
+  waiters_.resize(o_.steps + 2);
+  for (const FaultEvent& e : o_.trace.events)
+    q_.schedule(static_cast<VirtualNanos>(e.at_s * 1e9), [this, &e] { inject(e); });
+  if (o_.checkpoint.interval_s > 0)
+    q_.schedule(static_cast<VirtualNanos>(o_.checkpoint.interval_s * 1e9), [this] { checkpoint(); });
+  for (uint32_t n = 0; n < o_.nodes; ++n) q_.schedule(0, [this, n] { try_start(n); });
+  uint64_t next_progress = 0;
+  while (finished_ < o_.nodes && q_.executed() < o_.events_max && q_.run_next()) {
+    if (progress && q_.executed() >= next_progress) {
+      next_progress = q_.executed() + 1'000'000;
+      progress(double(min_pushed_) / double(o_.steps));
+    }
+  }
+  if (finished_ < o_.nodes) {
+    if (q_.executed() >= o_.events_max)
+      violation(fmt::format("run stopped after {} events (the events bound) before every node finished",
+                            o_.events_max));
+    for (uint32_t n = 0; n < o_.nodes; ++n)
+      if (!nodes_[n].done)
+        violation(fmt::format("no progress: node {} did not finish (clock {}) by t={:.6f}s", n, nodes_[n].clock,
+                              double(now()) / 1e9));
+    result_.simulated_seconds = double(now()) / 1e9;
+  }
+  const double end = result_.simulated_seconds;
+  VirtualNanos compute = 0, wait = 0;
+  for (const Node& n : nodes_) {
+    compute += n.compute_ns;
+    wait += n.wait_ns;
+  }
+  uint64_t steps = 0;
+  for (const Node& n : nodes_) steps += n.clock;
+  result_.steps = steps * o_.gpus_per_node;
+  result_.samples = result_.steps * o_.batch;
+  result_.events = q_.executed();
+  result_.messages = messages_;
+  result_.bytes = bytes_;
+  if (end > 0) {
+    const double node_time = double(o_.nodes) * end * 1e9;
+    result_.samples_per_sec_simulated = double(result_.samples) / end;
+    result_.comm_overhead_fraction = std::clamp(1.0 - double(compute) / node_time, 0.0, 1.0);
+    result_.gate_wait_fraction = std::clamp(double(wait) / node_time, 0.0, 1.0);
+    result_.effective_training_time_ratio =
+        std::clamp(1.0 - double(lost_ns_) / (node_time * o_.gpus_per_node), 0.0, 1.0);
+  }
+  result_.event_trace_hash = hash_combine(hash_, result_.events);
+  return std::move(result_);
+}
+
+void ModelledSim::checkpoint() {
+  if (finished_ == o_.nodes) return;
+  const VirtualNanos cost = static_cast<VirtualNanos>(o_.checkpoint.cost_s * 1e9);
+  paused_until_ = now() + cost;
+  lost_ns_ += cost * o_.nodes * o_.gpus_per_node;
+  ++result_.checkpoints;
+  mix(0xc4ec, result_.checkpoints);
+  q_.schedule(now() + static_cast<VirtualNanos>(o_.checkpoint.interval_s * 1e9), [this] { checkpoint(); });
+}
+
+}  // namespace
+
+Expected<SimResult> simulate_modelled(const SimOptions& options, const std::function<void(double)>& progress) {
+  ModelledSim sim(options);
+  return sim.run(progress);
+}
+
+}  // namespace colony::sim::detail

@@ -1,0 +1,159 @@
+// The discrete-event simulator of a Colony cluster: virtual clock, modelled network and
+// compute, injected faults, invariants checked on every run.
+//
+// Two numerics:
+//   - full: the real ShardCore, WorkerCore and AggregatorCore (the same classes the CAF actors
+//     drive) exchange real PsMessages, with real rows and gradients, over the modelled network.
+//     A core processes its messages one at a time (FIFO, like an actor); its replies leave
+//     when its modelled compute is done. For small clusters.
+//   - modelled: a stand-in per node (not the real cores) that follows the same protocol at the
+//     granularity of a node-step: pull the node's rows from every shard, compute, push (flat:
+//     every GPU to every shard; hierarchical: reduce over the intra-host link, then one push per
+//     shard), under the same consistency gate (SSP(k) over the slowest node's pushed clock,
+//     plus read-my-writes). Key counts per step come from the real generator and BatchIndex.
+//     For thousand-node runs.
+// And a job-level goodput mode (days > 0): the step time is measured by a short modelled run,
+// then failures and checkpoints are simulated over days (rollback to the last checkpoint).
+//
+// Determinism: every random choice derives from `seed` through SplitMix64 streams seeded from it
+// (the run's events, the fault sites; generate_trace takes the same seed); nothing reads a clock
+// or starts a thread. Same options, same result (wall time is not part of it).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ps/protocol.h"
+#include "sim/faults.h"
+#include "sim/network.h"
+#include "worker/generator.h"
+#include "worker/model.h"
+
+namespace colony::sim {
+
+enum class Numerics : uint8_t { full, modelled };
+enum class PushKind : uint8_t { flat, hierarchical };
+
+struct ComputeSpec {
+  // Samples per second of one CPU core, measured with `colony bench train` on the machine the
+  // defaults were taken on (docs/simulation.md); FM cost grows with (1 + dim) from dim 8.
+  double cpu_lr_samples_per_sec = 1.41e6;
+  double cpu_fm8_samples_per_sec = 0.64e6;
+  // One GPU's samples per second over one CPU core's, for these sparse models: an assumed
+  // profile, not a measurement (docs/simulation.md says where it comes from).
+  double gpu_speedup = 25.0;
+  bool gpu = true;  // the per-node devices are GPUs (else CPU cores)
+  double shard_ns_per_row = 40.0;       // a shard reading or updating one row
+  double aggregator_ns_per_row = 5.0;   // summing one row of one replica
+  double jitter = 0.0;  // coefficient of variation of a step's compute time (lognormal)
+};
+
+struct CheckpointSpec {
+  double interval_s = 0.0;  // 0: no checkpoints
+  double cost_s = 60.0;     // the job pauses this long per checkpoint
+};
+
+struct SimOptions {
+  uint32_t nodes = 2;
+  uint32_t gpus_per_node = 1;
+  uint32_t ps = 2;
+  uint32_t steps = 100;  // per worker
+  PushKind push = PushKind::hierarchical;
+  Numerics numerics = Numerics::full;
+  Consistency consistency;  // BSP by default
+  ModelSpec model;          // FM dim 8 by default
+  uint32_t batch = 512;     // samples per worker (GPU) per step
+  // Full numerics: every core (shards too) on one host, as in `colony train`'s embedded
+  // cluster; messages cross the intra-host link.
+  bool colocate = false;
+  // Full numerics: the cores of a host share this many CPUs; a core holds one while it handles a
+  // message (compute included). 0: every core has a CPU of its own.
+  uint32_t cpus_per_host = 0;
+  uint64_t seed = 1;
+  NetworkSpec network;
+  ComputeSpec compute;
+  FaultTrace trace;
+  CheckpointSpec checkpoint;
+  double rto_s = 0.2;       // a dropped message is re-sent after this
+  // Seeded fault sites (BUGGIFY): each is switched on for a run with probability 1/2 drawn
+  // from the seed when `buggify` is set, or forced on by name.
+  bool buggify = false;
+  std::vector<std::string> force_sites;  // "skip_ssp_gate", "lose_log_tail"
+  // A live worker must complete a step within this long after the last fault heals (0: a
+  // bound derived from the step time).
+  double progress_bound_s = 0.0;
+  // Job-level goodput mode: simulate this many days of failures and checkpoints.
+  double days = 0.0;
+  double restart_s = 600.0;  // goodput mode: time to restart the job after a failure
+  // The data of full numerics (batches of rows from the planted-model generator). Null: one is
+  // made from `seed` with Criteo-sized vocabularies, as `colony train` generates. Sharing one
+  // between runs saves its calibration (tens of ms); its rows are a pure function of its config.
+  std::shared_ptr<const Generator> generator;
+  bool record_timeline = false;
+  uint64_t events_max = 200'000'000;  // bound on events; exceeding it is a reported failure
+};
+
+// Checks options; fails with invalid_input naming the flag.
+Status validate(const SimOptions& options);
+
+// One Chrome trace-event ("X" complete or "i" instant) on the timeline.
+struct TimelineEvent {
+  std::string name;
+  const char* category;
+  uint32_t pid;   // host
+  uint32_t tid;   // core on the host
+  VirtualNanos start, duration;  // duration < 0: instant
+};
+
+struct SimResult {
+  double simulated_seconds = 0.0;
+  uint64_t events = 0;
+  uint64_t samples = 0;
+  uint64_t steps = 0;  // over all workers (GPUs)
+  double samples_per_sec_simulated = 0.0;
+  double comm_overhead_fraction = 0.0;       // worker-time not spent computing
+  // Worker-time its pulls were held by the shards (SSP gate or read-my-writes); full numerics
+  // take the longest hold among a step's pulls, modelled numerics the time a node waits.
+  double gate_wait_fraction = 0.0;
+  double effective_training_time_ratio = 1.0;  // worker-time not lost to failures or checkpoints
+  uint64_t failures_injected = 0;
+  std::vector<std::string> invariant_violations;
+  uint64_t messages = 0;
+  uint64_t bytes = 0;
+  uint64_t event_trace_hash = 0;  // over every event's time and kind: equal runs, equal hash
+  std::string numerics;
+  std::vector<std::string> sites_enabled;
+  // The fault-free compute time of one step; goodput mode: the whole step (compute and
+  // communication) measured by its probe run.
+  double step_seconds = 0.0;
+  double mtbf_seconds = 0.0;        // goodput mode
+  double young_daly_interval_seconds = 0.0;  // goodput mode: sqrt(2 x MTBF x cost)
+  uint64_t checkpoints = 0;
+  std::vector<TimelineEvent> timeline;
+  bool timeline_truncated = false;
+};
+
+// Runs the simulation. Fails with invalid_input for bad options; a run that deadlocks, hits
+// events_max or whose cores fail is not an error: it is reported in invariant_violations.
+// `progress(fraction)` is called now and then when given.
+Expected<SimResult> simulate(const SimOptions& options, const std::function<void(double)>& progress = nullptr);
+
+// Writes the timeline as Chrome trace-event JSON (opens in Perfetto / chrome://tracing).
+std::string timeline_json(const SimResult& result);
+
+// Seconds of compute for `samples` samples of `model` on one device (CPU core or GPU).
+double step_compute_seconds(const ComputeSpec& compute, const ModelSpec& model, uint64_t samples);
+
+namespace detail {
+// The two step-level engines behind simulate().
+Expected<SimResult> simulate_full(const SimOptions& options, const std::function<void(double)>& progress);
+Expected<SimResult> simulate_modelled(const SimOptions& options, const std::function<void(double)>& progress);
+// Fault sites switched on for this run (from the seed and force_sites).
+std::vector<std::string> enabled_sites(const SimOptions& options);
+}  // namespace detail
+
+}  // namespace colony::sim

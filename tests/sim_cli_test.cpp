@@ -1,0 +1,137 @@
+// `colony sim` end to end: report keys, replay, exit codes, timeline.
+#define BOOST_TEST_MODULE sim_cli_test
+#include <boost/test/unit_test.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The report without its wall_seconds line: the one key that differs between equal runs.
+std::string without_wall(const std::string& report) {
+  std::istringstream in(report);
+  std::string line, kept;
+  while (std::getline(in, line))
+    if (line.find("\"wall_seconds\"") == std::string::npos) kept += line + "\n";
+  return kept;
+}
+
+struct Fixture {
+  fs::path dir;
+  std::string bin;
+  Fixture() {
+    const char* b = std::getenv("COLONY_BIN");
+    BOOST_REQUIRE_MESSAGE(b != nullptr, "COLONY_BIN must name the colony binary (ctest sets it)");
+    bin = b;
+    dir = fs::temp_directory_path() / ("colony-sim-cli-test-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+  }
+  ~Fixture() { fs::remove_all(dir); }
+  Run run(const std::string& args) {
+    const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
+    const std::string cmd = bin + " sim " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+    const int status = std::system(cmd.c_str());
+    BOOST_REQUIRE(WIFEXITED(status));
+    return Run{WEXITSTATUS(status), slurp(out), slurp(err)};
+  }
+  fs::path write(const std::string& name, const std::string& text) {
+    const fs::path p = dir / name;
+    std::ofstream(p) << text;
+    return p;
+  }
+};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_SUITE(sim_cli, Fixture)
+
+BOOST_AUTO_TEST_CASE(report_has_the_contract_keys_and_replays_byte_for_byte) {
+  const std::string args = "--nodes 3 --gpus-per-node 2 --ps 2 --steps 8 --batch 32 --faults chaos --seed 5";
+  const fs::path a = dir / "a.json", b = dir / "b.json", timeline = dir / "t.json";
+  Run r = run(args + " --report " + a.string() + " --timeline " + timeline.string());
+  BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  BOOST_TEST(r.out.find("invariants: all held") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("--seed 5") != std::string::npos);
+  BOOST_TEST_REQUIRE(run(args + " --report " + b.string()).code == 0);
+  const auto report = nlohmann::json::parse(slurp(a));
+  for (const char* key : {"simulated_seconds", "wall_seconds", "events", "samples_per_sec_simulated",
+                          "comm_overhead_fraction", "effective_training_time_ratio", "failures_injected",
+                          "invariant_violations"})
+    BOOST_TEST(report.contains(key), key);
+  BOOST_TEST(report["invariant_violations"].is_array());
+  BOOST_TEST(report["invariant_violations"].empty());
+  BOOST_TEST(report["failures_injected"].get<int>() >= 2);
+  BOOST_TEST(report["numerics"] == "full");
+  BOOST_TEST(without_wall(slurp(a)) == without_wall(slurp(b)));
+  const auto trace = nlohmann::json::parse(slurp(timeline));
+  BOOST_TEST(trace["traceEvents"].size() > 10u);
+  bool step = false, crash = false;
+  for (const auto& e : trace["traceEvents"]) {
+    step |= e["name"].get<std::string>().rfind("step", 0) == 0;
+    crash |= e["name"] == "crash";
+  }
+  BOOST_TEST(step);
+  BOOST_TEST(crash);
+}
+
+BOOST_AUTO_TEST_CASE(modelled_numerics_for_large_clusters) {
+  const fs::path a = dir / "m.json";
+  Run r = run("--nodes 200 --gpus-per-node 8 --ps 16 --steps 20 --seed 2 --report " + a.string());
+  BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  const auto report = nlohmann::json::parse(slurp(a));
+  BOOST_TEST(report["numerics"] == "modelled");
+  BOOST_TEST(report["samples"].get<uint64_t>() == 200ull * 8 * 20 * 8192);
+  BOOST_TEST(report["simulated_seconds"].get<double>() > 0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
+  Run r = run("--nodes 0");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--nodes") != std::string::npos, r.err);
+  r = run("--nodes 2 --trace " + (dir / "missing.json").string());
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("missing.json") != std::string::npos, r.err);
+  const fs::path bad = write("bad.json", R"({"events": [{"at": 1, "kind": "crash", "node": 9, "duration": 1}]})");
+  r = run("--nodes 2 --trace " + bad.string());
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("events[0].node") != std::string::npos, r.err);
+  r = run("--nodes 2 --consistency ssp:x");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--consistency") != std::string::npos, r.err);
+  r = run("--nodes 2 --push sideways");
+  BOOST_TEST(r.code == 2);
+}
+
+BOOST_AUTO_TEST_CASE(violated_invariants_exit_1_with_the_report_written) {
+  const fs::path a = dir / "v.json";
+  Run r = run("--nodes 3 --gpus-per-node 2 --ps 2 --steps 8 --batch 32 --fault-site skip_ssp_gate --report " +
+              a.string());
+  BOOST_TEST(r.code == 1);
+  const auto report = nlohmann::json::parse(slurp(a));
+  BOOST_TEST(!report["invariant_violations"].empty());
+  BOOST_TEST(report["fault_sites_enabled"][0] == "skip_ssp_gate");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
