@@ -300,7 +300,13 @@ class Member {
       for (NodeId n : local) {
         ShardConfig sc{n, n, width, job.optimizer, RowInit{job.seed, 1, job.factor_init_std}, job.consistency,
                        senders, w.map};
-        auto core = ShardCore::make(sc);
+        auto row_floats = ShardCore::row_floats(sc);
+        if (!row_floats) return row_floats.status();
+        // The store records which cluster and shard wrote it: another job's is refused.
+        auto store = open_shard_store(
+            o_.store, StoreIdentity{fmt::format("cluster-{}", o_.cluster_id), n, w.map.shards, *row_floats});
+        if (!store) return store.status();
+        auto core = ShardCore::make(sc, std::move(store.value()));
         if (!core) return core.status();
         shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(core.value())));
         nodes[n] = caf::actor_cast<caf::actor>(p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared));

@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "ps/cluster_protocol.h"
 #include "ps/coordinator_core.h"
+#include "storage/store_spec.h"
 #include "worker/reader.h"
 
 namespace colony {
@@ -82,6 +83,7 @@ struct MemberDaemonOptions {
   DaemonSecurity security;
   uint64_t cluster_id = 1;
   uint32_t count = 1;       // shards (ps) or worker replicas (worker) hosted
+  StoreSpec store;          // ps: where shard i keeps its rows (rocksdb: DIR/shard-<i>)
   std::string data;         // worker: the training file
   ReaderOptions reader;     // worker: cache dir etc. (batch, skip-bad-lines come from the job)
   uint64_t join_timeout_ms = 60'000;

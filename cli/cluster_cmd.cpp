@@ -213,6 +213,7 @@ struct MemberArgs {
   CommonArgs common;
   MemberDaemonOptions options;
   std::string store = "memory";
+  size_t cache_bytes = 0;
 };
 
 Runner add_member(CLI::App& app, MemberRole role) {
@@ -232,7 +233,12 @@ Runner add_member(CLI::App& app, MemberRole role) {
   cmd->add_option("--threads", o.threads, "Actor scheduler threads (0: one per core)")->capture_default_str();
   if (ps) {
     cmd->add_option("--shards", o.count, "Shards this process hosts")->check(CLI::Range(1u, 4096u))->capture_default_str();
-    cmd->add_option("--store", a->store, "Row store: memory")->capture_default_str();
+    cmd->add_option("--store", a->store,
+                    "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; the store "
+                    "records the cluster id and shard, and refuses another job's)")
+        ->capture_default_str();
+    cmd->add_option("--cache-bytes", a->cache_bytes,
+                    "With rocksdb: keep hot rows in this many bytes of memory over RocksDB (tiered store)");
   } else {
     cmd->add_option("--data", o.data, "Training file (libsvm, Criteo TSV or a binary cache)")->required();
     cmd->add_option("--replicas", o.count, "Worker replicas in this process")
@@ -244,8 +250,11 @@ Runner add_member(CLI::App& app, MemberRole role) {
     const DaemonLog log = make_log(ps ? "ps" : "worker");
     if (Status s = check_security(a->common, log); !s.ok()) return fail(s);
     MemberDaemonOptions o = a->options;
-    if (ps && a->store != "memory")
-      return fail(Status::invalid_input("--store " + a->store + ": only \"memory\" is available in this version"));
+    if (ps) {
+      auto store = parse_store_spec(a->store, a->cache_bytes);
+      if (!store) return fail(store.status());
+      o.store = *store;
+    }
     o.security = a->common.security;
     o.cluster_id = a->common.cluster_id;
     o.join_timeout_ms = static_cast<uint64_t>(a->common.join_timeout_s * 1000);
