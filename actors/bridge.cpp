@@ -239,6 +239,11 @@ void Bridge::mark_lost(const std::vector<NodeId>& nodes) {
   impl_->lost.insert(nodes.begin(), nodes.end());
 }
 
+void Bridge::unmark_lost(const std::vector<NodeId>& nodes) {
+  std::lock_guard lock(impl_->lost_mu);
+  for (NodeId n : nodes) impl_->lost.erase(n);
+}
+
 BridgeStats Bridge::stats() const {
   return BridgeStats{impl_->received.load(), impl_->sent.load(), impl_->bad.load(), impl_->dropped.load(),
                      impl_->refused.load()};

@@ -83,6 +83,8 @@ class Bridge {
   void set_routing_ready(const std::vector<NodeId>& local_nodes);
   // From now on, messages to these nodes are dropped (counted), not sent. Any thread.
   void mark_lost(const std::vector<NodeId>& nodes);
+  // These nodes are back (a restarted ps): messages to them are sent again. Any thread.
+  void unmark_lost(const std::vector<NodeId>& nodes);
 
   BridgeStats stats() const;
 

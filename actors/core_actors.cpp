@@ -87,6 +87,10 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
       [handle](PushAck& m) { handle(std::move(m)); },
       [handle](ShardMapUpdate& m) { handle(std::move(m)); },
       [handle](PsError& m) { handle(std::move(m)); },
+      [self, core, step](restarted_atom, const std::vector<NodeId>& shards) {
+        core->on_shards_restarted(shards, self->state.out);
+        step();
+      },
   };
 }
 
@@ -106,6 +110,10 @@ aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointe
       [handle](PushAck& m) { handle(std::move(m)); },
       [handle](ShardMapUpdate& m) { handle(std::move(m)); },
       [handle](PsError& m) { handle(std::move(m)); },
+      [self, core, shared](restarted_atom, const std::vector<NodeId>& shards) {
+        core->on_shards_restarted(shards, self->state.out);
+        route(*shared, self->state.out);
+      },
   };
 }
 

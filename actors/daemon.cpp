@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <set>
 
@@ -202,6 +203,7 @@ class Member {
     me_.public_key = keys_.own ? keys_.own->public_z85 : "";
     me_.count = o_.count;
     me_.data = o_.data;
+    me_.durable = o_.role == MemberRole::ps && o_.store.kind != StoreKind::memory;
     log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role), me_.endpoint,
                      security_text(keys_), o_.coordinator));
     auto welcome = join();
@@ -302,12 +304,21 @@ class Member {
                        senders, w.map};
         auto row_floats = ShardCore::row_floats(sc);
         if (!row_floats) return row_floats.status();
+        if (w.resume) {
+          // Never a silent start from scratch: a resumed shard's store must be there.
+          const std::string path = shard_store_path(o_.store.dir, n);
+          if (o_.store.kind == StoreKind::memory || !std::filesystem::exists(path))
+            return Status::invalid_input(fmt::format(
+                "resuming shard {}: {} does not exist: restart this ps with the --store it had", n,
+                o_.store.kind == StoreKind::memory ? std::string("--store memory") : path));
+        }
         // The store records which cluster and shard wrote it: another job's is refused.
         auto store = open_shard_store(
             o_.store, StoreIdentity{fmt::format("cluster-{}", o_.cluster_id), n, w.map.shards, *row_floats});
         if (!store) return store.status();
         auto core = ShardCore::make(sc, std::move(store.value()));
         if (!core) return core.status();
+        if (w.resume) (*core)->begin_resync();
         shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(core.value())));
         nodes[n] = caf::actor_cast<caf::actor>(p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared));
       }
@@ -331,6 +342,8 @@ class Member {
       job_->reader = o_.reader;
       job_->reader.skip_bad_lines = job.skip_bad_lines;
       job_->reader.use_cache = job.use_cache;
+      const bool durable_shards = std::any_of(w.members.begin(), w.members.end(),
+                                              [](const MemberInfo& m) { return m.durable; });
       NodeId first_worker = clock_done;
       for (const MemberInfo& m : w.members)
         if (m.role == MemberRole::worker) first_worker = std::min(first_worker, m.first_node);
@@ -351,6 +364,7 @@ class Member {
         wc.shard_nodes = shards;
         if (self.has_aggregator) wc.aggregator = self.aggregator;
         wc.max_inflight = job.max_inflight;
+        wc.durable_shards = durable_shards;
         auto core = WorkerCore::make(wc);
         if (!core) return core.status();
         workers_.push_back(std::shared_ptr<WorkerCore>(std::move(core.value())));
@@ -362,7 +376,7 @@ class Member {
         worker_actors_.push_back(nodes[n]);
       }
       if (self.has_aggregator) {
-        AggregatorConfig ac{self.aggregator, width, w.map, shards, local};
+        AggregatorConfig ac{self.aggregator, width, w.map, shards, local, durable_shards};
         auto core = AggregatorCore::make(ac, make_cpu_reducer());
         if (!core) return core.status();
         aggregator_ = std::shared_ptr<AggregatorCore>(std::move(core.value()));
@@ -477,6 +491,13 @@ class Member {
         } else if (auto* lost = std::get_if<NodesLost>(&m.body)) {
           p_.bridge->mark_lost(lost->nodes);
           log_(lost->reason + ": no longer sending to its nodes");
+        } else if (auto* back = std::get_if<ShardsRestarted>(&m.body)) {
+          if (back->nodes.empty()) continue;
+          p_.bridge->unmark_lost(back->nodes);
+          log_(fmt::format("shards {}..{} restarted: re-sending what they may have lost", back->nodes.front(),
+                           back->nodes.back()));
+          for (auto& a : worker_actors_) caf::anon_send(a, restarted_atom::value, back->nodes);
+          if (aggregator_) caf::anon_send(p_.shared->nodes[welcome_.members[you_].aggregator], restarted_atom::value, back->nodes);
         } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
           if (s->error.empty()) {
             log_("the job is over; exiting");
@@ -619,6 +640,7 @@ class Coordinator {
       setup_routing();
     for (ControlOut& c : fx.control) {
       if (auto* lost = std::get_if<NodesLost>(&c.message.body)) p_.bridge->mark_lost(lost->nodes);
+      if (auto* back = std::get_if<ShardsRestarted>(&c.message.body)) p_.bridge->unmark_lost(back->nodes);
       // Not waiting: the loop keeps its deadlines even when a member's queue is full or gone.
       if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false); !s.ok())
         log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));

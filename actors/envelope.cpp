@@ -205,6 +205,7 @@ Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint6
     auto w = ps.initClockAdvance();
     set_header(w, m->header);
     w.setClock(m->clock);
+    w.setResync(m->resync);
   } else if (auto* m = std::get_if<ShardMapUpdate>(&message)) {
     auto w = ps.initShardMapUpdate();
     set_header(w, m->header);
@@ -254,7 +255,7 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, PsMessage& 
       break;
     case wire::PsMessage::CLOCK_ADVANCE: {
       auto r = ps.getClockAdvance();
-      out = ClockAdvance{get_header(r.getHeader()), r.getClock()};
+      out = ClockAdvance{get_header(r.getHeader()), r.getClock(), r.getResync()};
       break;
     }
     case wire::PsMessage::SHARD_MAP_UPDATE: {
@@ -303,6 +304,7 @@ Status read_member(wire::MemberInfo::Reader r, MemberInfo& m) {
   m.first_node = r.getFirstNode();
   m.has_aggregator = r.getHasAggregator();
   m.aggregator = r.getAggregator();
+  m.durable = r.getDurable();
   return Status();
 }
 
@@ -315,6 +317,7 @@ void write_member(wire::MemberInfo::Builder w, const MemberInfo& m) {
   w.setFirstNode(m.first_node);
   w.setHasAggregator(m.has_aggregator);
   w.setAggregator(m.aggregator);
+  w.setDurable(m.durable);
 }
 
 void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
@@ -408,6 +411,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.split_data = w.getSplitData();
       x.heartbeat_ms = w.getHeartbeatMs();
       x.heartbeat_timeout_ms = w.getHeartbeatTimeoutMs();
+      x.resume = w.getResume();
       if (x.heartbeat_ms == 0 || x.heartbeat_timeout_ms == 0)
         return Status::invalid_input("welcome with a zero heartbeat interval or timeout");
       m.body = std::move(x);
@@ -465,6 +469,15 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       m.body = std::move(x);
       return Status();
     }
+    case wire::Control::SHARDS_RESTARTED: {
+      auto n = r.getShardsRestarted();
+      if (n.size() > control_nodes_max)
+        return Status::invalid_input(fmt::format("{} restarted nodes, over {}", n.size(), control_nodes_max));
+      ShardsRestarted x;
+      for (uint32_t id : n) x.nodes.push_back(id);
+      m.body = std::move(x);
+      return Status();
+    }
     case wire::Control::JOINED: {
       Joined x;
       if (Status s = read_text(r.getJoined(), x.status, "joined status"); !s.ok()) return s;
@@ -507,6 +520,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           w.setSplitData(b.split_data);
           w.setHeartbeatMs(b.heartbeat_ms);
           w.setHeartbeatTimeoutMs(b.heartbeat_timeout_ms);
+          w.setResume(b.resume);
         } else if constexpr (std::is_same_v<T, Ready>) {
           c.setReady();
         } else if constexpr (std::is_same_v<T, Start>) {
@@ -533,6 +547,9 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           c.setLeave(b.reason);
         } else if constexpr (std::is_same_v<T, Shutdown>) {
           c.setShutdown(b.error);
+        } else if constexpr (std::is_same_v<T, ShardsRestarted>) {
+          auto nodes = c.initShardsRestarted(static_cast<unsigned>(b.nodes.size()));
+          for (unsigned i = 0; i < b.nodes.size(); ++i) nodes.set(i, b.nodes[i]);
         } else if constexpr (std::is_same_v<T, Refuse>) {
           c.setRefuse(b.reason);
         } else {

@@ -31,7 +31,7 @@ typename Inspector::result_type inspect(Inspector& f, PushAck& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ClockAdvance& x) {
-  return f(caf::meta::type_name("ClockAdvance"), x.header, x.clock);
+  return f(caf::meta::type_name("ClockAdvance"), x.header, x.clock, x.resync);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardMapUpdate& x) {
@@ -47,6 +47,7 @@ using start_atom = caf::atom_constant<caf::atom("start")>;
 using quiesce_atom = caf::atom_constant<caf::atom("quiesce")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
+using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 
 // A parameter-server shard: pulls, pushes and clocks in; replies go out to the senders.
 // `quiesce` answers once everything queued before it has been handled.
@@ -55,14 +56,17 @@ using shard_actor = caf::typed_actor<caf::reacts_to<PullRequest>, caf::reacts_to
                                      caf::replies_to<quiesce_atom>::with<bool>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
+// `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.
 using worker_actor = caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<PullReply>,
                                       caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
-                                      caf::reacts_to<PsError>>;
+                                      caf::reacts_to<PsError>,
+                                      caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
 // A node aggregator (hierarchical push).
 using aggregator_actor = caf::typed_actor<caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
                                           caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
-                                          caf::reacts_to<PsError>>;
+                                          caf::reacts_to<PsError>,
+                                          caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
 // The coordinator: `run` (the workers to start, how many reports to wait for) starts the
 // workers and is answered when every worker and aggregator has finished (an empty string) or

@@ -47,6 +47,7 @@ struct PushAck {
 struct ClockAdvance {
   header @0 :Header;
   clock @1 :UInt32;
+  resync @2 :Bool;
 }
 struct ShardMapUpdate {
   header @0 :Header;
@@ -110,6 +111,7 @@ struct MemberInfo {
   firstNode @5 :UInt32;
   hasAggregator @6 :Bool;
   aggregator @7 :UInt32;
+  durable @8 :Bool;
 }
 struct Welcome {
   you @0 :UInt32;
@@ -124,6 +126,7 @@ struct Welcome {
   splitData @9 :Bool;
   heartbeatMs @10 :UInt32;
   heartbeatTimeoutMs @11 :UInt32;
+  resume @12 :Bool;
 }
 struct MemberDone {
   error @0 :Text;
@@ -151,6 +154,7 @@ struct Control {
     shutdown @10 :Text;       # error; empty = success
     refuse @11 :Text;         # reason
     joined @12 :Text;         # who the coordinator still waits for
+    shardsRestarted @13 :List(UInt32);
   }
 }
 struct NodesLost {

@@ -47,6 +47,7 @@ struct MemberInfo {
   std::string public_key;  // its CURVE public key in Z85; empty on an --insecure cluster
   uint32_t count = 1;      // shards (ps) or worker replicas (worker) it hosts
   std::string data;        // a worker's --data path (the coordinator compares them)
+  bool durable = false;    // a ps whose shards keep their rows on disk: it may restart and rejoin
   // Assigned by the coordinator (in Welcome):
   NodeId first_node = 0;   // its cores are nodes first_node .. first_node + count - 1
   bool has_aggregator = false;
@@ -70,6 +71,9 @@ struct Welcome {
   bool split_data = true;
   uint32_t heartbeat_ms = 1000;
   uint32_t heartbeat_timeout_ms = 10000;
+  // To a ps that restarted and rejoined: reopen the shards' stores (they must exist) and wait
+  // for every peer to resync (ShardCore::begin_resync).
+  bool resume = false;
 };
 
 struct Ready {};
@@ -98,6 +102,12 @@ struct NodesLost {
   std::string reason;
 };
 
+// Sent to the worker members when a restarted ps is ready again: its shard nodes take messages
+// again, and every client re-sends what they may have lost (KvClient::resync).
+struct ShardsRestarted {
+  std::vector<NodeId> nodes;
+};
+
 // A member leaves on its own (SIGTERM); `reason` says why.
 struct Leave {
   std::string reason;
@@ -119,7 +129,8 @@ struct Refuse {
 };
 
 using ControlBody =
-    std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown, Refuse, Joined>;
+    std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown, Refuse, Joined,
+                 ShardsRestarted>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

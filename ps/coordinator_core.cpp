@@ -60,6 +60,20 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
   if (auto* hb = std::get_if<Heartbeat>(&message.body)) {
     if (!st.finished) st.samples = hb->samples;
   } else if (std::holds_alternative<Ready>(message.body)) {
+    if (st.rejoining) {
+      st.rejoining = false;
+      st.ready = true;
+      ++totals_.ps_restarts;
+      std::vector<NodeId> nodes;
+      for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) nodes.push_back(n);
+      out.log.push_back(fmt::format("ps member {} has resumed shards {}..{}: the workers re-send what it lost", i,
+                                    m.first_node, m.first_node + m.count - 1));
+      for (size_t w = 0; w < members_.size(); ++w)
+        if (members_[w].role == MemberRole::worker && !state_[w].gone)
+          out.control.push_back({members_[w].endpoint, members_[w].public_key,
+                                 {control_from_coordinator, ShardsRestarted{nodes}}});
+      return;
+    }
     if (phase_ != CoordinatorPhase::starting || st.ready) return;
     st.ready = true;
     if (std::all_of(state_.begin(), state_.end(), [](const MemberState& s) { return s.ready; })) {
@@ -94,7 +108,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     st.gone = true;
     if (m.role == MemberRole::ps)
       return fail(fmt::format("ps member {} at {} left ({}): its shards are gone", i, m.endpoint, leave->reason), out);
-    if (!st.finished) lose(i, "left: " + leave->reason, out);
+    if (!st.finished) lose(i, "left: " + leave->reason, now_ms, out);
   } else {
     out.log.push_back(fmt::format("ignored a control message of kind {} from member {} at {}",
                                   message.body.index(), i, m.endpoint));
@@ -105,7 +119,31 @@ void CoordinatorCore::on_join(const Join& j, uint64_t now_ms, CoordinatorEffects
   const MemberInfo& m = j.member;
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].endpoint == m.endpoint) {
-      state_[i].last_heard_ms = now_ms;
+      MemberState& st = state_[i];
+      if (st.awaiting_rejoin) {
+        if (m.role != members_[i].role || m.count != members_[i].count || !m.durable) {
+          out.log.push_back(fmt::format("refused a {} joining from {}: it does not host what ps member {} hosted",
+                                        to_string(m.role), m.endpoint, i));
+          out.control.push_back({m.endpoint, m.public_key,
+                                 {control_from_coordinator,
+                                  Refuse{fmt::format("this endpoint belonged to ps member {} with {} durable shards", i,
+                                                     members_[i].count)}}});
+          return;
+        }
+        st.awaiting_rejoin = false;
+        st.gone = false;
+        st.rejoining = true;
+        st.ready = false;
+        st.last_heard_ms = now_ms;
+        members_[i].public_key = m.public_key;
+        Welcome w = welcome_for(i);
+        w.resume = true;
+        out.log.push_back(fmt::format("ps member {} is back from {}: sent it the layout to resume its shards", i,
+                                      m.endpoint));
+        out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, std::move(w)}});
+        return;
+      }
+      st.last_heard_ms = now_ms;
       // A retry: the member is already known (its Welcome, if due, is on its way).
       if (phase_ == CoordinatorPhase::joining)
         out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
@@ -153,28 +191,45 @@ void CoordinatorCore::welcome(CoordinatorEffects& out) {
     else if (m.data != first_worker->data) same_data = false;
   }
   phase_ = CoordinatorPhase::starting;
-  for (uint32_t i = 0; i < members_.size(); ++i) {
-    Welcome w;
-    w.you = i;
-    w.members = members_;
-    w.job = config_.job;
-    w.map = config_.map;
-    w.coordinator_node = coordinator_node_;
-    w.workers_total = config_.workers;
-    w.split_data = same_data;
-    w.heartbeat_ms = config_.heartbeat_ms;
-    w.heartbeat_timeout_ms = config_.heartbeat_timeout_ms;
-    out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, std::move(w)}});
-  }
+  same_data_ = same_data;
+  for (uint32_t i = 0; i < members_.size(); ++i)
+    out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, welcome_for(i)}});
   out.log.push_back(fmt::format("every member has joined ({} shards, {} worker replicas{}): sent the layout",
                                 config_.shards, config_.workers,
                                 same_data ? ", one training file split among them" : ", each member its own file"));
 }
 
-void CoordinatorCore::lose(uint32_t i, const std::string& why, CoordinatorEffects& out) {
+Welcome CoordinatorCore::welcome_for(uint32_t i) const {
+  Welcome w;
+  w.you = i;
+  w.members = members_;
+  w.job = config_.job;
+  w.map = config_.map;
+  w.coordinator_node = coordinator_node_;
+  w.workers_total = config_.workers;
+  w.split_data = same_data_;
+  w.heartbeat_ms = config_.heartbeat_ms;
+  w.heartbeat_timeout_ms = config_.heartbeat_timeout_ms;
+  return w;
+}
+
+void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out) {
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
   st.gone = true;
+  if (m.role == MemberRole::ps && m.durable && phase_ == CoordinatorPhase::running) {
+    st.awaiting_rejoin = true;
+    st.rejoin_deadline_ms = now_ms + config_.join_timeout_ms;
+    std::vector<NodeId> nodes;
+    for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) nodes.push_back(n);
+    const std::string reason = fmt::format("ps member {} at {} (shards {}..{}) was lost: {}", i, m.endpoint,
+                                           m.first_node, m.first_node + m.count - 1, why);
+    out.log.push_back(reason + fmt::format("; its rows are on disk: waiting up to {} s for it to restart with the "
+                                           "same --listen and --store",
+                                           config_.join_timeout_ms / 1000));
+    send_all(NodesLost{nodes, reason}, out);
+    return;
+  }
   if (m.role == MemberRole::ps)
     return fail(fmt::format("lost ps member {} at {} (shards {}..{}): {}", i, m.endpoint, m.first_node,
                             m.first_node + m.count - 1, why),
@@ -259,18 +314,24 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
   }
   for (uint32_t i = 0; i < members_.size() && phase_ != CoordinatorPhase::ended; ++i) {
     const MemberState& st = state_[i];
+    if (st.awaiting_rejoin && now_ms >= st.rejoin_deadline_ms)
+      return fail(fmt::format("ps member {} at {} did not come back within {} s (--join-timeout)", i,
+                              members_[i].endpoint, config_.join_timeout_ms / 1000),
+                  out);
     if (st.gone || st.finished) continue;
     if (now_ms > st.last_heard_ms + config_.heartbeat_timeout_ms)
-      lose(i, fmt::format("no heartbeat for {} ms (--heartbeat-timeout-ms)", now_ms - st.last_heard_ms), out);
+      lose(i, fmt::format("no heartbeat for {} ms (--heartbeat-timeout-ms)", now_ms - st.last_heard_ms), now_ms, out);
   }
 }
 
 uint64_t CoordinatorCore::next_deadline() const {
   if (phase_ == CoordinatorPhase::joining) return std::min(join_deadline_ms_, next_notice_ms_);
   uint64_t t = next_heartbeat_ms_;
-  for (size_t i = 0; i < members_.size(); ++i)
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (state_[i].awaiting_rejoin) t = std::min(t, state_[i].rejoin_deadline_ms);
     if (!state_[i].gone && !state_[i].finished)
       t = std::min(t, state_[i].last_heard_ms + config_.heartbeat_timeout_ms + 1);
+  }
   return t;
 }
 

@@ -15,7 +15,11 @@
 //   starting  every member is sent a Welcome with the whole layout; the job starts (Start to
 //             every worker member) once each has answered Ready.
 //   running   members send heartbeats; a member silent for heartbeat_timeout_ms is lost. A lost
-//             ps member fails the job (its rows are gone). A lost worker member fails the job
+//             ps member fails the job (its rows are gone), unless it joined as durable (its
+//             shards keep their rows on disk): then the others are told to stop sending to its
+//             nodes, and the job waits up to join_timeout_ms for it to join again from the same
+//             endpoint. It gets a Welcome with `resume` set; once it is Ready, the worker
+//             members get ShardsRestarted and re-send what it may have lost. A lost worker member fails the job
 //             when require_all_workers; otherwise the coordinator tells every shard that the
 //             lost member's senders are done (a ClockAdvance to clock_done on their behalf, so
 //             the consistency gate stops waiting for them), tells the other members to drop
@@ -77,6 +81,7 @@ struct CoordinatorTotals {
   uint64_t bad_lines_skipped = 0;
   uint32_t workers_lost = 0;     // worker members lost (heartbeat timeout)
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
+  uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
 };
 
 class CoordinatorCore {
@@ -111,11 +116,15 @@ class CoordinatorCore {
     bool ready = false;
     bool finished = false;
     bool gone = false;
+    bool awaiting_rejoin = false;  // a durable ps lost while running
+    uint64_t rejoin_deadline_ms = 0;
+    bool rejoining = false;        // welcomed back, not Ready yet
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
   void on_join(const Join& j, uint64_t now_ms, CoordinatorEffects& out);
   void welcome(CoordinatorEffects& out);
-  void lose(uint32_t i, const std::string& why, CoordinatorEffects& out);
+  Welcome welcome_for(uint32_t i) const;
+  void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void fail(const std::string& why, CoordinatorEffects& out);
   void maybe_trained(CoordinatorEffects& out);
   void send_all(const ControlBody& body, CoordinatorEffects& out);
@@ -127,6 +136,7 @@ class CoordinatorCore {
   std::vector<MemberInfo> members_;
   std::vector<MemberState> state_;
   NodeId coordinator_node_ = 0;
+  bool same_data_ = true;
   uint64_t join_deadline_ms_ = 0;
   uint64_t next_notice_ms_ = 0;
   uint64_t next_heartbeat_ms_ = 0;

@@ -62,6 +62,9 @@ struct PushAck {
 struct ClockAdvance {
   MessageHeader header;
   uint32_t clock = 0;  // the sender's new clock (clock_done: it will send nothing more)
+  // To a shard that restarted (see ShardCore::begin_resync): "my messages start over here;
+  // count me at `clock`", followed by the sender's unacknowledged pushes and open pulls.
+  bool resync = false;
 };
 
 // Sent in answer to a request made under an old map: the sender adopts the map and retries.

@@ -57,6 +57,7 @@ void ShardCore::on_message(const PsMessage& message, Outbox& out) {
   // A shard whose store failed may have lost rows: it answers nothing more (the driver reads
   // error() and ends the job).
   if (!error_.ok()) return;
+  if (resyncing_ && !admit_while_resyncing(message, out)) return;
   if (auto* pull = std::get_if<PullRequest>(&message)) return on_pull(*pull, out);
   if (auto* push = std::get_if<PushRequest>(&message)) return on_push(*push, out);
   if (auto* clock = std::get_if<ClockAdvance>(&message)) return on_clock(*clock, out);
@@ -121,7 +122,32 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
   }
 }
 
+void ShardCore::begin_resync() {
+  resyncing_ = true;
+  resynced_.clear();
+}
+
+bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
+  const MessageHeader& h = std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);
+  const auto* clock = std::get_if<ClockAdvance>(&message);
+  if (clock && clock->resync) {
+    if (stale(h, out)) return false;
+    resynced_.insert(h.sender);
+    auto it = clocks_.find(h.sender);
+    if (it != clocks_.end()) it->second = clock->clock;
+    release_waiting(out);
+    return false;  // handled
+  }
+  if (min_clock_ == clock_done && std::holds_alternative<PullRequest>(message)) return true;  // the job is over
+  if (resynced_.count(h.sender)) return true;
+  ++stats_.dropped_before_resync;
+  return false;
+}
+
 bool ShardCore::may_answer(const PullRequest& r) const {
+  if (resyncing_)
+    for (const auto& [sender, clock] : clocks_)
+      if (!resynced_.count(sender)) return false;
   if (!config_.fault_skip_consistency_gate && !config_.consistency.allows(r.clock, min_clock_)) return false;
   // Read-my-writes, under every model (ASP included): a pull for step c also waits for the
   // puller's own writes of step c - 1 (BSP's bound implies it). A worker that pulls ahead of
@@ -265,7 +291,9 @@ void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
 
 void ShardCore::release_waiting(Outbox& out) {
   uint32_t m = clock_done;
-  for (const auto& [sender, clock] : clocks_) m = std::min(m, clock);
+  // A sender a restarted shard has not heard from since is at an unknown clock: count it as 0.
+  for (const auto& [sender, clock] : clocks_)
+    m = std::min(m, resyncing_ && !resynced_.count(sender) ? 0u : clock);
   min_clock_ = m;
   // At the job's end (every sender done) there is no step boundary to name: no checkpoint.
   const uint32_t every = config_.checkpoint_every;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -72,6 +73,7 @@ struct ShardStats {
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   uint64_t stale_map_replies = 0;
+  uint64_t dropped_before_resync = 0;  // messages a restarted shard dropped (their senders re-send them)
   uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
   uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
   uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
@@ -129,6 +131,18 @@ class ShardCore {
   // The pulls waiting for the gate, removed from the core (a restarted shard gets them
   // again: the workers re-send pulls that a crashed shard never answered).
   std::deque<PullRequest> take_waiting() { return std::exchange(waiting_, {}); }
+
+  // Restarting a shard in a new process over its durable store (a `colony ps` killed and
+  // started again). Nothing the crashed process knew survives but the committed rows, so the
+  // core starts over with its peers: every node that talks to it sends a ClockAdvance with
+  // `resync` set (its clock before its oldest unacknowledged push), then re-sends its
+  // unacknowledged pushes and clock advances and its unanswered pulls, in order. Until a node
+  // has resynced, whatever else it sends is dropped (counted in dropped_before_resync: it is
+  // all re-sent), and pulls wait until every sender has resynced. Pushes the crashed process
+  // had applied but not acknowledged come again and are applied again (at most the pushes a
+  // sender had in flight). Once every sender is done, pulls from anyone are answered (the
+  // coordinator's evaluation). Call before the first message.
+  void begin_resync();
   // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
   RowStore& store() { return *store_; }
   // Calls f(key, parameters) for every row held.
@@ -151,6 +165,8 @@ class ShardCore {
   // False (with a PsError queued) when a key does not belong to this shard under its map.
   bool owns_all(const MessageHeader& h, const std::vector<uint64_t>& keys, Outbox& out);
   bool may_answer(const PullRequest& r) const;
+  // While resyncing: handles a resync, and says whether any other message may be handled.
+  bool admit_while_resyncing(const PsMessage& message, Outbox& out);
   void answer(const PullRequest& r, Outbox& out);
   void release_waiting(Outbox& out);
   // Removes the rows not updated during the last evict_after steps.
@@ -191,6 +207,8 @@ class ShardCore {
   uint32_t next_eviction_scan_ = 0;
   std::vector<uint64_t> evict_keys_;
   std::optional<uint32_t> checkpoint_due_;
+  bool resyncing_ = false;                 // see begin_resync
+  std::unordered_set<NodeId> resynced_;    // nodes whose resync arrived
 };
 
 }  // namespace colony

@@ -7,7 +7,7 @@ namespace colony {
 Expected<std::unique_ptr<AggregatorCore>> AggregatorCore::make(const AggregatorConfig& config,
                                                                std::unique_ptr<Reducer> reducer) {
   if (config.replicas.empty()) return Status::invalid_input("an aggregator needs at least one replica");
-  auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.width});
+  auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.width, config.durable_shards});
   if (!kv) return kv.status();
   COLONY_ASSERT(reducer != nullptr);
   return std::unique_ptr<AggregatorCore>(new AggregatorCore(config, std::move(kv.value()), std::move(reducer)));
@@ -84,6 +84,12 @@ void AggregatorCore::flush(Outbox& out) {
     ++stats_.steps_pushed;
     ++next_step_;
   }
+}
+
+void AggregatorCore::on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& out) {
+  for (NodeId n : nodes)
+    for (uint32_t s = 0; s < config_.shard_nodes.size(); ++s)
+      if (config_.shard_nodes[s] == n) kv_->resync(s, out);
 }
 
 }  // namespace colony

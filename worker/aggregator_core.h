@@ -29,6 +29,7 @@ struct AggregatorConfig {
   ShardMapSpec map;
   std::vector<NodeId> shard_nodes;  // node id of shard i of the map
   std::vector<NodeId> replicas;     // the workers whose gradients this node sums
+  bool durable_shards = false;      // as WorkerConfig::durable_shards
 };
 
 struct AggregatorStats {
@@ -43,6 +44,8 @@ class AggregatorCore {
   static Expected<std::unique_ptr<AggregatorCore>> make(const AggregatorConfig& config,
                                                         std::unique_ptr<Reducer> reducer);
   void on_message(const PsMessage& message, Outbox& out);
+  // As WorkerCore::on_shards_restarted.
+  void on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& out);
   // Every replica finished, every step pushed and acknowledged.
   bool done() const {
     return done_sent_ && std::all_of(push_tickets_.begin(), push_tickets_.end(),

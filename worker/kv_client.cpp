@@ -1,5 +1,6 @@
 #include "worker/kv_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace colony {
@@ -14,7 +15,15 @@ Expected<std::unique_ptr<KvClient>> KvClient::make(const Options& options) {
   return std::unique_ptr<KvClient>(new KvClient(options, std::move(map.value())));
 }
 
-KvClient::KvClient(const Options& options, ShardMap map) : options_(options), map_(std::move(map)) {}
+KvClient::KvClient(const Options& options, ShardMap map)
+    : options_(options), map_(std::move(map)), sent_(map_.shards()), last_clock_(map_.shards(), 0) {}
+
+void KvClient::log_sent(uint32_t shard, Sent sent) {
+  last_clock_[shard] = sent.clock;
+  // Only what follows an unacknowledged push needs keeping: a resync's clock covers the rest.
+  if (!options_.keep_for_resync || (!sent.is_push && sent_[shard].empty())) return;
+  sent_[shard].push_back(std::move(sent));
+}
 
 void KvClient::fail(Status s) {
   if (error_.ok()) error_ = std::move(s);
@@ -69,6 +78,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
     const auto& pos = scratch_[shard];
     ++messages_sent_;
     if (pos.empty()) {
+      log_sent(shard, Sent{clock, false, false, 0, 0, {}});
       out.push_back({options_.shard_nodes[shard], ClockAdvance{{options_.id, next_request_++, map_.version()}, clock}});
       continue;
     }
@@ -83,14 +93,59 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
     if (!open) open = &open_[t];
     ++open->pending;
     requests_[p.header.request_id] = {t, shard};
+    if (options_.keep_for_resync) log_sent(shard, Sent{clock, true, false, p.header.request_id, t, p});
+    else last_clock_[shard] = clock;
     out.push_back({options_.shard_nodes[shard], std::move(p)});
   }
   return t;
 }
 
 void KvClient::finish(Outbox& out) {
-  for (NodeId shard : options_.shard_nodes)
-    out.push_back({shard, ClockAdvance{{options_.id, next_request_++, map_.version()}, clock_done}});
+  for (uint32_t shard = 0; shard < options_.shard_nodes.size(); ++shard) {
+    log_sent(shard, Sent{clock_done, false, false, 0, 0, {}});
+    out.push_back({options_.shard_nodes[shard], ClockAdvance{{options_.id, next_request_++, map_.version()}, clock_done}});
+  }
+}
+
+void KvClient::resync(uint32_t shard, Outbox& out) {
+  COLONY_ASSERT(options_.keep_for_resync, "client {}: resync without keep_for_resync", options_.id);
+  COLONY_ASSERT(shard < sent_.size(), "client {}: resync of shard {} of {}", options_.id, shard, sent_.size());
+  const NodeId node = options_.shard_nodes[shard];
+  auto& log = sent_[shard];
+  const uint32_t base = log.empty() ? last_clock_[shard] : log.front().clock - 1;
+  out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, base, true}});
+  for (Sent& s : log) {
+    if (!s.is_push) {
+      out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
+      continue;
+    }
+    if (s.acked) {  // applied: a clock advance keeps the sequence without applying it twice
+      out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
+      continue;
+    }
+    requests_.erase(s.request_id);
+    s.request_id = s.push.header.request_id = next_request_++;
+    requests_[s.request_id] = {s.ticket, shard};
+    ++pushes_resent_;
+    out.push_back({node, s.push});
+  }
+  // The shard's part of every unanswered pull, under fresh request ids.
+  std::vector<std::pair<uint64_t, Ticket>> pulls;
+  for (const auto& [request, where] : requests_) {
+    if (where.second != shard) continue;
+    auto it = open_.find(where.first);
+    if (it != open_.end() && it->second.is_pull) pulls.emplace_back(request, where.first);
+  }
+  std::sort(pulls.begin(), pulls.end());  // oldest first, as they were sent
+  for (const auto& [request, ticket] : pulls) {
+    requests_.erase(request);
+    const Open& open = open_.at(ticket);
+    PullRequest p{{options_.id, next_request_++, map_.version()}, open.clock, open.writer, {}};
+    for (uint32_t i : open.positions[shard]) p.keys.push_back(open.keys[i]);
+    requests_[p.header.request_id] = {ticket, shard};
+    ++messages_sent_;
+    out.push_back({node, std::move(p)});
+  }
 }
 
 void KvClient::on_message(const PsMessage& message, Outbox& out) {
@@ -117,6 +172,12 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     if (--open.pending == 0) open_.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {
     const auto [ticket, shard] = find(ack->header.request_id);
+    if (options_.keep_for_resync && ticket != 0) {
+      auto& log = sent_[shard];
+      for (Sent& s : log)
+        if (s.is_push && s.request_id == ack->header.request_id) s.acked = true;
+      while (!log.empty() && (!log.front().is_push || log.front().acked)) log.pop_front();
+    }
     auto it = open_.find(ticket);
     COLONY_ASSERT(it != open_.end() && !it->second.is_pull, "client {}: unexpected ack {}", options_.id,
                   ack->header.request_id);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -41,6 +42,9 @@ class KvClient {
     ShardMapSpec map;
     std::vector<NodeId> shard_nodes;  // node id of shard i of the map
     size_t width = 1;                 // floats per row
+    // Keep a copy of every push until it is acknowledged, so that resync() can re-send it to
+    // a shard that restarted (durable stores). Off: no copies, and resync() is not allowed.
+    bool keep_for_resync = false;
   };
   // Fails with invalid_input when the map is bad or shard_nodes does not match it.
   static Expected<std::unique_ptr<KvClient>> make(const Options& options);
@@ -56,6 +60,12 @@ class KvClient {
 
   // A reply addressed to this client (PullReply, PushAck, ShardMapUpdate, PsError).
   void on_message(const PsMessage& message, Outbox& out);
+  // Shard `shard` (an index of the map) restarted over its durable store and lost whatever
+  // was in flight (ShardCore::begin_resync): sends it a resync ClockAdvance with this client's
+  // clock before its oldest unacknowledged push, then every push and clock advance since, and
+  // the shard's part of every unanswered pull, in order. Requires keep_for_resync.
+  void resync(uint32_t shard, Outbox& out);
+  uint64_t pushes_resent() const { return pushes_resent_; }
   bool done(Ticket ticket) const { return !open_.contains(ticket); }
   size_t open_tickets() const { return open_.size(); }
   const Status& error() const { return error_; }
@@ -75,7 +85,17 @@ class KvClient {
     std::span<float> values;
     std::vector<std::vector<uint32_t>> positions;  // per shard: indices into keys
   };
+  // What this client sent a shard since its oldest unacknowledged push (keep_for_resync).
+  struct Sent {
+    uint32_t clock = 0;
+    bool is_push = false;
+    bool acked = false;
+    uint64_t request_id = 0;
+    Ticket ticket = 0;
+    PushRequest push;  // is_push only
+  };
   KvClient(const Options& options, ShardMap map);
+  void log_sent(uint32_t shard, Sent sent);
   void send_pulls(Ticket ticket, Open& open, Outbox& out);
   void fail(Status s);
 
@@ -89,6 +109,9 @@ class KvClient {
   uint64_t retries_ = 0;
   uint64_t messages_sent_ = 0;
   uint64_t push_bytes_ = 0;
+  uint64_t pushes_resent_ = 0;
+  std::vector<std::deque<Sent>> sent_;     // per shard (keep_for_resync)
+  std::vector<uint32_t> last_clock_;       // per shard: the clock of the latest push or advance
   Status error_;
 };
 

@@ -6,7 +6,7 @@ namespace colony {
 
 Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& config) {
   if (config.max_inflight == 0) return Status::invalid_input("max_inflight must be at least 1");
-  auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.model.width()});
+  auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.model.width(), config.durable_shards});
   if (!kv) return kv.status();
   return std::unique_ptr<WorkerCore>(new WorkerCore(config, std::move(kv.value())));
 }
@@ -105,6 +105,12 @@ void WorkerCore::maybe_send_done(Outbox& out) {
   } else {
     kv_->finish(out);
   }
+}
+
+void WorkerCore::on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& out) {
+  for (NodeId n : nodes)
+    for (uint32_t s = 0; s < config_.shard_nodes.size(); ++s)
+      if (config_.shard_nodes[s] == n) kv_->resync(s, out);
 }
 
 }  // namespace colony

@@ -35,6 +35,8 @@ struct WorkerConfig {
   std::vector<NodeId> shard_nodes;   // node id of shard i of the map
   std::optional<NodeId> aggregator;  // hierarchical push: gradients go here, not to shards
   size_t max_inflight = 2;           // steps with pulls outstanding at once (>= 1)
+  // Shards may restart over durable stores: keep pushes until acknowledged (KvClient::resync).
+  bool durable_shards = false;
 };
 
 struct WorkerStats {
@@ -62,6 +64,9 @@ class WorkerCore {
   void finish(Outbox& out);
   // A reply addressed to this worker: PullReply, PushAck, ShardMapUpdate or PsError.
   void on_message(const PsMessage& message, Outbox& out);
+  // These shard nodes restarted over their durable stores (requires durable_shards): re-sends
+  // what they may have lost (KvClient::resync).
+  void on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& out);
 
   // Finished, every step pushed and every push acknowledged.
   bool done() const;
