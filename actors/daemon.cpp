@@ -404,6 +404,7 @@ class Member {
       d.loss_sum += st.loss_sum;
       d.steps += st.steps;
       d.pull_messages += st.pull_messages;
+      d.pushes_resent += w->pushes_resent();
       if (!aggregator_) {
         d.push_messages += st.push_messages;
         d.push_bytes += st.push_bytes;
@@ -412,6 +413,7 @@ class Member {
     if (aggregator_) {
       d.push_messages = aggregator_->stats().push_messages;
       d.push_bytes = aggregator_->stats().push_bytes;
+      d.pushes_resent += aggregator_->pushes_resent();
     }
     for (const auto& s : sources_) d.bad_lines_skipped += s->last_stats().bad_lines_skipped;
     return d;

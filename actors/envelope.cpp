@@ -438,6 +438,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.push_messages = d.getPushMessages();
       x.push_bytes = d.getPushBytes();
       x.bad_lines_skipped = d.getBadLinesSkipped();
+      x.pushes_resent = d.getPushesResent();
       m.body = std::move(x);
       return Status();
     }
@@ -538,6 +539,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setPushMessages(b.push_messages);
           d.setPushBytes(b.push_bytes);
           d.setBadLinesSkipped(b.bad_lines_skipped);
+          d.setPushesResent(b.pushes_resent);
         } else if constexpr (std::is_same_v<T, NodesLost>) {
           auto n = c.initNodesLost();
           auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));

@@ -138,6 +138,7 @@ struct MemberDone {
   pushMessages @6 :UInt64;
   pushBytes @7 :UInt64;
   badLinesSkipped @8 :UInt64;
+  pushesResent @9 :UInt64;
 }
 struct Control {
   from @0 :UInt32;

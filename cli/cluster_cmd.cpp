@@ -186,6 +186,8 @@ Runner add_coordinator(CLI::App& app) {
         {"members", r->members},
         {"workers_lost", r->totals.workers_lost},
         {"workers_drained", r->totals.workers_drained},
+        {"ps_restarts", r->totals.ps_restarts},
+        {"pushes_resent", r->totals.pushes_resent},
         {"consistency", to_string(j.consistency)},
         {"push", a->push},
         {"model", a->model},

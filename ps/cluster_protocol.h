@@ -94,6 +94,7 @@ struct MemberDone {
   uint64_t push_messages = 0;  // to the shards (by the aggregator under hierarchical push)
   uint64_t push_bytes = 0;
   uint64_t bad_lines_skipped = 0;
+  uint64_t pushes_resent = 0;  // to restarted shards (KvClient::resync)
 };
 
 // Sent to every member when members were lost: messages to these nodes are dropped from now on.

@@ -82,6 +82,7 @@ struct CoordinatorTotals {
   uint32_t workers_lost = 0;     // worker members lost (heartbeat timeout)
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
+  uint64_t pushes_resent = 0;    // pushes re-sent to restarted shards (at most applied twice)
 };
 
 class CoordinatorCore {

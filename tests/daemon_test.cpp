@@ -259,6 +259,46 @@ BOOST_AUTO_TEST_CASE(killed_worker_is_noticed_and_the_job_goes_on) {
   BOOST_TEST(std::isfinite(r["test_logloss"].get<double>()));
 }
 
+// Issue 5: kill -9 of a ps whose shards keep their rows in RocksDB, then the same ps started
+// again (same --listen, same --store): it rejoins, the workers resync with it, and the job
+// finishes within 1% of the embedded cluster's logloss on the same data and epochs.
+BOOST_AUTO_TEST_CASE(killed_ps_restarts_from_its_store_and_the_job_finishes) {
+  Suite& s = suite();
+  const fs::path embedded = s.dir / "restart-embedded.json";
+  BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
+                    " --shards 2 --workers 2 --epochs 2 --no-cache --report " + embedded.string() + " >/dev/null 2>&1") == 0);
+  const double expected = nlohmann::json::parse(slurp(embedded))["test_logloss"].get<double>();
+  auto [coord, endpoint] = start_coordinator(
+      "restart-coordinator",
+      cat(secure("server"), {"--shards", "2", "--workers", "2", "--epochs", "2", "--no-cache", "--heartbeat-ms", "200",
+                             "--heartbeat-timeout-ms", "1500", "--test", s.test.string(), "--report",
+                             (s.dir / "restart.json").string()}));
+  const std::string store0 = "rocksdb:" + (s.dir / "restart-store-0").string();
+  const std::string store1 = "rocksdb:" + (s.dir / "restart-store-1").string();
+  auto ps0 = start_member("restart-ps0", "ps", endpoint, cat(secure("node-0"), {"--store", store0}));
+  auto ps1 = start_member("restart-ps1", "ps", endpoint, cat(secure("node-1"), {"--store", store1}));
+  const std::string ps1_endpoint = ps1->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
+  auto w0 = start_member("restart-w0", "worker", endpoint, secure("node-2"));
+  auto w1 = start_member("restart-w1", "worker", endpoint, secure("node-3"));
+  w0->await("training starts");
+  coord->await("trained [1-9][0-9]* samples");
+  ps1->signal(SIGKILL);
+  BOOST_TEST(ps1->wait() == 128 + SIGKILL);
+  coord->await("its rows are on disk: waiting");
+  auto again = start_member("restart-ps1-again", "ps", endpoint,
+                            cat(secure("node-1"), {"--store", store1, "--listen", ps1_endpoint}));
+  BOOST_TEST(coord->wait() == 0, coord->log());
+  BOOST_TEST(coord->log().find("has resumed shards") != std::string::npos, coord->log());
+  for (Child* c : {ps0.get(), again.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  const auto r = report("restart.json");
+  BOOST_TEST(r["ps_restarts"].get<int>() == 1);
+  BOOST_TEST(r["train_samples"].get<uint64_t>() == 120000u);
+  const double logloss = r["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("restarted ps " << logloss << " vs embedded " << expected << ", pushes re-sent "
+                                     << r["pushes_resent"].get<uint64_t>());
+  BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
+}
+
 BOOST_AUTO_TEST_CASE(killed_worker_fails_the_job_when_all_are_required) {
   auto [coord, endpoint] = start_coordinator(
       "strict-coordinator", {"--insecure", "--shards", "1", "--workers", "2", "--epochs", "30", "--no-cache",

@@ -53,6 +53,7 @@ class AggregatorCore {
   }
   const Status& error() const { return error_; }
   const AggregatorStats& stats() const { return stats_; }
+  uint64_t pushes_resent() const { return kv_->pushes_resent(); }
 
  private:
   AggregatorCore(const AggregatorConfig& config, std::unique_ptr<KvClient> kv,

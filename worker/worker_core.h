@@ -76,6 +76,7 @@ class WorkerCore {
   uint32_t clock() const { return clock_; }
   size_t in_flight() const { return steps_.size(); }
   const WorkerStats& stats() const { return stats_; }
+  uint64_t pushes_resent() const { return kv_->pushes_resent(); }
 
  private:
   struct Step {
