@@ -131,10 +131,15 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
         const uint64_t k = make_key(1, mix64(zipf(rng)));
         if (seen.insert(k).second) keys.push_back(k);
       }
-      std::vector<float> grads(n * width, 1e-3f);
+      // Built once, as a worker builds each message once: the loop measures the wire, not
+      // copies of the bench's own buffers.
+      PullRequest pull_message{{client_id, 0, 1}, 0, client_id, keys};
+      PushRequest push_message{{client_id, 0, 1}, 0, keys, std::vector<float>(n * width, 1e-3f)};
       uint64_t bytes = 0;
       auto round_trip = [&]() -> Status {
-        auto pull = encode_ps_message(PullRequest{{client_id, request++, 1}, clock, client_id, keys}, bench_cluster_id);
+        pull_message.header.request_id = request++;
+        pull_message.clock = clock;
+        auto pull = encode_ps_message(pull_message, bench_cluster_id);
         if (!pull) return pull.status();
         const size_t pull_bytes = pull->size();
         auto reply = call(*shard.client, std::move(*pull));
@@ -142,7 +147,9 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
         auto values = decode_ps_message(*reply, bench_cluster_id);
         if (!values) return values.status();
         if (!std::holds_alternative<PullReply>(*values)) return Status::internal("the bench shard refused a pull");
-        auto push = encode_ps_message(PushRequest{{client_id, request++, 1}, ++clock, keys, grads}, bench_cluster_id);
+        push_message.header.request_id = request++;
+        push_message.clock = ++clock;
+        auto push = encode_ps_message(push_message, bench_cluster_id);
         if (!push) return push.status();
         const size_t push_bytes = push->size();
         auto ack = call(*shard.client, std::move(*push));
