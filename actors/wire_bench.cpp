@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <unordered_map>
 #include "actors/wire_bench.h"
 
 #include <signal.h>
@@ -22,6 +23,8 @@ namespace {
 // Alternating rounds of ours and the baseline per figure (odd: the median is one round).
 constexpr int wire_bench_rounds = 7;
 constexpr double wire_bench_round_seconds_min = 0.25;
+// Round trips in flight at once, in ours and in the baseline alike.
+constexpr size_t wire_bench_depth = 2;
 
 constexpr uint64_t bench_cluster_id = 0xbe0c;
 constexpr NodeId client_id = 1;
@@ -108,6 +111,44 @@ Expected<ReceivedBytes> call(ZmqClient& client, Payload&& payload) {
   return std::move(r->payload);
 }
 
+// Runs `trips` round trips of two request/reply exchanges each over `client`, with up to
+// `depth` trips in flight (as a worker keeps the pulls of its next step in flight while it
+// finishes the last). `send(stage, trip)` queues trip's request of stage 0 or 1 and returns
+// the request's id; `answered(reply)` checks a reply and returns the id of the request it
+// answers (a shard may answer out of order: it holds a pull until the puller's last push).
+template <class Send, class Answered>
+Status pipelined(ZmqClient& client, uint64_t trips, size_t depth, Send send, Answered answered) {
+  std::unordered_map<uint64_t, std::pair<int, uint64_t>> in_flight;  // id -> (stage, trip)
+  uint64_t started = 0, completed = 0;
+  auto request = [&](int stage, uint64_t trip) -> Status {
+    auto id = send(stage, trip);
+    if (!id) return id.status();
+    in_flight[*id] = {stage, trip};
+    return Status();
+  };
+  while (started < trips && in_flight.size() < depth)
+    if (Status s = request(0, started++); !s.ok()) return s;
+  while (completed < trips) {
+    auto r = client.receive(receive_timeout_ms);
+    if (!r) return r.status();
+    if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
+    auto id = answered(r->payload);
+    if (!id) return id.status();
+    auto it = in_flight.find(*id);
+    if (it == in_flight.end()) return Status::internal("the bench server answered an unknown request");
+    const auto [stage, trip] = it->second;
+    in_flight.erase(it);
+    if (stage == 0) {
+      if (Status s = request(1, trip); !s.ok()) return s;
+    } else {
+      ++completed;
+      if (started < trips)
+        if (Status s = request(0, started++); !s.ok()) return s;
+    }
+  }
+  return Status();
+}
+
 }  // namespace
 
 Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
@@ -178,19 +219,44 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       // Baseline: the same bytes, in the same shape (two request/reply exchanges a round trip),
       // as raw payloads echoed back.
       std::vector<uint8_t> quarter(std::max<uint64_t>(8, bytes / 4), 0x5a);
+      // Timed: both with wire_bench_depth trips in flight. Trip k pulls for step `base + k` and
+      // pushes step base + k + 1, so the shard holds a pull until the puller's previous push
+      // is in (read-my-writes), as it does for a pipelined worker.
+      auto send_ours = [&](int stage, uint64_t trip) -> Expected<uint64_t> {
+        const uint64_t id = request++;
+        pull_message.header.request_id = push_message.header.request_id = id;
+        pull_message.clock = clock + static_cast<uint32_t>(trip);
+        push_message.clock = clock + static_cast<uint32_t>(trip) + 1;
+        auto bytes = stage == 0 ? encode_ps_message(pull_message, bench_cluster_id)
+                                : encode_ps_message(push_message, bench_cluster_id);
+        if (!bytes) return bytes.status();
+        if (Status s = shard.client->send(std::move(*bytes)); !s.ok()) return s;
+        return id;
+      };
+      auto answered_ours = [&](const ReceivedBytes& reply) -> Expected<uint64_t> {
+        auto m = decode_ps_message(reply, bench_cluster_id);
+        if (!m) return m.status();
+        if (!std::holds_alternative<PullReply>(*m) && !std::holds_alternative<PushAck>(*m))
+          return Status::internal("the bench shard refused a request");
+        return std::visit([](const auto& x) { return x.header.request_id; }, *m);
+      };
+      uint64_t echo_sent = 0, echo_answered = 0;  // the echo answers in order
+      auto send_echo = [&](int, uint64_t) -> Expected<uint64_t> {
+        if (Status s = echo.client->send(std::span<const uint8_t>(quarter)); !s.ok()) return s;
+        return echo_sent++;
+      };
+      auto answered_echo = [&](const ReceivedBytes& reply) -> Expected<uint64_t> {
+        if (reply.size() != quarter.size()) return Status::internal("the echo changed the payload's size");
+        return echo_answered++;
+      };
       std::vector<double> ours, baseline, ratios;
       for (int round = 0; round < wire_bench_rounds; ++round) {
         auto start_time = Clock::now();
-        for (uint64_t i = 0; i < trips; ++i)
-          if (Status s = round_trip(); !s.ok()) return s;
+        if (Status s = pipelined(*shard.client, trips, wire_bench_depth, send_ours, answered_ours); !s.ok()) return s;
+        clock += static_cast<uint32_t>(trips);
         const double seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
         start_time = Clock::now();
-        for (uint64_t i = 0; i < trips; ++i) {
-          for (int k = 0; k < 2; ++k) {
-            auto back = call(*echo.client, std::span<const uint8_t>(quarter));
-            if (!back) return back.status();
-          }
-        }
+        if (Status s = pipelined(*echo.client, trips, wire_bench_depth, send_echo, answered_echo); !s.ok()) return s;
         const double baseline_seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
         ours.push_back(double(bytes * trips) / seconds);
         baseline.push_back(double(4 * quarter.size() * trips) / baseline_seconds);
