@@ -154,6 +154,13 @@ class FullSim {
   void process(uint32_t to, PsMessage m, bool duplicate = false);
   void emit(uint32_t from, Outbox& out, VirtualNanos at);
   void send(uint32_t flight);
+  // When no partition separates the two hosts any more (now() when none does now).
+  VirtualNanos healed_at(uint32_t a, uint32_t b) const {
+    VirtualNanos t = now();
+    for (const Partition& p : partitions_)
+      if (p.heal_at > now() && ((p.a[a] && p.b[b]) || (p.b[a] && p.a[b]))) t = std::max(t, p.heal_at);
+    return t;
+  }
   void check_shard_output(Core& c, const PsMessage& in, const Outbox& out);
   void inject(const FaultEvent& e);
   void crash(uint32_t host);
@@ -341,19 +348,24 @@ void FullSim::emit(uint32_t from, Outbox& out, VirtualNanos at) {
 }
 
 void FullSim::send(uint32_t id) {
+  const uint32_t hf = cores_[flights_[id]->from].host, to = flights_[id]->message.to, ht = cores_[to].host;
+  if (!hosts_[hf].down) {
+    // Held by a partition: the transport retries after the heal. The message does not take the
+    // sender's links meanwhile (the network must see transfers in time order).
+    if (const VirtualNanos heal = healed_at(hf, ht); heal > now()) {
+      q_.schedule(heal, [this, id] { send(id); });
+      return;
+    }
+  }
   Flight f = std::move(*flights_[id]);
   flights_[id].reset();
   free_flights_.push_back(id);
-  const uint32_t hf = cores_[f.from].host, to = f.message.to, ht = cores_[to].host;
   if (hosts_[hf].down) {
     hosts_[hf].held_out.emplace_back(f.from, std::move(f.message));
     return;
   }
-  VirtualNanos t = now();
-  for (const Partition& p : partitions_)
-    if (p.heal_at > t && ((p.a[hf] && p.b[ht]) || (p.b[hf] && p.a[ht]))) t = p.heal_at;
   const uint64_t bytes = message_bytes(f.message.message);
-  VirtualNanos arrival = net_.transfer(hf, ht, bytes, t);
+  VirtualNanos arrival = net_.transfer(hf, ht, bytes, now());
   ++result_.messages;
   result_.bytes += bytes;
   double drop = 0, dup = 0, reorder = 0;
