@@ -113,6 +113,12 @@ Runner add_sim(CLI::App& app) {
   cmd->add_option("--cpus-per-host", o.cpus_per_host,
                   "Full numerics: CPUs the cores of a host share (0: one per core)")
       ->capture_default_str();
+  cmd->add_option("--heartbeat-ms", o.heartbeat_ms,
+                  "Full numerics: the coordinator's and members' heartbeat interval (simulated ms)")
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
+                  "Full numerics: silence after which the coordinator declares a member lost (simulated ms)")
+      ->capture_default_str();
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
   cmd->add_option("--fault-site", o.force_sites, "Force a fault site on: skip_ssp_gate, lose_log_tail");
   return [a, profile]() {
@@ -233,6 +239,13 @@ Runner add_sim(CLI::App& app) {
         {"fault_sites_enabled", r.sites_enabled},
         {"event_trace_hash", fmt::format("{:016x}", r.event_trace_hash)},
     };
+    if (r.members > 0) {
+      rep["coordinator_members"] = r.members;
+      rep["workers_lost"] = r.workers_lost;
+      rep["job_error"] = r.job_error;
+      rep["heartbeat_ms"] = o.heartbeat_ms;
+      rep["heartbeat_timeout_ms"] = o.heartbeat_timeout_ms;
+    }
     if (o.days > 0) {
       rep["days"] = o.days;
       rep["checkpoint_interval_seconds"] = o.checkpoint.interval_s;
@@ -258,6 +271,9 @@ Runner add_sim(CLI::App& app) {
                 static_cast<unsigned long long>(r.checkpoints));
     if (o.days > 0)
       std::printf("  MTBF %.0f s  Young/Daly interval %.0f s", r.mtbf_seconds, r.young_daly_interval_seconds);
+    if (r.members > 0)
+      std::printf("\n  coordinator: %u members, %u worker member%s lost%s%s", r.members, r.workers_lost,
+                  r.workers_lost == 1 ? "" : "s", r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
     std::printf("\n  invariants: %s\n", r.invariant_violations.empty()
                                             ? "all held"
                                             : fmt::format("{} violated", r.invariant_violations.size()).c_str());

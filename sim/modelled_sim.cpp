@@ -311,8 +311,11 @@ void ModelledSim::inject(const FaultEvent& e) {
       break;
     case FaultKind::partition: {
       Partition p{std::vector<bool>(o_.nodes + o_.ps), std::vector<bool>(o_.nodes + o_.ps), end};
-      for (const HostRef& h : e.hosts) p.a[host_of(h)] = true;
-      for (const HostRef& h : e.side_b) p.b[host_of(h)] = true;
+      // The stand-in has no coordinator (docs/simulation.md): a side naming it loses that host.
+      for (const HostRef& h : e.hosts)
+        if (!h.coordinator) p.a[host_of(h)] = true;
+      for (const HostRef& h : e.side_b)
+        if (!h.coordinator) p.b[host_of(h)] = true;
       partitions_.push_back(std::move(p));
       timeline("partition", "fault", host, now(), end - now());
       q_.schedule(end, [this, end] { std::erase_if(partitions_, [&](const Partition& p) { return p.heal_at <= end; }); });

@@ -5,7 +5,9 @@
 //   - full: the real ShardCore, WorkerCore and AggregatorCore (the same classes the CAF actors
 //     drive) exchange real PsMessages, with real rows and gradients, over the modelled network.
 //     A core processes its messages one at a time (FIFO, like an actor); its replies leave
-//     when its modelled compute is done. For small clusters.
+//     when its modelled compute is done. The real CoordinatorCore runs on a host of its own:
+//     every host joins it, heartbeats, and is declared lost by its timeout (not colocated runs:
+//     the embedded cluster has no coordinator). For small clusters.
 //   - modelled: a stand-in per node (not the real cores) that follows the same protocol at the
 //     granularity of a node-step: pull the node's rows from every shard, compute, push (flat:
 //     every GPU to every shard; hierarchical: reduce over the intra-host link, then one push per
@@ -95,6 +97,10 @@ struct SimOptions {
   std::shared_ptr<const Generator> generator;
   bool record_timeline = false;
   uint64_t events_max = 200'000'000;  // bound on events; exceeding it is a reported failure
+  // Full numerics, not colocated: the coordinator core's heartbeat interval and the silence after
+  // which it declares a member lost (as `colony coordinator --heartbeat-ms/--heartbeat-timeout-ms`).
+  uint32_t heartbeat_ms = 1000;
+  uint32_t heartbeat_timeout_ms = 10'000;
 };
 
 // Checks options; fails with invalid_input naming the flag.
@@ -133,6 +139,11 @@ struct SimResult {
   double mtbf_seconds = 0.0;        // goodput mode
   double young_daly_interval_seconds = 0.0;  // goodput mode: sqrt(2 x MTBF x cost)
   uint64_t checkpoints = 0;
+  // Full numerics with a coordinator: the members it took, the worker members it declared lost
+  // (heartbeat timeout), and why it failed the job (empty: it did not).
+  uint32_t members = 0;
+  uint32_t workers_lost = 0;
+  std::string job_error;
   std::vector<TimelineEvent> timeline;
   bool timeline_truncated = false;
 };
