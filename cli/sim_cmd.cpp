@@ -70,6 +70,9 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shard-ns-per-row", o.compute.shard_ns_per_row, "A shard's CPU time per row read or updated")
       ->capture_default_str();
+  cmd->add_option("--worker-ns-per-sample", o.compute.worker_ns_per_sample,
+                  "Full numerics: a worker's CPU per sample beyond its compute (default 0; with --colocate "
+                  "the embedded cluster's calibrated 1500)");
   cmd->add_option("--jitter", o.compute.jitter, "Coefficient of variation of a step's compute time")
       ->capture_default_str();
   cmd->add_option("--nic-gbps", o.network.nic_gbps, "NIC bandwidth per host, Gbit/s")->capture_default_str();
@@ -131,6 +134,8 @@ Runner add_sim(CLI::App& app) {
     if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     o.consistency = *consistency;
     o.compute.gpu = a->device == "gpu";
+    if (o.colocate && a->cmd->count("--worker-ns-per-sample") == 0)
+      o.compute.worker_ns_per_sample = sim::embedded_worker_ns_per_sample;
     const uint64_t samples = uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch;
     o.numerics = a->numerics == "full" || (a->numerics == "auto" && samples <= auto_full_samples_max && o.days == 0)
                      ? sim::Numerics::full
@@ -227,6 +232,7 @@ Runner add_sim(CLI::App& app) {
         {"consistency", to_string(o.consistency)},
         {"model", a->model},
         {"batch", o.batch},
+        {"worker_ns_per_sample", o.compute.worker_ns_per_sample},
         {"device", a->device},
         {"seed", o.seed},
         {"samples", r.samples},

@@ -285,6 +285,7 @@ class FullSim {
   std::vector<Lossy> lossy_;
   uint32_t workers_ = 0, aggregators_ = 0, finished_ = 0;
   VirtualNanos step_ns_ = 0;
+  VirtualNanos overhead_ns_ = 0;  // a worker's CPU per step beyond its compute
   VirtualNanos last_heal_ = 0;
   VirtualNanos lost_ns_ = 0;
   bool skip_gate_ = false, lose_log_tail_ = false;
@@ -770,7 +771,7 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
     for (uint64_t s = steps; s < c.worker->stats().steps; ++s) {
       const VirtualNanos d = step_ns(c);
       timeline(fmt::format("step {}", s), "compute", c.host, c.tid, start + cost, d);
-      cost += d;
+      cost += d + overhead_ns_;
       c.compute_ns += d;
       c.step_ends.push_back(start + cost);
     }
@@ -1001,6 +1002,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   map_.vnodes_per_shard = 256;
   workers_ = o_.nodes * o_.gpus_per_node;
   step_ns_ = static_cast<VirtualNanos>(std::llround(step_compute_seconds(o_.compute, o_.model, o_.batch) * 1e9));
+  overhead_ns_ = static_cast<VirtualNanos>(std::llround(o_.compute.worker_ns_per_sample * o_.batch));
   coordinated_ = !o_.colocate;
   coordinator_host_ = o_.colocate ? 0 : o_.nodes + o_.ps;
   hosts_.resize(o_.colocate ? 1 : o_.nodes + o_.ps + 1);

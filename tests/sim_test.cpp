@@ -729,3 +729,27 @@ BOOST_AUTO_TEST_CASE(shard_down_past_the_heartbeat_timeout_fails_the_job) {
   BOOST_TEST(r->job_error.find("lost ps member") != std::string::npos, r->job_error);
   BOOST_TEST(r->simulated_seconds < 0.02);
 }
+
+BOOST_AUTO_TEST_CASE(worker_overhead_per_sample_is_charged_to_the_worker_core) {
+  colony::sim::SimOptions o;
+  o.generator = small_data;
+  o.nodes = 1;
+  o.gpus_per_node = 2;
+  o.ps = 2;
+  o.steps = 10;
+  o.batch = 64;
+  o.colocate = true;
+  o.cpus_per_host = 1;  // one CPU: every core's work adds up
+  o.compute.gpu = false;
+  o.numerics = colony::sim::Numerics::full;
+  auto base = colony::sim::simulate(o);
+  o.compute.worker_ns_per_sample = 1000;
+  auto slower = colony::sim::simulate(o);
+  BOOST_REQUIRE(base.ok() && slower.ok());
+  BOOST_TEST(slower->invariant_violations.empty(), joined(slower->invariant_violations));
+  // Twenty steps of 64 samples at 1 us each, on the one CPU.
+  BOOST_TEST(slower->simulated_seconds - base->simulated_seconds == 20 * 64 * 1e-6,
+             boost::test_tools::tolerance(0.02));
+  o.compute.worker_ns_per_sample = -1;
+  BOOST_TEST(!colony::sim::simulate(o).ok());
+}
