@@ -181,7 +181,9 @@ class FullSim {
     COLONY_ASSERT(endpoint(host) == e && host < coordinator_host_, "not a member endpoint: {}", e);
     return host;
   }
-  uint32_t host_of_node(NodeId n) const { return n == coordinator_node_ ? coordinator_host_ : cores_[n].host; }
+  uint32_t host_of_node(NodeId n) const {
+    return coordinated_ && n == coordinator_node_ ? coordinator_host_ : cores_[n].host;
+  }
   // The coordinator and the members (not colocated runs).
   uint64_t now_ms() const { return static_cast<uint64_t>(now() / 1'000'000); }
   // When no partition separates the two hosts any more (now() when none does now).
