@@ -302,6 +302,7 @@ class FullSim {
   uint64_t coordinator_timer_ = 0;  // the generation of the armed timer event
   uint64_t periodic_pending_ = 0;
   bool job_over_ = false;
+  Status build_status_;  // building the cores from the Welcome failed
   // Cores keep their logs only when the trace can crash them: a log holds every message a core
   // handled, rows and gradients included.
   bool logging_ = false;
@@ -486,8 +487,11 @@ void FullSim::coordinator_effects(CoordinatorEffects& fx) {
       // Every member builds its cores from the same layout; they are built here once, before
       // any Welcome arrives (cores receive nothing before Start).
       coordinator_node_ = w->coordinator_node;
-      Status s = build(w->members);
-      COLONY_ASSERT(s.ok(), "building the cores from the Welcome: {}", s.message());
+      if (Status s = build(w->members); !s.ok()) {
+        build_status_ = s;  // a core refused the options: run() returns it
+        job_over_ = true;
+        return;
+      }
     }
     if (auto* lost = std::get_if<NodesLost>(&c.message.body))
       for (NodeId n : lost->nodes) hosts_[coordinator_host_].lost[n] = true;
@@ -1068,6 +1072,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
       progress(double(steps) / double(uint64_t{workers_} * o_.steps));
     }
   }
+  if (!build_status_.ok()) return build_status_;
   if (!job_over() && q_.executed() >= o_.events_max)
     violation(fmt::format("run stopped after {} events (the events bound) before every worker finished",
                           o_.events_max));
