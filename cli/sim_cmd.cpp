@@ -70,6 +70,9 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--shard-ns-per-row", o.compute.shard_ns_per_row, "A shard's CPU time per row read or updated")
       ->capture_default_str();
+  cmd->add_option("--worker-ns-per-sample", o.compute.worker_ns_per_sample,
+                  "Full numerics: a worker's CPU per sample beyond its compute (default 0; with --colocate "
+                  "the embedded cluster's calibrated 1500)");
   cmd->add_option("--jitter", o.compute.jitter, "Coefficient of variation of a step's compute time")
       ->capture_default_str();
   cmd->add_option("--nic-gbps", o.network.nic_gbps, "NIC bandwidth per host, Gbit/s")->capture_default_str();
@@ -113,6 +116,12 @@ Runner add_sim(CLI::App& app) {
   cmd->add_option("--cpus-per-host", o.cpus_per_host,
                   "Full numerics: CPUs the cores of a host share (0: one per core)")
       ->capture_default_str();
+  cmd->add_option("--heartbeat-ms", o.heartbeat_ms,
+                  "Full numerics: the coordinator's and members' heartbeat interval (simulated ms)")
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
+                  "Full numerics: silence after which the coordinator declares a member lost (simulated ms)")
+      ->capture_default_str();
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
   cmd->add_option("--fault-site", o.force_sites, "Force a fault site on: skip_ssp_gate, lose_log_tail");
   return [a, profile]() {
@@ -125,6 +134,8 @@ Runner add_sim(CLI::App& app) {
     if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     o.consistency = *consistency;
     o.compute.gpu = a->device == "gpu";
+    if (o.colocate && a->cmd->count("--worker-ns-per-sample") == 0)
+      o.compute.worker_ns_per_sample = sim::embedded_worker_ns_per_sample;
     const uint64_t samples = uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch;
     o.numerics = a->numerics == "full" || (a->numerics == "auto" && samples <= auto_full_samples_max && o.days == 0)
                      ? sim::Numerics::full
@@ -221,6 +232,7 @@ Runner add_sim(CLI::App& app) {
         {"consistency", to_string(o.consistency)},
         {"model", a->model},
         {"batch", o.batch},
+        {"worker_ns_per_sample", o.compute.worker_ns_per_sample},
         {"device", a->device},
         {"seed", o.seed},
         {"samples", r.samples},
@@ -233,6 +245,13 @@ Runner add_sim(CLI::App& app) {
         {"fault_sites_enabled", r.sites_enabled},
         {"event_trace_hash", fmt::format("{:016x}", r.event_trace_hash)},
     };
+    if (r.members > 0) {
+      rep["coordinator_members"] = r.members;
+      rep["workers_lost"] = r.workers_lost;
+      rep["job_error"] = r.job_error;
+      rep["heartbeat_ms"] = o.heartbeat_ms;
+      rep["heartbeat_timeout_ms"] = o.heartbeat_timeout_ms;
+    }
     if (o.days > 0) {
       rep["days"] = o.days;
       rep["checkpoint_interval_seconds"] = o.checkpoint.interval_s;
@@ -258,6 +277,9 @@ Runner add_sim(CLI::App& app) {
                 static_cast<unsigned long long>(r.checkpoints));
     if (o.days > 0)
       std::printf("  MTBF %.0f s  Young/Daly interval %.0f s", r.mtbf_seconds, r.young_daly_interval_seconds);
+    if (r.members > 0)
+      std::printf("\n  coordinator: %u members, %u worker member%s lost%s%s", r.members, r.workers_lost,
+                  r.workers_lost == 1 ? "" : "s", r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
     std::printf("\n  invariants: %s\n", r.invariant_violations.empty()
                                             ? "all held"
                                             : fmt::format("{} violated", r.invariant_violations.size()).c_str());

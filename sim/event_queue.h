@@ -6,7 +6,7 @@
 
 #include <cstdint>
 #include <functional>
-#include <queue>
+#include <deque>
 #include <vector>
 
 namespace colony::sim {
@@ -30,17 +30,21 @@ class EventQueue {
   uint64_t executed() const { return executed_; }
 
  private:
-  struct Event {
+  // The heap orders small plain entries; the actions stay put in slots (a deque, so that an
+  // action scheduling others while it runs is not moved), which keeps each heap step cheap.
+  struct Entry {
     VirtualNanos at;
     uint64_t seq;
-    Action action;
+    uint32_t slot;
   };
   struct Later {
-    bool operator()(const Event& a, const Event& b) const {
+    bool operator()(const Entry& a, const Entry& b) const {
       return a.at != b.at ? a.at > b.at : a.seq > b.seq;
     }
   };
-  std::priority_queue<Event, std::vector<Event>, Later> heap_;
+  std::vector<Entry> heap_;
+  std::deque<Action> actions_;
+  std::vector<uint32_t> free_slots_;
   VirtualNanos now_ = 0;
   uint64_t next_seq_ = 0;
   uint64_t executed_ = 0;

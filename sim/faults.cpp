@@ -61,7 +61,8 @@ struct Parser {
     return Status();
   }
   Status side(const json& obj, const std::string& path, std::vector<HostRef>& out) const {
-    if (!obj.is_object()) return bad(path, "must be an object with \"nodes\" and/or \"shards\" lists");
+    if (!obj.is_object())
+      return bad(path, "must be an object with \"nodes\" and/or \"shards\" lists and/or \"coordinator\": true");
     for (const char* key : {"nodes", "shards"}) {
       auto it = obj.find(key);
       if (it == obj.end()) continue;
@@ -74,6 +75,10 @@ struct Parser {
           return bad(fmt::format("{}.{}[{}]", path, key, i), fmt::format("must be an integer in [0, {})", limit));
         out.push_back(HostRef{shard, static_cast<uint32_t>(v.get<uint64_t>())});
       }
+    }
+    if (auto it = obj.find("coordinator"); it != obj.end()) {
+      if (!it->is_boolean()) return bad(path + ".coordinator", "must be true or false");
+      if (it->get<bool>()) out.push_back(HostRef{false, 0, true});
     }
     if (out.empty()) return bad(path, "names no host");
     return Status();
@@ -150,8 +155,13 @@ std::string trace_json(const FaultTrace& trace) {
   auto host = [](json& j, const HostRef& h) { j[h.shard ? "shard" : "node"] = h.index; };
   auto side = [](const std::vector<HostRef>& hosts) {
     json nodes = json::array(), shards = json::array();
-    for (const HostRef& h : hosts) (h.shard ? shards : nodes).push_back(h.index);
+    bool coordinator = false;
+    for (const HostRef& h : hosts) {
+      if (h.coordinator) coordinator = true;
+      else (h.shard ? shards : nodes).push_back(h.index);
+    }
     json j = json::object();
+    if (coordinator) j["coordinator"] = true;
     if (!nodes.empty()) j["nodes"] = nodes;
     if (!shards.empty()) j["shards"] = shards;
     return j;
@@ -236,13 +246,13 @@ FaultTrace generate_trace(const TraceGenOptions& o, uint64_t seed) {
     e.kind = FaultKind::partition;
     e.duration_s = chaos ? (0.02 + 0.18 * rng.uniform()) * o.horizon_s : p.network_heal_s;
     e.cause = "network";
-    // One node, or one rack-sized group, cut off from everything else (shards included).
+    // One node cut off from everything else (shards and the coordinator included).
     const HostRef first = pick_node();
     e.hosts = {first};
     for (uint32_t n = 0; n < o.nodes; ++n)
       if (n != first.index) e.side_b.push_back({false, n});
     for (uint32_t s = 0; s < o.ps; ++s) e.side_b.push_back({true, s});
-    if (e.side_b.empty()) return;
+    e.side_b.push_back({false, 0, true});
     trace.events.push_back(std::move(e));
   };
   const double other_share = std::max(0.0, 1.0 - p.gpu_share - p.memory_share - p.network_share);

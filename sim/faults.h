@@ -17,6 +17,9 @@ namespace colony::sim {
 struct HostRef {
   bool shard = false;  // false: worker node
   uint32_t index = 0;
+  // The coordinator's host (full numerics runs it on a host of its own). Only a partition side
+  // may name it; `shard` and `index` are then unused.
+  bool coordinator = false;
   bool operator==(const HostRef&) const = default;
 };
 
@@ -78,7 +81,7 @@ struct TraceGenOptions {
 // A trace drawn from the profile (Poisson arrivals per component) and the chaos minimums, a
 // pure function of (options, seed). GPU and GPU-memory failures crash a worker node; other
 // failures crash any host (worker node or PS shard, uniformly); network failures cut one node
-// off from every other host. Chaos crashes and partitions hit any host and last 2% to 20% of
+// off from every other host, the coordinator's included. Chaos crashes and partitions hit any host and last 2% to 20% of
 // the horizon.
 FaultTrace generate_trace(const TraceGenOptions& options, uint64_t seed);
 

@@ -49,14 +49,15 @@ struct Partition {
 std::pair<uint64_t, uint64_t> unique_keys(uint64_t seed, uint32_t batch, uint32_t gpus) {
   constexpr uint64_t rows_exact = 4096;
   const uint64_t node_rows = uint64_t{batch} * gpus;
-  Generator gen(GeneratorConfig{seed, 1.0});
+  // Keys only: no labels, so neither the intercept's calibration nor the planted model is needed.
+  Generator gen(GeneratorConfig{seed, 1.0, false});
   Batch rows;
   RawRow row;
   BatchIndex index;
   std::vector<std::pair<uint64_t, double>> counted;  // (rows, unique keys)
   const uint64_t last = std::min(node_rows, rows_exact);
   for (uint64_t n = 1; n <= last; ++n) {
-    gen.generate(Stream::train, n, row);
+    gen.draw_features(Stream::train, n, row);
     gen.append_features(row, rows);
     if (n == batch || n == node_rows || n == rows_exact / 2 || n == rows_exact) {
       index.build(rows);
@@ -311,8 +312,11 @@ void ModelledSim::inject(const FaultEvent& e) {
       break;
     case FaultKind::partition: {
       Partition p{std::vector<bool>(o_.nodes + o_.ps), std::vector<bool>(o_.nodes + o_.ps), end};
-      for (const HostRef& h : e.hosts) p.a[host_of(h)] = true;
-      for (const HostRef& h : e.side_b) p.b[host_of(h)] = true;
+      // The stand-in has no coordinator (docs/simulation.md): a side naming it loses that host.
+      for (const HostRef& h : e.hosts)
+        if (!h.coordinator) p.a[host_of(h)] = true;
+      for (const HostRef& h : e.side_b)
+        if (!h.coordinator) p.b[host_of(h)] = true;
       partitions_.push_back(std::move(p));
       timeline("partition", "fault", host, now(), end - now());
       q_.schedule(end, [this, end] { std::erase_if(partitions_, [&](const Partition& p) { return p.heal_at <= end; }); });

@@ -42,7 +42,12 @@ Status validate(const SimOptions& o) {
     return Status::invalid_input("--colocate and --cpus-per-host need --numerics full");
   if (!(c.shard_ns_per_row >= 0 && c.shard_ns_per_row <= 1e9))
     return Status::invalid_input("--shard-ns-per-row must be in 0..1e9");
+  if (!(c.worker_ns_per_sample >= 0 && c.worker_ns_per_sample <= 1e9))
+    return Status::invalid_input("--worker-ns-per-sample must be in 0..1e9");
   if (!(c.jitter >= 0 && c.jitter <= 10)) return Status::invalid_input("--jitter must be in 0..10");
+  if (o.heartbeat_ms < 1 || o.heartbeat_timeout_ms <= o.heartbeat_ms)
+    return Status::invalid_input(fmt::format("--heartbeat-timeout-ms {} must be above --heartbeat-ms {} (at least 1)",
+                                             o.heartbeat_timeout_ms, o.heartbeat_ms));
   if (!(o.rto_s > 0 && o.rto_s <= 3600)) return Status::invalid_input("--rto-seconds must be in (0, 3600]");
   if (!(o.checkpoint.interval_s >= 0 && std::isfinite(o.checkpoint.interval_s)))
     return Status::invalid_input("--checkpoint-interval must be zero or more");

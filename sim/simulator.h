@@ -5,7 +5,9 @@
 //   - full: the real ShardCore, WorkerCore and AggregatorCore (the same classes the CAF actors
 //     drive) exchange real PsMessages, with real rows and gradients, over the modelled network.
 //     A core processes its messages one at a time (FIFO, like an actor); its replies leave
-//     when its modelled compute is done. For small clusters.
+//     when its modelled compute is done. The real CoordinatorCore runs on a host of its own:
+//     every host joins it, heartbeats, and is declared lost by its timeout (not colocated runs:
+//     the embedded cluster has no coordinator). For small clusters.
 //   - modelled: a stand-in per node (not the real cores) that follows the same protocol at the
 //     granularity of a node-step: pull the node's rows from every shard, compute, push (flat:
 //     every GPU to every shard; hierarchical: reduce over the intra-host link, then one push per
@@ -49,8 +51,18 @@ struct ComputeSpec {
   bool gpu = true;  // the per-node devices are GPUs (else CPU cores)
   double shard_ns_per_row = 40.0;       // a shard reading or updating one row
   double aggregator_ns_per_row = 5.0;   // summing one row of one replica
+  // Full numerics: a worker core's CPU per sample beyond the step's compute (handling pull
+  // replies and building pushes in an actor). 0 unless given; `colony sim --colocate` uses
+  // embedded_worker_ns_per_sample.
+  double worker_ns_per_sample = 0.0;
   double jitter = 0.0;  // coefficient of variation of a step's compute time (lognormal)
 };
+
+// The embedded cluster's worker overhead, calibrated in CPU time (not wall time, so the load of
+// the machine does not enter): `colony train --shards 2 --workers 2` spent 3.60 us of CPU a
+// sample, `colony train --engine local` 1.56 us on the same data, and the model's shards 0.5 us;
+// the remaining 1.5 us is charged to the worker core (docs/simulation.md, Fidelity).
+inline constexpr double embedded_worker_ns_per_sample = 1500.0;
 
 struct CheckpointSpec {
   double interval_s = 0.0;  // 0: no checkpoints
@@ -95,6 +107,10 @@ struct SimOptions {
   std::shared_ptr<const Generator> generator;
   bool record_timeline = false;
   uint64_t events_max = 200'000'000;  // bound on events; exceeding it is a reported failure
+  // Full numerics, not colocated: the coordinator core's heartbeat interval and the silence after
+  // which it declares a member lost (as `colony coordinator --heartbeat-ms/--heartbeat-timeout-ms`).
+  uint32_t heartbeat_ms = 1000;
+  uint32_t heartbeat_timeout_ms = 10'000;
 };
 
 // Checks options; fails with invalid_input naming the flag.
@@ -133,6 +149,11 @@ struct SimResult {
   double mtbf_seconds = 0.0;        // goodput mode
   double young_daly_interval_seconds = 0.0;  // goodput mode: sqrt(2 x MTBF x cost)
   uint64_t checkpoints = 0;
+  // Full numerics with a coordinator: the members it took, the worker members it declared lost
+  // (heartbeat timeout), and why it failed the job (empty: it did not).
+  uint32_t members = 0;
+  uint32_t workers_lost = 0;
+  std::string job_error;
   std::vector<TimelineEvent> timeline;
   bool timeline_truncated = false;
 };

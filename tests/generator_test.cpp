@@ -92,3 +92,19 @@ BOOST_AUTO_TEST_CASE(zipf_sampler_follows_the_power_law) {
   BOOST_TEST(double(counts[1]) / counts[2] == std::pow(2.0, 1.2), boost::test_tools::tolerance(0.05));
   BOOST_TEST(double(counts[1]) / counts[10] == std::pow(10.0, 1.2), boost::test_tools::tolerance(0.15));
 }
+
+BOOST_AUTO_TEST_CASE(draw_features_gives_generates_features_without_calibration) {
+  const Generator full(GeneratorConfig{7, 1.0});
+  const Generator keys_only(GeneratorConfig{7, 1.0, false});
+  BOOST_TEST(keys_only.intercept() == 0.0);
+  RawRow a, b;
+  for (uint64_t i = 0; i < 500; ++i) {
+    full.generate(Stream::train, i, a);
+    keys_only.draw_features(Stream::train, i, b);
+    BOOST_TEST(a.int_present == b.int_present, "row " << i);
+    BOOST_TEST(a.cat_present == b.cat_present, "row " << i);
+    BOOST_TEST((a.ints == b.ints), "row " << i);
+    BOOST_TEST((a.cats == b.cats), "row " << i);
+    BOOST_TEST(b.label == 0.0f);
+  }
+}

@@ -84,6 +84,9 @@ BOOST_AUTO_TEST_CASE(report_has_the_contract_keys_and_replays_byte_for_byte) {
   BOOST_TEST(report["invariant_violations"].empty());
   BOOST_TEST(report["failures_injected"].get<int>() >= 2);
   BOOST_TEST(report["numerics"] == "full");
+  BOOST_TEST(report["coordinator_members"] == 5);  // three worker nodes, two ps hosts
+  BOOST_TEST(report["workers_lost"] == 0);
+  BOOST_TEST(report["job_error"] == "");
   BOOST_TEST(without_wall(slurp(a)) == without_wall(slurp(b)));
   const auto trace = nlohmann::json::parse(slurp(timeline));
   BOOST_TEST(trace["traceEvents"].size() > 10u);
@@ -122,6 +125,9 @@ BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
   BOOST_TEST(r.err.find("--consistency") != std::string::npos, r.err);
   r = run("--nodes 2 --push sideways");
   BOOST_TEST(r.code == 2);
+  r = run("--nodes 2 --heartbeat-ms 10 --heartbeat-timeout-ms 10");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--heartbeat-timeout-ms") != std::string::npos, r.err);
 }
 
 BOOST_AUTO_TEST_CASE(violated_invariants_exit_1_with_the_report_written) {

@@ -288,7 +288,7 @@ BOOST_AUTO_TEST_CASE(buggify_switches_sites_by_seed_alone) {
 BOOST_AUTO_TEST_CASE(trace_file_parses_every_kind) {
   const char* text = R"({"events": [
     {"at": 2.0, "kind": "crash", "node": 1, "duration": 0.5},
-    {"at": 1.0, "kind": "partition", "a": {"nodes": [0]}, "b": {"nodes": [1], "shards": [0]}, "duration": 1},
+    {"at": 1.0, "kind": "partition", "a": {"nodes": [0]}, "b": {"nodes": [1], "shards": [0], "coordinator": true}, "duration": 1},
     {"at": 0.5, "kind": "clog", "shard": 1, "factor": 10, "duration": 1},
     {"at": 0.5, "kind": "slow", "node": 0, "factor": 3, "duration": 1},
     {"at": 0.1, "kind": "lossy", "drop": 0.01, "duplicate": 0.02, "reorder": 0.1, "duration": 1},
@@ -300,7 +300,8 @@ BOOST_AUTO_TEST_CASE(trace_file_parses_every_kind) {
   BOOST_TEST((t->events.front().kind == FaultKind::lossy));  // sorted by time
   BOOST_TEST((t->events[1].kind == FaultKind::clog));        // stable among equal times
   BOOST_TEST((t->events[3].kind == FaultKind::partition));
-  BOOST_TEST(t->events[3].side_b.size() == 2u);
+  BOOST_REQUIRE(t->events[3].side_b.size() == 3u);
+  BOOST_TEST(t->events[3].side_b.back().coordinator);
   BOOST_TEST(t->events[4].hosts[0].index == 1u);
   BOOST_TEST(t->events.back().hosts[0].shard);
 }
@@ -308,6 +309,8 @@ BOOST_AUTO_TEST_CASE(trace_file_parses_every_kind) {
 BOOST_AUTO_TEST_CASE(bad_trace_is_an_error_naming_file_and_field) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"not json", "t.json: not valid JSON"},
+      {R"({"events": [{"at": 0, "kind": "partition", "a": {"nodes": [0]}, "b": {"coordinator": 1}, "duration": 1}]})",
+       "t.json: events[0].b.coordinator: must be true or false"},
       {"[]", "t.json: events"},
       {R"({"events": [{"at": 1, "kind": "meteor", "duration": 1}]})", "events[0].kind"},
       {R"({"events": [{"at": 1, "kind": "crash", "node": 0}]})", "events[0].duration: missing"},
@@ -621,4 +624,156 @@ BOOST_AUTO_TEST_CASE(bad_options_name_the_flag) {
   o = {};
   o.force_sites = {"nope"};
   BOOST_TEST(colony::sim::simulate(o).status().message().find("--fault-site") != std::string::npos);
+}
+
+namespace {
+
+// Three nodes of two CPU workers, two shards, steps of 0.8 ms: a run of tens of simulated ms, with
+// heartbeats every ms and a 4 ms timeout so that outages of a few ms outlast it.
+colony::sim::SimOptions membership_run(colony::sim::PushKind push) {
+  colony::sim::SimOptions o;
+  o.generator = small_data;
+  o.nodes = 3;
+  o.gpus_per_node = 2;
+  o.ps = 2;
+  o.steps = 40;
+  o.batch = 512;
+  o.push = push;
+  o.compute.gpu = false;
+  o.numerics = colony::sim::Numerics::full;
+  o.heartbeat_ms = 1;
+  o.heartbeat_timeout_ms = 4;
+  return o;
+}
+
+colony::sim::FaultEvent crash_of(colony::sim::HostRef host, double at_s, double duration_s) {
+  colony::sim::FaultEvent e;
+  e.kind = FaultKind::crash;
+  e.at_s = at_s;
+  e.duration_s = duration_s;
+  e.hosts = {host};
+  return e;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_host_joins_the_real_coordinator_and_it_ends_the_job) {
+  auto o = membership_run(colony::sim::PushKind::hierarchical);
+  auto r = colony::sim::simulate(o);
+  BOOST_REQUIRE(r.ok());
+  BOOST_TEST(r->invariant_violations.empty(), joined(r->invariant_violations));
+  BOOST_TEST(r->members == 5u);  // three worker nodes, two ps hosts
+  BOOST_TEST(r->workers_lost == 0u);
+  BOOST_TEST(r->job_error == "");
+  BOOST_TEST(r->samples == uint64_t{3} * 2 * 40 * 512);
+  // The embedded cluster (every core on one host) has no coordinator.
+  o.colocate = true;
+  auto embedded = colony::sim::simulate(o);
+  BOOST_REQUIRE(embedded.ok());
+  BOOST_TEST(embedded->members == 0u);
+  BOOST_TEST(embedded->invariant_violations.empty(), joined(embedded->invariant_violations));
+}
+
+BOOST_AUTO_TEST_CASE(worker_down_past_the_heartbeat_timeout_is_lost_and_the_job_goes_on_without_it) {
+  for (auto push : {colony::sim::PushKind::flat, colony::sim::PushKind::hierarchical}) {
+    auto o = membership_run(push);
+    // Down for 20 ms: lost after about 4; it restarts while the others still train, keeps
+    // pushing until it notices the coordinator's silence, and none of that may be applied.
+    o.trace.events = {crash_of({false, 0}, 0.005, 0.02)};
+    auto a = colony::sim::simulate(o), b = colony::sim::simulate(o);
+    BOOST_REQUIRE(a.ok() && b.ok());
+    BOOST_TEST(a->invariant_violations.empty(), joined(a->invariant_violations));
+    BOOST_TEST(a->workers_lost == 1u);
+    BOOST_TEST(a->job_error == "");
+    BOOST_TEST(a->samples < uint64_t{3} * 2 * 40 * 512);
+    BOOST_TEST(a->event_trace_hash == b->event_trace_hash);
+    // A shorter outage recovers: the member keeps its place and every sample is trained.
+    o.trace.events = {crash_of({false, 0}, 0.005, 0.002)};
+    auto short_outage = colony::sim::simulate(o);
+    BOOST_REQUIRE(short_outage.ok());
+    BOOST_TEST(short_outage->invariant_violations.empty(), joined(short_outage->invariant_violations));
+    BOOST_TEST(short_outage->workers_lost == 0u);
+    BOOST_TEST(short_outage->samples == uint64_t{3} * 2 * 40 * 512);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(worker_cut_off_from_everyone_is_lost_by_the_heartbeat_timeout) {
+  auto o = membership_run(colony::sim::PushKind::flat);
+  colony::sim::FaultEvent cut;
+  cut.kind = FaultKind::partition;
+  cut.at_s = 0.005;
+  cut.duration_s = 0.02;
+  cut.hosts = {{false, 1}};
+  cut.side_b = {{false, 0}, {false, 2}, {true, 0}, {true, 1}, {false, 0, true}};
+  o.trace.events = {cut};
+  auto r = colony::sim::simulate(o);
+  BOOST_REQUIRE(r.ok());
+  BOOST_TEST(r->invariant_violations.empty(), joined(r->invariant_violations));
+  BOOST_TEST(r->workers_lost == 1u);
+  BOOST_TEST(r->job_error == "");
+  // Cut off from the shards but not from the coordinator: it is not lost, and catches up.
+  o.trace.events.front().side_b.pop_back();
+  auto kept = colony::sim::simulate(o);
+  BOOST_REQUIRE(kept.ok());
+  BOOST_TEST(kept->invariant_violations.empty(), joined(kept->invariant_violations));
+  BOOST_TEST(kept->workers_lost == 0u);
+  BOOST_TEST(kept->samples == uint64_t{3} * 2 * 40 * 512);
+}
+
+BOOST_AUTO_TEST_CASE(shard_down_past_the_heartbeat_timeout_fails_the_job) {
+  auto o = membership_run(colony::sim::PushKind::hierarchical);
+  o.trace.events = {crash_of({true, 1}, 0.005, 0.02)};
+  auto r = colony::sim::simulate(o);
+  BOOST_REQUIRE(r.ok());
+  BOOST_TEST(r->invariant_violations.empty(), joined(r->invariant_violations));
+  BOOST_TEST(r->job_error.find("lost ps member") != std::string::npos, r->job_error);
+  BOOST_TEST(r->simulated_seconds < 0.02);
+}
+
+BOOST_AUTO_TEST_CASE(worker_overhead_per_sample_is_charged_to_the_worker_core) {
+  colony::sim::SimOptions o;
+  o.generator = small_data;
+  o.nodes = 1;
+  o.gpus_per_node = 2;
+  o.ps = 2;
+  o.steps = 10;
+  o.batch = 64;
+  o.colocate = true;
+  o.cpus_per_host = 1;  // one CPU: every core's work adds up
+  o.compute.gpu = false;
+  o.numerics = colony::sim::Numerics::full;
+  auto base = colony::sim::simulate(o);
+  o.compute.worker_ns_per_sample = 1000;
+  auto slower = colony::sim::simulate(o);
+  BOOST_REQUIRE(base.ok() && slower.ok());
+  BOOST_TEST(slower->invariant_violations.empty(), joined(slower->invariant_violations));
+  // Twenty steps of 64 samples at 1 us each, on the one CPU.
+  BOOST_TEST(slower->simulated_seconds - base->simulated_seconds == 20 * 64 * 1e-6,
+             boost::test_tools::tolerance(0.02));
+  o.compute.worker_ns_per_sample = -1;
+  BOOST_TEST(!colony::sim::simulate(o).ok());
+}
+
+BOOST_AUTO_TEST_CASE(seeds_whose_outages_outlast_the_heartbeat_timeout_hold_every_invariant_and_replay) {
+  uint32_t runs_with_losses = 0;
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    auto o = membership_run(seed % 2 ? colony::sim::PushKind::flat : colony::sim::PushKind::hierarchical);
+    o.seed = seed;
+    o.steps = 30;
+    colony::sim::TraceGenOptions g;
+    g.nodes = o.nodes;
+    g.gpus_per_node = o.gpus_per_node;
+    g.ps = o.ps;
+    g.horizon_s = 0.04;  // about the run's length; outages of 0.8-8 ms against a 4 ms timeout
+    g.min_crashes = 1 + static_cast<uint32_t>(seed % 2);
+    g.min_partitions = 1;
+    g.chaos_extras = seed % 3 == 0;
+    o.trace = colony::sim::generate_trace(g, seed);
+    auto a = colony::sim::simulate(o), b = colony::sim::simulate(o);
+    BOOST_REQUIRE(a.ok() && b.ok());
+    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n" << joined(a->invariant_violations));
+    BOOST_TEST(a->event_trace_hash == b->event_trace_hash, "seed " << seed);
+    runs_with_losses += a->workers_lost > 0;
+  }
+  BOOST_TEST(runs_with_losses > 0u);
 }

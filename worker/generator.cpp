@@ -98,6 +98,7 @@ Generator::Generator(const GeneratorConfig& config) : config_(config) {
   for (size_t i = 0; i < gen_int_fields; ++i)
     int_weight_[i] = int_weight_std * normal_from(hash_combine(config.seed, 0x1000 + i));
 
+  if (!config.calibrate) return;
   // Intercept: bisect so that the mean planted probability over calibration rows is 25%.
   std::vector<double> logits(calibration_rows);
   RawRow row;
@@ -116,7 +117,7 @@ Generator::Generator(const GeneratorConfig& config) : config_(config) {
   intercept_ = 0.5 * (lo + hi);
 }
 
-double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed) const {
+double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed, bool planted) const {
   SplitMix64 rng(row_seed);
   double z = 0.0;
   row.int_present = 0;
@@ -141,6 +142,7 @@ double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed) const 
     if (missing) continue;
     row.cats[j] = id;
     row.cat_present |= 1u << j;
+    if (!planted) continue;
     const double shrink = rank_shrink(id);
     const uint64_t id_hash = hash_combine(hash_combine(config_.seed, 0x2000 + j), id);
     z += bias_std * shrink * normal_from(id_hash);
@@ -161,10 +163,18 @@ double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed) const 
 void Generator::generate(Stream stream, uint64_t index, RawRow& row) const {
   const uint64_t row_seed =
       hash_combine(hash_combine(config_.seed, static_cast<uint64_t>(stream)), index);
-  const double z = logit_without_intercept(row, row_seed) + intercept_;
+  const double z = logit_without_intercept(row, row_seed, true) + intercept_;
   row.planted_p = sigmoid(z);
   const double u = unit_double(hash_combine(row_seed, 0x5EED));
   row.label = u < row.planted_p ? 1.0f : 0.0f;
+}
+
+void Generator::draw_features(Stream stream, uint64_t index, RawRow& row) const {
+  const uint64_t row_seed =
+      hash_combine(hash_combine(config_.seed, static_cast<uint64_t>(stream)), index);
+  logit_without_intercept(row, row_seed, false);
+  row.planted_p = 0.0;
+  row.label = 0.0f;
 }
 
 uint64_t Generator::libsvm_index(size_t field, uint32_t id) const {

@@ -31,6 +31,9 @@ struct GeneratorConfig {
   // Multiplies every categorical vocabulary (each stays >= 2). 1.0 is Criteo-sized; tests
   // use smaller vocabularies so that small data sets can be learned well.
   double vocab_scale = 1.0;
+  // False: the intercept is not calibrated (it stays 0, so labels miss the 25% rate). For callers
+  // that use only draw_features, whose features do not depend on it.
+  bool calibrate = true;
 };
 
 struct RawRow {
@@ -51,6 +54,9 @@ class Generator {
 
   // Row `index` of `stream`.
   void generate(Stream stream, uint64_t index, RawRow& row) const;
+  // The features generate() gives row `index` (the same integers and categorical ids), without
+  // the planted model: planted_p and label are 0. Several times cheaper than generate().
+  void draw_features(Stream stream, uint64_t index, RawRow& row) const;
 
   // Appends `row` to `out` exactly as the libsvm reader would read write_libsvm's line.
   void append_features(const RawRow& row, Batch& out) const;
@@ -62,7 +68,8 @@ class Generator {
   double intercept() const { return intercept_; }
 
  private:
-  double logit_without_intercept(RawRow& row, uint64_t row_seed) const;
+  // Draws the row's features; with `planted`, also returns the planted model's logit (else 0).
+  double logit_without_intercept(RawRow& row, uint64_t row_seed, bool planted) const;
   uint64_t libsvm_index(size_t field, uint32_t id) const;
 
   GeneratorConfig config_;
@@ -85,6 +92,9 @@ struct GenOptions {
   std::string out_dir;
   std::string format = "libsvm";  // libsvm | criteo
   double vocab_scale = 1.0;
+  // False: the intercept is not calibrated (it stays 0, so labels miss the 25% rate). For callers
+  // that use only draw_features, whose features do not depend on it.
+  bool calibrate = true;
 };
 
 struct GenSummary {
