@@ -1,4 +1,5 @@
-// `colony bench wire`: parameter-server traffic between two processes over loopback TCP.
+// `colony bench wire`: parameter-server traffic between two processes over loopback TCP, two
+// round trips in flight.
 //
 // A child process (fork) serves one shard core behind a ZmqServer, decoding and encoding
 // every message with the Cap'n Proto codec; this process pulls and pushes through a

@@ -227,8 +227,8 @@ int bench_wire(const BenchArgs& a) {
                     {"bytes_per_sec", f.bytes_per_sec}, {"baseline_bytes_per_sec", f.baseline_bytes_per_sec},
                     {"ratio_to_baseline", f.ratio}});
   }
-  std::printf("a round trip = pull + reply + push + ack between two processes; baseline = ZeroMQ echo of the\n"
-              "same bytes in two request/reply exchanges, measured in the same run\n");
+  std::printf("a round trip = pull + reply + push + ack between two processes, two in flight; baseline = ZeroMQ\n"
+              "echo of the same bytes in two request/reply exchanges, two in flight, measured in the same run\n");
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
