@@ -68,6 +68,19 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
       for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) nodes.push_back(n);
       out.log.push_back(fmt::format("ps member {} has resumed shards {}..{}: the workers re-send what it lost", i,
                                     m.first_node, m.first_node + m.count - 1));
+      // Worker members that are gone (lost, or finished and exited) will never resync: resync
+      // their senders as done on their behalf, or the restarted shards would wait for them.
+      for (size_t w = 0; w < members_.size(); ++w) {
+        const MemberInfo& wm = members_[w];
+        if (wm.role != MemberRole::worker || !(state_[w].gone || state_[w].finished)) continue;
+        std::vector<NodeId> senders;
+        if (wm.has_aggregator) senders.push_back(wm.aggregator);
+        else
+          for (NodeId n = wm.first_node; n < wm.first_node + wm.count; ++n) senders.push_back(n);
+        for (NodeId sender : senders)
+          for (NodeId shard : nodes)
+            out.ps.push_back({shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
+      }
       for (size_t w = 0; w < members_.size(); ++w)
         if (members_[w].role == MemberRole::worker && !state_[w].gone)
           out.control.push_back({members_[w].endpoint, members_[w].public_key,
@@ -136,6 +149,7 @@ void CoordinatorCore::on_join(const Join& j, uint64_t now_ms, CoordinatorEffects
         st.rejoining = true;
         st.ready = false;
         st.last_heard_ms = now_ms;
+        st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
         members_[i].public_key = m.public_key;
         Welcome w = welcome_for(i);
         w.resume = true;
@@ -167,7 +181,10 @@ void CoordinatorCore::on_join(const Join& j, uint64_t now_ms, CoordinatorEffects
                                 plural(m.count, m.role == MemberRole::ps ? "shard" : "replica"), waiting_for()));
   out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
   if (joined(MemberRole::ps) == config_.shards && joined(MemberRole::worker) == config_.workers) {
-    for (MemberState& s : state_) s.last_heard_ms = now_ms;
+    for (MemberState& s : state_) {
+      s.last_heard_ms = now_ms;
+      s.ready_deadline_ms = now_ms + config_.join_timeout_ms;
+    }
     welcome(out);
   }
 }
@@ -320,6 +337,14 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
                               members_[i].endpoint, config_.join_timeout_ms / 1000),
                   out);
     if (st.gone || st.finished) continue;
+    // A member builds its cores (opening stores can take a while) between its Welcome and its
+    // Ready, sending nothing: it has until the join timeout. After that, heartbeats count.
+    if (!st.ready) {
+      if (now_ms > st.ready_deadline_ms)
+        lose(i, fmt::format("not ready {} s after its welcome (--join-timeout)", config_.join_timeout_ms / 1000),
+             now_ms, out);
+      continue;
+    }
     if (now_ms > st.last_heard_ms + config_.heartbeat_timeout_ms)
       lose(i, fmt::format("no heartbeat for {} ms (--heartbeat-timeout-ms)", now_ms - st.last_heard_ms), now_ms, out);
   }
@@ -331,7 +356,8 @@ uint64_t CoordinatorCore::next_deadline() const {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (state_[i].awaiting_rejoin) t = std::min(t, state_[i].rejoin_deadline_ms);
     if (!state_[i].gone && !state_[i].finished)
-      t = std::min(t, state_[i].last_heard_ms + config_.heartbeat_timeout_ms + 1);
+      t = std::min(t, state_[i].ready ? state_[i].last_heard_ms + config_.heartbeat_timeout_ms + 1
+                                      : state_[i].ready_deadline_ms + 1);
   }
   return t;
 }

@@ -120,6 +120,7 @@ class CoordinatorCore {
     bool awaiting_rejoin = false;  // a durable ps lost while running
     uint64_t rejoin_deadline_ms = 0;
     bool rejoining = false;        // welcomed back, not Ready yet
+    uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
   void on_join(const Join& j, uint64_t now_ms, CoordinatorEffects& out);

@@ -283,3 +283,69 @@ BOOST_AUTO_TEST_CASE(random_schedules_keep_the_invariants) {
     }
   }
 }
+
+// A durable ps lost while running is waited for; it comes back from the same endpoint, gets a
+// Welcome to resume, and once Ready the live workers are told to resync, while a worker lost
+// in the meantime is resynced as done on its behalf. One that never comes back fails the job.
+BOOST_AUTO_TEST_CASE(a_durable_ps_is_waited_for_and_resumes) {
+  CoordinatorConfig c = config(1, 2, /*hierarchical=*/false);
+  c.join_timeout_ms = 20'000;
+  auto core = CoordinatorCore::make(c, 0).value();
+  MemberInfo ps = member(MemberRole::ps, 1);
+  ps.durable = true;
+  form(core, {ps, member(MemberRole::worker, 2), member(MemberRole::worker, 3)}, 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  // The ps goes silent; so, a little later, does worker member 2 (node 2).
+  uint64_t now = 0;
+  bool waiting = false, worker_lost = false;
+  for (; now <= 9'000; now += 250) {
+    CoordinatorEffects fx;
+    if (now < 3'000) core.on_message({2, Heartbeat{now}}, now, fx);
+    core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    BOOST_REQUIRE(fx.failed.ok());
+    waiting |= logged(fx, "its rows are on disk: waiting up to 20 s");
+    worker_lost |= logged(fx, "worker member 2");
+  }
+  BOOST_TEST(waiting);
+  BOOST_TEST(worker_lost);
+  // The same endpoint joins again: it is the ps, welcomed back to resume.
+  CoordinatorEffects back;
+  core.on_message({control_from_unknown, Join{ps}}, now, back);
+  const auto welcomes = sent<Welcome>(back);
+  BOOST_REQUIRE_EQUAL(welcomes.size(), 1u);
+  BOOST_TEST(welcomes[0].second.resume);
+  BOOST_TEST(welcomes[0].second.you == 0u);
+  CoordinatorEffects ready;
+  core.on_message({0, Ready{}}, now, ready);
+  const auto restarted = sent<ShardsRestarted>(ready);
+  BOOST_REQUIRE_EQUAL(restarted.size(), 1u);  // the live worker only
+  BOOST_TEST(restarted[0].first == "tcp://10.0.0.2:7000");  // member 1; member 2 was lost
+  BOOST_TEST((restarted[0].second.nodes == std::vector<NodeId>{0}));
+  BOOST_REQUIRE_EQUAL(ready.ps.size(), 1u);
+  const auto& on_behalf = std::get<ClockAdvance>(ready.ps[0].message);
+  BOOST_TEST(on_behalf.header.sender == 2u);
+  BOOST_TEST(on_behalf.clock == clock_done);
+  BOOST_TEST(on_behalf.resync);
+  BOOST_TEST(core.totals().ps_restarts == 1u);
+
+  // Another run where it never comes back.
+  auto other = CoordinatorCore::make(c, 0).value();
+  form(other, {ps, member(MemberRole::worker, 2), member(MemberRole::worker, 3)}, 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects fx;
+    other.on_message({i, Ready{}}, 0, fx);
+  }
+  Status failed;
+  for (uint64_t t = 0; t <= 40'000 && failed.ok(); t += 500) {
+    CoordinatorEffects fx;
+    other.on_message({1, Heartbeat{t}}, t, fx);
+    other.on_message({2, Heartbeat{t}}, t, fx);
+    other.on_timer(t, fx);
+    failed = fx.failed;
+  }
+  BOOST_TEST(failed.message().find("did not come back within 20 s") != std::string::npos, failed.message());
+}
