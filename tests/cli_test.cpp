@@ -1,55 +1,22 @@
 // End-to-end tests of the `colony` binary: real processes, real files.
 #define BOOST_TEST_MODULE cli_test
-#include <sys/wait.h>
-
 #include <boost/test/unit_test.hpp>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
+
+#include "tests/cli_fixture.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
+using colony::testing::Run;
+using colony::testing::slurp;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-struct Fixture {
-  fs::path dir;
-  std::string bin;
-  Fixture() {
-    const char* b = std::getenv("COLONY_BIN");
-    BOOST_REQUIRE_MESSAGE(b != nullptr, "COLONY_BIN must name the colony binary (ctest sets it)");
-    bin = b;
-    dir = fs::temp_directory_path() / ("colony-cli-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-  }
-  ~Fixture() { fs::remove_all(dir); }
-
-  Run run(const std::string& args) {
-    const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-    const std::string cmd = bin + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    BOOST_REQUIRE(WIFEXITED(status));
-    return Run{WEXITSTATUS(status), slurp(out), slurp(err)};
-  }
-  fs::path write(const std::string& name, const std::string& text) {
-    const fs::path p = dir / name;
-    std::ofstream(p) << text;
-    return p;
-  }
+struct Fixture : colony::testing::CliFixture {
+  Fixture() : CliFixture("colony-cli-test") {}
 };
 
 nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(slurp(p)); }

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/cli_fixture.h"
+
 extern char** environ;
 
 namespace fs = std::filesystem;
@@ -33,12 +35,7 @@ namespace {
 // bound so that a hung daemon fails the test instead of hanging CI).
 constexpr auto wait_bound = 180s;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using colony::testing::slurp;
 
 std::string bin() {
   const char* b = std::getenv("COLONY_BIN");

@@ -13,21 +13,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cli_fixture.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using colony::testing::Run;
+using colony::testing::slurp;
 
 // The report without its wall_seconds line: the one key that differs between equal runs.
 std::string without_wall(const std::string& report) {
@@ -38,29 +31,10 @@ std::string without_wall(const std::string& report) {
   return kept;
 }
 
-struct Fixture {
-  fs::path dir;
-  std::string bin;
-  Fixture() {
-    const char* b = std::getenv("COLONY_BIN");
-    BOOST_REQUIRE_MESSAGE(b != nullptr, "COLONY_BIN must name the colony binary (ctest sets it)");
-    bin = b;
-    dir = fs::temp_directory_path() / ("colony-sim-cli-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-  }
-  ~Fixture() { fs::remove_all(dir); }
-  Run run(const std::string& args) {
-    const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-    const std::string cmd = bin + " sim " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
-    const int status = std::system(cmd.c_str());
-    BOOST_REQUIRE(WIFEXITED(status));
-    return Run{WEXITSTATUS(status), slurp(out), slurp(err)};
-  }
-  fs::path write(const std::string& name, const std::string& text) {
-    const fs::path p = dir / name;
-    std::ofstream(p) << text;
-    return p;
-  }
+// Every run is `colony sim ARGS`.
+struct Fixture : colony::testing::CliFixture {
+  Fixture() : CliFixture("colony-sim-cli-test") {}
+  Run run(const std::string& args) { return CliFixture::run("sim " + args); }
 };
 
 }  // namespace
