@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 
+#include "tests/temp_dir.h"
 #include "actors/embedded_cluster.h"
 #include "ps/shard_core.h"
 #include "storage/checkpoint.h"
@@ -21,16 +22,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / fmt::format("colony-recovery-test-{}-{}", ::getpid(), n++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
+struct TempDir : colony::testing::TempDir {
+  TempDir() : colony::testing::TempDir("recovery-test") {}
 };
 
 using Rows = std::map<uint64_t, std::vector<float>>;

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 
+#include "tests/temp_dir.h"
 #include "ps/shard_core.h"
 #include "storage/store_spec.h"
 #include "worker/kv_client.h"
@@ -17,13 +18,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / fmt::format("colony-resync-test-{}", ::getpid());
-  TempDir() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+struct TempDir : colony::testing::TempDir {
+  TempDir() : colony::testing::TempDir("resync-test") {}
 };
 
 constexpr NodeId shard_node = 0, a = 10, b = 11;

@@ -8,6 +8,7 @@
 #include <map>
 #include <vector>
 
+#include "tests/temp_dir.h"
 #include "common/hash.h"
 #include "ps/shard_core.h"
 #include "storage/rocks_table.h"
@@ -19,17 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder, removed with everything in it at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() / fmt::format("colony-store-test-{}-{}", ::getpid(), n++);
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
+struct TempDir : colony::testing::TempDir {
+  TempDir() : colony::testing::TempDir("store-test") {}
 };
 
 constexpr size_t rf = 4;

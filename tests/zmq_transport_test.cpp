@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/temp_dir.h"
 #include "actors/curve_keys.h"
 #include "actors/zmq_transport.h"
 
@@ -41,20 +42,8 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-// A fresh directory under the system temp dir, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("colony_zmq_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
+struct TempDir : colony::testing::TempDir {
+  TempDir() : colony::testing::TempDir("zmq-test") {}
 };
 
 void write_text(const fs::path& path, const std::string& text) {
