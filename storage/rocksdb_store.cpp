@@ -105,15 +105,26 @@ void RocksRowStore::for_each(const std::function<void(uint64_t, const float*)>& 
   // The key UINT64_MAX itself: no reader makes it (its field, 255, is reserved).
 }
 
+namespace {
+// Erases from `table` the rows of `known` plus those of `maybe` it holds (one MultiGet), each key
+// once. `rows` and `found` are scratch buffers.
+Status erase_held(RocksTable& table, std::vector<uint64_t>& known, std::span<const uint64_t> maybe,
+                  std::vector<float>& rows, std::vector<uint8_t>& found) {
+  if (!maybe.empty()) {
+    if (Status s = table.multi_get(maybe, rows, found); !s.ok()) return s;
+    for (size_t i = 0; i < maybe.size(); ++i)
+      if (found[i]) known.push_back(maybe[i]);
+  }
+  std::sort(known.begin(), known.end());
+  known.erase(std::unique(known.begin(), known.end()), known.end());
+  return table.erase(known);
+}
+}  // namespace
+
 Status RocksRowStore::erase(std::span<const uint64_t> keys) {
   COLONY_ASSERT(staged_.empty(), "erase inside a batch");
   keys_buf_.clear();
-  if (Status s = table_->multi_get(keys, rows_buf_, found_buf_); !s.ok()) return s;
-  for (size_t i = 0; i < keys.size(); ++i)
-    if (found_buf_[i]) keys_buf_.push_back(keys[i]);
-  std::sort(keys_buf_.begin(), keys_buf_.end());
-  keys_buf_.erase(std::unique(keys_buf_.begin(), keys_buf_.end()), keys_buf_.end());
-  return table_->erase(keys_buf_);
+  return erase_held(*table_, keys_buf_, keys, rows_buf_, found_buf_);
 }
 
 StoreStats RocksRowStore::stats() const {
@@ -383,14 +394,7 @@ Status TieredRowStore::erase(std::span<const uint64_t> keys) {
     free_.push_back(it->second);
     index_.erase(it);
   }
-  if (!unknown.empty()) {
-    if (Status s = table_->multi_get(unknown, rows_buf_, found_buf_); !s.ok()) return s;
-    for (size_t i = 0; i < unknown.size(); ++i)
-      if (found_buf_[i]) on_disk.push_back(unknown[i]);
-  }
-  std::sort(on_disk.begin(), on_disk.end());
-  on_disk.erase(std::unique(on_disk.begin(), on_disk.end()), on_disk.end());
-  return table_->erase(on_disk);
+  return erase_held(*table_, on_disk, unknown, rows_buf_, found_buf_);
 }
 
 StoreStats TieredRowStore::stats() const {
