@@ -100,25 +100,24 @@ Expected<Keys> load_keys(const DaemonSecurity& s) {
   return k;
 }
 
-// The endpoint peers use: `bound` with its host replaced by `advertise` when given.
-Expected<std::string> advertised_endpoint(const std::string& bound, const std::string& advertise) {
-  const size_t scheme = bound.find("://");
-  const size_t colon = bound.rfind(':');
-  if (scheme == std::string::npos || colon == std::string::npos || colon <= scheme + 3)
-    return Status::invalid_input("cannot tell the host and port of " + bound);
-  const std::string host = bound.substr(scheme + 3, colon - scheme - 3);
-  if (!advertise.empty()) return bound.substr(0, scheme + 3) + advertise + bound.substr(colon);
-  if (host == "0.0.0.0" || host == "*" || host == "[::]")
-    return Status::invalid_input(fmt::format(
-        "--listen {} binds every interface: say which address peers should use with --advertise HOST", bound));
-  return bound;
-}
-
+// The host of tcp://HOST:PORT; empty when `endpoint` does not have that shape.
 std::string host_of(const std::string& endpoint) {
   const size_t scheme = endpoint.find("://");
   const size_t colon = endpoint.rfind(':');
   if (scheme == std::string::npos || colon == std::string::npos || colon <= scheme + 3) return "";
   return endpoint.substr(scheme + 3, colon - scheme - 3);
+}
+
+// The endpoint peers use: `bound` with its host replaced by `advertise` when given.
+Expected<std::string> advertised_endpoint(const std::string& bound, const std::string& advertise) {
+  const std::string host = host_of(bound);
+  if (host.empty()) return Status::invalid_input("cannot tell the host and port of " + bound);
+  const size_t at = bound.find("://") + 3;
+  if (!advertise.empty()) return bound.substr(0, at) + advertise + bound.substr(at + host.size());
+  if (host == "0.0.0.0" || host == "*" || host == "[::]")
+    return Status::invalid_input(fmt::format(
+        "--listen {} binds every interface: say which address peers should use with --advertise HOST", bound));
+  return bound;
 }
 
 bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
