@@ -115,6 +115,13 @@ int run(const std::string& cmd) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// How close the daemons' test logloss must come to the embedded cluster's on the suite's small
+// data (60k rows, 1 epoch). With one aggregator per worker process the shards apply two
+// senders' pushes in whatever order they arrive, which moves this small run's logloss: quiet
+// runs land at +0.4-0.5%, and one run under a loaded ctest -j2 at +1.5%. On 1M rows the
+// difference is 0.03-0.06% (docs/benchmarks.md).
+constexpr double small_run_tolerance = 0.02;
+
 // Data and keys made once for the whole suite.
 struct Suite {
   fs::path dir = fs::temp_directory_path() / ("colony-daemon-test-" + std::to_string(::getpid()));
@@ -220,7 +227,7 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u);
   const double logloss = r["test_logloss"].get<double>();
   BOOST_TEST_MESSAGE("daemons " << logloss << " vs embedded " << s.embedded_logloss);
-  BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < 0.01);
+  BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < small_run_tolerance);
 }
 
 // (e) and the signals: of three workers, one is killed with SIGKILL and one drained with SIGTERM
@@ -414,7 +421,7 @@ BOOST_AUTO_TEST_CASE(two_hosts_across_network_namespaces, *boost::unit_test::pre
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 60000u);
   const double logloss = r["test_logloss"].get<double>();
   BOOST_TEST_MESSAGE("two hosts " << logloss << " vs embedded " << s.embedded_logloss);
-  BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < 0.01);
+  BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < small_run_tolerance);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
