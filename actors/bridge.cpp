@@ -81,6 +81,13 @@ struct Bridge::Impl {
     return s;
   }
 
+  Status send_frames(Link& l, const EncodedFrames& m) {
+    std::lock_guard lock(l.mu);
+    Status s = l.client->send(m.owner, m.frames);
+    if (s.ok()) ++sent;
+    return s;
+  }
+
   void bad_message(const std::string& peer, const std::string& why) {
     ++bad;
     const auto now = std::chrono::steady_clock::now();
@@ -131,7 +138,7 @@ struct Bridge::Impl {
       }
       if (r->timed_out) continue;
       ++received;
-      auto m = decode_wire_message(r->payload, options.cluster_id);
+      auto m = decode_wire_message(r->frames, options.cluster_id);
       if (!m) {
         bad_message(r->peer_address, m.status().message());
         continue;
@@ -144,16 +151,18 @@ struct Bridge::Impl {
 
 namespace {
 
+static_assert(wire_frames_max == zmq_payload_frames_max, "a message's frames must fit the transport");
+
 caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr<Link> link,
                         std::shared_ptr<Bridge::Impl> bridge) {
   (void)self;
-  auto forward = [to, link, bridge](const PsMessage& m) {
+  auto forward = [to, link, bridge](PsMessage&& m) {
     if (bridge->is_lost(to)) {
       ++bridge->dropped;
       return;
     }
-    auto bytes = encode_ps_message(m, bridge->options.cluster_id, to);
-    Status s = bytes ? bridge->send_bytes(*link, std::move(*bytes)) : bytes.status();
+    auto frames = encode_ps_frames(std::move(m), bridge->options.cluster_id, to);
+    Status s = frames ? bridge->send_frames(*link, *frames) : frames.status();
     if (!s.ok()) {
       const Status failed = Status::internal(fmt::format("could not send to node {}: {}", to, s.message()));
       bridge->log(failed.message());

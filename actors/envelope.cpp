@@ -1,5 +1,6 @@
 #include "actors/envelope.h"
 
+#include <capnp/any.h>
 #include <capnp/message.h>
 #include <capnp/orphan.h>
 #include <capnp/serialize.h>
@@ -124,10 +125,10 @@ MessageHeader get_header(wire::Header::Reader r) {
 }
 
 // Sets a float blob. A blob of whole words, from a word-aligned buffer (any vector's), becomes a
-// segment of the message as it is, without a copy (Cap'n Proto's external data): the message is
-// written out in one copy. `v` must outlive the builder. Others are copied in.
+// segment of the message as it is, without a copy (Cap'n Proto's external data). `v` must
+// outlive the builder. Others are copied in.
 template <class Adopt, class Set>
-void set_floats(capnp::MessageBuilder& message, const std::vector<float>& v, Adopt adopt, Set set) {
+void set_floats(capnp::MessageBuilder& message, const FloatBuffer& v, Adopt adopt, Set set) {
   const size_t bytes = v.size() * sizeof(float);
   if (bytes > 0 && bytes % sizeof(capnp::word) == 0 &&
       reinterpret_cast<uintptr_t>(v.data()) % alignof(capnp::word) == 0) {
@@ -138,38 +139,122 @@ void set_floats(capnp::MessageBuilder& message, const std::vector<float>& v, Ado
   }
 }
 
-template <class L>
-void set_keys(L list, const std::vector<uint64_t>& keys) {
-  for (unsigned i = 0; i < keys.size(); ++i) list.set(i, keys[i]);
+// Keys travel as a List(UInt64): little-endian words, which is how this (little-endian) host
+// holds them, so they are copied in and out in one block. The list's raw bytes come from
+// Cap'n Proto's AnyList view; a builder's list lies in the builder's own writable segment.
+void set_keys(capnp::List<uint64_t>::Builder list, const std::vector<uint64_t>& keys) {
+  if (keys.empty()) return;
+  kj::ArrayPtr<const kj::byte> raw = capnp::AnyList::Reader(list.asReader()).getRawBytes();
+  COLONY_ASSERT(raw.size() == keys.size() * sizeof(uint64_t), "key list of {} bytes for {} keys", raw.size(),
+                keys.size());
+  std::memcpy(const_cast<kj::byte*>(raw.begin()), keys.data(), raw.size());
 }
 
-Status read_floats(capnp::Data::Reader data, std::vector<float>& out, const char* what) {
+// The words of a received message, frame by frame: each frame read in place when it is
+// word-aligned (any malloc'd buffer is), copied otherwise. One frame is the flat format (with
+// its segment table); several are the segments themselves.
+class FrameWords {
+ public:
+  Status init(std::span<const SharedBytes> frames) {
+    if (frames.empty() || frames.size() > wire_frames_max)
+      return Status::invalid_input(fmt::format("message of {} frames, expected 1 to {}", frames.size(), wire_frames_max));
+    frames_ = frames;
+    size_t bytes = 0;
+    for (const SharedBytes& f : frames) bytes += f.size();
+    if (bytes > wire_message_bytes_max)
+      return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes,
+                                               wire_message_bytes_max));
+    for (const SharedBytes& f : frames) {
+      if (f.empty()) return Status::invalid_input(frames.size() == 1 ? "empty message" : "empty frame");
+      if (f.size() % sizeof(capnp::word) != 0)
+        return Status::invalid_input(fmt::format("{} of {} bytes is not a whole number of words",
+                                                 frames.size() == 1 ? "message" : "frame", f.size()));
+      const size_t n = f.size() / sizeof(capnp::word);
+      if (reinterpret_cast<uintptr_t>(f.data()) % alignof(capnp::word) == 0) {
+        words_.push_back(kj::arrayPtr(reinterpret_cast<const capnp::word*>(f.data()), n));
+        in_place_.push_back(true);
+      } else {
+        copies_.push_back(kj::heapArray<capnp::word>(n));
+        std::memcpy(copies_.back().begin(), f.data(), f.size());
+        words_.push_back(copies_.back().asPtr());
+        in_place_.push_back(false);
+      }
+      total_words_ += n;
+    }
+    return Status();
+  }
+
+  bool flat() const { return words_.size() == 1; }
+  kj::ArrayPtr<const capnp::word> flat_words() const { return words_[0]; }
+  kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments() const {
+    return kj::arrayPtr(words_.data(), words_.size());
+  }
+  size_t total_words() const { return total_words_; }
+
+  // What keeps bytes [p, p + n) alive where they lie: the owner of the frame they were read
+  // from in place, or null (copied here, or a frame without an owner).
+  std::shared_ptr<const void> owner_of(const void* p, size_t n) const {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < frames_.size(); ++i) {
+      const SharedBytes& f = frames_[i];
+      if (in_place_[i] && b >= f.data() && b + n <= f.data() + f.size()) return f.owner();
+    }
+    return nullptr;
+  }
+
+ private:
+  std::span<const SharedBytes> frames_;
+  std::vector<kj::Array<capnp::word>> copies_;
+  std::vector<kj::ArrayPtr<const capnp::word>> words_;
+  std::vector<bool> in_place_;
+  size_t total_words_ = 0;
+};
+
+// A float blob as a FloatBuffer: a view of the received bytes where they can be kept (read in
+// place, with an owner, float-aligned), a copy otherwise.
+Status read_floats(capnp::Data::Reader data, const FrameWords& words, FloatBuffer& out, const char* what) {
   if (data.size() % sizeof(float) != 0)
     return Status::invalid_input(fmt::format("{} blob of {} bytes is not a whole number of floats", what,
                                              data.size()));
   const size_t n = data.size() / sizeof(float);
-  if (reinterpret_cast<uintptr_t>(data.begin()) % alignof(float) == 0) {
-    // One pass: no zero-filling before the copy (blobs in an aligned message are aligned).
-    const auto* p = reinterpret_cast<const float*>(data.begin());
-    out.assign(p, p + n);
-  } else {
-    out.resize(n);
-    if (n > 0) std::memcpy(out.data(), data.begin(), data.size());
+  if (n == 0) {
+    out = FloatBuffer();
+    return Status();
   }
+  const bool aligned = reinterpret_cast<uintptr_t>(data.begin()) % alignof(float) == 0;
+  if (auto owner = aligned ? words.owner_of(data.begin(), data.size()) : nullptr) {
+    out = FloatBuffer::view(std::move(owner), reinterpret_cast<const float*>(data.begin()), n);
+    return Status();
+  }
+  std::vector<float> v(n);
+  std::memcpy(v.data(), data.begin(), data.size());
+  out = FloatBuffer(std::move(v));
   return Status();
 }
 
+// A received key list: of whatever element size the sender wrote (Cap'n Proto lets a reader
+// upgrade lists), so only a list of plain 8-byte elements is copied as one block.
 std::vector<uint64_t> read_keys(capnp::List<uint64_t>::Reader list) {
-  std::vector<uint64_t> keys(list.size());
-  for (unsigned i = 0; i < list.size(); ++i) keys[i] = list[i];
+  std::vector<uint64_t> keys;
+  const capnp::AnyList::Reader any(list);
+  if (any.getElementSize() == capnp::ElementSize::EIGHT_BYTES) {
+    kj::ArrayPtr<const kj::byte> raw = any.getRawBytes();  // word-aligned, as all segment data
+    const auto* p = reinterpret_cast<const uint64_t*>(raw.begin());
+    keys.assign(p, p + raw.size() / sizeof(uint64_t));
+    return keys;
+  }
+  keys.reserve(list.size());
+  for (unsigned i = 0; i < list.size(); ++i) keys.push_back(list[i]);
   return keys;
 }
 
 }  // namespace
 
-Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id,
-                                                 NodeId receiver) {
-  capnp::MallocMessageBuilder builder;
+namespace {
+
+// Builds the envelope of a ps message; float arrays become external segments where they can
+// (`message` must outlive `builder`).
+void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t cluster_id, NodeId receiver) {
   auto root = builder.initRoot<wire::Envelope>();
   root.setVersion(wire_protocol_version);
   root.setClusterId(cluster_id);
@@ -219,13 +304,57 @@ Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint6
     w.setCode(static_cast<uint8_t>(m->code));
     w.setMessage(m->message);
   }
+}
+
+}  // namespace
+
+Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id,
+                                                 NodeId receiver) {
+  capnp::MallocMessageBuilder builder;
+  build_ps(builder, message, cluster_id, receiver);
   return to_bytes(builder);
+}
+
+size_t EncodedFrames::bytes() const {
+  size_t n = 0;
+  for (const auto& f : frames) n += f.size();
+  return n;
+}
+
+Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_id, NodeId receiver) {
+  struct Held {
+    PsMessage message;
+    capnp::MallocMessageBuilder builder;
+  };
+  auto held = std::make_shared<Held>();
+  held->message = std::move(message);
+  build_ps(held->builder, held->message, cluster_id, receiver);
+  auto segments = held->builder.getSegmentsForOutput();
+  EncodedFrames out;
+  if (segments.size() == 1 || segments.size() > wire_frames_max) {
+    auto flat = to_bytes(held->builder);
+    if (!flat) return flat.status();
+    auto bytes = std::make_shared<std::vector<uint8_t>>(std::move(*flat));
+    out.frames.emplace_back(bytes->data(), bytes->size());
+    out.owner = std::move(bytes);
+    return out;
+  }
+  size_t total = 0;
+  for (auto seg : segments) {
+    out.frames.emplace_back(reinterpret_cast<const uint8_t*>(seg.begin()), seg.size() * sizeof(capnp::word));
+    total += out.frames.back().size();
+  }
+  if (total > wire_message_bytes_max)
+    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", total,
+                                             wire_message_bytes_max));
+  out.owner = std::move(held);
+  return out;
 }
 
 namespace {
 
 // Decodes the ps union of an envelope; `status` says what was wrong.
-Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, PsMessage& out) {
+Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const FrameWords& words, PsMessage& out) {
   Status status;
   switch (ps.which()) {
     case wire::PsMessage::PULL_REQUEST: {
@@ -236,14 +365,14 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, PsMessage& 
     case wire::PsMessage::PULL_REPLY: {
       auto r = ps.getPullReply();
       PullReply m{get_header(r.getHeader()), r.getMinClock(), {}};
-      status = read_floats(r.getValues(), m.values, "pull reply values");
+      status = read_floats(r.getValues(), words, m.values, "pull reply values");
       out = std::move(m);
       break;
     }
     case wire::PsMessage::PUSH_REQUEST: {
       auto r = ps.getPushRequest();
       PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
-      status = read_floats(r.getGrads(), m.grads, "push gradients");
+      status = read_floats(r.getGrads(), words, m.grads, "push gradients");
       if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
         status = Status::invalid_input(fmt::format("push of {} keys carries {} gradient floats, not a whole "
                                                    "number of rows", m.keys.size(), m.grads.size()));
@@ -563,34 +692,41 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
   return to_bytes(builder);
 }
 
-Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
-  kj::Array<capnp::word> copy;
-  kj::ArrayPtr<const capnp::word> words;
-  if (Status s = to_words(bytes, copy, words); !s.ok()) return s;
-  const capnp::ReaderOptions options = reader_options(words.size());
+Expected<WireMessage> decode_wire_message(std::span<const SharedBytes> frames, uint64_t cluster_id) {
+  FrameWords words;
+  if (Status s = words.init(frames); !s.ok()) return s;
+  const capnp::ReaderOptions options = reader_options(words.total_words());
   WireMessage out;
   Status status;
   kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader reader(words, options);
-    auto root = reader.getRoot<wire::Envelope>();
-    if (root.getVersion() != wire_protocol_version) {
-      status = Status::invalid_input(fmt::format("protocol version {} is not supported (this build speaks {})",
-                                                 root.getVersion(), wire_protocol_version));
-      return;
-    }
-    if (root.getClusterId() != cluster_id) {
-      status = Status::invalid_input(fmt::format("message for cluster {:#x}, this is cluster {:#x}",
-                                                 root.getClusterId(), cluster_id));
-      return;
-    }
-    if (root.getKind() == wire_kind_ps && root.hasPs()) {
-      out.receiver = root.getReceiver();
-      status = read_ps(root.getPs(), root.getSenderId(), out.ps);
-    } else if (root.getKind() == wire_kind_control && root.hasControl()) {
-      out.is_control = true;
-      status = read_control(root.getControl(), out.control);
+    auto read = [&](capnp::MessageReader& reader) {
+      auto root = reader.getRoot<wire::Envelope>();
+      if (root.getVersion() != wire_protocol_version) {
+        status = Status::invalid_input(fmt::format("protocol version {} is not supported (this build speaks {})",
+                                                   root.getVersion(), wire_protocol_version));
+        return;
+      }
+      if (root.getClusterId() != cluster_id) {
+        status = Status::invalid_input(fmt::format("message for cluster {:#x}, this is cluster {:#x}",
+                                                   root.getClusterId(), cluster_id));
+        return;
+      }
+      if (root.getKind() == wire_kind_ps && root.hasPs()) {
+        out.receiver = root.getReceiver();
+        status = read_ps(root.getPs(), root.getSenderId(), words, out.ps);
+      } else if (root.getKind() == wire_kind_control && root.hasControl()) {
+        out.is_control = true;
+        status = read_control(root.getControl(), out.control);
+      } else {
+        status = Status::invalid_input(fmt::format("message of kind {} holds no message of that kind", root.getKind()));
+      }
+    };
+    if (words.flat()) {
+      capnp::FlatArrayMessageReader reader(words.flat_words(), options);
+      read(reader);
     } else {
-      status = Status::invalid_input(fmt::format("message of kind {} holds no message of that kind", root.getKind()));
+      capnp::SegmentArrayMessageReader reader(words.segments(), options);
+      read(reader);
     }
   });
   KJ_IF_MAYBE(e, error) {
@@ -598,6 +734,11 @@ Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64
   }
   if (!status.ok()) return status;
   return out;
+}
+
+Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
+  const SharedBytes frame(bytes);
+  return decode_wire_message(std::span<const SharedBytes>(&frame, 1), cluster_id);
 }
 
 Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {

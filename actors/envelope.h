@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
+#include "common/shared_bytes.h"
 #include "common/status.h"
 #include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
@@ -52,6 +54,23 @@ Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint6
                                                  NodeId receiver = 0);
 Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id);
 
+// The most frames a message may travel in.
+inline constexpr size_t wire_frames_max = 16;
+
+// A message encoded for sending without copying it: its bytes in one or more frames, which
+// `owner` keeps alive. One frame is the flat format that encode_ps_message makes; several
+// are the message's Cap'n Proto segments in order, without a segment table (the frames' sizes
+// are the table), and a float array of whole words is a segment of its own, sent from where
+// the message holds it.
+struct EncodedFrames {
+  std::shared_ptr<const void> owner;
+  std::vector<std::span<const uint8_t>> frames;
+  size_t bytes() const;
+};
+
+// As encode_ps_message, taking the message over (the frames refer into it).
+Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_id, NodeId receiver = 0);
+
 // Control messages (ps/cluster_protocol.h) on the wire: an Envelope of kind 1 whose `control`
 // field holds the message.
 inline constexpr uint16_t wire_kind_ps = 0;
@@ -77,5 +96,11 @@ struct WireMessage {
 // characters, or a value out of range (role, model, optimizer, consistency, a zero batch,
 // epoch count, replica count, dim over max 1024, max in-flight over 64, zero heartbeat times).
 Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id);
+// The same for a message received as frames (one: the flat format; 2..wire_frames_max: the
+// segments, as EncodedFrames describes). Fails with invalid_input also for no frames, too
+// many, or an empty one. A float array that lies word-aligned in a frame with an owner comes
+// back as a FloatBuffer view of that frame (kept alive by its owner), so it is not copied;
+// otherwise (and always from the overload above) it is copied.
+Expected<WireMessage> decode_wire_message(std::span<const SharedBytes> frames, uint64_t cluster_id);
 
 }  // namespace colony

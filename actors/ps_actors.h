@@ -13,6 +13,16 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MessageHeader& x) {
   return f(caf::meta::type_name("MessageHeader"), x.sender, x.request_id, x.map_version);
 }
+// A FloatBuffer travels (and prints) as its floats; a loaded one owns them.
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FloatBuffer& x) {
+  std::vector<float> floats;
+  if constexpr (Inspector::reads_state) floats.assign(x.begin(), x.end());
+  return f(floats, caf::meta::load_callback([&]() -> caf::error {
+             x = FloatBuffer(std::move(floats));
+             return caf::none;
+           }));
+}
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PullRequest& x) {
   return f(caf::meta::type_name("PullRequest"), x.header, x.clock, x.writer, x.keys);

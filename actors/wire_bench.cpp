@@ -23,15 +23,13 @@ namespace {
 // Alternating rounds of ours and the baseline per figure (odd: the median is one round).
 constexpr int wire_bench_rounds = 7;
 constexpr double wire_bench_round_seconds_min = 0.25;
-// Round trips in flight at once, in ours and in the baseline alike.
-constexpr size_t wire_bench_depth = 2;
-
 constexpr uint64_t bench_cluster_id = 0xbe0c;
-constexpr NodeId client_id = 1;
+constexpr NodeId first_worker = 1;  // the client's workers are first_worker, first_worker + 1, ...
 constexpr int receive_timeout_ms = 10000;
 
-// The child: serves a shard of `width` (width 0: echo every payload back) until killed.
-[[noreturn]] void serve(size_t width, int report_fd) {
+// The child: serves a shard of `width` to `workers` workers (width 0: echoes every payload
+// back) until killed.
+[[noreturn]] void serve(size_t width, size_t workers, int report_fd) {
   auto server = ZmqServer::open({});
   std::string endpoint = server ? (*server)->last_endpoint() : std::string();
   endpoint.push_back('\n');
@@ -43,7 +41,7 @@ constexpr int receive_timeout_ms = 10000;
     sc.width = width;
     sc.optimizer = default_optimizer_config(OptimizerKind::sgd);
     sc.consistency = {ConsistencyKind::asp, 0};
-    sc.senders = {client_id};
+    for (NodeId w = 0; w < workers; ++w) sc.senders.push_back(first_worker + w);
     sc.map = ShardMapSpec{1, 1, 16, 0};
     auto made = ShardCore::make(sc);
     if (!made) ::_exit(1);
@@ -53,16 +51,18 @@ constexpr int receive_timeout_ms = 10000;
   while (true) {
     auto r = (*server)->receive(1000);
     if (!r || r->timed_out) continue;
-    if (!shard) {
-      (void)(*server)->send(r->identity, r->payload.to_vector());
+    if (!shard) {  // the echo: sends back what it received, without a copy
+      const ReceivedBytes& body = r->frames[0];
+      const std::span<const uint8_t> frame(body.data(), body.size());
+      (void)(*server)->send(r->identity, body.owner(), std::span(&frame, 1));
       continue;
     }
-    auto msg = decode_ps_message(r->payload, bench_cluster_id);
-    if (!msg) continue;  // counted nowhere: the client times out and reports it
-    shard->on_message(*msg, out);
-    for (const Outgoing& o : out) {
-      auto bytes = encode_ps_message(o.message, bench_cluster_id);
-      if (bytes) (void)(*server)->send(r->identity, std::move(*bytes));
+    auto msg = decode_wire_message(r->frames, bench_cluster_id);
+    if (!msg || msg->is_control) continue;  // counted nowhere: the client times out and reports it
+    shard->on_message(msg->ps, out);
+    for (Outgoing& o : out) {
+      auto frames = encode_ps_frames(std::move(o.message), bench_cluster_id);
+      if (frames) (void)(*server)->send(r->identity, frames->owner, frames->frames);
     }
     out.clear();
   }
@@ -81,14 +81,14 @@ struct Peer {
   }
 };
 
-Status start(size_t width, Peer& peer) {
+Status start(size_t width, size_t workers, Peer& peer) {
   int fds[2];
   if (::pipe(fds) != 0) return Status::io_error(std::string("pipe: ") + std::strerror(errno));
   peer.pid = ::fork();
   if (peer.pid < 0) return Status::io_error(std::string("fork: ") + std::strerror(errno));
   if (peer.pid == 0) {
     ::close(fds[0]);
-    serve(width, fds[1]);
+    serve(width, workers, fds[1]);
   }
   ::close(fds[1]);
   std::string endpoint;
@@ -102,48 +102,46 @@ Status start(size_t width, Peer& peer) {
   return Status();
 }
 
-template <class Payload>
-Expected<ReceivedBytes> call(ZmqClient& client, Payload&& payload) {
-  if (Status s = client.send(std::forward<Payload>(payload)); !s.ok()) return s;
-  auto r = client.receive(receive_timeout_ms);
-  if (!r) return r.status();
-  if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
-  return std::move(r->payload);
+size_t frames_bytes(const std::vector<ReceivedBytes>& frames) {
+  size_t n = 0;
+  for (const ReceivedBytes& f : frames) n += f.size();
+  return n;
 }
 
-// Runs `trips` round trips of two request/reply exchanges each over `client`, with up to
-// `depth` trips in flight (as a worker keeps the pulls of its next step in flight while it
-// finishes the last). `send(stage, trip)` queues trip's request of stage 0 or 1 and returns
-// the request's id; `answered(reply)` checks a reply and returns the id of the request it
-// answers (a shard may answer out of order: it holds a pull until the puller's last push).
+// Runs `trips` round trips of two request/reply exchanges each over `client`, on `lanes`
+// lanes that each have one trip in flight, until `trips` are done between them. `send(stage,
+// lane)` queues the lane's request of stage 0 or 1 and returns the request's id;
+// `answered(frames)` checks a reply and returns the id of the request it answers.
 template <class Send, class Answered>
-Status pipelined(ZmqClient& client, uint64_t trips, size_t depth, Send send, Answered answered) {
-  std::unordered_map<uint64_t, std::pair<int, uint64_t>> in_flight;  // id -> (stage, trip)
+Status pipelined(ZmqClient& client, uint64_t trips, size_t lanes, Send send, Answered answered) {
+  std::unordered_map<uint64_t, std::pair<int, size_t>> in_flight;  // id -> (stage, lane)
   uint64_t started = 0, completed = 0;
-  auto request = [&](int stage, uint64_t trip) -> Status {
-    auto id = send(stage, trip);
+  auto request = [&](int stage, size_t lane) -> Status {
+    auto id = send(stage, lane);
     if (!id) return id.status();
-    in_flight[*id] = {stage, trip};
+    in_flight[*id] = {stage, lane};
     return Status();
   };
-  while (started < trips && in_flight.size() < depth)
-    if (Status s = request(0, started++); !s.ok()) return s;
+  for (size_t lane = 0; lane < lanes && started < trips; ++lane, ++started)
+    if (Status s = request(0, lane); !s.ok()) return s;
   while (completed < trips) {
     auto r = client.receive(receive_timeout_ms);
     if (!r) return r.status();
     if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
-    auto id = answered(r->payload);
+    auto id = answered(r->frames);
     if (!id) return id.status();
     auto it = in_flight.find(*id);
     if (it == in_flight.end()) return Status::internal("the bench server answered an unknown request");
-    const auto [stage, trip] = it->second;
+    const auto [stage, lane] = it->second;
     in_flight.erase(it);
     if (stage == 0) {
-      if (Status s = request(1, trip); !s.ok()) return s;
+      if (Status s = request(1, lane); !s.ok()) return s;
     } else {
       ++completed;
-      if (started < trips)
-        if (Status s = request(0, started++); !s.ok()) return s;
+      if (started < trips) {
+        ++started;
+        if (Status s = request(0, lane); !s.ok()) return s;
+      }
     }
   }
   return Status();
@@ -153,16 +151,17 @@ Status pipelined(ZmqClient& client, uint64_t trips, size_t depth, Send send, Ans
 
 Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
                                                  const std::vector<size_t>& keys_per_request,
-                                                 uint64_t bytes_per_figure) {
+                                                 uint64_t bytes_per_figure, size_t in_flight) {
+  COLONY_ASSERT(in_flight >= 1 && in_flight <= wire_bench_in_flight_max, "in_flight {}", in_flight);
   using Clock = std::chrono::steady_clock;
   Peer echo;
-  if (Status s = start(0, echo); !s.ok()) return s;
+  if (Status s = start(0, 0, echo); !s.ok()) return s;
   std::vector<WireFigure> figures;
   ZipfSampler zipf(10000000, 1.1);
   for (size_t width : widths) {
     Peer shard;
-    if (Status s = start(width, shard); !s.ok()) return s;
-    uint32_t clock = 0;
+    if (Status s = start(width, in_flight, shard); !s.ok()) return s;
+    std::vector<uint32_t> clocks(in_flight, 0);  // each worker's
     uint64_t request = 1;
     for (size_t n : keys_per_request) {
       SplitMix64 rng(n * 31 + width);
@@ -172,36 +171,55 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
         const uint64_t k = make_key(1, mix64(zipf(rng)));
         if (seen.insert(k).second) keys.push_back(k);
       }
-      // Built once, as a worker builds each message once: the loop measures the wire, not
-      // copies of the bench's own buffers.
-      PullRequest pull_message{{client_id, 0, 1}, 0, client_id, keys};
-      PushRequest push_message{{client_id, 0, 1}, 0, keys, std::vector<float>(n * width, 1e-3f)};
+      // The gradients are built once and every push refers to them (a FloatBuffer view), as a
+      // worker's push carries the gradients it computed: the loop measures the wire, not copies
+      // of the bench's own buffers. Keys are copied into each message, as a worker's are.
+      auto grads = std::make_shared<std::vector<float>>(n * width, 1e-3f);
+      std::vector<PullRequest> pulls;
+      std::vector<PushRequest> pushes;
+      for (NodeId lane = 0; lane < in_flight; ++lane) {
+        const NodeId worker = first_worker + lane;
+        pulls.push_back({{worker, 0, 1}, 0, worker, keys});
+        pushes.push_back({{worker, 0, 1}, 0, keys, FloatBuffer::view(grads, grads->data(), grads->size())});
+      }
+      // Worker `lane`'s next request of stage 0 (its pull) or 1 (its push), with id `id`.
+      auto next_message = [&](int stage, size_t lane, uint64_t id) -> PsMessage {
+        if (stage == 0) {
+          pulls[lane].header.request_id = id;
+          pulls[lane].clock = clocks[lane];
+          return pulls[lane];
+        }
+        pushes[lane].header.request_id = id;
+        pushes[lane].clock = ++clocks[lane];
+        return pushes[lane];
+      };
+      // A round trip's bytes: pull, reply, push, ack, as encoded (the sum of their frames).
       uint64_t bytes = 0;
-      auto round_trip = [&]() -> Status {
-        pull_message.header.request_id = request++;
-        pull_message.clock = clock;
-        auto pull = encode_ps_message(pull_message, bench_cluster_id);
-        if (!pull) return pull.status();
-        const size_t pull_bytes = pull->size();
-        auto reply = call(*shard.client, std::move(*pull));
+      auto exchange = [&](PsMessage&& m, auto is_reply) -> Status {
+        auto frames = encode_ps_frames(std::move(m), bench_cluster_id);
+        if (!frames) return frames.status();
+        bytes += frames->bytes();
+        if (Status s = shard.client->send(frames->owner, frames->frames); !s.ok()) return s;
+        auto r = shard.client->receive(receive_timeout_ms);
+        if (!r) return r.status();
+        if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
+        bytes += frames_bytes(r->frames);
+        auto reply = decode_wire_message(r->frames, bench_cluster_id);
         if (!reply) return reply.status();
-        auto values = decode_ps_message(*reply, bench_cluster_id);
-        if (!values) return values.status();
-        if (!std::holds_alternative<PullReply>(*values)) return Status::internal("the bench shard refused a pull");
-        push_message.header.request_id = request++;
-        push_message.clock = ++clock;
-        auto push = encode_ps_message(push_message, bench_cluster_id);
-        if (!push) return push.status();
-        const size_t push_bytes = push->size();
-        auto ack = call(*shard.client, std::move(*push));
-        if (!ack) return ack.status();
-        auto acked = decode_ps_message(*ack, bench_cluster_id);
-        if (!acked) return acked.status();
-        if (!std::holds_alternative<PushAck>(*acked)) return Status::internal("the bench shard refused a push");
-        bytes = pull_bytes + reply->size() + push_bytes + ack->size();
+        if (reply->is_control || !is_reply(reply->ps)) return Status::internal("the bench shard refused a request");
         return Status();
       };
-      if (Status s = round_trip(); !s.ok()) return s;  // warm-up: creates the rows
+      auto round_trip = [&](size_t lane) -> Status {
+        bytes = 0;
+        if (Status s = exchange(next_message(0, lane, request++),
+                                [](const PsMessage& m) { return std::holds_alternative<PullReply>(m); });
+            !s.ok())
+          return s;
+        return exchange(next_message(1, lane, request++),
+                        [](const PsMessage& m) { return std::holds_alternative<PushAck>(m); });
+      };
+      for (size_t lane = 0; lane < in_flight; ++lane)  // warm-up: creates the rows
+        if (Status s = round_trip(lane); !s.ok()) return s;
       // Ours and the baseline alternate in rounds, so that both see the same noise from other
       // work on the machine; the figure is the median round. A round is as many round trips as
       // move bytes_per_figure / rounds, and at least as many as take round_seconds_min (short
@@ -211,55 +229,51 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
         uint64_t done = 0;
         const auto start_time = Clock::now();
         while (std::chrono::duration<double>(Clock::now() - start_time).count() < wire_bench_round_seconds_min) {
-          if (Status s = round_trip(); !s.ok()) return s;
+          if (Status s = round_trip(done % in_flight); !s.ok()) return s;
           ++done;
         }
         trips = std::max(trips, done);
       }
       // Baseline: the same bytes, in the same shape (two request/reply exchanges a round trip),
-      // as raw payloads echoed back.
-      std::vector<uint8_t> quarter(std::max<uint64_t>(8, bytes / 4), 0x5a);
-      // Timed: both with wire_bench_depth trips in flight. Trip k pulls for step `base + k` and
-      // pushes step base + k + 1, so the shard holds a pull until the puller's previous push
-      // is in (read-my-writes), as it does for a pipelined worker.
-      auto send_ours = [&](int stage, uint64_t trip) -> Expected<uint64_t> {
+      // as raw payloads echoed back, sent without copies both ways, as ours are.
+      auto quarter = std::make_shared<std::vector<uint8_t>>(std::max<uint64_t>(8, bytes / 4), 0x5a);
+      const std::span<const uint8_t> quarter_frame(*quarter);
+      // Timed: both with `in_flight` round trips in flight; ours from as many workers, each
+      // with one in flight (a shard answers a worker's pull only once its previous push is in,
+      // so one worker's round trips follow one another).
+      auto send_ours = [&](int stage, size_t lane) -> Expected<uint64_t> {
         const uint64_t id = request++;
-        pull_message.header.request_id = push_message.header.request_id = id;
-        pull_message.clock = clock + static_cast<uint32_t>(trip);
-        push_message.clock = clock + static_cast<uint32_t>(trip) + 1;
-        auto bytes = stage == 0 ? encode_ps_message(pull_message, bench_cluster_id)
-                                : encode_ps_message(push_message, bench_cluster_id);
-        if (!bytes) return bytes.status();
-        if (Status s = shard.client->send(std::move(*bytes)); !s.ok()) return s;
+        auto frames = encode_ps_frames(next_message(stage, lane, id), bench_cluster_id);
+        if (!frames) return frames.status();
+        if (Status s = shard.client->send(frames->owner, frames->frames); !s.ok()) return s;
         return id;
       };
-      auto answered_ours = [&](const ReceivedBytes& reply) -> Expected<uint64_t> {
-        auto m = decode_ps_message(reply, bench_cluster_id);
+      auto answered_ours = [&](const std::vector<ReceivedBytes>& reply) -> Expected<uint64_t> {
+        auto m = decode_wire_message(reply, bench_cluster_id);
         if (!m) return m.status();
-        if (!std::holds_alternative<PullReply>(*m) && !std::holds_alternative<PushAck>(*m))
+        if (m->is_control || (!std::holds_alternative<PullReply>(m->ps) && !std::holds_alternative<PushAck>(m->ps)))
           return Status::internal("the bench shard refused a request");
-        return std::visit([](const auto& x) { return x.header.request_id; }, *m);
+        return std::visit([](const auto& x) { return x.header.request_id; }, m->ps);
       };
       uint64_t echo_sent = 0, echo_answered = 0;  // the echo answers in order
-      auto send_echo = [&](int, uint64_t) -> Expected<uint64_t> {
-        if (Status s = echo.client->send(std::span<const uint8_t>(quarter)); !s.ok()) return s;
+      auto send_echo = [&](int, size_t) -> Expected<uint64_t> {
+        if (Status s = echo.client->send(quarter, std::span(&quarter_frame, 1)); !s.ok()) return s;
         return echo_sent++;
       };
-      auto answered_echo = [&](const ReceivedBytes& reply) -> Expected<uint64_t> {
-        if (reply.size() != quarter.size()) return Status::internal("the echo changed the payload's size");
+      auto answered_echo = [&](const std::vector<ReceivedBytes>& reply) -> Expected<uint64_t> {
+        if (frames_bytes(reply) != quarter->size()) return Status::internal("the echo changed the payload's size");
         return echo_answered++;
       };
       std::vector<double> ours, baseline, ratios;
       for (int round = 0; round < wire_bench_rounds; ++round) {
         auto start_time = Clock::now();
-        if (Status s = pipelined(*shard.client, trips, wire_bench_depth, send_ours, answered_ours); !s.ok()) return s;
-        clock += static_cast<uint32_t>(trips);
+        if (Status s = pipelined(*shard.client, trips, in_flight, send_ours, answered_ours); !s.ok()) return s;
         const double seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
         start_time = Clock::now();
-        if (Status s = pipelined(*echo.client, trips, wire_bench_depth, send_echo, answered_echo); !s.ok()) return s;
+        if (Status s = pipelined(*echo.client, trips, in_flight, send_echo, answered_echo); !s.ok()) return s;
         const double baseline_seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
         ours.push_back(double(bytes * trips) / seconds);
-        baseline.push_back(double(4 * quarter.size() * trips) / baseline_seconds);
+        baseline.push_back(double(4 * quarter->size() * trips) / baseline_seconds);
         ratios.push_back(ours.back() / baseline.back());
       }
       auto median = [](std::vector<double> v) {
@@ -273,6 +287,7 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       f.rows_per_sec = f.bytes_per_sec / double(bytes) * double(2 * n);
       f.baseline_bytes_per_sec = median(baseline);
       f.ratio = median(ratios);
+      f.in_flight = in_flight;
       figures.push_back(f);
     }
   }

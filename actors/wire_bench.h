@@ -1,11 +1,14 @@
-// `colony bench wire`: parameter-server traffic between two processes over loopback TCP, two
-// round trips in flight.
+// `colony bench wire`: parameter-server traffic between two processes over loopback TCP.
 //
-// A child process (fork) serves one shard core behind a ZmqServer, decoding and encoding
-// every message with the Cap'n Proto codec; this process pulls and pushes through a
-// ZmqClient. The baseline, measured in the same run against an echo child, sends the same
-// number of bytes per round trip as raw ZeroMQ messages: what loopback TCP plus ZeroMQ can do
-// without our codec and shard.
+// A child process (fork) serves one shard core (SGD, ASP) behind a ZmqServer, decoding and
+// encoding every message with the Cap'n Proto codec (segments sent as frames, float arrays
+// read in place); this process runs `in_flight` workers that pull and push through one
+// ZmqClient, each with one round trip (pull, reply, push, ack) in flight: a shard answers a
+// worker's pull only once that worker's previous push is in, so one worker's round trips
+// follow one another. Replies are decoded, not copied into rows (that is the worker's
+// compute, not the wire). The baseline, measured in the same run against an echo child, keeps
+// as many round trips of the same bytes in flight as raw ZeroMQ messages, sent without
+// copies both ways: what loopback TCP plus ZeroMQ can do without our codec and shard.
 #pragma once
 
 #include <cstdint>
@@ -22,12 +25,17 @@ struct WireFigure {
   double bytes_per_sec = 0.0;   // encoded bytes of the four messages of a round trip
   double baseline_bytes_per_sec = 0.0;  // raw ZeroMQ echo of the same bytes
   double ratio = 0.0;  // the median over alternating rounds of ours / baseline
+  size_t in_flight = 0;  // round trips in flight, in ours and in the baseline
 };
 
-// Runs every (width, keys) pair; each figure moves about `bytes_per_figure` bytes in each of
-// ours and the baseline, in alternating rounds (the figures are the medians).
+inline constexpr size_t wire_bench_in_flight_max = 64;
+
+// Runs every (width, keys) pair with `in_flight` (1..wire_bench_in_flight_max) round trips in
+// flight; each figure moves about `bytes_per_figure` bytes in each of ours and the baseline,
+// in alternating rounds (the figures are the medians). Fails with the transport's error, or
+// internal when the shard refuses a request or a reply is missing.
 Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
                                                  const std::vector<size_t>& keys_per_request,
-                                                 uint64_t bytes_per_figure);
+                                                 uint64_t bytes_per_figure, size_t in_flight);
 
 }  // namespace colony

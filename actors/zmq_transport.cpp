@@ -85,7 +85,7 @@ void set_common_options(zmq::socket_t& s, int send_hwm, int receive_hwm, int sen
 }
 
 // Waits up to timeout_ms for `s` to be readable, then reads one whole message: [identity,
-// payload] when `with_identity` (ROUTER), else [payload] (DEALER).
+// payload frames...] when `with_identity` (ROUTER), else [payload frames...] (DEALER).
 Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, int timeout_ms,
                                    bool with_identity) {
   COLONY_ASSERT(timeout_ms >= 0 && timeout_ms <= zmq_receive_timeout_ms_max, "timeout_ms {}",
@@ -112,7 +112,7 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
       }
       // A message is delivered whole, so once the first frame is here the rest are too.
       std::vector<zmq::message_t> frames;
-      const size_t expected = with_identity ? 2 : 1;
+      const size_t most = (with_identity ? 1 : 0) + zmq_payload_frames_max;
       size_t count = 0;
       for (bool more = true; more; ++count) {
         zmq::message_t frame;
@@ -121,23 +121,27 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
           return Status::internal(fmt::format("{}: a message ended early", where));
         }
         more = frame.more();
-        if (frames.size() < expected) frames.push_back(std::move(frame));
+        if (frames.size() < most) frames.push_back(std::move(frame));
       }
       if (count == 0) continue;
-      if (count != expected)
-        return Status::invalid_input(fmt::format("{}: received a message of {} frames, expected {}",
-                                                 where, count, expected));
+      const size_t least = with_identity ? 2 : 1;
+      if (count < least || count > most)
+        return Status::invalid_input(fmt::format("{}: received a message of {} frames, expected {} to {}",
+                                                 where, count, least, most));
       Received r;
+      size_t first = 0;
       if (with_identity) {
         const auto* id = frames[0].data<uint8_t>();
         r.identity.assign(id, id + frames[0].size());
+        first = 1;
       }
-      auto body_owner = std::make_shared<zmq::message_t>(std::move(frames.back()));
-      const zmq::message_t& body = *body_owner;
       // The sender's address, from libzmq's metadata (absent on inproc and older libzmq).
-      if (const char* address = zmq_msg_gets(const_cast<zmq_msg_t*>(body.handle()), "Peer-Address"))
-        r.peer_address = address;
-      r.payload = ReceivedBytes(body_owner, body.data<uint8_t>(), body.size());
+      if (const char* address = zmq_msg_gets(frames[first].handle(), "Peer-Address")) r.peer_address = address;
+      for (size_t i = first; i < frames.size(); ++i) {
+        auto owner = std::make_shared<zmq::message_t>(std::move(frames[i]));
+        const zmq::message_t& body = *owner;
+        r.frames.emplace_back(owner, body.data<uint8_t>(), body.size());
+      }
       return r;
     }
   } catch (const zmq::error_t& e) {
@@ -152,6 +156,31 @@ zmq::message_t adopt(std::vector<uint8_t>&& bytes) {
   return zmq::message_t(
       owned->data(), owned->size(), [](void*, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); },
       owned);
+}
+
+// Frames that refer to bytes `owner` keeps alive; each frame holds a reference to it until
+// libzmq is done with the frame. Fails with invalid_input for no frames or too many (the size
+// is send_message's to check).
+Expected<std::vector<zmq::message_t>> share(const std::string& where, const std::shared_ptr<const void>& owner,
+                                            std::span<const std::span<const uint8_t>> frames) {
+  if (frames.empty() || frames.size() > zmq_payload_frames_max)
+    return Status::invalid_input(fmt::format("{}: a message of {} payload frames, expected 1 to {}", where,
+                                             frames.size(), zmq_payload_frames_max));
+  std::vector<zmq::message_t> out;
+  out.reserve(frames.size());
+  for (const auto& f : frames) {
+    auto* ref = new std::shared_ptr<const void>(owner);
+    out.emplace_back(
+        const_cast<uint8_t*>(f.data()), f.size(),
+        [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, ref);
+  }
+  return out;
+}
+
+std::vector<zmq::message_t> one_frame(zmq::message_t&& m) {
+  std::vector<zmq::message_t> v;
+  v.push_back(std::move(m));
+  return v;
 }
 
 }  // namespace
@@ -333,24 +362,33 @@ Expected<Received> ZmqServer::receive(int timeout_ms) {
 }
 
 Status ZmqServer::send(std::span<const uint8_t> identity, std::span<const uint8_t> payload) {
-  return send_message(identity, zmq::message_t(payload.data(), payload.size()));
+  return send_message(identity, one_frame(zmq::message_t(payload.data(), payload.size())));
 }
 
 Status ZmqServer::send(std::span<const uint8_t> identity, std::vector<uint8_t>&& payload) {
-  return send_message(identity, adopt(std::move(payload)));
+  return send_message(identity, one_frame(adopt(std::move(payload))));
 }
 
-Status ZmqServer::send_message(std::span<const uint8_t> identity, zmq::message_t&& payload) {
+Status ZmqServer::send(std::span<const uint8_t> identity, const std::shared_ptr<const void>& owner,
+                       std::span<const std::span<const uint8_t>> frames) {
+  auto shared = share(impl_->where, owner, frames);
+  if (!shared) return shared.status();
+  return send_message(identity, std::move(*shared));
+}
+
+Status ZmqServer::send_message(std::span<const uint8_t> identity, std::vector<zmq::message_t>&& frames) {
   const std::string& where = impl_->where;
   if (identity.empty())
     return Status::invalid_input(fmt::format("{}: send to an empty peer identity", where));
-  if (payload.size() > zmq_message_bytes_max)
+  size_t bytes = 0;
+  for (const auto& f : frames) bytes += f.size();
+  if (bytes > zmq_message_bytes_max)
     return Status::invalid_input(fmt::format("{}: a payload of {} bytes exceeds the {} byte limit",
-                                             where, payload.size(), zmq_message_bytes_max));
+                                             where, bytes, zmq_message_bytes_max));
   const std::string peer = fmt::format("{}: send to peer {}", where, to_hex(identity));
   try {
     // The router decides on the identity frame: unroutable (EHOSTUNREACH) or full (EAGAIN after
-    // the send timeout). Once it is accepted the payload frame joins it in the same queue.
+    // the send timeout). Once it is accepted the payload frames join it in the same queue.
     for (;;) {
       try {
         if (!impl_->router.send(zmq::buffer(identity.data(), identity.size()),
@@ -361,8 +399,9 @@ Status ZmqServer::send_message(std::span<const uint8_t> identity, zmq::message_t
         if (e.num() != EINTR) throw;
       }
     }
-    if (!impl_->router.send(payload, zmq::send_flags::none))
-      return Status::io_error(fmt::format("{}: the payload frame was not queued", peer));
+    for (size_t i = 0; i < frames.size(); ++i)
+      if (!impl_->router.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none))
+        return Status::io_error(fmt::format("{}: a payload frame was not queued", peer));
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH)
       return Status::not_found(fmt::format("{}: no such peer connected", peer));
@@ -435,29 +474,45 @@ const std::string& ZmqClient::endpoint() const {
 }
 
 Status ZmqClient::send(std::span<const uint8_t> payload, bool wait) {
-  return send_message(zmq::message_t(payload.data(), payload.size()), wait);
+  return send_message(one_frame(zmq::message_t(payload.data(), payload.size())), wait);
 }
 
 Status ZmqClient::send(std::vector<uint8_t>&& payload, bool wait) {
-  return send_message(adopt(std::move(payload)), wait);
+  return send_message(one_frame(adopt(std::move(payload))), wait);
 }
 
-Status ZmqClient::send_message(zmq::message_t&& payload, bool wait) {
+Status ZmqClient::send(const std::shared_ptr<const void>& owner, std::span<const std::span<const uint8_t>> frames,
+                       bool wait) {
+  auto shared = share(impl_->where, owner, frames);
+  if (!shared) return shared.status();
+  return send_message(std::move(*shared), wait);
+}
+
+Status ZmqClient::send_message(std::vector<zmq::message_t>&& frames, bool wait) {
   const std::string& where = impl_->where;
-  if (payload.size() > zmq_message_bytes_max)
+  size_t bytes = 0;
+  for (const auto& f : frames) bytes += f.size();
+  if (bytes > zmq_message_bytes_max)
     return Status::invalid_input(fmt::format("{}: a payload of {} bytes exceeds the {} byte limit",
-                                             where, payload.size(), zmq_message_bytes_max));
+                                             where, bytes, zmq_message_bytes_max));
   try {
+    // The first frame decides (a full queue, no connection yet); once it is accepted the rest of
+    // the message joins it in the same queue.
     for (;;) {
       try {
-        if (!impl_->dealer.send(payload, wait ? zmq::send_flags::none : zmq::send_flags::dontwait))
+        if (!impl_->dealer.send(frames[0], (wait ? zmq::send_flags::none : zmq::send_flags::dontwait) |
+                                               (frames.size() > 1 ? zmq::send_flags::sndmore : zmq::send_flags::none)))
           return Status::io_error(where + (wait ? ": send: the queue stayed full"
                                                 : ": send: the queue is full (or no connection yet)"));
-        return Status();
+        break;
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
       }
     }
+    for (size_t i = 1; i < frames.size(); ++i)
+      if (!impl_->dealer.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none))
+        return Status::io_error(where + ": send: a payload frame was not queued");
+    return Status();
   } catch (const zmq::error_t& e) {
     return zmq_status(where + ": send", e);
   }

@@ -1,10 +1,11 @@
 // A minimal byte-message transport over ZeroMQ, authenticated with CURVE.
 //
 // ZmqServer binds a ROUTER socket; each ZmqClient is a DEALER connected to it. A message is one
-// frame of payload bytes; the server sees which peer (routing identity) sent it and replies to
-// that identity. With CURVE, the link is encrypted and the server admits only clients whose
-// public key is on its authorized list (a ZAP handler, see ZmqServer); without CURVE (the
-// --insecure mode) it is plain TCP and admits anyone.
+// or more frames of payload bytes, delivered whole or not at all; the server sees which peer
+// (routing identity) sent it and replies to that identity. With CURVE, the link is encrypted
+// and the server admits only clients whose public key is on its authorized list (a ZAP
+// handler, see ZmqServer); without CURVE (the --insecure mode) it is plain TCP and admits
+// anyone.
 //
 // Nothing is dropped silently on send: a message is queued in full or the call returns an
 // error. Delivery is still ZeroMQ's: a queued message is lost when its connection breaks or its
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "actors/curve_keys.h"
+#include "common/shared_bytes.h"
 #include "common/status.h"
 
 namespace zmq {
@@ -40,29 +42,16 @@ inline constexpr int zmq_receive_timeout_ms_max = 3'600'000;
 // How many refused attempts ZmqServer::refused() keeps the details of (the count goes on).
 inline constexpr size_t zmq_refused_recorded_max = 64;
 
-// The bytes of a received message, left where libzmq received them (no copy); they live as
-// long as any copy of this handle.
-class ReceivedBytes {
- public:
-  ReceivedBytes() = default;
-  ReceivedBytes(std::shared_ptr<const void> owner, const uint8_t* data, size_t size)
-      : owner_(std::move(owner)), data_(data), size_(size) {}
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  bool empty() const { return size_ == 0; }
-  operator std::span<const uint8_t>() const { return {data_, size_}; }
-  std::vector<uint8_t> to_vector() const { return {data_, data_ + size_}; }
-
- private:
-  std::shared_ptr<const void> owner_;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
+// A received frame's bytes, left where libzmq received them (no copy); they live as long as any
+// copy of this handle.
+using ReceivedBytes = SharedBytes;
+// The most payload frames a message may have; a message with more is refused whole.
+inline constexpr size_t zmq_payload_frames_max = 16;
 
 // What receive() returns: a message, or timed_out with nothing in it.
 struct Received {
   std::vector<uint8_t> identity;  // the sending peer's routing identity; empty at a client
-  ReceivedBytes payload;
+  std::vector<ReceivedBytes> frames;  // the payload frames, 1..zmq_payload_frames_max, in order
   std::string peer_address;  // the sending peer's IP address, when libzmq knows it
   bool timed_out = false;
 };
@@ -109,8 +98,8 @@ class ZmqServer {
   const std::string& last_endpoint() const;
 
   // Waits up to timeout_ms (0..zmq_receive_timeout_ms_max; 0 = do not wait) for a message.
-  // Fails with invalid_input for a message that is not [identity, one payload frame] (the
-  // frames are consumed), io_error when libzmq fails.
+  // Fails with invalid_input for a message that is not [identity, 1..zmq_payload_frames_max
+  // payload frames] (the frames are consumed), io_error when libzmq fails.
   Expected<Received> receive(int timeout_ms);
 
   // Queues `payload` to the peer with routing identity `identity`. Fails with not_found for an
@@ -120,6 +109,11 @@ class ZmqServer {
   Status send(std::span<const uint8_t> identity, std::span<const uint8_t> payload);
   // The same, handing `payload` over to libzmq instead of copying it.
   Status send(std::span<const uint8_t> identity, std::vector<uint8_t>&& payload);
+  // A message of several payload frames (1..zmq_payload_frames_max, together at most
+  // zmq_message_bytes_max), sent without copying: libzmq holds `owner`, which keeps the
+  // frames' bytes alive, until they are out.
+  Status send(std::span<const uint8_t> identity, const std::shared_ptr<const void>& owner,
+              std::span<const std::span<const uint8_t>> frames);
 
   // The attempts refused so far. Any thread.
   RefusedPeers refused() const;
@@ -127,7 +121,7 @@ class ZmqServer {
  private:
   struct Impl;
   explicit ZmqServer(std::unique_ptr<Impl> impl);
-  Status send_message(std::span<const uint8_t> identity, zmq::message_t&& payload);
+  Status send_message(std::span<const uint8_t> identity, std::vector<zmq::message_t>&& frames);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -168,6 +162,9 @@ class ZmqClient {
   Status send(std::span<const uint8_t> payload, bool wait = true);
   // The same, handing `payload` over to libzmq instead of copying it.
   Status send(std::vector<uint8_t>&& payload, bool wait = true);
+  // Several payload frames without copying, as ZmqServer::send.
+  Status send(const std::shared_ptr<const void>& owner, std::span<const std::span<const uint8_t>> frames,
+              bool wait = true);
 
   // As ZmqServer::receive; the identity of what it returns is empty.
   Expected<Received> receive(int timeout_ms);
@@ -175,7 +172,7 @@ class ZmqClient {
  private:
   struct Impl;
   explicit ZmqClient(std::unique_ptr<Impl> impl);
-  Status send_message(zmq::message_t&& payload, bool wait);
+  Status send_message(std::vector<zmq::message_t>&& frames, bool wait);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -31,6 +31,7 @@ struct BenchArgs {
   uint64_t rows = 500000;
   int repeats = 3;
   std::string dir;
+  size_t in_flight = 8;  // wire
 };
 
 // One pass over the cache: returns seconds; `work` is called for every batch.
@@ -215,9 +216,9 @@ int bench_cluster(const BenchArgs& a) {
 }
 
 int bench_wire(const BenchArgs& a) {
-  auto figures = run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20);
+  auto figures = run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20, a.in_flight);
   if (!figures) return fail(figures.status());
-  nlohmann::json rep = {{"suite", "wire"}, {"transport", "zeromq tcp loopback, no CURVE"}};
+  nlohmann::json rep = {{"suite", "wire"}, {"transport", "zeromq tcp loopback, no CURVE"}, {"in_flight", a.in_flight}};
   nlohmann::json list = nlohmann::json::array();
   std::printf("%-7s %-9s %14s %10s %14s %8s\n", "floats", "keys/req", "rows/s", "GB/s", "baseline GB/s", "ratio");
   for (const WireFigure& f : *figures) {
@@ -227,8 +228,10 @@ int bench_wire(const BenchArgs& a) {
                     {"bytes_per_sec", f.bytes_per_sec}, {"baseline_bytes_per_sec", f.baseline_bytes_per_sec},
                     {"ratio_to_baseline", f.ratio}});
   }
-  std::printf("a round trip = pull + reply + push + ack between two processes, two in flight; baseline = ZeroMQ\n"
-              "echo of the same bytes in two request/reply exchanges, two in flight, measured in the same run\n");
+  std::printf("a round trip = pull + reply + push + ack between two processes; %zu workers, one round trip in\n"
+              "flight each; baseline = ZeroMQ echo of the same bytes in two request/reply exchanges, %zu round\n"
+              "trips in flight, measured in the same run\n",
+              a.in_flight, a.in_flight);
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
@@ -283,6 +286,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--repeats", a->repeats, "Timed passes per figure (best is kept)")
       ->check(CLI::Range(1, 100))->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the generated data (default: a temporary one)");
+  cmd->add_option("--in-flight", a->in_flight, "wire: round trips in flight (workers in the client process)")
+      ->check(CLI::Range(size_t{1}, wire_bench_in_flight_max))
+      ->capture_default_str();
   return [a, rows]() {
     if (a->suite == "store") return bench_store(*a, rows->count() > 0);
     if (a->suite == "ps") return bench_ps(*a);

@@ -16,6 +16,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/float_buffer.h"
 #include "common/status.h"
 
 namespace colony {
@@ -45,14 +46,14 @@ struct PullRequest {
 struct PullReply {
   MessageHeader header;       // request_id echoes the request's
   uint32_t min_clock = 0;     // the shard's minimum clock over senders when it answered
-  std::vector<float> values;  // keys.size() x width, in the request's key order
+  FloatBuffer values;      // keys.size() x width, in the request's key order
 };
 
 struct PushRequest {
   MessageHeader header;
   uint32_t clock = 0;          // the sender's clock once this push is applied
   std::vector<uint64_t> keys;  // unique within the push
-  std::vector<float> grads;    // keys.size() x width: gradients summed over the step
+  FloatBuffer grads;           // keys.size() x width: gradients summed over the step
 };
 
 struct PushAck {

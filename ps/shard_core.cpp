@@ -167,7 +167,8 @@ uint64_t hash_keys(const std::vector<uint64_t>& keys) {
 void ShardCore::answer(const PullRequest& r, Outbox& out) {
   PullReply reply{{config_.id, r.header.request_id, map_.version()}, min_clock_, {}};
   const size_t n = r.keys.size();
-  reply.values.reserve(n * width_);  // appended below: no zero-fill pass first
+  std::vector<float>& values = reply.values.vec();
+  values.reserve(n * width_);  // appended below: no zero-fill pass first
   if (!store_->stable_rows()) {
     // One batch against the store: read the rows in one go, write the new ones back.
     if (!store_ok(store_->load(r.keys))) return;
@@ -175,10 +176,10 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
       const float* p = store_->find(key);
       if (!p) p = sketch_ ? admitted_row(key) : row(key);
       if (p) {
-        reply.values.insert(reply.values.end(), p, p + width_);
+        values.insert(values.end(), p, p + width_);
       } else {
-        reply.values.resize(reply.values.size() + width_);
-        init_row(key, config_.init, {reply.values.data() + reply.values.size() - width_, width_});
+        values.resize(values.size() + width_);
+        init_row(key, config_.init, {values.data() + values.size() - width_, width_});
       }
     }
     if (!store_ok(store_->commit())) return;
@@ -197,13 +198,13 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
         a.rows[i] = row(r.keys[i]);
         __builtin_prefetch(a.rows[i]);
       }
-      for (size_t i = 0; i < n; ++i) reply.values.insert(reply.values.end(), a.rows[i], a.rows[i] + width_);
+      for (size_t i = 0; i < n; ++i) values.insert(values.end(), a.rows[i], a.rows[i] + width_);
     } else {
       // With admission, a key without a row yet gets its initial value (and no pointer).
       for (size_t i = 0; i < n; ++i) a.rows[i] = admitted_row(r.keys[i]);
-      reply.values.resize(n * width_);
+      values.resize(n * width_);
       for (size_t i = 0; i < n; ++i) {
-        std::span<float> o(reply.values.data() + i * width_, width_);
+        std::span<float> o(values.data() + i * width_, width_);
         if (a.rows[i]) std::copy(a.rows[i], a.rows[i] + width_, o.begin());
         else init_row(r.keys[i], config_.init, o);
       }

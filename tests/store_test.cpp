@@ -273,7 +273,8 @@ BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_
       s->on_message(PullRequest{{7, 2 * step + 1, 1}, step, 7, keys}, out);
       s->on_message(PushRequest{{7, 2 * step + 2, 1}, step + 1, keys, grads}, out);
       BOOST_REQUIRE_EQUAL(out.size(), 2u);
-      replies.push_back(std::get<PullReply>(out[0].message).values);
+      const FloatBuffer& v = std::get<PullReply>(out[0].message).values;
+      replies.emplace_back(v.begin(), v.end());
     }
     BOOST_TEST((replies[0] == replies[1]));
     BOOST_TEST((replies[0] == replies[2]));

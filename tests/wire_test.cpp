@@ -2,6 +2,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -512,4 +515,155 @@ BOOST_AUTO_TEST_CASE(unaligned_bytes_decode_like_aligned_ones) {
     BOOST_TEST(same(*a, *b));
     BOOST_TEST(same(m, *b));
   }
+}
+
+// ---- Messages as frames (encode_ps_frames, decode_wire_message over frames) ----
+
+namespace {
+
+// The frames as a receiver holds them: each copied into its own word-aligned buffer, owned by
+// the handle (as a received ZeroMQ frame is). `shift` moves each frame one byte off alignment.
+std::vector<SharedBytes> received(const EncodedFrames& sent, bool shift = false) {
+  std::vector<SharedBytes> out;
+  for (auto f : sent.frames) {
+    auto buffer = std::make_shared<std::vector<uint64_t>>(f.size() / 8 + 2);
+    auto* p = reinterpret_cast<uint8_t*>(buffer->data()) + (shift ? 1 : 0);
+    std::memcpy(p, f.data(), f.size());
+    out.emplace_back(buffer, p, f.size());
+  }
+  return out;
+}
+
+// encode_ps_frames of a copy of `m`, which must succeed.
+EncodedFrames frames_ok(const PsMessage& m, uint64_t cluster, NodeId receiver = 0) {
+  auto sent = encode_ps_frames(PsMessage(m), cluster, receiver);
+  BOOST_REQUIRE_MESSAGE(sent.ok(), (sent.ok() ? std::string() : sent.status().message()));
+  return std::move(sent).value();
+}
+
+const FloatBuffer* floats_of(const PsMessage& m) {
+  if (auto* r = std::get_if<PullReply>(&m)) return &r->values;
+  if (auto* p = std::get_if<PushRequest>(&m)) return &p->grads;
+  return nullptr;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(every_ps_message_kind_round_trips_as_frames) {
+  size_t multi = 0, views = 0;
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    SplitMix64 rng(seed);
+    for (const PsMessage& m : random_ps_messages(rng)) {
+      std::optional<EncodedFrames> sent = frames_ok(m, 77, 9);
+      BOOST_REQUIRE(!sent->frames.empty());
+      BOOST_REQUIRE(sent->frames.size() <= wire_frames_max);
+      if (sent->frames.size() > 1) ++multi;
+      auto frames = received(*sent);
+      auto back = decode_wire_message(frames, 77);
+      BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
+      BOOST_TEST(!back->is_control);
+      BOOST_TEST(back->receiver == 9u);
+      frames.clear();  // a view keeps its frame alive by itself
+      sent.reset();
+      BOOST_TEST(same(m, back->ps), "kind " << m.index() << " seed " << seed);
+      if (const FloatBuffer* f = floats_of(back->ps); f && f->is_view()) ++views;
+    }
+  }
+  // Float arrays of whole words travel as segments of their own and are read in place.
+  BOOST_TEST(multi > 50u);
+  BOOST_TEST(views > 20u);
+}
+
+BOOST_AUTO_TEST_CASE(frames_without_an_owner_or_off_alignment_are_copied) {
+  SplitMix64 rng(5);
+  const PsMessage m = PushRequest{random_header(rng), 3, random_keys(rng, 64), random_floats(rng, 64 * 4)};
+  const auto sent = frames_ok(m, 1);
+  BOOST_REQUIRE(sent.frames.size() > 1);
+  // No owner: the caller's bytes, so nothing may be kept.
+  std::vector<SharedBytes> borrowed;
+  for (auto f : sent.frames) borrowed.emplace_back(f);
+  auto a = decode_wire_message(borrowed, 1);
+  BOOST_REQUIRE(a.ok());
+  BOOST_TEST(same(m, a->ps));
+  BOOST_TEST(!floats_of(a->ps)->is_view());
+  // Off alignment: copied into words first, so nothing is kept either.
+  auto b = decode_wire_message(received(sent, /*shift=*/true), 1);
+  BOOST_REQUIRE(b.ok());
+  BOOST_TEST(same(m, b->ps));
+  BOOST_TEST(!floats_of(b->ps)->is_view());
+}
+
+BOOST_AUTO_TEST_CASE(bad_frame_lists_are_refused_naming_what_is_wrong) {
+  SplitMix64 rng(8);
+  auto frames = received(frames_ok(PullReply{random_header(rng), 1, random_floats(rng, 512)}, 1));
+  BOOST_REQUIRE(frames.size() > 1);
+  auto refused = [](const std::vector<SharedBytes>& f, const std::string& words) {
+    auto r = decode_wire_message(f, 1);
+    BOOST_REQUIRE(!r.ok());
+    BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+    BOOST_TEST(r.status().message().find(words) != std::string::npos, r.status().message());
+  };
+  refused({}, "0 frames");
+  refused(std::vector<SharedBytes>(wire_frames_max + 1, frames[0]), "frames, expected 1 to");
+  auto empty = frames;
+  empty.insert(empty.begin() + 1, SharedBytes());
+  refused(empty, "empty frame");
+  auto ragged = frames;
+  ragged[1] = SharedBytes(ragged[1].owner(), ragged[1].data(), ragged[1].size() - 4);
+  refused(ragged, "not a whole number of words");
+  auto missing = frames;
+  missing.pop_back();  // the floats' segment is gone: the pointer to it is out of bounds
+  refused(missing, "malformed");
+}
+
+BOOST_AUTO_TEST_CASE(damaged_frames_never_crash) {
+  size_t decoded = 0, refused = 0;
+  for (uint64_t seed = 1; seed <= 30; ++seed) {
+    SplitMix64 rng(seed);
+    for (const PsMessage& m : random_ps_messages(rng)) {
+      const auto sent = frames_ok(m, 5);
+      for (int trial = 0; trial < 20; ++trial) {
+        auto frames = received(sent);
+        // Own copies to damage: flip bits in any frame, and sometimes reorder or repeat frames.
+        std::vector<std::vector<uint8_t>> bytes;
+        for (const SharedBytes& f : frames) bytes.push_back(f.to_vector());
+        for (int f = 0; f < 1 + static_cast<int>(rng.next() % 8); ++f) {
+          auto& b = bytes[rng.next() % bytes.size()];
+          if (!b.empty()) b[rng.next() % b.size()] ^= static_cast<uint8_t>(1u << (rng.next() % 8));
+        }
+        if (trial % 4 == 1 && bytes.size() > 1) std::swap(bytes.front(), bytes.back());
+        if (trial % 4 == 2) bytes.push_back(bytes.front());
+        std::vector<SharedBytes> damaged;
+        for (auto& b : bytes) {
+          auto buffer = std::make_shared<std::vector<uint64_t>>(b.size() / 8 + 1);
+          std::memcpy(buffer->data(), b.data(), b.size());
+          damaged.emplace_back(buffer, reinterpret_cast<const uint8_t*>(buffer->data()), b.size());
+        }
+        auto r = decode_wire_message(damaged, 5);
+        if (r.ok()) {
+          ++decoded;
+        } else {
+          BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+          ++refused;
+        }
+      }
+    }
+  }
+  BOOST_TEST(decoded > 0u);
+  BOOST_TEST(refused > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_float_buffer_view_is_copied_before_it_is_changed) {
+  auto owner = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3});
+  FloatBuffer view = FloatBuffer::view(owner, owner->data(), owner->size());
+  FloatBuffer other = view;  // shares the view
+  BOOST_TEST(view.is_view());
+  BOOST_TEST((view == FloatBuffer{1, 2, 3}));
+  BOOST_TEST(owner.use_count() == 3);
+  view.vec().push_back(4);
+  BOOST_TEST(!view.is_view());
+  BOOST_TEST((view == FloatBuffer{1, 2, 3, 4}));
+  BOOST_TEST((*owner == std::vector<float>{1, 2, 3}));  // the viewed floats are untouched
+  BOOST_TEST((other == FloatBuffer{1, 2, 3}));
+  BOOST_TEST(owner.use_count() == 2);
 }

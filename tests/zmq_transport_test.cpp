@@ -15,6 +15,8 @@
 #include "actors/curve_keys.h"
 #include "actors/zmq_transport.h"
 
+#include <zmq.hpp>
+
 using namespace colony;
 namespace fs = std::filesystem;
 
@@ -57,12 +59,14 @@ void round_trip(ZmqServer& server, ZmqClient& client) {
   require_ok(client.send(bytes("ping")));
   Received at_server = ok_or_fail(server.receive(arrive_timeout_ms));
   BOOST_REQUIRE(!at_server.timed_out);
-  BOOST_TEST(at_server.payload.to_vector() == bytes("ping"));
+  BOOST_REQUIRE_EQUAL(at_server.frames.size(), 1u);
+  BOOST_TEST(at_server.frames[0].to_vector() == bytes("ping"));
   BOOST_TEST(!at_server.identity.empty());
   require_ok(server.send(at_server.identity, bytes("pong")));
   Received at_client = ok_or_fail(client.receive(arrive_timeout_ms));
   BOOST_REQUIRE(!at_client.timed_out);
-  BOOST_TEST(at_client.payload.to_vector() == bytes("pong"));
+  BOOST_REQUIRE_EQUAL(at_client.frames.size(), 1u);
+  BOOST_TEST(at_client.frames[0].to_vector() == bytes("pong"));
   BOOST_TEST(at_client.identity.empty());
 }
 
@@ -80,14 +84,15 @@ BOOST_AUTO_TEST_CASE(plain_round_trip) {
   require_ok(client->send(std::span<const uint8_t>()));
   Received r = ok_or_fail(server->receive(arrive_timeout_ms));
   BOOST_TEST(!r.timed_out);
-  BOOST_TEST(r.payload.empty());
+  BOOST_REQUIRE_EQUAL(r.frames.size(), 1u);
+  BOOST_TEST(r.frames[0].empty());
 }
 
 BOOST_AUTO_TEST_CASE(receive_times_out_when_nothing_arrives) {
   auto server = ok_or_fail(ZmqServer::open(ZmqServerOptions{}));
   Received r = ok_or_fail(server->receive(0));
   BOOST_TEST(r.timed_out);
-  BOOST_TEST(r.payload.empty());
+  BOOST_TEST(r.frames.empty());
 }
 
 BOOST_AUTO_TEST_CASE(curve_round_trip_with_an_authorized_key) {
@@ -291,5 +296,62 @@ BOOST_AUTO_TEST_CASE(client_reconnects_after_the_server_restarts) {
   require_ok(client->send(bytes("after")));
   Received r = ok_or_fail(server->receive(arrive_timeout_ms));
   BOOST_REQUIRE(!r.timed_out);
-  BOOST_TEST(r.payload.to_vector() == bytes("after"));
+  BOOST_REQUIRE_EQUAL(r.frames.size(), 1u);
+  BOOST_TEST(r.frames[0].to_vector() == bytes("after"));
+}
+
+// Several frames go out without a copy, arrive whole and in order, both ways; the bytes' owner
+// is let go once libzmq has sent them.
+BOOST_AUTO_TEST_CASE(multi_frame_messages_arrive_whole_and_release_their_owner) {
+  auto server = ok_or_fail(ZmqServer::open(ZmqServerOptions{}));
+  auto client = ok_or_fail(ZmqClient::open({server->last_endpoint(), std::nullopt}));
+  auto owner = std::make_shared<std::vector<std::vector<uint8_t>>>(
+      std::vector<std::vector<uint8_t>>{bytes("first"), std::vector<uint8_t>(1 << 20, 7), bytes("last")});
+  std::vector<std::span<const uint8_t>> frames;
+  for (const auto& f : *owner) frames.emplace_back(f);
+  std::weak_ptr<const void> watch = owner;
+  require_ok(client->send(owner, frames));
+  Received at_server = ok_or_fail(server->receive(arrive_timeout_ms));
+  BOOST_REQUIRE(!at_server.timed_out);
+  BOOST_REQUIRE_EQUAL(at_server.frames.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) BOOST_TEST(at_server.frames[i].to_vector() == (*owner)[i]);
+  require_ok(server->send(at_server.identity, owner, frames));
+  Received at_client = ok_or_fail(client->receive(arrive_timeout_ms));
+  BOOST_REQUIRE_EQUAL(at_client.frames.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) BOOST_TEST(at_client.frames[i].to_vector() == (*owner)[i]);
+  owner.reset();
+  // Both messages are delivered, so libzmq has let go of every frame (its I/O threads free them
+  // just after; this waits at most arrive_timeout_ms for that).
+  for (int i = 0; i < arrive_timeout_ms / 10 && !watch.expired(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  BOOST_TEST(watch.expired());
+}
+
+BOOST_AUTO_TEST_CASE(frame_counts_out_of_range_are_refused) {
+  auto server = ok_or_fail(ZmqServer::open(ZmqServerOptions{}));
+  auto client = ok_or_fail(ZmqClient::open({server->last_endpoint(), std::nullopt}));
+  auto owner = std::make_shared<std::vector<uint8_t>>(bytes("x"));
+  std::vector<std::span<const uint8_t>> none;
+  std::vector<std::span<const uint8_t>> too_many(zmq_payload_frames_max + 1, std::span<const uint8_t>(*owner));
+  for (const auto& frames : {none, too_many}) {
+    Status s = client->send(owner, frames);
+    BOOST_TEST((s.code() == Status::Code::invalid_input));
+    BOOST_TEST(contains(s.message(), "payload frames"));
+  }
+  // A peer that sends more frames than a message may have (a raw DEALER here): the message is
+  // refused whole, and the next one arrives.
+  zmq::context_t context;
+  zmq::socket_t raw(context, zmq::socket_type::dealer);
+  raw.connect(server->last_endpoint());
+  for (size_t i = 0; i <= zmq_payload_frames_max; ++i)
+    raw.send(zmq::buffer(std::string_view("f")), i < zmq_payload_frames_max ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  raw.send(zmq::buffer(std::string_view("fine")), zmq::send_flags::none);
+  auto r = server->receive(arrive_timeout_ms);
+  BOOST_REQUIRE(!r.ok());
+  BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+  BOOST_TEST(contains(r.status().message(), "frames"));
+  Received next = ok_or_fail(server->receive(arrive_timeout_ms));
+  BOOST_REQUIRE_EQUAL(next.frames.size(), 1u);
+  BOOST_TEST(next.frames[0].to_vector() == bytes("fine"));
+  raw.set(zmq::sockopt::linger, 0);
 }

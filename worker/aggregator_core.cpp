@@ -39,7 +39,7 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
     replica_clock_[r] = push->clock;
     auto& slot = pending_[push->clock - 1];
     slot.resize(config_.replicas.size());
-    slot[r] = SparseGrads{push->keys, push->grads};
+    slot[r] = SparseGrads{push->keys, {push->grads.begin(), push->grads.end()}};
     ++stats_.contributions;
     out.push_back({push->header.sender, PushAck{{config_.id, push->header.request_id, kv_->map().version()}}});
     flush(out);

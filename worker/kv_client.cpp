@@ -84,10 +84,11 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
     }
     PushRequest p{{options_.id, next_request_++, map_.version()}, clock, {}, {}};
     p.keys.reserve(pos.size());
-    p.grads.reserve(pos.size() * width);  // appended below: no zero-fill pass first
+    std::vector<float>& g = p.grads.vec();
+    g.reserve(pos.size() * width);  // appended below: no zero-fill pass first
     for (uint32_t i : pos) {
       p.keys.push_back(keys[i]);
-      p.grads.insert(p.grads.end(), &grads[size_t{i} * width], &grads[size_t{i} * width] + width);
+      g.insert(g.end(), &grads[size_t{i} * width], &grads[size_t{i} * width] + width);
     }
     push_bytes_ += pos.size() * (sizeof(uint64_t) + width * sizeof(float));
     if (!open) open = &open_[t];
