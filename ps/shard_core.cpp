@@ -196,9 +196,15 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
       for (size_t i = 0; i < n; ++i) {
         if (i + ahead < n) store_->prefetch(r.keys[i + ahead]);
         a.rows[i] = row(r.keys[i]);
-        __builtin_prefetch(a.rows[i]);
       }
-      for (size_t i = 0; i < n; ++i) values.insert(values.end(), a.rows[i], a.rows[i] + width_);
+      // The copy, fetching whole rows a few ahead (a large reply's rows do not stay cached
+      // from the lookups above).
+      const size_t row_bytes = width_ * sizeof(float);
+      for (size_t i = 0; i < n; ++i) {
+        if (i + ahead < n)
+          for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const char*>(a.rows[i + ahead]) + b);
+        values.insert(values.end(), a.rows[i], a.rows[i] + width_);
+      }
     } else {
       // With admission, a key without a row yet gets its initial value (and no pointer).
       for (size_t i = 0; i < n; ++i) a.rows[i] = admitted_row(r.keys[i]);
@@ -246,23 +252,25 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
                                        r.keys.size(), r.grads.size(), width_)}});
     return;
   }
-  if (!owns_all(r.header, r.keys, out)) return;
+  // The rows of this sender's pull for the same step, when the keys are the same: they were
+  // checked to be this shard's when that pull was answered, so they are not checked again.
+  std::vector<float*>* rows = nullptr;
+  auto it = store_->stable_rows() ? answered_.find(r.header.sender) : answered_.end();
+  if (it != answered_.end()) {
+    const uint64_t keys_hash = hash_keys(r.keys);
+    for (auto a = it->second.begin(); a != it->second.end(); ++a) {
+      if (a->clock + 1 == r.clock && a->rows.size() == r.keys.size() && a->keys_hash == keys_hash) {
+        rows = &a->rows;
+        break;
+      }
+    }
+  }
+  if (!rows && !owns_all(r.header, r.keys, out)) return;
   bool duplicate = false;
   if (!advance(r.header, r.clock, duplicate, out)) return;
   if (duplicate) {
     ++stats_.pushes_duplicate;
   } else {
-    // The rows of this worker's pull for the same step, when the keys are the same.
-    std::vector<float*>* rows = nullptr;
-    auto it = store_->stable_rows() ? answered_.find(r.header.sender) : answered_.end();
-    if (it != answered_.end()) {
-      for (auto a = it->second.begin(); a != it->second.end(); ++a) {
-        if (a->clock + 1 == r.clock && a->rows.size() == r.keys.size() && a->keys_hash == hash_keys(r.keys)) {
-          rows = &a->rows;
-          break;
-        }
-      }
-    }
     if (!rows && !store_ok(store_->load(r.keys))) return;
     for (size_t i = 0; i < r.keys.size(); ++i) {
       float* p = rows ? (*rows)[i] : nullptr;
