@@ -12,6 +12,7 @@
 #include "gpu/reduce.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
+#include "worker/kv_client.h"
 #include "worker/generator.h"
 #include "worker/reader.h"
 #include "worker/trainer.h"
@@ -396,4 +397,36 @@ BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_point
     unstable->row_value(k, y);
     BOOST_TEST(x == y);
   }
+}
+
+// Replies that answer no open request, or a request of the other kind, come from a peer over
+// the wire: the client drops and counts them, and the requests they name stay open until their
+// own replies come.
+BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
+  auto client = std::move(KvClient::make({5, ShardMapSpec{1, 1, 16, 0}, {0}, 2, false}).value());
+  Outbox out;
+  const std::vector<uint64_t> keys = {1, 2};
+  std::vector<float> values(4, -1.0f);
+  const auto pull = client->pull(keys, 0, 5, values, out);
+  const auto push = client->push(keys, std::vector<float>(4, 0.5f), 1, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 2u);
+  const uint64_t pull_id = std::get<PullRequest>(out[0].message).header.request_id;
+  const uint64_t push_id = std::get<PushRequest>(out[1].message).header.request_id;
+  Outbox ignored;
+  client->on_message(PushAck{{0, 999, 1}}, ignored);                  // no such request
+  client->on_message(PushAck{{0, pull_id, 1}}, ignored);              // a pull's id
+  client->on_message(PullReply{{0, push_id, 1}, 0, {1, 2, 3, 4}}, ignored);  // a push's id
+  BOOST_TEST(client->replies_dropped() == 3u);
+  BOOST_TEST(!client->done(pull));
+  BOOST_TEST(!client->done(push));
+  BOOST_TEST(client->error().ok());
+  client->on_message(PullReply{{0, pull_id, 1}, 0, {1, 2, 3, 4}}, ignored);
+  client->on_message(PushAck{{0, push_id, 1}}, ignored);
+  BOOST_TEST(client->done(pull));
+  BOOST_TEST(client->done(push));
+  BOOST_TEST((values == std::vector<float>{1, 2, 3, 4}));
+  client->on_message(PushAck{{0, push_id, 1}}, ignored);  // a duplicate
+  BOOST_TEST(client->replies_dropped() == 4u);
+  BOOST_TEST(client->error().ok());
+  BOOST_TEST(ignored.empty());
 }

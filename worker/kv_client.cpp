@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace colony {
 
@@ -151,17 +152,27 @@ void KvClient::resync(uint32_t shard, Outbox& out) {
 
 void KvClient::on_message(const PsMessage& message, Outbox& out) {
   if (!error_.ok()) return;
-  auto find = [&](uint64_t request) -> std::pair<Ticket, uint32_t> {
+  // The (ticket, shard) a reply answers, taken off the open requests; {0, 0} (no ticket) when
+  // it answers none, or a request of the other kind (`pull`: whether a pull is expected),
+  // which then stays open.
+  auto find = [&](uint64_t request, std::optional<bool> pull = std::nullopt) -> std::pair<Ticket, uint32_t> {
     auto it = requests_.find(request);
     if (it == requests_.end()) return {0, 0};
     auto r = it->second;
+    if (pull) {
+      auto o = open_.find(r.first);
+      if (o != open_.end() && o->second.is_pull != *pull) return {0, 0};
+    }
     requests_.erase(it);
     return r;
   };
   if (auto* reply = std::get_if<PullReply>(&message)) {
-    const auto [ticket, shard] = find(reply->header.request_id);
+    const auto [ticket, shard] = find(reply->header.request_id, true);
     auto it = open_.find(ticket);
-    if (it == open_.end()) return;  // a reply to a pull re-sent under a newer map
+    if (it == open_.end()) {  // a reply to a pull re-sent since, or to no pull
+      ++replies_dropped_;
+      return;
+    }
     Open& open = it->second;
     const auto& pos = open.positions[shard];
     const size_t width = options_.width;
@@ -172,7 +183,7 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
       std::memcpy(&open.values[size_t{pos[j]} * width], &reply->values[j * width], width * sizeof(float));
     if (--open.pending == 0) open_.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {
-    const auto [ticket, shard] = find(ack->header.request_id);
+    const auto [ticket, shard] = find(ack->header.request_id, false);
     if (options_.keep_for_resync && ticket != 0) {
       auto& log = sent_[shard];
       for (Sent& s : log)
@@ -180,8 +191,10 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
       while (!log.empty() && (!log.front().is_push || log.front().acked)) log.pop_front();
     }
     auto it = open_.find(ticket);
-    COLONY_ASSERT(it != open_.end() && !it->second.is_pull, "client {}: unexpected ack {}", options_.id,
-                  ack->header.request_id);
+    if (it == open_.end()) {  // a duplicate, or an ack of no push
+      ++replies_dropped_;
+      return;
+    }
     if (--it->second.pending == 0) open_.erase(it);
   } else if (auto* update = std::get_if<ShardMapUpdate>(&message)) {
     const auto [ticket, shard] = find(update->header.request_id);

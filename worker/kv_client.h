@@ -18,6 +18,8 @@
 //   - a pull answered with a newer shard map is re-sent under that map (counted in
 //     retries()); a push answered so, or any PsError, makes error() non-ok, and no more
 //     messages go out;
+//   - a reply that answers no open request (one to a pull since re-sent, a duplicate, a
+//     peer's mistake) is dropped and counted in replies_dropped();
 //   - one thread (or actor) uses a client at a time.
 #pragma once
 
@@ -70,6 +72,7 @@ class KvClient {
   size_t open_tickets() const { return open_.size(); }
   const Status& error() const { return error_; }
   uint64_t retries() const { return retries_; }
+  uint64_t replies_dropped() const { return replies_dropped_; }
   uint64_t messages_sent() const { return messages_sent_; }
   uint64_t push_bytes() const { return push_bytes_; }
   const ShardMap& map() const { return map_; }
@@ -107,6 +110,7 @@ class KvClient {
   uint64_t next_request_ = 1;
   Ticket next_ticket_ = 1;
   uint64_t retries_ = 0;
+  uint64_t replies_dropped_ = 0;
   uint64_t messages_sent_ = 0;
   uint64_t push_bytes_ = 0;
   uint64_t pushes_resent_ = 0;
