@@ -35,7 +35,8 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
         "train --data somefile.libsvm", "train --shards 0", "train --workers 0",
         "train --consistency ssp", "train --consistency ssp:-1", "train --consistency bogus",
         "train --push tree", "train --engine gpu", "train --max-inflight 0", "gen --rows 10", "gen --rows 0 --test-rows 1 --seed 1 --out x",
-        "gen --rows 5 --test-rows 5 --seed 1 --out x --format csv", "bench nosuchsuite", "nosuchcommand"}) {
+        "gen --rows 5 --test-rows 5 --seed 1 --out x --format csv", "bench nosuchsuite", "bench wire --in-flight 0",
+        "bench wire --in-flight 65", "nosuchcommand"}) {
     BOOST_TEST_CONTEXT("colony " << args) {
       const Run r = run(args);
       BOOST_TEST(r.code == 2);
