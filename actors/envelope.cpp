@@ -16,140 +16,6 @@ namespace colony {
 
 namespace {
 
-// Checks the size of untrusted bytes and views them as words. Cap'n Proto's flat reader needs
-// 8-byte alignment: bytes that have it (any malloc'd buffer) are read in place; others are
-// copied into `copy` first.
-Status to_words(std::span<const uint8_t> bytes, kj::Array<capnp::word>& copy, kj::ArrayPtr<const capnp::word>& words) {
-  if (bytes.empty()) return Status::invalid_input("empty message");
-  if (bytes.size() > wire_message_bytes_max)
-    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes.size(),
-                                             wire_message_bytes_max));
-  if (bytes.size() % sizeof(capnp::word) != 0)
-    return Status::invalid_input(fmt::format("message of {} bytes is not a whole number of words", bytes.size()));
-  const size_t n = bytes.size() / sizeof(capnp::word);
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(capnp::word) == 0) {
-    words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(bytes.data()), n);
-    return Status();
-  }
-  copy = kj::heapArray<capnp::word>(n);
-  std::memcpy(copy.begin(), bytes.data(), bytes.size());
-  words = copy.asPtr();
-  return Status();
-}
-
-// Bounds for reading untrusted messages: no more traversal than twice the message, shallow.
-capnp::ReaderOptions reader_options(size_t words) {
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = words * 2 + 64;
-  options.nestingLimit = 16;
-  return options;
-}
-
-// The flat (unpacked) serialization of `builder`, written straight into the result: one copy
-// of the contents, not two.
-Expected<std::vector<uint8_t>> to_bytes(capnp::MessageBuilder& builder) {
-  auto segments = builder.getSegmentsForOutput();
-  const size_t bytes = capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word);
-  if (bytes > wire_message_bytes_max)
-    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes,
-                                             wire_message_bytes_max));
-  // Appended into reserved room: no zero-filling pass before the copy.
-  struct Appender final : kj::OutputStream {
-    std::vector<uint8_t>& out;
-    explicit Appender(std::vector<uint8_t>& o) : out(o) {}
-    void write(const void* buffer, size_t size) override {
-      const auto* p = static_cast<const uint8_t*>(buffer);
-      out.insert(out.end(), p, p + size);
-    }
-  };
-  std::vector<uint8_t> out;
-  out.reserve(bytes);
-  Appender stream(out);
-  capnp::writeMessage(stream, segments);
-  COLONY_ASSERT(out.size() == bytes, "wrote {} of {} bytes", out.size(), bytes);
-  return out;
-}
-
-}  // namespace
-
-Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e) {
-  capnp::MallocMessageBuilder message;
-  auto root = message.initRoot<wire::Envelope>();
-  root.setVersion(e.version);
-  root.setClusterId(e.cluster_id);
-  root.setSenderId(e.sender_id);
-  root.setKind(e.kind);
-  root.setBody(kj::arrayPtr(e.body.data(), e.body.size()));
-  return to_bytes(message);
-}
-
-Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes) {
-  kj::Array<capnp::word> copy;
-  kj::ArrayPtr<const capnp::word> words;
-  if (Status s = to_words(bytes, copy, words); !s.ok()) return s;
-  const capnp::ReaderOptions options = reader_options(words.size());
-  Envelope out;
-  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
-    capnp::FlatArrayMessageReader reader(words, options);
-    auto root = reader.getRoot<wire::Envelope>();
-    out.version = root.getVersion();
-    out.cluster_id = root.getClusterId();
-    out.sender_id = root.getSenderId();
-    out.kind = root.getKind();
-    auto body = root.getBody();
-    out.body.assign(body.begin(), body.end());
-  });
-  KJ_IF_MAYBE(e, error) {
-    return Status::invalid_input(std::string("malformed message: ") + e->getDescription().cStr());
-  }
-  if (out.version != wire_protocol_version)
-    return Status::invalid_input(fmt::format("protocol version {} is not supported (this build speaks {})",
-                                             out.version, wire_protocol_version));
-  return out;
-}
-
-namespace {
-
-static_assert(std::endian::native == std::endian::little, "float blobs are little-endian on the wire");
-
-template <class B>
-void set_header(B builder, const MessageHeader& h) {
-  auto w = builder.initHeader();
-  w.setSender(h.sender);
-  w.setRequestId(h.request_id);
-  w.setMapVersion(h.map_version);
-}
-
-MessageHeader get_header(wire::Header::Reader r) {
-  return MessageHeader{r.getSender(), r.getRequestId(), r.getMapVersion()};
-}
-
-// Sets a float blob. A blob of whole words, from a word-aligned buffer (any vector's), becomes a
-// segment of the message as it is, without a copy (Cap'n Proto's external data). `v` must
-// outlive the builder. Others are copied in.
-template <class Adopt, class Set>
-void set_floats(capnp::MessageBuilder& message, const FloatBuffer& v, Adopt adopt, Set set) {
-  const size_t bytes = v.size() * sizeof(float);
-  if (bytes > 0 && bytes % sizeof(capnp::word) == 0 &&
-      reinterpret_cast<uintptr_t>(v.data()) % alignof(capnp::word) == 0) {
-    adopt(message.getOrphanage().referenceExternalData(
-        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(v.data()), bytes)));
-  } else {
-    set(kj::arrayPtr(reinterpret_cast<const kj::byte*>(v.data()), bytes));
-  }
-}
-
-// Keys travel as a List(UInt64): little-endian words, which is how this (little-endian) host
-// holds them, so they are copied in and out in one block. The list's raw bytes come from
-// Cap'n Proto's AnyList view; a builder's list lies in the builder's own writable segment.
-void set_keys(capnp::List<uint64_t>::Builder list, const std::vector<uint64_t>& keys) {
-  if (keys.empty()) return;
-  kj::ArrayPtr<const kj::byte> raw = capnp::AnyList::Reader(list.asReader()).getRawBytes();
-  COLONY_ASSERT(raw.size() == keys.size() * sizeof(uint64_t), "key list of {} bytes for {} keys", raw.size(),
-                keys.size());
-  std::memcpy(const_cast<kj::byte*>(raw.begin()), keys.data(), raw.size());
-}
-
 // The words of a received message, frame by frame: each frame read in place when it is
 // word-aligned (any malloc'd buffer is), copied otherwise. One frame is the flat format (with
 // its segment table); several are the segments themselves.
@@ -209,6 +75,119 @@ class FrameWords {
   std::vector<bool> in_place_;
   size_t total_words_ = 0;
 };
+
+// Bounds for reading untrusted messages: no more traversal than twice the message, shallow.
+capnp::ReaderOptions reader_options(size_t words) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = words * 2 + 64;
+  options.nestingLimit = 16;
+  return options;
+}
+
+// The flat (unpacked) serialization of `builder`, written straight into the result: one copy
+// of the contents, not two.
+Expected<std::vector<uint8_t>> to_bytes(capnp::MessageBuilder& builder) {
+  auto segments = builder.getSegmentsForOutput();
+  const size_t bytes = capnp::computeSerializedSizeInWords(segments) * sizeof(capnp::word);
+  if (bytes > wire_message_bytes_max)
+    return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes,
+                                             wire_message_bytes_max));
+  // Appended into reserved room: no zero-filling pass before the copy.
+  struct Appender final : kj::OutputStream {
+    std::vector<uint8_t>& out;
+    explicit Appender(std::vector<uint8_t>& o) : out(o) {}
+    void write(const void* buffer, size_t size) override {
+      const auto* p = static_cast<const uint8_t*>(buffer);
+      out.insert(out.end(), p, p + size);
+    }
+  };
+  std::vector<uint8_t> out;
+  out.reserve(bytes);
+  Appender stream(out);
+  capnp::writeMessage(stream, segments);
+  COLONY_ASSERT(out.size() == bytes, "wrote {} of {} bytes", out.size(), bytes);
+  return out;
+}
+
+}  // namespace
+
+Expected<std::vector<uint8_t>> encode_envelope(const Envelope& e) {
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<wire::Envelope>();
+  root.setVersion(e.version);
+  root.setClusterId(e.cluster_id);
+  root.setSenderId(e.sender_id);
+  root.setKind(e.kind);
+  root.setBody(kj::arrayPtr(e.body.data(), e.body.size()));
+  return to_bytes(message);
+}
+
+Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes) {
+  const SharedBytes frame(bytes);
+  FrameWords words;
+  if (Status s = words.init(std::span<const SharedBytes>(&frame, 1)); !s.ok()) return s;
+  const capnp::ReaderOptions options = reader_options(words.total_words());
+  Envelope out;
+  kj::Maybe<kj::Exception> error = kj::runCatchingExceptions([&]() {
+    capnp::FlatArrayMessageReader reader(words.flat_words(), options);
+    auto root = reader.getRoot<wire::Envelope>();
+    out.version = root.getVersion();
+    out.cluster_id = root.getClusterId();
+    out.sender_id = root.getSenderId();
+    out.kind = root.getKind();
+    auto body = root.getBody();
+    out.body.assign(body.begin(), body.end());
+  });
+  KJ_IF_MAYBE(e, error) {
+    return Status::invalid_input(std::string("malformed message: ") + e->getDescription().cStr());
+  }
+  if (out.version != wire_protocol_version)
+    return Status::invalid_input(fmt::format("protocol version {} is not supported (this build speaks {})",
+                                             out.version, wire_protocol_version));
+  return out;
+}
+
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "float blobs are little-endian on the wire");
+
+template <class B>
+void set_header(B builder, const MessageHeader& h) {
+  auto w = builder.initHeader();
+  w.setSender(h.sender);
+  w.setRequestId(h.request_id);
+  w.setMapVersion(h.map_version);
+}
+
+MessageHeader get_header(wire::Header::Reader r) {
+  return MessageHeader{r.getSender(), r.getRequestId(), r.getMapVersion()};
+}
+
+// Sets a float blob. A blob of whole words, from a word-aligned buffer (any vector's), becomes a
+// segment of the message as it is, without a copy (Cap'n Proto's external data). `v` must
+// outlive the builder. Others are copied in.
+template <class Adopt, class Set>
+void set_floats(capnp::MessageBuilder& message, const FloatBuffer& v, Adopt adopt, Set set) {
+  const size_t bytes = v.size() * sizeof(float);
+  if (bytes > 0 && bytes % sizeof(capnp::word) == 0 &&
+      reinterpret_cast<uintptr_t>(v.data()) % alignof(capnp::word) == 0) {
+    adopt(message.getOrphanage().referenceExternalData(
+        capnp::Data::Reader(reinterpret_cast<const kj::byte*>(v.data()), bytes)));
+  } else {
+    set(kj::arrayPtr(reinterpret_cast<const kj::byte*>(v.data()), bytes));
+  }
+}
+
+// Keys travel as a List(UInt64): little-endian words, which is how this (little-endian) host
+// holds them, so they are copied in and out in one block. The list's raw bytes come from
+// Cap'n Proto's AnyList view; a builder's list lies in the builder's own writable segment.
+void set_keys(capnp::List<uint64_t>::Builder list, const std::vector<uint64_t>& keys) {
+  if (keys.empty()) return;
+  kj::ArrayPtr<const kj::byte> raw = capnp::AnyList::Reader(list.asReader()).getRawBytes();
+  COLONY_ASSERT(raw.size() == keys.size() * sizeof(uint64_t), "key list of {} bytes for {} keys", raw.size(),
+                keys.size());
+  std::memcpy(const_cast<kj::byte*>(raw.begin()), keys.data(), raw.size());
+}
 
 // A float blob as a FloatBuffer: a view of the received bytes where they can be kept (read in
 // place, with an owner, float-aligned), a copy otherwise.
