@@ -427,6 +427,22 @@ class Member {
     return send(Leave{"stopped by SIGTERM"});
   }
 
+  // The summary of this process's shards, asked of each shard actor (which answers once it has
+  // handled what was queued before). A shard that does not answer within the heartbeat timeout
+  // is left out, and logged.
+  ShardSummary summarize_shards() {
+    ShardSummary sum;
+    caf::scoped_actor self{p_.system};
+    for (NodeId n = welcome_.members[you_].first_node; n < welcome_.members[you_].first_node + o_.count; ++n)
+      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]),
+                    std::chrono::milliseconds(welcome_.heartbeat_timeout_ms), summary_atom::value)
+          .receive([&](const ShardSummary& s) { sum += s; },
+                   [&](caf::error& e) {
+                     log_(fmt::format("shard node {} gave no summary: {}", n, p_.system.render(e)));
+                   });
+    return sum;
+  }
+
   Status serve() {
     const Welcome& w = welcome_;
     uint64_t last_heard = now_ms(), next_heartbeat = last_heard;
@@ -492,6 +508,11 @@ class Member {
         } else if (auto* lost = std::get_if<NodesLost>(&m.body)) {
           p_.bridge->mark_lost(lost->nodes);
           log_(lost->reason + ": no longer sending to its nodes");
+        } else if (std::holds_alternative<ShardSummaryRequest>(m.body)) {
+          if (o_.role != MemberRole::ps) continue;
+          const ShardSummary sum = summarize_shards();
+          log_(fmt::format("training is over: {} rows in {} shard{}", sum.table_rows, o_.count, o_.count == 1 ? "" : "s"));
+          if (Status s = send(sum); !s.ok()) return s;
         } else if (auto* back = std::get_if<ShardsRestarted>(&m.body)) {
           if (back->nodes.empty()) continue;
           p_.bridge->unmark_lost(back->nodes);
@@ -585,6 +606,12 @@ class Coordinator {
       progress();
     }
     result_.train_seconds = double(now_ms() - start_ms_) / 1000.0;
+    // The ps members' summaries of their shards, before evaluation pulls add to them (the
+    // core gives up on a silent one after the heartbeat timeout).
+    while (core_->summaries_pending()) {
+      pump(poll_ms);
+      if (!failed_.ok()) return failed_;
+    }
     if (!o_.test.empty()) {
       log_("evaluating on " + o_.test);
       auto ev = evaluate_test();

@@ -593,6 +593,15 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       m.body = std::move(x);
       return Status();
     }
+    case wire::Control::SHARD_SUMMARY_REQUEST:
+      m.body = ShardSummaryRequest{};
+      return Status();
+    case wire::Control::SHARD_SUMMARY: {
+      auto x = r.getShardSummary();
+      m.body = ShardSummary{x.getTableRows(),      x.getTableBytes(),     x.getPullsDeferred(),
+                          x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted()};
+      return Status();
+    }
     default:
       return Status::invalid_input("control message holds nothing");
   }
@@ -662,6 +671,16 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           for (unsigned i = 0; i < b.nodes.size(); ++i) nodes.set(i, b.nodes[i]);
         } else if constexpr (std::is_same_v<T, Refuse>) {
           c.setRefuse(b.reason);
+        } else if constexpr (std::is_same_v<T, ShardSummaryRequest>) {
+          c.setShardSummaryRequest();
+        } else if constexpr (std::is_same_v<T, ShardSummary>) {
+          auto x = c.initShardSummary();
+          x.setTableRows(b.table_rows);
+          x.setTableBytes(b.table_bytes);
+          x.setPullsDeferred(b.pulls_deferred);
+          x.setRowsNotAdmitted(b.rows_not_admitted);
+          x.setUpdatesDropped(b.updates_dropped);
+          x.setRowsEvicted(b.rows_evicted);
         } else {
           static_assert(std::is_same_v<T, Joined>);
           c.setJoined(b.status);

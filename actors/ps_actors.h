@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
 
 namespace colony {
@@ -53,17 +54,26 @@ typename Inspector::result_type inspect(Inspector& f, PsError& x) {
   return f(caf::meta::type_name("PsError"), x.header, x.code, x.message);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ShardSummary& x) {
+  return f(caf::meta::type_name("ShardSummary"), x.table_rows, x.table_bytes, x.pulls_deferred, x.rows_not_admitted,
+           x.updates_dropped, x.rows_evicted);
+}
+
 using start_atom = caf::atom_constant<caf::atom("start")>;
+using summary_atom = caf::atom_constant<caf::atom("summary")>;
 using quiesce_atom = caf::atom_constant<caf::atom("quiesce")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 
 // A parameter-server shard: pulls, pushes and clocks in; replies go out to the senders.
-// `quiesce` answers once everything queued before it has been handled.
+// `quiesce` answers once everything queued before it has been handled; `summary` answers with
+// the shard's table size and counters (a ShardSummary of this one shard).
 using shard_actor = caf::typed_actor<caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>,
                                      caf::reacts_to<ClockAdvance>,
-                                     caf::replies_to<quiesce_atom>::with<bool>>;
+                                     caf::replies_to<quiesce_atom>::with<bool>,
+                                     caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
 // `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.

@@ -156,7 +156,17 @@ struct Control {
     refuse @11 :Text;         # reason
     joined @12 :Text;         # who the coordinator still waits for
     shardsRestarted @13 :List(UInt32);
+    shardSummaryRequest @14 :Void;
+    shardSummary @15 :ShardSummary;
   }
+}
+struct ShardSummary {
+  tableRows @0 :UInt64;
+  tableBytes @1 :UInt64;
+  pullsDeferred @2 :UInt64;
+  rowsNotAdmitted @3 :UInt64;
+  updatesDropped @4 :UInt64;
+  rowsEvicted @5 :UInt64;
 }
 struct NodesLost {
   nodes @0 :List(UInt32);

@@ -10,6 +10,7 @@
 
 #include "actors/daemon.h"
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "worker/model.h"
 
 namespace colony::cli {
@@ -196,14 +197,24 @@ Runner add_coordinator(CLI::App& app) {
         {"push_messages", r->totals.push_messages},
         {"push_bytes", r->totals.push_bytes},
         {"bad_lines_skipped", r->totals.bad_lines_skipped},
+        {"table_rows", r->totals.shards.table_rows},
+        {"table_bytes", r->totals.shards.table_bytes},
+        {"pulls_deferred", r->totals.shards.pulls_deferred},
+        {"rows_not_admitted", r->totals.shards.rows_not_admitted},
+        {"updates_dropped", r->totals.shards.updates_dropped},
+        {"rows_evicted", r->totals.shards.rows_evicted},
+        {"ps_summaries", r->totals.shard_summaries},
         {"bad_messages", r->bad_messages},
         {"refused_peers", r->refused_peers},
         {"stopped_by_signal", r->stopped_by_signal},
     };
     if (r->test_logloss)
       std::printf("test_logloss %.5f  test_auc %.4f\n", *r->test_logloss, r->test_auc.value_or(0.0));
-    std::printf("train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u\n",
-                static_cast<unsigned long long>(r->totals.samples), sps, wall, r->totals.workers_lost);
+    std::printf("train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u  table_rows %llu  "
+                "table_bytes %s\n",
+                static_cast<unsigned long long>(r->totals.samples), sps, wall, r->totals.workers_lost,
+                static_cast<unsigned long long>(r->totals.shards.table_rows),
+                human_count(double(r->totals.shards.table_bytes)).c_str());
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
     return 0;
   };

@@ -129,9 +129,33 @@ struct Refuse {
   std::string reason;
 };
 
+// Sent by the coordinator to every ps member once training is over, before it evaluates: each
+// answers with ShardSummary.
+struct ShardSummaryRequest {};
+
+// A ps member's shards, summed (what the report says of the model).
+struct ShardSummary {
+  uint64_t table_rows = 0;
+  uint64_t table_bytes = 0;         // rows x row floats x 4: values, optimizer state, stamps
+  uint64_t pulls_deferred = 0;      // answered later than they arrived, because of the gate
+  uint64_t rows_not_admitted = 0;   // pulled rows answered with the initial row (--admit-after)
+  uint64_t updates_dropped = 0;     // pushed rows of keys not admitted
+  uint64_t rows_evicted = 0;        // --evict-after
+  ShardSummary& operator+=(const ShardSummary& o) {
+    table_rows += o.table_rows;
+    table_bytes += o.table_bytes;
+    pulls_deferred += o.pulls_deferred;
+    rows_not_admitted += o.rows_not_admitted;
+    updates_dropped += o.updates_dropped;
+    rows_evicted += o.rows_evicted;
+    return *this;
+  }
+  bool operator==(const ShardSummary&) const = default;
+};
+
 using ControlBody =
     std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown, Refuse, Joined,
-                 ShardsRestarted>;
+                 ShardsRestarted, ShardSummaryRequest, ShardSummary>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

@@ -117,7 +117,12 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     } else {
       out.log.push_back(fmt::format("worker member {} at {} finished: {} samples", i, m.endpoint, done->samples));
     }
-    maybe_trained(out);
+    maybe_trained(now_ms, out);
+  } else if (auto* summary = std::get_if<ShardSummary>(&message.body)) {
+    if (m.role != MemberRole::ps || !st.summary_pending) return;
+    st.summary_pending = false;
+    totals_.shards += *summary;
+    ++totals_.shard_summaries;
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     if (m.role == MemberRole::ps)
@@ -275,10 +280,10 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms, 
   out.log.push_back(reason + "; the job goes on without its replicas (nodes " +
                     fmt::format("{}..{})", m.first_node, m.first_node + m.count - 1));
   send_all(NodesLost{nodes, reason}, out);
-  maybe_trained(out);
+  maybe_trained(now_ms, out);
 }
 
-void CoordinatorCore::maybe_trained(CoordinatorEffects& out) {
+void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {
   if (phase_ != CoordinatorPhase::running) return;
   bool all = true, any_finished = false;
   for (size_t i = 0; i < members_.size(); ++i) {
@@ -291,6 +296,17 @@ void CoordinatorCore::maybe_trained(CoordinatorEffects& out) {
   phase_ = CoordinatorPhase::trained;
   out.training_done = true;
   out.log.push_back(fmt::format("training done: {} samples", totals_.samples));
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i].role != MemberRole::ps || state_[i].gone) continue;
+    state_[i].summary_pending = true;
+    out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, ShardSummaryRequest{}}});
+  }
+  summary_deadline_ms_ = now_ms + config_.heartbeat_timeout_ms;
+}
+
+bool CoordinatorCore::summaries_pending() const {
+  if (phase_ != CoordinatorPhase::trained) return false;
+  return std::any_of(state_.begin(), state_.end(), [](const MemberState& s) { return s.summary_pending && !s.gone; });
 }
 
 void CoordinatorCore::fail(const std::string& why, CoordinatorEffects& out) {
@@ -330,6 +346,15 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
     send_all(Heartbeat{samples_reported()}, out);
     next_heartbeat_ms_ = now_ms + config_.heartbeat_ms;
   }
+  if (summaries_pending() && now_ms >= summary_deadline_ms_) {
+    for (uint32_t i = 0; i < members_.size(); ++i) {
+      if (!state_[i].summary_pending) continue;
+      state_[i].summary_pending = false;
+      out.log.push_back(fmt::format("ps member {} at {} sent no shard summary within {} ms: the report's table "
+                                    "counts leave its shards out",
+                                    i, members_[i].endpoint, config_.heartbeat_timeout_ms));
+    }
+  }
   for (uint32_t i = 0; i < members_.size() && phase_ != CoordinatorPhase::ended; ++i) {
     const MemberState& st = state_[i];
     if (st.awaiting_rejoin && now_ms >= st.rejoin_deadline_ms)
@@ -353,6 +378,7 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
 uint64_t CoordinatorCore::next_deadline() const {
   if (phase_ == CoordinatorPhase::joining) return std::min(join_deadline_ms_, next_notice_ms_);
   uint64_t t = next_heartbeat_ms_;
+  if (summaries_pending()) t = std::min(t, summary_deadline_ms_);
   for (size_t i = 0; i < members_.size(); ++i) {
     if (state_[i].awaiting_rejoin) t = std::min(t, state_[i].rejoin_deadline_ms);
     if (!state_[i].gone && !state_[i].finished)

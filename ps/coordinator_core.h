@@ -25,7 +25,10 @@
 //             the consistency gate stops waiting for them), tells the other members to drop
 //             messages to its nodes, and the job goes on with the rest.
 //   trained   every worker member has finished (MemberDone) or been lost: training_done is set
-//             once. The driver evaluates the model and calls finish().
+//             once, and every ps member is asked for a ShardSummary of its shards (summed into
+//             totals().shards; one that has not answered within heartbeat_timeout_ms is left
+//             out, and logged). Once summaries_pending() is false, the driver evaluates the
+//             model and calls finish().
 //   ended     Shutdown went to every member (also after a failure).
 #pragma once
 
@@ -83,6 +86,8 @@ struct CoordinatorTotals {
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
   uint64_t pushes_resent = 0;    // pushes re-sent to restarted shards (at most applied twice)
+  ShardSummary shards;           // the ps members' shards once training is over
+  uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`
 };
 
 class CoordinatorCore {
@@ -109,6 +114,8 @@ class CoordinatorCore {
   NodeId coordinator_node() const { return coordinator_node_; }
   const CoordinatorTotals& totals() const { return totals_; }
   uint64_t samples_reported() const;  // from the latest heartbeats and final reports
+  // Trained, and some ps member's ShardSummary is still awaited (until its deadline).
+  bool summaries_pending() const;
 
  private:
   struct MemberState {
@@ -121,6 +128,7 @@ class CoordinatorCore {
     uint64_t rejoin_deadline_ms = 0;
     bool rejoining = false;        // welcomed back, not Ready yet
     uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)
+    bool summary_pending = false;  // a ps member asked for its ShardSummary
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
   void on_join(const Join& j, uint64_t now_ms, CoordinatorEffects& out);
@@ -128,7 +136,7 @@ class CoordinatorCore {
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void fail(const std::string& why, CoordinatorEffects& out);
-  void maybe_trained(CoordinatorEffects& out);
+  void maybe_trained(uint64_t now_ms, CoordinatorEffects& out);
   void send_all(const ControlBody& body, CoordinatorEffects& out);
   std::string waiting_for() const;
   uint32_t joined(MemberRole role) const;
@@ -142,6 +150,7 @@ class CoordinatorCore {
   uint64_t join_deadline_ms_ = 0;
   uint64_t next_notice_ms_ = 0;
   uint64_t next_heartbeat_ms_ = 0;
+  uint64_t summary_deadline_ms_ = 0;
   CoordinatorTotals totals_;
 };
 

@@ -349,3 +349,65 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_is_waited_for_and_resumes) {
   }
   BOOST_TEST(failed.message().find("did not come back within 20 s") != std::string::npos, failed.message());
 }
+
+// Once training is over, every ps member is asked for a summary of its shards; the driver waits
+// (summaries_pending) until each has answered or the heartbeat timeout has passed.
+BOOST_AUTO_TEST_CASE(ps_members_summarize_their_shards_once_training_is_over) {
+  auto core = CoordinatorCore::make(config(3, 1), 0).value();
+  const std::vector<MemberInfo> members = {member(MemberRole::ps, 1), member(MemberRole::ps, 2, 2),
+                                           member(MemberRole::worker, 3)};
+  form(core, members, 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects r;
+    core.on_message({i, Ready{}}, 10, r);
+  }
+  BOOST_TEST(!core.summaries_pending());
+  // A summary before training is over counts for nothing.
+  CoordinatorEffects early;
+  core.on_message({0, ShardSummary{999, 999, 999, 0, 0, 0}}, 15, early);
+  CoordinatorEffects done;
+  core.on_message({2, MemberDone{"", false, 100, 50.0, 1, 1, 1, 10, 0}}, 20, done);
+  BOOST_REQUIRE(done.training_done);
+  const auto asked = sent<ShardSummaryRequest>(done);
+  BOOST_REQUIRE_EQUAL(asked.size(), 2u);  // the ps members only
+  BOOST_TEST(asked[0].first == members[0].endpoint);
+  BOOST_TEST(asked[1].first == members[1].endpoint);
+  BOOST_TEST(core.summaries_pending());
+  BOOST_TEST(core.next_deadline() <= 20u + 5'000u);
+  CoordinatorEffects a, again, worker;
+  core.on_message({0, ShardSummary{100, 6400, 3, 1, 2, 0}}, 30, a);
+  core.on_message({0, ShardSummary{100, 6400, 3, 1, 2, 0}}, 31, again);  // a repeat: counted once
+  core.on_message({2, ShardSummary{7, 7, 7, 7, 7, 7}}, 32, worker);      // not a ps: ignored
+  BOOST_TEST(core.summaries_pending());
+  CoordinatorEffects b;
+  core.on_message({1, ShardSummary{250, 16000, 4, 0, 0, 5}}, 40, b);
+  BOOST_TEST(!core.summaries_pending());
+  BOOST_TEST((core.totals().shards == ShardSummary{350, 22400, 7, 1, 2, 5}));
+  BOOST_TEST(core.totals().shard_summaries == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_silent_ps_is_left_out_of_the_summary_after_the_heartbeat_timeout) {
+  auto core = CoordinatorCore::make(config(2, 1), 0).value();
+  const std::vector<MemberInfo> members = {member(MemberRole::ps, 1), member(MemberRole::ps, 2),
+                                           member(MemberRole::worker, 3)};
+  form(core, members, 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects r;
+    core.on_message({i, Ready{}}, 10, r);
+  }
+  CoordinatorEffects done, a;
+  core.on_message({2, MemberDone{"", false, 100, 50.0, 1, 1, 1, 10, 0}}, 1'000, done);
+  BOOST_REQUIRE(done.training_done);
+  core.on_message({0, ShardSummary{100, 6400, 0, 0, 0, 0}}, 1'100, a);
+  // Member 1 keeps sending heartbeats but no summary.
+  CoordinatorEffects hb, before, after;
+  core.on_message({1, Heartbeat{0}}, 5'000, hb);
+  core.on_timer(5'999, before);
+  BOOST_TEST(core.summaries_pending());
+  core.on_timer(6'000, after);
+  BOOST_TEST(!core.summaries_pending());
+  BOOST_TEST(logged(after, "ps member 1 at tcp://10.0.0.2:7000 sent no shard summary"));
+  BOOST_TEST(core.totals().shards.table_rows == 100u);
+  BOOST_TEST(core.totals().shard_summaries == 1u);
+  BOOST_TEST((core.phase() == CoordinatorPhase::trained));  // the job is not failed for it
+}

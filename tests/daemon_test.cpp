@@ -127,6 +127,7 @@ struct Suite {
   fs::path dir = fs::temp_directory_path() / ("colony-daemon-test-" + std::to_string(::getpid()));
   fs::path data, test, keys, intruder_keys;
   double embedded_logloss = 0.0;
+  uint64_t embedded_table_rows = 0;
   Suite() {
     fs::create_directories(dir);
     data = dir / "d" / "train.libsvm";
@@ -144,7 +145,9 @@ struct Suite {
     const fs::path report = dir / "embedded.json";
     BOOST_REQUIRE(run(b + " train --data " + data.string() + " --test " + test.string() +
                       " --shards 2 --workers 2 --no-cache --report " + report.string() + " >/dev/null 2>&1") == 0);
-    embedded_logloss = nlohmann::json::parse(slurp(report))["test_logloss"].get<double>();
+    const auto embedded = nlohmann::json::parse(slurp(report));
+    embedded_logloss = embedded["test_logloss"].get<double>();
+    embedded_table_rows = embedded["table_rows"].get<uint64_t>();
   }
   ~Suite() { fs::remove_all(dir); }
 };
@@ -228,6 +231,13 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   const double logloss = r["test_logloss"].get<double>();
   BOOST_TEST_MESSAGE("daemons " << logloss << " vs embedded " << s.embedded_logloss);
   BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < small_run_tolerance);
+  // The ps members' summaries: the same rows as the embedded cluster made from the same data.
+  BOOST_TEST(r["ps_summaries"].get<uint32_t>() == 2u);
+  BOOST_TEST(r["table_rows"].get<uint64_t>() == s.embedded_table_rows);
+  BOOST_TEST(r["table_bytes"].get<uint64_t>() > r["table_rows"].get<uint64_t>());
+  const std::regex summarized("training is over: [0-9]+ rows in 1 shard");
+  BOOST_TEST(std::regex_search(ps0->log(), summarized), ps0->log());
+  BOOST_TEST(std::regex_search(ps1->log(), summarized), ps1->log());
 }
 
 // (e) and the signals: of three workers, one is killed with SIGKILL and one drained with SIGTERM

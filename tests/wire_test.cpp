@@ -381,6 +381,9 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
       {from, std::move(lost)},           {from, Leave{random_text(rng, 300)}},
       {from, Shutdown{random_text(rng, 300)}}, {from, Refuse{random_text(rng, 300)}},
       {from, Joined{random_text(rng, 300)}},
+      {from, ShardsRestarted{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
+      {from, ShardSummaryRequest{}},
+      {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next()}},
   };
 }
 
@@ -407,7 +410,9 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, Shutdown>) return x.error == y.error;
         if constexpr (std::is_same_v<T, Refuse>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Joined>) return x.status == y.status;
-        return true;  // Ready, Start
+        if constexpr (std::is_same_v<T, ShardsRestarted>) return x.nodes == y.nodes;
+        if constexpr (std::is_same_v<T, ShardSummary>) return x == y;
+        return true;  // Ready, Start, ShardSummaryRequest
       },
       a);
 }
