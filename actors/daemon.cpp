@@ -404,6 +404,7 @@ class Member {
       d.steps += st.steps;
       d.pull_messages += st.pull_messages;
       d.pushes_resent += w->pushes_resent();
+      d.replies_dropped += st.replies_dropped;
       if (!aggregator_) {
         d.push_messages += st.push_messages;
         d.push_bytes += st.push_bytes;
@@ -413,6 +414,7 @@ class Member {
       d.push_messages = aggregator_->stats().push_messages;
       d.push_bytes = aggregator_->stats().push_bytes;
       d.pushes_resent += aggregator_->pushes_resent();
+      d.replies_dropped += aggregator_->stats().replies_dropped;
     }
     for (const auto& s : sources_) d.bad_lines_skipped += s->last_stats().bad_lines_skipped;
     return d;

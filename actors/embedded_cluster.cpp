@@ -401,6 +401,7 @@ ClusterResult EmbeddedCluster::collect() const {
     r.loss_sum += st.loss_sum;
     r.steps += st.steps;
     r.pull_messages += st.pull_messages;
+    r.replies_dropped += st.replies_dropped;
     if (m.aggregators.empty()) {
       r.push_messages_to_ps += st.push_messages;
       r.push_bytes_to_ps += st.push_bytes;
@@ -409,6 +410,7 @@ ClusterResult EmbeddedCluster::collect() const {
   for (const auto& a : m.aggregators) {
     r.push_messages_to_ps += a->stats().push_messages;
     r.push_bytes_to_ps += a->stats().push_bytes;
+    r.replies_dropped += a->stats().replies_dropped;
   }
   for (const auto& s : m.shards) {
     r.pulls_deferred += s->stats().pulls_deferred;
@@ -525,6 +527,7 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   r.push_messages = ran->push_messages_to_ps;
   r.push_bytes = ran->push_bytes_to_ps;
   r.pulls_deferred = ran->pulls_deferred;
+  r.replies_dropped = ran->replies_dropped;
   if (r.train_samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
 
   if (progress) progress(TrainProgress{"evaluate", o.epochs, o.epochs, r.train_samples, 1.0, 0.0});

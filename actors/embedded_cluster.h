@@ -82,6 +82,7 @@ struct ClusterResult {
   uint64_t pulls_deferred = 0;       // pulls a shard held back for the consistency gate
   uint64_t pushes_applied = 0;       // by the shards
   uint64_t pushes_duplicate = 0;     // retries the shards recognised and did not apply
+  uint64_t replies_dropped = 0;      // replies workers and aggregators could not match to a request
   uint64_t bad_lines_skipped = 0;
   bool read_from_cache = false;
   uint64_t model_rows = 0;

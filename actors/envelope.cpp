@@ -547,6 +547,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.push_bytes = d.getPushBytes();
       x.bad_lines_skipped = d.getBadLinesSkipped();
       x.pushes_resent = d.getPushesResent();
+      x.replies_dropped = d.getRepliesDropped();
       m.body = std::move(x);
       return Status();
     }
@@ -657,6 +658,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setPushBytes(b.push_bytes);
           d.setBadLinesSkipped(b.bad_lines_skipped);
           d.setPushesResent(b.pushes_resent);
+          d.setRepliesDropped(b.replies_dropped);
         } else if constexpr (std::is_same_v<T, NodesLost>) {
           auto n = c.initNodesLost();
           auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));

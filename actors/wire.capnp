@@ -139,6 +139,7 @@ struct MemberDone {
   pushBytes @7 :UInt64;
   badLinesSkipped @8 :UInt64;
   pushesResent @9 :UInt64;
+  repliesDropped @10 :UInt64;
 }
 struct Control {
   from @0 :UInt32;

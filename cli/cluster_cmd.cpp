@@ -189,6 +189,7 @@ Runner add_coordinator(CLI::App& app) {
         {"workers_drained", r->totals.workers_drained},
         {"ps_restarts", r->totals.ps_restarts},
         {"pushes_resent", r->totals.pushes_resent},
+        {"replies_dropped", r->totals.replies_dropped},
         {"consistency", to_string(j.consistency)},
         {"push", a->push},
         {"model", a->model},

@@ -226,6 +226,7 @@ Runner add_train(CLI::App& app) {
       rep["push_messages_per_sample"] = double(r.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.push_bytes) / n;
       rep["pulls_deferred"] = r.pulls_deferred;
+      rep["replies_dropped"] = r.replies_dropped;
       rep["store"] = to_string(cluster.store);
       rep["admit_after"] = cluster.admit_after;
       rep["updates_dropped"] = r.updates_dropped;

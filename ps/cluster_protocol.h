@@ -95,6 +95,7 @@ struct MemberDone {
   uint64_t push_bytes = 0;
   uint64_t bad_lines_skipped = 0;
   uint64_t pushes_resent = 0;  // to restarted shards (KvClient::resync)
+  uint64_t replies_dropped = 0;  // replies its clients could not match to a request
 };
 
 // Sent to every member when members were lost: messages to these nodes are dropped from now on.

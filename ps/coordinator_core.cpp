@@ -108,6 +108,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     totals_.push_bytes += done->push_bytes;
     totals_.bad_lines_skipped += done->bad_lines_skipped;
     totals_.pushes_resent += done->pushes_resent;
+    totals_.replies_dropped += done->replies_dropped;
     if (!done->error.empty())
       return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error), out);
     if (done->drained) {

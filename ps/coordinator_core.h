@@ -86,6 +86,7 @@ struct CoordinatorTotals {
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
   uint64_t pushes_resent = 0;    // pushes re-sent to restarted shards (at most applied twice)
+  uint64_t replies_dropped = 0;  // replies the workers' clients could not match to a request
   ShardSummary shards;           // the ps members' shards once training is over
   uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`
 };

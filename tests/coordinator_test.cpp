@@ -366,8 +366,9 @@ BOOST_AUTO_TEST_CASE(ps_members_summarize_their_shards_once_training_is_over) {
   CoordinatorEffects early;
   core.on_message({0, ShardSummary{999, 999, 999, 0, 0, 0}}, 15, early);
   CoordinatorEffects done;
-  core.on_message({2, MemberDone{"", false, 100, 50.0, 1, 1, 1, 10, 0}}, 20, done);
+  core.on_message({2, MemberDone{"", false, 100, 50.0, 1, 1, 1, 10, 0, 0, 3}}, 20, done);
   BOOST_REQUIRE(done.training_done);
+  BOOST_TEST(core.totals().replies_dropped == 3u);
   const auto asked = sent<ShardSummaryRequest>(done);
   BOOST_REQUIRE_EQUAL(asked.size(), 2u);  // the ps members only
   BOOST_TEST(asked[0].first == members[0].endpoint);

@@ -233,6 +233,7 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < small_run_tolerance);
   // The ps members' summaries: the same rows as the embedded cluster made from the same data.
   BOOST_TEST(r["ps_summaries"].get<uint32_t>() == 2u);
+  BOOST_TEST(r["replies_dropped"].get<uint64_t>() == 0u);  // every reply answered a request
   BOOST_TEST(r["table_rows"].get<uint64_t>() == s.embedded_table_rows);
   BOOST_TEST(r["table_bytes"].get<uint64_t>() > r["table_rows"].get<uint64_t>());
   const std::regex summarized("training is over: [0-9]+ rows in 1 shard");

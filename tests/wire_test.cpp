@@ -369,7 +369,7 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   w.heartbeat_ms = 1 + static_cast<uint32_t>(rng.next() % 5000);
   w.heartbeat_timeout_ms = 1 + static_cast<uint32_t>(rng.next() % 50000);
   MemberDone d{random_text(rng, 200), rng.next() % 2 == 0, rng.next(), 0.25 * double(rng.next() % 1000), rng.next(),
-               rng.next(), rng.next(), rng.next(), rng.next()};
+               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next()};
   NodesLost lost;
   for (size_t i = rng.next() % 10; i > 0; --i) lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
   lost.reason = random_text(rng, 100);
@@ -404,7 +404,8 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, MemberDone>)
           return x.error == y.error && x.drained == y.drained && x.samples == y.samples && x.loss_sum == y.loss_sum &&
                  x.steps == y.steps && x.pull_messages == y.pull_messages && x.push_messages == y.push_messages &&
-                 x.push_bytes == y.push_bytes && x.bad_lines_skipped == y.bad_lines_skipped;
+                 x.push_bytes == y.push_bytes && x.bad_lines_skipped == y.bad_lines_skipped &&
+                 x.pushes_resent == y.pushes_resent && x.replies_dropped == y.replies_dropped;
         if constexpr (std::is_same_v<T, NodesLost>) return x.nodes == y.nodes && x.reason == y.reason;
         if constexpr (std::is_same_v<T, Leave>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Shutdown>) return x.error == y.error;

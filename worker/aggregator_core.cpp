@@ -53,6 +53,7 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
   } else {
     // Replies from the shards to this node's pushes.
     kv_->on_message(message, out);
+    stats_.replies_dropped = kv_->replies_dropped();
     if (!kv_->error().ok()) return fail(kv_->error());
     std::erase_if(push_tickets_, [&](auto t) { return kv_->done(t); });
   }

@@ -37,6 +37,7 @@ struct AggregatorStats {
   uint64_t contributions = 0;
   uint64_t push_messages = 0;  // pushes and clock advances sent to shards
   uint64_t push_bytes = 0;
+  uint64_t replies_dropped = 0;  // shard replies that answered no open request (KvClient)
 };
 
 class AggregatorCore {

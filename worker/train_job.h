@@ -54,6 +54,7 @@ struct TrainJobResult {
   uint64_t push_messages = 0;      // pushes and clock advances the shards received
   uint64_t push_bytes = 0;         // keys and gradients in those pushes
   uint64_t pulls_deferred = 0;     // pulls a shard held back for the consistency gate
+  uint64_t replies_dropped = 0;    // replies that answered no open request (cluster only)
   uint64_t bad_lines_skipped = 0;
   uint64_t model_rows = 0;
   uint64_t model_bytes = 0;        // memory held by the rows (the store's tables and indexes)

@@ -57,6 +57,7 @@ void WorkerCore::on_message(const PsMessage& message, Outbox& out) {
   }
   kv_->on_message(message, out);
   stats_.pull_retries = kv_->retries();
+  stats_.replies_dropped = kv_->replies_dropped();
   if (!kv_->error().ok()) return fail(kv_->error());
   std::erase_if(push_tickets_, [&](auto t) { return kv_->done(t); });
   complete_ready_steps(out);

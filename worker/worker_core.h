@@ -47,6 +47,7 @@ struct WorkerStats {
   uint64_t push_messages = 0;   // pushes and clock advances sent (to shards or the aggregator)
   uint64_t push_bytes = 0;      // keys and gradients in those pushes
   uint64_t pull_retries = 0;    // pulls re-sent after a shard-map update
+  uint64_t replies_dropped = 0; // replies that answered no open request (KvClient)
 };
 
 class WorkerCore {
