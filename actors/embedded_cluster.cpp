@@ -418,7 +418,7 @@ ClusterResult EmbeddedCluster::collect() const {
     r.pushes_duplicate += s->stats().pushes_duplicate;
     r.model_rows += s->rows();
     r.model_bytes += s->store().memory_bytes();
-    r.table_bytes += s->rows() * s->store().row_floats() * sizeof(float);
+    r.table_bytes += s->table_bytes();
     r.updates_dropped += s->stats().updates_dropped;
     r.rows_evicted += s->stats().rows_evicted;
   }

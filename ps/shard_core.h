@@ -98,6 +98,8 @@ class ShardCore {
   uint32_t min_clock() const { return min_clock_; }
   const ShardStats& stats() const { return stats_; }
   size_t rows() const { return store_->size(); }
+  // The rows' bytes: values, optimizer state and stamps (the report's table_bytes).
+  uint64_t table_bytes() const { return uint64_t{rows()} * store_->row_floats() * sizeof(float); }
   // The parameters of `key` (its initial row when never touched); size width. Asserts that
   // the store could read it (tests; drivers use row_values and handle the error).
   void row_value(uint64_t key, std::span<float> out);
