@@ -35,6 +35,10 @@ struct Bridge::Impl {
   std::atomic<bool> stop{false};
   std::atomic<bool> routing_ready{false};
   std::vector<bool> local;  // by node id; written before routing_ready, read after
+  std::optional<ClusterLayout> layout;  // written before routing_ready, read after
+  std::string coordinator_key;
+  std::set<std::string> control_keys;   // fixed at open
+  std::shared_ptr<ZmqContext> context = ZmqContext::make();  // every link's
 
   std::mutex links_mu;
   std::map<std::string, std::shared_ptr<Link>> links;  // by endpoint; guarded by links_mu
@@ -45,23 +49,31 @@ struct Bridge::Impl {
   std::atomic<uint64_t> received{0}, sent{0}, bad{0}, dropped{0}, refused{0};
   std::map<std::string, std::chrono::steady_clock::time_point> bad_logged;  // poller thread only
 
-  Expected<std::shared_ptr<Link>> link(const std::string& endpoint, const std::string& public_key) {
-    std::lock_guard lock(links_mu);
-    auto it = links.find(endpoint);
-    if (it != links.end()) return it->second;
+  Expected<std::unique_ptr<ZmqClient>> open_client(const std::string& endpoint, const std::string& public_key) {
     ZmqClientOptions o;
     o.endpoint = endpoint;
     o.send_hwm = options.send_hwm;
     o.receive_hwm = options.send_hwm;
     o.send_timeout_ms = options.send_timeout_ms;
     o.linger_ms = options.linger_ms;
+    o.context = context;
     if (options.curve) {
       if (public_key.empty())
         return Status::invalid_input(fmt::format("{} has no CURVE public key, and this cluster is not --insecure",
                                                  endpoint));
       o.curve = ZmqClientCurve{*options.curve, public_key};
     }
-    auto client = ZmqClient::open(o);
+    return ZmqClient::open(o);
+  }
+
+  Expected<std::shared_ptr<Link>> link(const std::string& endpoint, const std::string& public_key) {
+    std::lock_guard lock(links_mu);
+    auto it = links.find(endpoint);
+    if (it != links.end()) return it->second;
+    if (links.size() >= bridge_links_max)
+      return Status::internal(fmt::format("cannot open a link to {}: {} links are open, the most a process keeps",
+                                          endpoint, links.size()));
+    auto client = open_client(endpoint, public_key);
     if (!client) return client.status();
     auto l = std::make_shared<Link>();
     l->client = std::move(client.value());
@@ -113,11 +125,25 @@ struct Bridge::Impl {
     seen = r.count;
   }
 
-  void deliver(WireMessage& m, const std::string& peer) {
+  void deliver(WireMessage& m, const std::string& peer, const std::string& key) {
     if (!routing_ready.load(std::memory_order_acquire))
       return bad_message(peer, fmt::format("a message for node {} before this process has its layout", m.receiver));
     if (m.receiver >= local.size() || !local[m.receiver])
       return bad_message(peer, fmt::format("a message for node {}, which is not in this process", m.receiver));
+    if (layout) {
+      MessageOrigin origin;
+      if (!key.empty()) {
+        if (key == coordinator_key) {
+          origin = MessageOrigin::of_coordinator();
+        } else if (auto member = layout->member_of_key(key)) {
+          origin = MessageOrigin::of_member(*member);
+        } else {
+          return bad_message(peer, fmt::format("a message for node {} from key {}, which is no member's", m.receiver,
+                                               key));
+        }
+      }
+      if (Status s = layout->check_ps_message(m.ps, m.receiver, origin); !s.ok()) return bad_message(peer, s.message());
+    }
     caf::actor& target = shared->nodes[m.receiver];
     std::visit([&](auto& msg) { caf::anon_send(target, std::move(msg)); }, m.ps);
   }
@@ -143,8 +169,17 @@ struct Bridge::Impl {
         bad_message(r->peer_address, m.status().message());
         continue;
       }
-      if (m->is_control) on_control(std::move(m->control));
-      else deliver(*m, r->peer_address);
+      if (m->is_control) {
+        if (!control_keys.empty() && control_keys.count(r->peer_key) == 0) {
+          bad_message(r->peer_address, fmt::format("a control message from key {}, which may not send them",
+                                                   r->peer_key.empty() ? std::string("(none)") : r->peer_key));
+          continue;
+        }
+        m->control.sender_key = r->peer_key;
+        on_control(std::move(m->control));
+      } else {
+        deliver(*m, r->peer_address, r->peer_key);
+      }
     }
   }
 };
@@ -198,6 +233,7 @@ Expected<std::unique_ptr<Bridge>> Bridge::open(const BridgeOptions& options, caf
   impl->shared = std::move(shared);
   impl->on_control = std::move(on_control);
   impl->log = std::move(log);
+  impl->control_keys.insert(options.control_keys.begin(), options.control_keys.end());
   ZmqServerOptions so;
   so.endpoint = options.listen;
   so.curve = options.curve;
@@ -215,13 +251,27 @@ Expected<std::unique_ptr<Bridge>> Bridge::open(const BridgeOptions& options, caf
 const std::string& Bridge::endpoint() const { return impl_->server->last_endpoint(); }
 
 Status Bridge::send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m,
-                            bool wait) {
-  auto l = impl_->link(endpoint, public_key);
-  if (!l) return l.status();
+                            bool wait, bool one_off) {
   auto bytes = encode_control_message(m, impl_->options.cluster_id);
   if (!bytes) return bytes.status();
+  if (one_off) {
+    auto client = impl_->open_client(endpoint, public_key);
+    if (!client) return client.status();
+    Status s = (*client)->send(std::move(*bytes), wait);
+    if (s.ok()) ++impl_->sent;
+    return s;  // closing hands the message to the shared context's thread to deliver
+  }
+  auto l = impl_->link(endpoint, public_key);
+  if (!l) return l.status();
   return impl_->send_bytes(**l, std::move(*bytes), wait);
 }
+
+void Bridge::set_layout(ClusterLayout layout, const std::string& coordinator_key) {
+  impl_->layout.emplace(std::move(layout));
+  impl_->coordinator_key = coordinator_key;
+}
+
+void Bridge::count_bad_message() { ++impl_->bad; }
 
 Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first,
                                 uint32_t count) {

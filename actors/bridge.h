@@ -9,6 +9,15 @@
 // sent and queues it on that process's link. So the core actors never know whether a peer is
 // local or remote.
 //
+// Identity: every received message carries the CURVE key its connection proved (the ZAP user
+// id). With control_keys set, control messages from any other key are dropped (a member takes
+// them only from the coordinator); the coordinator passes the key on in
+// ControlMessage::sender_key for its core to check. Once set_layout has named who owns which
+// key, a ps message is delivered only when ClusterLayout::check_ps_message allows it from the
+// member owning the key it came with. Links are kept only to peers named by the layout or
+// joining (at most bridge_links_max); a one-off control message (a refusal) is sent on a link
+// that is closed right after.
+//
 // Failures: a message that cannot be queued (the peer's queue stayed full for the send
 // timeout, or it exceeds the size limit) fails the job (JobShared::fail), never vanishes. A
 // message to a node declared lost (mark_lost) is dropped and counted. A received message that
@@ -29,8 +38,12 @@
 #include "actors/curve_keys.h"
 #include "actors/envelope.h"
 #include "common/status.h"
+#include "ps/cluster_layout.h"
 
 namespace colony {
+
+// The most links (one per remote process) a bridge keeps open at once.
+inline constexpr size_t bridge_links_max = control_members_max + 1;
 
 struct BridgeOptions {
   std::string listen = "tcp://127.0.0.1:*";
@@ -40,12 +53,14 @@ struct BridgeOptions {
   int send_timeout_ms = 30'000;  // how long a send waits on a full queue before failing the job
   int send_hwm = 10'000;
   int linger_ms = 0;  // how long closing a link waits for its queued messages to go out
+  // With CURVE: the only keys control messages are taken from (empty: any admitted key).
+  std::vector<std::string> control_keys;
 };
 
 struct BridgeStats {
   uint64_t received = 0;
   uint64_t sent = 0;
-  uint64_t bad_messages = 0;     // undecodable, another cluster's, or for a node not here
+  uint64_t bad_messages = 0;     // undecodable, another cluster's, for a node not here, or forged
   uint64_t dropped_to_lost = 0;  // sends to nodes declared lost
   uint64_t refused_peers = 0;    // CURVE handshakes refused
 };
@@ -72,12 +87,20 @@ class Bridge {
   // Sends a control message to the process listening at `endpoint` (server key `public_key`,
   // empty when insecure). Any thread. Fails with the link's error (bad key, queue full); with
   // !wait, fails at once rather than waiting for room (or for a connection).
+  // A one_off message goes out on a link of its own, closed (lingering in the background)
+  // right after: nothing is kept for a peer that is not a member.
   Status send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m,
-                      bool wait = true);
+                      bool wait = true, bool one_off = false);
 
   // Makes nodes first..first+count-1 reachable at `endpoint`: a proxy actor each, stored in
   // shared->nodes. Call before set_routing_ready.
   Status add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first, uint32_t count);
+  // Who owns which key: from now on a ps message is delivered only when the layout allows it
+  // from the member owning its key (or from `coordinator_key`, the coordinator). Call before
+  // set_routing_ready; on an --insecure cluster only the layout's structural checks apply.
+  void set_layout(ClusterLayout layout, const std::string& coordinator_key);
+  // Counts a message dropped above the bridge (a control message its receiver refused).
+  void count_bad_message();
   // Marks which node ids are this process's own (received ps messages for others are bad),
   // then lets the poller deliver ps messages. Before this, ps messages are counted as bad.
   void set_routing_ready(const std::vector<NodeId>& local_nodes);

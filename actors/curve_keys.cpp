@@ -6,6 +6,7 @@
 #include <zmq.h>
 
 #include <array>
+#include <set>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -154,9 +155,14 @@ Expected<std::string> curve_public_key(const std::string& secret_z85) {
 }
 
 Status write_cluster_keys(const std::string& dir, size_t nodes) {
-  if (nodes == 0 || nodes > cluster_key_nodes_max)
-    return Status::invalid_input(fmt::format("key directory {}: nodes must be in 1..{}, got {}",
-                                             dir, cluster_key_nodes_max, nodes));
+  return write_cluster_keys(dir, ClusterKeyCounts{nodes, 0, 0});
+}
+
+Status write_cluster_keys(const std::string& dir, const ClusterKeyCounts& counts) {
+  const size_t total = counts.nodes + counts.ps + counts.workers;
+  if (total == 0 || total > cluster_key_nodes_max)
+    return Status::invalid_input(fmt::format("key directory {}: the member keys must number 1..{}, got {}", dir,
+                                             cluster_key_nodes_max, total));
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
   if (fs::exists(st)) {
@@ -183,18 +189,22 @@ Status write_cluster_keys(const std::string& dir, size_t nodes) {
   if (::chmod(dir.c_str(), 0700) != 0)
     return Status::io_error(fmt::format("cannot set mode 0700 on {}: {}", dir, errno_text(errno)));
 
-  std::string authorized;  // server first, then node-0 onwards
-  auto write_pair = [&](const std::string& name) -> Status {
+  std::string authorized;  // server first, then ps-0.., worker-0.., node-0..
+  auto write_pair = [&](const std::string& name, const char* role) -> Status {
     const CurveKeyPair pair = generate_curve_key_pair();
     const std::string base = (fs::path(dir) / name).string();
     if (Status s = write_new_file(base + ".key", pair.secret_z85 + "\n", 0600); !s.ok()) return s;
     if (Status s = write_new_file(base + ".pub", pair.public_z85 + "\n", 0644); !s.ok()) return s;
-    authorized += pair.public_z85 + "\n";
+    authorized += pair.public_z85 + (*role ? std::string(" ") + role : std::string()) + "\n";
     return Status();
   };
-  if (Status s = write_pair("server"); !s.ok()) return s;
-  for (size_t i = 0; i < nodes; ++i)
-    if (Status s = write_pair(fmt::format("node-{}", i)); !s.ok()) return s;
+  if (Status s = write_pair("server", "coordinator"); !s.ok()) return s;
+  for (size_t i = 0; i < counts.ps; ++i)
+    if (Status s = write_pair(fmt::format("ps-{}", i), "ps"); !s.ok()) return s;
+  for (size_t i = 0; i < counts.workers; ++i)
+    if (Status s = write_pair(fmt::format("worker-{}", i), "worker"); !s.ok()) return s;
+  for (size_t i = 0; i < counts.nodes; ++i)
+    if (Status s = write_pair(fmt::format("node-{}", i), ""); !s.ok()) return s;
   return write_new_file((fs::path(dir) / "authorized_keys").string(), authorized, 0644);
 }
 
@@ -217,23 +227,44 @@ Expected<std::string> read_public_key(const std::string& dir, const std::string&
   return read_single_key((fs::path(dir) / (name + ".pub")).string());
 }
 
-Expected<std::vector<std::string>> read_authorized_keys(const std::string& dir) {
+Expected<std::vector<AuthorizedKey>> read_authorized_key_roles(const std::string& dir) {
   const std::string path = (fs::path(dir) / "authorized_keys").string();
   auto text = read_small_file(path, authorized_keys_bytes_max);
   if (!text) return text.status();
   const std::vector<std::string> lines = split_lines(*text);
-  std::vector<std::string> keys;
+  std::vector<AuthorizedKey> keys;
+  std::set<std::string> seen;
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string line = trim(lines[i]);
     if (line.empty() || line.front() == '#') continue;
-    if (std::string problem = key_line_problem(line); !problem.empty())
+    const size_t space = line.find_first_of(" \t");
+    const std::string key = line.substr(0, space);
+    const std::string role = space == std::string::npos ? std::string() : trim(line.substr(space));
+    if (std::string problem = key_line_problem(key); !problem.empty())
       return Status::invalid_input(fmt::format("{}:{}: {}", path, i + 1, problem));
+    AuthorizedKey k{key, KeyRole::any_member};
+    if (role == "coordinator") k.role = KeyRole::coordinator;
+    else if (role == "ps") k.role = KeyRole::ps;
+    else if (role == "worker") k.role = KeyRole::worker;
+    else if (!role.empty())
+      return Status::invalid_input(fmt::format(
+          "{}:{}: the role after the key must be coordinator, ps or worker, got \"{}\"", path, i + 1, role));
+    if (!seen.insert(key).second)
+      return Status::invalid_input(fmt::format("{}:{}: the key is listed twice", path, i + 1));
     if (keys.size() == authorized_keys_max)
       return Status::invalid_input(
           fmt::format("{}:{}: more than {} keys", path, i + 1, authorized_keys_max));
-    keys.push_back(line);
+    keys.push_back(std::move(k));
   }
   if (keys.empty()) return Status::invalid_input(fmt::format("{}: lists no keys", path));
+  return keys;
+}
+
+Expected<std::vector<std::string>> read_authorized_keys(const std::string& dir) {
+  auto roles = read_authorized_key_roles(dir);
+  if (!roles) return roles.status();
+  std::vector<std::string> keys;
+  for (AuthorizedKey& k : *roles) keys.push_back(std::move(k.public_z85));
   return keys;
 }
 

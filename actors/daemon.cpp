@@ -5,12 +5,14 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <random>
 #include <set>
 
 #include "actors/bridge.h"
 #include "actors/core_actors.h"
 #include "actors/curve_keys.h"
 #include "gpu/reduce.h"
+#include "ps/cluster_layout.h"
 #include "ps/coordinator_core.h"
 #include "worker/kv_client.h"
 #include "worker/train_job.h"
@@ -73,8 +75,13 @@ class Inbox {
 
 struct Keys {
   std::optional<CurveKeyPair> own;
-  std::vector<std::string> authorized;
+  std::vector<AuthorizedKey> authorized;
   std::string server_public;  // the coordinator's public key
+  std::vector<std::string> authorized_keys() const {
+    std::vector<std::string> out;
+    for (const AuthorizedKey& k : authorized) out.push_back(k.public_z85);
+    return out;
+  }
 };
 
 Expected<Keys> load_keys(const DaemonSecurity& s) {
@@ -91,7 +98,7 @@ Expected<Keys> load_keys(const DaemonSecurity& s) {
   auto own = read_key_pair(s.keys_dir, s.key_name);
   if (!own) return own.status();
   k.own = std::move(own.value());
-  auto authorized = read_authorized_keys(s.keys_dir);
+  auto authorized = read_authorized_key_roles(s.keys_dir);
   if (!authorized) return authorized.status();
   k.authorized = std::move(authorized.value());
   auto server = read_public_key(s.keys_dir, "server");
@@ -139,11 +146,14 @@ struct Process {
   std::vector<caf::actor> extra;  // local actors not in shared->nodes
   Inbox inbox;
 
-  Status open_bridge(const std::string& listen, const Keys& keys, uint64_t cluster_id, const DaemonLog& log) {
+  // A member takes control messages only from the coordinator's key (`control_from_server`).
+  Status open_bridge(const std::string& listen, const Keys& keys, uint64_t cluster_id, const DaemonLog& log,
+                     bool control_from_server) {
     BridgeOptions o;
     o.listen = listen;
     o.curve = keys.own;
-    o.authorized_keys = keys.authorized;
+    o.authorized_keys = keys.authorized_keys();
+    if (keys.own && control_from_server) o.control_keys = {keys.server_public};
     o.cluster_id = cluster_id;
     o.linger_ms = control_linger_ms;
     auto b = Bridge::open(o, system, shared, [this](ControlMessage&& m) { inbox.push(std::move(m)); }, log);
@@ -188,7 +198,7 @@ class Member {
     auto keys = load_keys(o_.security);
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());
-    if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_); !s.ok()) return s;
+    if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, true); !s.ok()) return s;
     auto endpoint = advertised_endpoint(p_.bridge->endpoint(), o_.advertise);
     if (!endpoint) return endpoint.status();
     // Peers on other hosts could never reach a loopback address: say so now, not after a timeout.
@@ -203,6 +213,8 @@ class Member {
     me_.count = o_.count;
     me_.data = o_.data;
     me_.durable = o_.role == MemberRole::ps && o_.store.kind != StoreKind::memory;
+    // This start of the process: a restart with the same key is told apart from a retry.
+    me_.incarnation = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
     log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role), me_.endpoint,
                      security_text(keys_), o_.coordinator));
     auto welcome = join();
@@ -264,6 +276,11 @@ class Member {
         } else if (auto* r = std::get_if<Refuse>(&m.body)) {
           return Status::internal("the coordinator refused this member: " + r->reason);
         } else if (auto* w = std::get_if<Welcome>(&m.body)) {
+          if (Status s = take_layout(*w); !s.ok()) {
+            p_.bridge->count_bad_message();
+            log_("ignored a layout from the coordinator: " + s.message());
+            continue;
+          }
           return std::optional<Welcome>(std::move(*w));
         } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
           if (s->error.empty()) return std::optional<Welcome>();
@@ -271,6 +288,45 @@ class Member {
         }
       }
     }
+  }
+
+  // Checks a Welcome (ids, counts, and that it names this member as it joined) and keeps its
+  // layout; nothing is built from a layout that does not add up.
+  Status take_layout(const Welcome& w) {
+    auto layout = ClusterLayout::make(w);
+    if (!layout) return layout.status();
+    const MemberInfo& self = w.members[w.you];
+    if (self.role != me_.role || self.count != me_.count || self.endpoint != me_.endpoint ||
+        self.public_key != me_.public_key)
+      return Status::invalid_input(fmt::format("it names this member as a {} at {} hosting {}", to_string(self.role),
+                                               self.endpoint, self.count));
+    layout_.emplace(std::move(layout.value()));
+    return Status();
+  }
+
+  // Whether a control message received while serving makes sense in this layout; counted and
+  // dropped otherwise (it came with the coordinator's key, yet is not believed blindly).
+  Status check_served(const ControlMessage& m) const {
+    auto nodes_ok = [&](const std::vector<NodeId>& nodes, bool durable_shards) {
+      for (NodeId n : nodes) {
+        if (n >= layout_->nodes()) return false;
+        if (durable_shards) {
+          const auto owner = layout_->owner(n);
+          if (layout_->role(n) != NodeRole::shard || !owner || !layout_->members()[*owner].durable) return false;
+        }
+      }
+      return true;
+    };
+    if (auto* lost = std::get_if<NodesLost>(&m.body))
+      return nodes_ok(lost->nodes, false) ? Status() : Status::invalid_input("NodesLost names nodes outside the layout");
+    if (auto* back = std::get_if<ShardsRestarted>(&m.body))
+      return nodes_ok(back->nodes, true)
+                 ? Status()
+                 : Status::invalid_input("ShardsRestarted names nodes that are not shards of a durable ps");
+    const bool expected = std::holds_alternative<Start>(m.body) || std::holds_alternative<ShardSummaryRequest>(m.body) ||
+                          std::holds_alternative<Shutdown>(m.body) || std::holds_alternative<Heartbeat>(m.body);
+    return expected ? Status()
+                    : Status::invalid_input(fmt::format("a control message of kind {} while training", m.body.index()));
   }
 
   Status build() {
@@ -291,13 +347,7 @@ class Member {
       local.push_back(n);
     }
     if (o_.role == MemberRole::ps) {
-      std::vector<NodeId> senders;
-      for (const MemberInfo& m : w.members) {
-        if (m.role != MemberRole::worker) continue;
-        if (m.has_aggregator) senders.push_back(m.aggregator);
-        else
-          for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) senders.push_back(n);
-      }
+      const std::vector<NodeId> senders = layout_->shard_senders();
       for (NodeId n : local) {
         ShardConfig sc{n, n, width, job.optimizer, RowInit{job.seed, 1, job.factor_init_std}, job.consistency,
                        senders, w.map};
@@ -389,6 +439,7 @@ class Member {
             return s;
       reports_expected_ = local.size();
     }
+    p_.bridge->set_layout(*layout_, keys_.server_public);
     p_.bridge->set_routing_ready(local);
     return Status();
   }
@@ -417,6 +468,7 @@ class Member {
       d.replies_dropped += aggregator_->stats().replies_dropped;
     }
     for (const auto& s : sources_) d.bad_lines_skipped += s->last_stats().bad_lines_skipped;
+    d.bad_messages = p_.bridge->stats().bad_messages;
     return d;
   }
 
@@ -442,6 +494,7 @@ class Member {
                    [&](caf::error& e) {
                      log_(fmt::format("shard node {} gave no summary: {}", n, p_.system.render(e)));
                    });
+    sum.bad_messages = p_.bridge->stats().bad_messages;
     return sum;
   }
 
@@ -501,6 +554,11 @@ class Member {
         return Status::internal(fmt::format("lost the coordinator at {}: nothing heard for {} ms", o_.coordinator,
                                             now - last_heard));
       for (ControlMessage& m : p_.inbox.wait(poll_ms)) {
+        if (Status bad = check_served(m); !bad.ok()) {
+          p_.bridge->count_bad_message();
+          log_served_drop(bad.message());
+          continue;
+        }
         last_heard = now_ms();
         if (std::holds_alternative<Start>(m.body)) {
           if (started || o_.role != MemberRole::worker) continue;
@@ -533,12 +591,23 @@ class Member {
     }
   }
 
+  // At most once a minute, like the bridge's own drops.
+  void log_served_drop(const std::string& why) {
+    const uint64_t now = now_ms();
+    if (now < next_drop_log_ms_) return;
+    next_drop_log_ms_ = now + 60'000;
+    log_(fmt::format("dropped a control message: {} ({} bad messages so far; logged at most once a minute)", why,
+                     p_.bridge->stats().bad_messages));
+  }
+
   const MemberDaemonOptions& o_;
   const DaemonLog& log_;
   DaemonSignals& signals_;
   Keys keys_;
   MemberInfo me_;
   Welcome welcome_;
+  std::optional<ClusterLayout> layout_;  // from welcome_, checked
+  uint64_t next_drop_log_ms_ = 0;
   uint32_t you_ = control_from_unknown;
   std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
   std::vector<std::shared_ptr<ShardCore>> shard_cores_;
@@ -583,6 +652,12 @@ class Coordinator {
     cc.heartbeat_ms = o_.heartbeat_ms;
     cc.heartbeat_timeout_ms = o_.heartbeat_timeout_ms;
     cc.require_all_workers = o_.require_all_workers;
+    for (const AuthorizedKey& k : keys_.authorized) {
+      if (k.role == KeyRole::coordinator || k.public_z85 == keys_.server_public) continue;
+      cc.key_roles[k.public_z85] = k.role == KeyRole::ps       ? std::optional<MemberRole>(MemberRole::ps)
+                                   : k.role == KeyRole::worker ? std::optional<MemberRole>(MemberRole::worker)
+                                                               : std::nullopt;
+    }
     auto map = ShardMap::make(ShardMapSpec{1, o_.shards, ShardMapSpec{}.vnodes_per_shard, o_.job.seed});
     if (!map) return map.status();
     cc.map = map->spec();
@@ -590,7 +665,7 @@ class Coordinator {
     auto core = CoordinatorCore::make(cc, now_ms());
     if (!core) return core.status();
     core_.emplace(std::move(core.value()));
-    if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_); !s.ok()) return s;
+    if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, false); !s.ok()) return s;
     log_(fmt::format("coordinator listening on {} ({}, cluster id {}): waiting for {} shard{} and {} worker replica{}",
                      p_.bridge->endpoint(), security_text(keys_), o_.cluster_id, o_.shards, o_.shards == 1 ? "" : "s",
                      o_.workers, o_.workers == 1 ? "" : "s"));
@@ -641,7 +716,7 @@ class Coordinator {
     result_.train_logloss = t.samples ? t.loss_sum / double(t.samples) : 0.0;
     result_.members = static_cast<uint32_t>(core_->members().size());
     const BridgeStats bs = p_.bridge->stats();
-    result_.bad_messages = bs.bad_messages;
+    result_.bad_messages = bs.bad_messages + t.bad_messages;
     result_.refused_peers = bs.refused_peers;
     return result_;
   }
@@ -672,7 +747,7 @@ class Coordinator {
       if (auto* lost = std::get_if<NodesLost>(&c.message.body)) p_.bridge->mark_lost(lost->nodes);
       if (auto* back = std::get_if<ShardsRestarted>(&c.message.body)) p_.bridge->unmark_lost(back->nodes);
       // Not waiting: the loop keeps its deadlines even when a member's queue is full or gone.
-      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false); !s.ok())
+      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false, c.one_off); !s.ok())
         log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));
     }
     if (!fx.ps.empty()) route(*p_.shared, fx.ps);
@@ -694,6 +769,9 @@ class Coordinator {
           failed_ = s;
     self_.emplace(p_.system);
     nodes[me] = caf::actor_cast<caf::actor>(*self_);
+    auto layout = ClusterLayout::make(core_->layout());
+    COLONY_ASSERT(layout.ok(), "the coordinator core's own layout: {}", layout.status().message());
+    p_.bridge->set_layout(std::move(layout.value()), keys_.own ? keys_.own->public_z85 : std::string());
     p_.bridge->set_routing_ready({me});
   }
 

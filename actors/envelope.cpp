@@ -413,6 +413,7 @@ Status read_member(wire::MemberInfo::Reader r, MemberInfo& m) {
   m.has_aggregator = r.getHasAggregator();
   m.aggregator = r.getAggregator();
   m.durable = r.getDurable();
+  m.incarnation = r.getIncarnation();
   return Status();
 }
 
@@ -426,6 +427,7 @@ void write_member(wire::MemberInfo::Builder w, const MemberInfo& m) {
   w.setHasAggregator(m.has_aggregator);
   w.setAggregator(m.aggregator);
   w.setDurable(m.durable);
+  w.setIncarnation(m.incarnation);
 }
 
 void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
@@ -548,6 +550,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.bad_lines_skipped = d.getBadLinesSkipped();
       x.pushes_resent = d.getPushesResent();
       x.replies_dropped = d.getRepliesDropped();
+      x.bad_messages = d.getBadMessages();
       m.body = std::move(x);
       return Status();
     }
@@ -600,7 +603,8 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
     case wire::Control::SHARD_SUMMARY: {
       auto x = r.getShardSummary();
       m.body = ShardSummary{x.getTableRows(),      x.getTableBytes(),     x.getPullsDeferred(),
-                          x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted()};
+                          x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted(),
+                          x.getBadMessages()};
       return Status();
     }
     default:
@@ -659,6 +663,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setBadLinesSkipped(b.bad_lines_skipped);
           d.setPushesResent(b.pushes_resent);
           d.setRepliesDropped(b.replies_dropped);
+          d.setBadMessages(b.bad_messages);
         } else if constexpr (std::is_same_v<T, NodesLost>) {
           auto n = c.initNodesLost();
           auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));
@@ -683,6 +688,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           x.setRowsNotAdmitted(b.rows_not_admitted);
           x.setUpdatesDropped(b.updates_dropped);
           x.setRowsEvicted(b.rows_evicted);
+          x.setBadMessages(b.bad_messages);
         } else {
           static_assert(std::is_same_v<T, Joined>);
           c.setJoined(b.status);

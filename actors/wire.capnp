@@ -112,6 +112,7 @@ struct MemberInfo {
   hasAggregator @6 :Bool;
   aggregator @7 :UInt32;
   durable @8 :Bool;
+  incarnation @9 :UInt64;
 }
 struct Welcome {
   you @0 :UInt32;
@@ -140,6 +141,7 @@ struct MemberDone {
   badLinesSkipped @8 :UInt64;
   pushesResent @9 :UInt64;
   repliesDropped @10 :UInt64;
+  badMessages @11 :UInt64;
 }
 struct Control {
   from @0 :UInt32;
@@ -168,6 +170,7 @@ struct ShardSummary {
   rowsNotAdmitted @3 :UInt64;
   updatesDropped @4 :UInt64;
   rowsEvicted @5 :UInt64;
+  badMessages @6 :UInt64;
 }
 struct NodesLost {
   nodes @0 :List(UInt32);

@@ -137,6 +137,7 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
       }
       // The sender's address, from libzmq's metadata (absent on inproc and older libzmq).
       if (const char* address = zmq_msg_gets(frames[first].handle(), "Peer-Address")) r.peer_address = address;
+      if (const char* key = zmq_msg_gets(frames[first].handle(), "User-Id")) r.peer_key = key;
       for (size_t i = first; i < frames.size(); ++i) {
         auto owner = std::make_shared<zmq::message_t>(std::move(frames[i]));
         const zmq::message_t& body = *owner;
@@ -418,8 +419,17 @@ RefusedPeers ZmqServer::refused() const {
 // ---------------------------------------------------------------------------------------------
 // ZmqClient
 
+struct ZmqContext::Impl {
+  zmq::context_t context{1};
+};
+
+ZmqContext::ZmqContext() : impl_(std::make_unique<Impl>()) {}
+ZmqContext::~ZmqContext() = default;
+std::shared_ptr<ZmqContext> ZmqContext::make() { return std::shared_ptr<ZmqContext>(new ZmqContext()); }
+
 struct ZmqClient::Impl {
-  zmq::context_t context{1};  // destroyed last
+  // Declared first so it is destroyed last, after the socket: the shared context, or our own.
+  std::shared_ptr<ZmqContext> context;
   zmq::socket_t dealer;
   std::string endpoint;
   std::string where;
@@ -448,8 +458,9 @@ Expected<std::unique_ptr<ZmqClient>> ZmqClient::open(const ZmqClientOptions& opt
   auto impl = std::make_unique<Impl>();
   impl->endpoint = options.endpoint;
   impl->where = where;
+  impl->context = options.context ? options.context : ZmqContext::make();
   try {
-    impl->dealer = zmq::socket_t(impl->context, zmq::socket_type::dealer);
+    impl->dealer = zmq::socket_t(impl->context->impl().context, zmq::socket_type::dealer);
     zmq::socket_t& d = impl->dealer;
     set_common_options(d, options.send_hwm, options.receive_hwm, options.send_timeout_ms);
     d.set(zmq::sockopt::linger, std::max(0, options.linger_ms));

@@ -53,6 +53,10 @@ struct Received {
   std::vector<uint8_t> identity;  // the sending peer's routing identity; empty at a client
   std::vector<ReceivedBytes> frames;  // the payload frames, 1..zmq_payload_frames_max, in order
   std::string peer_address;  // the sending peer's IP address, when libzmq knows it
+  // The sending peer's CURVE public key in Z85, as the ZAP handler admitted it (the "User-Id"
+  // of the connection); empty without CURVE. The peer cannot choose it: it is the key its
+  // handshake proved.
+  std::string peer_key;
   bool timed_out = false;
 };
 
@@ -125,6 +129,20 @@ class ZmqServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A ZeroMQ context (its I/O thread) that several clients share, so that a process opening many
+// links does not start threads for each. Any thread.
+class ZmqContext {
+ public:
+  static std::shared_ptr<ZmqContext> make();
+  ~ZmqContext();
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  ZmqContext();
+  std::unique_ptr<Impl> impl_;
+};
+
 struct ZmqClientCurve {
   CurveKeyPair own;               // this client's key pair
   std::string server_public_key;  // Z85
@@ -137,8 +155,11 @@ struct ZmqClientOptions {
   int send_hwm = 1000;
   int receive_hwm = 1000;
   int send_timeout_ms = 1000;
-  // How long closing waits for queued messages to go out (0: discard them at once).
+  // How long closing waits for queued messages to go out (0: discard them at once). With a
+  // shared context, closing returns at once and the context's thread does the waiting.
   int linger_ms = 0;
+  // The context to open the socket in (it must outlive the client); null: one of its own.
+  std::shared_ptr<ZmqContext> context = nullptr;
 };
 
 class ZmqClient {

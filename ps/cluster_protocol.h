@@ -48,6 +48,9 @@ struct MemberInfo {
   uint32_t count = 1;      // shards (ps) or worker replicas (worker) it hosts
   std::string data;        // a worker's --data path (the coordinator compares them)
   bool durable = false;    // a ps whose shards keep their rows on disk: it may restart and rejoin
+  // Chosen anew by each start of the member's process: a Join with the same key (or, on an
+  // --insecure cluster, the same endpoint) and another incarnation is the member restarted.
+  uint64_t incarnation = 0;
   // Assigned by the coordinator (in Welcome):
   NodeId first_node = 0;   // its cores are nodes first_node .. first_node + count - 1
   bool has_aggregator = false;
@@ -96,6 +99,7 @@ struct MemberDone {
   uint64_t bad_lines_skipped = 0;
   uint64_t pushes_resent = 0;  // to restarted shards (KvClient::resync)
   uint64_t replies_dropped = 0;  // replies its clients could not match to a request
+  uint64_t bad_messages = 0;     // messages its process dropped as malformed, misaddressed or forged
 };
 
 // Sent to every member when members were lost: messages to these nodes are dropped from now on.
@@ -142,6 +146,7 @@ struct ShardSummary {
   uint64_t rows_not_admitted = 0;   // pulled rows answered with the initial row (--admit-after)
   uint64_t updates_dropped = 0;     // pushed rows of keys not admitted
   uint64_t rows_evicted = 0;        // --evict-after
+  uint64_t bad_messages = 0;        // messages the ps process dropped as malformed, misaddressed or forged
   ShardSummary& operator+=(const ShardSummary& o) {
     table_rows += o.table_rows;
     table_bytes += o.table_bytes;
@@ -149,6 +154,7 @@ struct ShardSummary {
     rows_not_admitted += o.rows_not_admitted;
     updates_dropped += o.updates_dropped;
     rows_evicted += o.rows_evicted;
+    bad_messages += o.bad_messages;
     return *this;
   }
   bool operator==(const ShardSummary&) const = default;
@@ -165,6 +171,9 @@ inline constexpr uint32_t control_from_coordinator = 0xfffffffeu;
 struct ControlMessage {
   uint32_t from = control_from_unknown;
   ControlBody body;
+  // The CURVE public key (Z85) of the connection it came over, set by the receiving driver from
+  // the transport (never encoded: a sender cannot choose it); empty on an --insecure cluster.
+  std::string sender_key = {};
 };
 
 }  // namespace colony

@@ -2,13 +2,27 @@
 
 #include <algorithm>
 
+#include "ps/cluster_layout.h"
+
 namespace colony {
 
 const char* to_string(MemberRole role) { return role == MemberRole::ps ? "ps" : "worker"; }
 
 namespace {
 std::string plural(uint32_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+constexpr uint64_t reject_log_interval_ms = 60'000;
 }  // namespace
+
+void CoordinatorCore::reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out) {
+  ++totals_.bad_messages;
+  ++rejects_unlogged_;
+  if (now_ms < next_reject_log_ms_) return;
+  out.log.push_back(fmt::format("dropped a control message: {} ({} dropped since the last such line; logged at most "
+                                "once a minute)",
+                                why, rejects_unlogged_));
+  rejects_unlogged_ = 0;
+  next_reject_log_ms_ = now_ms + reject_log_interval_ms;
+}
 
 Expected<CoordinatorCore> CoordinatorCore::make(const CoordinatorConfig& config, uint64_t now_ms) {
   if (config.shards == 0) return Status::invalid_input("--shards must be at least 1");
@@ -46,16 +60,27 @@ std::string CoordinatorCore::waiting_for() const {
 
 void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out) {
   if (phase_ == CoordinatorPhase::ended) return;
-  if (auto* join = std::get_if<Join>(&message.body)) return on_join(*join, now_ms, out);
+  if (auto* join = std::get_if<Join>(&message.body)) return on_join(*join, message.sender_key, now_ms, out);
   const uint32_t i = message.from;
-  if (i >= members_.size() || phase_ == CoordinatorPhase::joining) {
-    out.log.push_back(fmt::format("ignored a control message of kind {} from unknown member {}",
-                                  message.body.index(), i));
-    return;
-  }
+  if (i >= members_.size() || phase_ == CoordinatorPhase::joining)
+    return reject(fmt::format("a message of kind {} from unknown member {}", message.body.index(), i), now_ms, out);
+  if (message.sender_key != members_[i].public_key)
+    return reject(fmt::format("a message of kind {} in the name of member {}, sent with another key",
+                              message.body.index(), i),
+                  now_ms, out);
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
-  if (st.gone) return;  // declared lost: what it still says does not count
+  // Declared lost: what it still says does not count.
+  if (st.gone)
+    return reject(fmt::format("a message of kind {} from member {}, which is lost", message.body.index(), i), now_ms,
+                  out);
+  const bool from_member = std::holds_alternative<Heartbeat>(message.body) || std::holds_alternative<Ready>(message.body) ||
+                           std::holds_alternative<MemberDone>(message.body) ||
+                           std::holds_alternative<ShardSummary>(message.body) || std::holds_alternative<Leave>(message.body);
+  if (!from_member)
+    return reject(fmt::format("a message of kind {} from member {}: only the coordinator sends that",
+                              message.body.index(), i),
+                  now_ms, out);
   st.last_heard_ms = now_ms;
   if (auto* hb = std::get_if<Heartbeat>(&message.body)) {
     if (!st.finished) st.samples = hb->samples;
@@ -109,6 +134,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     totals_.bad_lines_skipped += done->bad_lines_skipped;
     totals_.pushes_resent += done->pushes_resent;
     totals_.replies_dropped += done->replies_dropped;
+    totals_.bad_messages += done->bad_messages;
     if (!done->error.empty())
       return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error), out);
     if (done->drained) {
@@ -123,58 +149,46 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     if (m.role != MemberRole::ps || !st.summary_pending) return;
     st.summary_pending = false;
     totals_.shards += *summary;
+    totals_.bad_messages += summary->bad_messages;
     ++totals_.shard_summaries;
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     if (m.role == MemberRole::ps)
       return fail(fmt::format("ps member {} at {} left ({}): its shards are gone", i, m.endpoint, leave->reason), out);
     if (!st.finished) lose(i, "left: " + leave->reason, now_ms, out);
-  } else {
-    out.log.push_back(fmt::format("ignored a control message of kind {} from member {} at {}",
-                                  message.body.index(), i, m.endpoint));
   }
 }
 
-void CoordinatorCore::on_join(const Join& j, uint64_t now_ms, CoordinatorEffects& out) {
+void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint64_t now_ms, CoordinatorEffects& out) {
   const MemberInfo& m = j.member;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    if (members_[i].endpoint == m.endpoint) {
-      MemberState& st = state_[i];
-      if (st.awaiting_rejoin) {
-        if (m.role != members_[i].role || m.count != members_[i].count || !m.durable) {
-          out.log.push_back(fmt::format("refused a {} joining from {}: it does not host what ps member {} hosted",
-                                        to_string(m.role), m.endpoint, i));
-          out.control.push_back({m.endpoint, m.public_key,
-                                 {control_from_coordinator,
-                                  Refuse{fmt::format("this endpoint belonged to ps member {} with {} durable shards", i,
-                                                     members_[i].count)}}});
-          return;
-        }
-        st.awaiting_rejoin = false;
-        st.gone = false;
-        st.rejoining = true;
-        st.ready = false;
-        st.last_heard_ms = now_ms;
-        st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
-        members_[i].public_key = m.public_key;
-        Welcome w = welcome_for(i);
-        w.resume = true;
-        out.log.push_back(fmt::format("ps member {} is back from {}: sent it the layout to resume its shards", i,
-                                      m.endpoint));
-        out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, std::move(w)}});
-        return;
-      }
-      st.last_heard_ms = now_ms;
-      // A retry: the member is already known (its Welcome, if due, is on its way).
-      if (phase_ == CoordinatorPhase::joining)
-        out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
-      return;
-    }
-  }
+  // A join speaks for the key it came with, and only in that key's role.
+  if (m.public_key != sender_key)
+    return reject(fmt::format("a {} join from {} naming a key other than the one it came with", to_string(m.role),
+                              m.endpoint),
+                  now_ms, out);
   auto refuse = [&](std::string why) {
+    ++totals_.bad_messages;
     out.log.push_back(fmt::format("refused a {} joining from {}: {}", to_string(m.role), m.endpoint, why));
-    out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Refuse{std::move(why)}}});
+    out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Refuse{std::move(why)}}, true});
   };
+  if (!config_.key_roles.empty()) {
+    auto it = config_.key_roles.find(sender_key);
+    if (it == config_.key_roles.end()) return refuse("its key may not join (it is not a member's key)");
+    if (it->second && *it->second != m.role)
+      return refuse(fmt::format("its key is a {} key", to_string(*it->second)));
+  }
+  for (uint32_t i = 0; i < members_.size(); ++i) {
+    // With keys, a member is its key; on an --insecure cluster, its endpoint.
+    const bool same = sender_key.empty() ? members_[i].endpoint == m.endpoint : members_[i].public_key == sender_key;
+    if (!same) {
+      if (members_[i].endpoint == m.endpoint) return refuse(fmt::format("member {} listens at that endpoint", i));
+      continue;
+    }
+    if (m.role != members_[i].role || m.count != members_[i].count || m.endpoint != members_[i].endpoint)
+      return refuse(fmt::format("its key belongs to member {}, a {} at {} hosting {}", i, to_string(members_[i].role),
+                                members_[i].endpoint, members_[i].count));
+    return rejoin(i, m, now_ms, out);
+  }
   if (phase_ != CoordinatorPhase::joining) return refuse("the cluster is complete and the job has started");
   const uint32_t want = m.role == MemberRole::ps ? config_.shards : config_.workers;
   const uint32_t have = joined(m.role);
@@ -195,18 +209,59 @@ void CoordinatorCore::on_join(const Join& j, uint64_t now_ms, CoordinatorEffects
   }
 }
 
-void CoordinatorCore::welcome(CoordinatorEffects& out) {
-  NodeId next = 0;
-  for (MemberInfo& m : members_)
-    if (m.role == MemberRole::ps) { m.first_node = next; next += m.count; }
-  for (MemberInfo& m : members_)
-    if (m.role == MemberRole::worker) { m.first_node = next; next += m.count; }
-  for (MemberInfo& m : members_) {
-    if (m.role != MemberRole::worker || !config_.job.hierarchical) continue;
-    m.has_aggregator = true;
-    m.aggregator = next++;
+// A join from known member i: a retry of its join, or (another incarnation) the member restarted.
+void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out) {
+  MemberState& st = state_[i];
+  const bool restarted = m.incarnation != members_[i].incarnation;
+  if (!restarted && !st.awaiting_rejoin) {
+    // A retry: its Welcome, if due, is on its way. It does not count as a sign of life.
+    if (phase_ == CoordinatorPhase::joining)
+      out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
+    return;
   }
-  coordinator_node_ = next;
+  if (phase_ == CoordinatorPhase::joining || phase_ == CoordinatorPhase::starting) {
+    // Nothing has trained yet: the new process takes the old one's place and builds afresh.
+    members_[i].incarnation = m.incarnation;
+    members_[i].durable = m.durable;
+    members_[i].data = m.data;
+    st.last_heard_ms = now_ms;
+    out.log.push_back(fmt::format("{} member {} at {} restarted before the start", to_string(m.role), i, m.endpoint));
+    if (phase_ == CoordinatorPhase::joining) {
+      out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
+      return;
+    }
+    st.ready = false;
+    st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
+    out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, welcome_for(i)}});
+    return;
+  }
+  if (!st.gone) lose(i, "it restarted (a new incarnation joined)", now_ms, out);
+  if (phase_ == CoordinatorPhase::ended) return;
+  if (!st.awaiting_rejoin || !m.durable) {
+    ++totals_.bad_messages;
+    out.log.push_back(fmt::format("refused member {} at {} after its restart: only a ps with durable shards resumes",
+                                  i, m.endpoint));
+    out.control.push_back({m.endpoint, m.public_key,
+                           {control_from_coordinator, Refuse{"this member was lost; only a ps with durable shards "
+                                                             "may resume"}},
+                           true});
+    return;
+  }
+  st.awaiting_rejoin = false;
+  st.gone = false;
+  st.rejoining = true;
+  st.ready = false;
+  st.last_heard_ms = now_ms;
+  st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
+  members_[i].incarnation = m.incarnation;
+  Welcome w = welcome_for(i);
+  w.resume = true;
+  out.log.push_back(fmt::format("ps member {} is back from {}: sent it the layout to resume its shards", i, m.endpoint));
+  out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, std::move(w)}});
+}
+
+void CoordinatorCore::welcome(CoordinatorEffects& out) {
+  coordinator_node_ = assign_nodes(members_, config_.job.hierarchical);
   bool same_data = true;
   const MemberInfo* first_worker = nullptr;
   for (const MemberInfo& m : members_) {

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,6 +55,10 @@ struct CoordinatorConfig {
   uint32_t heartbeat_ms = 1'000;        // how often members and coordinator send heartbeats
   uint32_t heartbeat_timeout_ms = 10'000;
   bool require_all_workers = false;
+  // Who may join in which role: each listed CURVE public key with the one role it may take, or
+  // nullopt for a key that may join as ps or worker (a `colony keygen --nodes` key). Empty (an
+  // --insecure cluster): anyone reaching the socket may join, in any role.
+  std::map<std::string, std::optional<MemberRole>> key_roles;
 };
 
 enum class CoordinatorPhase { joining, starting, running, trained, ended };
@@ -63,6 +68,8 @@ struct ControlOut {
   std::string endpoint;    // where it listens
   std::string public_key;  // its CURVE server key (empty on an --insecure cluster)
   ControlMessage message;
+  // To a joiner that is not a member (a refusal): the driver keeps no connection to it after.
+  bool one_off = false;
 };
 
 struct CoordinatorEffects {
@@ -87,6 +94,10 @@ struct CoordinatorTotals {
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
   uint64_t pushes_resent = 0;    // pushes re-sent to restarted shards (at most applied twice)
   uint64_t replies_dropped = 0;  // replies the workers' clients could not match to a request
+  // Messages dropped: refused by this core as forged or out of place (sent with another
+  // member's key, from a lost member, a join in a role its key does not have), plus what the
+  // members reported dropping in their own processes.
+  uint64_t bad_messages = 0;
   ShardSummary shards;           // the ps members' shards once training is over
   uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`
 };
@@ -98,7 +109,14 @@ class CoordinatorCore {
   static Expected<CoordinatorCore> make(const CoordinatorConfig& config, uint64_t now_ms);
 
   // A control message from a member (`message.from` is its index, or control_from_unknown for
-  // a Join). Messages that make no sense in the current phase are logged and ignored.
+  // a Join). Messages that make no sense in the current phase are logged and ignored. Identity:
+  // a message is taken only when `message.sender_key` is the key member `from` joined with
+  // (both empty on an --insecure cluster), and a Join only when its key is its sender's and
+  // may take its role (config.key_roles); anything else, and anything from a member declared
+  // lost, is counted in totals().bad_messages, logged and dropped. A Join with a known key (or
+  // endpoint) and a new incarnation is that member restarted: before the start it is welcomed
+  // again; while running the old incarnation is lost at once (a durable ps is then welcomed
+  // back to resume), without waiting for the heartbeat timeout.
   void on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out);
   // Deadlines: join timeout, notices, heartbeats to send, members to declare lost.
   void on_timer(uint64_t now_ms, CoordinatorEffects& out);
@@ -110,6 +128,8 @@ class CoordinatorCore {
 
   CoordinatorPhase phase() const { return phase_; }
   const std::vector<MemberInfo>& members() const { return members_; }
+  // Once past joining: the layout as members are sent it (ClusterLayout::make takes it).
+  Welcome layout() const { return welcome_for(0); }
   // Whether member i was lost or has left.
   bool gone(uint32_t i) const { return state_[i].gone; }
   NodeId coordinator_node() const { return coordinator_node_; }
@@ -132,7 +152,9 @@ class CoordinatorCore {
     bool summary_pending = false;  // a ps member asked for its ShardSummary
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
-  void on_join(const Join& j, uint64_t now_ms, CoordinatorEffects& out);
+  void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms, CoordinatorEffects& out);
+  void rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
+  void reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void welcome(CoordinatorEffects& out);
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
@@ -153,6 +175,8 @@ class CoordinatorCore {
   uint64_t next_heartbeat_ms_ = 0;
   uint64_t summary_deadline_ms_ = 0;
   CoordinatorTotals totals_;
+  uint64_t next_reject_log_ms_ = 0;  // rejections are logged at most once a minute
+  uint64_t rejects_unlogged_ = 0;
 };
 
 }  // namespace colony

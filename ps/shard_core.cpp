@@ -61,8 +61,8 @@ void ShardCore::on_message(const PsMessage& message, Outbox& out) {
   if (auto* pull = std::get_if<PullRequest>(&message)) return on_pull(*pull, out);
   if (auto* push = std::get_if<PushRequest>(&message)) return on_push(*push, out);
   if (auto* clock = std::get_if<ClockAdvance>(&message)) return on_clock(*clock, out);
-  // Replies are for workers; a shard receiving one is a routing bug in the driver.
-  COLONY_ASSERT(false, "shard {} got a message of kind {}", config_.id, message.index());
+  // Replies are for clients: one sent here is a peer's mistake (or a lie), not ours to act on.
+  ++stats_.messages_refused;
 }
 
 bool ShardCore::stale(const MessageHeader& h, Outbox& out) {

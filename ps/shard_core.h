@@ -77,6 +77,7 @@ struct ShardStats {
   uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
   uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
   uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
+  uint64_t messages_refused = 0;   // replies sent to a shard (a peer's mistake or lie): dropped
 };
 
 class ShardCore {
@@ -91,7 +92,10 @@ class ShardCore {
   // optimizer setting.
   static Expected<size_t> row_floats(const ShardConfig& config);
 
-  // Handles one message addressed to this shard; replies go to `out`.
+  // Handles one message addressed to this shard; replies go to `out`. A reply kind (which only
+  // clients take) is dropped and counted in stats().messages_refused. Replies go to the
+  // message's sender: the driver must have checked that it is a node it can reach
+  // (ClusterLayout::check_ps_message).
   void on_message(const PsMessage& message, Outbox& out);
 
   // The slowest sender's clock (clock_done when all have finished).

@@ -19,7 +19,8 @@
 //     retries()); a push answered so, or any PsError, makes error() non-ok, and no more
 //     messages go out;
 //   - a reply that answers no open request (one to a pull since re-sent, a duplicate, a
-//     peer's mistake) is dropped and counted in replies_dropped();
+//     peer's mistake), or a request sent to a client, is dropped and counted in
+//     replies_dropped();
 //   - one thread (or actor) uses a client at a time.
 #pragma once
 
@@ -65,8 +66,10 @@ class KvClient {
   // Shard `shard` (an index of the map) restarted over its durable store and lost whatever
   // was in flight (ShardCore::begin_resync): sends it a resync ClockAdvance with this client's
   // clock before its oldest unacknowledged push, then every push and clock advance since, and
-  // the shard's part of every unanswered pull, in order. Requires keep_for_resync.
-  void resync(uint32_t shard, Outbox& out);
+  // the shard's part of every unanswered pull, in order. Without keep_for_resync (the shards
+  // are not durable, so none restarted) or for a shard index outside the map, it sends
+  // nothing, counts the notice in replies_dropped() and returns false.
+  bool resync(uint32_t shard, Outbox& out);
   uint64_t pushes_resent() const { return pushes_resent_; }
   bool done(Ticket ticket) const { return !open_.contains(ticket); }
   size_t open_tickets() const { return open_.size(); }

@@ -1,0 +1,92 @@
+// The layout of a cluster of member processes: which node ids each member hosts, and what
+// every node is. The coordinator numbers the nodes here (assign_nodes); members rebuild the
+// same layout from the Welcome they receive (ClusterLayout::make), after checking it, and every
+// driver asks it who may say what (check_ps_message).
+//
+// Numbering: the ps members' shards first (shard s is node s), then the worker members'
+// replicas, then one node aggregator per worker member under hierarchical push, then the
+// coordinator's own node (it pulls to evaluate).
+//
+// Trust: a Welcome, and any ps message, arrives off the wire. make() refuses a layout whose ids
+// or counts do not add up, so nothing built from it can index out of bounds; check_ps_message
+// says whether a message may come from the member that sent it (identified by its CURVE key,
+// or unknown on an --insecure cluster) to the node it names. Neither asserts on its input.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ps/cluster_protocol.h"
+#include "ps/protocol.h"
+
+namespace colony {
+
+// The most node ids one cluster has (shards, replicas, aggregators and the coordinator).
+inline constexpr uint32_t cluster_nodes_max = 1u << 20;
+
+enum class NodeRole : uint8_t { shard, replica, aggregator, coordinator };
+
+// Numbers the nodes of `members` in place (first_node, has_aggregator, aggregator) and returns
+// the coordinator's node id. The coordinator calls it once every member has joined.
+NodeId assign_nodes(std::vector<MemberInfo>& members, bool hierarchical);
+
+// Who sent a message, as the transport knows it: a member index, the coordinator, or nobody
+// known (an --insecure cluster cannot tell).
+struct MessageOrigin {
+  enum class Kind : uint8_t { member, coordinator, unknown } kind = Kind::unknown;
+  uint32_t member = 0;
+  static MessageOrigin of_member(uint32_t i) { return {Kind::member, i}; }
+  static MessageOrigin of_coordinator() { return {Kind::coordinator, 0}; }
+};
+
+class ClusterLayout {
+ public:
+  // The layout a Welcome describes. Fails with invalid_input, naming what is wrong, unless:
+  // `you` names a member; there is at least one ps and one worker member; each member hosts
+  // 1..4096 nodes; the ps members' first nodes number the shards 0..S-1 without gap or overlap
+  // and S equals the map's shard count; the worker members' replicas follow without gap, as
+  // many as workers_total; aggregators are present exactly under hierarchical push, each a
+  // distinct id after the replicas; the coordinator's node is the one after all of them; a
+  // non-empty public key is not used by two members; and the heartbeat timeout is above the
+  // interval.
+  static Expected<ClusterLayout> make(const Welcome& w);
+
+  uint32_t nodes() const { return static_cast<uint32_t>(role_.size()); }
+  uint32_t shards() const { return shards_; }
+  NodeId coordinator_node() const { return coordinator_node_; }
+  const std::vector<MemberInfo>& members() const { return members_; }
+  // The role and owning member of node n < nodes() (the coordinator's node has no owner).
+  NodeRole role(NodeId n) const { return role_[n]; }
+  std::optional<uint32_t> owner(NodeId n) const;
+  // The member whose CURVE key is `public_key`; nullopt for an empty or unknown key.
+  std::optional<uint32_t> member_of_key(const std::string& public_key) const;
+  // The senders whose pushes and clocks a shard waits for: every aggregator under hierarchical
+  // push, else every replica.
+  std::vector<NodeId> shard_senders() const;
+  // The shard nodes of member i (empty for a worker member).
+  std::vector<NodeId> nodes_of(uint32_t i) const;
+
+  // Whether `m`, received from `origin`, may be delivered to node `receiver`. Fails with
+  // invalid_input saying why not, when: the receiver or the message's sender is not a node of
+  // this layout; requests (pull, push, clock) go to a node that is not a shard, or replies
+  // (pull reply, ack, map update, error) to a shard; a request's sender is a shard, or a
+  // reply's sender is not one; a pull's writer is not a node of its sender's member (or the
+  // coordinator's own node for its own pulls); or the sender's node is not the origin
+  // member's. The coordinator may send requests as its own node, and a ClockAdvance to
+  // clock_done in the name of any replica or aggregator (it does so for lost members). With an
+  // unknown origin only the structural checks apply.
+  Status check_ps_message(const PsMessage& m, NodeId receiver, const MessageOrigin& origin) const;
+
+ private:
+  ClusterLayout() = default;
+  std::vector<MemberInfo> members_;
+  std::vector<NodeRole> role_;
+  std::vector<uint32_t> owner_;  // by node; members_.size() for the coordinator's node
+  uint32_t shards_ = 0;
+  NodeId coordinator_node_ = 0;
+};
+
+}  // namespace colony
