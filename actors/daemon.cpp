@@ -226,7 +226,9 @@ class Member {
       return s;
     }
     if (Status s = send(Ready{}); !s.ok()) return s;
-    log_("built my cores; ready");
+    const MemberInfo& self = welcome_.members[you_];
+    log_(fmt::format("built my cores (nodes {}..{}{}); ready", self.first_node, self.first_node + self.count - 1,
+                     self.has_aggregator ? fmt::format(", aggregator {}", self.aggregator) : std::string()));
     return serve();
   }
 

@@ -412,3 +412,142 @@ BOOST_AUTO_TEST_CASE(a_silent_ps_is_left_out_of_the_summary_after_the_heartbeat_
   BOOST_TEST(core.totals().shard_summaries == 1u);
   BOOST_TEST((core.phase() == CoordinatorPhase::trained));  // the job is not failed for it
 }
+
+// Identity: every control message is tied to the key it came with, and keys to roles.
+namespace {
+MemberInfo keyed(MemberRole role, int i, const std::string& key, uint64_t incarnation = 1) {
+  MemberInfo m = member(role, i);
+  m.public_key = key;
+  m.incarnation = incarnation;
+  return m;
+}
+ControlMessage from_key(uint32_t from, ControlBody body, const std::string& key) {
+  return ControlMessage{from, std::move(body), key};
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_listed_key_speaks_only_for_its_own_member_and_role) {
+  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
+  c.key_roles = {{"kp", MemberRole::ps}, {"kw", MemberRole::worker}, {"kx", MemberRole::worker}, {"kn", std::nullopt}};
+  auto core = CoordinatorCore::make(c, 0).value();
+  // A worker's key joining as a ps: refused, on a link not kept.
+  CoordinatorEffects as_ps;
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 9, "kw")}, "kw"), 0, as_ps);
+  BOOST_REQUIRE_EQUAL(sent<Refuse>(as_ps).size(), 1u);
+  BOOST_TEST(sent<Refuse>(as_ps)[0].second.reason.find("is a worker key") != std::string::npos);
+  BOOST_TEST(as_ps.control[0].one_off);
+  BOOST_TEST(core.members().empty());
+  // A join naming another key than its own: dropped without an answer.
+  CoordinatorEffects forged;
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 9, "kp")}, "kx"), 0, forged);
+  BOOST_TEST(forged.control.empty());
+  BOOST_TEST(core.totals().bad_messages == 2u);
+
+  CoordinatorEffects fx;
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 1, "kp")}, "kp"), 0, fx);
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::worker, 2, "kn")}, "kn"), 0, fx);
+  BOOST_REQUIRE_EQUAL(sent<Welcome>(fx).size(), 2u);
+  core.on_message(from_key(0, Ready{}, "kp"), 1, fx);
+  // Ready in member 1's name with member 0's key: not taken.
+  core.on_message(from_key(1, Ready{}, "kp"), 1, fx);
+  BOOST_TEST((core.phase() == CoordinatorPhase::starting));
+  core.on_message(from_key(1, Ready{}, "kn"), 1, fx);
+  BOOST_TEST((core.phase() == CoordinatorPhase::running));
+  // Control messages only the coordinator sends, from a member: dropped.
+  const uint64_t before = core.totals().bad_messages;
+  CoordinatorEffects lies;
+  core.on_message(from_key(1, Shutdown{""}, "kn"), 2, lies);
+  core.on_message(from_key(1, NodesLost{{0}, "lie"}, "kn"), 2, lies);
+  core.on_message(from_key(1, Welcome{}, "kn"), 2, lies);
+  // A MemberDone for the worker, sent with the ps's key: not taken.
+  core.on_message(from_key(1, MemberDone{"", false, 5, 1.0, 1, 1, 1, 1, 0, 0, 0, 0}, "kp"), 2, lies);
+  BOOST_TEST(core.totals().bad_messages == before + 4u);
+  BOOST_TEST(core.totals().samples == 0u);
+  BOOST_TEST(lies.control.empty());
+  BOOST_TEST((core.phase() == CoordinatorPhase::running));
+}
+
+BOOST_AUTO_TEST_CASE(a_lost_member_is_not_revived_by_its_heartbeats) {
+  auto core = running(false, false);
+  // Member 2 (a worker) goes silent until lost; its heartbeats after that are counted, not taken.
+  uint64_t now = 100;
+  bool lost = false;
+  for (; now < 20'000 && !lost; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({0, Heartbeat{0}}, now, fx);
+    core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    lost = core.gone(2);
+  }
+  BOOST_REQUIRE(lost);
+  const uint64_t before = core.totals().bad_messages;
+  CoordinatorEffects fx;
+  core.on_message({2, Heartbeat{12345}}, now, fx);
+  BOOST_TEST(core.gone(2));
+  BOOST_TEST(core.totals().bad_messages == before + 1u);
+  BOOST_TEST(core.samples_reported() < 12345u);
+}
+
+BOOST_AUTO_TEST_CASE(a_hundred_refused_joins_keep_nothing) {
+  CoordinatorConfig c = config(1, 1);
+  c.key_roles = {{"kp", MemberRole::ps}, {"kw", MemberRole::worker}};
+  auto core = CoordinatorCore::make(c, 0).value();
+  for (int i = 0; i < 100; ++i) {
+    CoordinatorEffects fx;
+    core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 10 + i, "kw")}, "kw"), i, fx);
+    BOOST_REQUIRE_EQUAL(fx.control.size(), 1u);
+    BOOST_TEST(fx.control[0].one_off);
+  }
+  BOOST_TEST(core.members().empty());
+  BOOST_TEST(core.totals().bad_messages == 100u);
+}
+
+// A member restarted with the same key is recognised at once by its new incarnation.
+BOOST_AUTO_TEST_CASE(a_restarted_member_is_recognised_by_its_incarnation) {
+  CoordinatorConfig c = config(1, 2, /*hierarchical=*/false);
+  auto core = CoordinatorCore::make(c, 0).value();
+  MemberInfo ps = keyed(MemberRole::ps, 1, "", 7);
+  ps.durable = true;
+  const MemberInfo w0 = keyed(MemberRole::worker, 2, "", 8), w1 = keyed(MemberRole::worker, 3, "", 9);
+  form(core, {ps, w0, w1}, 0);
+  // Restarted between its Welcome and the start: welcomed again, and the job starts.
+  MemberInfo again = w0;
+  again.incarnation = 80;
+  CoordinatorEffects early;
+  core.on_message({control_from_unknown, Join{again}}, 5, early);
+  BOOST_REQUIRE_EQUAL(sent<Welcome>(early).size(), 1u);
+  BOOST_TEST(sent<Welcome>(early)[0].first == w0.endpoint);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 10, fx);
+  }
+  BOOST_REQUIRE((core.phase() == CoordinatorPhase::running));
+  // The same incarnation joining again is a retry: nothing happens.
+  CoordinatorEffects retry;
+  core.on_message({control_from_unknown, Join{ps}}, 20, retry);
+  BOOST_TEST(retry.control.empty());
+  BOOST_TEST(!core.gone(0));
+  // The durable ps restarts (kill -9, started again at once): lost and welcomed back at the same
+  // moment, long before the heartbeat timeout.
+  MemberInfo ps2 = ps;
+  ps2.incarnation = 70;
+  CoordinatorEffects back;
+  core.on_message({control_from_unknown, Join{ps2}}, 30, back);
+  BOOST_TEST(logged(back, "it restarted"));
+  BOOST_REQUIRE_EQUAL(sent<Welcome>(back).size(), 1u);
+  BOOST_TEST(sent<Welcome>(back)[0].second.resume);
+  BOOST_TEST(sent<NodesLost>(back).size() == 2u);  // told to the workers
+  CoordinatorEffects ready;
+  core.on_message({0, Ready{}}, 40, ready);
+  BOOST_TEST(sent<ShardsRestarted>(ready).size() == 2u);
+  BOOST_TEST(core.totals().ps_restarts == 1u);
+  // A worker restarted while running is lost (the job goes on) and refused.
+  MemberInfo w1b = w1;
+  w1b.incarnation = 90;
+  CoordinatorEffects wx;
+  core.on_message({control_from_unknown, Join{w1b}}, 50, wx);
+  BOOST_TEST(core.gone(2));
+  BOOST_TEST(sent<Refuse>(wx).size() == 1u);
+  BOOST_TEST(core.totals().workers_lost == 1u);
+  BOOST_TEST(wx.failed.ok());
+}

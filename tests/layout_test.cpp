@@ -1,0 +1,191 @@
+// ClusterLayout: the layouts a member accepts from the wire, and who may send which ps message.
+#define BOOST_TEST_MODULE layout_test
+#include <boost/test/unit_test.hpp>
+
+#include <string>
+
+#include "common/hash.h"
+#include "ps/cluster_layout.h"
+
+using namespace colony;
+
+namespace {
+
+MemberInfo member(MemberRole role, uint32_t count, const std::string& key) {
+  MemberInfo m;
+  m.role = role;
+  m.count = count;
+  m.endpoint = "tcp://10.0.0.1:" + key;
+  m.public_key = key;
+  return m;
+}
+
+// 2 ps members (1 and 2 shards), 2 worker members (2 replicas each); hierarchical or flat.
+Welcome welcome(bool hierarchical) {
+  Welcome w;
+  w.members = {member(MemberRole::ps, 1, "p0"), member(MemberRole::worker, 2, "w0"), member(MemberRole::ps, 2, "p1"),
+               member(MemberRole::worker, 2, "w1")};
+  w.job.hierarchical = hierarchical;
+  w.coordinator_node = assign_nodes(w.members, hierarchical);
+  w.map.shards = 3;
+  w.workers_total = 4;
+  return w;
+}
+
+bool fails_with(const Welcome& w, const std::string& text) {
+  auto l = ClusterLayout::make(w);
+  if (l.ok()) return false;
+  if (l.status().message().find(text) == std::string::npos) {
+    BOOST_TEST_MESSAGE("message: " << l.status().message());
+    return false;
+  }
+  return true;
+}
+
+PullRequest pull(NodeId sender, NodeId writer) { return PullRequest{{sender, 1, 0}, 0, writer, {1, 2}}; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_coordinators_numbering_makes_a_valid_layout) {
+  for (bool hierarchical : {false, true}) {
+    const Welcome w = welcome(hierarchical);
+    auto l = ClusterLayout::make(w);
+    BOOST_REQUIRE_MESSAGE(l.ok(), (l.ok() ? std::string() : l.status().message()));
+    BOOST_TEST(l->shards() == 3u);
+    BOOST_TEST(l->nodes() == (hierarchical ? 10u : 8u));  // 3 shards, 4 replicas, 2 aggregators, coordinator
+    BOOST_TEST((l->role(0) == NodeRole::shard && l->role(2) == NodeRole::shard));
+    BOOST_TEST((l->role(3) == NodeRole::replica));
+    BOOST_TEST(*l->owner(1) == 2u);  // member 2 hosts shards 1 and 2
+    BOOST_TEST(*l->owner(3) == 1u);
+    BOOST_TEST(!l->owner(l->coordinator_node()));
+    BOOST_TEST(*l->member_of_key("w1") == 3u);
+    BOOST_TEST(!l->member_of_key(""));
+    BOOST_TEST(!l->member_of_key("stranger"));
+    BOOST_TEST(l->shard_senders().size() == (hierarchical ? 2u : 4u));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(forged_layouts_are_refused_naming_what_is_wrong) {
+  Welcome w = welcome(true);
+  w.you = 4;
+  BOOST_TEST(fails_with(w, "names member 4 as the receiver"));
+
+  w = welcome(true);
+  w.members[1].first_node = 4'000'000'000u;  // the forged Welcome that wrote out of bounds
+  BOOST_TEST(fails_with(w, "gap or overlap"));
+
+  w = welcome(true);
+  w.members[3].aggregator = 1u << 30;
+  BOOST_TEST(fails_with(w, "aggregators"));
+
+  w = welcome(true);
+  w.members[2].first_node = 0;  // two ps members on shard 0
+  BOOST_TEST(fails_with(w, "gap or overlap"));
+
+  w = welcome(true);
+  w.map.shards = 7;
+  BOOST_TEST(fails_with(w, "its shard map has 7"));
+
+  w = welcome(true);
+  w.workers_total = 3;
+  BOOST_TEST(fails_with(w, "it says 3"));
+
+  w = welcome(true);
+  w.coordinator_node = 3;
+  BOOST_TEST(fails_with(w, "coordinator at node 3"));
+
+  w = welcome(true);
+  w.members[0].count = 0;
+  BOOST_TEST(fails_with(w, "outside 1..4096"));
+
+  w = welcome(true);
+  w.members[3].public_key = "w0";
+  BOOST_TEST(fails_with(w, "another member's key"));
+
+  w = welcome(true);
+  w.members[1].has_aggregator = false;
+  BOOST_TEST(fails_with(w, "lacks an aggregator"));
+
+  w = welcome(false);
+  w.members = {member(MemberRole::ps, 1, "p0")};
+  w.members[0].first_node = 0;
+  w.map.shards = 1;
+  w.workers_total = 0;
+  w.coordinator_node = 1;
+  BOOST_TEST(fails_with(w, "at least one of each"));
+
+  w = welcome(true);
+  w.heartbeat_timeout_ms = w.heartbeat_ms;
+  BOOST_TEST(fails_with(w, "heartbeat timeout"));
+}
+
+// Random damage to a valid layout: make() never crashes, and what it accepts is consistent
+// (every member's nodes inside the layout, owned by that member).
+BOOST_AUTO_TEST_CASE(damaged_layouts_never_crash_and_accepted_ones_add_up) {
+  int accepted = 0;
+  for (uint64_t seed = 1; seed <= 2000; ++seed) {
+    SplitMix64 rng(seed);
+    Welcome w = welcome(rng.next() % 2);
+    const int damage = 1 + int(rng.next() % 3);
+    for (int d = 0; d < damage; ++d) {
+      MemberInfo& m = w.members[rng.next() % w.members.size()];
+      switch (rng.next() % 6) {
+        case 0: m.first_node = uint32_t(rng.next() % 12); break;
+        case 1: m.count = uint32_t(rng.next() % 5); break;
+        case 2: m.aggregator = uint32_t(rng.next() % 12); break;
+        case 3: m.has_aggregator = !m.has_aggregator; break;
+        case 4: w.coordinator_node = uint32_t(rng.next() % 12); break;
+        case 5: w.you = uint32_t(rng.next() % 6); break;
+      }
+    }
+    auto l = ClusterLayout::make(w);
+    if (!l) continue;
+    ++accepted;
+    for (uint32_t i = 0; i < l->members().size(); ++i) {
+      const MemberInfo& m = l->members()[i];
+      for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) {
+        BOOST_REQUIRE(n < l->nodes());
+        BOOST_TEST(*l->owner(n) == i);
+      }
+    }
+  }
+  BOOST_TEST(accepted > 0);  // some damage cancels out (a count set to what it was)
+}
+
+BOOST_AUTO_TEST_CASE(members_speak_only_for_their_own_nodes) {
+  auto l = ClusterLayout::make(welcome(false)).value();
+  // Nodes: shards 0 (member 0), 1-2 (member 2); replicas 3-4 (member 1), 5-6 (member 3);
+  // coordinator 7.
+  const auto w0 = MessageOrigin::of_member(1), w1 = MessageOrigin::of_member(3), p1 = MessageOrigin::of_member(2);
+  BOOST_TEST(l.check_ps_message(pull(3, 3), 0, w0).ok());
+  BOOST_TEST(l.check_ps_message(PushRequest{{4, 2, 0}, 1, {1}, FloatBuffer(std::vector<float>(1))}, 1, w0).ok());
+  BOOST_TEST(l.check_ps_message(PullReply{{1, 1, 0}, 0, {}}, 5, p1).ok());
+
+  // A ClockAdvance in another worker's name.
+  BOOST_TEST(!l.check_ps_message(ClockAdvance{{5, 9, 0}, 3, false}, 0, w0).ok());
+  // A pull naming an unknown sender, or a writer of another member.
+  BOOST_TEST(!l.check_ps_message(pull(1'000'000, 3), 0, w0).ok());
+  BOOST_TEST(!l.check_ps_message(pull(3, 5), 0, w0).ok());
+  BOOST_TEST(!l.check_ps_message(pull(3, 99), 0, w0).ok());
+  // Requests to a client, replies to a shard, replies in a client's name.
+  BOOST_TEST(!l.check_ps_message(pull(3, 3), 5, w0).ok());
+  BOOST_TEST(!l.check_ps_message(PushAck{{3, 1, 0}}, 0, w0).ok());
+  BOOST_TEST(!l.check_ps_message(PullReply{{3, 1, 0}, 0, {}}, 5, w0).ok());
+  // A shard's reply sent with a worker's key.
+  BOOST_TEST(!l.check_ps_message(PullReply{{1, 1, 0}, 0, {}}, 5, w1).ok());
+  // A receiver outside the layout.
+  BOOST_TEST(!l.check_ps_message(pull(3, 3), 99, w0).ok());
+
+  // The coordinator pulls as its own node, and releases lost members' clocks, nothing more.
+  const auto coord = MessageOrigin::of_coordinator();
+  BOOST_TEST(l.check_ps_message(pull(7, 7), 0, coord).ok());
+  BOOST_TEST(l.check_ps_message(ClockAdvance{{5, 1, 0}, clock_done, false}, 0, coord).ok());
+  BOOST_TEST(!l.check_ps_message(ClockAdvance{{5, 1, 0}, 4, false}, 0, coord).ok());
+  BOOST_TEST(!l.check_ps_message(pull(3, 3), 0, coord).ok());
+  // A member cannot pose as the coordinator's node.
+  BOOST_TEST(!l.check_ps_message(pull(7, 7), 0, w0).ok());
+
+  // On an --insecure cluster only the structure is checked.
+  BOOST_TEST(l.check_ps_message(ClockAdvance{{5, 9, 0}, 3, false}, 0, MessageOrigin{}).ok());
+  BOOST_TEST(!l.check_ps_message(pull(1'000'000, 3), 0, MessageOrigin{}).ok());
+}
