@@ -16,6 +16,7 @@
 #include "ps/coordinator_core.h"
 #include "worker/kv_client.h"
 #include "worker/train_job.h"
+#include "worker/wiring.h"
 
 namespace colony {
 
@@ -167,13 +168,7 @@ struct Process {
   }
 };
 
-std::vector<NodeId> shard_nodes_of(const Welcome& w) {
-  std::vector<NodeId> nodes(w.map.shards);
-  for (uint32_t s = 0; s < w.map.shards; ++s) nodes[s] = s;
-  return nodes;
-}
 
-ModelSpec model_of(const JobSpec& j) { return ModelSpec{static_cast<ModelKind>(j.model), j.dim}; }
 
 const char* security_text(const Keys& k) { return k.own ? "CURVE" : "INSECURE plain TCP"; }
 
@@ -338,21 +333,16 @@ class Member {
     if (self.count != o_.count || self.role != o_.role)
       return Status::internal("the layout from the coordinator does not match what this member offered");
     auto& nodes = p_.shared->nodes;
-    nodes.resize(size_t{w.coordinator_node} + 1);
+    nodes.resize(layout_->nodes());
     const JobSpec& job = w.job;
-    const ModelSpec model = model_of(job);
-    const size_t width = model.width();
-    const std::vector<NodeId> shards = shard_nodes_of(w);
     std::vector<NodeId> local;
     for (NodeId n = self.first_node; n < self.first_node + self.count; ++n) {
       if (n >= nodes.size()) return Status::internal(fmt::format("node {} outside the layout", n));
       local.push_back(n);
     }
     if (o_.role == MemberRole::ps) {
-      const std::vector<NodeId> senders = layout_->shard_senders();
       for (NodeId n : local) {
-        ShardConfig sc{n, n, width, job.optimizer, RowInit{job.seed, 1, job.factor_init_std}, job.consistency,
-                       senders, w.map};
+        const ShardConfig sc = shard_config(job, *layout_, n);
         auto row_floats = ShardCore::row_floats(sc);
         if (!row_floats) return row_floats.status();
         if (w.resume) {
@@ -383,7 +373,7 @@ class Member {
         return s;
     } else {
       job_ = std::make_unique<ClusterJob>();
-      job_->trainer.model = model;
+      job_->trainer.model = model_spec(job);
       job_->trainer.optimizer = job.optimizer;
       job_->trainer.seed = job.seed;
       job_->trainer.factor_init_std = job.factor_init_std;
@@ -393,8 +383,6 @@ class Member {
       job_->reader = o_.reader;
       job_->reader.skip_bad_lines = job.skip_bad_lines;
       job_->reader.use_cache = job.use_cache;
-      const bool durable_shards = std::any_of(w.members.begin(), w.members.end(),
-                                              [](const MemberInfo& m) { return m.durable; });
       NodeId first_worker = clock_done;
       for (const MemberInfo& m : w.members)
         if (m.role == MemberRole::worker) first_worker = std::min(first_worker, m.first_node);
@@ -408,15 +396,7 @@ class Member {
       });
       p_.extra.push_back(caf::actor_cast<caf::actor>(reporter));
       for (NodeId n : local) {
-        WorkerConfig wc;
-        wc.id = n;
-        wc.model = model;
-        wc.map = w.map;
-        wc.shard_nodes = shards;
-        if (self.has_aggregator) wc.aggregator = self.aggregator;
-        wc.max_inflight = job.max_inflight;
-        wc.durable_shards = durable_shards;
-        auto core = WorkerCore::make(wc);
+        auto core = WorkerCore::make(worker_config(job, *layout_, n));
         if (!core) return core.status();
         workers_.push_back(std::shared_ptr<WorkerCore>(std::move(core.value())));
         sources_.push_back(w.split_data
@@ -427,8 +407,7 @@ class Member {
         worker_actors_.push_back(nodes[n]);
       }
       if (self.has_aggregator) {
-        AggregatorConfig ac{self.aggregator, width, w.map, shards, local, durable_shards};
-        auto core = AggregatorCore::make(ac, make_cpu_reducer());
+        auto core = AggregatorCore::make(aggregator_config(job, *layout_, you_), make_cpu_reducer());
         if (!core) return core.status();
         aggregator_ = std::shared_ptr<AggregatorCore>(std::move(core.value()));
         nodes[self.aggregator] =
@@ -792,7 +771,7 @@ class Coordinator {
     const NodeId me = core_->coordinator_node();
     std::vector<NodeId> shards(o_.shards);
     for (uint32_t s = 0; s < o_.shards; ++s) shards[s] = s;
-    const ModelSpec model = model_of(o_.job);
+    const ModelSpec model = model_spec(o_.job);
     auto kv = KvClient::make({me, map_, shards, model.width()});
     if (!kv) return kv.status();
     BatchIndex index;

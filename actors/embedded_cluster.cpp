@@ -16,6 +16,7 @@
 #include "ps/shard_core.h"
 #include "ps/shard_map.h"
 #include "storage/checkpoint.h"
+#include "worker/wiring.h"
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
 #include "worker/worker_core.h"
@@ -173,6 +174,25 @@ class ShardKeeper {
 
 }  // namespace
 
+JobSpec job_spec(const ClusterJob& job) {
+  const ClusterOptions& c = job.cluster;
+  JobSpec j = job_with_model(JobSpec{}, job.trainer.model);
+  j.optimizer = job.trainer.optimizer;
+  j.seed = job.trainer.seed;
+  j.factor_init_std = job.trainer.factor_init_std;
+  j.batch = static_cast<uint32_t>(job.batch);
+  j.epochs = static_cast<uint32_t>(job.epochs);
+  j.consistency = c.consistency;
+  j.hierarchical = c.push == PushMode::hierarchical;
+  j.max_inflight = static_cast<uint32_t>(c.max_inflight);
+  j.skip_bad_lines = job.reader.skip_bad_lines;
+  j.use_cache = job.reader.use_cache;
+  j.admit_after = c.admit_after;
+  j.evict_after = c.evict_after;
+  j.checkpoint_every = c.checkpoint_every;
+  return j;
+}
+
 struct EmbeddedCluster::Impl {
   Impl(size_t threads, bool deterministic) : config(threads, false, deterministic), system(config) {}
   ~Impl() {
@@ -235,16 +255,20 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
 
   const bool hier = c.push == PushMode::hierarchical;
   const uint32_t group = hier ? (c.replicas_per_node == 0 ? c.workers : c.replicas_per_node) : 1;
-  const uint32_t aggregators = hier ? (c.workers + group - 1) / group : 0;
-  const NodeId first_worker = c.shards, first_aggregator = c.shards + c.workers;
-  std::vector<NodeId> shard_nodes(c.shards);
-  for (uint32_t s = 0; s < c.shards; ++s) shard_nodes[s] = s;
-  std::vector<NodeId> senders;  // who pushes to the shards
-  if (hier) {
-    for (uint32_t a = 0; a < aggregators; ++a) senders.push_back(first_aggregator + a);
-  } else {
-    for (uint32_t w = 0; w < c.workers; ++w) senders.push_back(first_worker + w);
+  // One ps member holding every shard; a worker member per node of `group` replicas, each with
+  // an aggregator under hierarchical push. Nothing here restarts and resyncs: not durable.
+  std::vector<MemberInfo> members(1);
+  members[0].role = MemberRole::ps;
+  members[0].count = c.shards;
+  for (uint32_t w = 0; w < c.workers; w += group) {
+    MemberInfo node;
+    node.role = MemberRole::worker;
+    node.count = std::min(group, c.workers - w);
+    members.push_back(node);
   }
+  const JobSpec spec = job_spec(job);
+  auto layout = ClusterLayout::make(plan_layout(std::move(members), spec, m.map_spec));
+  if (!layout) return layout.status();
   const size_t width = job.trainer.model.width();
   ClusterOptions& co = m.job.cluster;
   if (co.checkpoint_every && co.checkpoint_dir.empty()) {
@@ -257,19 +281,9 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   std::vector<ShardConfig> shard_configs;
   std::vector<StoreIdentity> identities;
 
-  for (uint32_t s = 0; s < c.shards; ++s) {
-    ShardConfig sc;
-    sc.id = s;
-    sc.shard_index = s;
-    sc.width = width;
-    sc.optimizer = job.trainer.optimizer;
-    sc.init = RowInit{job.trainer.seed, 1, job.trainer.factor_init_std};
-    sc.consistency = c.consistency;
-    sc.senders = senders;
-    sc.map = m.map_spec;
-    sc.admit_after = c.admit_after;
-    sc.checkpoint_every = c.checkpoint_every;
-    sc.evict_after = c.evict_after;
+  m.shared->nodes.resize(layout->nodes());
+  for (NodeId s = 0; s < layout->shards(); ++s) {
+    const ShardConfig sc = shard_config(spec, *layout, s);
     auto row_floats = ShardCore::row_floats(sc);
     if (!row_floats) return row_floats.status();
     const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};
@@ -281,30 +295,22 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     if (!core) return core.status();
     m.shards.push_back(std::move(core.value()));
   }
-  for (uint32_t w = 0; w < c.workers; ++w) {
-    WorkerConfig wc;
-    wc.id = first_worker + w;
-    wc.model = job.trainer.model;
-    wc.map = m.map_spec;
-    wc.shard_nodes = shard_nodes;
-    if (hier) wc.aggregator = first_aggregator + w / group;
-    wc.max_inflight = c.max_inflight;
-    auto core = WorkerCore::make(wc);
-    if (!core) return core.status();
-    m.workers.push_back(std::move(core.value()));
-    m.sources.push_back(std::make_shared<WorkerSource>(m.job, w, c.workers));
-  }
-  for (uint32_t a = 0; a < aggregators; ++a) {
-    AggregatorConfig ac;
-    ac.id = first_aggregator + a;
-    ac.width = width;
-    ac.map = m.map_spec;
-    ac.shard_nodes = shard_nodes;
-    for (uint32_t w = a * group; w < std::min(c.workers, (a + 1) * group); ++w)
-      ac.replicas.push_back(first_worker + w);
-    auto core = AggregatorCore::make(ac, make_cpu_reducer());
+  std::vector<NodeId> replicas, aggregators;
+  for (uint32_t i = 0; i < layout->members().size(); ++i) {
+    const MemberInfo& member = layout->members()[i];
+    if (member.role != MemberRole::worker) continue;
+    for (NodeId n = member.first_node; n < member.first_node + member.count; ++n) {
+      auto core = WorkerCore::make(worker_config(spec, *layout, n));
+      if (!core) return core.status();
+      m.workers.push_back(std::move(core.value()));
+      m.sources.push_back(std::make_shared<WorkerSource>(m.job, static_cast<uint32_t>(replicas.size()), c.workers));
+      replicas.push_back(n);
+    }
+    if (!member.has_aggregator) continue;
+    auto core = AggregatorCore::make(aggregator_config(spec, *layout, i), make_cpu_reducer());
     if (!core) return core.status();
     m.aggregators.push_back(std::move(core.value()));
+    aggregators.push_back(member.aggregator);
   }
 
   m.keeper = std::make_shared<ShardKeeper>(co, std::move(shard_configs), std::move(identities), width, m.shared);
@@ -315,18 +321,17 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
 
   // Spawn: the coordinator first (workers report to it), then every core's actor.
   m.coordinator = m.system.spawn(coordinator_fun);
-  m.shared->nodes.resize(first_aggregator + aggregators);
-  for (uint32_t s = 0; s < c.shards; ++s)
+  for (NodeId s = 0; s < layout->shards(); ++s)
     m.shared->nodes[s] = caf::actor_cast<caf::actor>(m.system.spawn(shard_fun, m.shards[s], m.shared));
-  for (uint32_t w = 0; w < c.workers; ++w) {
-    auto h = m.system.spawn(worker_fun, m.workers[w], m.sources[w], m.shared, m.coordinator, first_worker + w);
-    m.shared->nodes[first_worker + w] = caf::actor_cast<caf::actor>(h);
+  for (size_t w = 0; w < replicas.size(); ++w) {
+    auto h = m.system.spawn(worker_fun, m.workers[w], m.sources[w], m.shared, m.coordinator, replicas[w]);
+    m.shared->nodes[replicas[w]] = caf::actor_cast<caf::actor>(h);
     m.worker_handles.push_back(caf::actor_cast<caf::actor>(h));
   }
-  for (uint32_t a = 0; a < aggregators; ++a)
-    m.shared->nodes[first_aggregator + a] = caf::actor_cast<caf::actor>(
-        m.system.spawn(aggregator_fun, m.aggregators[a], m.shared, m.coordinator, first_aggregator + a));
-  m.expected_reports = c.workers + aggregators;
+  for (size_t a = 0; a < aggregators.size(); ++a)
+    m.shared->nodes[aggregators[a]] = caf::actor_cast<caf::actor>(
+        m.system.spawn(aggregator_fun, m.aggregators[a], m.shared, m.coordinator, aggregators[a]));
+  m.expected_reports = static_cast<uint32_t>(replicas.size() + aggregators.size());
   return std::unique_ptr<EmbeddedCluster>(new EmbeddedCluster(std::move(impl)));
 }
 
@@ -607,12 +612,24 @@ class ActorPsService final : public PsService {
     auto map = ShardMap::make(spec_);
     if (!map) return map.status();
     spec_ = map->spec();
+    // Wired as a cluster of one ps member and one worker member whose replicas are the clients,
+    // training a model whose rows have the options' width.
+    if (options_.width == 0) return Status::invalid_input("row width must be at least 1");
+    JobSpec job = job_with_model(JobSpec{}, ModelSpec{options_.width == 1 ? ModelKind::lr : ModelKind::fm,
+                                                      options_.width == 1 ? 1 : options_.width - 1});
+    job.optimizer = options_.optimizer;
+    job.seed = options_.init.seed;
+    job.factor_init_std = options_.init.factor_std;
+    job.consistency = options_.consistency;
+    std::vector<MemberInfo> members(2);
+    members[0].count = options_.shards;
+    members[1].role = MemberRole::worker;
+    members[1].count = options_.clients;
+    auto layout = ClusterLayout::make(plan_layout(std::move(members), job, spec_));
+    if (!layout) return layout.status();
     shared_->nodes.resize(options_.shards + options_.clients);
-    std::vector<NodeId> senders;
-    for (uint32_t c = 0; c < options_.clients; ++c) senders.push_back(options_.shards + c);
     for (uint32_t s = 0; s < options_.shards; ++s) {
-      ShardConfig sc{s, s, options_.width, options_.optimizer, options_.init, options_.consistency, senders, spec_};
-      auto core = ShardCore::make(sc);
+      auto core = ShardCore::make(shard_config(job, *layout, s));
       if (!core) return core.status();
       shared_->nodes[s] = caf::actor_cast<caf::actor>(
           system_.spawn(shard_fun, std::shared_ptr<ShardCore>(std::move(core.value())), shared_));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
 #include "storage/store_spec.h"
 #include "worker/reader.h"
@@ -71,6 +72,9 @@ struct ClusterJob {
   // threads; with deterministic_seed, from run's thread only).
   std::function<void(const Outgoing&)> observer;
 };
+
+// The job as the daemons are told it (ps/cluster_protocol.h): what every core is wired from.
+JobSpec job_spec(const ClusterJob& job);
 
 struct ClusterResult {
   uint64_t samples = 0;

@@ -453,13 +453,18 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setMaxInflight(j.max_inflight);
   w.setSkipBadLines(j.skip_bad_lines);
   w.setUseCache(j.use_cache);
+  w.setAdmitAfter(j.admit_after);
+  w.setEvictAfter(j.evict_after);
+  w.setCheckpointEvery(j.checkpoint_every);
 }
 
 Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
-  if (r.getModel() > 1) return Status::invalid_input(fmt::format("unknown model kind {}", r.getModel()));
+  if (r.getModel() > control_model_max)
+    return Status::invalid_input(fmt::format("unknown model kind {}", r.getModel()));
   j.model = r.getModel();
   j.dim = r.getDim();
-  if (j.dim < 1 || j.dim > 1024) return Status::invalid_input(fmt::format("dim {} outside 1..1024", j.dim));
+  if (j.dim < 1 || j.dim > control_dim_max)
+    return Status::invalid_input(fmt::format("dim {} outside 1..{}", j.dim, control_dim_max));
   auto o = r.getOptimizer();
   if (o.getKind() > static_cast<uint8_t>(OptimizerKind::adam))
     return Status::invalid_input(fmt::format("unknown optimizer kind {}", o.getKind()));
@@ -482,10 +487,16 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   j.consistency = {static_cast<ConsistencyKind>(r.getConsistency()), r.getStaleness()};
   j.hierarchical = r.getHierarchical();
   j.max_inflight = r.getMaxInflight();
-  if (j.max_inflight < 1 || j.max_inflight > 64)
-    return Status::invalid_input(fmt::format("max in-flight {} outside 1..64", j.max_inflight));
+  if (j.max_inflight < 1 || j.max_inflight > control_max_inflight_max)
+    return Status::invalid_input(
+        fmt::format("max in-flight {} outside 1..{}", j.max_inflight, control_max_inflight_max));
   j.skip_bad_lines = r.getSkipBadLines();
   j.use_cache = r.getUseCache();
+  j.admit_after = r.getAdmitAfter();
+  if (j.admit_after > control_admit_after_max)
+    return Status::invalid_input(fmt::format("admit-after {} over {}", j.admit_after, control_admit_after_max));
+  j.evict_after = r.getEvictAfter();
+  j.checkpoint_every = r.getCheckpointEvery();
   return Status();
 }
 

@@ -101,6 +101,9 @@ struct JobSpec {
   maxInflight @10 :UInt32;
   skipBadLines @11 :UInt64;
   useCache @12 :Bool;
+  admitAfter @13 :UInt32;
+  evictAfter @14 :UInt32;
+  checkpointEvery @15 :UInt32;
 }
 struct MemberInfo {
   role @0 :UInt8;

@@ -72,6 +72,25 @@ NodeId assign_nodes(std::vector<MemberInfo>& members, bool hierarchical) {
   return next;
 }
 
+Welcome plan_layout(std::vector<MemberInfo> members, const JobSpec& job, ShardMapSpec map) {
+  Welcome w;
+  w.job = job;
+  w.coordinator_node = assign_nodes(members, job.hierarchical);
+  map.shards = 0;
+  for (const MemberInfo& m : members) {
+    if (m.role == MemberRole::ps) map.shards += m.count;
+    else w.workers_total += m.count;
+  }
+  w.map = map;
+  w.members = std::move(members);
+  return w;
+}
+
+bool ClusterLayout::durable_shards() const {
+  return std::any_of(members_.begin(), members_.end(),
+                     [](const MemberInfo& m) { return m.role == MemberRole::ps && m.durable; });
+}
+
 Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
   if (w.members.empty()) return Status::invalid_input("the layout lists no members");
   if (w.you >= w.members.size())
@@ -125,6 +144,7 @@ Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
 
   ClusterLayout l;
   l.members_ = w.members;
+  l.map_ = w.map;
   l.shards_ = static_cast<uint32_t>(shards);
   l.coordinator_node_ = static_cast<NodeId>(total);
   l.role_.assign(total + 1, NodeRole::coordinator);

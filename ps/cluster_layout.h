@@ -33,6 +33,11 @@ enum class NodeRole : uint8_t { shard, replica, aggregator, coordinator };
 // the coordinator's node id. The coordinator calls it once every member has joined.
 NodeId assign_nodes(std::vector<MemberInfo>& members, bool hierarchical);
 
+// The layout part of a Welcome for `members` (numbered by assign_nodes) training `job` under
+// `map` (its shard count set to the ps members' shards): what ClusterLayout::make takes. The
+// embedded cluster and the simulator plan their layouts with it, as the coordinator does.
+Welcome plan_layout(std::vector<MemberInfo> members, const JobSpec& job, ShardMapSpec map);
+
 // Who sent a message, as the transport knows it: a member index, the coordinator, or nobody
 // known (an --insecure cluster cannot tell).
 struct MessageOrigin {
@@ -55,6 +60,10 @@ class ClusterLayout {
   static Expected<ClusterLayout> make(const Welcome& w);
 
   uint32_t nodes() const { return static_cast<uint32_t>(role_.size()); }
+  const ShardMapSpec& map() const { return map_; }
+  // Whether any ps member keeps its shards on disk (they may restart: clients keep pushes
+  // until acknowledged).
+  bool durable_shards() const;
   uint32_t shards() const { return shards_; }
   NodeId coordinator_node() const { return coordinator_node_; }
   const std::vector<MemberInfo>& members() const { return members_; }
@@ -83,6 +92,7 @@ class ClusterLayout {
  private:
   ClusterLayout() = default;
   std::vector<MemberInfo> members_;
+  ShardMapSpec map_;
   std::vector<NodeRole> role_;
   std::vector<uint32_t> owner_;  // by node; members_.size() for the coordinator's node
   uint32_t shards_ = 0;

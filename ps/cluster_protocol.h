@@ -38,6 +38,12 @@ struct JobSpec {
   uint32_t max_inflight = 2;
   uint64_t skip_bad_lines = 0;
   bool use_cache = true;
+  // The shards' row policies (ShardConfig): admission after this many pulls of a key (0, 1:
+  // every key), eviction of rows not updated for this many steps (0: never), a checkpoint of
+  // every shard every this many steps (0: none; a ps writes it under its --checkpoint-dir).
+  uint32_t admit_after = 0;
+  uint32_t evict_after = 0;
+  uint32_t checkpoint_every = 0;
   bool operator==(const JobSpec&) const = default;
 };
 

@@ -39,6 +39,7 @@
 #include "sim/simulator.h"
 #include "worker/aggregator_core.h"
 #include "worker/generator.h"
+#include "worker/wiring.h"
 #include "worker/worker_core.h"
 
 namespace colony::sim::detail {
@@ -171,10 +172,10 @@ class FullSim {
   void mix(uint64_t a, uint64_t b) { hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b))); }
   // Every member as it joins: one per ps host (one shard each), one per worker node.
   std::vector<MemberInfo> members() const;
-  // The layout of the embedded cluster (no coordinator): numbered as a Welcome numbers it.
-  std::vector<MemberInfo> embedded_layout() const;
-  // Builds every core at the nodes the layout (a Welcome's member list) gives it.
-  Status build(const std::vector<MemberInfo>& layout);
+  // The job every core is built from (the same as the coordinator core's, when there is one).
+  JobSpec job() const;
+  // Builds every core of the layout (a Welcome's), wired as worker/wiring.h says.
+  Status build(const Welcome& welcome);
   static std::string endpoint(uint32_t host) { return fmt::format("sim://host/{}", host); }
   uint32_t host_of_endpoint(const std::string& e) const {
     const uint32_t host = static_cast<uint32_t>(std::stoul(e.substr(e.rfind('/') + 1)));
@@ -318,83 +319,53 @@ std::vector<MemberInfo> FullSim::members() const {
   return members;
 }
 
-std::vector<MemberInfo> FullSim::embedded_layout() const {
-  // Numbered as the coordinator's Welcome numbers a cluster whose members joined in host order.
-  std::vector<MemberInfo> members = this->members();
-  NodeId next = 0;
-  for (MemberInfo& m : members) {
-    m.first_node = next;
-    next += m.count;
-  }
-  for (MemberInfo& m : members) {
-    if (m.role != MemberRole::worker || o_.push != PushKind::hierarchical) continue;
-    m.has_aggregator = true;
-    m.aggregator = next++;
-  }
-  return members;
+JobSpec FullSim::job() const {
+  JobSpec j = job_with_model(JobSpec{}, o_.model);
+  j.optimizer = default_optimizer_config(OptimizerKind::ftrl);
+  j.seed = o_.seed;
+  j.batch = o_.batch;
+  j.consistency = o_.consistency;
+  j.hierarchical = o_.push == PushKind::hierarchical;
+  return j;
 }
 
-Status FullSim::build(const std::vector<MemberInfo>& layout) {
-  const bool hier = o_.push == PushKind::hierarchical;
+Status FullSim::build(const Welcome& welcome) {
+  auto layout = ClusterLayout::make(welcome);
+  if (!layout) return layout.status();
+  const JobSpec& job = welcome.job;
+  const bool hier = job.hierarchical;
   workers_ = o_.nodes * o_.gpus_per_node;
   aggregators_ = hier ? o_.nodes : 0;
-  // The shards are nodes 0..ps-1 in every layout (the coordinator numbers ps members first).
-  std::vector<NodeId> shard_nodes(o_.ps), senders;
-  for (uint32_t s = 0; s < o_.ps; ++s) shard_nodes[s] = s;
-  for (const MemberInfo& m : layout) {
-    if (m.role != MemberRole::worker) continue;
-    if (m.has_aggregator) senders.push_back(m.aggregator);
-    else
-      for (uint32_t g = 0; g < m.count; ++g) senders.push_back(m.first_node + g);
-  }
-  std::sort(senders.begin(), senders.end());
-  const size_t width = o_.model.width();
+  const std::vector<NodeId> senders = layout->shard_senders();
   cores_.resize(o_.ps + workers_ + aggregators_);
   shadows_.resize(o_.ps);
   acked_.resize(o_.ps);
-  for (const MemberInfo& m : layout) {
+  for (uint32_t i = 0; i < layout->members().size(); ++i) {
+    const MemberInfo& m = layout->members()[i];
     const uint32_t host = o_.colocate ? 0 : host_of_endpoint(m.endpoint);
-    COLONY_ASSERT(m.first_node + m.count <= cores_.size(), "layout node {} past {} cores", m.first_node + m.count,
-                  cores_.size());
     if (m.role == MemberRole::ps) {
-      COLONY_ASSERT(m.first_node + m.count <= o_.ps, "ps member with nodes {}..{} but {} shards", m.first_node,
-                    m.first_node + m.count, o_.ps);
       for (NodeId s = m.first_node; s < m.first_node + m.count; ++s) {
         Core& c = cores_[s];
         c.role = Role::shard;
         c.host = host;
         c.index = s;
-        ShardConfig& sc = c.shard_config;
-        sc.id = s;
-        sc.shard_index = s;
-        sc.width = width;
-        sc.optimizer = default_optimizer_config(OptimizerKind::ftrl);
-        sc.init = RowInit{o_.seed, 1, 0.01f};
-        sc.consistency = o_.consistency;
-        sc.senders = senders;
-        sc.map = map_;
-        sc.fault_skip_consistency_gate = skip_gate_;
-        auto core = ShardCore::make(sc);
+        c.shard_config = shard_config(job, *layout, s);
+        c.shard_config.fault_skip_consistency_gate = skip_gate_;
+        auto core = ShardCore::make(c.shard_config);
         if (!core) return core.status();
         c.shard = std::move(core.value());
         shadows_[s].reset(senders);
       }
       continue;
     }
-    COLONY_ASSERT(m.first_node >= o_.ps, "worker member at node {} among the shards", m.first_node);
     for (uint32_t g = 0; g < m.count; ++g) {
       Core& c = cores_[m.first_node + g];
       c.role = Role::worker;
       c.host = host;
       c.tid = g;
       c.index = m.first_node + g - o_.ps;  // replica i of W trains on batches i, i + W, ...
-      WorkerConfig& wc = c.worker_config;
-      wc.id = m.first_node + g;
-      wc.model = o_.model;
-      wc.map = map_;
-      wc.shard_nodes = shard_nodes;
-      if (m.has_aggregator) wc.aggregator = m.aggregator;
-      auto core = WorkerCore::make(wc);
+      c.worker_config = worker_config(job, *layout, m.first_node + g);
+      auto core = WorkerCore::make(c.worker_config);
       if (!core) return core.status();
       c.worker = std::move(core.value());
     }
@@ -404,13 +375,8 @@ Status FullSim::build(const std::vector<MemberInfo>& layout) {
     c.host = host;
     c.tid = m.count;
     c.index = m.aggregator;
-    AggregatorConfig& ac = c.aggregator_config;
-    ac.id = m.aggregator;
-    ac.width = width;
-    ac.map = map_;
-    ac.shard_nodes = shard_nodes;
-    for (uint32_t g = 0; g < m.count; ++g) ac.replicas.push_back(m.first_node + g);
-    auto core = AggregatorCore::make(ac, make_cpu_reducer());
+    c.aggregator_config = aggregator_config(job, *layout, i);
+    auto core = AggregatorCore::make(c.aggregator_config, make_cpu_reducer());
     if (!core) return core.status();
     c.aggregator = std::move(core.value());
   }
@@ -487,7 +453,7 @@ void FullSim::coordinator_effects(CoordinatorEffects& fx) {
       // Every member builds its cores from the same layout; they are built here once, before
       // any Welcome arrives (cores receive nothing before Start).
       coordinator_node_ = w->coordinator_node;
-      if (Status s = build(w->members); !s.ok()) {
+      if (Status s = build(*w); !s.ok()) {
         build_status_ = s;  // a core refused the options: run() returns it
         job_over_ = true;
         return;
@@ -1027,12 +993,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     CoordinatorConfig cc;
     cc.shards = o_.ps;
     cc.workers = workers_;
-    cc.job.model = static_cast<uint8_t>(o_.model.kind);
-    cc.job.dim = o_.model.dim;
-    cc.job.seed = o_.seed;
-    cc.job.batch = o_.batch;
-    cc.job.consistency = o_.consistency;
-    cc.job.hierarchical = o_.push == PushKind::hierarchical;
+    cc.job = job();
     cc.map = map_;
     cc.heartbeat_ms = o_.heartbeat_ms;
     cc.heartbeat_timeout_ms = o_.heartbeat_timeout_ms;
@@ -1043,7 +1004,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     arm_coordinator();
     for (uint32_t h = 0; h < o_.nodes + o_.ps; ++h) q_.schedule(0, [this, h] { member_join(h); });
   } else {
-    if (Status s = build(embedded_layout()); !s.ok()) return s;
+    if (Status s = build(plan_layout(members(), job(), map_)); !s.ok()) return s;
     for (uint32_t i = 0; i < cores_.size(); ++i) {
       if (cores_[i].role != Role::worker) continue;
       q_.schedule(0, [this, i] {

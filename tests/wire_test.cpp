@@ -353,6 +353,9 @@ JobSpec random_job(SplitMix64& rng) {
   j.max_inflight = 1 + static_cast<uint32_t>(rng.next() % 64);
   j.skip_bad_lines = rng.next();
   j.use_cache = rng.next() % 2;
+  j.admit_after = static_cast<uint32_t>(rng.next() % 256);
+  j.evict_after = static_cast<uint32_t>(rng.next());
+  j.checkpoint_every = static_cast<uint32_t>(rng.next());
   return j;
 }
 

@@ -1,0 +1,33 @@
+// How a cluster is wired: the configuration of every core, computed from the job and the
+// layout (ps/cluster_layout.h). The one place the daemons, the embedded cluster, the
+// simulator and the benchmarks build their cores from, so that they cannot drift apart.
+//
+// It lives in worker/ rather than ps/ because a row's width comes from the model (worker/):
+// ps/ knows JobSpec's model only as a number.
+#pragma once
+
+#include "ps/cluster_layout.h"
+#include "ps/shard_core.h"
+#include "worker/aggregator_core.h"
+#include "worker/model.h"
+#include "worker/worker_core.h"
+
+namespace colony {
+
+// The model a job trains (JobSpec::model is ModelKind's number).
+ModelSpec model_spec(const JobSpec& job);
+// A job training `model` (the rest of the job left at its defaults).
+JobSpec job_with_model(JobSpec job, const ModelSpec& model);
+
+// The shard at node `shard` (a shard node of `layout`): its optimizer, row initialisation,
+// consistency, senders (every aggregator under hierarchical push, else every replica), map,
+// admission, eviction and checkpoint policies, all from `job`.
+ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId shard);
+// The worker replica at node `replica`: its aggregator when its member has one.
+WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, NodeId replica);
+// The node aggregator of worker member `member` (which has one): the member's replicas.
+AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layout, uint32_t member);
+// The shard nodes in map order (shard s is node s).
+std::vector<NodeId> shard_nodes(const ClusterLayout& layout);
+
+}  // namespace colony
