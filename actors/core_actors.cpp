@@ -46,8 +46,10 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [](quiesce_atom) { return true; },
       [core](summary_atom) {
         const ShardStats& st = core->stats();
-        return ShardSummary{core->rows(),         core->table_bytes(),  st.pulls_deferred,
-                            st.rows_not_admitted, st.updates_dropped, st.rows_evicted};
+        ShardSummary s{core->rows(),         core->table_bytes(),  st.pulls_deferred,
+                       st.rows_not_admitted, st.updates_dropped, st.rows_evicted};
+        s.memory_bytes = core->store().memory_bytes();
+        return s;
       },
   };
 }

@@ -4,9 +4,12 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
+
+#include <fmt/ranges.h>
 
 #include "actors/bridge.h"
 #include "actors/core_actors.h"
@@ -55,9 +58,22 @@ class Inbox {
   std::deque<ControlMessage> wait(uint64_t timeout_ms) {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                 [&] { return !control_.empty() || !done_.empty(); });
+                 [&] { return !control_.empty() || !done_.empty() || !checkpoints_.empty(); });
     std::deque<ControlMessage> out;
     out.swap(control_);
+    return out;
+  }
+  void push_checkpoint(uint32_t step, ShardCheckpoint c) {
+    {
+      std::lock_guard lock(mu_);
+      checkpoints_.emplace_back(step, std::move(c));
+    }
+    cv_.notify_one();
+  }
+  std::vector<std::pair<uint32_t, ShardCheckpoint>> take_checkpoints() {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<uint32_t, ShardCheckpoint>> out;
+    out.swap(checkpoints_);
     return out;
   }
   std::vector<std::pair<NodeId, std::string>> take_done() {
@@ -72,6 +88,7 @@ class Inbox {
   std::condition_variable cv_;
   std::deque<ControlMessage> control_;
   std::vector<std::pair<NodeId, std::string>> done_;
+  std::vector<std::pair<uint32_t, ShardCheckpoint>> checkpoints_;
 };
 
 struct Keys {
@@ -208,6 +225,7 @@ class Member {
     me_.count = o_.count;
     me_.data = o_.data;
     me_.durable = o_.role == MemberRole::ps && o_.store.kind != StoreKind::memory;
+    if (o_.role == MemberRole::ps) me_.store = to_string(o_.store);
     // This start of the process: a restart with the same key is told apart from a retry.
     me_.incarnation = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
     log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role), me_.endpoint,
@@ -320,6 +338,17 @@ class Member {
       return nodes_ok(back->nodes, true)
                  ? Status()
                  : Status::invalid_input("ShardsRestarted names nodes that are not shards of a durable ps");
+    if (auto* done = std::get_if<CheckpointComplete>(&m.body)) {
+      if (o_.role != MemberRole::ps || checkpoint_root_.empty())
+        return Status::invalid_input("CheckpointComplete to a member that takes no checkpoints");
+      if (done->shards.size() != layout_->shards())
+        return Status::invalid_input(fmt::format("CheckpointComplete lists {} shards of {}", done->shards.size(),
+                                                 layout_->shards()));
+      for (size_t s = 0; s < done->shards.size(); ++s)
+        if (done->shards[s].shard != s || done->shards[s].dir != fmt::format("shard-{}", s))
+          return Status::invalid_input(fmt::format("CheckpointComplete's entry {} is not shard {}", s, s));
+      return Status();
+    }
     const bool expected = std::holds_alternative<Start>(m.body) || std::holds_alternative<ShardSummaryRequest>(m.body) ||
                           std::holds_alternative<Shutdown>(m.body) || std::holds_alternative<Heartbeat>(m.body);
     return expected ? Status()
@@ -341,6 +370,24 @@ class Member {
       local.push_back(n);
     }
     if (o_.role == MemberRole::ps) {
+      if (job.checkpoint_every) {
+        checkpoint_root_ = o_.checkpoint_dir;
+        if (checkpoint_root_.empty() && o_.store.kind == StoreKind::memory)
+          return Status::invalid_input(fmt::format(
+              "the job checkpoints every {} steps (--checkpoint-every): give this ps --checkpoint-dir DIR (a memory "
+              "store has no folder of its own)",
+              job.checkpoint_every));
+        if (checkpoint_root_.empty()) checkpoint_root_ = (std::filesystem::path(o_.store.dir) / "checkpoints").string();
+        // Run by each shard's actor after a message: a shard whose slowest sender has reached a
+        // checkpoint step copies its store, and the loop reports it to the coordinator.
+        p_.shared->after_shard_message = [this](ShardCore& core) {
+          const auto step = core.checkpoint_due();
+          if (!step) return;
+          auto copy = checkpoint_shard(core, *step);
+          if (!copy) return p_.shared->fail(copy.status());
+          p_.inbox.push_checkpoint(*step, std::move(copy.value()));
+        };
+      }
       for (NodeId n : local) {
         const ShardConfig sc = shard_config(job, *layout_, n);
         auto row_floats = ShardCore::row_floats(sc);
@@ -354,9 +401,10 @@ class Member {
                 o_.store.kind == StoreKind::memory ? std::string("--store memory") : path));
         }
         // The store records which cluster and shard wrote it: another job's is refused.
-        auto store = open_shard_store(
-            o_.store, StoreIdentity{fmt::format("cluster-{}", o_.cluster_id), n, w.map.shards, *row_floats});
+        const StoreIdentity identity{fmt::format("cluster-{}", o_.cluster_id), n, w.map.shards, *row_floats};
+        auto store = open_shard_store(o_.store, identity);
         if (!store) return store.status();
+        identities_.push_back(identity);
         auto core = ShardCore::make(sc, std::move(store.value()));
         if (!core) return core.status();
         if (w.resume) (*core)->begin_resync();
@@ -425,6 +473,31 @@ class Member {
     return Status();
   }
 
+  // Copies shard `core`'s store as step `step`'s checkpoint (an actor's thread).
+  Expected<ShardCheckpoint> checkpoint_shard(ShardCore& core, uint32_t step) {
+    const uint32_t i = core.config().shard_index;
+    const std::string dir = checkpoint_shard_dir(checkpoint_root_, step, i);
+    std::error_code ec;
+    std::filesystem::create_directories(checkpoint_step_dir(checkpoint_root_, step), ec);
+    if (ec)
+      return Status::io_error(
+          fmt::format("{}: cannot create: {}", checkpoint_step_dir(checkpoint_root_, step), ec.message()));
+    if (Status s = core.store().checkpoint(dir, identities_[i - welcome_.members[you_].first_node]); !s.ok()) return s;
+    ShardCheckpoint c{i, fmt::format("shard-{}", i), core.rows(), {}};
+    for (auto [node, clock] : core.sender_clocks()) c.sender_clocks.emplace_back(node, clock);
+    return c;
+  }
+
+  // Every shard has checkpointed `c.step`: this ps writes the step's manifest beside its copies.
+  Status write_checkpoint_manifest(const CheckpointComplete& c) {
+    const StoreIdentity& id = identities_.front();
+    CheckpointManifest m{c.step, id.cluster_id, layout_->shards(), id.row_floats, model_spec(welcome_.job).width(),
+                         c.shards};
+    if (Status s = write_manifest(checkpoint_root_, m); !s.ok()) return s;
+    log_(fmt::format("checkpoint of step {} complete: wrote {}", c.step, checkpoint_step_dir(checkpoint_root_, c.step)));
+    return Status();
+  }
+
   MemberDone summary(const std::string& error) const {
     MemberDone d;
     d.error = error;
@@ -450,6 +523,9 @@ class Member {
     }
     for (const auto& s : sources_) d.bad_lines_skipped += s->last_stats().bad_lines_skipped;
     d.bad_messages = p_.bridge->stats().bad_messages;
+    d.cpu_seconds = cpu_seconds() - cpu_start_;
+    d.read_from_cache = !sources_.empty();
+    for (const auto& s : sources_) d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;
     return d;
   }
 
@@ -476,6 +552,7 @@ class Member {
                      log_(fmt::format("shard node {} gave no summary: {}", n, p_.system.render(e)));
                    });
     sum.bad_messages = p_.bridge->stats().bad_messages;
+    sum.cpu_seconds = cpu_seconds() - cpu_start_;
     return sum;
   }
 
@@ -510,6 +587,15 @@ class Member {
         if (o_.role == MemberRole::worker && !done_sent) (void)send(summary(e.message()));
         else (void)send(Leave{e.message()});
         return e;
+      }
+      if (auto copies = p_.inbox.take_checkpoints(); !copies.empty()) {
+        std::map<uint32_t, ShardsCheckpointed> by_step;
+        for (auto& [step, copy] : copies) {
+          by_step[step].step = step;
+          by_step[step].shards.push_back(std::move(copy));
+        }
+        for (auto& [step, report] : by_step)
+          if (Status s = send(std::move(report)); !s.ok()) return s;
       }
       for (auto& [id, error] : p_.inbox.take_done()) {
         ++reports;
@@ -554,6 +640,12 @@ class Member {
           const ShardSummary sum = summarize_shards();
           log_(fmt::format("training is over: {} rows in {} shard{}", sum.table_rows, o_.count, o_.count == 1 ? "" : "s"));
           if (Status s = send(sum); !s.ok()) return s;
+        } else if (auto* complete = std::get_if<CheckpointComplete>(&m.body)) {
+          if (Status s = write_checkpoint_manifest(*complete); !s.ok()) {
+            log_("failed: " + s.message());
+            (void)send(Leave{s.message()});
+            return s;
+          }
         } else if (auto* back = std::get_if<ShardsRestarted>(&m.body)) {
           if (back->nodes.empty()) continue;
           p_.bridge->unmark_lost(back->nodes);
@@ -588,6 +680,9 @@ class Member {
   MemberInfo me_;
   Welcome welcome_;
   std::optional<ClusterLayout> layout_;  // from welcome_, checked
+  std::vector<StoreIdentity> identities_;  // of this ps's shards, in node order
+  std::string checkpoint_root_;            // with checkpoints: where they go
+  const double cpu_start_ = cpu_seconds();
   uint64_t next_drop_log_ms_ = 0;
   uint32_t you_ = control_from_unknown;
   std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
@@ -696,6 +791,11 @@ class Coordinator {
     result_.totals = t;
     result_.train_logloss = t.samples ? t.loss_sum / double(t.samples) : 0.0;
     result_.members = static_cast<uint32_t>(core_->members().size());
+    std::vector<std::string> stores;  // each distinct one, in member order
+    for (const MemberInfo& m : core_->members())
+      if (m.role == MemberRole::ps && std::find(stores.begin(), stores.end(), m.store) == stores.end())
+        stores.push_back(m.store);
+    result_.store = fmt::format("{}", fmt::join(stores, "; "));
     const BridgeStats bs = p_.bridge->stats();
     result_.bad_messages = bs.bad_messages + t.bad_messages;
     result_.refused_peers = bs.refused_peers;

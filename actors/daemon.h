@@ -66,6 +66,7 @@ struct CoordinatorResult {
   uint32_t members = 0;
   uint64_t bad_messages = 0;
   uint64_t refused_peers = 0;
+  std::string store;                 // the ps members' row stores, each distinct one, "; " between
   bool stopped_by_signal = false;    // drained on SIGTERM before the job ended
 };
 
@@ -84,6 +85,9 @@ struct MemberDaemonOptions {
   uint64_t cluster_id = 1;
   uint32_t count = 1;       // shards (ps) or worker replicas (worker) hosted
   StoreSpec store;          // ps: where shard i keeps its rows (rocksdb: DIR/shard-<i>)
+  // ps: where its shards' checkpoints go when the job asks for them (--checkpoint-every);
+  // empty: DIR/checkpoints for a rocksdb:DIR store (a memory store must be given one).
+  std::string checkpoint_dir;
   std::string data;         // worker: the training file
   ReaderOptions reader;     // worker: cache dir etc. (batch, skip-bad-lines come from the job)
   uint64_t join_timeout_ms = 60'000;

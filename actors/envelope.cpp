@@ -414,6 +414,7 @@ Status read_member(wire::MemberInfo::Reader r, MemberInfo& m) {
   m.aggregator = r.getAggregator();
   m.durable = r.getDurable();
   m.incarnation = r.getIncarnation();
+  if (Status s = read_text(r.getStore(), m.store, "member store"); !s.ok()) return s;
   return Status();
 }
 
@@ -428,6 +429,7 @@ void write_member(wire::MemberInfo::Builder w, const MemberInfo& m) {
   w.setAggregator(m.aggregator);
   w.setDurable(m.durable);
   w.setIncarnation(m.incarnation);
+  w.setStore(m.store);
 }
 
 void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
@@ -500,6 +502,43 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   return Status();
 }
 
+Status read_checkpointed(wire::Checkpointed::Reader r, uint32_t& step, std::vector<ShardCheckpoint>& shards) {
+  step = r.getStep();
+  if (r.getShards().size() > control_nodes_max)
+    return Status::invalid_input(fmt::format("{} shard checkpoints, over {}", r.getShards().size(), control_nodes_max));
+  for (auto c : r.getShards()) {
+    ShardCheckpoint x;
+    x.shard = c.getShard();
+    if (Status s = read_text(c.getDir(), x.dir, "checkpoint folder"); !s.ok()) return s;
+    x.rows = c.getRows();
+    auto nodes = c.getSenderNodes();
+    auto clocks = c.getSenderClocks();
+    if (nodes.size() != clocks.size() || nodes.size() > control_nodes_max)
+      return Status::invalid_input(
+          fmt::format("checkpoint of shard {}: {} senders with {} clocks", x.shard, nodes.size(), clocks.size()));
+    for (unsigned i = 0; i < nodes.size(); ++i) x.sender_clocks.emplace_back(nodes[i], clocks[i]);
+    shards.push_back(std::move(x));
+  }
+  return Status();
+}
+
+void write_checkpointed(wire::Checkpointed::Builder w, uint32_t step, const std::vector<ShardCheckpoint>& shards) {
+  w.setStep(step);
+  auto list = w.initShards(static_cast<unsigned>(shards.size()));
+  for (unsigned i = 0; i < shards.size(); ++i) {
+    const ShardCheckpoint& x = shards[i];
+    list[i].setShard(x.shard);
+    list[i].setDir(x.dir);
+    list[i].setRows(x.rows);
+    auto nodes = list[i].initSenderNodes(static_cast<unsigned>(x.sender_clocks.size()));
+    auto clocks = list[i].initSenderClocks(static_cast<unsigned>(x.sender_clocks.size()));
+    for (unsigned j = 0; j < x.sender_clocks.size(); ++j) {
+      nodes.set(j, x.sender_clocks[j].first);
+      clocks.set(j, x.sender_clocks[j].second);
+    }
+  }
+}
+
 Status read_control(wire::Control::Reader r, ControlMessage& m) {
   m.from = r.getFrom();
   switch (r.which()) {
@@ -562,6 +601,8 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.pushes_resent = d.getPushesResent();
       x.replies_dropped = d.getRepliesDropped();
       x.bad_messages = d.getBadMessages();
+      x.cpu_seconds = d.getCpuSeconds();
+      x.read_from_cache = d.getReadFromCache();
       m.body = std::move(x);
       return Status();
     }
@@ -615,7 +656,19 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       auto x = r.getShardSummary();
       m.body = ShardSummary{x.getTableRows(),      x.getTableBytes(),     x.getPullsDeferred(),
                           x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted(),
-                          x.getBadMessages()};
+                          x.getBadMessages(),     x.getMemoryBytes(),    x.getCpuSeconds()};
+      return Status();
+    }
+    case wire::Control::SHARDS_CHECKPOINTED: {
+      ShardsCheckpointed x;
+      if (Status s = read_checkpointed(r.getShardsCheckpointed(), x.step, x.shards); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::CHECKPOINT_COMPLETE: {
+      CheckpointComplete x;
+      if (Status s = read_checkpointed(r.getCheckpointComplete(), x.step, x.shards); !s.ok()) return s;
+      m.body = std::move(x);
       return Status();
     }
     default:
@@ -675,6 +728,8 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setPushesResent(b.pushes_resent);
           d.setRepliesDropped(b.replies_dropped);
           d.setBadMessages(b.bad_messages);
+          d.setCpuSeconds(b.cpu_seconds);
+          d.setReadFromCache(b.read_from_cache);
         } else if constexpr (std::is_same_v<T, NodesLost>) {
           auto n = c.initNodesLost();
           auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));
@@ -700,6 +755,12 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           x.setUpdatesDropped(b.updates_dropped);
           x.setRowsEvicted(b.rows_evicted);
           x.setBadMessages(b.bad_messages);
+          x.setMemoryBytes(b.memory_bytes);
+          x.setCpuSeconds(b.cpu_seconds);
+        } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
+          write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
+        } else if constexpr (std::is_same_v<T, CheckpointComplete>) {
+          write_checkpointed(c.initCheckpointComplete(), b.step, b.shards);
         } else {
           static_assert(std::is_same_v<T, Joined>);
           c.setJoined(b.status);

@@ -116,6 +116,7 @@ struct MemberInfo {
   aggregator @7 :UInt32;
   durable @8 :Bool;
   incarnation @9 :UInt64;
+  store @10 :Text;
 }
 struct Welcome {
   you @0 :UInt32;
@@ -145,6 +146,8 @@ struct MemberDone {
   pushesResent @9 :UInt64;
   repliesDropped @10 :UInt64;
   badMessages @11 :UInt64;
+  cpuSeconds @12 :Float64;
+  readFromCache @13 :Bool;
 }
 struct Control {
   from @0 :UInt32;
@@ -164,6 +167,8 @@ struct Control {
     shardsRestarted @13 :List(UInt32);
     shardSummaryRequest @14 :Void;
     shardSummary @15 :ShardSummary;
+    shardsCheckpointed @16 :Checkpointed;
+    checkpointComplete @17 :Checkpointed;
   }
 }
 struct ShardSummary {
@@ -174,6 +179,19 @@ struct ShardSummary {
   updatesDropped @4 :UInt64;
   rowsEvicted @5 :UInt64;
   badMessages @6 :UInt64;
+  memoryBytes @7 :UInt64;
+  cpuSeconds @8 :Float64;
+}
+struct ShardCheckpoint {
+  shard @0 :UInt32;
+  dir @1 :Text;
+  rows @2 :UInt64;
+  senderNodes @3 :List(UInt64);
+  senderClocks @4 :List(UInt32);
+}
+struct Checkpointed {
+  step @0 :UInt32;
+  shards @1 :List(ShardCheckpoint);
 }
 struct NodesLost {
   nodes @0 :List(UInt32);

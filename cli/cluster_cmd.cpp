@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "worker/model.h"
+#include "worker/train_job.h"
 
 namespace colony::cli {
 
@@ -86,7 +87,16 @@ struct CoordinatorArgs {
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
   uint64_t seed = 1, skip_bad_lines = 0;
+  uint32_t admit_after = 0, evict_after = 0, checkpoint_every = 0;
   bool no_cache = false, require_all = false;
+  // `colony train` flags that belong to the ps or worker daemons, or to train alone: given to
+  // the coordinator, each is refused with where it goes.
+  struct Elsewhere {
+    CLI::Option* option;
+    const char* flag;
+    const char* where;
+  };
+  std::vector<Elsewhere> elsewhere;
   std::string test, report, cache_dir;
   uint32_t heartbeat_ms = 1000, heartbeat_timeout_ms = 10000;
 };
@@ -124,9 +134,35 @@ Runner add_coordinator(CLI::App& app) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--require-all-workers", a->require_all,
                 "Fail the job when a worker member is lost (default: go on with the rest)");
+  cmd->add_option("--admit-after", a->admit_after,
+                  "Feature admission on every shard: a key gets a row once pulled this many times (0: at once)")
+      ->check(CLI::Range(0u, 255u))->capture_default_str();
+  cmd->add_option("--evict-after", a->evict_after, "Remove rows not updated during the last T steps (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", a->checkpoint_every,
+                  "Checkpoint every shard every N steps (0: never); each ps writes under its --checkpoint-dir")
+      ->capture_default_str();
+  static const std::pair<const char*, const char*> not_here[] = {
+      {"--data", "give each `colony worker` its --data"},
+      {"--store", "give each `colony ps` its --store"},
+      {"--cache-bytes", "give each `colony ps` its --cache-bytes"},
+      {"--eviction", "the tiered store's policy is not a daemon option yet"},
+      {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir"},
+      {"--replicas-per-node", "start one `colony worker --replicas R` per node"},
+      {"--threads", "give each `colony ps` and `colony worker` its --threads"},
+      {"--engine", "the daemons are a cluster; `colony train --engine local` trains in one thread"},
+      {"--rows", "the daemons train on files: make them with `colony gen`"},
+      {"--test-rows", "the daemons train on files: make them with `colony gen`"},
+  };
+  for (const auto& [flag, where] : not_here)
+    a->elsewhere.push_back(
+        {cmd->add_option(flag, "Not a coordinator option (refused, saying where it goes)")->group(""), flag, where});
   add_common(cmd, a->common);
   return [a]() {
     const DaemonLog log = make_log("coordinator");
+    for (const auto& e : a->elsewhere)
+      if (e.option->count() > 0)
+        return fail(Status::invalid_input(fmt::format("{} is not a coordinator option: {}", e.flag, e.where)));
     if (Status s = check_security(a->common, log); !s.ok()) return fail(s);
     CoordinatorDaemonOptions o;
     o.listen = a->listen;
@@ -164,6 +200,9 @@ Runner add_coordinator(CLI::App& app) {
     j.max_inflight = a->max_inflight;
     j.skip_bad_lines = a->skip_bad_lines;
     j.use_cache = !a->no_cache;
+    j.admit_after = a->admit_after;
+    j.evict_after = a->evict_after;
+    j.checkpoint_every = a->checkpoint_every;
     DaemonSignals signals;
     install_signal_handlers(signals);
     const auto start = std::chrono::steady_clock::now();
@@ -172,6 +211,7 @@ Runner add_coordinator(CLI::App& app) {
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double sps = r->train_seconds > 0 ? double(r->totals.samples) / r->train_seconds : 0.0;
     auto optional_number = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    const double n = double(std::max<uint64_t>(r->totals.samples, 1));
     nlohmann::json rep = {
         {"test_logloss", optional_number(r->test_logloss)},
         {"test_auc", optional_number(r->test_auc)},
@@ -208,7 +248,42 @@ Runner add_coordinator(CLI::App& app) {
         {"bad_messages", r->bad_messages},
         {"refused_peers", r->refused_peers},
         {"stopped_by_signal", r->stopped_by_signal},
+        // The keys `colony train` writes, with the same meaning.
+        {"dim", j.dim},
+        {"lr", j.optimizer.lr},
+        {"l1", j.optimizer.l1},
+        {"l2", j.optimizer.l2},
+        {"batch", j.batch},
+        {"epochs", j.epochs},
+        {"seed", j.seed},
+        {"model_rows", r->totals.shards.table_rows},
+        {"model_bytes", r->totals.shards.memory_bytes},
+        {"read_from_cache", r->totals.read_from_cache},
+        {"engine", "daemons"},
+        {"train_cpu_seconds", r->totals.cpu_seconds},
+        {"cpu_seconds_per_sample", r->totals.samples ? r->totals.cpu_seconds / double(r->totals.samples) : 0.0},
+        {"pull_messages_per_sample", double(r->totals.pull_messages) / n},
+        {"push_messages_per_sample", double(r->totals.push_messages) / n},
+        {"push_bytes_per_sample", double(r->totals.push_bytes) / n},
+        {"store", r->store},
+        {"admit_after", j.admit_after},
+        {"evict_after", j.evict_after},
+        {"checkpoints", r->totals.checkpoints},
+        // A durable ps commits a push before acknowledging it, and losing a ps with a memory
+        // store fails the job: an acknowledged update is never lost without the job failing.
+        {"updates_lost", 0},
+        {"per_epoch", nlohmann::json::array({{{"epoch", j.epochs},
+                                              {"train_logloss", r->train_logloss},
+                                              {"test_logloss", optional_number(r->test_logloss)},
+                                              {"test_auc", optional_number(r->test_auc)}}})},
     };
+    // As `colony train` does: data made by `colony gen` tells the best any model can do.
+    if (const auto planted = a->test.empty() ? std::nullopt : read_gen_meta(a->test); planted && r->test_logloss) {
+      rep["planted_logloss_test"] = planted->planted_logloss_test;
+      rep["planted_auc_test"] = planted->planted_auc_test;
+      rep["base_rate_logloss_test"] = planted->base_rate_logloss_test;
+      rep["gap_to_planted"] = *r->test_logloss / planted->planted_logloss_test - 1.0;
+    }
     if (r->test_logloss)
       std::printf("test_logloss %.5f  test_auc %.4f\n", *r->test_logloss, r->test_auc.value_or(0.0));
     std::printf("train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u  table_rows %llu  "
@@ -253,6 +328,9 @@ Runner add_member(CLI::App& app, MemberRole role) {
         ->capture_default_str();
     cmd->add_option("--cache-bytes", a->cache_bytes,
                     "With rocksdb: keep hot rows in this many bytes of memory over RocksDB (tiered store)");
+    cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
+                    "Where this ps writes its shards' checkpoints when the job has --checkpoint-every "
+                    "(default with rocksdb:DIR: DIR/checkpoints)");
   } else {
     cmd->add_option("--data", o.data, "Training file (libsvm, Criteo TSV or a binary cache)")->required();
     cmd->add_option("--replicas", o.count, "Worker replicas in this process")

@@ -18,6 +18,7 @@
 #include "ps/optimizer.h"
 #include "ps/protocol.h"
 #include "ps/shard_map.h"
+#include "storage/checkpoint.h"
 
 namespace colony {
 
@@ -57,6 +58,7 @@ struct MemberInfo {
   // Chosen anew by each start of the member's process: a Join with the same key (or, on an
   // --insecure cluster, the same endpoint) and another incarnation is the member restarted.
   uint64_t incarnation = 0;
+  std::string store = {};  // a ps's row store (its --store), for reports
   // Assigned by the coordinator (in Welcome):
   NodeId first_node = 0;   // its cores are nodes first_node .. first_node + count - 1
   bool has_aggregator = false;
@@ -106,6 +108,8 @@ struct MemberDone {
   uint64_t pushes_resent = 0;  // to restarted shards (KvClient::resync)
   uint64_t replies_dropped = 0;  // replies its clients could not match to a request
   uint64_t bad_messages = 0;     // messages its process dropped as malformed, misaddressed or forged
+  double cpu_seconds = 0.0;      // user + system CPU of its process while training
+  bool read_from_cache = false;  // every replica read a binary cache in its last epoch
 };
 
 // Sent to every member when members were lost: messages to these nodes are dropped from now on.
@@ -153,6 +157,8 @@ struct ShardSummary {
   uint64_t updates_dropped = 0;     // pushed rows of keys not admitted
   uint64_t rows_evicted = 0;        // --evict-after
   uint64_t bad_messages = 0;        // messages the ps process dropped as malformed, misaddressed or forged
+  uint64_t memory_bytes = 0;        // memory the stores hold for the rows (tables, indexes, caches)
+  double cpu_seconds = 0.0;         // user + system CPU of the ps process so far
   ShardSummary& operator+=(const ShardSummary& o) {
     table_rows += o.table_rows;
     table_bytes += o.table_bytes;
@@ -161,14 +167,31 @@ struct ShardSummary {
     updates_dropped += o.updates_dropped;
     rows_evicted += o.rows_evicted;
     bad_messages += o.bad_messages;
+    memory_bytes += o.memory_bytes;
+    cpu_seconds += o.cpu_seconds;
     return *this;
   }
   bool operator==(const ShardSummary&) const = default;
 };
 
+// From a ps member: some of its shards have checkpointed their rows at `step` (the slowest
+// sender's clock reached a multiple of the job's checkpoint_every; ShardCore::checkpoint_due),
+// each under its own --checkpoint-dir as storage/checkpoint.h lays it out.
+struct ShardsCheckpointed {
+  uint32_t step = 0;
+  std::vector<ShardCheckpoint> shards;
+};
+
+// To every ps member once every shard has checkpointed `step`: the step is complete, and each
+// writes its manifest (storage/checkpoint.h) listing every shard.
+struct CheckpointComplete {
+  uint32_t step = 0;
+  std::vector<ShardCheckpoint> shards;  // by shard index, one per shard of the job
+};
+
 using ControlBody =
     std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown, Refuse, Joined,
-                 ShardsRestarted, ShardSummaryRequest, ShardSummary>;
+                 ShardsRestarted, ShardSummaryRequest, ShardSummary, ShardsCheckpointed, CheckpointComplete>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

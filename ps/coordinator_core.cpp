@@ -76,7 +76,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
                   out);
   const bool from_member = std::holds_alternative<Heartbeat>(message.body) || std::holds_alternative<Ready>(message.body) ||
                            std::holds_alternative<MemberDone>(message.body) ||
-                           std::holds_alternative<ShardSummary>(message.body) || std::holds_alternative<Leave>(message.body);
+                           std::holds_alternative<ShardSummary>(message.body) || std::holds_alternative<Leave>(message.body) ||
+                           std::holds_alternative<ShardsCheckpointed>(message.body);
   if (!from_member)
     return reject(fmt::format("a message of kind {} from member {}: only the coordinator sends that",
                               message.body.index(), i),
@@ -135,6 +136,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     totals_.pushes_resent += done->pushes_resent;
     totals_.replies_dropped += done->replies_dropped;
     totals_.bad_messages += done->bad_messages;
+    totals_.cpu_seconds += done->cpu_seconds;
+    totals_.read_from_cache = totals_.read_from_cache && done->read_from_cache;
     if (!done->error.empty())
       return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error), out);
     if (done->drained) {
@@ -150,7 +153,11 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     st.summary_pending = false;
     totals_.shards += *summary;
     totals_.bad_messages += summary->bad_messages;
+    totals_.cpu_seconds += summary->cpu_seconds;
     ++totals_.shard_summaries;
+  } else if (auto* c = std::get_if<ShardsCheckpointed>(&message.body)) {
+    if (m.role != MemberRole::ps) return reject(fmt::format("a checkpoint report from worker member {}", i), now_ms, out);
+    on_checkpointed(i, *c, now_ms, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     if (m.role == MemberRole::ps)
@@ -207,6 +214,36 @@ void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint
     }
     welcome(out);
   }
+}
+
+void CoordinatorCore::on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
+                                      CoordinatorEffects& out) {
+  const MemberInfo& m = members_[i];
+  if (c.step <= totals_.last_checkpoint_step && totals_.checkpoints > 0)
+    return reject(fmt::format("ps member {} reported step {}, not after the last complete one", i, c.step), now_ms,
+                  out);
+  for (const ShardCheckpoint& s : c.shards)
+    if (s.shard < m.first_node || s.shard >= m.first_node + m.count)
+      return reject(fmt::format("ps member {} reported a checkpoint of shard {}, which it does not host", i, s.shard),
+                    now_ms, out);
+  auto& step = checkpoints_pending_[c.step];
+  for (const ShardCheckpoint& s : c.shards) step[s.shard] = s;
+  if (checkpoints_pending_.size() > checkpoint_steps_pending_max) {
+    out.log.push_back(fmt::format("gave up on the checkpoint of step {}: not every shard reported it",
+                                  checkpoints_pending_.begin()->first));
+    checkpoints_pending_.erase(checkpoints_pending_.begin());
+  }
+  auto done = checkpoints_pending_.find(c.step);
+  if (done == checkpoints_pending_.end() || done->second.size() < config_.shards) return;
+  CheckpointComplete complete{c.step, {}};
+  for (auto& [shard, copy] : done->second) complete.shards.push_back(copy);
+  checkpoints_pending_.erase(checkpoints_pending_.begin(), std::next(done));
+  ++totals_.checkpoints;
+  totals_.last_checkpoint_step = c.step;
+  out.log.push_back(fmt::format("checkpoint of step {} complete: every shard has its copy", c.step));
+  for (size_t p = 0; p < members_.size(); ++p)
+    if (members_[p].role == MemberRole::ps && !state_[p].gone)
+      out.control.push_back({members_[p].endpoint, members_[p].public_key, {control_from_coordinator, complete}});
 }
 
 // A join from known member i: a retry of its join, or (another incarnation) the member restarted.

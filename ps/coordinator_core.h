@@ -30,6 +30,11 @@
 //             out, and logged). Once summaries_pending() is false, the driver evaluates the
 //             model and calls finish().
 //   ended     Shutdown went to every member (also after a failure).
+//
+// Checkpoints (the job's checkpoint_every): each ps member tells which of its shards have
+// checkpointed a step (ShardsCheckpointed); once every shard has, every ps member is sent
+// CheckpointComplete with the whole list and writes the step's manifest. A report for a shard
+// the member does not host is refused; at most checkpoint_steps_pending_max steps are pending.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +65,9 @@ struct CoordinatorConfig {
   // --insecure cluster): anyone reaching the socket may join, in any role.
   std::map<std::string, std::optional<MemberRole>> key_roles;
 };
+
+// The most checkpoint steps the coordinator waits on at once (older ones are given up).
+inline constexpr size_t checkpoint_steps_pending_max = 16;
 
 enum class CoordinatorPhase { joining, starting, running, trained, ended };
 
@@ -98,6 +106,10 @@ struct CoordinatorTotals {
   // member's key, from a lost member, a join in a role its key does not have), plus what the
   // members reported dropping in their own processes.
   uint64_t bad_messages = 0;
+  double cpu_seconds = 0.0;      // the worker members' CPU while training, and the ps members' so far
+  bool read_from_cache = true;   // every worker member read binary caches in its last epoch
+  uint32_t checkpoints = 0;      // steps every shard has checkpointed (the job's checkpoint_every)
+  uint32_t last_checkpoint_step = 0;
   ShardSummary shards;           // the ps members' shards once training is over
   uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`
 };
@@ -155,6 +167,7 @@ class CoordinatorCore {
   void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms, CoordinatorEffects& out);
   void rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
   void reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
+  void on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms, CoordinatorEffects& out);
   void welcome(CoordinatorEffects& out);
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
@@ -175,6 +188,7 @@ class CoordinatorCore {
   uint64_t next_heartbeat_ms_ = 0;
   uint64_t summary_deadline_ms_ = 0;
   CoordinatorTotals totals_;
+  std::map<uint32_t, std::map<uint32_t, ShardCheckpoint>> checkpoints_pending_;  // step -> shard -> its copy
   uint64_t next_reject_log_ms_ = 0;  // rejections are logged at most once a minute
   uint64_t rejects_unlogged_ = 0;
 };

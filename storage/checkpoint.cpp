@@ -52,7 +52,9 @@ Status write_manifest(const std::string& root, const CheckpointManifest& m) {
     list.push_back({{"shard", s.shard}, {"dir", s.dir}, {"rows", s.rows}, {"sender_clocks", s.sender_clocks}});
   j["shard_checkpoints"] = list;
   const fs::path dir = checkpoint_step_dir(root, m.step);
-  const fs::path tmp = dir / (std::string(manifest_name) + ".tmp"), final_path = dir / manifest_name;
+  // A temporary name of this process's own: the ps daemons of one job may share a checkpoint
+  // folder and write the same manifest at once.
+  const fs::path tmp = dir / fmt::format("{}.tmp.{}", manifest_name, ::getpid()), final_path = dir / manifest_name;
   const std::string text = j.dump(2) + "\n";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return Status::io_error(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));

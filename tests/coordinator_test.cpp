@@ -551,3 +551,38 @@ BOOST_AUTO_TEST_CASE(a_restarted_member_is_recognised_by_its_incarnation) {
   BOOST_TEST(core.totals().workers_lost == 1u);
   BOOST_TEST(wx.failed.ok());
 }
+
+// Checkpoints across ps members: a step is complete once every shard has reported it; a report
+// for a shard the member does not host, or from a worker, is refused.
+BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
+  CoordinatorConfig c = config(3, 1, /*hierarchical=*/false);
+  auto core = CoordinatorCore::make(c, 0).value();
+  form(core, {member(MemberRole::ps, 1, 2), member(MemberRole::ps, 2, 1), member(MemberRole::worker, 3)}, 0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  // Member 0 hosts shards 0 and 1, member 1 shard 2, member 2 is the worker (node 3).
+  auto copy = [](uint32_t shard) { return ShardCheckpoint{shard, fmt::format("shard-{}", shard), 10 + shard, {{3, 5}}}; };
+  CoordinatorEffects a, forged, worker, b;
+  core.on_message({0, ShardsCheckpointed{5, {copy(0), copy(1)}}}, 10, a);
+  BOOST_TEST(sent<CheckpointComplete>(a).empty());
+  core.on_message({0, ShardsCheckpointed{5, {copy(2)}}}, 11, forged);  // not member 0's shard
+  core.on_message({2, ShardsCheckpointed{5, {copy(2)}}}, 11, worker);  // not a ps
+  BOOST_TEST(sent<CheckpointComplete>(forged).empty());
+  BOOST_TEST(sent<CheckpointComplete>(worker).empty());
+  BOOST_TEST(core.totals().bad_messages == 2u);
+  core.on_message({1, ShardsCheckpointed{5, {copy(2)}}}, 12, b);
+  const auto complete = sent<CheckpointComplete>(b);
+  BOOST_REQUIRE_EQUAL(complete.size(), 2u);  // to both ps members
+  BOOST_TEST(complete[0].second.step == 5u);
+  BOOST_REQUIRE_EQUAL(complete[0].second.shards.size(), 3u);
+  for (uint32_t s = 0; s < 3; ++s) BOOST_TEST(complete[0].second.shards[s].shard == s);
+  BOOST_TEST(core.totals().checkpoints == 1u);
+  BOOST_TEST(core.totals().last_checkpoint_step == 5u);
+  // A late repeat of a complete step is refused.
+  CoordinatorEffects late;
+  core.on_message({1, ShardsCheckpointed{5, {copy(2)}}}, 13, late);
+  BOOST_TEST(late.control.empty());
+  BOOST_TEST(core.totals().bad_messages == 3u);
+}

@@ -612,3 +612,61 @@ BOOST_AUTO_TEST_CASE(a_ps_restarted_at_once_is_recognised_and_resumes) {
   BOOST_TEST_MESSAGE("ps restarted after 2 s: " << logloss << " vs embedded " << expected);
   BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
 }
+
+// Issue 11: the coordinator takes the job flags of `colony train` (admission, eviction,
+// checkpoints) across real daemons, and its report has every key train's has.
+BOOST_AUTO_TEST_CASE(coordinator_takes_trains_job_flags_and_writes_its_report_keys) {
+  Suite& s = suite();
+  const std::vector<std::string> job = {"--epochs", "2", "--admit-after", "2", "--evict-after", "40",
+                                        "--checkpoint-every", "25"};
+  std::string flags;
+  for (const auto& f : job) flags += " " + f;
+  const fs::path embedded = s.dir / "flags-embedded.json";
+  BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
+                    " --shards 2 --workers 2 --no-cache --store rocksdb:" + (s.dir / "flags-embedded-store").string() +
+                    flags + " --report " + embedded.string() + " >/dev/null 2>&1") == 0);
+  const auto train = nlohmann::json::parse(slurp(embedded));
+  auto [coord, endpoint] =
+      start_coordinator("flags-coordinator", cat(cat(role_key("server"), job),
+                                                 {"--shards", "2", "--workers", "2", "--no-cache", "--test",
+                                                  s.test.string(), "--report", (s.dir / "flags.json").string()}));
+  const std::string checkpoints = (s.dir / "flags-checkpoints").string();
+  auto ps0 = start_member("flags-ps0", "ps", endpoint,
+                          cat(role_key("ps-0"), {"--store", "rocksdb:" + (s.dir / "flags-store").string(),
+                                                 "--checkpoint-dir", checkpoints}));
+  auto ps1 = start_member("flags-ps1", "ps", endpoint, cat(role_key("ps-1"), {"--checkpoint-dir", checkpoints}));
+  auto w0 = start_member("flags-w0", "worker", endpoint, role_key("worker-0"));
+  auto w1 = start_member("flags-w1", "worker", endpoint, role_key("worker-1"));
+  BOOST_TEST(coord->wait() == 0, coord->log());
+  for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  const auto r = report("flags.json");
+  for (const auto& [key, value] : train.items()) BOOST_TEST(r.contains(key), "the coordinator's report lacks " << key);
+  for (const char* own : {"workers_lost", "ps_restarts", "members", "bad_messages", "refused_peers"})
+    BOOST_TEST(r.contains(own), own);
+  BOOST_TEST(r["admit_after"].get<int>() == 2);
+  BOOST_TEST(r["evict_after"].get<int>() == 40);
+  BOOST_TEST(r["rows_not_admitted"].get<uint64_t>() > 0u);
+  BOOST_TEST(r["rows_evicted"].get<uint64_t>() > 0u);
+  BOOST_TEST(train["rows_evicted"].get<uint64_t>() > 0u);
+  // 60k rows, 2 epochs, batch 512, 2 replicas: 118 steps each, so checkpoints at 25, 50, 75, 100.
+  BOOST_TEST(r["checkpoints"].get<int>() == train["checkpoints"].get<int>());
+  BOOST_TEST(r["checkpoints"].get<int>() >= 1);
+  BOOST_TEST(r["store"].get<std::string>().find("rocksdb:") != std::string::npos);
+  // Both ps wrote into one folder here: each step is a complete checkpoint, that verifies.
+  const std::string last = checkpoints + "/step-" + std::to_string(25 * r["checkpoints"].get<int>());
+  BOOST_TEST(run(bin() + " checkpoint verify " + last + " > " + (s.dir / "verify.log").string() + " 2>&1") == 0,
+             slurp(s.dir / "verify.log"));
+  const double logloss = r["test_logloss"].get<double>(), expected = train["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("flags: daemons " << logloss << " vs embedded " << expected << ", " << r["checkpoints"]
+                                       << " checkpoints, " << r["rows_not_admitted"] << " rows not admitted");
+  BOOST_TEST(std::abs(logloss / expected - 1.0) < small_run_tolerance);
+}
+
+BOOST_AUTO_TEST_CASE(coordinator_refuses_train_only_flags_naming_where_they_go) {
+  Child c({bin(), "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure", "--store", "rocksdb:/tmp/x"},
+          suite().dir / "refuse-store.log");
+  BOOST_TEST(c.wait() == 2);
+  BOOST_TEST(c.log().find("--store is not a coordinator option: give each `colony ps` its --store") !=
+                 std::string::npos,
+             c.log());
+}

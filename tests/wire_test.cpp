@@ -333,6 +333,9 @@ MemberInfo random_member(SplitMix64& rng) {
   m.first_node = static_cast<uint32_t>(rng.next());
   m.has_aggregator = rng.next() % 2;
   m.aggregator = static_cast<uint32_t>(rng.next());
+  m.durable = rng.next() % 2;
+  m.incarnation = rng.next();
+  m.store = random_text(rng, 20);
   return m;
 }
 
@@ -359,6 +362,18 @@ JobSpec random_job(SplitMix64& rng) {
   return j;
 }
 
+std::vector<ShardCheckpoint> random_checkpoints(SplitMix64& rng) {
+  std::vector<ShardCheckpoint> out(rng.next() % 4);
+  for (ShardCheckpoint& c : out) {
+    c.shard = static_cast<uint32_t>(rng.next());
+    c.dir = random_text(rng, 40);
+    c.rows = rng.next();
+    for (size_t i = rng.next() % 5; i > 0; --i)
+      c.sender_clocks.emplace_back(rng.next(), static_cast<uint32_t>(rng.next()));
+  }
+  return out;
+}
+
 std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   Welcome w;
   const size_t members = 1 + rng.next() % 20;
@@ -372,7 +387,8 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   w.heartbeat_ms = 1 + static_cast<uint32_t>(rng.next() % 5000);
   w.heartbeat_timeout_ms = 1 + static_cast<uint32_t>(rng.next() % 50000);
   MemberDone d{random_text(rng, 200), rng.next() % 2 == 0, rng.next(), 0.25 * double(rng.next() % 1000), rng.next(),
-               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next()};
+               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
+               double(rng.next() % 1000) / 3.0, rng.next() % 2 == 0};
   NodesLost lost;
   for (size_t i = rng.next() % 10; i > 0; --i) lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
   lost.reason = random_text(rng, 100);
@@ -386,8 +402,20 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
       {from, Joined{random_text(rng, 300)}},
       {from, ShardsRestarted{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
       {from, ShardSummaryRequest{}},
-      {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next()}},
+      {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
+                          rng.next(), double(rng.next() % 1000) / 7.0}},
+      {from, ShardsCheckpointed{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
+      {from, CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
   };
+}
+
+bool same_checkpoints(const std::vector<ShardCheckpoint>& a, const std::vector<ShardCheckpoint>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].shard != b[i].shard || a[i].dir != b[i].dir || a[i].rows != b[i].rows ||
+        a[i].sender_clocks != b[i].sender_clocks)
+      return false;
+  return true;
 }
 
 bool same_body(const ControlBody& a, const ControlBody& b) {
@@ -408,7 +436,9 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
           return x.error == y.error && x.drained == y.drained && x.samples == y.samples && x.loss_sum == y.loss_sum &&
                  x.steps == y.steps && x.pull_messages == y.pull_messages && x.push_messages == y.push_messages &&
                  x.push_bytes == y.push_bytes && x.bad_lines_skipped == y.bad_lines_skipped &&
-                 x.pushes_resent == y.pushes_resent && x.replies_dropped == y.replies_dropped;
+                 x.pushes_resent == y.pushes_resent && x.replies_dropped == y.replies_dropped &&
+                 x.bad_messages == y.bad_messages && x.cpu_seconds == y.cpu_seconds &&
+                 x.read_from_cache == y.read_from_cache;
         if constexpr (std::is_same_v<T, NodesLost>) return x.nodes == y.nodes && x.reason == y.reason;
         if constexpr (std::is_same_v<T, Leave>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Shutdown>) return x.error == y.error;
@@ -416,6 +446,8 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, Joined>) return x.status == y.status;
         if constexpr (std::is_same_v<T, ShardsRestarted>) return x.nodes == y.nodes;
         if constexpr (std::is_same_v<T, ShardSummary>) return x == y;
+        if constexpr (std::is_same_v<T, ShardsCheckpointed> || std::is_same_v<T, CheckpointComplete>)
+          return x.step == y.step && same_checkpoints(x.shards, y.shards);
         return true;  // Ready, Start, ShardSummaryRequest
       },
       a);
