@@ -201,7 +201,8 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     }
     if (--it->second.pending == 0) open_.erase(it);
   } else if (auto* update = std::get_if<ShardMapUpdate>(&message)) {
-    const auto [ticket, shard] = find(update->header.request_id);
+    // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+    const Ticket ticket = find(update->header.request_id).first;
     auto it = open_.find(ticket);
     if (it == open_.end()) return;
     if (!it->second.is_pull)
