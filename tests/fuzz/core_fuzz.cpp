@@ -159,8 +159,23 @@ std::vector<NodeId> nodes_of(Input& in) {
   return v;
 }
 
+std::vector<ShardCheckpoint> checkpoints_of(Input& in) {
+  std::vector<ShardCheckpoint> v(in.below(node_list_max + 1));
+  for (ShardCheckpoint& c : v) {
+    c.shard = in.below(4) == 0 ? in.u32() : in.below(16);
+    c.dir = in.text();
+    c.rows = in.u64();
+    for (uint32_t i = in.below(4); i > 0; --i) c.sender_clocks.emplace_back(in.below(16), in.u32());
+  }
+  return v;
+}
+
 ControlBody body_of(Input& in) {
-  switch (in.below(16)) {
+  switch (in.below(18)) {
+    case 16:
+      return ShardsCheckpointed{in.below(64), checkpoints_of(in)};
+    case 17:
+      return CheckpointComplete{in.below(64), checkpoints_of(in)};
     case 0:
     case 14:
     case 15:  // joins most: they move the coordinator along
@@ -307,7 +322,15 @@ void fuzz_coordinator(Input& in) {
         ControlMessage m;
         m.from = in.below(members);
         m.sender_key = core.members()[m.from].public_key;
-        switch (in.below(9)) {
+        switch (in.below(10)) {
+          case 9: {  // a ps member's shards checkpointed a step
+            const MemberInfo& self = core.members()[m.from];
+            ShardsCheckpointed c{in.below(64), {}};
+            for (NodeId s = self.first_node; s < self.first_node + self.count; ++s)
+              if (in.flag()) c.shards.push_back(ShardCheckpoint{s, fmt::format("shard-{}", s), in.below(100), {}});
+            m.body = std::move(c);
+            break;
+          }
           case 8: {
             Join j{core.members()[m.from]};
             j.member.incarnation = in.below(incarnation_pool);
