@@ -116,10 +116,21 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
   if (!owns_all(r.header, r.keys, out)) return;
   if (may_answer(r)) {
     answer(r, out);
-  } else {
-    ++stats_.pulls_deferred;
-    waiting_.push_back(r);
+    return;
   }
+  // A client keeps at most max-inflight pulls open: more waiting from one sender is a peer's
+  // mistake or a lie, refused rather than held without bound.
+  const size_t held = std::count_if(waiting_.begin(), waiting_.end(),
+                                    [&](const PullRequest& w) { return w.header.sender == r.header.sender; });
+  if (held >= shard_waiting_pulls_per_sender_max) {
+    ++stats_.messages_refused;
+    out.push_back({r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()}, PsErrorCode::bad_request,
+                                            fmt::format("node {} has {} pulls waiting at shard {} already",
+                                                        r.header.sender, held, config_.shard_index)}});
+    return;
+  }
+  ++stats_.pulls_deferred;
+  waiting_.push_back(r);
 }
 
 void ShardCore::begin_resync() {
@@ -354,9 +365,10 @@ void ShardCore::evict_stale_rows() {
   // Clocks are exact in a float up to 2^24 steps; beyond, rows look a few steps older.
   const float oldest_kept = float(min_clock_) - float(config_.evict_after);
   evict_keys_.clear();
-  store_->for_each([&](uint64_t key, const float* row) {
-    if (row[width_ + state_] < oldest_kept) evict_keys_.push_back(key);
-  });
+  if (!store_ok(store_->for_each([&](uint64_t key, const float* row) {
+        if (row[width_ + state_] < oldest_kept) evict_keys_.push_back(key);
+      })))
+    return;
   if (evict_keys_.empty()) return;
   if (!store_ok(store_->erase(evict_keys_))) return;
   stats_.rows_evicted += evict_keys_.size();

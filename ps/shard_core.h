@@ -64,6 +64,10 @@ struct ShardConfig {
   bool fault_skip_consistency_gate = false;
 };
 
+// The most pulls one sender may have waiting at a shard for the consistency gate: a client has
+// at most its max-inflight steps (at most 64) of pulls open.
+inline constexpr size_t shard_waiting_pulls_per_sender_max = 64;
+
 struct ShardStats {
   uint64_t pulls_answered = 0;
   uint64_t pulls_deferred = 0;  // answered later than they arrived, because of the gate
@@ -77,7 +81,9 @@ struct ShardStats {
   uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
   uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
   uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
-  uint64_t messages_refused = 0;   // replies sent to a shard (a peer's mistake or lie): dropped
+  // Replies sent to a shard (dropped), and pulls past shard_waiting_pulls_per_sender_max
+  // (refused with a PsError): a peer's mistake or lie.
+  uint64_t messages_refused = 0;
 };
 
 class ShardCore {
@@ -151,10 +157,10 @@ class ShardCore {
   void begin_resync();
   // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
   RowStore& store() { return *store_; }
-  // Calls f(key, parameters) for every row held.
+  // Calls f(key, parameters) for every row held. Fails as RowStore::for_each.
   template <class F>
-  void for_each_row(F&& f) const {
-    store_->for_each([&](uint64_t key, const float* row) { f(key, std::span<const float>(row, width_)); });
+  [[nodiscard]] Status for_each_row(F&& f) const {
+    return store_->for_each([&](uint64_t key, const float* row) { f(key, std::span<const float>(row, width_)); });
   }
   const ShardConfig& config() const { return config_; }
 

@@ -59,7 +59,7 @@ class RocksRowStore final : public RowStore {
   size_t row_floats() const override { return table_->row_floats(); }
   size_t memory_bytes() const override { return arena_.bytes(); }
   // Committed rows only.
-  void for_each(const std::function<void(uint64_t, const float*)>& f) const override;
+  Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
   Status erase(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
   Status commit() override;
@@ -116,7 +116,7 @@ class TieredRowStore final : public RowStore {
   size_t size() const override { return table_->rows() + cache_only_; }
   size_t row_floats() const override { return table_->row_floats(); }
   size_t memory_bytes() const override;
-  void for_each(const std::function<void(uint64_t, const float*)>& f) const override;
+  Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
   Status erase(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
   // Evicts down to the budget, writing dirty victims back in one batch.

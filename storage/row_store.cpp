@@ -9,9 +9,11 @@ namespace colony {
 Status RowStore::for_each_in_range(uint64_t begin, uint64_t end,
                                    const std::function<void(uint64_t, const float*)>& f) const {
   std::vector<std::pair<uint64_t, const float*>> rows;
-  for_each([&](uint64_t key, const float* row) {
-    if (key >= begin && key < end) rows.emplace_back(key, row);
-  });
+  if (Status s = for_each([&](uint64_t key, const float* row) {
+        if (key >= begin && key < end) rows.emplace_back(key, row);
+      });
+      !s.ok())
+    return s;
   std::sort(rows.begin(), rows.end());
   for (const auto& [key, row] : rows) f(key, row);
   return {};
@@ -36,11 +38,13 @@ Status RowStore::checkpoint(const std::string& dir, const StoreIdentity& identit
     keys.clear();
     rows.clear();
   };
-  for_each([&](uint64_t key, const float* row) {
-    keys.push_back(key);
-    rows.insert(rows.end(), row, row + rf);
-    if (keys.size() == batch_rows) write();
-  });
+  if (Status s = for_each([&](uint64_t key, const float* row) {
+        keys.push_back(key);
+        rows.insert(rows.end(), row, row + rf);
+        if (keys.size() == batch_rows) write();
+      });
+      !s.ok())
+    return s;
   write();
   if (!result.ok()) return result;
   return (*table)->flush();

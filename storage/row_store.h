@@ -66,8 +66,9 @@ class RowStore {
   virtual size_t size() const = 0;
   virtual size_t row_floats() const = 0;
   virtual size_t memory_bytes() const = 0;
-  // Calls f(key, row) for every row, in no particular order.
-  virtual void for_each(const std::function<void(uint64_t, const float*)>& f) const = 0;
+  // Calls f(key, row) for every row, in no particular order. Fails (io_error, naming the
+  // store) when a store on disk cannot be read; f may have seen some rows by then.
+  [[nodiscard]] virtual Status for_each(const std::function<void(uint64_t, const float*)>& f) const = 0;
 
   // Removes the rows of `keys` (keys without a row are skipped); pointers handed out before
   // must not be used after. Outside a batch (between commit and load). Fails with io_error.
@@ -114,7 +115,10 @@ class MemoryRowStore final : public RowStore {
   size_t size() const override { return table_.size(); }
   size_t row_floats() const override { return table_.row_floats(); }
   size_t memory_bytes() const override { return table_.memory_bytes(); }
-  void for_each(const std::function<void(uint64_t, const float*)>& f) const override { table_.for_each(f); }
+  Status for_each(const std::function<void(uint64_t, const float*)>& f) const override {
+    table_.for_each(f);
+    return {};
+  }
   Status erase(std::span<const uint64_t> keys) override {
     for (uint64_t k : keys) table_.erase(k);
     return {};

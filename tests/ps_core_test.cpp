@@ -345,6 +345,33 @@ BOOST_AUTO_TEST_CASE(shard_refuses_out_of_order_and_ignores_duplicate_pushes) {
   BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::bad_request));
 }
 
+// What a listed key could send a shard over the wire: replies (only clients take them) are
+// dropped and counted; pulls waiting for the gate are bounded per sender, the rest refused.
+BOOST_AUTO_TEST_CASE(a_shard_drops_replies_and_bounds_waiting_pulls) {
+  ShardMapSpec spec;
+  spec.shards = 1;
+  ShardConfig sc{0, 0, 1, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{}, {7, 8}, spec};
+  auto shard = std::move(ShardCore::make(sc).value());
+  Outbox out;
+  shard->on_message(PullReply{{7, 1, spec.version}, 0, {1.0f}}, out);
+  shard->on_message(PushAck{{7, 2, spec.version}}, out);
+  BOOST_TEST(out.empty());
+  BOOST_TEST(shard->stats().messages_refused == 2u);
+  // Sender 8 never advances: under BSP, pulls of node 7 for step 5 wait.
+  for (uint64_t i = 0; i < shard_waiting_pulls_per_sender_max; ++i)
+    shard->on_message(PullRequest{{7, 10 + i, spec.version}, 5, 7, {make_key(1, 1)}}, out);
+  BOOST_TEST(out.empty());
+  BOOST_TEST(shard->stats().pulls_deferred == shard_waiting_pulls_per_sender_max);
+  shard->on_message(PullRequest{{7, 999, spec.version}, 5, 7, {make_key(1, 1)}}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::bad_request));
+  BOOST_TEST(shard->stats().messages_refused == 3u);
+  // Another sender's pulls still wait.
+  out.clear();
+  shard->on_message(PullRequest{{8, 1, spec.version}, 5, 8, {make_key(1, 1)}}, out);
+  BOOST_TEST(out.empty());
+}
+
 BOOST_AUTO_TEST_CASE(consistency_flag_parses) {
   BOOST_TEST((parse_consistency("bsp").value().kind == ConsistencyKind::bsp));
   BOOST_TEST((parse_consistency("asp").value().kind == ConsistencyKind::asp));
@@ -365,7 +392,7 @@ BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_point
     size_t size() const override { return inner.size(); }
     size_t row_floats() const override { return inner.row_floats(); }
     size_t memory_bytes() const override { return inner.memory_bytes(); }
-    void for_each(const std::function<void(uint64_t, const float*)>& f) const override { inner.for_each(f); }
+    Status for_each(const std::function<void(uint64_t, const float*)>& f) const override { return inner.for_each(f); }
     Status erase(std::span<const uint64_t> keys) override { return inner.erase(keys); }
     MemoryRowStore inner;
   };
@@ -416,7 +443,14 @@ BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
   client->on_message(PushAck{{0, 999, 1}}, ignored);                  // no such request
   client->on_message(PushAck{{0, pull_id, 1}}, ignored);              // a pull's id
   client->on_message(PullReply{{0, push_id, 1}, 0, {1, 2, 3, 4}}, ignored);  // a push's id
-  BOOST_TEST(client->replies_dropped() == 3u);
+  // From another node than the shard asked: a lie in the name of this pull, its push, and
+  // a refusal of a request it did not get; then a refusal of nothing open.
+  client->on_message(PullReply{{7, pull_id, 1}, 0, {9, 9, 9, 9}}, ignored);
+  client->on_message(PushAck{{7, push_id, 1}}, ignored);
+  client->on_message(PsError{{7, pull_id, 1}, PsErrorCode::bad_request, "lie"}, ignored);
+  client->on_message(PsError{{0, 12345, 1}, PsErrorCode::bad_request, "nothing"}, ignored);
+  client->on_message(PullRequest{{0, 1, 1}, 0, 0, {1}}, ignored);  // a request, to a client
+  BOOST_TEST(client->replies_dropped() == 8u);
   BOOST_TEST(!client->done(pull));
   BOOST_TEST(!client->done(push));
   BOOST_TEST(client->error().ok());
@@ -426,7 +460,7 @@ BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
   BOOST_TEST(client->done(push));
   BOOST_TEST((values == std::vector<float>{1, 2, 3, 4}));
   client->on_message(PushAck{{0, push_id, 1}}, ignored);  // a duplicate
-  BOOST_TEST(client->replies_dropped() == 4u);
+  BOOST_TEST(client->replies_dropped() == 9u);
   BOOST_TEST(client->error().ok());
   BOOST_TEST(ignored.empty());
 }

@@ -157,12 +157,15 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
 void KvClient::on_message(const PsMessage& message, Outbox& out) {
   if (!error_.ok()) return;
   // The (ticket, shard) a reply answers, taken off the open requests; {0, 0} (no ticket) when
-  // it answers none, or a request of the other kind (`pull`: whether a pull is expected),
-  // which then stays open.
+  // it answers none, comes from another node than the shard asked (a lie, or a mistake), or
+  // answers a request of the other kind (`pull`: whether a pull is expected); the request
+  // then stays open.
+  const NodeId from = std::visit([](const auto& m) { return m.header.sender; }, message);
   auto find = [&](uint64_t request, std::optional<bool> pull = std::nullopt) -> std::pair<Ticket, uint32_t> {
     auto it = requests_.find(request);
     if (it == requests_.end()) return {0, 0};
     auto r = it->second;
+    if (options_.shard_nodes[r.second] != from) return {0, 0};
     if (pull) {
       auto o = open_.find(r.first);
       if (o != open_.end() && o->second.is_pull != *pull) return {0, 0};
@@ -204,7 +207,10 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     // Not a structured binding: clang before 16 cannot capture one in the lambda below.
     const Ticket ticket = find(update->header.request_id).first;
     auto it = open_.find(ticket);
-    if (it == open_.end()) return;
+    if (it == open_.end()) {
+      ++replies_dropped_;
+      return;
+    }
     if (!it->second.is_pull)
       return fail(Status::internal("the shard map changed while a push was in flight; pushes are not "
                                    "re-routed in this version"));
@@ -222,6 +228,11 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     ++retries_;
     send_pulls(ticket, it->second, out);
   } else if (auto* err = std::get_if<PsError>(&message)) {
+    // Only the shard a request went to may refuse it.
+    if (!open_.contains(find(err->header.request_id).first)) {
+      ++replies_dropped_;
+      return;
+    }
     fail(Status::internal(fmt::format("node {} refused request {}: {}", err->header.sender,
                                       err->header.request_id, err->message)));
   } else {

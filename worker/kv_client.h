@@ -19,8 +19,8 @@
 //     retries()); a push answered so, or any PsError, makes error() non-ok, and no more
 //     messages go out;
 //   - a reply that answers no open request (one to a pull since re-sent, a duplicate, a
-//     peer's mistake), or a request sent to a client, is dropped and counted in
-//     replies_dropped();
+//     peer's mistake), one from another node than the shard the request went to, or a
+//     request sent to a client, is dropped and counted in replies_dropped();
 //   - one thread (or actor) uses a client at a time.
 #pragma once
 

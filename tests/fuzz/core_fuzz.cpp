@@ -544,8 +544,9 @@ class BatchRowStore final : public RowStore {
   size_t size() const override { return rows_.size(); }
   size_t row_floats() const override { return row_floats_; }
   size_t memory_bytes() const override { return rows_.size() * row_floats_ * sizeof(float); }
-  void for_each(const std::function<void(uint64_t, const float*)>& f) const override {
+  Status for_each(const std::function<void(uint64_t, const float*)>& f) const override {
     for (const auto& [key, row] : rows_) f(key, row.data());
+    return {};
   }
   Status erase(std::span<const uint64_t> keys) override {
     require(staged_.empty(), "erase inside a batch");
@@ -741,7 +742,7 @@ void fuzz_shard(Input& in) {
     require(core.error().ok() || batch, "a memory store failed");
   }
   (void)core.table_bytes();
-  core.for_each_row([](uint64_t, std::span<const float>) {});
+  (void)core.for_each_row([](uint64_t, std::span<const float>) {});
 }
 
 // ---- client ----
