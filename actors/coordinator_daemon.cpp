@@ -1,0 +1,242 @@
+// `colony coordinator`: drives the coordinator core over the bridge, evaluates the model at the
+// end and returns the job's totals (actors/daemon.h).
+#include <algorithm>
+
+#include <fmt/ranges.h>
+
+#include "actors/daemon_process.h"
+#include "ps/cluster_layout.h"
+#include "ps/coordinator_core.h"
+#include "worker/kv_client.h"
+#include "worker/train_job.h"
+#include "worker/wiring.h"
+
+namespace colony {
+
+using namespace daemon_internal;
+
+namespace {
+
+class Coordinator {
+ public:
+  Coordinator(const CoordinatorDaemonOptions& o, const DaemonLog& log, DaemonSignals& signals)
+      : o_(o), log_(log), signals_(signals), p_(0) {}
+
+  Expected<CoordinatorResult> run() {
+    auto keys = load_keys(DaemonSecurity{o_.security.insecure, o_.security.keys_dir,
+                                         o_.security.key_name.empty() ? "server" : o_.security.key_name});
+    if (!keys) return keys.status();
+    keys_ = std::move(keys.value());
+    CoordinatorConfig cc;
+    cc.shards = o_.shards;
+    cc.workers = o_.workers;
+    cc.job = o_.job;
+    cc.map.seed = o_.job.seed;
+    cc.join_timeout_ms = o_.join_timeout_ms;
+    cc.notice_ms = notice_ms;
+    cc.heartbeat_ms = o_.heartbeat_ms;
+    cc.heartbeat_timeout_ms = o_.heartbeat_timeout_ms;
+    cc.require_all_workers = o_.require_all_workers;
+    for (const AuthorizedKey& k : keys_.authorized) {
+      if (k.role == KeyRole::coordinator || k.public_z85 == keys_.server_public) continue;
+      cc.key_roles[k.public_z85] = k.role == KeyRole::ps       ? std::optional<MemberRole>(MemberRole::ps)
+                                   : k.role == KeyRole::worker ? std::optional<MemberRole>(MemberRole::worker)
+                                                               : std::nullopt;
+    }
+    auto map = ShardMap::make(ShardMapSpec{1, o_.shards, ShardMapSpec{}.vnodes_per_shard, o_.job.seed});
+    if (!map) return map.status();
+    cc.map = map->spec();
+    map_ = cc.map;
+    auto core = CoordinatorCore::make(cc, now_ms());
+    if (!core) return core.status();
+    core_.emplace(std::move(core.value()));
+    if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, false); !s.ok()) return s;
+    log_(fmt::format("coordinator listening on {} ({}, cluster id {}): waiting for {} shard{} and {} worker replica{}",
+                     p_.bridge->endpoint(), security_text(keys_), o_.cluster_id, o_.shards, o_.shards == 1 ? "" : "s",
+                     o_.workers, o_.workers == 1 ? "" : "s"));
+    while (core_->phase() != CoordinatorPhase::ended && !trained_) {
+      if (signals_.stop_requests.load() > 0) {
+        log_("SIGTERM: telling every member to stop");
+        CoordinatorEffects fx;
+        core_->finish("the coordinator was stopped (SIGTERM)", fx);
+        apply(fx);
+        result_.stopped_by_signal = true;
+        return finish_result();
+      }
+      pump(poll_ms);
+      if (!failed_.ok()) return failed_;
+      progress();
+    }
+    result_.train_seconds = double(now_ms() - start_ms_) / 1000.0;
+    // The ps members' summaries of their shards, before evaluation pulls add to them (the
+    // core gives up on a silent one after the heartbeat timeout).
+    while (core_->summaries_pending()) {
+      pump(poll_ms);
+      if (!failed_.ok()) return failed_;
+    }
+    if (!o_.test.empty()) {
+      log_("evaluating on " + o_.test);
+      auto ev = evaluate_test();
+      if (!ev) {
+        CoordinatorEffects fx;
+        core_->finish(ev.status().message(), fx);
+        apply(fx);
+        return ev.status();
+      }
+      result_.test_logloss = ev->logloss;
+      result_.test_auc = ev->auc;
+      result_.test_samples = ev->samples;
+      log_(fmt::format("test logloss {:.5f}, auc {:.4f} over {} samples", ev->logloss, ev->auc, ev->samples));
+    }
+    CoordinatorEffects fx;
+    core_->finish("", fx);
+    apply(fx);
+    return finish_result();
+  }
+
+ private:
+  CoordinatorResult finish_result() {
+    const CoordinatorTotals& t = core_->totals();
+    result_.totals = t;
+    result_.train_logloss = t.samples ? t.loss_sum / double(t.samples) : 0.0;
+    result_.members = static_cast<uint32_t>(core_->members().size());
+    std::vector<std::string> stores;  // each distinct one, in member order
+    for (const MemberInfo& m : core_->members())
+      if (m.role == MemberRole::ps && std::find(stores.begin(), stores.end(), m.store) == stores.end())
+        stores.push_back(m.store);
+    result_.store = fmt::format("{}", fmt::join(stores, "; "));
+    const BridgeStats bs = p_.bridge->stats();
+    result_.bad_messages = bs.bad_messages + t.bad_messages;
+    result_.refused_peers = bs.refused_peers;
+    return result_;
+  }
+
+  // Handles what arrived within timeout_ms and the timers due.
+  void pump(uint64_t timeout_ms) {
+    const uint64_t now = now_ms();
+    const uint64_t deadline = core_->next_deadline();
+    const uint64_t wait = deadline <= now ? 0 : std::min(timeout_ms, deadline - now);
+    for (ControlMessage& m : p_.inbox.wait(wait)) {
+      CoordinatorEffects fx;
+      core_->on_message(m, now_ms(), fx);
+      apply(fx);
+    }
+    if (now_ms() >= core_->next_deadline()) {
+      CoordinatorEffects fx;
+      core_->on_timer(now_ms(), fx);
+      apply(fx);
+    }
+  }
+
+  void apply(CoordinatorEffects& fx) {
+    for (const std::string& line : fx.log) log_(line);
+    const bool was_joining = !routing_;
+    if (was_joining && core_->phase() != CoordinatorPhase::joining && core_->phase() != CoordinatorPhase::ended)
+      setup_routing();
+    for (ControlOut& c : fx.control) {
+      if (auto* lost = std::get_if<NodesLost>(&c.message.body)) p_.bridge->mark_lost(lost->nodes);
+      if (auto* back = std::get_if<ShardsRestarted>(&c.message.body)) p_.bridge->unmark_lost(back->nodes);
+      // Not waiting: the loop keeps its deadlines even when a member's queue is full or gone.
+      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false, c.one_off); !s.ok())
+        log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));
+    }
+    if (!fx.ps.empty()) route(*p_.shared, fx.ps);
+    for (const ControlOut& c : fx.control)
+      if (std::holds_alternative<Start>(c.message.body)) start_ms_ = now_ms();
+    if (fx.training_done) trained_ = true;
+    if (!fx.failed.ok() && failed_.ok()) failed_ = fx.failed;
+  }
+
+  // Once the layout is out: proxies for every shard, and a local actor for evaluation pulls.
+  void setup_routing() {
+    routing_ = true;
+    auto& nodes = p_.shared->nodes;
+    const NodeId me = core_->coordinator_node();
+    nodes.resize(size_t{me} + 1);
+    for (const MemberInfo& m : core_->members())
+      if (m.role == MemberRole::ps)
+        if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count); !s.ok())
+          failed_ = s;
+    self_.emplace(p_.system);
+    nodes[me] = caf::actor_cast<caf::actor>(*self_);
+    auto layout = ClusterLayout::make(core_->layout());
+    COLONY_ASSERT(layout.ok(), "the coordinator core's own layout: {}", layout.status().message());
+    p_.bridge->set_layout(std::move(layout.value()), keys_.own ? keys_.own->public_z85 : std::string());
+    p_.bridge->set_routing_ready({me});
+  }
+
+  void progress() {
+    const uint64_t now = now_ms();
+    if (core_->phase() != CoordinatorPhase::running || now < next_progress_ms_) return;
+    next_progress_ms_ = now + notice_ms;
+    const uint64_t samples = core_->samples_reported();
+    const double seconds = double(now - start_ms_) / 1000.0;
+    log_(fmt::format("trained {} samples ({:.0f}/s)", samples, seconds > 0 ? double(samples) / seconds : 0.0));
+  }
+
+  // Pulls the rows of every test batch from the shards (keeping the control loop going while
+  // it waits) and scores them.
+  Expected<Evaluation> evaluate_test() {
+    const NodeId me = core_->coordinator_node();
+    std::vector<NodeId> shards(o_.shards);
+    for (uint32_t s = 0; s < o_.shards; ++s) shards[s] = s;
+    const ModelSpec model = model_spec(o_.job);
+    auto kv = KvClient::make({me, map_, shards, model.width()});
+    if (!kv) return kv.status();
+    BatchIndex index;
+    std::vector<float> rows;
+    Outbox out;
+    Status failure;
+    ReaderOptions ro = o_.reader;
+    ro.batch_rows = o_.job.batch;
+    auto ev = evaluate(o_.test, nullptr, ro, [&](const Batch& batch, std::vector<float>& logits) {
+      logits.assign(batch.rows(), 0.0f);
+      if (!failure.ok()) return;
+      index.build(batch);
+      const auto keys = index.unique_keys();
+      rows.assign(keys.size() * model.width(), 0.0f);
+      const auto ticket = (*kv)->pull(keys, 0, me, rows, out);
+      route(*p_.shared, out);
+      auto feed = [&](PsMessage m) {
+        (*kv)->on_message(m, out);
+        route(*p_.shared, out);
+      };
+      while (!(*kv)->done(ticket) && (*kv)->error().ok() && failed_.ok()) {
+        (*self_)->receive([&](PullReply& m) { feed(std::move(m)); }, [&](ShardMapUpdate& m) { feed(std::move(m)); },
+                          [&](PsError& m) { feed(std::move(m)); },
+                          caf::after(std::chrono::milliseconds(poll_ms)) >> [&] { pump(0); });
+      }
+      if (!(*kv)->error().ok()) failure = (*kv)->error();
+      else if (!failed_.ok()) failure = failed_;
+      if (!failure.ok()) return;
+      forward(model, batch, index.slots(), rows, logits);
+    });
+    if (!failure.ok()) return failure;
+    return ev;
+  }
+
+  const CoordinatorDaemonOptions& o_;
+  const DaemonLog& log_;
+  DaemonSignals& signals_;
+  Keys keys_;
+  std::optional<CoordinatorCore> core_;
+  CoordinatorResult result_;
+  Status failed_;
+  bool routing_ = false;
+  bool trained_ = false;
+  uint64_t start_ms_ = 0;
+  uint64_t next_progress_ms_ = 0;
+  ShardMapSpec map_;
+  Process p_;
+  std::optional<caf::scoped_actor> self_;  // after p_: destroyed before the actor system
+};
+
+}  // namespace
+
+Expected<CoordinatorResult> run_coordinator(const CoordinatorDaemonOptions& options, const DaemonLog& log,
+                                            DaemonSignals& signals) {
+  Coordinator c(options, log, signals);
+  return c.run();
+}
+
+}  // namespace colony

@@ -1,0 +1,185 @@
+// What the daemons of actors/daemon.h share, internal to actors/: timing constants, the
+// loop's inbox, key loading, endpoints, and the process (CAF system, routing table, bridge).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/bridge.h"
+#include "actors/core_actors.h"
+#include "actors/curve_keys.h"
+#include "actors/daemon.h"
+
+namespace colony::daemon_internal {
+
+constexpr uint64_t notice_ms = 5'000;       // how often a waiting daemon says so
+constexpr uint64_t join_retry_ms = 1'000;   // how often a member re-sends its Join
+constexpr int poll_ms = 100;                // the longest a daemon loop sleeps
+constexpr int control_linger_ms = 2'000;    // how long exit waits for the last messages to go out
+
+inline uint64_t now_ms() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Control messages from the bridge's poller, and core reports from local actors, for the
+// daemon's main loop.
+class Inbox {
+ public:
+  void push(ControlMessage m) {
+    {
+      std::lock_guard lock(mu_);
+      control_.push_back(std::move(m));
+    }
+    cv_.notify_one();
+  }
+  void push_done(NodeId id, std::string error) {
+    {
+      std::lock_guard lock(mu_);
+      done_.emplace_back(id, std::move(error));
+    }
+    cv_.notify_one();
+  }
+  // Waits up to timeout_ms for something; returns the control messages that came.
+  std::deque<ControlMessage> wait(uint64_t timeout_ms) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                 [&] { return !control_.empty() || !done_.empty() || !checkpoints_.empty(); });
+    std::deque<ControlMessage> out;
+    out.swap(control_);
+    return out;
+  }
+  void push_checkpoint(uint32_t step, ShardCheckpoint c) {
+    {
+      std::lock_guard lock(mu_);
+      checkpoints_.emplace_back(step, std::move(c));
+    }
+    cv_.notify_one();
+  }
+  std::vector<std::pair<uint32_t, ShardCheckpoint>> take_checkpoints() {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<uint32_t, ShardCheckpoint>> out;
+    out.swap(checkpoints_);
+    return out;
+  }
+  std::vector<std::pair<NodeId, std::string>> take_done() {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<NodeId, std::string>> out;
+    out.swap(done_);
+    return out;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ControlMessage> control_;
+  std::vector<std::pair<NodeId, std::string>> done_;
+  std::vector<std::pair<uint32_t, ShardCheckpoint>> checkpoints_;
+};
+
+struct Keys {
+  std::optional<CurveKeyPair> own;
+  std::vector<AuthorizedKey> authorized;
+  std::string server_public;  // the coordinator's public key
+  std::vector<std::string> authorized_keys() const {
+    std::vector<std::string> out;
+    for (const AuthorizedKey& k : authorized) out.push_back(k.public_z85);
+    return out;
+  }
+};
+
+inline Expected<Keys> load_keys(const DaemonSecurity& s) {
+  Keys k;
+  if (s.insecure) {
+    if (!s.keys_dir.empty()) return Status::invalid_input("--insecure and --keys exclude each other");
+    return k;
+  }
+  if (s.keys_dir.empty())
+    return Status::invalid_input("--keys DIR is required (from `colony keygen`); plain TCP needs --insecure");
+  if (s.key_name.empty())
+    return Status::invalid_input("--key NAME is required with --keys: which key pair in " + s.keys_dir +
+                                 " is this process's (e.g. node-0)");
+  auto own = read_key_pair(s.keys_dir, s.key_name);
+  if (!own) return own.status();
+  k.own = std::move(own.value());
+  auto authorized = read_authorized_key_roles(s.keys_dir);
+  if (!authorized) return authorized.status();
+  k.authorized = std::move(authorized.value());
+  auto server = read_public_key(s.keys_dir, "server");
+  if (!server) return server.status();
+  k.server_public = std::move(server.value());
+  return k;
+}
+
+// The host of tcp://HOST:PORT; empty when `endpoint` does not have that shape.
+inline std::string host_of(const std::string& endpoint) {
+  const size_t scheme = endpoint.find("://");
+  const size_t colon = endpoint.rfind(':');
+  if (scheme == std::string::npos || colon == std::string::npos || colon <= scheme + 3) return "";
+  return endpoint.substr(scheme + 3, colon - scheme - 3);
+}
+
+// The endpoint peers use: `bound` with its host replaced by `advertise` when given.
+inline Expected<std::string> advertised_endpoint(const std::string& bound, const std::string& advertise) {
+  const std::string host = host_of(bound);
+  if (host.empty()) return Status::invalid_input("cannot tell the host and port of " + bound);
+  const size_t at = bound.find("://") + 3;
+  if (!advertise.empty()) return bound.substr(0, at) + advertise + bound.substr(at + host.size());
+  if (host == "0.0.0.0" || host == "*" || host == "[::]")
+    return Status::invalid_input(fmt::format(
+        "--listen {} binds every interface: say which address peers should use with --advertise HOST", bound));
+  return bound;
+}
+
+inline bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
+
+// The CAF system, the shared routing table and the bridge of one daemon, torn down in the
+// right order: the bridge first (no more deliveries), then every actor, then the system.
+struct Process {
+  explicit Process(size_t threads) : config(threads, false), system(config) {}
+  ~Process() {
+    bridge.reset();
+    for (auto& a : shared->nodes)
+      if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : extra) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  SystemConfig config;
+  caf::actor_system system;
+  std::shared_ptr<JobShared> shared = std::make_shared<JobShared>();
+  std::unique_ptr<Bridge> bridge;
+  std::vector<caf::actor> extra;  // local actors not in shared->nodes
+  Inbox inbox;
+
+  // A member takes control messages only from the coordinator's key (`control_from_server`).
+  Status open_bridge(const std::string& listen, const Keys& keys, uint64_t cluster_id, const DaemonLog& log,
+                     bool control_from_server) {
+    BridgeOptions o;
+    o.listen = listen;
+    o.curve = keys.own;
+    o.authorized_keys = keys.authorized_keys();
+    if (keys.own && control_from_server) o.control_keys = {keys.server_public};
+    o.cluster_id = cluster_id;
+    o.linger_ms = control_linger_ms;
+    auto b = Bridge::open(o, system, shared, [this](ControlMessage&& m) { inbox.push(std::move(m)); }, log);
+    if (!b) return b.status();
+    bridge = std::move(b.value());
+    return Status();
+  }
+  Status first_error() {
+    std::lock_guard lock(shared->mutex);
+    return shared->first_error;
+  }
+};
+
+
+
+inline const char* security_text(const Keys& k) { return k.own ? "CURVE" : "INSECURE plain TCP"; }
+
+}  // namespace colony::daemon_internal
