@@ -16,7 +16,7 @@
 #include "actors/embedded_cluster.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
-#include "worker/reader.h"
+#include "data/reader.h"
 #include "worker/worker_core.h"
 
 namespace colony {

@@ -24,7 +24,7 @@
 #include "ps/cluster_protocol.h"
 #include "ps/coordinator_core.h"
 #include "storage/store_spec.h"
-#include "worker/reader.h"
+#include "data/reader.h"
 
 namespace colony {
 

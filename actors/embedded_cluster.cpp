@@ -21,7 +21,7 @@
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
 #include "worker/worker_core.h"
-#include "worker/zipf.h"
+#include "data/zipf.h"
 
 namespace colony {
 

@@ -18,7 +18,7 @@
 #include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
 #include "storage/store_spec.h"
-#include "worker/reader.h"
+#include "data/reader.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
 

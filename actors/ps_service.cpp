@@ -12,7 +12,7 @@
 #include "ps/shard_map.h"
 #include "worker/kv_client.h"
 #include "worker/wiring.h"
-#include "worker/zipf.h"
+#include "data/zipf.h"
 
 namespace colony {
 

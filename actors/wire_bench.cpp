@@ -14,7 +14,7 @@
 #include "actors/zmq_transport.h"
 #include "common/hash.h"
 #include "ps/shard_core.h"
-#include "worker/zipf.h"
+#include "data/zipf.h"
 
 namespace colony {
 

@@ -13,9 +13,9 @@
 #include "cli/commands.h"
 #include "actors/embedded_cluster.h"
 #include "actors/wire_bench.h"
-#include "worker/generator.h"
+#include "data/generator.h"
 #include "worker/train_job.h"
-#include "worker/reader.h"
+#include "data/reader.h"
 #include "worker/store_bench.h"
 #include "worker/trainer.h"
 

@@ -4,7 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "worker/generator.h"
+#include "data/generator.h"
 
 namespace colony::cli {
 

@@ -38,7 +38,7 @@
 #include "ps/shard_core.h"
 #include "sim/simulator.h"
 #include "worker/aggregator_core.h"
-#include "worker/generator.h"
+#include "data/generator.h"
 #include "worker/wiring.h"
 #include "worker/worker_core.h"
 

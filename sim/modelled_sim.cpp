@@ -13,7 +13,7 @@
 
 #include "common/hash.h"
 #include "sim/simulator.h"
-#include "worker/generator.h"
+#include "data/generator.h"
 
 namespace colony::sim::detail {
 

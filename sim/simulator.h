@@ -32,7 +32,7 @@
 #include "ps/protocol.h"
 #include "sim/faults.h"
 #include "sim/network.h"
-#include "worker/generator.h"
+#include "data/generator.h"
 #include "worker/model.h"
 
 namespace colony::sim {

@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 
 #include "common/hash.h"
-#include "worker/binary_cache.h"
-#include "worker/reader.h"
+#include "data/binary_cache.h"
+#include "data/reader.h"
 #include "tests/reader_test_util.h"
 
 namespace fs = std::filesystem;

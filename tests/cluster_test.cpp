@@ -7,7 +7,7 @@
 #include <map>
 
 #include "actors/embedded_cluster.h"
-#include "worker/generator.h"
+#include "data/generator.h"
 #include "worker/trainer.h"
 
 using namespace colony;

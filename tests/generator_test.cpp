@@ -3,9 +3,9 @@
 #include <cmath>
 #include <map>
 
-#include "worker/generator.h"
-#include "worker/metrics.h"
-#include "worker/zipf.h"
+#include "data/generator.h"
+#include "common/metrics.h"
+#include "data/zipf.h"
 
 using namespace colony;
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/hash.h"
-#include "worker/metrics.h"
+#include "common/metrics.h"
 
 using namespace colony;
 namespace tt = boost::test_tools;

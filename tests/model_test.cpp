@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "common/hash.h"
-#include "worker/batch.h"
-#include "worker/metrics.h"
+#include "data/batch.h"
+#include "common/metrics.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 

@@ -13,8 +13,8 @@
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
-#include "worker/generator.h"
-#include "worker/reader.h"
+#include "data/generator.h"
+#include "data/reader.h"
 #include "worker/trainer.h"
 #include "worker/worker_core.h"
 

@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 
 #include "common/hash.h"
-#include "worker/reader.h"
-#include "worker/text_formats.h"
+#include "data/reader.h"
+#include "data/text_formats.h"
 #include "tests/reader_test_util.h"
 
 namespace fs = std::filesystem;

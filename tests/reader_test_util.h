@@ -16,7 +16,7 @@
 
 #include "common/hash.h"
 #include "common/status.h"
-#include "worker/batch.h"
+#include "data/batch.h"
 
 namespace colony::test {
 

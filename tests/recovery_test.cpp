@@ -15,7 +15,7 @@
 #include "ps/shard_core.h"
 #include "storage/checkpoint.h"
 #include "storage/store_spec.h"
-#include "worker/generator.h"
+#include "data/generator.h"
 
 using namespace colony;
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 
 #include "common/hash.h"
 #include "ps/shard_map.h"
-#include "worker/zipf.h"
+#include "data/zipf.h"
 
 using namespace colony;
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "common/hash.h"
-#include "worker/metrics.h"
+#include "common/metrics.h"
 
 namespace colony {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker/batch.h"
+#include "data/batch.h"
 
 namespace colony {
 

@@ -7,7 +7,7 @@
 
 #include "common/hash.h"
 #include "storage/rocksdb_store.h"
-#include "worker/zipf.h"
+#include "data/zipf.h"
 
 namespace colony {
 

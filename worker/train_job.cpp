@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/metrics.h"
+#include "common/metrics.h"
 
 namespace colony {
 

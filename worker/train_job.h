@@ -10,8 +10,8 @@
 #include <string>
 
 #include "common/status.h"
-#include "worker/generator.h"
-#include "worker/reader.h"
+#include "data/generator.h"
+#include "data/reader.h"
 #include "worker/trainer.h"
 
 namespace colony {

@@ -17,7 +17,7 @@
 #include "ps/optimizer.h"
 #include "ps/row_init.h"
 #include "storage/row_table.h"
-#include "worker/batch.h"
+#include "data/batch.h"
 #include "worker/model.h"
 
 namespace colony {

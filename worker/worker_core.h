@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "ps/protocol.h"
-#include "worker/batch.h"
+#include "data/batch.h"
 #include "worker/kv_client.h"
 #include "worker/model.h"
 

@@ -37,7 +37,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "worker/batch.h"
+#include "data/batch.h"
 
 namespace colony {
 

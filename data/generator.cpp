@@ -1,4 +1,4 @@
-#include "worker/generator.h"
+#include "data/generator.h"
 
 #include <cerrno>
 #include <charconv>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hash.h"
-#include "worker/metrics.h"
+#include "common/metrics.h"
 
 namespace colony {
 

@@ -1,4 +1,4 @@
-#include "worker/binary_cache.h"
+#include "data/binary_cache.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

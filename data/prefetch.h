@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "worker/reader.h"
+#include "data/reader.h"
 
 namespace colony {
 

@@ -44,9 +44,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker/batch.h"
-#include "worker/reader.h"
-#include "worker/text_formats.h"
+#include "data/batch.h"
+#include "data/reader.h"
+#include "data/text_formats.h"
 
 namespace colony {
 

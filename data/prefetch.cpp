@@ -1,4 +1,4 @@
-#include "worker/prefetch.h"
+#include "data/prefetch.h"
 
 #include <condition_variable>
 #include <mutex>

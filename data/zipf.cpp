@@ -1,4 +1,4 @@
-#include "worker/zipf.h"
+#include "data/zipf.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "worker/metrics.h"
+#include "common/metrics.h"
 
 #include <algorithm>
 #include <limits>

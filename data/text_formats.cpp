@@ -1,4 +1,4 @@
-#include "worker/text_formats.h"
+#include "data/text_formats.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
 // bounded however large the file is; a line may span any number of chunks but not exceed
 // LineLimits::line_bytes_max. The parsers turn one line into one row of a Batch, or into a
 // LineError saying which column is wrong and what was expected. The key and value mapping of
-// each format is described in worker/reader.h.
+// each format is described in data/reader.h.
 //
 // Threads: none of this is shared; each object is used by one thread at a time.
 #pragma once
@@ -16,8 +16,8 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "worker/batch.h"
-#include "worker/reader.h"
+#include "data/batch.h"
+#include "data/reader.h"
 
 namespace colony {
 

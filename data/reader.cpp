@@ -1,4 +1,4 @@
-#include "worker/reader.h"
+#include "data/reader.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,9 +13,9 @@
 #include <fmt/format.h>
 
 #include "common/hash.h"
-#include "worker/binary_cache.h"
-#include "worker/prefetch.h"
-#include "worker/text_formats.h"
+#include "data/binary_cache.h"
+#include "data/prefetch.h"
+#include "data/text_formats.h"
 
 namespace colony {
 

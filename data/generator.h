@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "worker/batch.h"
-#include "worker/zipf.h"
+#include "data/batch.h"
+#include "data/zipf.h"
 
 namespace colony {
 
