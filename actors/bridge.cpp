@@ -34,10 +34,10 @@ struct Bridge::Impl {
   std::thread poller;
   std::atomic<bool> stop{false};
   std::atomic<bool> routing_ready{false};
-  std::vector<bool> local;  // by node id; written before routing_ready, read after
+  std::vector<bool> local;              // by node id; written before routing_ready, read after
   std::optional<ClusterLayout> layout;  // written before routing_ready, read after
   std::string coordinator_key;
-  std::set<std::string> control_keys;   // fixed at open
+  std::set<std::string> control_keys;                        // fixed at open
   std::shared_ptr<ZmqContext> context = ZmqContext::make();  // every link's
 
   std::mutex links_mu;
@@ -49,7 +49,8 @@ struct Bridge::Impl {
   std::atomic<uint64_t> received{0}, sent{0}, bad{0}, dropped{0}, refused{0};
   std::map<std::string, std::chrono::steady_clock::time_point> bad_logged;  // poller thread only
 
-  Expected<std::unique_ptr<ZmqClient>> open_client(const std::string& endpoint, const std::string& public_key) {
+  Expected<std::unique_ptr<ZmqClient>> open_client(const std::string& endpoint,
+                                                   const std::string& public_key) {
     ZmqClientOptions o;
     o.endpoint = endpoint;
     o.send_hwm = options.send_hwm;
@@ -59,8 +60,8 @@ struct Bridge::Impl {
     o.context = context;
     if (options.curve) {
       if (public_key.empty())
-        return Status::invalid_input(fmt::format("{} has no CURVE public key, and this cluster is not --insecure",
-                                                 endpoint));
+        return Status::invalid_input(fmt::format(
+            "{} has no CURVE public key, and this cluster is not --insecure", endpoint));
       o.curve = ZmqClientCurve{*options.curve, public_key};
     }
     return ZmqClient::open(o);
@@ -71,8 +72,9 @@ struct Bridge::Impl {
     auto it = links.find(endpoint);
     if (it != links.end()) return it->second;
     if (links.size() >= bridge_links_max)
-      return Status::internal(fmt::format("cannot open a link to {}: {} links are open, the most a process keeps",
-                                          endpoint, links.size()));
+      return Status::internal(
+          fmt::format("cannot open a link to {}: {} links are open, the most a process keeps",
+                      endpoint, links.size()));
     auto client = open_client(endpoint, public_key);
     if (!client) return client.status();
     auto l = std::make_shared<Link>();
@@ -108,9 +110,10 @@ struct Bridge::Impl {
     if (it != bad_logged.end() && now - it->second < bad_log_interval) return;
     bad_logged[who] = now;
     if (bad_logged.size() > 4096) bad_logged.clear();  // bounded: forget old peers wholesale
-    log(fmt::format("dropped a bad message from {}: {} ({} bad messages so far; logged at most once a "
-                    "minute per peer)",
-                    who, why, bad.load()));
+    log(fmt::format(
+        "dropped a bad message from {}: {} ({} bad messages so far; logged at most once a "
+        "minute per peer)",
+        who, why, bad.load()));
   }
 
   void check_refused(uint64_t& seen) {
@@ -119,17 +122,22 @@ struct Bridge::Impl {
     const uint64_t fresh = r.count - seen;
     const size_t show = std::min<uint64_t>(fresh, r.recent.size());
     for (size_t i = r.recent.size() - show; i < r.recent.size(); ++i)
-      log(fmt::format("refused a connection from {}: its key {} is not in authorized_keys", r.recent[i].address,
-                      r.recent[i].public_key.empty() ? std::string("(none: not CURVE)") : r.recent[i].public_key));
+      log(fmt::format("refused a connection from {}: its key {} is not in authorized_keys",
+                      r.recent[i].address,
+                      r.recent[i].public_key.empty() ? std::string("(none: not CURVE)")
+                                                     : r.recent[i].public_key));
     refused = r.count;
     seen = r.count;
   }
 
   void deliver(WireMessage& m, const std::string& peer, const std::string& key) {
     if (!routing_ready.load(std::memory_order_acquire))
-      return bad_message(peer, fmt::format("a message for node {} before this process has its layout", m.receiver));
+      return bad_message(
+          peer,
+          fmt::format("a message for node {} before this process has its layout", m.receiver));
     if (m.receiver >= local.size() || !local[m.receiver])
-      return bad_message(peer, fmt::format("a message for node {}, which is not in this process", m.receiver));
+      return bad_message(
+          peer, fmt::format("a message for node {}, which is not in this process", m.receiver));
     if (layout) {
       MessageOrigin origin;
       if (!key.empty()) {
@@ -138,11 +146,13 @@ struct Bridge::Impl {
         } else if (auto member = layout->member_of_key(key)) {
           origin = MessageOrigin::of_member(*member);
         } else {
-          return bad_message(peer, fmt::format("a message for node {} from key {}, which is no member's", m.receiver,
-                                               key));
+          return bad_message(peer,
+                             fmt::format("a message for node {} from key {}, which is no member's",
+                                         m.receiver, key));
         }
       }
-      if (Status s = layout->check_ps_message(m.ps, m.receiver, origin); !s.ok()) return bad_message(peer, s.message());
+      if (Status s = layout->check_ps_message(m.ps, m.receiver, origin); !s.ok())
+        return bad_message(peer, s.message());
     }
     caf::actor& target = shared->nodes[m.receiver];
     std::visit([&](auto& msg) { caf::anon_send(target, std::move(msg)); }, m.ps);
@@ -171,8 +181,9 @@ struct Bridge::Impl {
       }
       if (m->is_control) {
         if (!control_keys.empty() && control_keys.count(r->peer_key) == 0) {
-          bad_message(r->peer_address, fmt::format("a control message from key {}, which may not send them",
-                                                   r->peer_key.empty() ? std::string("(none)") : r->peer_key));
+          bad_message(r->peer_address,
+                      fmt::format("a control message from key {}, which may not send them",
+                                  r->peer_key.empty() ? std::string("(none)") : r->peer_key));
           continue;
         }
         m->control.sender_key = r->peer_key;
@@ -186,7 +197,8 @@ struct Bridge::Impl {
 
 namespace {
 
-static_assert(wire_frames_max == zmq_payload_frames_max, "a message's frames must fit the transport");
+static_assert(wire_frames_max == zmq_payload_frames_max,
+              "a message's frames must fit the transport");
 
 caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr<Link> link,
                         std::shared_ptr<Bridge::Impl> bridge) {
@@ -199,7 +211,8 @@ caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr
     auto frames = encode_ps_frames(std::move(m), bridge->options.cluster_id, to);
     Status s = frames ? bridge->send_frames(*link, *frames) : frames.status();
     if (!s.ok()) {
-      const Status failed = Status::internal(fmt::format("could not send to node {}: {}", to, s.message()));
+      const Status failed =
+          Status::internal(fmt::format("could not send to node {}: {}", to, s.message()));
       bridge->log(failed.message());
       bridge->shared->fail(failed);
     }
@@ -224,9 +237,10 @@ Bridge::~Bridge() {
   if (impl_->poller.joinable()) impl_->poller.join();
 }
 
-Expected<std::unique_ptr<Bridge>> Bridge::open(const BridgeOptions& options, caf::actor_system& system,
-                                               std::shared_ptr<JobShared> shared, ControlHandler on_control,
-                                               Logger log) {
+Expected<std::unique_ptr<Bridge>> Bridge::open(const BridgeOptions& options,
+                                               caf::actor_system& system,
+                                               std::shared_ptr<JobShared> shared,
+                                               ControlHandler on_control, Logger log) {
   auto impl = std::make_shared<Impl>();
   impl->system = &system;
   impl->options = options;
@@ -248,10 +262,12 @@ Expected<std::unique_ptr<Bridge>> Bridge::open(const BridgeOptions& options, caf
   return std::unique_ptr<Bridge>(new Bridge(std::move(impl)));
 }
 
-const std::string& Bridge::endpoint() const { return impl_->server->last_endpoint(); }
+const std::string& Bridge::endpoint() const {
+  return impl_->server->last_endpoint();
+}
 
-Status Bridge::send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m,
-                            bool wait, bool one_off) {
+Status Bridge::send_control(const std::string& endpoint, const std::string& public_key,
+                            const ControlMessage& m, bool wait, bool one_off) {
   auto bytes = encode_control_message(m, impl_->options.cluster_id);
   if (!bytes) return bytes.status();
   if (one_off) {
@@ -271,14 +287,17 @@ void Bridge::set_layout(ClusterLayout layout, const std::string& coordinator_key
   impl_->coordinator_key = coordinator_key;
 }
 
-void Bridge::count_bad_message() { ++impl_->bad; }
+void Bridge::count_bad_message() {
+  ++impl_->bad;
+}
 
-Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first,
-                                uint32_t count) {
+Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& public_key,
+                                NodeId first, uint32_t count) {
   auto l = impl_->link(endpoint, public_key);
   if (!l) return l.status();
   for (NodeId n = first; n < first + count; ++n) {
-    COLONY_ASSERT(n < impl_->shared->nodes.size(), "remote node {} outside {} nodes", n, impl_->shared->nodes.size());
+    COLONY_ASSERT(n < impl_->shared->nodes.size(), "remote node {} outside {} nodes", n,
+                  impl_->shared->nodes.size());
     impl_->shared->nodes[n] = impl_->system->spawn(proxy_fun, n, *l, impl_);
   }
   return Status();
@@ -287,7 +306,8 @@ Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& 
 void Bridge::set_routing_ready(const std::vector<NodeId>& local_nodes) {
   impl_->local.assign(impl_->shared->nodes.size(), false);
   for (NodeId n : local_nodes) {
-    COLONY_ASSERT(n < impl_->local.size(), "local node {} outside {} nodes", n, impl_->local.size());
+    COLONY_ASSERT(n < impl_->local.size(), "local node {} outside {} nodes", n,
+                  impl_->local.size());
     impl_->local[n] = true;
   }
   impl_->routing_ready.store(true, std::memory_order_release);
@@ -304,8 +324,8 @@ void Bridge::unmark_lost(const std::vector<NodeId>& nodes) {
 }
 
 BridgeStats Bridge::stats() const {
-  return BridgeStats{impl_->received.load(), impl_->sent.load(), impl_->bad.load(), impl_->dropped.load(),
-                     impl_->refused.load()};
+  return BridgeStats{impl_->received.load(), impl_->sent.load(), impl_->bad.load(),
+                     impl_->dropped.load(), impl_->refused.load()};
 }
 
 }  // namespace colony

@@ -47,8 +47,8 @@ inline constexpr size_t bridge_links_max = control_members_max + 1;
 
 struct BridgeOptions {
   std::string listen = "tcp://127.0.0.1:*";
-  std::optional<CurveKeyPair> curve;          // nullopt: plain TCP (--insecure)
-  std::vector<std::string> authorized_keys;   // with curve: the Z85 keys admitted
+  std::optional<CurveKeyPair> curve;         // nullopt: plain TCP (--insecure)
+  std::vector<std::string> authorized_keys;  // with curve: the Z85 keys admitted
   uint64_t cluster_id = 1;
   int send_timeout_ms = 30'000;  // how long a send waits on a full queue before failing the job
   int send_hwm = 10'000;
@@ -74,9 +74,10 @@ class Bridge {
   // `nodes` must be sized for every node id before any ps message can arrive, and must not
   // change afterwards (see set_routing_ready). `on_control` and `log` are called from the
   // poller thread. Fails as ZmqServer::open does (bad keys, address in use, ...).
-  static Expected<std::unique_ptr<Bridge>> open(const BridgeOptions& options, caf::actor_system& system,
-                                                std::shared_ptr<JobShared> shared, ControlHandler on_control,
-                                                Logger log);
+  static Expected<std::unique_ptr<Bridge>> open(const BridgeOptions& options,
+                                                caf::actor_system& system,
+                                                std::shared_ptr<JobShared> shared,
+                                                ControlHandler on_control, Logger log);
   // Stops the poller and closes every socket without lingering; proxies still alive drop what
   // they are sent.
   ~Bridge();
@@ -89,12 +90,13 @@ class Bridge {
   // !wait, fails at once rather than waiting for room (or for a connection).
   // A one_off message goes out on a link of its own, closed (lingering in the background)
   // right after: nothing is kept for a peer that is not a member.
-  Status send_control(const std::string& endpoint, const std::string& public_key, const ControlMessage& m,
-                      bool wait = true, bool one_off = false);
+  Status send_control(const std::string& endpoint, const std::string& public_key,
+                      const ControlMessage& m, bool wait = true, bool one_off = false);
 
   // Makes nodes first..first+count-1 reachable at `endpoint`: a proxy actor each, stored in
   // shared->nodes. Call before set_routing_ready.
-  Status add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first, uint32_t count);
+  Status add_remote_nodes(const std::string& endpoint, const std::string& public_key, NodeId first,
+                          uint32_t count);
   // Who owns which key: from now on a ps message is delivered only when the layout allows it
   // from the member owning its key (or from `coordinator_key`, the coordinator). Call before
   // set_routing_ready; on an --insecure cluster only the layout's structural checks apply.
@@ -111,7 +113,7 @@ class Bridge {
 
   BridgeStats stats() const;
 
- struct Impl;  // shared with the proxy actors
+  struct Impl;  // shared with the proxy actors
 
  private:
   explicit Bridge(std::shared_ptr<Impl> impl);

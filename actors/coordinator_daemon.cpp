@@ -23,8 +23,9 @@ class Coordinator {
       : o_(o), log_(log), signals_(signals), p_(0) {}
 
   Expected<CoordinatorResult> run() {
-    auto keys = load_keys(DaemonSecurity{o_.security.insecure, o_.security.keys_dir,
-                                         o_.security.key_name.empty() ? "server" : o_.security.key_name});
+    auto keys =
+        load_keys(DaemonSecurity{o_.security.insecure, o_.security.keys_dir,
+                                 o_.security.key_name.empty() ? "server" : o_.security.key_name});
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());
     CoordinatorConfig cc;
@@ -39,11 +40,13 @@ class Coordinator {
     cc.require_all_workers = o_.require_all_workers;
     for (const AuthorizedKey& k : keys_.authorized) {
       if (k.role == KeyRole::coordinator || k.public_z85 == keys_.server_public) continue;
-      cc.key_roles[k.public_z85] = k.role == KeyRole::ps       ? std::optional<MemberRole>(MemberRole::ps)
-                                   : k.role == KeyRole::worker ? std::optional<MemberRole>(MemberRole::worker)
-                                                               : std::nullopt;
+      cc.key_roles[k.public_z85] = k.role == KeyRole::ps ? std::optional<MemberRole>(MemberRole::ps)
+                                   : k.role == KeyRole::worker
+                                       ? std::optional<MemberRole>(MemberRole::worker)
+                                       : std::nullopt;
     }
-    auto map = ShardMap::make(ShardMapSpec{1, o_.shards, ShardMapSpec{}.vnodes_per_shard, o_.job.seed});
+    auto map =
+        ShardMap::make(ShardMapSpec{1, o_.shards, ShardMapSpec{}.vnodes_per_shard, o_.job.seed});
     if (!map) return map.status();
     cc.map = map->spec();
     map_ = cc.map;
@@ -51,9 +54,11 @@ class Coordinator {
     if (!core) return core.status();
     core_.emplace(std::move(core.value()));
     if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, false); !s.ok()) return s;
-    log_(fmt::format("coordinator listening on {} ({}, cluster id {}): waiting for {} shard{} and {} worker replica{}",
-                     p_.bridge->endpoint(), security_text(keys_), o_.cluster_id, o_.shards, o_.shards == 1 ? "" : "s",
-                     o_.workers, o_.workers == 1 ? "" : "s"));
+    log_(
+        fmt::format("coordinator listening on {} ({}, cluster id {}): waiting for {} shard{} and "
+                    "{} worker replica{}",
+                    p_.bridge->endpoint(), security_text(keys_), o_.cluster_id, o_.shards,
+                    o_.shards == 1 ? "" : "s", o_.workers, o_.workers == 1 ? "" : "s"));
     while (core_->phase() != CoordinatorPhase::ended && !trained_) {
       if (signals_.stop_requests.load() > 0) {
         log_("SIGTERM: telling every member to stop");
@@ -86,7 +91,8 @@ class Coordinator {
       result_.test_logloss = ev->logloss;
       result_.test_auc = ev->auc;
       result_.test_samples = ev->samples;
-      log_(fmt::format("test logloss {:.5f}, auc {:.4f} over {} samples", ev->logloss, ev->auc, ev->samples));
+      log_(fmt::format("test logloss {:.5f}, auc {:.4f} over {} samples", ev->logloss, ev->auc,
+                       ev->samples));
     }
     CoordinatorEffects fx;
     core_->finish("", fx);
@@ -102,7 +108,8 @@ class Coordinator {
     result_.members = static_cast<uint32_t>(core_->members().size());
     std::vector<std::string> stores;  // each distinct one, in member order
     for (const MemberInfo& m : core_->members())
-      if (m.role == MemberRole::ps && std::find(stores.begin(), stores.end(), m.store) == stores.end())
+      if (m.role == MemberRole::ps &&
+          std::find(stores.begin(), stores.end(), m.store) == stores.end())
         stores.push_back(m.store);
     result_.store = fmt::format("{}", fmt::join(stores, "; "));
     const BridgeStats bs = p_.bridge->stats();
@@ -131,13 +138,17 @@ class Coordinator {
   void apply(CoordinatorEffects& fx) {
     for (const std::string& line : fx.log) log_(line);
     const bool was_joining = !routing_;
-    if (was_joining && core_->phase() != CoordinatorPhase::joining && core_->phase() != CoordinatorPhase::ended)
+    if (was_joining && core_->phase() != CoordinatorPhase::joining &&
+        core_->phase() != CoordinatorPhase::ended)
       setup_routing();
     for (ControlOut& c : fx.control) {
       if (auto* lost = std::get_if<NodesLost>(&c.message.body)) p_.bridge->mark_lost(lost->nodes);
-      if (auto* back = std::get_if<ShardsRestarted>(&c.message.body)) p_.bridge->unmark_lost(back->nodes);
+      if (auto* back = std::get_if<ShardsRestarted>(&c.message.body))
+        p_.bridge->unmark_lost(back->nodes);
       // Not waiting: the loop keeps its deadlines even when a member's queue is full or gone.
-      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false, c.one_off); !s.ok())
+      if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false,
+                                             c.one_off);
+          !s.ok())
         log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));
     }
     if (!fx.ps.empty()) route(*p_.shared, fx.ps);
@@ -155,13 +166,15 @@ class Coordinator {
     nodes.resize(size_t{me} + 1);
     for (const MemberInfo& m : core_->members())
       if (m.role == MemberRole::ps)
-        if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count); !s.ok())
+        if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count);
+            !s.ok())
           failed_ = s;
     self_.emplace(p_.system);
     nodes[me] = caf::actor_cast<caf::actor>(*self_);
     auto layout = ClusterLayout::make(core_->layout());
     COLONY_ASSERT(layout.ok(), "the coordinator core's own layout: {}", layout.status().message());
-    p_.bridge->set_layout(std::move(layout.value()), keys_.own ? keys_.own->public_z85 : std::string());
+    p_.bridge->set_layout(std::move(layout.value()),
+                          keys_.own ? keys_.own->public_z85 : std::string());
     p_.bridge->set_routing_ready({me});
   }
 
@@ -171,7 +184,8 @@ class Coordinator {
     next_progress_ms_ = now + notice_ms;
     const uint64_t samples = core_->samples_reported();
     const double seconds = double(now - start_ms_) / 1000.0;
-    log_(fmt::format("trained {} samples ({:.0f}/s)", samples, seconds > 0 ? double(samples) / seconds : 0.0));
+    log_(fmt::format("trained {} samples ({:.0f}/s)", samples,
+                     seconds > 0 ? double(samples) / seconds : 0.0));
   }
 
   // Pulls the rows of every test batch from the shards (keeping the control loop going while
@@ -202,12 +216,15 @@ class Coordinator {
         route(*p_.shared, out);
       };
       while (!(*kv)->done(ticket) && (*kv)->error().ok() && failed_.ok()) {
-        (*self_)->receive([&](PullReply& m) { feed(std::move(m)); }, [&](ShardMapUpdate& m) { feed(std::move(m)); },
+        (*self_)->receive([&](PullReply& m) { feed(std::move(m)); },
+                          [&](ShardMapUpdate& m) { feed(std::move(m)); },
                           [&](PsError& m) { feed(std::move(m)); },
                           caf::after(std::chrono::milliseconds(poll_ms)) >> [&] { pump(0); });
       }
-      if (!(*kv)->error().ok()) failure = (*kv)->error();
-      else if (!failed_.ok()) failure = failed_;
+      if (!(*kv)->error().ok())
+        failure = (*kv)->error();
+      else if (!failed_.ok())
+        failure = failed_;
       if (!failure.ok()) return;
       forward(model, batch, index.slots(), rows, logits);
     });
@@ -233,8 +250,8 @@ class Coordinator {
 
 }  // namespace
 
-Expected<CoordinatorResult> run_coordinator(const CoordinatorDaemonOptions& options, const DaemonLog& log,
-                                            DaemonSignals& signals) {
+Expected<CoordinatorResult> run_coordinator(const CoordinatorDaemonOptions& options,
+                                            const DaemonLog& log, DaemonSignals& signals) {
   Coordinator c(options, log, signals);
   return c.run();
 }

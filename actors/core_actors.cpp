@@ -46,8 +46,8 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [](quiesce_atom) { return true; },
       [core](summary_atom) {
         const ShardStats& st = core->stats();
-        ShardSummary s{core->rows(),         core->table_bytes(),  st.pulls_deferred,
-                       st.rows_not_admitted, st.updates_dropped, st.rows_evicted};
+        ShardSummary s{core->rows(),         core->table_bytes(), st.pulls_deferred,
+                       st.rows_not_admitted, st.updates_dropped,  st.rows_evicted};
         s.memory_bytes = core->store().memory_bytes();
         return s;
       },
@@ -57,8 +57,8 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
 worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_state> self,
                                        std::shared_ptr<WorkerCore> core,
                                        std::shared_ptr<WorkerSource> source,
-                                       std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
-                                       NodeId id) {
+                                       std::shared_ptr<JobShared> shared,
+                                       coordinator_actor coordinator, NodeId id) {
   // After every message: hand in batches while the core wants them, send what it produced,
   // and tell the coordinator once it has finished or failed.
   auto step = [self, core, source, shared, coordinator, id]() {
@@ -101,10 +101,9 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
   };
 }
 
-aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointer<aggregator_state> self,
-                                               std::shared_ptr<AggregatorCore> core,
-                                               std::shared_ptr<JobShared> shared,
-                                               coordinator_actor coordinator, NodeId id) {
+aggregator_actor::behavior_type aggregator_fun(
+    aggregator_actor::stateful_pointer<aggregator_state> self, std::shared_ptr<AggregatorCore> core,
+    std::shared_ptr<JobShared> shared, coordinator_actor coordinator, NodeId id) {
   auto handle = [self, core, shared, coordinator, id](PsMessage m) {
     auto& st = self->state;
     core->on_message(m, st.out);

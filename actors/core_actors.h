@@ -12,11 +12,11 @@
 #include <mutex>
 #include <vector>
 
-#include "actors/ps_actors.h"
 #include "actors/embedded_cluster.h"
+#include "actors/ps_actors.h"
+#include "data/reader.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
-#include "data/reader.h"
 #include "worker/worker_core.h"
 
 namespace colony {
@@ -107,20 +107,21 @@ class WorkerSource {
 };
 
 shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
-                                     std::shared_ptr<ShardCore> core, std::shared_ptr<JobShared> shared);
+                                     std::shared_ptr<ShardCore> core,
+                                     std::shared_ptr<JobShared> shared);
 
 // A worker replica: on `start` and after every reply, hands batches from `source` to its core
 // while the core wants them, sends what the core produced, and reports to `coordinator` once
 // (done_atom with an empty string when done, the error otherwise).
 worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_state> self,
-                                       std::shared_ptr<WorkerCore> core, std::shared_ptr<WorkerSource> source,
-                                       std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
-                                       NodeId id);
+                                       std::shared_ptr<WorkerCore> core,
+                                       std::shared_ptr<WorkerSource> source,
+                                       std::shared_ptr<JobShared> shared,
+                                       coordinator_actor coordinator, NodeId id);
 
-aggregator_actor::behavior_type aggregator_fun(aggregator_actor::stateful_pointer<aggregator_state> self,
-                                               std::shared_ptr<AggregatorCore> core,
-                                               std::shared_ptr<JobShared> shared, coordinator_actor coordinator,
-                                               NodeId id);
+aggregator_actor::behavior_type aggregator_fun(
+    aggregator_actor::stateful_pointer<aggregator_state> self, std::shared_ptr<AggregatorCore> core,
+    std::shared_ptr<JobShared> shared, coordinator_actor coordinator, NodeId id);
 
 // The configuration must outlive the system (the system keeps a reference to it).
 struct SystemConfig : caf::actor_system_config {

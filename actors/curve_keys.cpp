@@ -6,11 +6,11 @@
 #include <zmq.h>
 
 #include <array>
-#include <set>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace colony {
@@ -161,8 +161,9 @@ Status write_cluster_keys(const std::string& dir, size_t nodes) {
 Status write_cluster_keys(const std::string& dir, const ClusterKeyCounts& counts) {
   const size_t total = counts.nodes + counts.ps + counts.workers;
   if (total == 0 || total > cluster_key_nodes_max)
-    return Status::invalid_input(fmt::format("key directory {}: the member keys must number 1..{}, got {}", dir,
-                                             cluster_key_nodes_max, total));
+    return Status::invalid_input(
+        fmt::format("key directory {}: the member keys must number 1..{}, got {}", dir,
+                    cluster_key_nodes_max, total));
   std::error_code ec;
   const fs::file_status st = fs::status(dir, ec);
   if (fs::exists(st)) {
@@ -243,12 +244,16 @@ Expected<std::vector<AuthorizedKey>> read_authorized_key_roles(const std::string
     if (std::string problem = key_line_problem(key); !problem.empty())
       return Status::invalid_input(fmt::format("{}:{}: {}", path, i + 1, problem));
     AuthorizedKey k{key, KeyRole::any_member};
-    if (role == "coordinator") k.role = KeyRole::coordinator;
-    else if (role == "ps") k.role = KeyRole::ps;
-    else if (role == "worker") k.role = KeyRole::worker;
+    if (role == "coordinator")
+      k.role = KeyRole::coordinator;
+    else if (role == "ps")
+      k.role = KeyRole::ps;
+    else if (role == "worker")
+      k.role = KeyRole::worker;
     else if (!role.empty())
-      return Status::invalid_input(fmt::format(
-          "{}:{}: the role after the key must be coordinator, ps or worker, got \"{}\"", path, i + 1, role));
+      return Status::invalid_input(
+          fmt::format("{}:{}: the role after the key must be coordinator, ps or worker, got \"{}\"",
+                      path, i + 1, role));
     if (!seen.insert(key).second)
       return Status::invalid_input(fmt::format("{}:{}: the key is listed twice", path, i + 1));
     if (keys.size() == authorized_keys_max)

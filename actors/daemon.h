@@ -21,10 +21,10 @@
 #include <string>
 
 #include "common/status.h"
+#include "data/reader.h"
 #include "ps/cluster_protocol.h"
 #include "ps/coordinator_core.h"
 #include "storage/store_spec.h"
-#include "data/reader.h"
 
 namespace colony {
 
@@ -49,8 +49,8 @@ struct CoordinatorDaemonOptions {
   uint32_t shards = 1;
   uint32_t workers = 1;
   JobSpec job;
-  std::string test;       // test file to evaluate at the end; empty = no evaluation
-  ReaderOptions reader;   // for the test file
+  std::string test;      // test file to evaluate at the end; empty = no evaluation
+  ReaderOptions reader;  // for the test file
   uint64_t join_timeout_ms = 60'000;
   uint32_t heartbeat_ms = 1'000;
   uint32_t heartbeat_timeout_ms = 10'000;
@@ -58,40 +58,40 @@ struct CoordinatorDaemonOptions {
 };
 
 struct CoordinatorResult {
-  CoordinatorTotals totals;          // what the worker members reported, summed
-  double train_logloss = 0.0;        // progressive, over the samples trained
-  double train_seconds = 0.0;        // from Start to the last worker's report
+  CoordinatorTotals totals;    // what the worker members reported, summed
+  double train_logloss = 0.0;  // progressive, over the samples trained
+  double train_seconds = 0.0;  // from Start to the last worker's report
   std::optional<double> test_logloss, test_auc;
   uint64_t test_samples = 0;
   uint32_t members = 0;
   uint64_t bad_messages = 0;
   uint64_t refused_peers = 0;
-  std::string store;                 // the ps members' row stores, each distinct one, "; " between
-  bool stopped_by_signal = false;    // drained on SIGTERM before the job ended
+  std::string store;               // the ps members' row stores, each distinct one, "; " between
+  bool stopped_by_signal = false;  // drained on SIGTERM before the job ended
 };
 
 // Runs the coordinator until the job ends. Fails with invalid_input for bad options or keys,
 // io_error when the socket cannot be bound, internal when the job fails (a member lost or
 // failed, the join timeout passed): the Status says which and why.
-Expected<CoordinatorResult> run_coordinator(const CoordinatorDaemonOptions& options, const DaemonLog& log,
-                                            DaemonSignals& signals);
+Expected<CoordinatorResult> run_coordinator(const CoordinatorDaemonOptions& options,
+                                            const DaemonLog& log, DaemonSignals& signals);
 
 struct MemberDaemonOptions {
   MemberRole role = MemberRole::ps;
-  std::string coordinator;  // the coordinator's endpoint
+  std::string coordinator;                   // the coordinator's endpoint
   std::string listen = "tcp://127.0.0.1:*";  // this process's own socket
-  std::string advertise;    // host (or IP) peers use to reach it; empty: the host of `listen`
+  std::string advertise;  // host (or IP) peers use to reach it; empty: the host of `listen`
   DaemonSecurity security;
   uint64_t cluster_id = 1;
-  uint32_t count = 1;       // shards (ps) or worker replicas (worker) hosted
-  StoreSpec store;          // ps: where shard i keeps its rows (rocksdb: DIR/shard-<i>)
+  uint32_t count = 1;  // shards (ps) or worker replicas (worker) hosted
+  StoreSpec store;     // ps: where shard i keeps its rows (rocksdb: DIR/shard-<i>)
   // ps: where its shards' checkpoints go when the job asks for them (--checkpoint-every);
   // empty: DIR/checkpoints for a rocksdb:DIR store (a memory store must be given one).
   std::string checkpoint_dir;
-  std::string data;         // worker: the training file
-  ReaderOptions reader;     // worker: cache dir etc. (batch, skip-bad-lines come from the job)
+  std::string data;      // worker: the training file
+  ReaderOptions reader;  // worker: cache dir etc. (batch, skip-bad-lines come from the job)
   uint64_t join_timeout_ms = 60'000;
-  size_t threads = 0;       // actor scheduler threads; 0 = one per core
+  size_t threads = 0;  // actor scheduler threads; 0 = one per core
 };
 
 // Runs a ps or worker member until the coordinator ends the job (OK when it ended well), the

@@ -18,10 +18,10 @@
 
 namespace colony::daemon_internal {
 
-constexpr uint64_t notice_ms = 5'000;       // how often a waiting daemon says so
-constexpr uint64_t join_retry_ms = 1'000;   // how often a member re-sends its Join
-constexpr int poll_ms = 100;                // the longest a daemon loop sleeps
-constexpr int control_linger_ms = 2'000;    // how long exit waits for the last messages to go out
+constexpr uint64_t notice_ms = 5'000;      // how often a waiting daemon says so
+constexpr uint64_t join_retry_ms = 1'000;  // how often a member re-sends its Join
+constexpr int poll_ms = 100;               // the longest a daemon loop sleeps
+constexpr int control_linger_ms = 2'000;   // how long exit waits for the last messages to go out
 
 inline uint64_t now_ms() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -98,14 +98,16 @@ struct Keys {
 inline Expected<Keys> load_keys(const DaemonSecurity& s) {
   Keys k;
   if (s.insecure) {
-    if (!s.keys_dir.empty()) return Status::invalid_input("--insecure and --keys exclude each other");
+    if (!s.keys_dir.empty())
+      return Status::invalid_input("--insecure and --keys exclude each other");
     return k;
   }
   if (s.keys_dir.empty())
-    return Status::invalid_input("--keys DIR is required (from `colony keygen`); plain TCP needs --insecure");
+    return Status::invalid_input(
+        "--keys DIR is required (from `colony keygen`); plain TCP needs --insecure");
   if (s.key_name.empty())
-    return Status::invalid_input("--key NAME is required with --keys: which key pair in " + s.keys_dir +
-                                 " is this process's (e.g. node-0)");
+    return Status::invalid_input("--key NAME is required with --keys: which key pair in " +
+                                 s.keys_dir + " is this process's (e.g. node-0)");
   auto own = read_key_pair(s.keys_dir, s.key_name);
   if (!own) return own.status();
   k.own = std::move(own.value());
@@ -127,18 +129,23 @@ inline std::string host_of(const std::string& endpoint) {
 }
 
 // The endpoint peers use: `bound` with its host replaced by `advertise` when given.
-inline Expected<std::string> advertised_endpoint(const std::string& bound, const std::string& advertise) {
+inline Expected<std::string> advertised_endpoint(const std::string& bound,
+                                                 const std::string& advertise) {
   const std::string host = host_of(bound);
   if (host.empty()) return Status::invalid_input("cannot tell the host and port of " + bound);
   const size_t at = bound.find("://") + 3;
   if (!advertise.empty()) return bound.substr(0, at) + advertise + bound.substr(at + host.size());
   if (host == "0.0.0.0" || host == "*" || host == "[::]")
-    return Status::invalid_input(fmt::format(
-        "--listen {} binds every interface: say which address peers should use with --advertise HOST", bound));
+    return Status::invalid_input(
+        fmt::format("--listen {} binds every interface: say which address peers should use with "
+                    "--advertise HOST",
+                    bound));
   return bound;
 }
 
-inline bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0; }
+inline bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0;
+}
 
 // The CAF system, the shared routing table and the bridge of one daemon, torn down in the
 // right order: the bridge first (no more deliveries), then every actor, then the system.
@@ -158,8 +165,8 @@ struct Process {
   Inbox inbox;
 
   // A member takes control messages only from the coordinator's key (`control_from_server`).
-  Status open_bridge(const std::string& listen, const Keys& keys, uint64_t cluster_id, const DaemonLog& log,
-                     bool control_from_server) {
+  Status open_bridge(const std::string& listen, const Keys& keys, uint64_t cluster_id,
+                     const DaemonLog& log, bool control_from_server) {
     BridgeOptions o;
     o.listen = listen;
     o.curve = keys.own;
@@ -167,7 +174,8 @@ struct Process {
     if (keys.own && control_from_server) o.control_keys = {keys.server_public};
     o.cluster_id = cluster_id;
     o.linger_ms = control_linger_ms;
-    auto b = Bridge::open(o, system, shared, [this](ControlMessage&& m) { inbox.push(std::move(m)); }, log);
+    auto b = Bridge::open(
+        o, system, shared, [this](ControlMessage&& m) { inbox.push(std::move(m)); }, log);
     if (!b) return b.status();
     bridge = std::move(b.value());
     return Status();
@@ -178,8 +186,8 @@ struct Process {
   }
 };
 
-
-
-inline const char* security_text(const Keys& k) { return k.own ? "CURVE" : "INSECURE plain TCP"; }
+inline const char* security_text(const Keys& k) {
+  return k.own ? "CURVE" : "INSECURE plain TCP";
+}
 
 }  // namespace colony::daemon_internal

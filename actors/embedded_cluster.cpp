@@ -13,15 +13,15 @@
 #include "actors/shard_keeper.h"
 
 #include <caf/scheduler/test_coordinator.hpp>
+#include "data/zipf.h"
 #include "gpu/reduce.h"
 #include "ps/shard_core.h"
 #include "ps/shard_map.h"
 #include "storage/checkpoint.h"
-#include "worker/wiring.h"
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
+#include "worker/wiring.h"
 #include "worker/worker_core.h"
-#include "data/zipf.h"
 
 namespace colony {
 
@@ -31,7 +31,9 @@ Expected<PushMode> parse_push_mode(const std::string& text) {
   return Status::invalid_input("push mode \"" + text + "\" is not one of flat, hierarchical");
 }
 
-const char* to_string(PushMode mode) { return mode == PushMode::flat ? "flat" : "hierarchical"; }
+const char* to_string(PushMode mode) {
+  return mode == PushMode::flat ? "flat" : "hierarchical";
+}
 
 namespace {
 
@@ -43,7 +45,8 @@ struct coordinator_state {
   caf::typed_response_promise<std::string> promise;
 };
 
-coordinator_actor::behavior_type coordinator_fun(coordinator_actor::stateful_pointer<coordinator_state> self) {
+coordinator_actor::behavior_type coordinator_fun(
+    coordinator_actor::stateful_pointer<coordinator_state> self) {
   return {
       [self](run_atom, const std::vector<caf::actor>& workers, uint32_t expected) {
         auto& st = self->state;
@@ -87,15 +90,17 @@ JobSpec job_spec(const ClusterJob& job) {
 }
 
 struct EmbeddedCluster::Impl {
-  Impl(size_t threads, bool deterministic) : config(threads, false, deterministic), system(config) {}
+  Impl(size_t threads, bool deterministic)
+      : config(threads, false, deterministic), system(config) {}
   ~Impl() {
     for (auto& a : shared->nodes) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(coordinator, caf::exit_reason::user_shutdown);
     if (auto* sched = test_scheduler()) sched->run();  // no threads: run the exits here
   }
   caf::scheduler::test_coordinator* test_scheduler() {
-    return job.cluster.deterministic_seed ? dynamic_cast<caf::scheduler::test_coordinator*>(&system.scheduler())
-                                          : nullptr;
+    return job.cluster.deterministic_seed
+               ? dynamic_cast<caf::scheduler::test_coordinator*>(&system.scheduler())
+               : nullptr;
   }
 
   SystemConfig config;
@@ -132,8 +137,8 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   if (job.batch < 1) return Status::invalid_input("--batch must be at least 1");
   if (job.trainer.model.kind == ModelKind::fm &&
       (job.trainer.model.dim < 1 || job.trainer.model.dim > max_fm_dim))
-    return Status::invalid_input(fmt::format("--dim {} is out of range, expected 1..{}", job.trainer.model.dim,
-                                             max_fm_dim));
+    return Status::invalid_input(
+        fmt::format("--dim {} is out of range, expected 1..{}", job.trainer.model.dim, max_fm_dim));
   auto impl = std::make_unique<Impl>(c.threads, c.deterministic_seed != 0);
   impl->job = job;
   impl->shared->observer = job.observer;
@@ -166,7 +171,8 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   ClusterOptions& co = m.job.cluster;
   if (co.checkpoint_every && co.checkpoint_dir.empty()) {
     if (co.store.kind == StoreKind::memory)
-      return Status::invalid_input("--checkpoint-every: give --checkpoint-dir (the memory store has no folder)");
+      return Status::invalid_input(
+          "--checkpoint-every: give --checkpoint-dir (the memory store has no folder)");
     co.checkpoint_dir = (std::filesystem::path(co.store.dir) / "checkpoints").string();
   }
   if (co.restart_after_pushes && !co.checkpoint_every)
@@ -196,7 +202,8 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
       auto core = WorkerCore::make(worker_config(spec, *layout, n));
       if (!core) return core.status();
       m.workers.push_back(std::move(core.value()));
-      m.sources.push_back(std::make_shared<WorkerSource>(m.job, static_cast<uint32_t>(replicas.size()), c.workers));
+      m.sources.push_back(
+          std::make_shared<WorkerSource>(m.job, static_cast<uint32_t>(replicas.size()), c.workers));
       replicas.push_back(n);
     }
     if (!member.has_aggregator) continue;
@@ -206,18 +213,22 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     aggregators.push_back(member.aggregator);
   }
 
-  m.keeper = std::make_shared<ShardKeeper>(co, std::move(shard_configs), std::move(identities), width, m.shared);
+  m.keeper = std::make_shared<ShardKeeper>(co, std::move(shard_configs), std::move(identities),
+                                           width, m.shared);
   if (co.checkpoint_every)
-    m.shared->after_shard_message = [keeper = std::weak_ptr<ShardKeeper>(m.keeper)](ShardCore& core) {
+    m.shared->after_shard_message = [keeper =
+                                         std::weak_ptr<ShardKeeper>(m.keeper)](ShardCore& core) {
       if (auto k = keeper.lock()) k->after_message(core);
     };
 
   // Spawn: the coordinator first (workers report to it), then every core's actor.
   m.coordinator = m.system.spawn(coordinator_fun);
   for (NodeId s = 0; s < layout->shards(); ++s)
-    m.shared->nodes[s] = caf::actor_cast<caf::actor>(m.system.spawn(shard_fun, m.shards[s], m.shared));
+    m.shared->nodes[s] =
+        caf::actor_cast<caf::actor>(m.system.spawn(shard_fun, m.shards[s], m.shared));
   for (size_t w = 0; w < replicas.size(); ++w) {
-    auto h = m.system.spawn(worker_fun, m.workers[w], m.sources[w], m.shared, m.coordinator, replicas[w]);
+    auto h = m.system.spawn(worker_fun, m.workers[w], m.sources[w], m.shared, m.coordinator,
+                            replicas[w]);
     m.shared->nodes[replicas[w]] = caf::actor_cast<caf::actor>(h);
     m.worker_handles.push_back(caf::actor_cast<caf::actor>(h));
   }
@@ -245,9 +256,12 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
       if (!m.shared->first_error.ok()) return m.shared->first_error;
     }
     for (const auto& w : m.workers)
-      if (!w->done()) return Status::internal("the job stalled: no message left to deliver, a worker not done");
+      if (!w->done())
+        return Status::internal("the job stalled: no message left to deliver, a worker not done");
     for (const auto& a : m.aggregators)
-      if (!a->done()) return Status::internal("the job stalled: no message left to deliver, an aggregator not done");
+      if (!a->done())
+        return Status::internal(
+            "the job stalled: no message left to deliver, an aggregator not done");
     return finish();
   }
   caf::scoped_actor self{m.system};
@@ -255,16 +269,18 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
   bool finished = false;
   std::string error;
   while (!finished) {
-    self->receive([&](std::string& e) {
-                    error = std::move(e);
-                    finished = true;
-                  },
-                  caf::after(std::chrono::milliseconds(200)) >> [&] {
-                    if (progress) progress(m.shared->samples.load());
-                    // A shard whose store failed stops answering: end the job with its error.
-                    std::lock_guard<std::mutex> lock(m.shared->mutex);
-                    if (!m.shared->first_error.ok()) finished = true;
-                  });
+    self->receive(
+        [&](std::string& e) {
+          error = std::move(e);
+          finished = true;
+        },
+        caf::after(std::chrono::milliseconds(200)) >>
+            [&] {
+              if (progress) progress(m.shared->samples.load());
+              // A shard whose store failed stops answering: end the job with its error.
+              std::lock_guard<std::mutex> lock(m.shared->mutex);
+              if (!m.shared->first_error.ok()) finished = true;
+            });
   }
   {
     std::lock_guard<std::mutex> lock(m.shared->mutex);
@@ -275,7 +291,8 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
   // driver reads the cores.
   for (size_t s = 0; s < m.shards.size(); ++s) {
     auto shard = caf::actor_cast<shard_actor>(m.shared->nodes[s]);
-    self->request(shard, caf::infinite, quiesce_atom::value).receive([](bool) {}, [](caf::error&) {});
+    self->request(shard, caf::infinite, quiesce_atom::value)
+        .receive([](bool) {}, [](caf::error&) {});
   }
   return finish();
 }
@@ -372,8 +389,9 @@ void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
   forward(m.job.trainer.model, batch, m.index.slots(), m.rows, logits);
 }
 
-Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const ClusterOptions& cluster,
-                                               const std::function<void(const TrainProgress&)>& progress) {
+Expected<TrainJobResult> run_cluster_train_job(
+    const TrainJobOptions& o, const ClusterOptions& cluster,
+    const std::function<void(const TrainProgress&)>& progress) {
   if (Status s = validate(o); !s.ok()) return s;
   const JobData data = prepare_job_data(o, progress);
   ClusterJob job;
@@ -403,8 +421,10 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   auto ran = c.run([&](uint64_t samples) {
     if (!progress) return;
     const double total = double(samples_per_epoch) * o.epochs;
-    const int epoch = samples_per_epoch ? std::min<int>(o.epochs, 1 + samples / samples_per_epoch) : 1;
-    progress(TrainProgress{"train", epoch, o.epochs, samples, total > 0 ? double(samples) / total : 0.0, 0.0});
+    const int epoch =
+        samples_per_epoch ? std::min<int>(o.epochs, 1 + samples / samples_per_epoch) : 1;
+    progress(TrainProgress{"train", epoch, o.epochs, samples,
+                           total > 0 ? double(samples) / total : 0.0, 0.0});
   });
   if (!ran) return ran.status();
   TrainJobResult r;
@@ -431,10 +451,12 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
   if (progress) progress(TrainProgress{"evaluate", o.epochs, o.epochs, r.train_samples, 1.0, 0.0});
   ReaderOptions ro = o.reader;
   ro.batch_rows = o.batch;
-  auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) { c.predict(b, logits); });
+  auto ev = evaluate(o.test, data.test, ro,
+                     [&](const Batch& b, std::vector<float>& logits) { c.predict(b, logits); });
   if (!ev) return ev.status();
   if (Status s = c.error(); !s.ok()) return s;
-  r.epochs.push_back(EpochResult{o.epochs, ran->loss_sum / double(r.train_samples), ev->logloss, ev->auc});
+  r.epochs.push_back(
+      EpochResult{o.epochs, ran->loss_sum / double(r.train_samples), ev->logloss, ev->auc});
   r.test_logloss = ev->logloss;
   r.test_auc = ev->auc;
   r.test_samples = ev->samples;
@@ -442,8 +464,8 @@ Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& o, const C
 }
 
 std::string store_fingerprint(const TrainerConfig& t) {
-  return fmt::format("colony-train model={} width={} optimizer={} seed={}", to_string(t.model.kind), t.model.width(),
-                     to_string(t.optimizer.kind), t.seed);
+  return fmt::format("colony-train model={} width={} optimizer={} seed={}", to_string(t.model.kind),
+                     t.model.width(), to_string(t.optimizer.kind), t.seed);
 }
 
 }  // namespace colony

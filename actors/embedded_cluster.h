@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "data/reader.h"
 #include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
 #include "storage/store_spec.h"
-#include "data/reader.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
 
@@ -65,9 +65,9 @@ struct ClusterJob {
   ClusterOptions cluster;
   size_t batch = 512;
   int epochs = 1;
-  std::string data;          // training file, or
+  std::string data;                                  // training file, or
   std::shared_ptr<const std::vector<Batch>> memory;  // generated batches (when set)
-  ReaderOptions reader;      // batch_rows is overridden by `batch`
+  ReaderOptions reader;                              // batch_rows is overridden by `batch`
   // Tests: called with every message any actor sends, before it is sent (from the actors'
   // threads; with deterministic_seed, from run's thread only).
   std::function<void(const Outgoing&)> observer;
@@ -78,7 +78,7 @@ JobSpec job_spec(const ClusterJob& job);
 
 struct ClusterResult {
   uint64_t samples = 0;
-  double loss_sum = 0.0;           // progressive logloss summed over trained samples
+  double loss_sum = 0.0;  // progressive logloss summed over trained samples
   uint64_t steps = 0;
   uint64_t pull_messages = 0;
   uint64_t push_messages_to_ps = 0;  // pushes and clock advances the shards received
@@ -90,14 +90,14 @@ struct ClusterResult {
   uint64_t bad_lines_skipped = 0;
   bool read_from_cache = false;
   uint64_t model_rows = 0;
-  uint64_t model_bytes = 0;  // of rows held in memory by the shards' stores
-  uint64_t table_bytes = 0;  // rows times a row's bytes (parameters and optimizer state)
+  uint64_t model_bytes = 0;      // of rows held in memory by the shards' stores
+  uint64_t table_bytes = 0;      // rows times a row's bytes (parameters and optimizer state)
   uint64_t updates_dropped = 0;  // pushed rows dropped: key not admitted yet
   uint64_t rows_evicted = 0;     // rows removed for not being updated for evict_after steps
   uint64_t checkpoints = 0;      // complete checkpoints (manifests written)
   uint32_t last_checkpoint_step = 0;
   uint64_t shard_restarts = 0;
-  uint64_t updates_lost = 0;     // pushed rows applied after the checkpoint a restart went back to
+  uint64_t updates_lost = 0;  // pushed rows applied after the checkpoint a restart went back to
 };
 
 class EmbeddedCluster {
@@ -134,9 +134,9 @@ std::string store_fingerprint(const TrainerConfig& trainer);
 // `colony train` on the embedded cluster: the same options, data, evaluation and report as
 // run_train_job (the single-process trainer), with the training done by the cluster. The
 // cluster runs all epochs in one go, so the test set is evaluated once, at the end.
-Expected<TrainJobResult> run_cluster_train_job(const TrainJobOptions& options,
-                                               const ClusterOptions& cluster,
-                                               const std::function<void(const TrainProgress&)>& progress);
+Expected<TrainJobResult> run_cluster_train_job(
+    const TrainJobOptions& options, const ClusterOptions& cluster,
+    const std::function<void(const TrainProgress&)>& progress);
 
 // `colony bench ps`: pull+push round trips between a client and one shard actor, in
 // process, with Zipf-skewed keys. Each round trip pulls `keys_per_request` rows of `width`
@@ -147,7 +147,7 @@ struct PsBenchFigure {
   uint64_t rows = 0;   // rows pulled plus rows pushed
   uint64_t bytes = 0;  // keys and floats carried by the pulls' replies and the pushes
 };
-Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_request, uint64_t round_trips,
-                                               uint64_t seed);
+Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_request,
+                                               uint64_t round_trips, uint64_t seed);
 
 }  // namespace colony

@@ -23,18 +23,21 @@ class FrameWords {
  public:
   Status init(std::span<const SharedBytes> frames) {
     if (frames.empty() || frames.size() > wire_frames_max)
-      return Status::invalid_input(fmt::format("message of {} frames, expected 1 to {}", frames.size(), wire_frames_max));
+      return Status::invalid_input(
+          fmt::format("message of {} frames, expected 1 to {}", frames.size(), wire_frames_max));
     frames_ = frames;
     size_t bytes = 0;
     for (const SharedBytes& f : frames) bytes += f.size();
     if (bytes > wire_message_bytes_max)
-      return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit", bytes,
-                                               wire_message_bytes_max));
+      return Status::invalid_input(fmt::format("message of {} bytes exceeds the {} byte limit",
+                                               bytes, wire_message_bytes_max));
     for (const SharedBytes& f : frames) {
-      if (f.empty()) return Status::invalid_input(frames.size() == 1 ? "empty message" : "empty frame");
+      if (f.empty())
+        return Status::invalid_input(frames.size() == 1 ? "empty message" : "empty frame");
       if (f.size() % sizeof(capnp::word) != 0)
         return Status::invalid_input(fmt::format("{} of {} bytes is not a whole number of words",
-                                                 frames.size() == 1 ? "message" : "frame", f.size()));
+                                                 frames.size() == 1 ? "message" : "frame",
+                                                 f.size()));
       const size_t n = f.size() / sizeof(capnp::word);
       if (reinterpret_cast<uintptr_t>(f.data()) % alignof(capnp::word) == 0) {
         words_.push_back(kj::arrayPtr(reinterpret_cast<const capnp::word*>(f.data()), n));
@@ -138,18 +141,20 @@ Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes) {
     auto body = root.getBody();
     out.body.assign(body.begin(), body.end());
   });
-  KJ_IF_MAYBE(e, error) {
+  KJ_IF_MAYBE (e, error) {
     return Status::invalid_input(std::string("malformed message: ") + e->getDescription().cStr());
   }
   if (out.version != wire_protocol_version)
-    return Status::invalid_input(fmt::format("protocol version {} is not supported (this build speaks {})",
-                                             out.version, wire_protocol_version));
+    return Status::invalid_input(
+        fmt::format("protocol version {} is not supported (this build speaks {})", out.version,
+                    wire_protocol_version));
   return out;
 }
 
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "float blobs are little-endian on the wire");
+static_assert(std::endian::native == std::endian::little,
+              "float blobs are little-endian on the wire");
 
 template <class B>
 void set_header(B builder, const MessageHeader& h) {
@@ -184,17 +189,18 @@ void set_floats(capnp::MessageBuilder& message, const FloatBuffer& v, Adopt adop
 void set_keys(capnp::List<uint64_t>::Builder list, const std::vector<uint64_t>& keys) {
   if (keys.empty()) return;
   kj::ArrayPtr<const kj::byte> raw = capnp::AnyList::Reader(list.asReader()).getRawBytes();
-  COLONY_ASSERT(raw.size() == keys.size() * sizeof(uint64_t), "key list of {} bytes for {} keys", raw.size(),
-                keys.size());
+  COLONY_ASSERT(raw.size() == keys.size() * sizeof(uint64_t), "key list of {} bytes for {} keys",
+                raw.size(), keys.size());
   std::memcpy(const_cast<kj::byte*>(raw.begin()), keys.data(), raw.size());
 }
 
 // A float blob as a FloatBuffer: a view of the received bytes where they can be kept (read in
 // place, with an owner, float-aligned), a copy otherwise.
-Status read_floats(capnp::Data::Reader data, const FrameWords& words, FloatBuffer& out, const char* what) {
+Status read_floats(capnp::Data::Reader data, const FrameWords& words, FloatBuffer& out,
+                   const char* what) {
   if (data.size() % sizeof(float) != 0)
-    return Status::invalid_input(fmt::format("{} blob of {} bytes is not a whole number of floats", what,
-                                             data.size()));
+    return Status::invalid_input(
+        fmt::format("{} blob of {} bytes is not a whole number of floats", what, data.size()));
   const size_t n = data.size() / sizeof(float);
   if (n == 0) {
     out = FloatBuffer();
@@ -233,14 +239,16 @@ namespace {
 
 // Builds the envelope of a ps message; float arrays become external segments where they can
 // (`message` must outlive `builder`).
-void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t cluster_id, NodeId receiver) {
+void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t cluster_id,
+              NodeId receiver) {
   auto root = builder.initRoot<wire::Envelope>();
   root.setVersion(wire_protocol_version);
   root.setClusterId(cluster_id);
   root.setKind(wire_kind_ps);
   root.setReceiver(receiver);
   auto ps = root.initPs();
-  const MessageHeader& header = std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);
+  const MessageHeader& header =
+      std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);
   root.setSenderId(header.sender);
   if (auto* m = std::get_if<PullRequest>(&message)) {
     auto w = ps.initPullRequest();
@@ -300,7 +308,8 @@ size_t EncodedFrames::bytes() const {
   return n;
 }
 
-Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_id, NodeId receiver) {
+Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_id,
+                                         NodeId receiver) {
   struct Held {
     PsMessage message;
     capnp::MallocMessageBuilder builder;
@@ -320,7 +329,8 @@ Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_i
   }
   size_t total = 0;
   for (auto seg : segments) {
-    out.frames.emplace_back(reinterpret_cast<const uint8_t*>(seg.begin()), seg.size() * sizeof(capnp::word));
+    out.frames.emplace_back(reinterpret_cast<const uint8_t*>(seg.begin()),
+                            seg.size() * sizeof(capnp::word));
     total += out.frames.back().size();
   }
   if (total > wire_message_bytes_max)
@@ -333,12 +343,14 @@ Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_i
 namespace {
 
 // Decodes the ps union of an envelope; `status` says what was wrong.
-Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const FrameWords& words, PsMessage& out) {
+Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const FrameWords& words,
+               PsMessage& out) {
   Status status;
   switch (ps.which()) {
     case wire::PsMessage::PULL_REQUEST: {
       auto r = ps.getPullRequest();
-      out = PullRequest{get_header(r.getHeader()), r.getClock(), r.getWriter(), read_keys(r.getKeys())};
+      out = PullRequest{get_header(r.getHeader()), r.getClock(), r.getWriter(),
+                        read_keys(r.getKeys())};
       break;
     }
     case wire::PsMessage::PULL_REPLY: {
@@ -353,8 +365,10 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
       status = read_floats(r.getGrads(), words, m.grads, "push gradients");
       if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
-        status = Status::invalid_input(fmt::format("push of {} keys carries {} gradient floats, not a whole "
-                                                   "number of rows", m.keys.size(), m.grads.size()));
+        status = Status::invalid_input(
+            fmt::format("push of {} keys carries {} gradient floats, not a whole "
+                        "number of rows",
+                        m.keys.size(), m.grads.size()));
       out = std::move(m);
       break;
     }
@@ -368,8 +382,8 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
     }
     case wire::PsMessage::SHARD_MAP_UPDATE: {
       auto r = ps.getShardMapUpdate();
-      out = ShardMapUpdate{get_header(r.getHeader()), r.getVersion(), r.getShards(), r.getVnodesPerShard(),
-                           r.getSeed()};
+      out = ShardMapUpdate{get_header(r.getHeader()), r.getVersion(), r.getShards(),
+                           r.getVnodesPerShard(), r.getSeed()};
       break;
     }
     case wire::PsMessage::PS_ERROR: {
@@ -378,7 +392,8 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       if (code != static_cast<uint8_t>(PsErrorCode::bad_request) &&
           code != static_cast<uint8_t>(PsErrorCode::out_of_order))
         return Status::invalid_input(fmt::format("unknown error code {}", code));
-      out = PsError{get_header(r.getHeader()), static_cast<PsErrorCode>(code), std::string(r.getMessage().cStr())};
+      out = PsError{get_header(r.getHeader()), static_cast<PsErrorCode>(code),
+                    std::string(r.getMessage().cStr())};
       break;
     }
     default:
@@ -386,25 +401,28 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
   }
   const NodeId sender = std::visit([](const auto& m) { return m.header.sender; }, out);
   if (status.ok() && sender != envelope_sender)
-    status = Status::invalid_input(fmt::format("envelope sender {} differs from the message's sender {}",
-                                               envelope_sender, sender));
+    status = Status::invalid_input(fmt::format(
+        "envelope sender {} differs from the message's sender {}", envelope_sender, sender));
   return status;
 }
 
 Status read_text(capnp::Text::Reader t, std::string& out, const char* what) {
   if (t.size() > control_text_bytes_max)
-    return Status::invalid_input(fmt::format("{} of {} bytes exceeds {}", what, t.size(), control_text_bytes_max));
+    return Status::invalid_input(
+        fmt::format("{} of {} bytes exceeds {}", what, t.size(), control_text_bytes_max));
   out.assign(t.cStr(), t.size());
   return Status();
 }
 
 Status read_member(wire::MemberInfo::Reader r, MemberInfo& m) {
-  if (r.getRole() > 1) return Status::invalid_input(fmt::format("unknown member role {}", r.getRole()));
+  if (r.getRole() > 1)
+    return Status::invalid_input(fmt::format("unknown member role {}", r.getRole()));
   m.role = static_cast<MemberRole>(r.getRole());
   if (Status s = read_text(r.getEndpoint(), m.endpoint, "member endpoint"); !s.ok()) return s;
   if (Status s = read_text(r.getPublicKey(), m.public_key, "member public key"); !s.ok()) return s;
   if (!m.public_key.empty() && m.public_key.size() != 40)
-    return Status::invalid_input(fmt::format("member public key of {} characters, expected 40", m.public_key.size()));
+    return Status::invalid_input(
+        fmt::format("member public key of {} characters, expected 40", m.public_key.size()));
   if (Status s = read_text(r.getData(), m.data, "member data path"); !s.ok()) return s;
   m.count = r.getCount();
   if (m.count == 0 || m.count > 4096)
@@ -483,7 +501,8 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   j.factor_init_std = r.getFactorInitStd();
   j.batch = r.getBatch();
   j.epochs = r.getEpochs();
-  if (j.batch == 0 || j.epochs == 0) return Status::invalid_input("job with a zero batch or epoch count");
+  if (j.batch == 0 || j.epochs == 0)
+    return Status::invalid_input("job with a zero batch or epoch count");
   if (r.getConsistency() > static_cast<uint8_t>(ConsistencyKind::asp))
     return Status::invalid_input(fmt::format("unknown consistency kind {}", r.getConsistency()));
   j.consistency = {static_cast<ConsistencyKind>(r.getConsistency()), r.getStaleness()};
@@ -496,16 +515,19 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   j.use_cache = r.getUseCache();
   j.admit_after = r.getAdmitAfter();
   if (j.admit_after > control_admit_after_max)
-    return Status::invalid_input(fmt::format("admit-after {} over {}", j.admit_after, control_admit_after_max));
+    return Status::invalid_input(
+        fmt::format("admit-after {} over {}", j.admit_after, control_admit_after_max));
   j.evict_after = r.getEvictAfter();
   j.checkpoint_every = r.getCheckpointEvery();
   return Status();
 }
 
-Status read_checkpointed(wire::Checkpointed::Reader r, uint32_t& step, std::vector<ShardCheckpoint>& shards) {
+Status read_checkpointed(wire::Checkpointed::Reader r, uint32_t& step,
+                         std::vector<ShardCheckpoint>& shards) {
   step = r.getStep();
   if (r.getShards().size() > control_nodes_max)
-    return Status::invalid_input(fmt::format("{} shard checkpoints, over {}", r.getShards().size(), control_nodes_max));
+    return Status::invalid_input(
+        fmt::format("{} shard checkpoints, over {}", r.getShards().size(), control_nodes_max));
   for (auto c : r.getShards()) {
     ShardCheckpoint x;
     x.shard = c.getShard();
@@ -514,15 +536,16 @@ Status read_checkpointed(wire::Checkpointed::Reader r, uint32_t& step, std::vect
     auto nodes = c.getSenderNodes();
     auto clocks = c.getSenderClocks();
     if (nodes.size() != clocks.size() || nodes.size() > control_nodes_max)
-      return Status::invalid_input(
-          fmt::format("checkpoint of shard {}: {} senders with {} clocks", x.shard, nodes.size(), clocks.size()));
+      return Status::invalid_input(fmt::format("checkpoint of shard {}: {} senders with {} clocks",
+                                               x.shard, nodes.size(), clocks.size()));
     for (unsigned i = 0; i < nodes.size(); ++i) x.sender_clocks.emplace_back(nodes[i], clocks[i]);
     shards.push_back(std::move(x));
   }
   return Status();
 }
 
-void write_checkpointed(wire::Checkpointed::Builder w, uint32_t step, const std::vector<ShardCheckpoint>& shards) {
+void write_checkpointed(wire::Checkpointed::Builder w, uint32_t step,
+                        const std::vector<ShardCheckpoint>& shards) {
   w.setStep(step);
   auto list = w.initShards(static_cast<unsigned>(shards.size()));
   for (unsigned i = 0; i < shards.size(); ++i) {
@@ -554,10 +577,11 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.you = w.getYou();
       auto members = w.getMembers();
       if (members.size() > control_members_max)
-        return Status::invalid_input(fmt::format("welcome lists {} members, over {}", members.size(),
-                                                 control_members_max));
+        return Status::invalid_input(
+            fmt::format("welcome lists {} members, over {}", members.size(), control_members_max));
       if (x.you >= members.size())
-        return Status::invalid_input(fmt::format("welcome addressed to member {} of {}", x.you, members.size()));
+        return Status::invalid_input(
+            fmt::format("welcome addressed to member {} of {}", x.you, members.size()));
       x.members.resize(members.size());
       for (unsigned i = 0; i < members.size(); ++i)
         if (Status s = read_member(members[i], x.members[i]); !s.ok()) return s;
@@ -610,7 +634,8 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       auto n = r.getNodesLost();
       NodesLost x;
       if (n.getNodes().size() > control_nodes_max)
-        return Status::invalid_input(fmt::format("{} lost nodes, over {}", n.getNodes().size(), control_nodes_max));
+        return Status::invalid_input(
+            fmt::format("{} lost nodes, over {}", n.getNodes().size(), control_nodes_max));
       for (uint32_t id : n.getNodes()) x.nodes.push_back(id);
       if (Status s = read_text(n.getReason(), x.reason, "lost reason"); !s.ok()) return s;
       m.body = std::move(x);
@@ -637,7 +662,8 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
     case wire::Control::SHARDS_RESTARTED: {
       auto n = r.getShardsRestarted();
       if (n.size() > control_nodes_max)
-        return Status::invalid_input(fmt::format("{} restarted nodes, over {}", n.size(), control_nodes_max));
+        return Status::invalid_input(
+            fmt::format("{} restarted nodes, over {}", n.size(), control_nodes_max));
       ShardsRestarted x;
       for (uint32_t id : n) x.nodes.push_back(id);
       m.body = std::move(x);
@@ -654,20 +680,22 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       return Status();
     case wire::Control::SHARD_SUMMARY: {
       auto x = r.getShardSummary();
-      m.body = ShardSummary{x.getTableRows(),      x.getTableBytes(),     x.getPullsDeferred(),
-                          x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted(),
-                          x.getBadMessages(),     x.getMemoryBytes(),    x.getCpuSeconds()};
+      m.body = ShardSummary{x.getTableRows(),       x.getTableBytes(),     x.getPullsDeferred(),
+                            x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted(),
+                            x.getBadMessages(),     x.getMemoryBytes(),    x.getCpuSeconds()};
       return Status();
     }
     case wire::Control::SHARDS_CHECKPOINTED: {
       ShardsCheckpointed x;
-      if (Status s = read_checkpointed(r.getShardsCheckpointed(), x.step, x.shards); !s.ok()) return s;
+      if (Status s = read_checkpointed(r.getShardsCheckpointed(), x.step, x.shards); !s.ok())
+        return s;
       m.body = std::move(x);
       return Status();
     }
     case wire::Control::CHECKPOINT_COMPLETE: {
       CheckpointComplete x;
-      if (Status s = read_checkpointed(r.getCheckpointComplete(), x.step, x.shards); !s.ok()) return s;
+      if (Status s = read_checkpointed(r.getCheckpointComplete(), x.step, x.shards); !s.ok())
+        return s;
       m.body = std::move(x);
       return Status();
     }
@@ -678,7 +706,8 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
 
 }  // namespace
 
-Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& message, uint64_t cluster_id) {
+Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& message,
+                                                      uint64_t cluster_id) {
   capnp::MallocMessageBuilder builder;
   auto root = builder.initRoot<wire::Envelope>();
   root.setVersion(wire_protocol_version);
@@ -770,7 +799,8 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
   return to_bytes(builder);
 }
 
-Expected<WireMessage> decode_wire_message(std::span<const SharedBytes> frames, uint64_t cluster_id) {
+Expected<WireMessage> decode_wire_message(std::span<const SharedBytes> frames,
+                                          uint64_t cluster_id) {
   FrameWords words;
   if (Status s = words.init(frames); !s.ok()) return s;
   const capnp::ReaderOptions options = reader_options(words.total_words());
@@ -780,13 +810,14 @@ Expected<WireMessage> decode_wire_message(std::span<const SharedBytes> frames, u
     auto read = [&](capnp::MessageReader& reader) {
       auto root = reader.getRoot<wire::Envelope>();
       if (root.getVersion() != wire_protocol_version) {
-        status = Status::invalid_input(fmt::format("protocol version {} is not supported (this build speaks {})",
-                                                   root.getVersion(), wire_protocol_version));
+        status = Status::invalid_input(
+            fmt::format("protocol version {} is not supported (this build speaks {})",
+                        root.getVersion(), wire_protocol_version));
         return;
       }
       if (root.getClusterId() != cluster_id) {
-        status = Status::invalid_input(fmt::format("message for cluster {:#x}, this is cluster {:#x}",
-                                                   root.getClusterId(), cluster_id));
+        status = Status::invalid_input(fmt::format(
+            "message for cluster {:#x}, this is cluster {:#x}", root.getClusterId(), cluster_id));
         return;
       }
       if (root.getKind() == wire_kind_ps && root.hasPs()) {
@@ -796,7 +827,8 @@ Expected<WireMessage> decode_wire_message(std::span<const SharedBytes> frames, u
         out.is_control = true;
         status = read_control(root.getControl(), out.control);
       } else {
-        status = Status::invalid_input(fmt::format("message of kind {} holds no message of that kind", root.getKind()));
+        status = Status::invalid_input(
+            fmt::format("message of kind {} holds no message of that kind", root.getKind()));
       }
     };
     if (words.flat()) {
@@ -807,7 +839,7 @@ Expected<WireMessage> decode_wire_message(std::span<const SharedBytes> frames, u
       read(reader);
     }
   });
-  KJ_IF_MAYBE(e, error) {
+  KJ_IF_MAYBE (e, error) {
     return Status::invalid_input(std::string("malformed message: ") + e->getDescription().cStr());
   }
   if (!status.ok()) return status;
@@ -822,7 +854,8 @@ Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64
 Expected<PsMessage> decode_ps_message(std::span<const uint8_t> bytes, uint64_t cluster_id) {
   auto m = decode_wire_message(bytes, cluster_id);
   if (!m) return m.status();
-  if (m->is_control) return Status::invalid_input("message of kind 1 holds no parameter-server message");
+  if (m->is_control)
+    return Status::invalid_input("message of kind 1 holds no parameter-server message");
   return std::move(m->ps);
 }
 

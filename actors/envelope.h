@@ -69,7 +69,8 @@ struct EncodedFrames {
 };
 
 // As encode_ps_message, taking the message over (the frames refer into it).
-Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_id, NodeId receiver = 0);
+Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_id,
+                                         NodeId receiver = 0);
 
 // Control messages (ps/cluster_protocol.h) on the wire: an Envelope of kind 1 whose `control`
 // field holds the message.
@@ -79,12 +80,13 @@ inline constexpr uint16_t wire_kind_control = 1;
 inline constexpr size_t control_text_bytes_max = 4096;  // endpoints, paths, reasons
 inline constexpr size_t control_members_max = 8192;
 inline constexpr size_t control_nodes_max = 1u << 20;
-inline constexpr uint32_t control_model_max = 1;           // ModelKind: 0 lr, 1 fm
-inline constexpr uint32_t control_dim_max = 1024;          // an FM's factor dimension
-inline constexpr uint32_t control_max_inflight_max = 64;   // steps a worker keeps in flight
-inline constexpr uint32_t control_admit_after_max = 255;   // the admission sketch's counters
+inline constexpr uint32_t control_model_max = 1;          // ModelKind: 0 lr, 1 fm
+inline constexpr uint32_t control_dim_max = 1024;         // an FM's factor dimension
+inline constexpr uint32_t control_max_inflight_max = 64;  // steps a worker keeps in flight
+inline constexpr uint32_t control_admit_after_max = 255;  // the admission sketch's counters
 
-Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& message, uint64_t cluster_id);
+Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& message,
+                                                      uint64_t cluster_id);
 
 // Whatever a cluster socket receives: a parameter-server message for a node, or a control
 // message.

@@ -24,10 +24,13 @@ class Member {
 
   Status run() {
     if (o_.count == 0 || o_.count > 4096)
-      return Status::invalid_input(fmt::format("{} {} out of range 1..4096",
-                                               o_.role == MemberRole::ps ? "--shards" : "--replicas", o_.count));
-    if (o_.role == MemberRole::worker && o_.data.empty()) return Status::invalid_input("--data is required");
-    if (o_.coordinator.empty()) return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
+      return Status::invalid_input(
+          fmt::format("{} {} out of range 1..4096",
+                      o_.role == MemberRole::ps ? "--shards" : "--replicas", o_.count));
+    if (o_.role == MemberRole::worker && o_.data.empty())
+      return Status::invalid_input("--data is required");
+    if (o_.coordinator.empty())
+      return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
     auto keys = load_keys(o_.security);
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());
@@ -37,7 +40,8 @@ class Member {
     // Peers on other hosts could never reach a loopback address: say so now, not after a timeout.
     if (is_loopback(host_of(*endpoint)) && !is_loopback(host_of(o_.coordinator)))
       return Status::invalid_input(fmt::format(
-          "this process would listen on {}, which only this host can reach, but the coordinator at {} is on "
+          "this process would listen on {}, which only this host can reach, but the coordinator at "
+          "{} is on "
           "another host: give --listen tcp://<this host's address>:PORT (or --advertise HOST)",
           *endpoint, o_.coordinator));
     me_.role = o_.role;
@@ -49,8 +53,8 @@ class Member {
     if (o_.role == MemberRole::ps) me_.store = to_string(o_.store);
     // This start of the process: a restart with the same key is told apart from a retry.
     me_.incarnation = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
-    log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role), me_.endpoint,
-                     security_text(keys_), o_.coordinator));
+    log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role),
+                     me_.endpoint, security_text(keys_), o_.coordinator));
     auto welcome = join();
     if (!welcome) return welcome.status();
     if (!welcome->has_value()) return Status();  // stopped or told to shut down before the start
@@ -61,14 +65,16 @@ class Member {
     }
     if (Status s = send(Ready{}); !s.ok()) return s;
     const MemberInfo& self = welcome_.members[you_];
-    log_(fmt::format("built my cores (nodes {}..{}{}); ready", self.first_node, self.first_node + self.count - 1,
-                     self.has_aggregator ? fmt::format(", aggregator {}", self.aggregator) : std::string()));
+    log_(fmt::format(
+        "built my cores (nodes {}..{}{}); ready", self.first_node, self.first_node + self.count - 1,
+        self.has_aggregator ? fmt::format(", aggregator {}", self.aggregator) : std::string()));
     return serve();
   }
 
  private:
   Status send(ControlBody body, bool wait = true) {
-    return p_.bridge->send_control(o_.coordinator, keys_.server_public, ControlMessage{you_, std::move(body)}, wait);
+    return p_.bridge->send_control(o_.coordinator, keys_.server_public,
+                                   ControlMessage{you_, std::move(body)}, wait);
   }
 
   // Until a Welcome: nullopt inside when the job ended (or a signal came) before it.
@@ -85,12 +91,15 @@ class Member {
       }
       if (now - start >= o_.join_timeout_ms) {
         if (acknowledged)
-          return Status::internal(fmt::format("the cluster did not fill within {} s (--join-timeout): {}",
-                                              o_.join_timeout_ms / 1000, status));
-        return Status::internal(fmt::format(
-            "no answer from the coordinator at {} within {} s (--join-timeout): is it running and reachable from "
-            "here, with the same --cluster-id, and is this process's public key in its authorized_keys?",
-            o_.coordinator, o_.join_timeout_ms / 1000));
+          return Status::internal(
+              fmt::format("the cluster did not fill within {} s (--join-timeout): {}",
+                          o_.join_timeout_ms / 1000, status));
+        return Status::internal(
+            fmt::format("no answer from the coordinator at {} within {} s (--join-timeout): is it "
+                        "running and reachable from "
+                        "here, with the same --cluster-id, and is this process's public key in its "
+                        "authorized_keys?",
+                        o_.coordinator, o_.join_timeout_ms / 1000));
       }
       if (!acknowledged && now >= next_join) {
         // Not waiting: with no connection yet there is no queue, and the loop must keep its
@@ -100,8 +109,8 @@ class Member {
       }
       if (now >= next_notice) {
         log_(acknowledged ? fmt::format("joined; waiting for the cluster to fill: {}", status)
-                          : fmt::format("waiting for the coordinator at {} ({} s): no answer yet", o_.coordinator,
-                                        (now - start) / 1000));
+                          : fmt::format("waiting for the coordinator at {} ({} s): no answer yet",
+                                        o_.coordinator, (now - start) / 1000));
         next_notice = now + notice_ms;
       }
       for (ControlMessage& m : p_.inbox.wait(poll_ms)) {
@@ -134,8 +143,8 @@ class Member {
     const MemberInfo& self = w.members[w.you];
     if (self.role != me_.role || self.count != me_.count || self.endpoint != me_.endpoint ||
         self.public_key != me_.public_key)
-      return Status::invalid_input(fmt::format("it names this member as a {} at {} hosting {}", to_string(self.role),
-                                               self.endpoint, self.count));
+      return Status::invalid_input(fmt::format("it names this member as a {} at {} hosting {}",
+                                               to_string(self.role), self.endpoint, self.count));
     layout_.emplace(std::move(layout.value()));
     return Status();
   }
@@ -148,32 +157,40 @@ class Member {
         if (n >= layout_->nodes()) return false;
         if (durable_shards) {
           const auto owner = layout_->owner(n);
-          if (layout_->role(n) != NodeRole::shard || !owner || !layout_->members()[*owner].durable) return false;
+          if (layout_->role(n) != NodeRole::shard || !owner || !layout_->members()[*owner].durable)
+            return false;
         }
       }
       return true;
     };
     if (auto* lost = std::get_if<NodesLost>(&m.body))
-      return nodes_ok(lost->nodes, false) ? Status() : Status::invalid_input("NodesLost names nodes outside the layout");
+      return nodes_ok(lost->nodes, false)
+                 ? Status()
+                 : Status::invalid_input("NodesLost names nodes outside the layout");
     if (auto* back = std::get_if<ShardsRestarted>(&m.body))
       return nodes_ok(back->nodes, true)
                  ? Status()
-                 : Status::invalid_input("ShardsRestarted names nodes that are not shards of a durable ps");
+                 : Status::invalid_input(
+                       "ShardsRestarted names nodes that are not shards of a durable ps");
     if (auto* done = std::get_if<CheckpointComplete>(&m.body)) {
       if (o_.role != MemberRole::ps || checkpoint_root_.empty())
         return Status::invalid_input("CheckpointComplete to a member that takes no checkpoints");
       if (done->shards.size() != layout_->shards())
-        return Status::invalid_input(fmt::format("CheckpointComplete lists {} shards of {}", done->shards.size(),
-                                                 layout_->shards()));
+        return Status::invalid_input(fmt::format("CheckpointComplete lists {} shards of {}",
+                                                 done->shards.size(), layout_->shards()));
       for (size_t s = 0; s < done->shards.size(); ++s)
         if (done->shards[s].shard != s || done->shards[s].dir != fmt::format("shard-{}", s))
-          return Status::invalid_input(fmt::format("CheckpointComplete's entry {} is not shard {}", s, s));
+          return Status::invalid_input(
+              fmt::format("CheckpointComplete's entry {} is not shard {}", s, s));
       return Status();
     }
-    const bool expected = std::holds_alternative<Start>(m.body) || std::holds_alternative<ShardSummaryRequest>(m.body) ||
-                          std::holds_alternative<Shutdown>(m.body) || std::holds_alternative<Heartbeat>(m.body);
+    const bool expected = std::holds_alternative<Start>(m.body) ||
+                          std::holds_alternative<ShardSummaryRequest>(m.body) ||
+                          std::holds_alternative<Shutdown>(m.body) ||
+                          std::holds_alternative<Heartbeat>(m.body);
     return expected ? Status()
-                    : Status::invalid_input(fmt::format("a control message of kind {} while training", m.body.index()));
+                    : Status::invalid_input(fmt::format(
+                          "a control message of kind {} while training", m.body.index()));
   }
 
   Status build() {
@@ -181,7 +198,8 @@ class Member {
     you_ = w.you;
     const MemberInfo& self = w.members[w.you];
     if (self.count != o_.count || self.role != o_.role)
-      return Status::internal("the layout from the coordinator does not match what this member offered");
+      return Status::internal(
+          "the layout from the coordinator does not match what this member offered");
     auto& nodes = p_.shared->nodes;
     nodes.resize(layout_->nodes());
     const JobSpec& job = w.job;
@@ -194,11 +212,13 @@ class Member {
       if (job.checkpoint_every) {
         checkpoint_root_ = o_.checkpoint_dir;
         if (checkpoint_root_.empty() && o_.store.kind == StoreKind::memory)
-          return Status::invalid_input(fmt::format(
-              "the job checkpoints every {} steps (--checkpoint-every): give this ps --checkpoint-dir DIR (a memory "
-              "store has no folder of its own)",
-              job.checkpoint_every));
-        if (checkpoint_root_.empty()) checkpoint_root_ = (std::filesystem::path(o_.store.dir) / "checkpoints").string();
+          return Status::invalid_input(
+              fmt::format("the job checkpoints every {} steps (--checkpoint-every): give this ps "
+                          "--checkpoint-dir DIR (a memory "
+                          "store has no folder of its own)",
+                          job.checkpoint_every));
+        if (checkpoint_root_.empty())
+          checkpoint_root_ = (std::filesystem::path(o_.store.dir) / "checkpoints").string();
         // Run by each shard's actor after a message: a shard whose slowest sender has reached a
         // checkpoint step copies its store, and the loop reports it to the coordinator.
         p_.shared->after_shard_message = [this](ShardCore& core) {
@@ -222,7 +242,8 @@ class Member {
                 o_.store.kind == StoreKind::memory ? std::string("--store memory") : path));
         }
         // The store records which cluster and shard wrote it: another job's is refused.
-        const StoreIdentity identity{fmt::format("cluster-{}", o_.cluster_id), n, w.map.shards, *row_floats};
+        const StoreIdentity identity{fmt::format("cluster-{}", o_.cluster_id), n, w.map.shards,
+                                     *row_floats};
         auto store = open_shard_store(o_.store, identity);
         if (!store) return store.status();
         identities_.push_back(identity);
@@ -230,15 +251,22 @@ class Member {
         if (!core) return core.status();
         if (w.resume) (*core)->begin_resync();
         shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(core.value())));
-        nodes[n] = caf::actor_cast<caf::actor>(p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared));
+        nodes[n] =
+            caf::actor_cast<caf::actor>(p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared));
       }
       for (const MemberInfo& m : w.members) {
         if (m.role != MemberRole::worker) continue;
-        if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count); !s.ok()) return s;
+        if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count);
+            !s.ok())
+          return s;
         if (m.has_aggregator)
-          if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.aggregator, 1); !s.ok()) return s;
+          if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.aggregator, 1);
+              !s.ok())
+            return s;
       }
-      if (Status s = p_.bridge->add_remote_nodes(o_.coordinator, keys_.server_public, w.coordinator_node, 1); !s.ok())
+      if (Status s = p_.bridge->add_remote_nodes(o_.coordinator, keys_.server_public,
+                                                 w.coordinator_node, 1);
+          !s.ok())
         return s;
     } else {
       job_ = std::make_unique<ClusterJob>();
@@ -255,12 +283,15 @@ class Member {
       NodeId first_worker = clock_done;
       for (const MemberInfo& m : w.members)
         if (m.role == MemberRole::worker) first_worker = std::min(first_worker, m.first_node);
-      // Core reports come to a local stand-in for the coordinator actor, which hands them to the loop.
+      // Core reports come to a local stand-in for the coordinator actor, which hands them to the
+      // loop.
       Inbox* inbox = &p_.inbox;
       auto reporter = p_.system.spawn([inbox]() -> coordinator_actor::behavior_type {
         return {
             [](run_atom, const std::vector<caf::actor>&, uint32_t) { return std::string(); },
-            [inbox](done_atom, NodeId id, std::string& error) { inbox->push_done(id, std::move(error)); },
+            [inbox](done_atom, NodeId id, std::string& error) {
+              inbox->push_done(id, std::move(error));
+            },
         };
       });
       p_.extra.push_back(caf::actor_cast<caf::actor>(reporter));
@@ -268,24 +299,28 @@ class Member {
         auto core = WorkerCore::make(worker_config(job, *layout_, n));
         if (!core) return core.status();
         workers_.push_back(std::shared_ptr<WorkerCore>(std::move(core.value())));
-        sources_.push_back(w.split_data
-                               ? std::make_shared<WorkerSource>(*job_, n - first_worker, w.workers_total)
-                               : std::make_shared<WorkerSource>(*job_, n - self.first_node, self.count));
-        auto h = p_.system.spawn(worker_fun, workers_.back(), sources_.back(), p_.shared, reporter, n);
+        sources_.push_back(
+            w.split_data ? std::make_shared<WorkerSource>(*job_, n - first_worker, w.workers_total)
+                         : std::make_shared<WorkerSource>(*job_, n - self.first_node, self.count));
+        auto h =
+            p_.system.spawn(worker_fun, workers_.back(), sources_.back(), p_.shared, reporter, n);
         nodes[n] = caf::actor_cast<caf::actor>(h);
         worker_actors_.push_back(nodes[n]);
       }
       if (self.has_aggregator) {
-        auto core = AggregatorCore::make(aggregator_config(job, *layout_, you_), make_cpu_reducer());
+        auto core =
+            AggregatorCore::make(aggregator_config(job, *layout_, you_), make_cpu_reducer());
         if (!core) return core.status();
         aggregator_ = std::shared_ptr<AggregatorCore>(std::move(core.value()));
-        nodes[self.aggregator] =
-            caf::actor_cast<caf::actor>(p_.system.spawn(aggregator_fun, aggregator_, p_.shared, reporter, self.aggregator));
+        nodes[self.aggregator] = caf::actor_cast<caf::actor>(
+            p_.system.spawn(aggregator_fun, aggregator_, p_.shared, reporter, self.aggregator));
         local.push_back(self.aggregator);
       }
       for (const MemberInfo& m : w.members)
         if (m.role == MemberRole::ps)
-          if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count); !s.ok())
+          if (Status s =
+                  p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count);
+              !s.ok())
             return s;
       reports_expected_ = local.size();
     }
@@ -301,9 +336,11 @@ class Member {
     std::error_code ec;
     std::filesystem::create_directories(checkpoint_step_dir(checkpoint_root_, step), ec);
     if (ec)
-      return Status::io_error(
-          fmt::format("{}: cannot create: {}", checkpoint_step_dir(checkpoint_root_, step), ec.message()));
-    if (Status s = core.store().checkpoint(dir, identities_[i - welcome_.members[you_].first_node]); !s.ok()) return s;
+      return Status::io_error(fmt::format(
+          "{}: cannot create: {}", checkpoint_step_dir(checkpoint_root_, step), ec.message()));
+    if (Status s = core.store().checkpoint(dir, identities_[i - welcome_.members[you_].first_node]);
+        !s.ok())
+      return s;
     ShardCheckpoint c{i, fmt::format("shard-{}", i), core.rows(), {}};
     for (auto [node, clock] : core.sender_clocks()) c.sender_clocks.emplace_back(node, clock);
     return c;
@@ -312,10 +349,12 @@ class Member {
   // Every shard has checkpointed `c.step`: this ps writes the step's manifest beside its copies.
   Status write_checkpoint_manifest(const CheckpointComplete& c) {
     const StoreIdentity& id = identities_.front();
-    CheckpointManifest m{c.step, id.cluster_id, layout_->shards(), id.row_floats, model_spec(welcome_.job).width(),
-                         c.shards};
+    CheckpointManifest m{
+        c.step,  id.cluster_id, layout_->shards(), id.row_floats, model_spec(welcome_.job).width(),
+        c.shards};
     if (Status s = write_manifest(checkpoint_root_, m); !s.ok()) return s;
-    log_(fmt::format("checkpoint of step {} complete: wrote {}", c.step, checkpoint_step_dir(checkpoint_root_, c.step)));
+    log_(fmt::format("checkpoint of step {} complete: wrote {}", c.step,
+                     checkpoint_step_dir(checkpoint_root_, c.step)));
     return Status();
   }
 
@@ -346,14 +385,17 @@ class Member {
     d.bad_messages = p_.bridge->stats().bad_messages;
     d.cpu_seconds = cpu_seconds() - cpu_start_;
     d.read_from_cache = !sources_.empty();
-    for (const auto& s : sources_) d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;
+    for (const auto& s : sources_)
+      d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;
     return d;
   }
 
   Status drain_ps() {
     caf::scoped_actor self{p_.system};
-    for (NodeId n = welcome_.members[you_].first_node; n < welcome_.members[you_].first_node + o_.count; ++n)
-      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite, quiesce_atom::value)
+    for (NodeId n = welcome_.members[you_].first_node;
+         n < welcome_.members[you_].first_node + o_.count; ++n)
+      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
+                    quiesce_atom::value)
           .receive([](bool) {}, [](caf::error&) {});
     log_("drained: every shard has handled what it was sent; leaving");
     return send(Leave{"stopped by SIGTERM"});
@@ -365,7 +407,8 @@ class Member {
   ShardSummary summarize_shards() {
     ShardSummary sum;
     caf::scoped_actor self{p_.system};
-    for (NodeId n = welcome_.members[you_].first_node; n < welcome_.members[you_].first_node + o_.count; ++n)
+    for (NodeId n = welcome_.members[you_].first_node;
+         n < welcome_.members[you_].first_node + o_.count; ++n)
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]),
                     std::chrono::milliseconds(welcome_.heartbeat_timeout_ms), summary_atom::value)
           .receive([&](const ShardSummary& s) { sum += s; },
@@ -399,14 +442,18 @@ class Member {
             log_("SIGTERM before the start: leaving");
             return send(Leave{"stopped by SIGTERM before the start"});
           }
-          log_("SIGTERM: taking no more batches; waiting for the pushes in flight to be acknowledged");
+          log_(
+              "SIGTERM: taking no more batches; waiting for the pushes in flight to be "
+              "acknowledged");
           for (auto& s : sources_) s->stop();
         }
       }
       if (Status e = p_.first_error(); !e.ok()) {
         log_("failed: " + e.message());
-        if (o_.role == MemberRole::worker && !done_sent) (void)send(summary(e.message()));
-        else (void)send(Leave{e.message()});
+        if (o_.role == MemberRole::worker && !done_sent)
+          (void)send(summary(e.message()));
+        else
+          (void)send(Leave{e.message()});
         return e;
       }
       if (auto copies = p_.inbox.take_checkpoints(); !copies.empty()) {
@@ -420,9 +467,11 @@ class Member {
       }
       for (auto& [id, error] : p_.inbox.take_done()) {
         ++reports;
-        if (!error.empty() && local_error.empty()) local_error = fmt::format("node {}: {}", id, error);
+        if (!error.empty() && local_error.empty())
+          local_error = fmt::format("node {}: {}", id, error);
       }
-      if (o_.role == MemberRole::worker && !done_sent && (reports == reports_expected_ || !local_error.empty())) {
+      if (o_.role == MemberRole::worker && !done_sent &&
+          (reports == reports_expected_ || !local_error.empty())) {
         const MemberDone d = summary(local_error);
         if (Status s = send(d); !s.ok()) return s;
         done_sent = true;
@@ -439,8 +488,8 @@ class Member {
         next_heartbeat = now + w.heartbeat_ms;
       }
       if (now > last_heard + w.heartbeat_timeout_ms)
-        return Status::internal(fmt::format("lost the coordinator at {}: nothing heard for {} ms", o_.coordinator,
-                                            now - last_heard));
+        return Status::internal(fmt::format("lost the coordinator at {}: nothing heard for {} ms",
+                                            o_.coordinator, now - last_heard));
       for (ControlMessage& m : p_.inbox.wait(poll_ms)) {
         if (Status bad = check_served(m); !bad.ok()) {
           p_.bridge->count_bad_message();
@@ -451,7 +500,8 @@ class Member {
         if (std::holds_alternative<Start>(m.body)) {
           if (started || o_.role != MemberRole::worker) continue;
           started = true;
-          log_(fmt::format("training starts: {} replica{}", worker_actors_.size(), worker_actors_.size() == 1 ? "" : "s"));
+          log_(fmt::format("training starts: {} replica{}", worker_actors_.size(),
+                           worker_actors_.size() == 1 ? "" : "s"));
           for (auto& a : worker_actors_) caf::anon_send(a, start_atom::value);
         } else if (auto* lost = std::get_if<NodesLost>(&m.body)) {
           p_.bridge->mark_lost(lost->nodes);
@@ -459,7 +509,8 @@ class Member {
         } else if (std::holds_alternative<ShardSummaryRequest>(m.body)) {
           if (o_.role != MemberRole::ps) continue;
           const ShardSummary sum = summarize_shards();
-          log_(fmt::format("training is over: {} rows in {} shard{}", sum.table_rows, o_.count, o_.count == 1 ? "" : "s"));
+          log_(fmt::format("training is over: {} rows in {} shard{}", sum.table_rows, o_.count,
+                           o_.count == 1 ? "" : "s"));
           if (Status s = send(sum); !s.ok()) return s;
         } else if (auto* complete = std::get_if<CheckpointComplete>(&m.body)) {
           if (Status s = write_checkpoint_manifest(*complete); !s.ok()) {
@@ -470,10 +521,12 @@ class Member {
         } else if (auto* back = std::get_if<ShardsRestarted>(&m.body)) {
           if (back->nodes.empty()) continue;
           p_.bridge->unmark_lost(back->nodes);
-          log_(fmt::format("shards {}..{} restarted: re-sending what they may have lost", back->nodes.front(),
-                           back->nodes.back()));
+          log_(fmt::format("shards {}..{} restarted: re-sending what they may have lost",
+                           back->nodes.front(), back->nodes.back()));
           for (auto& a : worker_actors_) caf::anon_send(a, restarted_atom::value, back->nodes);
-          if (aggregator_) caf::anon_send(p_.shared->nodes[welcome_.members[you_].aggregator], restarted_atom::value, back->nodes);
+          if (aggregator_)
+            caf::anon_send(p_.shared->nodes[welcome_.members[you_].aggregator],
+                           restarted_atom::value, back->nodes);
         } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
           if (s->error.empty()) {
             log_("the job is over; exiting");
@@ -490,8 +543,9 @@ class Member {
     const uint64_t now = now_ms();
     if (now < next_drop_log_ms_) return;
     next_drop_log_ms_ = now + 60'000;
-    log_(fmt::format("dropped a control message: {} ({} bad messages so far; logged at most once a minute)", why,
-                     p_.bridge->stats().bad_messages));
+    log_(fmt::format(
+        "dropped a control message: {} ({} bad messages so far; logged at most once a minute)", why,
+        p_.bridge->stats().bad_messages));
   }
 
   const MemberDaemonOptions& o_;
@@ -500,7 +554,7 @@ class Member {
   Keys keys_;
   MemberInfo me_;
   Welcome welcome_;
-  std::optional<ClusterLayout> layout_;  // from welcome_, checked
+  std::optional<ClusterLayout> layout_;    // from welcome_, checked
   std::vector<StoreIdentity> identities_;  // of this ps's shards, in node order
   std::string checkpoint_root_;            // with checkpoints: where they go
   const double cpu_start_ = cpu_seconds();
@@ -519,7 +573,8 @@ class Member {
 
 }  // namespace
 
-Status run_member(const MemberDaemonOptions& options, const DaemonLog& log, DaemonSignals& signals) {
+Status run_member(const MemberDaemonOptions& options, const DaemonLog& log,
+                  DaemonSignals& signals) {
   Member m(options, log, signals);
   return m.run();
 }

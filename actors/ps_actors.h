@@ -46,8 +46,8 @@ typename Inspector::result_type inspect(Inspector& f, ClockAdvance& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardMapUpdate& x) {
-  return f(caf::meta::type_name("ShardMapUpdate"), x.header, x.version, x.shards, x.vnodes_per_shard,
-           x.seed);
+  return f(caf::meta::type_name("ShardMapUpdate"), x.header, x.version, x.shards,
+           x.vnodes_per_shard, x.seed);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PsError& x) {
@@ -56,8 +56,8 @@ typename Inspector::result_type inspect(Inspector& f, PsError& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardSummary& x) {
-  return f(caf::meta::type_name("ShardSummary"), x.table_rows, x.table_bytes, x.pulls_deferred, x.rows_not_admitted,
-           x.updates_dropped, x.rows_evicted);
+  return f(caf::meta::type_name("ShardSummary"), x.table_rows, x.table_bytes, x.pulls_deferred,
+           x.rows_not_admitted, x.updates_dropped, x.rows_evicted);
 }
 
 using start_atom = caf::atom_constant<caf::atom("start")>;
@@ -70,29 +70,29 @@ using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 // A parameter-server shard: pulls, pushes and clocks in; replies go out to the senders.
 // `quiesce` answers once everything queued before it has been handled; `summary` answers with
 // the shard's table size and counters (a ShardSummary of this one shard).
-using shard_actor = caf::typed_actor<caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>,
-                                     caf::reacts_to<ClockAdvance>,
-                                     caf::replies_to<quiesce_atom>::with<bool>,
-                                     caf::replies_to<summary_atom>::with<ShardSummary>>;
+using shard_actor =
+    caf::typed_actor<caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>,
+                     caf::reacts_to<ClockAdvance>, caf::replies_to<quiesce_atom>::with<bool>,
+                     caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
 // `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.
-using worker_actor = caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<PullReply>,
-                                      caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
-                                      caf::reacts_to<PsError>,
-                                      caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
+using worker_actor =
+    caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<PullReply>, caf::reacts_to<PushAck>,
+                     caf::reacts_to<ShardMapUpdate>, caf::reacts_to<PsError>,
+                     caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
 // A node aggregator (hierarchical push).
-using aggregator_actor = caf::typed_actor<caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
-                                          caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
-                                          caf::reacts_to<PsError>,
-                                          caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
+using aggregator_actor =
+    caf::typed_actor<caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
+                     caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
+                     caf::reacts_to<PsError>, caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
 // The coordinator: `run` (the workers to start, how many reports to wait for) starts the
 // workers and is answered when every worker and aggregator has finished (an empty string) or
 // one has failed (its error).
-using coordinator_actor =
-    caf::typed_actor<caf::replies_to<run_atom, std::vector<caf::actor>, uint32_t>::with<std::string>,
-                     caf::reacts_to<done_atom, NodeId, std::string>>;
+using coordinator_actor = caf::typed_actor<
+    caf::replies_to<run_atom, std::vector<caf::actor>, uint32_t>::with<std::string>,
+    caf::reacts_to<done_atom, NodeId, std::string>>;
 
 }  // namespace colony

@@ -7,12 +7,12 @@
 
 #include "actors/core_actors.h"
 #include "actors/ps_actors.h"
+#include "data/zipf.h"
 #include "ps/cluster_layout.h"
 #include "ps/shard_core.h"
 #include "ps/shard_map.h"
 #include "worker/kv_client.h"
 #include "worker/wiring.h"
-#include "data/zipf.h"
 
 namespace colony {
 
@@ -20,8 +20,8 @@ namespace {
 
 class ActorPsClient final : public PsClient {
  public:
-  ActorPsClient(caf::actor_system& system, std::shared_ptr<JobShared> shared, std::unique_ptr<KvClient> kv,
-                NodeId id)
+  ActorPsClient(caf::actor_system& system, std::shared_ptr<JobShared> shared,
+                std::unique_ptr<KvClient> kv, NodeId id)
       : self_(system), shared_(std::move(shared)), kv_(std::move(kv)) {
     shared_->nodes[id] = caf::actor_cast<caf::actor>(self_);
   }
@@ -30,7 +30,8 @@ class ActorPsClient final : public PsClient {
     route(*shared_, out_);
     return t;
   }
-  Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock) override {
+  Ticket push(std::span<const uint64_t> keys, std::span<const float> grads,
+              uint32_t clock) override {
     const Ticket t = kv_->push(keys, grads, clock, out_);
     route(*shared_, out_);
     return t;
@@ -41,8 +42,9 @@ class ActorPsClient final : public PsClient {
       route(*shared_, out_);
     };
     while (kv_->error().ok() && !kv_->done(ticket)) {
-      self_->receive([&](PullReply& m) { feed(std::move(m)); }, [&](PushAck& m) { feed(std::move(m)); },
-                     [&](ShardMapUpdate& m) { feed(std::move(m)); }, [&](PsError& m) { feed(std::move(m)); });
+      self_->receive(
+          [&](PullReply& m) { feed(std::move(m)); }, [&](PushAck& m) { feed(std::move(m)); },
+          [&](ShardMapUpdate& m) { feed(std::move(m)); }, [&](PsError& m) { feed(std::move(m)); });
     }
     return kv_->error();
   }
@@ -78,8 +80,9 @@ class ActorPsService final : public PsService {
     // Wired as a cluster of one ps member and one worker member whose replicas are the clients,
     // training a model whose rows have the options' width.
     if (options_.width == 0) return Status::invalid_input("row width must be at least 1");
-    JobSpec job = job_with_model(JobSpec{}, ModelSpec{options_.width == 1 ? ModelKind::lr : ModelKind::fm,
-                                                      options_.width == 1 ? 1 : options_.width - 1});
+    JobSpec job =
+        job_with_model(JobSpec{}, ModelSpec{options_.width == 1 ? ModelKind::lr : ModelKind::fm,
+                                            options_.width == 1 ? 1 : options_.width - 1});
     job.optimizer = options_.optimizer;
     job.seed = options_.init.seed;
     job.factor_init_std = options_.init.factor_std;
@@ -101,10 +104,11 @@ class ActorPsService final : public PsService {
   }
   Expected<std::unique_ptr<PsClient>> client(uint32_t index) override {
     if (index >= options_.clients)
-      return Status::invalid_input(fmt::format("client {} does not exist (the service has {})", index,
-                                               options_.clients));
+      return Status::invalid_input(
+          fmt::format("client {} does not exist (the service has {})", index, options_.clients));
     const NodeId id = options_.shards + index;
-    if (shared_->nodes[id]) return Status::invalid_input(fmt::format("client {} was already made", index));
+    if (shared_->nodes[id])
+      return Status::invalid_input(fmt::format("client {} was already made", index));
     std::vector<NodeId> shard_nodes(options_.shards);
     for (uint32_t s = 0; s < options_.shards; ++s) shard_nodes[s] = s;
     auto kv = KvClient::make({id, spec_, shard_nodes, options_.width});
@@ -132,8 +136,8 @@ Expected<std::unique_ptr<PsService>> PsService::make(const PsServiceOptions& opt
   return std::unique_ptr<PsService>(std::move(service));
 }
 
-Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_request, uint64_t round_trips,
-                                               uint64_t seed) {
+Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_request,
+                                               uint64_t round_trips, uint64_t seed) {
   PsServiceOptions o;
   o.width = width;
   o.optimizer = default_optimizer_config(OptimizerKind::sgd);

@@ -43,7 +43,8 @@ class PsClient {
   virtual ~PsClient() = default;
   // See worker/kv_client.h for the contract of pull and push. Both return at once.
   virtual Ticket pull(std::span<const uint64_t> keys, uint32_t clock, std::span<float> values) = 0;
-  virtual Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock) = 0;
+  virtual Ticket push(std::span<const uint64_t> keys, std::span<const float> grads,
+                      uint32_t clock) = 0;
   // Blocks until `ticket` is done. Fails (internal) when a shard refused a request; the
   // client is then unusable.
   virtual Status wait(Ticket ticket) = 0;

@@ -24,8 +24,9 @@ namespace colony {
 // Checkpoints and test restarts of the shards, run by each shard's actor between messages.
 class ShardKeeper {
  public:
-  ShardKeeper(const ClusterOptions& c, std::vector<ShardConfig> configs, std::vector<StoreIdentity> identities,
-              size_t value_floats, std::shared_ptr<JobShared> shared)
+  ShardKeeper(const ClusterOptions& c, std::vector<ShardConfig> configs,
+              std::vector<StoreIdentity> identities, size_t value_floats,
+              std::shared_ptr<JobShared> shared)
       : options_(c),
         configs_(std::move(configs)),
         identities_(std::move(identities)),
@@ -56,7 +57,10 @@ class ShardKeeper {
     const std::string dir = checkpoint_shard_dir(options_.checkpoint_dir, step, i);
     std::error_code ec;
     std::filesystem::create_directories(checkpoint_step_dir(options_.checkpoint_dir, step), ec);
-    if (ec) return Status::io_error(fmt::format("{}: cannot create: {}", checkpoint_step_dir(options_.checkpoint_dir, step), ec.message()));
+    if (ec)
+      return Status::io_error(fmt::format("{}: cannot create: {}",
+                                          checkpoint_step_dir(options_.checkpoint_dir, step),
+                                          ec.message()));
     if (Status s = core.store().checkpoint(dir, identities_[i]); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mutex_);
     Pending& p = pending_[step];
@@ -67,8 +71,12 @@ class ShardKeeper {
     p.shards[i] = ShardCheckpoint{i, fmt::format("shard-{}", i), core.rows(), std::move(clocks)};
     p.rows_pushed[i] = core.stats().rows_pushed;
     if (++p.done < configs_.size()) return {};
-    CheckpointManifest m{step, identities_[i].cluster_id, uint32_t(configs_.size()), identities_[i].row_floats,
-                         value_floats_, {}};
+    CheckpointManifest m{step,
+                         identities_[i].cluster_id,
+                         uint32_t(configs_.size()),
+                         identities_[i].row_floats,
+                         value_floats_,
+                         {}};
     for (auto& sc : p.shards) m.shard_checkpoints.push_back(*sc);
     if (Status s = write_manifest(options_.checkpoint_dir, m); !s.ok()) return s;
     ++checkpoints_;
@@ -81,7 +89,9 @@ class ShardKeeper {
   Status restart(ShardCore& core) {
     const uint32_t i = core.config().shard_index;
     auto step_dir = latest_checkpoint(options_.checkpoint_dir);
-    if (!step_dir) return Status::internal("restarting shard " + std::to_string(i) + ": " + step_dir.status().message());
+    if (!step_dir)
+      return Status::internal("restarting shard " + std::to_string(i) + ": " +
+                              step_dir.status().message());
     auto manifest = read_manifest(*step_dir);
     if (!manifest) return manifest.status();
     uint64_t pushed_then = 0;
@@ -92,12 +102,14 @@ class ShardKeeper {
     const auto clocks = core.sender_clocks();
     std::deque<PullRequest> waiting = core.take_waiting();
     const uint64_t pushed_now = core.stats().rows_pushed;
-    // Close the old store first (its folder is replaced): swap in a core over an empty memory store.
+    // Close the old store first (its folder is replaced): swap in a core over an empty memory
+    // store.
     auto placeholder = ShardCore::make(configs_[i]);
     if (!placeholder) return placeholder.status();
     core = std::move(**placeholder);
-    auto store = restore_shard_store(options_.store, identities_[i],
-                                     (std::filesystem::path(*step_dir) / fmt::format("shard-{}", i)).string());
+    auto store = restore_shard_store(
+        options_.store, identities_[i],
+        (std::filesystem::path(*step_dir) / fmt::format("shard-{}", i)).string());
     if (!store) return store.status();
     auto fresh = ShardCore::make(configs_[i], std::move(store.value()));
     if (!fresh) return fresh.status();
@@ -122,7 +134,7 @@ class ShardKeeper {
   const size_t value_floats_;
   std::shared_ptr<JobShared> shared_;
   std::mutex mutex_;
-  std::map<uint32_t, Pending> pending_;                           // guarded by mutex_
+  std::map<uint32_t, Pending> pending_;                             // guarded by mutex_
   std::map<uint32_t, std::vector<uint64_t>> complete_rows_pushed_;  // guarded by mutex_
   std::atomic<uint64_t> checkpoints_{0}, restarts_{0}, updates_lost_{0};
   std::atomic<uint32_t> last_step_{0};

@@ -1,6 +1,6 @@
+#include "actors/wire_bench.h"
 #include <algorithm>
 #include <unordered_map>
-#include "actors/wire_bench.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,8 +13,8 @@
 #include "actors/envelope.h"
 #include "actors/zmq_transport.h"
 #include "common/hash.h"
-#include "ps/shard_core.h"
 #include "data/zipf.h"
+#include "ps/shard_core.h"
 
 namespace colony {
 
@@ -95,7 +95,8 @@ Status start(size_t width, size_t workers, Peer& peer) {
   char c;
   while (::read(fds[0], &c, 1) == 1 && c != '\n') endpoint.push_back(c);
   ::close(fds[0]);
-  if (endpoint.empty()) return Status::io_error("the bench server process could not bind a loopback port");
+  if (endpoint.empty())
+    return Status::io_error("the bench server process could not bind a loopback port");
   auto client = ZmqClient::open({endpoint, std::nullopt});
   if (!client) return client.status();
   peer.client = std::move(client.value());
@@ -131,7 +132,8 @@ Status pipelined(ZmqClient& client, uint64_t trips, size_t lanes, Send send, Ans
     auto id = answered(r->frames);
     if (!id) return id.status();
     auto it = in_flight.find(*id);
-    if (it == in_flight.end()) return Status::internal("the bench server answered an unknown request");
+    if (it == in_flight.end())
+      return Status::internal("the bench server answered an unknown request");
     const auto [stage, lane] = it->second;
     in_flight.erase(it);
     if (stage == 0) {
@@ -180,7 +182,8 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       for (NodeId lane = 0; lane < in_flight; ++lane) {
         const NodeId worker = first_worker + lane;
         pulls.push_back({{worker, 0, 1}, 0, worker, keys});
-        pushes.push_back({{worker, 0, 1}, 0, keys, FloatBuffer::view(grads, grads->data(), grads->size())});
+        pushes.push_back(
+            {{worker, 0, 1}, 0, keys, FloatBuffer::view(grads, grads->data(), grads->size())});
       }
       // Worker `lane`'s next request of stage 0 (its pull) or 1 (its push), with id `id`.
       auto next_message = [&](int stage, size_t lane, uint64_t id) -> PsMessage {
@@ -206,13 +209,15 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
         bytes += frames_bytes(r->frames);
         auto reply = decode_wire_message(r->frames, bench_cluster_id);
         if (!reply) return reply.status();
-        if (reply->is_control || !is_reply(reply->ps)) return Status::internal("the bench shard refused a request");
+        if (reply->is_control || !is_reply(reply->ps))
+          return Status::internal("the bench shard refused a request");
         return Status();
       };
       auto round_trip = [&](size_t lane) -> Status {
         bytes = 0;
-        if (Status s = exchange(next_message(0, lane, request++),
-                                [](const PsMessage& m) { return std::holds_alternative<PullReply>(m); });
+        if (Status s =
+                exchange(next_message(0, lane, request++),
+                         [](const PsMessage& m) { return std::holds_alternative<PullReply>(m); });
             !s.ok())
           return s;
         return exchange(next_message(1, lane, request++),
@@ -228,7 +233,8 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       {
         uint64_t done = 0;
         const auto start_time = Clock::now();
-        while (std::chrono::duration<double>(Clock::now() - start_time).count() < wire_bench_round_seconds_min) {
+        while (std::chrono::duration<double>(Clock::now() - start_time).count() <
+               wire_bench_round_seconds_min) {
           if (Status s = round_trip(done % in_flight); !s.ok()) return s;
           ++done;
         }
@@ -251,7 +257,8 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       auto answered_ours = [&](const std::vector<ReceivedBytes>& reply) -> Expected<uint64_t> {
         auto m = decode_wire_message(reply, bench_cluster_id);
         if (!m) return m.status();
-        if (m->is_control || (!std::holds_alternative<PullReply>(m->ps) && !std::holds_alternative<PushAck>(m->ps)))
+        if (m->is_control ||
+            (!std::holds_alternative<PullReply>(m->ps) && !std::holds_alternative<PushAck>(m->ps)))
           return Status::internal("the bench shard refused a request");
         return std::visit([](const auto& x) { return x.header.request_id; }, m->ps);
       };
@@ -261,17 +268,22 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
         return echo_sent++;
       };
       auto answered_echo = [&](const std::vector<ReceivedBytes>& reply) -> Expected<uint64_t> {
-        if (frames_bytes(reply) != quarter->size()) return Status::internal("the echo changed the payload's size");
+        if (frames_bytes(reply) != quarter->size())
+          return Status::internal("the echo changed the payload's size");
         return echo_answered++;
       };
       std::vector<double> ours, baseline, ratios;
       for (int round = 0; round < wire_bench_rounds; ++round) {
         auto start_time = Clock::now();
-        if (Status s = pipelined(*shard.client, trips, in_flight, send_ours, answered_ours); !s.ok()) return s;
+        if (Status s = pipelined(*shard.client, trips, in_flight, send_ours, answered_ours);
+            !s.ok())
+          return s;
         const double seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
         start_time = Clock::now();
-        if (Status s = pipelined(*echo.client, trips, in_flight, send_echo, answered_echo); !s.ok()) return s;
-        const double baseline_seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
+        if (Status s = pipelined(*echo.client, trips, in_flight, send_echo, answered_echo); !s.ok())
+          return s;
+        const double baseline_seconds =
+            std::chrono::duration<double>(Clock::now() - start_time).count();
         ours.push_back(double(bytes * trips) / seconds);
         baseline.push_back(double(4 * quarter->size() * trips) / baseline_seconds);
         ratios.push_back(ours.back() / baseline.back());

@@ -19,13 +19,13 @@
 namespace colony {
 
 struct WireFigure {
-  size_t width = 0;             // floats per row
-  size_t keys = 0;              // keys per request
-  double rows_per_sec = 0.0;    // rows pulled plus rows pushed
-  double bytes_per_sec = 0.0;   // encoded bytes of the four messages of a round trip
+  size_t width = 0;                     // floats per row
+  size_t keys = 0;                      // keys per request
+  double rows_per_sec = 0.0;            // rows pulled plus rows pushed
+  double bytes_per_sec = 0.0;           // encoded bytes of the four messages of a round trip
   double baseline_bytes_per_sec = 0.0;  // raw ZeroMQ echo of the same bytes
-  double ratio = 0.0;  // the median over alternating rounds of ours / baseline
-  size_t in_flight = 0;  // round trips in flight, in ours and in the baseline
+  double ratio = 0.0;                   // the median over alternating rounds of ours / baseline
+  size_t in_flight = 0;                 // round trips in flight, in ours and in the baseline
 };
 
 inline constexpr size_t wire_bench_in_flight_max = 64;

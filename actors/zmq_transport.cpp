@@ -126,8 +126,8 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
       if (count == 0) continue;
       const size_t least = with_identity ? 2 : 1;
       if (count < least || count > most)
-        return Status::invalid_input(fmt::format("{}: received a message of {} frames, expected {} to {}",
-                                                 where, count, least, most));
+        return Status::invalid_input(fmt::format(
+            "{}: received a message of {} frames, expected {} to {}", where, count, least, most));
       Received r;
       size_t first = 0;
       if (with_identity) {
@@ -136,7 +136,8 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
         first = 1;
       }
       // The sender's address, from libzmq's metadata (absent on inproc and older libzmq).
-      if (const char* address = zmq_msg_gets(frames[first].handle(), "Peer-Address")) r.peer_address = address;
+      if (const char* address = zmq_msg_gets(frames[first].handle(), "Peer-Address"))
+        r.peer_address = address;
       if (const char* key = zmq_msg_gets(frames[first].handle(), "User-Id")) r.peer_key = key;
       for (size_t i = first; i < frames.size(); ++i) {
         auto owner = std::make_shared<zmq::message_t>(std::move(frames[i]));
@@ -155,18 +156,19 @@ Expected<Received> receive_message(zmq::socket_t& s, const std::string& where, i
 zmq::message_t adopt(std::vector<uint8_t>&& bytes) {
   auto* owned = new std::vector<uint8_t>(std::move(bytes));
   return zmq::message_t(
-      owned->data(), owned->size(), [](void*, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); },
-      owned);
+      owned->data(), owned->size(),
+      [](void*, void* hint) { delete static_cast<std::vector<uint8_t>*>(hint); }, owned);
 }
 
 // Frames that refer to bytes `owner` keeps alive; each frame holds a reference to it until
 // libzmq is done with the frame. Fails with invalid_input for no frames or too many (the size
 // is send_message's to check).
-Expected<std::vector<zmq::message_t>> share(const std::string& where, const std::shared_ptr<const void>& owner,
+Expected<std::vector<zmq::message_t>> share(const std::string& where,
+                                            const std::shared_ptr<const void>& owner,
                                             std::span<const std::span<const uint8_t>> frames) {
   if (frames.empty() || frames.size() > zmq_payload_frames_max)
-    return Status::invalid_input(fmt::format("{}: a message of {} payload frames, expected 1 to {}", where,
-                                             frames.size(), zmq_payload_frames_max));
+    return Status::invalid_input(fmt::format("{}: a message of {} payload frames, expected 1 to {}",
+                                             where, frames.size(), zmq_payload_frames_max));
   std::vector<zmq::message_t> out;
   out.reserve(frames.size());
   for (const auto& f : frames) {
@@ -377,7 +379,8 @@ Status ZmqServer::send(std::span<const uint8_t> identity, const std::shared_ptr<
   return send_message(identity, std::move(*shared));
 }
 
-Status ZmqServer::send_message(std::span<const uint8_t> identity, std::vector<zmq::message_t>&& frames) {
+Status ZmqServer::send_message(std::span<const uint8_t> identity,
+                               std::vector<zmq::message_t>&& frames) {
   const std::string& where = impl_->where;
   if (identity.empty())
     return Status::invalid_input(fmt::format("{}: send to an empty peer identity", where));
@@ -401,7 +404,8 @@ Status ZmqServer::send_message(std::span<const uint8_t> identity, std::vector<zm
       }
     }
     for (size_t i = 0; i < frames.size(); ++i)
-      if (!impl_->router.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none))
+      if (!impl_->router.send(
+              frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none))
         return Status::io_error(fmt::format("{}: a payload frame was not queued", peer));
   } catch (const zmq::error_t& e) {
     if (e.num() == EHOSTUNREACH)
@@ -425,7 +429,9 @@ struct ZmqContext::Impl {
 
 ZmqContext::ZmqContext() : impl_(std::make_unique<Impl>()) {}
 ZmqContext::~ZmqContext() = default;
-std::shared_ptr<ZmqContext> ZmqContext::make() { return std::shared_ptr<ZmqContext>(new ZmqContext()); }
+std::shared_ptr<ZmqContext> ZmqContext::make() {
+  return std::shared_ptr<ZmqContext>(new ZmqContext());
+}
 
 struct ZmqClient::Impl {
   // Declared first so it is destroyed last, after the socket: the shared context, or our own.
@@ -492,8 +498,8 @@ Status ZmqClient::send(std::vector<uint8_t>&& payload, bool wait) {
   return send_message(one_frame(adopt(std::move(payload))), wait);
 }
 
-Status ZmqClient::send(const std::shared_ptr<const void>& owner, std::span<const std::span<const uint8_t>> frames,
-                       bool wait) {
+Status ZmqClient::send(const std::shared_ptr<const void>& owner,
+                       std::span<const std::span<const uint8_t>> frames, bool wait) {
   auto shared = share(impl_->where, owner, frames);
   if (!shared) return shared.status();
   return send_message(std::move(*shared), wait);
@@ -511,17 +517,21 @@ Status ZmqClient::send_message(std::vector<zmq::message_t>&& frames, bool wait) 
     // the message joins it in the same queue.
     for (;;) {
       try {
-        if (!impl_->dealer.send(frames[0], (wait ? zmq::send_flags::none : zmq::send_flags::dontwait) |
-                                               (frames.size() > 1 ? zmq::send_flags::sndmore : zmq::send_flags::none)))
-          return Status::io_error(where + (wait ? ": send: the queue stayed full"
-                                                : ": send: the queue is full (or no connection yet)"));
+        if (!impl_->dealer.send(
+                frames[0],
+                (wait ? zmq::send_flags::none : zmq::send_flags::dontwait) |
+                    (frames.size() > 1 ? zmq::send_flags::sndmore : zmq::send_flags::none)))
+          return Status::io_error(where +
+                                  (wait ? ": send: the queue stayed full"
+                                        : ": send: the queue is full (or no connection yet)"));
         break;
       } catch (const zmq::error_t& e) {
         if (e.num() != EINTR) throw;
       }
     }
     for (size_t i = 1; i < frames.size(); ++i)
-      if (!impl_->dealer.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none))
+      if (!impl_->dealer.send(
+              frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none))
         return Status::io_error(where + ": send: a payload frame was not queued");
     return Status();
   } catch (const zmq::error_t& e) {

@@ -50,9 +50,9 @@ inline constexpr size_t zmq_payload_frames_max = 16;
 
 // What receive() returns: a message, or timed_out with nothing in it.
 struct Received {
-  std::vector<uint8_t> identity;  // the sending peer's routing identity; empty at a client
+  std::vector<uint8_t> identity;      // the sending peer's routing identity; empty at a client
   std::vector<ReceivedBytes> frames;  // the payload frames, 1..zmq_payload_frames_max, in order
-  std::string peer_address;  // the sending peer's IP address, when libzmq knows it
+  std::string peer_address;           // the sending peer's IP address, when libzmq knows it
   // The sending peer's CURVE public key in Z85, as the ZAP handler admitted it (the "User-Id"
   // of the connection); empty without CURVE. The peer cannot choose it: it is the key its
   // handshake proved.
@@ -184,8 +184,8 @@ class ZmqClient {
   // The same, handing `payload` over to libzmq instead of copying it.
   Status send(std::vector<uint8_t>&& payload, bool wait = true);
   // Several payload frames without copying, as ZmqServer::send.
-  Status send(const std::shared_ptr<const void>& owner, std::span<const std::span<const uint8_t>> frames,
-              bool wait = true);
+  Status send(const std::shared_ptr<const void>& owner,
+              std::span<const std::span<const uint8_t>> frames, bool wait = true);
 
   // As ZmqServer::receive; the identity of what it returns is empty.
   Expected<Received> receive(int timeout_ms);

@@ -2,21 +2,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
 #include "actors/embedded_cluster.h"
 #include "actors/wire_bench.h"
+#include "cli/commands.h"
 #include "data/generator.h"
-#include "worker/train_job.h"
 #include "data/reader.h"
 #include "worker/store_bench.h"
+#include "worker/train_job.h"
 #include "worker/trainer.h"
 
 namespace colony::cli {
@@ -36,7 +36,8 @@ struct BenchArgs {
 
 // One pass over the cache: returns seconds; `work` is called for every batch.
 template <class F>
-Expected<double> timed_pass(const std::string& path, const ReaderOptions& ro, uint64_t& samples, F&& work) {
+Expected<double> timed_pass(const std::string& path, const ReaderOptions& ro, uint64_t& samples,
+                            F&& work) {
   auto reader = open_reader(path, ro);
   if (!reader) return reader.status();
   Batch batch;
@@ -54,8 +55,9 @@ Expected<double> timed_pass(const std::string& path, const ReaderOptions& ro, ui
 
 int bench_train(const BenchArgs& a) {
   namespace fs = std::filesystem;
-  const fs::path dir = a.dir.empty() ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
-                                     : fs::path(a.dir);
+  const fs::path dir = a.dir.empty()
+                           ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
+                           : fs::path(a.dir);
   GenOptions g;
   g.rows = a.rows;
   g.test_rows = 1000;
@@ -72,8 +74,11 @@ int bench_train(const BenchArgs& a) {
   auto first = timed_pass(gen->train_path, ro, samples, [](const Batch&) {});
   if (!first) return fail(first.status());
 
-  auto stream_once = [&]() { return timed_pass(gen->train_path, ro, samples, [](const Batch&) {}); };
-  nlohmann::json rep = {{"suite", "train"}, {"rows", a.rows}, {"repeats", a.repeats}, {"batch", ro.batch_rows}};
+  auto stream_once = [&]() {
+    return timed_pass(gen->train_path, ro, samples, [](const Batch&) {});
+  };
+  nlohmann::json rep = {
+      {"suite", "train"}, {"rows", a.rows}, {"repeats", a.repeats}, {"batch", ro.batch_rows}};
   std::printf("%-22s %14s %14s %8s\n", "figure", "samples/s", "stream/s", "ratio");
   for (const char* model : {"lr", "fm"}) {
     double best_train = 1e300, best_stream = 1e300;
@@ -87,7 +92,8 @@ int bench_train(const BenchArgs& a) {
       tc.optimizer = default_optimizer_config(OptimizerKind::ftrl);
       auto trainer = LocalTrainer::make(tc);
       if (!trainer) return fail(trainer.status());
-      auto t = timed_pass(gen->train_path, ro, samples, [&](const Batch& b) { (*trainer)->train_batch(b); });
+      auto t = timed_pass(gen->train_path, ro, samples,
+                          [&](const Batch& b) { (*trainer)->train_batch(b); });
       if (!t) return fail(t.status());
       best_train = std::min(best_train, *t);
     }
@@ -130,7 +136,8 @@ int bench_ps(const BenchArgs& a) {
   for (size_t width : {size_t{1}, size_t{8}, size_t{64}}) {
     for (size_t keys : {size_t{1000}, size_t{10000}, size_t{100000}}) {
       // About the same bytes per figure, so each takes a similar time.
-      const uint64_t trips = std::max<uint64_t>(20, (uint64_t{400} << 20) / (keys * (8 + 4 * width) * 2));
+      const uint64_t trips =
+          std::max<uint64_t>(20, (uint64_t{400} << 20) / (keys * (8 + 4 * width) * 2));
       double best = 1e300;
       PsBenchFigure f;
       for (int r = 0; r < a.repeats; ++r) {
@@ -142,9 +149,13 @@ int bench_ps(const BenchArgs& a) {
         }
       }
       const double rows_ps = double(f.rows) / f.seconds, bps = double(f.bytes) / f.seconds;
-      std::printf("%-7zu %-9zu %14.0f %10.2f %11.1f%%\n", width, keys, rows_ps, bps / 1e9, 100.0 * bps / memcpy_bps);
-      figures.push_back({{"floats", width}, {"keys_per_request", keys}, {"rows_per_sec", rows_ps},
-                         {"bytes_per_sec", bps}, {"ratio_to_memcpy", bps / memcpy_bps}});
+      std::printf("%-7zu %-9zu %14.0f %10.2f %11.1f%%\n", width, keys, rows_ps, bps / 1e9,
+                  100.0 * bps / memcpy_bps);
+      figures.push_back({{"floats", width},
+                         {"keys_per_request", keys},
+                         {"rows_per_sec", rows_ps},
+                         {"bytes_per_sec", bps},
+                         {"ratio_to_memcpy", bps / memcpy_bps}});
     }
   }
   std::printf("rows = rows pulled + rows pushed (one shard actor, Zipf keys, in process)\n");
@@ -156,15 +167,16 @@ int bench_ps(const BenchArgs& a) {
 // The embedded cluster against the single-process trainer on the same data, in one run.
 int bench_cluster(const BenchArgs& a) {
   namespace fs = std::filesystem;
-  const fs::path dir = a.dir.empty() ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
-                                     : fs::path(a.dir);
+  const fs::path dir = a.dir.empty()
+                           ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
+                           : fs::path(a.dir);
   GenOptions g;
   g.rows = a.rows;
   g.test_rows = 20000;
   g.seed = 1;
   g.out_dir = dir.string();
-  std::fprintf(stderr, "bench cluster: generating %llu rows in %s\n", static_cast<unsigned long long>(a.rows),
-               dir.c_str());
+  std::fprintf(stderr, "bench cluster: generating %llu rows in %s\n",
+               static_cast<unsigned long long>(a.rows), dir.c_str());
   auto gen = generate_dataset(g, nullptr);
   if (!gen) return fail(gen.status());
   TrainJobOptions o;
@@ -204,11 +216,16 @@ int bench_cluster(const BenchArgs& a) {
       loss = res->test_logloss;
     }
     if (run.local) local_cpu = best_cpu;
-    std::printf("%-30s %12.0f %14.3f %10.2f %12.5f\n", run.name, best_sps, best_cpu * 1e6, best_cpu / local_cpu, loss);
-    figures.push_back({{"run", run.name}, {"samples_per_sec", best_sps}, {"cpu_seconds_per_sample", best_cpu},
-                       {"cpu_ratio_to_single_process", best_cpu / local_cpu}, {"test_logloss", loss}});
+    std::printf("%-30s %12.0f %14.3f %10.2f %12.5f\n", run.name, best_sps, best_cpu * 1e6,
+                best_cpu / local_cpu, loss);
+    figures.push_back({{"run", run.name},
+                       {"samples_per_sec", best_sps},
+                       {"cpu_seconds_per_sample", best_cpu},
+                       {"cpu_ratio_to_single_process", best_cpu / local_cpu},
+                       {"test_logloss", loss}});
   }
-  std::printf("cpu ratio = CPU seconds (user+sys) per trained sample / the single-process trainer's\n");
+  std::printf(
+      "cpu ratio = CPU seconds (user+sys) per trained sample / the single-process trainer's\n");
   rep["figures"] = figures;
   if (a.dir.empty()) fs::remove_all(dir);
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
@@ -216,22 +233,32 @@ int bench_cluster(const BenchArgs& a) {
 }
 
 int bench_wire(const BenchArgs& a) {
-  auto figures = run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20, a.in_flight);
+  auto figures =
+      run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20, a.in_flight);
   if (!figures) return fail(figures.status());
-  nlohmann::json rep = {{"suite", "wire"}, {"transport", "zeromq tcp loopback, no CURVE"}, {"in_flight", a.in_flight}};
+  nlohmann::json rep = {{"suite", "wire"},
+                        {"transport", "zeromq tcp loopback, no CURVE"},
+                        {"in_flight", a.in_flight}};
   nlohmann::json list = nlohmann::json::array();
-  std::printf("%-7s %-9s %14s %10s %14s %8s\n", "floats", "keys/req", "rows/s", "GB/s", "baseline GB/s", "ratio");
+  std::printf("%-7s %-9s %14s %10s %14s %8s\n", "floats", "keys/req", "rows/s", "GB/s",
+              "baseline GB/s", "ratio");
   for (const WireFigure& f : *figures) {
-    std::printf("%-7zu %-9zu %14.0f %10.3f %14.3f %8.3f\n", f.width, f.keys, f.rows_per_sec, f.bytes_per_sec / 1e9,
-                f.baseline_bytes_per_sec / 1e9, f.ratio);
-    list.push_back({{"floats", f.width}, {"keys_per_request", f.keys}, {"rows_per_sec", f.rows_per_sec},
-                    {"bytes_per_sec", f.bytes_per_sec}, {"baseline_bytes_per_sec", f.baseline_bytes_per_sec},
+    std::printf("%-7zu %-9zu %14.0f %10.3f %14.3f %8.3f\n", f.width, f.keys, f.rows_per_sec,
+                f.bytes_per_sec / 1e9, f.baseline_bytes_per_sec / 1e9, f.ratio);
+    list.push_back({{"floats", f.width},
+                    {"keys_per_request", f.keys},
+                    {"rows_per_sec", f.rows_per_sec},
+                    {"bytes_per_sec", f.bytes_per_sec},
+                    {"baseline_bytes_per_sec", f.baseline_bytes_per_sec},
                     {"ratio_to_baseline", f.ratio}});
   }
-  std::printf("a round trip = pull + reply + push + ack between two processes; %zu workers, one round trip in\n"
-              "flight each; baseline = ZeroMQ echo of the same bytes in two request/reply exchanges, %zu round\n"
-              "trips in flight, measured in the same run\n",
-              a.in_flight, a.in_flight);
+  std::printf(
+      "a round trip = pull + reply + push + ack between two processes; %zu workers, one round trip "
+      "in\n"
+      "flight each; baseline = ZeroMQ echo of the same bytes in two request/reply exchanges, %zu "
+      "round\n"
+      "trips in flight, measured in the same run\n",
+      a.in_flight, a.in_flight);
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
@@ -240,32 +267,42 @@ int bench_wire(const BenchArgs& a) {
 // Row stores (memory, RocksDB, tiered) against RocksDB's own point lookups on the same data.
 int bench_store(const BenchArgs& a, bool rows_given) {
   namespace fs = std::filesystem;
-  const fs::path dir = a.dir.empty() ? fs::temp_directory_path() / fmt::format("colony-bench-store-{}", ::getpid())
-                                     : fs::path(a.dir);
+  const fs::path dir =
+      a.dir.empty() ? fs::temp_directory_path() / fmt::format("colony-bench-store-{}", ::getpid())
+                    : fs::path(a.dir);
   StoreBenchOptions o;
   o.dir = dir.string();
   if (rows_given) o.rows = a.rows;
-  auto figures = run_store_bench(o, [](const std::string& line) { std::fprintf(stderr, "bench store: %s\n", line.c_str()); });
+  auto figures = run_store_bench(
+      o, [](const std::string& line) { std::fprintf(stderr, "bench store: %s\n", line.c_str()); });
   if (a.dir.empty()) fs::remove_all(dir);
   if (!figures) return fail(figures.status());
   double raw = 0;
   for (const StoreBenchFigure& f : *figures)
     if (f.store == "rocksdb-raw-get") raw = f.rows_per_sec;
-  nlohmann::json rep = {{"suite", "store"},         {"rows", o.rows},
-                        {"row_floats", o.row_floats}, {"batch_keys", o.batch_keys},
-                        {"zipf_exponent", o.zipf_exponent}, {"cache_fraction", o.cache_fraction},
+  nlohmann::json rep = {{"suite", "store"},
+                        {"rows", o.rows},
+                        {"row_floats", o.row_floats},
+                        {"batch_keys", o.batch_keys},
+                        {"zipf_exponent", o.zipf_exponent},
+                        {"cache_fraction", o.cache_fraction},
                         {"block_cache_bytes", o.block_cache_bytes}};
   nlohmann::json list = nlohmann::json::array();
   std::printf("%-16s %14s %12s %10s\n", "store", "rows/s", "of raw get", "hit rate");
   for (const StoreBenchFigure& f : *figures) {
     std::printf("%-16s %14.0f %12.3f %10s\n", f.store.c_str(), f.rows_per_sec, f.rows_per_sec / raw,
                 f.store.rfind("tiered", 0) == 0 ? fmt::format("{:.3f}", f.hit_rate).c_str() : "");
-    list.push_back({{"store", f.store}, {"rows_per_sec", f.rows_per_sec}, {"ratio_to_raw_get", f.rows_per_sec / raw},
-                    {"hit_rate", f.hit_rate}, {"disk_writes", f.disk_writes}});
+    list.push_back({{"store", f.store},
+                    {"rows_per_sec", f.rows_per_sec},
+                    {"ratio_to_raw_get", f.rows_per_sec / raw},
+                    {"hit_rate", f.hit_rate},
+                    {"disk_writes", f.disk_writes}});
   }
-  std::printf("rows/s = rows read and written back (load, update, commit) in batches of %zu unique Zipf(%.1f) keys;\n"
-              "raw get = one RocksDB Get per key of the same batches on the same database, no writes\n",
-              o.batch_keys, o.zipf_exponent);
+  std::printf(
+      "rows/s = rows read and written back (load, update, commit) in batches of %zu unique "
+      "Zipf(%.1f) keys;\n"
+      "raw get = one RocksDB Get per key of the same batches on the same database, no writes\n",
+      o.batch_keys, o.zipf_exponent);
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
@@ -275,18 +312,22 @@ int bench_store(const BenchArgs& a, bool rows_given) {
 
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
-  CLI::App* cmd = app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
+  CLI::App* cmd =
+      app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
   cmd->add_option("suite", a->suite, "Suite: train, ps, cluster, wire or store")
       ->required()
       ->check(CLI::IsMember({"train", "ps", "cluster", "wire", "store"}));
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
-  CLI::Option* rows = cmd->add_option("--rows", a->rows, "Generated rows to train on (store: rows stored, default 1M)")
+  CLI::Option* rows = cmd->add_option("--rows", a->rows,
+                                      "Generated rows to train on (store: rows stored, default 1M)")
                           ->check(CLI::PositiveNumber)
                           ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Timed passes per figure (best is kept)")
-      ->check(CLI::Range(1, 100))->capture_default_str();
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the generated data (default: a temporary one)");
-  cmd->add_option("--in-flight", a->in_flight, "wire: round trips in flight (workers in the client process)")
+  cmd->add_option("--in-flight", a->in_flight,
+                  "wire: round trips in flight (workers in the client process)")
       ->check(CLI::Range(size_t{1}, wire_bench_in_flight_max))
       ->capture_default_str();
   return [a, rows]() {

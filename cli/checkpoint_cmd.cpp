@@ -19,28 +19,34 @@ struct CheckpointArgs {
 Expected<std::string> step_folder(const std::string& dir) {
   if (auto m = read_manifest(dir)) return dir;
   auto latest = latest_checkpoint(dir);
-  if (!latest) return Status::not_found(latest.status().message() + " (and it is not a checkpoint step folder)");
+  if (!latest)
+    return Status::not_found(latest.status().message() +
+                             " (and it is not a checkpoint step folder)");
   return latest;
 }
 }  // namespace
 
 Runner add_checkpoint(CLI::App& app) {
   auto a = std::make_shared<CheckpointArgs>();
-  CLI::App* cmd = app.add_subcommand("checkpoint", "List, verify or restore checkpoints of a job's shard stores");
+  CLI::App* cmd = app.add_subcommand("checkpoint",
+                                     "List, verify or restore checkpoints of a job's shard stores");
   cmd->add_option("action", a->action, "list, verify or restore")
       ->required()
       ->check(CLI::IsMember({"list", "verify", "restore"}));
   cmd->add_option("dir", a->dir,
-                  "A checkpoint folder (DIR/checkpoints for --store rocksdb:DIR), or one step-<S> folder in it "
+                  "A checkpoint folder (DIR/checkpoints for --store rocksdb:DIR), or one step-<S> "
+                  "folder in it "
                   "(verify and restore: default the newest complete one)")
       ->required();
-  cmd->add_option("--store", a->store, "restore: rocksdb:DIR to restore into (its shard-<i> folders must not exist)");
+  cmd->add_option("--store", a->store,
+                  "restore: rocksdb:DIR to restore into (its shard-<i> folders must not exist)");
   return [a]() {
     if (a->action == "list") {
       auto all = list_checkpoints(a->dir);
       if (!all) return fail(all.status());
       for (const CheckpointListing& l : *all)
-        std::printf("step %u  %s  %s\n", l.step, l.complete ? "complete" : "INCOMPLETE", l.complete ? l.dir.c_str() : l.problem.c_str());
+        std::printf("step %u  %s  %s\n", l.step, l.complete ? "complete" : "INCOMPLETE",
+                    l.complete ? l.dir.c_str() : l.problem.c_str());
       if (all->empty()) std::printf("no checkpoints in %s\n", a->dir.c_str());
       return 0;
     }
@@ -54,8 +60,10 @@ Runner add_checkpoint(CLI::App& app) {
     }
     const std::string prefix = "rocksdb:";
     if (a->store.rfind(prefix, 0) != 0 || a->store.size() == prefix.size())
-      return fail(Status::invalid_input("--store: restore needs rocksdb:DIR, the store to restore into"));
-    if (Status s = restore_checkpoint(*step, a->store.substr(prefix.size())); !s.ok()) return fail(s);
+      return fail(
+          Status::invalid_input("--store: restore needs rocksdb:DIR, the store to restore into"));
+    if (Status s = restore_checkpoint(*step, a->store.substr(prefix.size())); !s.ok())
+      return fail(s);
     std::printf("restored %s into %s\n", step->c_str(), a->store.c_str());
     return 0;
   };
@@ -71,15 +79,18 @@ struct ExportArgs {
 
 Runner add_export(CLI::App& app) {
   auto a = std::make_shared<ExportArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "export", "Write every row of a checkpoint (or of a stopped job's store) to one binary file for serving");
-  cmd->add_option("--store", a->store,
-                  "A checkpoint folder (its newest complete step), one step-<S> folder, or a store folder "
-                  "holding shard-<i>/")
+  CLI::App* cmd = app.add_subcommand("export",
+                                     "Write every row of a checkpoint (or of a stopped job's "
+                                     "store) to one binary file for serving");
+  cmd->add_option(
+         "--store", a->store,
+         "A checkpoint folder (its newest complete step), one step-<S> folder, or a store folder "
+         "holding shard-<i>/")
       ->required();
   cmd->add_option("--out", a->out, "The file to write (format: docs/storage.md)")->required();
-  cmd->add_option("--value-floats", a->value_floats,
-                  "Parameters at the front of a row (needed for a store folder; a checkpoint says)");
+  cmd->add_option(
+      "--value-floats", a->value_floats,
+      "Parameters at the front of a row (needed for a store folder; a checkpoint says)");
   return [a]() {
     std::string dir = a->store;
     if (!read_manifest(dir).ok()) {
@@ -87,8 +98,8 @@ Runner add_export(CLI::App& app) {
     }
     auto rows = export_rows(dir, a->value_floats, a->out);
     if (!rows) return fail(rows.status());
-    std::printf("exported %llu rows from %s to %s\n", static_cast<unsigned long long>(*rows), dir.c_str(),
-                a->out.c_str());
+    std::printf("exported %llu rows from %s to %s\n", static_cast<unsigned long long>(*rows),
+                dir.c_str(), a->out.c_str());
     return 0;
   };
 }

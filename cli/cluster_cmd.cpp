@@ -1,10 +1,10 @@
 // colony coordinator | ps | worker: the daemons of a real cluster (see docs/deploy.md).
+#include <unistd.h>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <memory>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -45,7 +45,8 @@ DaemonLog make_log(const std::string& role) {
     const std::time_t t = std::time(nullptr);
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
-    std::fprintf(stderr, "%s colony %s[%d]: %s\n", stamp, role.c_str(), static_cast<int>(::getpid()), line.c_str());
+    std::fprintf(stderr, "%s colony %s[%d]: %s\n", stamp, role.c_str(),
+                 static_cast<int>(::getpid()), line.c_str());
     std::fflush(stderr);
   };
 }
@@ -57,13 +58,19 @@ struct CommonArgs {
 };
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
-  cmd->add_option("--keys", a.security.keys_dir, "Key directory from `colony keygen` (CURVE authentication)");
-  cmd->add_option("--key", a.security.key_name,
-                  "Which key pair in --keys is this process's, e.g. node-3 (coordinator default: server)");
-  cmd->add_flag("--insecure", a.security.insecure, "Plain TCP without authentication or encryption (prints a warning)");
-  cmd->add_option("--cluster-id", a.cluster_id, "Messages of another cluster id are refused")->capture_default_str();
-  cmd->add_option("--join-timeout", a.join_timeout_s, "Seconds to wait for the cluster to form before giving up")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--keys", a.security.keys_dir,
+                  "Key directory from `colony keygen` (CURVE authentication)");
+  cmd->add_option(
+      "--key", a.security.key_name,
+      "Which key pair in --keys is this process's, e.g. node-3 (coordinator default: server)");
+  cmd->add_flag("--insecure", a.security.insecure,
+                "Plain TCP without authentication or encryption (prints a warning)");
+  cmd->add_option("--cluster-id", a.cluster_id, "Messages of another cluster id are refused")
+      ->capture_default_str();
+  cmd->add_option("--join-timeout", a.join_timeout_s,
+                  "Seconds to wait for the cluster to form before giving up")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   add_config_option(cmd);
 }
 
@@ -71,9 +78,11 @@ Status check_security(const CommonArgs& a, const DaemonLog& log) {
   if (a.security.insecure && !a.security.keys_dir.empty())
     return Status::invalid_input("--insecure and --keys exclude each other");
   if (!a.security.insecure && a.security.keys_dir.empty())
-    return Status::invalid_input("--keys DIR is required (make one with `colony keygen`), or --insecure for plain TCP");
+    return Status::invalid_input(
+        "--keys DIR is required (make one with `colony keygen`), or --insecure for plain TCP");
   if (a.security.insecure)
-    log("WARNING: --insecure: plain TCP, no authentication and no encryption; anyone who can reach this port can "
+    log("WARNING: --insecure: plain TCP, no authentication and no encryption; anyone who can reach "
+        "this port can "
         "join the cluster and read or change the model");
   return Status();
 }
@@ -105,42 +114,66 @@ struct CoordinatorArgs {
 
 Runner add_coordinator(CLI::App& app) {
   auto a = std::make_shared<CoordinatorArgs>();
-  CLI::App* cmd = app.add_subcommand("coordinator", "Run a cluster's coordinator: membership, layout, the job's end");
-  cmd->add_option("--listen", a->listen, "Where members reach it, e.g. tcp://10.0.0.1:7100")->required();
+  CLI::App* cmd = app.add_subcommand(
+      "coordinator", "Run a cluster's coordinator: membership, layout, the job's end");
+  cmd->add_option("--listen", a->listen, "Where members reach it, e.g. tcp://10.0.0.1:7100")
+      ->required();
   cmd->add_option("--shards", a->shards, "PS shards, over all `colony ps` members")
-      ->check(CLI::Range(1u, 4096u))->capture_default_str();
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
   cmd->add_option("--workers", a->workers, "Worker replicas, over all `colony worker` members")
-      ->check(CLI::Range(1u, 4096u))->capture_default_str();
-  cmd->add_option("--test", a->test, "Test file evaluated at the end (libsvm, Criteo TSV or a binary cache)");
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  cmd->add_option("--test", a->test,
+                  "Test file evaluated at the end (libsvm, Criteo TSV or a binary cache)");
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   cmd->add_option("--model", a->model, "lr or fm")->capture_default_str();
-  cmd->add_option("--dim", a->dim, "FM factor dimension")->check(CLI::Range(size_t{1}, max_fm_dim))->capture_default_str();
+  cmd->add_option("--dim", a->dim, "FM factor dimension")
+      ->check(CLI::Range(size_t{1}, max_fm_dim))
+      ->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
   cmd->add_option("--lr", a->lr, "Step size (default per optimizer, as `colony train`)");
   cmd->add_option("--l1", a->l1, "L1 strength, FTRL only");
   cmd->add_option("--l2", a->l2, "L2 strength");
-  cmd->add_option("--batch", a->batch, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--epochs", a->epochs, "Passes over the training data")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed for initialisation and the shard map")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "Samples per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--epochs", a->epochs, "Passes over the training data")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed for initialisation and the shard map")
+      ->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
-  cmd->add_option("--push", a->push, "hierarchical (one aggregator per worker member) or flat")->capture_default_str();
+  cmd->add_option("--push", a->push, "hierarchical (one aggregator per worker member) or flat")
+      ->capture_default_str();
   cmd->add_option("--max-inflight", a->max_inflight, "Steps whose pulls a worker keeps in flight")
-      ->check(CLI::Range(1u, 64u))->capture_default_str();
-  cmd->add_option("--skip-bad-lines", a->skip_bad_lines, "Malformed input lines each worker tolerates")->capture_default_str();
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
+  cmd->add_option("--skip-bad-lines", a->skip_bad_lines,
+                  "Malformed input lines each worker tolerates")
+      ->capture_default_str();
   cmd->add_flag("--no-cache", a->no_cache, "Workers neither read nor write binary caches");
   cmd->add_option("--cache-dir", a->cache_dir, "Where the test file's binary cache goes");
-  cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--heartbeat-timeout-ms", a->heartbeat_timeout_ms, "Silence after which a member is lost")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--heartbeat-timeout-ms", a->heartbeat_timeout_ms,
+                  "Silence after which a member is lost")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_flag("--require-all-workers", a->require_all,
                 "Fail the job when a worker member is lost (default: go on with the rest)");
   cmd->add_option("--admit-after", a->admit_after,
-                  "Feature admission on every shard: a key gets a row once pulled this many times (0: at once)")
-      ->check(CLI::Range(0u, 255u))->capture_default_str();
-  cmd->add_option("--evict-after", a->evict_after, "Remove rows not updated during the last T steps (0: never)")
+                  "Feature admission on every shard: a key gets a row once pulled this many times "
+                  "(0: at once)")
+      ->check(CLI::Range(0u, 255u))
+      ->capture_default_str();
+  cmd->add_option("--evict-after", a->evict_after,
+                  "Remove rows not updated during the last T steps (0: never)")
       ->capture_default_str();
   cmd->add_option("--checkpoint-every", a->checkpoint_every,
-                  "Checkpoint every shard every N steps (0: never); each ps writes under its --checkpoint-dir")
+                  "Checkpoint every shard every N steps (0: never); each ps writes under its "
+                  "--checkpoint-dir")
       ->capture_default_str();
   static const std::pair<const char*, const char*> not_here[] = {
       {"--data", "give each `colony worker` its --data"},
@@ -156,13 +189,16 @@ Runner add_coordinator(CLI::App& app) {
   };
   for (const auto& [flag, where] : not_here)
     a->elsewhere.push_back(
-        {cmd->add_option(flag, "Not a coordinator option (refused, saying where it goes)")->group(""), flag, where});
+        {cmd->add_option(flag, "Not a coordinator option (refused, saying where it goes)")
+             ->group(""),
+         flag, where});
   add_common(cmd, a->common);
   return [a]() {
     const DaemonLog log = make_log("coordinator");
     for (const auto& e : a->elsewhere)
       if (e.option->count() > 0)
-        return fail(Status::invalid_input(fmt::format("{} is not a coordinator option: {}", e.flag, e.where)));
+        return fail(Status::invalid_input(
+            fmt::format("{} is not a coordinator option: {}", e.flag, e.where)));
     if (Status s = check_security(a->common, log); !s.ok()) return fail(s);
     CoordinatorDaemonOptions o;
     o.listen = a->listen;
@@ -192,7 +228,8 @@ Runner add_coordinator(CLI::App& app) {
     j.batch = a->batch;
     j.epochs = a->epochs;
     auto consistency = parse_consistency(a->consistency);
-    if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
+    if (!consistency)
+      return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     j.consistency = *consistency;
     if (a->push != "flat" && a->push != "hierarchical")
       return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
@@ -208,9 +245,12 @@ Runner add_coordinator(CLI::App& app) {
     const auto start = std::chrono::steady_clock::now();
     auto r = run_coordinator(o, log, signals);
     if (!r) return fail(r.status());
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double sps = r->train_seconds > 0 ? double(r->totals.samples) / r->train_seconds : 0.0;
-    auto optional_number = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+    auto optional_number = [](const std::optional<double>& v) {
+      return v ? nlohmann::json(*v) : nlohmann::json();
+    };
     const double n = double(std::max<uint64_t>(r->totals.samples, 1));
     nlohmann::json rep = {
         {"test_logloss", optional_number(r->test_logloss)},
@@ -261,7 +301,8 @@ Runner add_coordinator(CLI::App& app) {
         {"read_from_cache", r->totals.read_from_cache},
         {"engine", "daemons"},
         {"train_cpu_seconds", r->totals.cpu_seconds},
-        {"cpu_seconds_per_sample", r->totals.samples ? r->totals.cpu_seconds / double(r->totals.samples) : 0.0},
+        {"cpu_seconds_per_sample",
+         r->totals.samples ? r->totals.cpu_seconds / double(r->totals.samples) : 0.0},
         {"pull_messages_per_sample", double(r->totals.pull_messages) / n},
         {"push_messages_per_sample", double(r->totals.push_messages) / n},
         {"push_bytes_per_sample", double(r->totals.push_bytes) / n},
@@ -278,19 +319,23 @@ Runner add_coordinator(CLI::App& app) {
                                               {"test_auc", optional_number(r->test_auc)}}})},
     };
     // As `colony train` does: data made by `colony gen` tells the best any model can do.
-    if (const auto planted = a->test.empty() ? std::nullopt : read_gen_meta(a->test); planted && r->test_logloss) {
+    if (const auto planted = a->test.empty() ? std::nullopt : read_gen_meta(a->test);
+        planted && r->test_logloss) {
       rep["planted_logloss_test"] = planted->planted_logloss_test;
       rep["planted_auc_test"] = planted->planted_auc_test;
       rep["base_rate_logloss_test"] = planted->base_rate_logloss_test;
       rep["gap_to_planted"] = *r->test_logloss / planted->planted_logloss_test - 1.0;
     }
     if (r->test_logloss)
-      std::printf("test_logloss %.5f  test_auc %.4f\n", *r->test_logloss, r->test_auc.value_or(0.0));
-    std::printf("train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u  table_rows %llu  "
-                "table_bytes %s\n",
-                static_cast<unsigned long long>(r->totals.samples), sps, wall, r->totals.workers_lost,
-                static_cast<unsigned long long>(r->totals.shards.table_rows),
-                human_count(double(r->totals.shards.table_bytes)).c_str());
+      std::printf("test_logloss %.5f  test_auc %.4f\n", *r->test_logloss,
+                  r->test_auc.value_or(0.0));
+    std::printf(
+        "train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u  table_rows "
+        "%llu  "
+        "table_bytes %s\n",
+        static_cast<unsigned long long>(r->totals.samples), sps, wall, r->totals.workers_lost,
+        static_cast<unsigned long long>(r->totals.shards.table_rows),
+        human_count(double(r->totals.shards.table_bytes)).c_str());
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
     return 0;
   };
@@ -310,32 +355,44 @@ Runner add_member(CLI::App& app, MemberRole role) {
   a->options.role = role;
   const bool ps = role == MemberRole::ps;
   CLI::App* cmd = app.add_subcommand(
-      ps ? "ps" : "worker",
-      ps ? "Run parameter-server shards for a cluster" : "Run worker replicas (and their node aggregator) for a cluster");
+      ps ? "ps" : "worker", ps ? "Run parameter-server shards for a cluster"
+                               : "Run worker replicas (and their node aggregator) for a cluster");
   MemberDaemonOptions& o = a->options;
-  cmd->add_option("--coordinator", o.coordinator, "The coordinator's --listen endpoint, e.g. tcp://10.0.0.1:7100")
+  cmd->add_option("--coordinator", o.coordinator,
+                  "The coordinator's --listen endpoint, e.g. tcp://10.0.0.1:7100")
       ->required();
-  cmd->add_option("--listen", o.listen,
-                  "This process's own socket (peers connect to it), e.g. tcp://10.0.0.2:7101; port * = any")
+  cmd->add_option(
+         "--listen", o.listen,
+         "This process's own socket (peers connect to it), e.g. tcp://10.0.0.2:7101; port * = any")
       ->capture_default_str();
-  cmd->add_option("--advertise", o.advertise, "Host or IP peers use to reach --listen (needed with 0.0.0.0)");
-  cmd->add_option("--threads", o.threads, "Actor scheduler threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--advertise", o.advertise,
+                  "Host or IP peers use to reach --listen (needed with 0.0.0.0)");
+  cmd->add_option("--threads", o.threads, "Actor scheduler threads (0: one per core)")
+      ->capture_default_str();
   if (ps) {
-    cmd->add_option("--shards", o.count, "Shards this process hosts")->check(CLI::Range(1u, 4096u))->capture_default_str();
-    cmd->add_option("--store", a->store,
-                    "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; the store "
-                    "records the cluster id and shard, and refuses another job's)")
+    cmd->add_option("--shards", o.count, "Shards this process hosts")
+        ->check(CLI::Range(1u, 4096u))
         ->capture_default_str();
-    cmd->add_option("--cache-bytes", a->cache_bytes,
-                    "With rocksdb: keep hot rows in this many bytes of memory over RocksDB (tiered store)");
-    cmd->add_option("--checkpoint-dir", o.checkpoint_dir,
-                    "Where this ps writes its shards' checkpoints when the job has --checkpoint-every "
-                    "(default with rocksdb:DIR: DIR/checkpoints)");
+    cmd->add_option(
+           "--store", a->store,
+           "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; the store "
+           "records the cluster id and shard, and refuses another job's)")
+        ->capture_default_str();
+    cmd->add_option(
+        "--cache-bytes", a->cache_bytes,
+        "With rocksdb: keep hot rows in this many bytes of memory over RocksDB (tiered store)");
+    cmd->add_option(
+        "--checkpoint-dir", o.checkpoint_dir,
+        "Where this ps writes its shards' checkpoints when the job has --checkpoint-every "
+        "(default with rocksdb:DIR: DIR/checkpoints)");
   } else {
-    cmd->add_option("--data", o.data, "Training file (libsvm, Criteo TSV or a binary cache)")->required();
+    cmd->add_option("--data", o.data, "Training file (libsvm, Criteo TSV or a binary cache)")
+        ->required();
     cmd->add_option("--replicas", o.count, "Worker replicas in this process")
-        ->check(CLI::Range(1u, 4096u))->capture_default_str();
-    cmd->add_option("--cache-dir", o.reader.cache_dir, "Where binary caches of text files go (default: beside each file)");
+        ->check(CLI::Range(1u, 4096u))
+        ->capture_default_str();
+    cmd->add_option("--cache-dir", o.reader.cache_dir,
+                    "Where binary caches of text files go (default: beside each file)");
   }
   add_common(cmd, a->common);
   return [a, ps]() {
@@ -360,7 +417,11 @@ Runner add_member(CLI::App& app, MemberRole role) {
 
 }  // namespace
 
-Runner add_ps(CLI::App& app) { return add_member(app, MemberRole::ps); }
-Runner add_worker(CLI::App& app) { return add_member(app, MemberRole::worker); }
+Runner add_ps(CLI::App& app) {
+  return add_member(app, MemberRole::ps);
+}
+Runner add_worker(CLI::App& app) {
+  return add_member(app, MemberRole::worker);
+}
 
 }  // namespace colony::cli

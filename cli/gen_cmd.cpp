@@ -16,10 +16,12 @@ Runner add_gen(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "Seed: same seed, same data")->required();
   cmd->add_option("--out", o->out_dir, "Output directory (created)")->required();
   cmd->add_option("--format", o->format, "libsvm or criteo")
-      ->check(CLI::IsMember({"libsvm", "criteo"}))->capture_default_str();
+      ->check(CLI::IsMember({"libsvm", "criteo"}))
+      ->capture_default_str();
   cmd->add_option("--vocab-scale", o->vocab_scale,
                   "Scale every categorical vocabulary (0, 1]; 1 = Criteo-sized")
-      ->check(CLI::Range(1e-6, 1.0))->capture_default_str();
+      ->check(CLI::Range(1e-6, 1.0))
+      ->capture_default_str();
   return [o]() {
     Progress progress(stderr);
     auto summary = generate_dataset(*o, [&](uint64_t done, uint64_t total) {

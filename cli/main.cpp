@@ -25,14 +25,17 @@ bool write_report(const std::string& path, const std::string& json_text) {
   out << json_text << "\n";
   out.close();
   if (!out) {
-    std::fprintf(stderr, "colony: error: --report %s: cannot write the report file\n", path.c_str());
+    std::fprintf(stderr, "colony: error: --report %s: cannot write the report file\n",
+                 path.c_str());
     return false;
   }
   return true;
 }
 
 void add_config_option(CLI::App* cmd) {
-  cmd->add_option("--config", "Read flags from this TOML file (keys: the flag names without --; the command line wins)");
+  cmd->add_option(
+      "--config",
+      "Read flags from this TOML file (keys: the flag names without --; the command line wins)");
 }
 
 void apply_config_file(CLI::App* cmd) {
@@ -47,12 +50,15 @@ void apply_config_file(CLI::App* cmd) {
   }
   for (const CLI::ConfigItem& item : items) {
     if (!item.parents.empty() && !(item.parents.size() == 1 && item.parents[0] == cmd->get_name()))
-      throw CLI::ValidationError("--config", path + ": section [" + CLI::detail::join(item.parents, ".") +
+      throw CLI::ValidationError("--config", path + ": section [" +
+                                                 CLI::detail::join(item.parents, ".") +
                                                  "] is not [" + cmd->get_name() + "]");
-    if (item.name == "config") throw CLI::ValidationError("--config", path + ": a config file cannot name another");
+    if (item.name == "config")
+      throw CLI::ValidationError("--config", path + ": a config file cannot name another");
     CLI::Option* op = cmd->get_option_no_throw("--" + item.name);
     if (op == nullptr)
-      throw CLI::ValidationError("--config", path + ": \"" + item.name + "\" is not a flag of colony " + cmd->get_name());
+      throw CLI::ValidationError(
+          "--config", path + ": \"" + item.name + "\" is not a flag of colony " + cmd->get_name());
     if (op->count() > 0) continue;  // given on the command line
     for (const std::string& v : item.inputs) op->add_result(v);
     try {

@@ -24,10 +24,14 @@ std::string human_duration(double s) {
 }
 
 Progress::Progress(FILE* out, double log_every_seconds)
-    : out_(out), tty_(isatty(fileno(out)) == 1), log_every_(log_every_seconds),
-      start_(Clock::now()), last_(start_) {}
+    : out_(out),
+      tty_(isatty(fileno(out)) == 1),
+      log_every_(log_every_seconds),
+      start_(Clock::now()),
+      last_(start_) {}
 
-void Progress::update(double fraction, double units_done, const char* unit, const std::string& status) {
+void Progress::update(double fraction, double units_done, const char* unit,
+                      const std::string& status) {
   const auto now = Clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double since_last = std::chrono::duration<double>(now - last_).count();

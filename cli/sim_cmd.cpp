@@ -41,75 +41,103 @@ Runner add_sim(CLI::App& app) {
       "sim", "Simulate a cluster on a virtual clock and network, with faults replayed from a seed");
   a->cmd = cmd;
   cmd->add_option("--nodes", o.nodes, "Worker nodes")->required();
-  cmd->add_option("--gpus-per-node", o.gpus_per_node, "Devices (worker replicas) per node")->capture_default_str();
+  cmd->add_option("--gpus-per-node", o.gpus_per_node, "Devices (worker replicas) per node")
+      ->capture_default_str();
   cmd->add_option("--ps", o.ps, "Parameter-server shards, one host each")->capture_default_str();
   cmd->add_option("--steps", o.steps, "Steps per worker")->capture_default_str();
   cmd->add_option("--push", a->push, "hierarchical (node aggregator) or flat")
-      ->check(CLI::IsMember({"flat", "hierarchical"}))->capture_default_str();
+      ->check(CLI::IsMember({"flat", "hierarchical"}))
+      ->capture_default_str();
   cmd->add_option("--trace", a->trace, "Fault trace file (JSON, docs/simulation.md)");
   cmd->add_option("--save-trace", a->save_trace,
                   "Write the run's fault trace (given and generated events) as a trace file");
-  cmd->add_option("--seed", o.seed, "Seed of every random choice: same seed, same run")->capture_default_str();
+  cmd->add_option("--seed", o.seed, "Seed of every random choice: same seed, same run")
+      ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
-  cmd->add_option("--timeline", a->timeline, "Write a Chrome trace-event timeline (opens in Perfetto)");
+  cmd->add_option("--timeline", a->timeline,
+                  "Write a Chrome trace-event timeline (opens in Perfetto)");
   cmd->add_option("--numerics", a->numerics,
                   "full (the real cores, real gradients), modelled (keys and sizes only) or auto "
                   "(full up to 2M samples)")
-      ->check(CLI::IsMember({"auto", "full", "modelled"}))->capture_default_str();
-  cmd->add_option("--model", a->model, "lr or fm")->check(CLI::IsMember({"lr", "fm"}))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "full", "modelled"}))
+      ->capture_default_str();
+  cmd->add_option("--model", a->model, "lr or fm")
+      ->check(CLI::IsMember({"lr", "fm"}))
+      ->capture_default_str();
   cmd->add_option("--dim", o.model.dim, "FM factor dimension")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Samples per device per step")->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
   cmd->add_option("--device", a->device, "gpu or cpu (each device a CPU core)")
-      ->check(CLI::IsMember({"gpu", "cpu"}))->capture_default_str();
-  cmd->add_option("--gpu-speedup", o.compute.gpu_speedup, "One GPU's samples/s over one CPU core's (assumed)")
+      ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
-  cmd->add_option("--cpu-lr-samples-per-sec", o.compute.cpu_lr_samples_per_sec, "LR samples/s of one core")
+  cmd->add_option("--gpu-speedup", o.compute.gpu_speedup,
+                  "One GPU's samples/s over one CPU core's (assumed)")
       ->capture_default_str();
-  cmd->add_option("--cpu-fm-samples-per-sec", o.compute.cpu_fm8_samples_per_sec, "FM dim 8 samples/s of one core")
+  cmd->add_option("--cpu-lr-samples-per-sec", o.compute.cpu_lr_samples_per_sec,
+                  "LR samples/s of one core")
       ->capture_default_str();
-  cmd->add_option("--shard-ns-per-row", o.compute.shard_ns_per_row, "A shard's CPU time per row read or updated")
+  cmd->add_option("--cpu-fm-samples-per-sec", o.compute.cpu_fm8_samples_per_sec,
+                  "FM dim 8 samples/s of one core")
       ->capture_default_str();
-  cmd->add_option("--worker-ns-per-sample", o.compute.worker_ns_per_sample,
-                  "Full numerics: a worker's CPU per sample beyond its compute (default 0; with --colocate "
-                  "the embedded cluster's calibrated 1500)");
+  cmd->add_option("--shard-ns-per-row", o.compute.shard_ns_per_row,
+                  "A shard's CPU time per row read or updated")
+      ->capture_default_str();
+  cmd->add_option(
+      "--worker-ns-per-sample", o.compute.worker_ns_per_sample,
+      "Full numerics: a worker's CPU per sample beyond its compute (default 0; with --colocate "
+      "the embedded cluster's calibrated 1500)");
   cmd->add_option("--jitter", o.compute.jitter, "Coefficient of variation of a step's compute time")
       ->capture_default_str();
-  cmd->add_option("--nic-gbps", o.network.nic_gbps, "NIC bandwidth per host, Gbit/s")->capture_default_str();
-  cmd->add_option("--latency-us", o.network.latency_us, "One-way latency within a rack, us")->capture_default_str();
-  cmd->add_option("--spine-latency-us", o.network.spine_latency_us, "Added latency across the spine, us")
+  cmd->add_option("--nic-gbps", o.network.nic_gbps, "NIC bandwidth per host, Gbit/s")
+      ->capture_default_str();
+  cmd->add_option("--latency-us", o.network.latency_us, "One-way latency within a rack, us")
+      ->capture_default_str();
+  cmd->add_option("--spine-latency-us", o.network.spine_latency_us,
+                  "Added latency across the spine, us")
       ->capture_default_str();
   cmd->add_option("--nodes-per-rack", o.network.nodes_per_rack, "Hosts per top-of-rack switch")
       ->capture_default_str();
-  cmd->add_option("--oversubscription", o.network.oversubscription, "Rack downlink over uplink capacity")
+  cmd->add_option("--oversubscription", o.network.oversubscription,
+                  "Rack downlink over uplink capacity")
       ->capture_default_str();
-  cmd->add_option("--intra-gbps", o.network.intra_gbps, "Intra-node (NVLink-class) bandwidth, Gbit/s")
+  cmd->add_option("--intra-gbps", o.network.intra_gbps,
+                  "Intra-node (NVLink-class) bandwidth, Gbit/s")
       ->capture_default_str();
-  cmd->add_option("--topology", a->topology,
-                  "JSON file of network fields (nic_gbps, latency_us, nodes_per_rack, ...); flags given "
-                  "on the command line win");
-  cmd->add_option("--rto-seconds", o.rto_s, "Re-send delay of a dropped message")->capture_default_str();
+  cmd->add_option(
+      "--topology", a->topology,
+      "JSON file of network fields (nic_gbps, latency_us, nodes_per_rack, ...); flags given "
+      "on the command line win");
+  cmd->add_option("--rto-seconds", o.rto_s, "Re-send delay of a dropped message")
+      ->capture_default_str();
   cmd->add_option("--faults", a->faults,
-                  "none, profile (failures drawn from per-component rates) or chaos (profile plus at least one "
+                  "none, profile (failures drawn from per-component rates) or chaos (profile plus "
+                  "at least one "
                   "crash and partition and random slow/clog/lossy/disk-full episodes)")
-      ->check(CLI::IsMember({"none", "profile", "chaos"}))->capture_default_str();
+      ->check(CLI::IsMember({"none", "profile", "chaos"}))
+      ->capture_default_str();
   auto profile = std::make_shared<sim::FailureProfile>();
-  cmd->add_option("--failures-per-gpu-day", profile->per_gpu_day, "Unexpected interruptions per GPU-day")
+  cmd->add_option("--failures-per-gpu-day", profile->per_gpu_day,
+                  "Unexpected interruptions per GPU-day")
       ->capture_default_str();
   cmd->add_option("--failure-rate-scale", profile->rate_scale, "Multiplies every failure rate")
       ->capture_default_str();
-  cmd->add_option("--restart-seconds", o.restart_s, "Time for a crashed host (or, with --days, the job) to restart")
+  cmd->add_option("--restart-seconds", o.restart_s,
+                  "Time for a crashed host (or, with --days, the job) to restart")
       ->capture_default_str();
-  cmd->add_option("--partition-seconds", a->partition_s, "How long a generated network failure lasts")
+  cmd->add_option("--partition-seconds", a->partition_s,
+                  "How long a generated network failure lasts")
       ->capture_default_str();
-  cmd->add_option("--checkpoint-interval", o.checkpoint.interval_s, "Seconds between checkpoints (0: none)")
+  cmd->add_option("--checkpoint-interval", o.checkpoint.interval_s,
+                  "Seconds between checkpoints (0: none)")
       ->capture_default_str();
   cmd->add_option("--checkpoint-cost", o.checkpoint.cost_s, "Seconds the job pauses per checkpoint")
       ->capture_default_str();
-  cmd->add_option("--days", o.days, "Goodput mode: simulate this many days of failures and checkpoints")
+  cmd->add_option("--days", o.days,
+                  "Goodput mode: simulate this many days of failures and checkpoints")
       ->capture_default_str();
-  cmd->add_option("--progress-bound", o.progress_bound_s,
-                  "Seconds within which a live worker must step after the last fault heals (0: derived)")
+  cmd->add_option(
+         "--progress-bound", o.progress_bound_s,
+         "Seconds within which a live worker must step after the last fault heals (0: derived)")
       ->capture_default_str();
   cmd->add_flag("--colocate", o.colocate,
                 "Full numerics: every core on one host, as in colony train's embedded cluster");
@@ -119,11 +147,13 @@ Runner add_sim(CLI::App& app) {
   cmd->add_option("--heartbeat-ms", o.heartbeat_ms,
                   "Full numerics: the coordinator's and members' heartbeat interval (simulated ms)")
       ->capture_default_str();
-  cmd->add_option("--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
-                  "Full numerics: silence after which the coordinator declares a member lost (simulated ms)")
+  cmd->add_option(
+         "--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
+         "Full numerics: silence after which the coordinator declares a member lost (simulated ms)")
       ->capture_default_str();
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
-  cmd->add_option("--fault-site", o.force_sites, "Force a fault site on: skip_ssp_gate, lose_log_tail");
+  cmd->add_option("--fault-site", o.force_sites,
+                  "Force a fault site on: skip_ssp_gate, lose_log_tail");
   return [a, profile]() {
     sim::SimOptions o = a->o;
     o.push = a->push == "flat" ? sim::PushKind::flat : sim::PushKind::hierarchical;
@@ -131,13 +161,15 @@ Runner add_sim(CLI::App& app) {
     if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
     o.model.kind = *model;
     auto consistency = parse_consistency(a->consistency);
-    if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
+    if (!consistency)
+      return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     o.consistency = *consistency;
     o.compute.gpu = a->device == "gpu";
     if (o.colocate && a->cmd->count("--worker-ns-per-sample") == 0)
       o.compute.worker_ns_per_sample = sim::embedded_worker_ns_per_sample;
     const uint64_t samples = uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch;
-    o.numerics = a->numerics == "full" || (a->numerics == "auto" && samples <= auto_full_samples_max && o.days == 0)
+    o.numerics = a->numerics == "full" ||
+                         (a->numerics == "auto" && samples <= auto_full_samples_max && o.days == 0)
                      ? sim::Numerics::full
                      : sim::Numerics::modelled;
     o.record_timeline = !a->timeline.empty();
@@ -157,8 +189,10 @@ Runner add_sim(CLI::App& app) {
     }
     if (Status s = sim::validate(o); !s.ok()) return fail(s);
     if (!(profile->per_gpu_day >= 0 && profile->rate_scale >= 0))
-      return fail(Status::invalid_input("--failures-per-gpu-day and --failure-rate-scale must be zero or more"));
-    if (!(a->partition_s >= 0)) return fail(Status::invalid_input("--partition-seconds must be zero or more"));
+      return fail(Status::invalid_input(
+          "--failures-per-gpu-day and --failure-rate-scale must be zero or more"));
+    if (!(a->partition_s >= 0))
+      return fail(Status::invalid_input("--partition-seconds must be zero or more"));
     if (!a->trace.empty()) {
       auto trace = sim::load_trace(a->trace, o.nodes, o.ps);
       if (!trace) return fail(trace.status());
@@ -198,20 +232,25 @@ Runner add_sim(CLI::App& app) {
       out << sim::trace_json(o.trace) << "\n";
       out.close();
       if (!out) {
-        std::fprintf(stderr, "colony: error: --save-trace %s: cannot write the file\n", a->save_trace.c_str());
+        std::fprintf(stderr, "colony: error: --save-trace %s: cannot write the file\n",
+                     a->save_trace.c_str());
         return 1;
       }
     }
     std::fprintf(stderr,
-                 "colony sim: %u node%s x %u %s, %u ps, %u steps, %s push, %s, seed %llu, %zu fault event%s\n",
-                 o.nodes, o.nodes == 1 ? "" : "s", o.gpus_per_node, a->device.c_str(), o.ps, o.steps, a->push.c_str(),
-                 to_string(o.consistency).c_str(), static_cast<unsigned long long>(o.seed), o.trace.events.size(),
+                 "colony sim: %u node%s x %u %s, %u ps, %u steps, %s push, %s, seed %llu, %zu "
+                 "fault event%s\n",
+                 o.nodes, o.nodes == 1 ? "" : "s", o.gpus_per_node, a->device.c_str(), o.ps,
+                 o.steps, a->push.c_str(), to_string(o.consistency).c_str(),
+                 static_cast<unsigned long long>(o.seed), o.trace.events.size(),
                  o.trace.events.size() == 1 ? "" : "s");
     Progress progress(stderr);
-    auto result = sim::simulate(o, [&](double f) { progress.update(f, f * 100.0, "%", "simulating"); });
+    auto result =
+        sim::simulate(o, [&](double f) { progress.update(f, f * 100.0, "%", "simulating"); });
     progress.finish();
     if (!result) return fail(result.status());
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const sim::SimResult& r = *result;
     nlohmann::json violations = r.invariant_violations;
     nlohmann::json rep = {
@@ -263,37 +302,46 @@ Runner add_sim(CLI::App& app) {
     std::string text = rep.dump(2);
     text.insert(text.size() - 2, fmt::format(",\n  \"wall_seconds\": {:.3f}", wall));
     std::printf("colony sim  seed %llu  numerics %s  %u nodes x %u %s  %u ps  %s push  %s\n",
-                static_cast<unsigned long long>(o.seed), r.numerics.c_str(), o.nodes, o.gpus_per_node,
-                a->device.c_str(), o.ps, a->push.c_str(), to_string(o.consistency).c_str());
+                static_cast<unsigned long long>(o.seed), r.numerics.c_str(), o.nodes,
+                o.gpus_per_node, a->device.c_str(), o.ps, a->push.c_str(),
+                to_string(o.consistency).c_str());
     std::printf("  simulated %s (%.6f s) in %.2f s wall (%.0fx), %s events\n",
                 human_duration(r.simulated_seconds).c_str(), r.simulated_seconds, wall,
                 wall > 0 ? r.simulated_seconds / wall : 0.0, human_count(double(r.events)).c_str());
     std::printf("  samples/s simulated %s  (%s samples, %s %.3f ms)\n",
-                human_count(r.samples_per_sec_simulated).c_str(), human_count(double(r.samples)).c_str(),
-                o.days > 0 ? "whole step" : "step compute", r.step_seconds * 1e3);
+                human_count(r.samples_per_sec_simulated).c_str(),
+                human_count(double(r.samples)).c_str(), o.days > 0 ? "whole step" : "step compute",
+                r.step_seconds * 1e3);
     std::printf("  comm overhead %.1f%%  gate wait %.1f%%  effective training time %.1f%%\n",
-                100 * r.comm_overhead_fraction, 100 * r.gate_wait_fraction, 100 * r.effective_training_time_ratio);
-    std::printf("  failures injected %llu  checkpoints %llu", static_cast<unsigned long long>(r.failures_injected),
+                100 * r.comm_overhead_fraction, 100 * r.gate_wait_fraction,
+                100 * r.effective_training_time_ratio);
+    std::printf("  failures injected %llu  checkpoints %llu",
+                static_cast<unsigned long long>(r.failures_injected),
                 static_cast<unsigned long long>(r.checkpoints));
     if (o.days > 0)
-      std::printf("  MTBF %.0f s  Young/Daly interval %.0f s", r.mtbf_seconds, r.young_daly_interval_seconds);
+      std::printf("  MTBF %.0f s  Young/Daly interval %.0f s", r.mtbf_seconds,
+                  r.young_daly_interval_seconds);
     if (r.members > 0)
-      std::printf("\n  coordinator: %u members, %u worker member%s lost%s%s", r.members, r.workers_lost,
-                  r.workers_lost == 1 ? "" : "s", r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
-    std::printf("\n  invariants: %s\n", r.invariant_violations.empty()
-                                            ? "all held"
-                                            : fmt::format("{} violated", r.invariant_violations.size()).c_str());
+      std::printf("\n  coordinator: %u members, %u worker member%s lost%s%s", r.members,
+                  r.workers_lost, r.workers_lost == 1 ? "" : "s",
+                  r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
+    std::printf("\n  invariants: %s\n",
+                r.invariant_violations.empty()
+                    ? "all held"
+                    : fmt::format("{} violated", r.invariant_violations.size()).c_str());
     for (size_t i = 0; i < std::min<size_t>(5, r.invariant_violations.size()); ++i)
       std::printf("    %s\n", r.invariant_violations[i].c_str());
     std::printf("  replay: colony sim ... --seed %llu  (event trace hash %016llx)\n",
-                static_cast<unsigned long long>(o.seed), static_cast<unsigned long long>(r.event_trace_hash));
+                static_cast<unsigned long long>(o.seed),
+                static_cast<unsigned long long>(r.event_trace_hash));
     if (!a->report.empty() && !write_report(a->report, text)) return 1;
     if (!a->timeline.empty()) {
       std::ofstream out(a->timeline);
       out << sim::timeline_json(r) << "\n";
       out.close();
       if (!out) {
-        std::fprintf(stderr, "colony: error: --timeline %s: cannot write the file\n", a->timeline.c_str());
+        std::fprintf(stderr, "colony: error: --timeline %s: cannot write the file\n",
+                     a->timeline.c_str());
         return 1;
       }
     }

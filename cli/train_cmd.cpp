@@ -5,10 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/embedded_cluster.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "gpu/device.h"
-#include "actors/embedded_cluster.h"
 #include "worker/train_job.h"
 
 namespace colony::cli {
@@ -43,27 +43,35 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--test", j.test, "Test file (required with --data)");
   cmd->add_option("--model", a->model, "lr or fm")->capture_default_str();
   cmd->add_option("--dim", j.trainer.model.dim, "FM factor dimension")
-      ->check(CLI::Range(size_t{1}, max_fm_dim))->capture_default_str();
+      ->check(CLI::Range(size_t{1}, max_fm_dim))
+      ->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
-  cmd->add_option("--lr", a->lr, "Step size, FTRL's alpha (default per optimizer: sgd 0.02, "
+  cmd->add_option("--lr", a->lr,
+                  "Step size, FTRL's alpha (default per optimizer: sgd 0.02, "
                   "adagrad 0.02, ftrl 0.05, adam 0.001)");
   cmd->add_option("--l1", a->l1, "L1 strength, FTRL only (default: ftrl 20)");
   cmd->add_option("--l2", a->l2, "L2 strength (default: ftrl 20, others 0)");
-  cmd->add_option("--batch", j.batch, "Samples per step")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--epochs", j.epochs, "Passes over the training data")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--store", a->store,
-                  "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; a store "
-                  "left by the same job is continued, another job's is refused)")
+  cmd->add_option("--batch", j.batch, "Samples per step")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--cache-bytes", a->cache_bytes,
-                  "With rocksdb:DIR: keep hot rows in this many bytes of memory (all shards together) "
-                  "over RocksDB, writing rows back when evicted (tiered store)");
+  cmd->add_option("--epochs", j.epochs, "Passes over the training data")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option(
+         "--store", a->store,
+         "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; a store "
+         "left by the same job is continued, another job's is refused)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--cache-bytes", a->cache_bytes,
+      "With rocksdb:DIR: keep hot rows in this many bytes of memory (all shards together) "
+      "over RocksDB, writing rows back when evicted (tiered store)");
   cmd->add_option("--admit-after", a->cluster.admit_after,
                   "Feature admission: a key gets a row once pulled this many times (counted in a "
                   "count-min sketch); until then pulls see its initial value and pushes to it are "
                   "dropped (0: at once)")
-      ->check(CLI::Range(0u, 255u))->capture_default_str();
+      ->check(CLI::Range(0u, 255u))
+      ->capture_default_str();
   cmd->add_option("--evict-after", a->cluster.evict_after,
                   "Remove rows not updated during the last T steps (0: never)")
       ->capture_default_str();
@@ -73,7 +81,8 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--checkpoint-dir", a->cluster.checkpoint_dir,
                   "Where checkpoints go (default with rocksdb:DIR: DIR/checkpoints)");
   cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
-      ->check(CLI::IsMember({"lfu", "lru"}))->capture_default_str();
+      ->check(CLI::IsMember({"lfu", "lru"}))
+      ->capture_default_str();
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
@@ -84,30 +93,40 @@ Runner add_train(CLI::App& app) {
                   "Where binary caches of text files go (default: beside each file)");
   cmd->add_flag("--no-cache", a->no_cache, "Neither read nor write binary caches");
   cmd->add_option("--shards", a->cluster.shards, "Parameter-server shards (actors)")
-      ->check(CLI::Range(1u, 4096u))->capture_default_str();
-  cmd->add_option("--workers", a->cluster.workers, "Worker replicas (actors)")
-      ->check(CLI::Range(1u, 4096u))->capture_default_str();
-  cmd->add_option("--consistency", a->consistency, "bsp, ssp:K (reads at most K clocks stale) or asp")
+      ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
-  cmd->add_option("--push", a->push,
-                  "hierarchical (one push per node and shard, summed by the node's aggregator) or flat")
+  cmd->add_option("--workers", a->cluster.workers, "Worker replicas (actors)")
+      ->check(CLI::Range(1u, 4096u))
+      ->capture_default_str();
+  cmd->add_option("--consistency", a->consistency,
+                  "bsp, ssp:K (reads at most K clocks stale) or asp")
+      ->capture_default_str();
+  cmd->add_option(
+         "--push", a->push,
+         "hierarchical (one push per node and shard, summed by the node's aggregator) or flat")
       ->capture_default_str();
   cmd->add_option("--replicas-per-node", a->cluster.replicas_per_node,
                   "Workers per node for hierarchical push (0: all workers form one node)")
       ->capture_default_str();
-  cmd->add_option("--max-inflight", a->cluster.max_inflight,
-                  "Steps whose pulls a worker keeps in flight (2: pull batch i+1 while computing i)")
-      ->check(CLI::Range(size_t{1}, size_t{64}))->capture_default_str();
+  cmd->add_option(
+         "--max-inflight", a->cluster.max_inflight,
+         "Steps whose pulls a worker keeps in flight (2: pull batch i+1 while computing i)")
+      ->check(CLI::Range(size_t{1}, size_t{64}))
+      ->capture_default_str();
   cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
       ->capture_default_str();
-  cmd->add_option("--engine", a->engine,
-                  "cluster (PS shards and workers as actors) or local (the single-process reference "
-                  "trainer; ignores the cluster flags)")
-      ->check(CLI::IsMember({"cluster", "local"}))->capture_default_str();
+  cmd->add_option(
+         "--engine", a->engine,
+         "cluster (PS shards and workers as actors) or local (the single-process reference "
+         "trainer; ignores the cluster flags)")
+      ->check(CLI::IsMember({"cluster", "local"}))
+      ->capture_default_str();
   cmd->add_option("--rows", j.generate.rows, "Generated training rows (without --data)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--test-rows", j.generate.test_rows, "Generated test rows (without --data)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   return [a]() {
     TrainJobOptions o = a->job;
     auto model = parse_model(a->model);
@@ -126,16 +145,20 @@ Runner add_train(CLI::App& app) {
     cluster.store = *store;
     cluster.store.policy = parse_eviction_policy(a->eviction).value();
     if (a->engine == "local" && cluster.admit_after > 1)
-      return fail(Status::invalid_input("--admit-after: feature admission runs in the PS shards; use --engine cluster"));
+      return fail(Status::invalid_input(
+          "--admit-after: feature admission runs in the PS shards; use --engine cluster"));
     if (a->engine == "local" && cluster.evict_after)
-      return fail(Status::invalid_input("--evict-after: eviction runs in the PS shards; use --engine cluster"));
+      return fail(Status::invalid_input(
+          "--evict-after: eviction runs in the PS shards; use --engine cluster"));
     if (a->engine == "local" && cluster.checkpoint_every)
-      return fail(Status::invalid_input("--checkpoint-every: checkpoints are taken by the PS shards; use --engine cluster"));
+      return fail(Status::invalid_input(
+          "--checkpoint-every: checkpoints are taken by the PS shards; use --engine cluster"));
     if (a->engine == "local" && cluster.store.kind != StoreKind::memory)
-      return fail(Status::invalid_input("--store " + a->store +
-                                        ": the local engine keeps rows in memory; use --engine cluster"));
+      return fail(Status::invalid_input(
+          "--store " + a->store + ": the local engine keeps rows in memory; use --engine cluster"));
     auto consistency = parse_consistency(a->consistency);
-    if (!consistency) return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
+    if (!consistency)
+      return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     cluster.consistency = *consistency;
     auto push = parse_push_mode(a->push);
     if (!push) return fail(Status::invalid_input("--push: " + push.status().message()));
@@ -146,11 +169,14 @@ Runner add_train(CLI::App& app) {
     const std::string engine_text =
         local ? std::string("single-process trainer")
               : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
-                            cluster.shards == 1 ? "" : "s", cluster.workers, cluster.workers == 1 ? "" : "s",
-                            to_string(cluster.consistency), to_string(cluster.push), to_string(cluster.store));
+                            cluster.shards == 1 ? "" : "s", cluster.workers,
+                            cluster.workers == 1 ? "" : "s", to_string(cluster.consistency),
+                            to_string(cluster.push), to_string(cluster.store));
     std::fprintf(stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s; %s; backend %s\n",
                  to_string(o.trainer.model.kind),
-                 o.trainer.model.kind == ModelKind::fm ? fmt::format(" (dim {})", o.trainer.model.dim).c_str() : "",
+                 o.trainer.model.kind == ModelKind::fm
+                     ? fmt::format(" (dim {})", o.trainer.model.dim).c_str()
+                     : "",
                  to_string(o.trainer.optimizer.kind), o.trainer.optimizer.lr, o.batch, o.epochs,
                  o.epochs == 1 ? "" : "s", engine_text.c_str(), describe_backends().c_str());
     if (o.data.empty())
@@ -178,12 +204,15 @@ Runner add_train(CLI::App& app) {
         progress.update(p.fraction, double(p.samples), "samples", status);
       }
     };
-    auto result = local ? run_train_job(o, on_progress) : run_cluster_train_job(o, cluster, on_progress);
+    auto result =
+        local ? run_train_job(o, on_progress) : run_cluster_train_job(o, cluster, on_progress);
     progress.finish();
     if (!result) return fail(result.status());
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const TrainJobResult& r = *result;
-    if (!r.cache_note.empty()) std::fprintf(stderr, "note: binary cache: %s\n", r.cache_note.c_str());
+    if (!r.cache_note.empty())
+      std::fprintf(stderr, "note: binary cache: %s\n", r.cache_note.c_str());
     const double sps = r.train_seconds > 0 ? double(r.train_samples) / r.train_seconds : 0.0;
     for (const EpochResult& e : r.epochs)
       std::printf("epoch %d: train logloss %.5f  test logloss %.5f  test auc %.4f\n", e.epoch,
@@ -214,7 +243,8 @@ Runner add_train(CLI::App& app) {
         {"read_from_cache", r.read_from_cache},
         {"engine", a->engine},
         {"train_cpu_seconds", r.train_cpu_seconds},
-        {"cpu_seconds_per_sample", r.train_samples ? r.train_cpu_seconds / double(r.train_samples) : 0.0},
+        {"cpu_seconds_per_sample",
+         r.train_samples ? r.train_cpu_seconds / double(r.train_samples) : 0.0},
     };
     if (!local) {
       const double n = double(std::max<uint64_t>(r.train_samples, 1));
@@ -237,11 +267,14 @@ Runner add_train(CLI::App& app) {
     }
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs)
-      per_epoch.push_back({{"epoch", e.epoch}, {"train_logloss", e.train_logloss},
-                           {"test_logloss", e.test_logloss}, {"test_auc", e.test_auc}});
+      per_epoch.push_back({{"epoch", e.epoch},
+                           {"train_logloss", e.train_logloss},
+                           {"test_logloss", e.test_logloss},
+                           {"test_auc", e.test_auc}});
     rep["per_epoch"] = per_epoch;
-    std::printf("test_logloss %.5f  test_auc %.4f  table_rows %llu  table_bytes %s", r.test_logloss, r.test_auc,
-                static_cast<unsigned long long>(r.model_rows), human_count(double(r.table_bytes)).c_str());
+    std::printf("test_logloss %.5f  test_auc %.4f  table_rows %llu  table_bytes %s", r.test_logloss,
+                r.test_auc, static_cast<unsigned long long>(r.model_rows),
+                human_count(double(r.table_bytes)).c_str());
     if (r.planted) {
       const double gap = r.test_logloss / r.planted->planted_logloss_test - 1.0;
       rep["planted_logloss_test"] = r.planted->planted_logloss_test;
@@ -255,10 +288,11 @@ Runner add_train(CLI::App& app) {
                 static_cast<unsigned long long>(r.train_samples), human_count(sps).c_str(), wall,
                 human_count(double(peak_rss_bytes())).c_str());
     if (!local)
-      std::printf("\npush_messages_per_sample %.4f  push_bytes_per_sample %.1f  pulls_deferred %llu",
-                  double(r.push_messages) / double(std::max<uint64_t>(r.train_samples, 1)),
-                  double(r.push_bytes) / double(std::max<uint64_t>(r.train_samples, 1)),
-                  static_cast<unsigned long long>(r.pulls_deferred));
+      std::printf(
+          "\npush_messages_per_sample %.4f  push_bytes_per_sample %.1f  pulls_deferred %llu",
+          double(r.push_messages) / double(std::max<uint64_t>(r.train_samples, 1)),
+          double(r.push_bytes) / double(std::max<uint64_t>(r.train_samples, 1)),
+          static_cast<unsigned long long>(r.pulls_deferred));
     if (r.bad_lines_skipped > 0)
       std::printf("  bad_lines_skipped %llu", static_cast<unsigned long long>(r.bad_lines_skipped));
     std::printf("\n");

@@ -19,7 +19,9 @@ constexpr uint64_t mix64(uint64_t x) {
 }
 
 // Combines two words into one hash (order matters).
-constexpr uint64_t hash_combine(uint64_t a, uint64_t b) { return mix64(a ^ mix64(b + 0x632be59bd9b4e019ULL)); }
+constexpr uint64_t hash_combine(uint64_t a, uint64_t b) {
+  return mix64(a ^ mix64(b + 0x632be59bd9b4e019ULL));
+}
 
 // FNV-1a over bytes, then finalised: for hashing the text of a categorical value.
 constexpr uint64_t hash_bytes(std::string_view s) {
@@ -35,14 +37,18 @@ inline constexpr uint64_t key_value_mask = (uint64_t{1} << (64 - key_field_bits)
 constexpr uint64_t make_key(uint32_t field, uint64_t value_hash) {
   return (uint64_t{field} << (64 - key_field_bits)) | (value_hash & key_value_mask);
 }
-constexpr uint32_t key_field(uint64_t key) { return static_cast<uint32_t>(key >> (64 - key_field_bits)); }
+constexpr uint32_t key_field(uint64_t key) {
+  return static_cast<uint32_t>(key >> (64 - key_field_bits));
+}
 
 // The model's global bias lives in a row of its own under this key, which no reader produces
 // (field 255 is reserved).
 inline constexpr uint64_t bias_key = make_key(255, 0);
 
 // Uniform double in [0, 1) from a 64-bit hash (53 random bits).
-constexpr double unit_double(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+constexpr double unit_double(uint64_t h) {
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
 
 // A seeded, splittable generator for the data generator and tests. Not for cryptography.
 class SplitMix64 {

@@ -28,7 +28,8 @@ double auc(std::span<const float> score, std::span<const float> y) {
     if (std::isnan(s)) return std::numeric_limits<double>::quiet_NaN();  // no order to sort by
   std::vector<uint32_t> order(n);
   std::iota(order.begin(), order.end(), 0u);
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return score[a] < score[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return score[a] < score[b]; });
   // Sum of the (average) ranks of the positives.
   double rank_sum = 0.0;
   double positives = 0.0;

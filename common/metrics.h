@@ -18,7 +18,9 @@ inline double logloss_from_logit(double logit, double y) {
   return y * loss_if_positive + (1.0 - y) * loss_if_negative;
 }
 
-inline double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+inline double sigmoid(double z) {
+  return 1.0 / (1.0 + std::exp(-z));
+}
 
 // Mean log loss of probabilities `p` against labels `y` (same size, y in {0, 1}). Each p is
 // clipped to [1e-15, 1 - 1e-15] so a confident mistake costs a large but finite amount.

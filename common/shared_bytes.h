@@ -18,7 +18,8 @@ class SharedBytes {
   // for as long as this handle is used (nothing may hold on to them).
   SharedBytes(std::shared_ptr<const void> owner, const uint8_t* data, size_t size)
       : owner_(std::move(owner)), data_(data), size_(size) {}
-  explicit SharedBytes(std::span<const uint8_t> borrowed) : data_(borrowed.data()), size_(borrowed.size()) {}
+  explicit SharedBytes(std::span<const uint8_t> borrowed)
+      : data_(borrowed.data()), size_(borrowed.size()) {}
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }

@@ -55,9 +55,18 @@ class [[nodiscard]] Expected {
   bool ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return ok(); }
   // Precondition: ok(). Reading the value of an error is a bug (asserted).
-  T& value() & { check(); return std::get<T>(v_); }
-  const T& value() const& { check(); return std::get<T>(v_); }
-  T&& value() && { check(); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    check();
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    check();
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    check();
+    return std::get<T>(std::move(v_));
+  }
   T& operator*() & { return value(); }
   T&& operator*() && { return std::move(*this).value(); }
   T* operator->() { return &value(); }
@@ -66,17 +75,21 @@ class [[nodiscard]] Expected {
  private:
   void check() const {
     if (!ok()) {
-      std::fprintf(stderr, "colony: internal error: value() of an error: %s\n", status().message().c_str());
+      std::fprintf(stderr, "colony: internal error: value() of an error: %s\n",
+                   status().message().c_str());
       std::abort();
     }
   }
   std::variant<T, Status> v_;
 };
 
-[[noreturn]] void assert_failed(const char* expr, const char* file, int line, const std::string& detail);
+[[noreturn]] void assert_failed(const char* expr, const char* file, int line,
+                                const std::string& detail);
 
 // The optional message of COLONY_ASSERT: a fmt format string and its arguments.
-inline std::string detail_message() { return {}; }
+inline std::string detail_message() {
+  return {};
+}
 template <class... A>
 std::string detail_message(const char* f, A&&... args) {
   return fmt::format(fmt::runtime(f), std::forward<A>(args)...);
@@ -85,9 +98,8 @@ std::string detail_message(const char* f, A&&... args) {
 }  // namespace colony
 
 // An invariant of our own code. Stays on in release builds; prints the values involved.
-#define COLONY_ASSERT(cond, ...)                                                            \
-  do {                                                                                      \
-    if (!(cond)) [[unlikely]]                                                               \
-      ::colony::assert_failed(#cond, __FILE__, __LINE__,                                    \
-                              ::colony::detail_message(__VA_ARGS__));                       \
+#define COLONY_ASSERT(cond, ...)                                                                 \
+  do {                                                                                           \
+    if (!(cond)) [[unlikely]]                                                                    \
+      ::colony::assert_failed(#cond, __FILE__, __LINE__, ::colony::detail_message(__VA_ARGS__)); \
   } while (0)

@@ -2,9 +2,9 @@
 
 #include <cerrno>
 #include <charconv>
-#include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -20,11 +20,11 @@ namespace {
 
 // Criteo (Kaggle display-advertising) vocabulary sizes and missing rates, field by field.
 constexpr std::array<uint32_t, gen_cat_fields> criteo_vocab = {
-    1460,    583, 10131227, 2202608, 305,   24, 12517, 633,    3,     93145, 5683,   8351593, 3194,
-    27,    14992, 5461306,  10,      5652,  2173, 4,    7046547, 18,   15,    286181, 105,    142572};
+    1460, 583,   10131227, 2202608, 305,  24,   12517, 633,     3,  93145, 5683,   8351593, 3194,
+    27,   14992, 5461306,  10,      5652, 2173, 4,     7046547, 18, 15,    286181, 105,     142572};
 constexpr std::array<double, gen_cat_fields> criteo_cat_missing = {
-    0, 0, 0.03, 0.03, 0, 0, 0, 0, 0, 0, 0, 0.03, 0, 0, 0, 0.03, 0, 0, 0.44, 0.44, 0.03, 0.76, 0,
-    0.03, 0.44, 0.44};
+    0, 0, 0.03, 0.03, 0, 0,    0,    0,    0,    0, 0,    0.03, 0,
+    0, 0, 0.03, 0,    0, 0.44, 0.44, 0.03, 0.76, 0, 0.03, 0.44, 0.44};
 constexpr std::array<double, gen_int_fields> criteo_int_missing = {
     0.45, 0, 0.21, 0.22, 0.03, 0.22, 0.04, 0, 0.04, 0.45, 0.04, 0.77, 0.22};
 // Typical log-scale of each integer field's counts.
@@ -49,7 +49,9 @@ double normal_from(uint64_t h) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-double rank_shrink(uint32_t id) { return std::pow(1.0 + id / rank_scale, -rank_decay); }
+double rank_shrink(uint32_t id) {
+  return std::pow(1.0 + id / rank_scale, -rank_decay);
+}
 
 // A bijection on 32 bits, for Criteo-style hex tokens that look random but never collide.
 uint32_t permute32(uint32_t x, uint32_t salt) {
@@ -127,7 +129,8 @@ double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed, bool p
       continue;
     }
     const double g = normal_from(rng.next());
-    const int64_t x = std::max<int64_t>(0, static_cast<int64_t>(std::exp(int_log_mean[i] + 1.2 * g)) - 1);
+    const int64_t x =
+        std::max<int64_t>(0, static_cast<int64_t>(std::exp(int_log_mean[i] + 1.2 * g)) - 1);
     row.ints[i] = x;
     row.int_present |= 1u << i;
     z += int_weight_[i] * int_feature_value(x);
@@ -186,7 +189,8 @@ void Generator::append_features(const RawRow& row, Batch& out) const {
     if (row.int_present & (1u << i))
       out.add_feature(make_key(0, mix64(i + 1)), int_feature_value(row.ints[i]));
   for (size_t j = 0; j < gen_cat_fields; ++j)
-    if (row.cat_present & (1u << j)) out.add_feature(make_key(0, mix64(libsvm_index(j, row.cats[j]))), 1.0f);
+    if (row.cat_present & (1u << j))
+      out.add_feature(make_key(0, mix64(libsvm_index(j, row.cats[j]))), 1.0f);
   out.finish_row(row.label);
 }
 

@@ -38,9 +38,9 @@ struct GeneratorConfig {
 
 struct RawRow {
   float label = 0.0f;
-  double planted_p = 0.0;                 // the planted model's probability of a click
-  uint32_t int_present = 0;               // bit i: integer field i is present
-  uint32_t cat_present = 0;               // bit j: categorical field j is present
+  double planted_p = 0.0;    // the planted model's probability of a click
+  uint32_t int_present = 0;  // bit i: integer field i is present
+  uint32_t cat_present = 0;  // bit j: categorical field j is present
   std::array<int64_t, gen_int_fields> ints{};
   std::array<uint32_t, gen_cat_fields> cats{};  // 0-based id within the field (0 = most frequent)
 };

@@ -45,21 +45,21 @@ enum class DataFormat { libsvm, criteo, cache };
 const char* to_string(DataFormat f);
 
 struct ReaderOptions {
-  size_t batch_rows = 512;        // rows per batch; every batch but the last is full
-  uint64_t skip_bad_lines = 0;    // malformed lines tolerated before failing
-  bool use_cache = true;          // read a valid cache; write one on the first full pass
-  std::string cache_dir;          // where caches live; empty = beside the source file
-  size_t prefetch_batches = 4;    // batches read ahead on a background thread; 0 = none
+  size_t batch_rows = 512;      // rows per batch; every batch but the last is full
+  uint64_t skip_bad_lines = 0;  // malformed lines tolerated before failing
+  bool use_cache = true;        // read a valid cache; write one on the first full pass
+  std::string cache_dir;        // where caches live; empty = beside the source file
+  size_t prefetch_batches = 4;  // batches read ahead on a background thread; 0 = none
 };
 
 struct ReaderStats {
-  uint64_t rows = 0;               // samples returned so far
-  uint64_t bad_lines_skipped = 0;  // malformed lines skipped so far (see skip_bad_lines)
-  uint64_t bytes_read = 0;         // bytes of the underlying file consumed so far
-  uint64_t bytes_total = 0;        // size of the underlying file (for progress)
-  uint64_t rows_total = 0;         // total samples when known in advance (cache), else 0
+  uint64_t rows = 0;                       // samples returned so far
+  uint64_t bad_lines_skipped = 0;          // malformed lines skipped so far (see skip_bad_lines)
+  uint64_t bytes_read = 0;                 // bytes of the underlying file consumed so far
+  uint64_t bytes_total = 0;                // size of the underlying file (for progress)
+  uint64_t rows_total = 0;                 // total samples when known in advance (cache), else 0
   DataFormat format = DataFormat::libsvm;  // the source's format
-  bool from_cache = false;         // true when rows come from a binary cache
+  bool from_cache = false;                 // true when rows come from a binary cache
   // Why a cache was not used or not written (unwritable directory, stale or corrupt cache),
   // for the user to see; empty when there is nothing to say. Reading goes on without it.
   std::string cache_note;
@@ -77,7 +77,8 @@ class BatchReader {
 
 // Opens `path` for one pass. Fails with not_found (missing file), invalid_input (empty file,
 // unknown format, or a cache file whose contents are corrupt) or io_error.
-Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path, const ReaderOptions& options);
+Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
+                                                   const ReaderOptions& options);
 
 // Where the binary cache of `source_path` lives under `options`: `<source>.colonycache`
 // beside it, or `<cache_dir>/<file name>-<hash of absolute path>.colonycache`.

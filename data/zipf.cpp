@@ -8,9 +8,13 @@ namespace colony {
 
 namespace {
 // log(1 + x) / x, accurate near 0.
-double helper1(double x) { return std::fabs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x / 3.0); }
+double helper1(double x) {
+  return std::fabs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x / 3.0);
+}
 // (exp(x) - 1) / x, accurate near 0.
-double helper2(double x) { return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x / 3.0); }
+double helper2(double x) {
+  return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x / 3.0);
+}
 }  // namespace
 
 ZipfSampler::ZipfSampler(uint64_t n, double exponent) : n_(n), s_(exponent) {
@@ -20,7 +24,9 @@ ZipfSampler::ZipfSampler(uint64_t n, double exponent) : n_(n), s_(exponent) {
   threshold_ = 2.0 - h_integral_inverse(h_integral(2.5) - h(2.0));
 }
 
-double ZipfSampler::h(double x) const { return std::exp(-s_ * std::log(x)); }
+double ZipfSampler::h(double x) const {
+  return std::exp(-s_ * std::log(x));
+}
 
 double ZipfSampler::h_integral(double x) const {
   const double lx = std::log(x);

@@ -6,10 +6,16 @@ namespace colony {
 
 #ifdef COLONY_HAVE_CUDA
 std::vector<DeviceInfo> cuda_devices_impl(std::string* why_none);  // cuda_device.cu
-bool cuda_compiled() { return true; }
-std::vector<DeviceInfo> cuda_devices(std::string* why_none) { return cuda_devices_impl(why_none); }
+bool cuda_compiled() {
+  return true;
+}
+std::vector<DeviceInfo> cuda_devices(std::string* why_none) {
+  return cuda_devices_impl(why_none);
+}
 #else
-bool cuda_compiled() { return false; }
+bool cuda_compiled() {
+  return false;
+}
 std::vector<DeviceInfo> cuda_devices(std::string* why_none) {
   if (why_none) *why_none = "built without CUDA";
   return {};

@@ -20,29 +20,34 @@ const MessageHeader& header_of(const PsMessage& m) {
 }
 
 const char* kind_name(const PsMessage& m) {
-  static constexpr const char* names[] = {"pull",        "pull reply",     "push",    "push ack",
+  static constexpr const char* names[] = {"pull",          "pull reply",       "push", "push ack",
                                           "clock advance", "shard map update", "error"};
   return names[m.index()];
 }
 
 const char* role_name(NodeRole r) {
   switch (r) {
-    case NodeRole::shard: return "shard";
-    case NodeRole::replica: return "worker replica";
-    case NodeRole::aggregator: return "node aggregator";
-    case NodeRole::coordinator: return "coordinator";
+    case NodeRole::shard:
+      return "shard";
+    case NodeRole::replica:
+      return "worker replica";
+    case NodeRole::aggregator:
+      return "node aggregator";
+    case NodeRole::coordinator:
+      return "coordinator";
   }
   return "?";
 }
 
 // Checks that the ranges [first, first + count) of `ranges` tile [begin, begin + total).
-Status tiles(std::vector<std::pair<uint64_t, uint64_t>> ranges, uint64_t begin, uint64_t total, const char* what) {
+Status tiles(std::vector<std::pair<uint64_t, uint64_t>> ranges, uint64_t begin, uint64_t total,
+             const char* what) {
   std::sort(ranges.begin(), ranges.end());
   uint64_t next = begin;
   for (const auto& [first, count] : ranges) {
     if (first != next)
-      return Status::invalid_input(fmt::format("the layout's {} leave a gap or overlap at node {} (expected {})",
-                                               what, first, next));
+      return Status::invalid_input(fmt::format(
+          "the layout's {} leave a gap or overlap at node {} (expected {})", what, first, next));
     next = first + count;
   }
   if (next != begin + total)
@@ -78,8 +83,10 @@ Welcome plan_layout(std::vector<MemberInfo> members, const JobSpec& job, ShardMa
   w.coordinator_node = assign_nodes(members, job.hierarchical);
   map.shards = 0;
   for (const MemberInfo& m : members) {
-    if (m.role == MemberRole::ps) map.shards += m.count;
-    else w.workers_total += m.count;
+    if (m.role == MemberRole::ps)
+      map.shards += m.count;
+    else
+      w.workers_total += m.count;
   }
   w.map = map;
   w.members = std::move(members);
@@ -94,53 +101,59 @@ bool ClusterLayout::durable_shards() const {
 Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
   if (w.members.empty()) return Status::invalid_input("the layout lists no members");
   if (w.you >= w.members.size())
-    return Status::invalid_input(fmt::format("the layout names member {} as the receiver, of {} members", w.you,
-                                             w.members.size()));
+    return Status::invalid_input(fmt::format(
+        "the layout names member {} as the receiver, of {} members", w.you, w.members.size()));
   if (w.heartbeat_ms == 0 || w.heartbeat_timeout_ms <= w.heartbeat_ms)
-    return Status::invalid_input(fmt::format("the layout's heartbeat timeout {} ms is not above its interval {} ms",
-                                             w.heartbeat_timeout_ms, w.heartbeat_ms));
+    return Status::invalid_input(
+        fmt::format("the layout's heartbeat timeout {} ms is not above its interval {} ms",
+                    w.heartbeat_timeout_ms, w.heartbeat_ms));
   std::vector<std::pair<uint64_t, uint64_t>> shard_ranges, replica_ranges, aggregators;
   uint64_t shards = 0, replicas = 0;
   std::set<std::string> keys;
   for (size_t i = 0; i < w.members.size(); ++i) {
     const MemberInfo& m = w.members[i];
     if (m.count == 0 || m.count > member_nodes_max)
-      return Status::invalid_input(
-          fmt::format("member {} of the layout hosts {} nodes, outside 1..{}", i, m.count, member_nodes_max));
+      return Status::invalid_input(fmt::format(
+          "member {} of the layout hosts {} nodes, outside 1..{}", i, m.count, member_nodes_max));
     if (!m.public_key.empty() && !keys.insert(m.public_key).second)
-      return Status::invalid_input(fmt::format("member {} of the layout has another member's key", i));
+      return Status::invalid_input(
+          fmt::format("member {} of the layout has another member's key", i));
     if (m.role == MemberRole::ps) {
-      if (m.has_aggregator) return Status::invalid_input(fmt::format("ps member {} has an aggregator", i));
+      if (m.has_aggregator)
+        return Status::invalid_input(fmt::format("ps member {} has an aggregator", i));
       shard_ranges.emplace_back(m.first_node, m.count);
       shards += m.count;
     } else {
       replica_ranges.emplace_back(m.first_node, m.count);
       replicas += m.count;
       if (m.has_aggregator != w.job.hierarchical)
-        return Status::invalid_input(fmt::format("worker member {} {} an aggregator, but push is {}", i,
-                                                 m.has_aggregator ? "has" : "lacks",
-                                                 w.job.hierarchical ? "hierarchical" : "flat"));
+        return Status::invalid_input(fmt::format(
+            "worker member {} {} an aggregator, but push is {}", i,
+            m.has_aggregator ? "has" : "lacks", w.job.hierarchical ? "hierarchical" : "flat"));
       if (m.has_aggregator) aggregators.emplace_back(m.aggregator, 1);
     }
   }
   if (shards == 0 || replicas == 0)
-    return Status::invalid_input(
-        fmt::format("the layout has {} shards and {} worker replicas; it needs at least one of each", shards, replicas));
+    return Status::invalid_input(fmt::format(
+        "the layout has {} shards and {} worker replicas; it needs at least one of each", shards,
+        replicas));
   if (shards != w.map.shards)
-    return Status::invalid_input(
-        fmt::format("the layout's members host {} shards, its shard map has {}", shards, w.map.shards));
+    return Status::invalid_input(fmt::format(
+        "the layout's members host {} shards, its shard map has {}", shards, w.map.shards));
   if (replicas != w.workers_total)
-    return Status::invalid_input(
-        fmt::format("the layout's members host {} replicas, it says {}", replicas, w.workers_total));
+    return Status::invalid_input(fmt::format("the layout's members host {} replicas, it says {}",
+                                             replicas, w.workers_total));
   if (Status s = tiles(shard_ranges, 0, shards, "shards"); !s.ok()) return s;
   if (Status s = tiles(replica_ranges, shards, replicas, "worker replicas"); !s.ok()) return s;
-  if (Status s = tiles(aggregators, shards + replicas, aggregators.size(), "aggregators"); !s.ok()) return s;
+  if (Status s = tiles(aggregators, shards + replicas, aggregators.size(), "aggregators"); !s.ok())
+    return s;
   const uint64_t total = shards + replicas + aggregators.size();
   if (w.coordinator_node != total)
-    return Status::invalid_input(
-        fmt::format("the layout puts the coordinator at node {}, expected {}", w.coordinator_node, total));
+    return Status::invalid_input(fmt::format(
+        "the layout puts the coordinator at node {}, expected {}", w.coordinator_node, total));
   if (total + 1 > cluster_nodes_max)
-    return Status::invalid_input(fmt::format("the layout has {} nodes, over {}", total + 1, cluster_nodes_max));
+    return Status::invalid_input(
+        fmt::format("the layout has {} nodes, over {}", total + 1, cluster_nodes_max));
 
   ClusterLayout l;
   l.members_ = w.members;
@@ -177,8 +190,8 @@ std::optional<uint32_t> ClusterLayout::member_of_key(const std::string& public_k
 
 std::vector<NodeId> ClusterLayout::shard_senders() const {
   std::vector<NodeId> out;
-  const bool hierarchical =
-      std::any_of(members_.begin(), members_.end(), [](const MemberInfo& m) { return m.has_aggregator; });
+  const bool hierarchical = std::any_of(members_.begin(), members_.end(),
+                                        [](const MemberInfo& m) { return m.has_aggregator; });
   for (NodeId n = 0; n < role_.size(); ++n)
     if (role_[n] == (hierarchical ? NodeRole::aggregator : NodeRole::replica)) out.push_back(n);
   return out;
@@ -187,45 +200,53 @@ std::vector<NodeId> ClusterLayout::shard_senders() const {
 std::vector<NodeId> ClusterLayout::nodes_of(uint32_t i) const {
   std::vector<NodeId> out;
   if (i >= members_.size() || members_[i].role != MemberRole::ps) return out;
-  for (NodeId n = members_[i].first_node; n < members_[i].first_node + members_[i].count; ++n) out.push_back(n);
+  for (NodeId n = members_[i].first_node; n < members_[i].first_node + members_[i].count; ++n)
+    out.push_back(n);
   return out;
 }
 
-Status ClusterLayout::check_ps_message(const PsMessage& m, NodeId receiver, const MessageOrigin& origin) const {
+Status ClusterLayout::check_ps_message(const PsMessage& m, NodeId receiver,
+                                       const MessageOrigin& origin) const {
   const MessageHeader& h = header_of(m);
   const bool request = is_request(m);
-  if (receiver >= nodes()) return Status::invalid_input(fmt::format("a {} for node {}, of {}", kind_name(m), receiver, nodes()));
+  if (receiver >= nodes())
+    return Status::invalid_input(
+        fmt::format("a {} for node {}, of {}", kind_name(m), receiver, nodes()));
   if (h.sender >= nodes())
-    return Status::invalid_input(fmt::format("a {} from node {}, of {}", kind_name(m), h.sender, nodes()));
+    return Status::invalid_input(
+        fmt::format("a {} from node {}, of {}", kind_name(m), h.sender, nodes()));
   const NodeRole to = role_[receiver], from = role_[h.sender];
   if (request != (to == NodeRole::shard))
-    return Status::invalid_input(fmt::format("a {} for node {}, a {}", kind_name(m), receiver, role_name(to)));
+    return Status::invalid_input(
+        fmt::format("a {} for node {}, a {}", kind_name(m), receiver, role_name(to)));
   if (request == (from == NodeRole::shard))
-    return Status::invalid_input(fmt::format("a {} in the name of node {}, a {}", kind_name(m), h.sender, role_name(from)));
+    return Status::invalid_input(
+        fmt::format("a {} in the name of node {}, a {}", kind_name(m), h.sender, role_name(from)));
   if (const auto* pull = std::get_if<PullRequest>(&m)) {
     const bool writer_ok = pull->writer < nodes() && role_[pull->writer] != NodeRole::shard &&
                            owner_[pull->writer] == owner_[h.sender];
     if (!writer_ok)
-      return Status::invalid_input(
-          fmt::format("a pull from node {} names node {} as its writer, which is not its own member's", h.sender,
-                      pull->writer));
+      return Status::invalid_input(fmt::format(
+          "a pull from node {} names node {} as its writer, which is not its own member's",
+          h.sender, pull->writer));
   }
   switch (origin.kind) {
-    case MessageOrigin::Kind::unknown: return Status();
+    case MessageOrigin::Kind::unknown:
+      return Status();
     case MessageOrigin::Kind::coordinator: {
       if (from == NodeRole::coordinator) return Status();
       const auto* clock = std::get_if<ClockAdvance>(&m);
       if (clock && clock->clock == clock_done) return Status();  // releasing a lost member's clocks
-      return Status::invalid_input(
-          fmt::format("the coordinator's key sent a {} in the name of node {}", kind_name(m), h.sender));
+      return Status::invalid_input(fmt::format(
+          "the coordinator's key sent a {} in the name of node {}", kind_name(m), h.sender));
     }
     case MessageOrigin::Kind::member:
       if (owner_[h.sender] != origin.member)
-        return Status::invalid_input(fmt::format("member {}'s key sent a {} in the name of node {}, which is {}",
-                                                 origin.member, kind_name(m), h.sender,
-                                                 owner_[h.sender] < members_.size()
-                                                     ? fmt::format("member {}'s", owner_[h.sender])
-                                                     : std::string("the coordinator's")));
+        return Status::invalid_input(fmt::format(
+            "member {}'s key sent a {} in the name of node {}, which is {}", origin.member,
+            kind_name(m), h.sender,
+            owner_[h.sender] < members_.size() ? fmt::format("member {}'s", owner_[h.sender])
+                                               : std::string("the coordinator's")));
       return Status();
   }
   return Status();

@@ -27,7 +27,7 @@ const char* to_string(MemberRole role);
 
 // Everything a member needs to build its cores the way the coordinator was told to train.
 struct JobSpec {
-  uint8_t model = 1;            // ModelKind (worker/model.h): 0 lr, 1 fm
+  uint8_t model = 1;  // ModelKind (worker/model.h): 0 lr, 1 fm
   uint32_t dim = 8;
   OptimizerConfig optimizer;
   uint64_t seed = 1;
@@ -35,7 +35,7 @@ struct JobSpec {
   uint32_t batch = 512;
   uint32_t epochs = 1;
   Consistency consistency;
-  bool hierarchical = false;    // push through a node aggregator per worker member
+  bool hierarchical = false;  // push through a node aggregator per worker member
   uint32_t max_inflight = 2;
   uint64_t skip_bad_lines = 0;
   bool use_cache = true;
@@ -60,9 +60,9 @@ struct MemberInfo {
   uint64_t incarnation = 0;
   std::string store = {};  // a ps's row store (its --store), for reports
   // Assigned by the coordinator (in Welcome):
-  NodeId first_node = 0;   // its cores are nodes first_node .. first_node + count - 1
+  NodeId first_node = 0;  // its cores are nodes first_node .. first_node + count - 1
   bool has_aggregator = false;
-  NodeId aggregator = 0;   // its node aggregator (hierarchical push)
+  NodeId aggregator = 0;  // its node aggregator (hierarchical push)
   bool operator==(const MemberInfo&) const = default;
 };
 
@@ -71,12 +71,12 @@ struct Join {
 };
 
 struct Welcome {
-  uint32_t you = 0;                  // the receiver's index in `members`
-  std::vector<MemberInfo> members;   // every member, in join order
+  uint32_t you = 0;                 // the receiver's index in `members`
+  std::vector<MemberInfo> members;  // every member, in join order
   JobSpec job;
   ShardMapSpec map;
-  NodeId coordinator_node = 0;       // the coordinator's own node id (it pulls to evaluate)
-  uint32_t workers_total = 0;        // worker replicas in the cluster
+  NodeId coordinator_node = 0;  // the coordinator's own node id (it pulls to evaluate)
+  uint32_t workers_total = 0;   // worker replicas in the cluster
   // True when every worker member named the same --data: replica g of W trains on batches
   // g, g+W, ...; false: each member's replicas split its own file among themselves.
   bool split_data = true;
@@ -96,7 +96,7 @@ struct Heartbeat {
 
 // A worker member's cores are all done (or one failed, or it drained after SIGTERM).
 struct MemberDone {
-  std::string error;  // empty: success
+  std::string error;     // empty: success
   bool drained = false;  // stopped early on SIGTERM
   uint64_t samples = 0;
   double loss_sum = 0.0;
@@ -105,10 +105,10 @@ struct MemberDone {
   uint64_t push_messages = 0;  // to the shards (by the aggregator under hierarchical push)
   uint64_t push_bytes = 0;
   uint64_t bad_lines_skipped = 0;
-  uint64_t pushes_resent = 0;  // to restarted shards (KvClient::resync)
+  uint64_t pushes_resent = 0;    // to restarted shards (KvClient::resync)
   uint64_t replies_dropped = 0;  // replies its clients could not match to a request
-  uint64_t bad_messages = 0;     // messages its process dropped as malformed, misaddressed or forged
-  double cpu_seconds = 0.0;      // user + system CPU of its process while training
+  uint64_t bad_messages = 0;  // messages its process dropped as malformed, misaddressed or forged
+  double cpu_seconds = 0.0;   // user + system CPU of its process while training
   bool read_from_cache = false;  // every replica read a binary cache in its last epoch
 };
 
@@ -151,14 +151,15 @@ struct ShardSummaryRequest {};
 // A ps member's shards, summed (what the report says of the model).
 struct ShardSummary {
   uint64_t table_rows = 0;
-  uint64_t table_bytes = 0;         // rows x row floats x 4: values, optimizer state, stamps
-  uint64_t pulls_deferred = 0;      // answered later than they arrived, because of the gate
-  uint64_t rows_not_admitted = 0;   // pulled rows answered with the initial row (--admit-after)
-  uint64_t updates_dropped = 0;     // pushed rows of keys not admitted
-  uint64_t rows_evicted = 0;        // --evict-after
-  uint64_t bad_messages = 0;        // messages the ps process dropped as malformed, misaddressed or forged
-  uint64_t memory_bytes = 0;        // memory the stores hold for the rows (tables, indexes, caches)
-  double cpu_seconds = 0.0;         // user + system CPU of the ps process so far
+  uint64_t table_bytes = 0;        // rows x row floats x 4: values, optimizer state, stamps
+  uint64_t pulls_deferred = 0;     // answered later than they arrived, because of the gate
+  uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (--admit-after)
+  uint64_t updates_dropped = 0;    // pushed rows of keys not admitted
+  uint64_t rows_evicted = 0;       // --evict-after
+  uint64_t bad_messages =
+      0;  // messages the ps process dropped as malformed, misaddressed or forged
+  uint64_t memory_bytes = 0;  // memory the stores hold for the rows (tables, indexes, caches)
+  double cpu_seconds = 0.0;   // user + system CPU of the ps process so far
   ShardSummary& operator+=(const ShardSummary& o) {
     table_rows += o.table_rows;
     table_bytes += o.table_bytes;
@@ -190,8 +191,9 @@ struct CheckpointComplete {
 };
 
 using ControlBody =
-    std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown, Refuse, Joined,
-                 ShardsRestarted, ShardSummaryRequest, ShardSummary, ShardsCheckpointed, CheckpointComplete>;
+    std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown,
+                 Refuse, Joined, ShardsRestarted, ShardSummaryRequest, ShardSummary,
+                 ShardsCheckpointed, CheckpointComplete>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

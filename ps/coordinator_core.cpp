@@ -6,10 +6,14 @@
 
 namespace colony {
 
-const char* to_string(MemberRole role) { return role == MemberRole::ps ? "ps" : "worker"; }
+const char* to_string(MemberRole role) {
+  return role == MemberRole::ps ? "ps" : "worker";
+}
 
 namespace {
-std::string plural(uint32_t n, const char* word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+std::string plural(uint32_t n, const char* word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
 constexpr uint64_t reject_log_interval_ms = 60'000;
 }  // namespace
 
@@ -17,9 +21,10 @@ void CoordinatorCore::reject(const std::string& why, uint64_t now_ms, Coordinato
   ++totals_.bad_messages;
   ++rejects_unlogged_;
   if (now_ms < next_reject_log_ms_) return;
-  out.log.push_back(fmt::format("dropped a control message: {} ({} dropped since the last such line; logged at most "
-                                "once a minute)",
-                                why, rejects_unlogged_));
+  out.log.push_back(fmt::format(
+      "dropped a control message: {} ({} dropped since the last such line; logged at most "
+      "once a minute)",
+      why, rejects_unlogged_));
   rejects_unlogged_ = 0;
   next_reject_log_ms_ = now_ms + reject_log_interval_ms;
 }
@@ -29,13 +34,16 @@ Expected<CoordinatorCore> CoordinatorCore::make(const CoordinatorConfig& config,
   if (config.workers == 0) return Status::invalid_input("--workers must be at least 1");
   if (config.heartbeat_ms == 0) return Status::invalid_input("--heartbeat-ms must be at least 1");
   if (config.heartbeat_timeout_ms <= config.heartbeat_ms)
-    return Status::invalid_input(fmt::format("--heartbeat-timeout-ms {} must be above --heartbeat-ms {}",
-                                             config.heartbeat_timeout_ms, config.heartbeat_ms));
-  if (config.notice_ms == 0) return Status::invalid_input("the notice interval must be at least 1 ms");
+    return Status::invalid_input(
+        fmt::format("--heartbeat-timeout-ms {} must be above --heartbeat-ms {}",
+                    config.heartbeat_timeout_ms, config.heartbeat_ms));
+  if (config.notice_ms == 0)
+    return Status::invalid_input("the notice interval must be at least 1 ms");
   return CoordinatorCore(config, now_ms);
 }
 
-CoordinatorCore::CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms) : config_(config) {
+CoordinatorCore::CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms)
+    : config_(config) {
   config_.map.shards = config.shards;
   join_deadline_ms_ = now_ms + config.join_timeout_ms;
   next_notice_ms_ = now_ms + config.notice_ms;
@@ -52,36 +60,47 @@ uint32_t CoordinatorCore::joined(MemberRole role) const {
 std::string CoordinatorCore::waiting_for() const {
   std::string joined_list;
   for (const MemberInfo& m : members_)
-    joined_list += fmt::format("{}{} {}", joined_list.empty() ? "" : ", ", to_string(m.role), m.endpoint);
-  return fmt::format("{}/{} shards and {}/{} worker replicas have joined{}{}", joined(MemberRole::ps),
-                     config_.shards, joined(MemberRole::worker), config_.workers,
-                     members_.empty() ? "" : " (", members_.empty() ? "" : joined_list + ")");
+    joined_list +=
+        fmt::format("{}{} {}", joined_list.empty() ? "" : ", ", to_string(m.role), m.endpoint);
+  return fmt::format("{}/{} shards and {}/{} worker replicas have joined{}{}",
+                     joined(MemberRole::ps), config_.shards, joined(MemberRole::worker),
+                     config_.workers, members_.empty() ? "" : " (",
+                     members_.empty() ? "" : joined_list + ")");
 }
 
-void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out) {
+void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
+                                 CoordinatorEffects& out) {
   if (phase_ == CoordinatorPhase::ended) return;
-  if (auto* join = std::get_if<Join>(&message.body)) return on_join(*join, message.sender_key, now_ms, out);
+  if (auto* join = std::get_if<Join>(&message.body))
+    return on_join(*join, message.sender_key, now_ms, out);
   const uint32_t i = message.from;
   if (i >= members_.size() || phase_ == CoordinatorPhase::joining)
-    return reject(fmt::format("a message of kind {} from unknown member {}", message.body.index(), i), now_ms, out);
+    return reject(
+        fmt::format("a message of kind {} from unknown member {}", message.body.index(), i), now_ms,
+        out);
   if (message.sender_key != members_[i].public_key)
-    return reject(fmt::format("a message of kind {} in the name of member {}, sent with another key",
-                              message.body.index(), i),
-                  now_ms, out);
+    return reject(
+        fmt::format("a message of kind {} in the name of member {}, sent with another key",
+                    message.body.index(), i),
+        now_ms, out);
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
   // Declared lost: what it still says does not count.
   if (st.gone)
-    return reject(fmt::format("a message of kind {} from member {}, which is lost", message.body.index(), i), now_ms,
-                  out);
-  const bool from_member = std::holds_alternative<Heartbeat>(message.body) || std::holds_alternative<Ready>(message.body) ||
+    return reject(
+        fmt::format("a message of kind {} from member {}, which is lost", message.body.index(), i),
+        now_ms, out);
+  const bool from_member = std::holds_alternative<Heartbeat>(message.body) ||
+                           std::holds_alternative<Ready>(message.body) ||
                            std::holds_alternative<MemberDone>(message.body) ||
-                           std::holds_alternative<ShardSummary>(message.body) || std::holds_alternative<Leave>(message.body) ||
+                           std::holds_alternative<ShardSummary>(message.body) ||
+                           std::holds_alternative<Leave>(message.body) ||
                            std::holds_alternative<ShardsCheckpointed>(message.body);
   if (!from_member)
-    return reject(fmt::format("a message of kind {} from member {}: only the coordinator sends that",
-                              message.body.index(), i),
-                  now_ms, out);
+    return reject(
+        fmt::format("a message of kind {} from member {}: only the coordinator sends that",
+                    message.body.index(), i),
+        now_ms, out);
   st.last_heard_ms = now_ms;
   if (auto* hb = std::get_if<Heartbeat>(&message.body)) {
     if (!st.finished) st.samples = hb->samples;
@@ -92,24 +111,28 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
       ++totals_.ps_restarts;
       std::vector<NodeId> nodes;
       for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) nodes.push_back(n);
-      out.log.push_back(fmt::format("ps member {} has resumed shards {}..{}: the workers re-send what it lost", i,
-                                    m.first_node, m.first_node + m.count - 1));
+      out.log.push_back(
+          fmt::format("ps member {} has resumed shards {}..{}: the workers re-send what it lost", i,
+                      m.first_node, m.first_node + m.count - 1));
       // Worker members that are gone (lost, or finished and exited) will never resync: resync
       // their senders as done on their behalf, or the restarted shards would wait for them.
       for (size_t w = 0; w < members_.size(); ++w) {
         const MemberInfo& wm = members_[w];
         if (wm.role != MemberRole::worker || !(state_[w].gone || state_[w].finished)) continue;
         std::vector<NodeId> senders;
-        if (wm.has_aggregator) senders.push_back(wm.aggregator);
+        if (wm.has_aggregator)
+          senders.push_back(wm.aggregator);
         else
           for (NodeId n = wm.first_node; n < wm.first_node + wm.count; ++n) senders.push_back(n);
         for (NodeId sender : senders)
           for (NodeId shard : nodes)
-            out.ps.push_back({shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
+            out.ps.push_back(
+                {shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
       }
       for (size_t w = 0; w < members_.size(); ++w)
         if (members_[w].role == MemberRole::worker && !state_[w].gone)
-          out.control.push_back({members_[w].endpoint, members_[w].public_key,
+          out.control.push_back({members_[w].endpoint,
+                                 members_[w].public_key,
                                  {control_from_coordinator, ShardsRestarted{nodes}}});
       return;
     }
@@ -120,7 +143,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
       out.log.push_back(fmt::format("all {} members are ready: training starts", members_.size()));
       for (size_t w = 0; w < members_.size(); ++w)
         if (members_[w].role == MemberRole::worker)
-          out.control.push_back({members_[w].endpoint, members_[w].public_key, {control_from_coordinator, Start{}}});
+          out.control.push_back(
+              {members_[w].endpoint, members_[w].public_key, {control_from_coordinator, Start{}}});
     }
   } else if (auto* done = std::get_if<MemberDone>(&message.body)) {
     if (m.role != MemberRole::worker || st.finished) return;
@@ -139,13 +163,16 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     totals_.cpu_seconds += done->cpu_seconds;
     totals_.read_from_cache = totals_.read_from_cache && done->read_from_cache;
     if (!done->error.empty())
-      return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error), out);
+      return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error),
+                  out);
     if (done->drained) {
       ++totals_.workers_drained;
-      out.log.push_back(fmt::format("worker member {} at {} stopped early (SIGTERM) after {} samples", i,
-                                    m.endpoint, done->samples));
+      out.log.push_back(
+          fmt::format("worker member {} at {} stopped early (SIGTERM) after {} samples", i,
+                      m.endpoint, done->samples));
     } else {
-      out.log.push_back(fmt::format("worker member {} at {} finished: {} samples", i, m.endpoint, done->samples));
+      out.log.push_back(
+          fmt::format("worker member {} at {} finished: {} samples", i, m.endpoint, done->samples));
     }
     maybe_trained(now_ms, out);
   } else if (auto* summary = std::get_if<ShardSummary>(&message.body)) {
@@ -156,57 +183,73 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     totals_.cpu_seconds += summary->cpu_seconds;
     ++totals_.shard_summaries;
   } else if (auto* c = std::get_if<ShardsCheckpointed>(&message.body)) {
-    if (m.role != MemberRole::ps) return reject(fmt::format("a checkpoint report from worker member {}", i), now_ms, out);
+    if (m.role != MemberRole::ps)
+      return reject(fmt::format("a checkpoint report from worker member {}", i), now_ms, out);
     on_checkpointed(i, *c, now_ms, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     if (m.role == MemberRole::ps)
-      return fail(fmt::format("ps member {} at {} left ({}): its shards are gone", i, m.endpoint, leave->reason), out);
+      return fail(fmt::format("ps member {} at {} left ({}): its shards are gone", i, m.endpoint,
+                              leave->reason),
+                  out);
     if (!st.finished) lose(i, "left: " + leave->reason, now_ms, out);
   }
 }
 
-void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint64_t now_ms, CoordinatorEffects& out) {
+void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint64_t now_ms,
+                              CoordinatorEffects& out) {
   const MemberInfo& m = j.member;
   // A join speaks for the key it came with, and only in that key's role.
   if (m.public_key != sender_key)
-    return reject(fmt::format("a {} join from {} naming a key other than the one it came with", to_string(m.role),
-                              m.endpoint),
+    return reject(fmt::format("a {} join from {} naming a key other than the one it came with",
+                              to_string(m.role), m.endpoint),
                   now_ms, out);
   auto refuse = [&](std::string why) {
     ++totals_.bad_messages;
-    out.log.push_back(fmt::format("refused a {} joining from {}: {}", to_string(m.role), m.endpoint, why));
-    out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Refuse{std::move(why)}}, true});
+    out.log.push_back(
+        fmt::format("refused a {} joining from {}: {}", to_string(m.role), m.endpoint, why));
+    out.control.push_back(
+        {m.endpoint, m.public_key, {control_from_coordinator, Refuse{std::move(why)}}, true});
   };
   if (!config_.key_roles.empty()) {
     auto it = config_.key_roles.find(sender_key);
-    if (it == config_.key_roles.end()) return refuse("its key may not join (it is not a member's key)");
+    if (it == config_.key_roles.end())
+      return refuse("its key may not join (it is not a member's key)");
     if (it->second && *it->second != m.role)
       return refuse(fmt::format("its key is a {} key", to_string(*it->second)));
   }
   for (uint32_t i = 0; i < members_.size(); ++i) {
     // With keys, a member is its key; on an --insecure cluster, its endpoint.
-    const bool same = sender_key.empty() ? members_[i].endpoint == m.endpoint : members_[i].public_key == sender_key;
+    const bool same = sender_key.empty() ? members_[i].endpoint == m.endpoint
+                                         : members_[i].public_key == sender_key;
     if (!same) {
-      if (members_[i].endpoint == m.endpoint) return refuse(fmt::format("member {} listens at that endpoint", i));
+      if (members_[i].endpoint == m.endpoint)
+        return refuse(fmt::format("member {} listens at that endpoint", i));
       continue;
     }
-    if (m.role != members_[i].role || m.count != members_[i].count || m.endpoint != members_[i].endpoint)
-      return refuse(fmt::format("its key belongs to member {}, a {} at {} hosting {}", i, to_string(members_[i].role),
-                                members_[i].endpoint, members_[i].count));
+    if (m.role != members_[i].role || m.count != members_[i].count ||
+        m.endpoint != members_[i].endpoint)
+      return refuse(fmt::format("its key belongs to member {}, a {} at {} hosting {}", i,
+                                to_string(members_[i].role), members_[i].endpoint,
+                                members_[i].count));
     return rejoin(i, m, now_ms, out);
   }
-  if (phase_ != CoordinatorPhase::joining) return refuse("the cluster is complete and the job has started");
+  if (phase_ != CoordinatorPhase::joining)
+    return refuse("the cluster is complete and the job has started");
   const uint32_t want = m.role == MemberRole::ps ? config_.shards : config_.workers;
   const uint32_t have = joined(m.role);
   if (have + m.count > want)
-    return refuse(fmt::format("it would host {} but only {} more {} expected", plural(m.count, m.role == MemberRole::ps ? "shard" : "replica"),
-                              want - have, m.role == MemberRole::ps ? "shards are" : "replicas are"));
+    return refuse(fmt::format("it would host {} but only {} more {} expected",
+                              plural(m.count, m.role == MemberRole::ps ? "shard" : "replica"),
+                              want - have,
+                              m.role == MemberRole::ps ? "shards are" : "replicas are"));
   members_.push_back(m);
   state_.push_back(MemberState{now_ms, 0, false, false, false});
   out.log.push_back(fmt::format("{} joined from {} with {}: {}", to_string(m.role), m.endpoint,
-                                plural(m.count, m.role == MemberRole::ps ? "shard" : "replica"), waiting_for()));
-  out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
+                                plural(m.count, m.role == MemberRole::ps ? "shard" : "replica"),
+                                waiting_for()));
+  out.control.push_back(
+      {m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
   if (joined(MemberRole::ps) == config_.shards && joined(MemberRole::worker) == config_.workers) {
     for (MemberState& s : state_) {
       s.last_heard_ms = now_ms;
@@ -220,17 +263,21 @@ void CoordinatorCore::on_checkpointed(uint32_t i, const ShardsCheckpointed& c, u
                                       CoordinatorEffects& out) {
   const MemberInfo& m = members_[i];
   if (c.step <= totals_.last_checkpoint_step && totals_.checkpoints > 0)
-    return reject(fmt::format("ps member {} reported step {}, not after the last complete one", i, c.step), now_ms,
-                  out);
+    return reject(
+        fmt::format("ps member {} reported step {}, not after the last complete one", i, c.step),
+        now_ms, out);
   for (const ShardCheckpoint& s : c.shards)
     if (s.shard < m.first_node || s.shard >= m.first_node + m.count)
-      return reject(fmt::format("ps member {} reported a checkpoint of shard {}, which it does not host", i, s.shard),
-                    now_ms, out);
+      return reject(
+          fmt::format("ps member {} reported a checkpoint of shard {}, which it does not host", i,
+                      s.shard),
+          now_ms, out);
   auto& step = checkpoints_pending_[c.step];
   for (const ShardCheckpoint& s : c.shards) step[s.shard] = s;
   if (checkpoints_pending_.size() > checkpoint_steps_pending_max) {
-    out.log.push_back(fmt::format("gave up on the checkpoint of step {}: not every shard reported it",
-                                  checkpoints_pending_.begin()->first));
+    out.log.push_back(
+        fmt::format("gave up on the checkpoint of step {}: not every shard reported it",
+                    checkpoints_pending_.begin()->first));
     checkpoints_pending_.erase(checkpoints_pending_.begin());
   }
   auto done = checkpoints_pending_.find(c.step);
@@ -240,20 +287,24 @@ void CoordinatorCore::on_checkpointed(uint32_t i, const ShardsCheckpointed& c, u
   checkpoints_pending_.erase(checkpoints_pending_.begin(), std::next(done));
   ++totals_.checkpoints;
   totals_.last_checkpoint_step = c.step;
-  out.log.push_back(fmt::format("checkpoint of step {} complete: every shard has its copy", c.step));
+  out.log.push_back(
+      fmt::format("checkpoint of step {} complete: every shard has its copy", c.step));
   for (size_t p = 0; p < members_.size(); ++p)
     if (members_[p].role == MemberRole::ps && !state_[p].gone)
-      out.control.push_back({members_[p].endpoint, members_[p].public_key, {control_from_coordinator, complete}});
+      out.control.push_back(
+          {members_[p].endpoint, members_[p].public_key, {control_from_coordinator, complete}});
 }
 
 // A join from known member i: a retry of its join, or (another incarnation) the member restarted.
-void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out) {
+void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
+                             CoordinatorEffects& out) {
   MemberState& st = state_[i];
   const bool restarted = m.incarnation != members_[i].incarnation;
   if (!restarted && !st.awaiting_rejoin) {
     // A retry: its Welcome, if due, is on its way. It does not count as a sign of life.
     if (phase_ == CoordinatorPhase::joining)
-      out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
+      out.control.push_back(
+          {m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
     return;
   }
   if (phase_ == CoordinatorPhase::joining || phase_ == CoordinatorPhase::starting) {
@@ -262,9 +313,11 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, C
     members_[i].durable = m.durable;
     members_[i].data = m.data;
     st.last_heard_ms = now_ms;
-    out.log.push_back(fmt::format("{} member {} at {} restarted before the start", to_string(m.role), i, m.endpoint));
+    out.log.push_back(fmt::format("{} member {} at {} restarted before the start",
+                                  to_string(m.role), i, m.endpoint));
     if (phase_ == CoordinatorPhase::joining) {
-      out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
+      out.control.push_back(
+          {m.endpoint, m.public_key, {control_from_coordinator, Joined{waiting_for()}}});
       return;
     }
     st.ready = false;
@@ -276,12 +329,15 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, C
   if (phase_ == CoordinatorPhase::ended) return;
   if (!st.awaiting_rejoin || !m.durable) {
     ++totals_.bad_messages;
-    out.log.push_back(fmt::format("refused member {} at {} after its restart: only a ps with durable shards resumes",
-                                  i, m.endpoint));
-    out.control.push_back({m.endpoint, m.public_key,
-                           {control_from_coordinator, Refuse{"this member was lost; only a ps with durable shards "
-                                                             "may resume"}},
-                           true});
+    out.log.push_back(fmt::format(
+        "refused member {} at {} after its restart: only a ps with durable shards resumes", i,
+        m.endpoint));
+    out.control.push_back(
+        {m.endpoint,
+         m.public_key,
+         {control_from_coordinator, Refuse{"this member was lost; only a ps with durable shards "
+                                           "may resume"}},
+         true});
     return;
   }
   st.awaiting_rejoin = false;
@@ -293,7 +349,8 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, C
   members_[i].incarnation = m.incarnation;
   Welcome w = welcome_for(i);
   w.resume = true;
-  out.log.push_back(fmt::format("ps member {} is back from {}: sent it the layout to resume its shards", i, m.endpoint));
+  out.log.push_back(fmt::format(
+      "ps member {} is back from {}: sent it the layout to resume its shards", i, m.endpoint));
   out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, std::move(w)}});
 }
 
@@ -303,16 +360,20 @@ void CoordinatorCore::welcome(CoordinatorEffects& out) {
   const MemberInfo* first_worker = nullptr;
   for (const MemberInfo& m : members_) {
     if (m.role != MemberRole::worker) continue;
-    if (!first_worker) first_worker = &m;
-    else if (m.data != first_worker->data) same_data = false;
+    if (!first_worker)
+      first_worker = &m;
+    else if (m.data != first_worker->data)
+      same_data = false;
   }
   phase_ = CoordinatorPhase::starting;
   same_data_ = same_data;
   for (uint32_t i = 0; i < members_.size(); ++i)
-    out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, welcome_for(i)}});
-  out.log.push_back(fmt::format("every member has joined ({} shards, {} worker replicas{}): sent the layout",
-                                config_.shards, config_.workers,
-                                same_data ? ", one training file split among them" : ", each member its own file"));
+    out.control.push_back(
+        {members_[i].endpoint, members_[i].public_key, {control_from_coordinator, welcome_for(i)}});
+  out.log.push_back(fmt::format(
+      "every member has joined ({} shards, {} worker replicas{}): sent the layout", config_.shards,
+      config_.workers,
+      same_data ? ", one training file split among them" : ", each member its own file"));
 }
 
 Welcome CoordinatorCore::welcome_for(uint32_t i) const {
@@ -329,7 +390,8 @@ Welcome CoordinatorCore::welcome_for(uint32_t i) const {
   return w;
 }
 
-void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out) {
+void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
+                           CoordinatorEffects& out) {
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
   st.gone = true;
@@ -338,21 +400,25 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms, 
     st.rejoin_deadline_ms = now_ms + config_.join_timeout_ms;
     std::vector<NodeId> nodes;
     for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) nodes.push_back(n);
-    const std::string reason = fmt::format("ps member {} at {} (shards {}..{}) was lost: {}", i, m.endpoint,
-                                           m.first_node, m.first_node + m.count - 1, why);
-    out.log.push_back(reason + fmt::format("; its rows are on disk: waiting up to {} s for it to restart with the "
-                                           "same --listen and --store",
-                                           config_.join_timeout_ms / 1000));
+    const std::string reason =
+        fmt::format("ps member {} at {} (shards {}..{}) was lost: {}", i, m.endpoint, m.first_node,
+                    m.first_node + m.count - 1, why);
+    out.log.push_back(
+        reason +
+        fmt::format("; its rows are on disk: waiting up to {} s for it to restart with the "
+                    "same --listen and --store",
+                    config_.join_timeout_ms / 1000));
     send_all(NodesLost{nodes, reason}, out);
     return;
   }
   if (m.role == MemberRole::ps)
-    return fail(fmt::format("lost ps member {} at {} (shards {}..{}): {}", i, m.endpoint, m.first_node,
-                            m.first_node + m.count - 1, why),
+    return fail(fmt::format("lost ps member {} at {} (shards {}..{}): {}", i, m.endpoint,
+                            m.first_node, m.first_node + m.count - 1, why),
                 out);
   if (phase_ == CoordinatorPhase::starting || config_.require_all_workers)
     return fail(fmt::format("lost worker member {} at {}: {}{}", i, m.endpoint, why,
-                            config_.require_all_workers ? " (--require-all-workers is set)" : " (before training started)"),
+                            config_.require_all_workers ? " (--require-all-workers is set)"
+                                                        : " (before training started)"),
                 out);
   ++totals_.workers_lost;
   // Its senders will push nothing more: tell every shard they are done, so the consistency gate
@@ -381,8 +447,10 @@ void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {
   bool all = true, any_finished = false;
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].role != MemberRole::worker) continue;
-    if (state_[i].finished) any_finished = true;
-    else if (!state_[i].gone) all = false;
+    if (state_[i].finished)
+      any_finished = true;
+    else if (!state_[i].gone)
+      all = false;
   }
   if (!all) return;
   if (!any_finished) return fail("every worker member was lost", out);
@@ -392,14 +460,17 @@ void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].role != MemberRole::ps || state_[i].gone) continue;
     state_[i].summary_pending = true;
-    out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, ShardSummaryRequest{}}});
+    out.control.push_back({members_[i].endpoint,
+                           members_[i].public_key,
+                           {control_from_coordinator, ShardSummaryRequest{}}});
   }
   summary_deadline_ms_ = now_ms + config_.heartbeat_timeout_ms;
 }
 
 bool CoordinatorCore::summaries_pending() const {
   if (phase_ != CoordinatorPhase::trained) return false;
-  return std::any_of(state_.begin(), state_.end(), [](const MemberState& s) { return s.summary_pending && !s.gone; });
+  return std::any_of(state_.begin(), state_.end(),
+                     [](const MemberState& s) { return s.summary_pending && !s.gone; });
 }
 
 void CoordinatorCore::fail(const std::string& why, CoordinatorEffects& out) {
@@ -419,15 +490,16 @@ void CoordinatorCore::finish(const std::string& error, CoordinatorEffects& out) 
 void CoordinatorCore::send_all(const ControlBody& body, CoordinatorEffects& out) {
   for (size_t i = 0; i < members_.size(); ++i)
     if (!state_[i].gone)
-      out.control.push_back({members_[i].endpoint, members_[i].public_key, {control_from_coordinator, body}});
+      out.control.push_back(
+          {members_[i].endpoint, members_[i].public_key, {control_from_coordinator, body}});
 }
 
 void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
   if (phase_ == CoordinatorPhase::ended) return;
   if (phase_ == CoordinatorPhase::joining) {
     if (now_ms >= join_deadline_ms_)
-      return fail(fmt::format("gave up after {} s (--join-timeout): {}", config_.join_timeout_ms / 1000,
-                              waiting_for()),
+      return fail(fmt::format("gave up after {} s (--join-timeout): {}",
+                              config_.join_timeout_ms / 1000, waiting_for()),
                   out);
     if (now_ms >= next_notice_ms_) {
       out.log.push_back("waiting for members: " + waiting_for());
@@ -443,28 +515,34 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
     for (uint32_t i = 0; i < members_.size(); ++i) {
       if (!state_[i].summary_pending) continue;
       state_[i].summary_pending = false;
-      out.log.push_back(fmt::format("ps member {} at {} sent no shard summary within {} ms: the report's table "
-                                    "counts leave its shards out",
-                                    i, members_[i].endpoint, config_.heartbeat_timeout_ms));
+      out.log.push_back(
+          fmt::format("ps member {} at {} sent no shard summary within {} ms: the report's table "
+                      "counts leave its shards out",
+                      i, members_[i].endpoint, config_.heartbeat_timeout_ms));
     }
   }
   for (uint32_t i = 0; i < members_.size() && phase_ != CoordinatorPhase::ended; ++i) {
     const MemberState& st = state_[i];
     if (st.awaiting_rejoin && now_ms >= st.rejoin_deadline_ms)
-      return fail(fmt::format("ps member {} at {} did not come back within {} s (--join-timeout)", i,
-                              members_[i].endpoint, config_.join_timeout_ms / 1000),
+      return fail(fmt::format("ps member {} at {} did not come back within {} s (--join-timeout)",
+                              i, members_[i].endpoint, config_.join_timeout_ms / 1000),
                   out);
     if (st.gone || st.finished) continue;
     // A member builds its cores (opening stores can take a while) between its Welcome and its
     // Ready, sending nothing: it has until the join timeout. After that, heartbeats count.
     if (!st.ready) {
       if (now_ms > st.ready_deadline_ms)
-        lose(i, fmt::format("not ready {} s after its welcome (--join-timeout)", config_.join_timeout_ms / 1000),
+        lose(i,
+             fmt::format("not ready {} s after its welcome (--join-timeout)",
+                         config_.join_timeout_ms / 1000),
              now_ms, out);
       continue;
     }
     if (now_ms > st.last_heard_ms + config_.heartbeat_timeout_ms)
-      lose(i, fmt::format("no heartbeat for {} ms (--heartbeat-timeout-ms)", now_ms - st.last_heard_ms), now_ms, out);
+      lose(
+          i,
+          fmt::format("no heartbeat for {} ms (--heartbeat-timeout-ms)", now_ms - st.last_heard_ms),
+          now_ms, out);
   }
 }
 

@@ -19,11 +19,11 @@
 //             shards keep their rows on disk): then the others are told to stop sending to its
 //             nodes, and the job waits up to join_timeout_ms for it to join again from the same
 //             endpoint. It gets a Welcome with `resume` set; once it is Ready, the worker
-//             members get ShardsRestarted and re-send what it may have lost. A lost worker member fails the job
-//             when require_all_workers; otherwise the coordinator tells every shard that the
-//             lost member's senders are done (a ClockAdvance to clock_done on their behalf, so
-//             the consistency gate stops waiting for them), tells the other members to drop
-//             messages to its nodes, and the job goes on with the rest.
+//             members get ShardsRestarted and re-send what it may have lost. A lost worker member
+//             fails the job when require_all_workers; otherwise the coordinator tells every shard
+//             that the lost member's senders are done (a ClockAdvance to clock_done on their
+//             behalf, so the consistency gate stops waiting for them), tells the other members to
+//             drop messages to its nodes, and the job goes on with the rest.
 //   trained   every worker member has finished (MemberDone) or been lost: training_done is set
 //             once, and every ps member is asked for a ShardSummary of its shards (summed into
 //             totals().shards; one that has not answered within heartbeat_timeout_ms is left
@@ -54,10 +54,10 @@ struct CoordinatorConfig {
   uint32_t shards = 1;   // shards expected, over all ps members
   uint32_t workers = 1;  // worker replicas expected, over all worker members
   JobSpec job;
-  ShardMapSpec map;      // its `shards` is overwritten with `shards`
+  ShardMapSpec map;  // its `shards` is overwritten with `shards`
   uint64_t join_timeout_ms = 60'000;
-  uint64_t notice_ms = 5'000;           // how often "still waiting" is logged
-  uint32_t heartbeat_ms = 1'000;        // how often members and coordinator send heartbeats
+  uint64_t notice_ms = 5'000;     // how often "still waiting" is logged
+  uint32_t heartbeat_ms = 1'000;  // how often members and coordinator send heartbeats
   uint32_t heartbeat_timeout_ms = 10'000;
   bool require_all_workers = false;
   // Who may join in which role: each listed CURVE public key with the one role it may take, or
@@ -82,10 +82,10 @@ struct ControlOut {
 
 struct CoordinatorEffects {
   std::vector<ControlOut> control;
-  Outbox ps;                      // to shard nodes
-  std::vector<std::string> log;   // lines for the operator
-  bool training_done = false;     // set once, when the job reaches `trained`
-  Status failed;                  // set once, when the job fails (Shutdown already queued)
+  Outbox ps;                     // to shard nodes
+  std::vector<std::string> log;  // lines for the operator
+  bool training_done = false;    // set once, when the job reaches `trained`
+  Status failed;                 // set once, when the job fails (Shutdown already queued)
 };
 
 // What the members reported at the end, summed.
@@ -106,9 +106,9 @@ struct CoordinatorTotals {
   // member's key, from a lost member, a join in a role its key does not have), plus what the
   // members reported dropping in their own processes.
   uint64_t bad_messages = 0;
-  double cpu_seconds = 0.0;      // the worker members' CPU while training, and the ps members' so far
-  bool read_from_cache = true;   // every worker member read binary caches in its last epoch
-  uint32_t checkpoints = 0;      // steps every shard has checkpointed (the job's checkpoint_every)
+  double cpu_seconds = 0.0;  // the worker members' CPU while training, and the ps members' so far
+  bool read_from_cache = true;  // every worker member read binary caches in its last epoch
+  uint32_t checkpoints = 0;     // steps every shard has checkpointed (the job's checkpoint_every)
   uint32_t last_checkpoint_step = 0;
   ShardSummary shards;           // the ps members' shards once training is over
   uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`
@@ -159,15 +159,17 @@ class CoordinatorCore {
     bool gone = false;
     bool awaiting_rejoin = false;  // a durable ps lost while running
     uint64_t rejoin_deadline_ms = 0;
-    bool rejoining = false;        // welcomed back, not Ready yet
+    bool rejoining = false;          // welcomed back, not Ready yet
     uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)
-    bool summary_pending = false;  // a ps member asked for its ShardSummary
+    bool summary_pending = false;    // a ps member asked for its ShardSummary
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
-  void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms, CoordinatorEffects& out);
+  void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms,
+               CoordinatorEffects& out);
   void rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
   void reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
-  void on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms, CoordinatorEffects& out);
+  void on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
+                       CoordinatorEffects& out);
   void welcome(CoordinatorEffects& out);
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
@@ -188,7 +190,8 @@ class CoordinatorCore {
   uint64_t next_heartbeat_ms_ = 0;
   uint64_t summary_deadline_ms_ = 0;
   CoordinatorTotals totals_;
-  std::map<uint32_t, std::map<uint32_t, ShardCheckpoint>> checkpoints_pending_;  // step -> shard -> its copy
+  std::map<uint32_t, std::map<uint32_t, ShardCheckpoint>>
+      checkpoints_pending_;          // step -> shard -> its copy
   uint64_t next_reject_log_ms_ = 0;  // rejections are logged at most once a minute
   uint64_t rejects_unlogged_ = 0;
 };

@@ -22,8 +22,10 @@ namespace colony {
 class CountMinSketch {
  public:
   // `depth` rows of `width` counters (width a power of two, both > 0).
-  CountMinSketch(size_t depth, size_t width, uint64_t seed) : depth_(depth), mask_(width - 1), seed_(seed) {
-    COLONY_ASSERT(depth > 0 && width > 0 && (width & (width - 1)) == 0, "depth={} width={}", depth, width);
+  CountMinSketch(size_t depth, size_t width, uint64_t seed)
+      : depth_(depth), mask_(width - 1), seed_(seed) {
+    COLONY_ASSERT(depth > 0 && width > 0 && (width & (width - 1)) == 0, "depth={} width={}", depth,
+                  width);
     counters_.assign(depth * width, 0);
   }
   // Counts one more sighting of `key`; returns the new estimate (at least the true count,

@@ -73,7 +73,8 @@ class Ftrl final : public Optimizer {
       if (std::fabs(z[i]) <= l1_) {
         w[i] = w0[i];
       } else {
-        w[i] = w0[i] - (z[i] - std::copysign(l1_, z[i])) / ((beta_ + std::sqrt(n_new)) / alpha_ + l2_);
+        w[i] =
+            w0[i] - (z[i] - std::copysign(l1_, z[i])) / ((beta_ + std::sqrt(n_new)) / alpha_ + l2_);
       }
     }
   }
@@ -124,10 +125,14 @@ Expected<OptimizerKind> parse_optimizer(const std::string& name) {
 
 const char* to_string(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::sgd: return "sgd";
-    case OptimizerKind::adagrad: return "adagrad";
-    case OptimizerKind::ftrl: return "ftrl";
-    case OptimizerKind::adam: return "adam";
+    case OptimizerKind::sgd:
+      return "sgd";
+    case OptimizerKind::adagrad:
+      return "adagrad";
+    case OptimizerKind::ftrl:
+      return "ftrl";
+    case OptimizerKind::adam:
+      return "adam";
   }
   return "?";
 }
@@ -136,38 +141,50 @@ OptimizerConfig default_optimizer_config(OptimizerKind kind) {
   OptimizerConfig c;
   c.kind = kind;
   switch (kind) {
-    case OptimizerKind::sgd: c.lr = 0.02f; break;
-    case OptimizerKind::adagrad: c.lr = 0.02f; break;
+    case OptimizerKind::sgd:
+      c.lr = 0.02f;
+      break;
+    case OptimizerKind::adagrad:
+      c.lr = 0.02f;
+      break;
     case OptimizerKind::ftrl:
       c.lr = 0.05f;
       c.l1 = 20.0f;
       c.l2 = 20.0f;
       break;
-    case OptimizerKind::adam: c.lr = 0.001f; break;
+    case OptimizerKind::adam:
+      c.lr = 0.001f;
+      break;
   }
   return c;
 }
 
 Expected<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& c) {
   auto bad = [](const char* what, float v, const char* expected) {
-    return Status::invalid_input(fmt::format("optimizer setting {} = {} is out of range, expected {}",
-                                             what, v, expected));
+    return Status::invalid_input(
+        fmt::format("optimizer setting {} = {} is out of range, expected {}", what, v, expected));
   };
   if (!(c.lr > 0.0f) || !std::isfinite(c.lr)) return bad("lr", c.lr, "a finite number > 0");
   if (!(c.l1 >= 0.0f) || !std::isfinite(c.l1)) return bad("l1", c.l1, "a finite number >= 0");
   if (!(c.l2 >= 0.0f) || !std::isfinite(c.l2)) return bad("l2", c.l2, "a finite number >= 0");
   switch (c.kind) {
-    case OptimizerKind::sgd: return std::unique_ptr<Optimizer>(new Sgd(c));
+    case OptimizerKind::sgd:
+      return std::unique_ptr<Optimizer>(new Sgd(c));
     case OptimizerKind::adagrad:
-      if (!(c.adagrad_init > 0.0f) || !std::isfinite(c.adagrad_init)) return bad("adagrad_init", c.adagrad_init, "> 0");
+      if (!(c.adagrad_init > 0.0f) || !std::isfinite(c.adagrad_init))
+        return bad("adagrad_init", c.adagrad_init, "> 0");
       return std::unique_ptr<Optimizer>(new Adagrad(c));
     case OptimizerKind::ftrl:
-      if (!(c.ftrl_beta >= 0.0f) || !std::isfinite(c.ftrl_beta)) return bad("ftrl_beta", c.ftrl_beta, ">= 0");
+      if (!(c.ftrl_beta >= 0.0f) || !std::isfinite(c.ftrl_beta))
+        return bad("ftrl_beta", c.ftrl_beta, ">= 0");
       return std::unique_ptr<Optimizer>(new Ftrl(c));
     case OptimizerKind::adam:
-      if (!(c.adam_beta1 >= 0.0f && c.adam_beta1 < 1.0f)) return bad("adam_beta1", c.adam_beta1, "in [0, 1)");
-      if (!(c.adam_beta2 >= 0.0f && c.adam_beta2 < 1.0f)) return bad("adam_beta2", c.adam_beta2, "in [0, 1)");
-      if (!(c.adam_eps > 0.0f) || !std::isfinite(c.adam_eps)) return bad("adam_eps", c.adam_eps, "> 0");
+      if (!(c.adam_beta1 >= 0.0f && c.adam_beta1 < 1.0f))
+        return bad("adam_beta1", c.adam_beta1, "in [0, 1)");
+      if (!(c.adam_beta2 >= 0.0f && c.adam_beta2 < 1.0f))
+        return bad("adam_beta2", c.adam_beta2, "in [0, 1)");
+      if (!(c.adam_eps > 0.0f) || !std::isfinite(c.adam_eps))
+        return bad("adam_eps", c.adam_eps, "> 0");
       return std::unique_ptr<Optimizer>(new Adam(c));
   }
   return Status::invalid_input("unknown optimizer kind");

@@ -24,11 +24,11 @@ enum class OptimizerKind { sgd, adagrad, ftrl, adam };
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::adagrad;
-  float lr = 0.05f;               // step size (FTRL: alpha)
-  float l1 = 0.0f;                // FTRL's L1 strength (others ignore it)
-  float l2 = 0.0f;                // L2 strength: FTRL's proximal L2; others add l2*w to the gradient
-  float adagrad_init = 1e-6f;     // Adagrad's initial accumulator (avoids dividing by zero)
-  float ftrl_beta = 1.0f;         // FTRL's beta
+  float lr = 0.05f;            // step size (FTRL: alpha)
+  float l1 = 0.0f;             // FTRL's L1 strength (others ignore it)
+  float l2 = 0.0f;             // L2 strength: FTRL's proximal L2; others add l2*w to the gradient
+  float adagrad_init = 1e-6f;  // Adagrad's initial accumulator (avoids dividing by zero)
+  float ftrl_beta = 1.0f;      // FTRL's beta
   float adam_beta1 = 0.9f;
   float adam_beta2 = 0.999f;
   float adam_eps = 1e-8f;

@@ -21,9 +21,12 @@ Expected<Consistency> parse_consistency(const std::string& text) {
 
 std::string to_string(const Consistency& c) {
   switch (c.kind) {
-    case ConsistencyKind::bsp: return "bsp";
-    case ConsistencyKind::asp: return "asp";
-    case ConsistencyKind::ssp: return "ssp:" + std::to_string(c.staleness);
+    case ConsistencyKind::bsp:
+      return "bsp";
+    case ConsistencyKind::asp:
+      return "asp";
+    case ConsistencyKind::ssp:
+      return "ssp:" + std::to_string(c.staleness);
   }
   return "?";
 }

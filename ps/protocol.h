@@ -44,8 +44,8 @@ struct PullRequest {
 };
 
 struct PullReply {
-  MessageHeader header;       // request_id echoes the request's
-  uint32_t min_clock = 0;     // the shard's minimum clock over senders when it answered
+  MessageHeader header;    // request_id echoes the request's
+  uint32_t min_clock = 0;  // the shard's minimum clock over senders when it answered
   FloatBuffer values;      // keys.size() x width, in the request's key order
 };
 

@@ -6,7 +6,7 @@
 namespace colony {
 
 Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config,
-                                                    std::unique_ptr<RowStore> store) {
+                                                     std::unique_ptr<RowStore> store) {
   if (config.senders.empty()) return Status::invalid_input("a shard needs at least one sender");
   if (config.width == 0) return Status::invalid_input("row width must be at least 1");
   auto map = ShardMap::make(config.map);
@@ -15,21 +15,23 @@ Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config,
     return Status::invalid_input(fmt::format("shard index {} is outside a map of {} shards",
                                              config.shard_index, map->shards()));
   if (config.admit_after > 1 &&
-      (config.admit_sketch_width == 0 || (config.admit_sketch_width & (config.admit_sketch_width - 1)) != 0))
+      (config.admit_sketch_width == 0 ||
+       (config.admit_sketch_width & (config.admit_sketch_width - 1)) != 0))
     return Status::invalid_input(fmt::format("the admission sketch width {} is not a power of two",
                                              config.admit_sketch_width));
   if (config.admit_after > 255)
-    return Status::invalid_input(fmt::format("--admit-after {} is above the most the sketch counts (255)",
-                                             config.admit_after));
+    return Status::invalid_input(fmt::format(
+        "--admit-after {} is above the most the sketch counts (255)", config.admit_after));
   auto optimizer = make_optimizer(config.optimizer);
   if (!optimizer) return optimizer.status();
-  const size_t row_floats = config.width + (*optimizer)->state_floats(config.width) + (config.evict_after ? 1 : 0);
+  const size_t row_floats =
+      config.width + (*optimizer)->state_floats(config.width) + (config.evict_after ? 1 : 0);
   if (!store) store = std::make_unique<MemoryRowStore>(row_floats);
   if (store->row_floats() != row_floats)
-    return Status::invalid_input(fmt::format("the store keeps rows of {} floats; this shard needs {}",
-                                             store->row_floats(), row_floats));
-  return std::unique_ptr<ShardCore>(
-      new ShardCore(config, std::move(optimizer.value()), std::move(map.value()), std::move(store)));
+    return Status::invalid_input(fmt::format(
+        "the store keeps rows of {} floats; this shard needs {}", store->row_floats(), row_floats));
+  return std::unique_ptr<ShardCore>(new ShardCore(config, std::move(optimizer.value()),
+                                                  std::move(map.value()), std::move(store)));
 }
 
 Expected<size_t> ShardCore::row_floats(const ShardConfig& config) {
@@ -50,7 +52,8 @@ ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optim
   stamp_ = config.evict_after ? 1 : 0;
   next_eviction_scan_ = config.evict_after;
   if (config.admit_after > 1)
-    sketch_ = std::make_unique<CountMinSketch>(4, config.admit_sketch_width, config.init.seed ^ 0xad317);
+    sketch_ =
+        std::make_unique<CountMinSketch>(4, config.admit_sketch_width, config.init.seed ^ 0xad317);
 }
 
 void ShardCore::on_message(const PsMessage& message, Outbox& out) {
@@ -69,8 +72,11 @@ bool ShardCore::stale(const MessageHeader& h, Outbox& out) {
   if (h.map_version == map_.version()) return false;
   const ShardMapSpec& s = map_.spec();
   ++stats_.stale_map_replies;
-  out.push_back({h.sender, ShardMapUpdate{{config_.id, h.request_id, s.version}, s.version, s.shards,
-                                          s.vnodes_per_shard, s.seed}});
+  out.push_back({h.sender, ShardMapUpdate{{config_.id, h.request_id, s.version},
+                                          s.version,
+                                          s.shards,
+                                          s.vnodes_per_shard,
+                                          s.seed}});
   return true;
 }
 
@@ -102,7 +108,8 @@ float* ShardCore::existing_row(uint64_t key) {
 bool ShardCore::owns_all(const MessageHeader& h, const std::vector<uint64_t>& keys, Outbox& out) {
   for (uint64_t key : keys) {
     if (map_.shard_of(key) != config_.shard_index) {
-      out.push_back({h.sender, PsError{{config_.id, h.request_id, map_.version()}, PsErrorCode::bad_request,
+      out.push_back({h.sender, PsError{{config_.id, h.request_id, map_.version()},
+                                       PsErrorCode::bad_request,
                                        fmt::format("key {:#x} does not belong to shard {}", key,
                                                    config_.shard_index)}});
       return false;
@@ -120,13 +127,16 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
   }
   // A client keeps at most max-inflight pulls open: more waiting from one sender is a peer's
   // mistake or a lie, refused rather than held without bound.
-  const size_t held = std::count_if(waiting_.begin(), waiting_.end(),
-                                    [&](const PullRequest& w) { return w.header.sender == r.header.sender; });
+  const size_t held = std::count_if(waiting_.begin(), waiting_.end(), [&](const PullRequest& w) {
+    return w.header.sender == r.header.sender;
+  });
   if (held >= shard_waiting_pulls_per_sender_max) {
     ++stats_.messages_refused;
-    out.push_back({r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()}, PsErrorCode::bad_request,
-                                            fmt::format("node {} has {} pulls waiting at shard {} already",
-                                                        r.header.sender, held, config_.shard_index)}});
+    out.push_back(
+        {r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()},
+                                  PsErrorCode::bad_request,
+                                  fmt::format("node {} has {} pulls waiting at shard {} already",
+                                              r.header.sender, held, config_.shard_index)}});
     return;
   }
   ++stats_.pulls_deferred;
@@ -139,7 +149,8 @@ void ShardCore::begin_resync() {
 }
 
 bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
-  const MessageHeader& h = std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);
+  const MessageHeader& h =
+      std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);
   const auto* clock = std::get_if<ClockAdvance>(&message);
   if (clock && clock->resync) {
     if (stale(h, out)) return false;
@@ -149,7 +160,8 @@ bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
     release_waiting(out);
     return false;  // handled
   }
-  if (min_clock_ == clock_done && std::holds_alternative<PullRequest>(message)) return true;  // the job is over
+  if (min_clock_ == clock_done && std::holds_alternative<PullRequest>(message))
+    return true;  // the job is over
   if (resynced_.count(h.sender)) return true;
   ++stats_.dropped_before_resync;
   return false;
@@ -159,7 +171,8 @@ bool ShardCore::may_answer(const PullRequest& r) const {
   if (resyncing_)
     for (const auto& [sender, clock] : clocks_)
       if (!resynced_.count(sender)) return false;
-  if (!config_.fault_skip_consistency_gate && !config_.consistency.allows(r.clock, min_clock_)) return false;
+  if (!config_.fault_skip_consistency_gate && !config_.consistency.allows(r.clock, min_clock_))
+    return false;
   // Read-my-writes, under every model (ASP included): a pull for step c also waits for the
   // puller's own writes of step c - 1 (BSP's bound implies it). A worker that pulls ahead of
   // its own push (pipelined pulls) would otherwise train on rows that miss its last step.
@@ -213,7 +226,8 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
       const size_t row_bytes = width_ * sizeof(float);
       for (size_t i = 0; i < n; ++i) {
         if (i + ahead < n)
-          for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const char*>(a.rows[i + ahead]) + b);
+          for (size_t b = 0; b < row_bytes; b += 64)
+            __builtin_prefetch(reinterpret_cast<const char*>(a.rows[i + ahead]) + b);
         values.insert(values.end(), a.rows[i], a.rows[i] + width_);
       }
     } else {
@@ -222,8 +236,10 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
       values.resize(n * width_);
       for (size_t i = 0; i < n; ++i) {
         std::span<float> o(values.data() + i * width_, width_);
-        if (a.rows[i]) std::copy(a.rows[i], a.rows[i] + width_, o.begin());
-        else init_row(r.keys[i], config_.init, o);
+        if (a.rows[i])
+          std::copy(a.rows[i], a.rows[i] + width_, o.begin());
+        else
+          init_row(r.keys[i], config_.init, o);
       }
     }
   }
@@ -236,12 +252,13 @@ bool ShardCore::advance(const MessageHeader& h, uint32_t clock, bool& duplicate,
   duplicate = false;
   auto it = clocks_.find(h.sender);
   auto refuse = [&](PsErrorCode code, std::string why) {
-    out.push_back({h.sender, PsError{{config_.id, h.request_id, map_.version()}, code, std::move(why)}});
+    out.push_back(
+        {h.sender, PsError{{config_.id, h.request_id, map_.version()}, code, std::move(why)}});
     return false;
   };
   if (it == clocks_.end())
-    return refuse(PsErrorCode::bad_request, fmt::format("node {} is not a sender of shard {}", h.sender,
-                                                        config_.shard_index));
+    return refuse(PsErrorCode::bad_request, fmt::format("node {} is not a sender of shard {}",
+                                                        h.sender, config_.shard_index));
   uint32_t& current = it->second;
   if (clock <= current) {
     duplicate = true;
@@ -249,7 +266,8 @@ bool ShardCore::advance(const MessageHeader& h, uint32_t clock, bool& duplicate,
   }
   if (clock != clock_done && clock != current + 1)
     return refuse(PsErrorCode::out_of_order,
-                  fmt::format("clock {} from node {} skips steps (shard is at {})", clock, h.sender, current));
+                  fmt::format("clock {} from node {} skips steps (shard is at {})", clock, h.sender,
+                              current));
   current = clock;
   return true;
 }
@@ -257,10 +275,11 @@ bool ShardCore::advance(const MessageHeader& h, uint32_t clock, bool& duplicate,
 void ShardCore::on_push(const PushRequest& r, Outbox& out) {
   if (stale(r.header, out)) return;
   if (r.grads.size() != r.keys.size() * width_) {
-    out.push_back({r.header.sender,
-                   PsError{{config_.id, r.header.request_id, map_.version()}, PsErrorCode::bad_request,
-                           fmt::format("push has {} keys but {} gradient floats (width {})",
-                                       r.keys.size(), r.grads.size(), width_)}});
+    out.push_back(
+        {r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()},
+                                  PsErrorCode::bad_request,
+                                  fmt::format("push has {} keys but {} gradient floats (width {})",
+                                              r.keys.size(), r.grads.size(), width_)}});
     return;
   }
   // The rows of this sender's pull for the same step, when the keys are the same: they were
@@ -329,8 +348,10 @@ void ShardCore::release_waiting(Outbox& out) {
   // Answer, in arrival order, every waiting pull the clocks now allow.
   std::deque<PullRequest> still;
   for (PullRequest& r : waiting_) {
-    if (may_answer(r)) answer(r, out);
-    else still.push_back(std::move(r));
+    if (may_answer(r))
+      answer(r, out);
+    else
+      still.push_back(std::move(r));
   }
   waiting_.swap(still);
 }
@@ -340,22 +361,33 @@ bool ShardCore::store_ok(Status s) {
   if (!error_.ok()) return false;
   std::string m = fmt::format("shard {}: {}", config_.shard_index, s.message());
   switch (s.code()) {
-    case Status::Code::invalid_input: error_ = Status::invalid_input(std::move(m)); break;
-    case Status::Code::not_found: error_ = Status::not_found(std::move(m)); break;
-    case Status::Code::io_error: error_ = Status::io_error(std::move(m)); break;
-    default: error_ = Status::internal(std::move(m)); break;
+    case Status::Code::invalid_input:
+      error_ = Status::invalid_input(std::move(m));
+      break;
+    case Status::Code::not_found:
+      error_ = Status::not_found(std::move(m));
+      break;
+    case Status::Code::io_error:
+      error_ = Status::io_error(std::move(m));
+      break;
+    default:
+      error_ = Status::internal(std::move(m));
+      break;
   }
   return false;
 }
 
 Status ShardCore::row_values(std::span<const uint64_t> keys, std::span<float> out) {
-  COLONY_ASSERT(out.size() == keys.size() * width_, "out={} keys={} width={}", out.size(), keys.size(), width_);
+  COLONY_ASSERT(out.size() == keys.size() * width_, "out={} keys={} width={}", out.size(),
+                keys.size(), width_);
   if (!error_.ok()) return error_;
   if (!store_ok(store_->load(keys))) return error_;
   for (size_t i = 0; i < keys.size(); ++i) {
     std::span<float> o = out.subspan(i * width_, width_);
-    if (const float* r = store_->find(keys[i])) std::copy(r, r + width_, o.begin());
-    else init_row(keys[i], config_.init, o);
+    if (const float* r = store_->find(keys[i]))
+      std::copy(r, r + width_, o.begin());
+    else
+      init_row(keys[i], config_.init, o);
   }
   if (!store_ok(store_->commit())) return error_;
   return {};
@@ -386,7 +418,8 @@ Status ShardCore::resume_clocks(const std::vector<std::pair<NodeId, uint32_t>>& 
   for (const auto& [node, clock] : clocks) {
     auto it = clocks_.find(NodeId(node));
     if (it == clocks_.end())
-      return Status::invalid_input(fmt::format("node {} is not a sender of shard {}", node, config_.shard_index));
+      return Status::invalid_input(
+          fmt::format("node {} is not a sender of shard {}", node, config_.shard_index));
     it->second = clock;
   }
   Outbox none;

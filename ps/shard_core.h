@@ -4,8 +4,8 @@
 // of the keys the shard map gives it, applies pushes with its optimizer, answers pulls, and
 // gates pulls by the consistency model: a pull for step t is answered only when the slowest
 // sender's clock is at least t - k (BSP: k = 0; ASP: not bounded), and in every model once
-// the puller's own writes of step t - 1 have arrived (read-my-writes; see PullRequest::writer). Pulls that
-// must wait are queued and answered, in arrival order, as soon as clocks allow.
+// the puller's own writes of step t - 1 have arrived (read-my-writes; see PullRequest::writer).
+// Pulls that must wait are queued and answered, in arrival order, as soon as clocks allow.
 //
 // It takes messages and returns messages (into an Outbox): no threads, clocks, sockets or
 // storage calls of its own. The driver (an actor, the simulator, a test) delivers messages
@@ -77,7 +77,8 @@ struct ShardStats {
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   uint64_t stale_map_replies = 0;
-  uint64_t dropped_before_resync = 0;  // messages a restarted shard dropped (their senders re-send them)
+  uint64_t dropped_before_resync =
+      0;  // messages a restarted shard dropped (their senders re-send them)
   uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
   uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
   uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
@@ -160,7 +161,8 @@ class ShardCore {
   // Calls f(key, parameters) for every row held. Fails as RowStore::for_each.
   template <class F>
   [[nodiscard]] Status for_each_row(F&& f) const {
-    return store_->for_each([&](uint64_t key, const float* row) { f(key, std::span<const float>(row, width_)); });
+    return store_->for_each(
+        [&](uint64_t key, const float* row) { f(key, std::span<const float>(row, width_)); });
   }
   const ShardConfig& config() const { return config_; }
 
@@ -219,8 +221,8 @@ class ShardCore {
   uint32_t next_eviction_scan_ = 0;
   std::vector<uint64_t> evict_keys_;
   std::optional<uint32_t> checkpoint_due_;
-  bool resyncing_ = false;                 // see begin_resync
-  std::unordered_set<NodeId> resynced_;    // nodes whose resync arrived
+  bool resyncing_ = false;               // see begin_resync
+  std::unordered_set<NodeId> resynced_;  // nodes whose resync arrived
 };
 
 }  // namespace colony

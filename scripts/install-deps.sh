@@ -11,6 +11,7 @@ packages=(
   capnproto libcapnp-dev
   libboost-test-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
+  clang-format          # scripts/check-format.sh (CI)
 )
 
 missing=()

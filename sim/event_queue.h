@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <deque>
+#include <functional>
 #include <vector>
 
 namespace colony::sim {

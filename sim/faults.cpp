@@ -13,12 +13,18 @@ namespace colony::sim {
 
 const char* to_string(FaultKind kind) {
   switch (kind) {
-    case FaultKind::crash: return "crash";
-    case FaultKind::partition: return "partition";
-    case FaultKind::clog: return "clog";
-    case FaultKind::slow: return "slow";
-    case FaultKind::lossy: return "lossy";
-    case FaultKind::disk_full: return "disk_full";
+    case FaultKind::crash:
+      return "crash";
+    case FaultKind::partition:
+      return "partition";
+    case FaultKind::clog:
+      return "clog";
+    case FaultKind::slow:
+      return "slow";
+    case FaultKind::lossy:
+      return "lossy";
+    case FaultKind::disk_full:
+      return "disk_full";
   }
   return "unknown";
 }
@@ -38,8 +44,8 @@ struct Parser {
   Status bad(const std::string& field, const std::string& why) const {
     return Status::invalid_input(fmt::format("{}: {}: {}", name, field, why));
   }
-  Status number(const json& obj, const std::string& path, const char* key, double& out, double lo, double hi,
-                bool required) const {
+  Status number(const json& obj, const std::string& path, const char* key, double& out, double lo,
+                double hi, bool required) const {
     auto it = obj.find(key);
     if (it == obj.end()) return required ? bad(path + "." + key, "missing") : Status();
     if (!it->is_number()) return bad(path + "." + key, "must be a number");
@@ -62,7 +68,9 @@ struct Parser {
   }
   Status side(const json& obj, const std::string& path, std::vector<HostRef>& out) const {
     if (!obj.is_object())
-      return bad(path, "must be an object with \"nodes\" and/or \"shards\" lists and/or \"coordinator\": true");
+      return bad(
+          path,
+          "must be an object with \"nodes\" and/or \"shards\" lists and/or \"coordinator\": true");
     for (const char* key : {"nodes", "shards"}) {
       auto it = obj.find(key);
       if (it == obj.end()) continue;
@@ -72,7 +80,8 @@ struct Parser {
       for (size_t i = 0; i < it->size(); ++i) {
         const json& v = (*it)[i];
         if (!v.is_number_unsigned() || v.get<uint64_t>() >= limit)
-          return bad(fmt::format("{}.{}[{}]", path, key, i), fmt::format("must be an integer in [0, {})", limit));
+          return bad(fmt::format("{}.{}[{}]", path, key, i),
+                     fmt::format("must be an integer in [0, {})", limit));
         out.push_back(HostRef{shard, static_cast<uint32_t>(v.get<uint64_t>())});
       }
     }
@@ -89,21 +98,25 @@ struct Parser {
     if (kind == e.end() || !kind->is_string()) return bad(path + ".kind", "missing (a string)");
     const std::string k = kind->get<std::string>();
     if (Status s = number(e, path, "at", out.at_s, 0.0, trace_time_max_s, true); !s.ok()) return s;
-    if (Status s = number(e, path, "duration", out.duration_s, 0.0, trace_time_max_s, true); !s.ok()) return s;
+    if (Status s = number(e, path, "duration", out.duration_s, 0.0, trace_time_max_s, true);
+        !s.ok())
+      return s;
     if (k == "crash" || k == "clog" || k == "slow" || k == "disk_full") {
-      out.kind = k == "crash" ? FaultKind::crash
+      out.kind = k == "crash"  ? FaultKind::crash
                  : k == "clog" ? FaultKind::clog
                  : k == "slow" ? FaultKind::slow
                                : FaultKind::disk_full;
       HostRef h;
       if (Status s = host(e, path, h); !s.ok()) return s;
-      if (out.kind == FaultKind::disk_full && !h.shard) return bad(path, "disk_full needs \"shard\"");
+      if (out.kind == FaultKind::disk_full && !h.shard)
+        return bad(path, "disk_full needs \"shard\"");
       out.hosts = {h};
       if (out.kind == FaultKind::clog || out.kind == FaultKind::slow)
         if (Status s = number(e, path, "factor", out.factor, 1.0, 1e6, true); !s.ok()) return s;
     } else if (k == "partition") {
       out.kind = FaultKind::partition;
-      if (!e.contains("a") || !e.contains("b")) return bad(path, "partition needs sides \"a\" and \"b\"");
+      if (!e.contains("a") || !e.contains("b"))
+        return bad(path, "partition needs sides \"a\" and \"b\"");
       if (Status s = side(e.at("a"), path + ".a", out.hosts); !s.ok()) return s;
       if (Status s = side(e.at("b"), path + ".b", out.side_b); !s.ok()) return s;
       for (const HostRef& h : out.hosts)
@@ -111,11 +124,13 @@ struct Parser {
           return bad(path, "a host is on both sides of the partition");
     } else if (k == "lossy") {
       out.kind = FaultKind::lossy;
-      for (auto [key, field] : {std::pair{"drop", &out.drop}, std::pair{"duplicate", &out.duplicate},
-                                std::pair{"reorder", &out.reorder}})
+      for (auto [key, field] :
+           {std::pair{"drop", &out.drop}, std::pair{"duplicate", &out.duplicate},
+            std::pair{"reorder", &out.reorder}})
         if (Status s = number(e, path, key, *field, 0.0, 0.5, false); !s.ok()) return s;
     } else {
-      return bad(path + ".kind", "\"" + k + "\" is not one of crash, partition, clog, slow, lossy, disk_full");
+      return bad(path + ".kind",
+                 "\"" + k + "\" is not one of crash, partition, clog, slow, lossy, disk_full");
     }
     return Status();
   }
@@ -123,14 +138,16 @@ struct Parser {
 
 }  // namespace
 
-Expected<FaultTrace> parse_trace(const std::string& text, const std::string& name, uint32_t nodes, uint32_t ps) {
+Expected<FaultTrace> parse_trace(const std::string& text, const std::string& name, uint32_t nodes,
+                                 uint32_t ps) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return Status::invalid_input(name + ": not valid JSON");
   Parser p{name, nodes, ps};
   if (!doc.is_object() || !doc.contains("events") || !doc.at("events").is_array())
     return p.bad("events", "the file must be an object with an \"events\" list");
   const json& events = doc.at("events");
-  if (events.size() > trace_events_max) return p.bad("events", fmt::format("more than {} events", trace_events_max));
+  if (events.size() > trace_events_max)
+    return p.bad("events", fmt::format("more than {} events", trace_events_max));
   FaultTrace trace;
   for (size_t i = 0; i < events.size(); ++i) {
     FaultEvent e;
@@ -157,8 +174,10 @@ std::string trace_json(const FaultTrace& trace) {
     json nodes = json::array(), shards = json::array();
     bool coordinator = false;
     for (const HostRef& h : hosts) {
-      if (h.coordinator) coordinator = true;
-      else (h.shard ? shards : nodes).push_back(h.index);
+      if (h.coordinator)
+        coordinator = true;
+      else
+        (h.shard ? shards : nodes).push_back(h.index);
     }
     json j = json::object();
     if (coordinator) j["coordinator"] = true;
@@ -222,7 +241,8 @@ FaultTrace generate_trace(const TraceGenOptions& o, uint64_t seed) {
   SplitMix64 rng(hash_combine(seed, 0xfa017));
   FaultTrace trace;
   const FailureProfile& p = o.profile;
-  const double per_second_all = p.per_gpu_day * p.rate_scale * o.nodes * std::max(1u, o.gpus_per_node) / 86400.0;
+  const double per_second_all =
+      p.per_gpu_day * p.rate_scale * o.nodes * std::max(1u, o.gpus_per_node) / 86400.0;
   auto pick_node = [&] { return HostRef{false, static_cast<uint32_t>(rng.next() % o.nodes)}; };
   auto any_host = [&] {
     const uint32_t h = static_cast<uint32_t>(rng.next() % (o.nodes + o.ps));
@@ -257,15 +277,19 @@ FaultTrace generate_trace(const TraceGenOptions& o, uint64_t seed) {
   };
   const double other_share = std::max(0.0, 1.0 - p.gpu_share - p.memory_share - p.network_share);
   poisson(rng, per_second_all * p.gpu_share, o.horizon_s, [&](double t) { add_crash(t, "gpu"); });
-  poisson(rng, per_second_all * p.memory_share, o.horizon_s, [&](double t) { add_crash(t, "memory"); });
+  poisson(rng, per_second_all * p.memory_share, o.horizon_s,
+          [&](double t) { add_crash(t, "memory"); });
   poisson(rng, per_second_all * other_share, o.horizon_s, [&](double t) { add_crash(t, "other"); });
-  poisson(rng, per_second_all * p.network_share, o.horizon_s, [&](double t) { add_partition(t, false); });
+  poisson(rng, per_second_all * p.network_share, o.horizon_s,
+          [&](double t) { add_partition(t, false); });
   auto count = [&](FaultKind k) {
     return static_cast<uint32_t>(std::count_if(trace.events.begin(), trace.events.end(),
                                                [&](const FaultEvent& e) { return e.kind == k; }));
   };
-  for (uint32_t c = count(FaultKind::crash); c < o.min_crashes; ++c) add_crash(rng.uniform() * o.horizon_s, "chaos");
-  for (uint32_t c = count(FaultKind::partition); c < o.min_partitions; ++c) add_partition(rng.uniform() * o.horizon_s, true);
+  for (uint32_t c = count(FaultKind::crash); c < o.min_crashes; ++c)
+    add_crash(rng.uniform() * o.horizon_s, "chaos");
+  for (uint32_t c = count(FaultKind::partition); c < o.min_partitions; ++c)
+    add_partition(rng.uniform() * o.horizon_s, true);
   if (o.chaos_extras) {
     for (FaultKind k : {FaultKind::slow, FaultKind::clog, FaultKind::lossy, FaultKind::disk_full}) {
       if (k == FaultKind::disk_full && o.ps == 0) continue;

@@ -41,7 +41,7 @@ struct FaultEvent {
   std::vector<HostRef> side_b;  // partition only
   double factor = 1.0;          // clog, slow
   double drop = 0.0, duplicate = 0.0, reorder = 0.0;  // lossy
-  std::string cause;            // generated traces: gpu, memory, network, other
+  std::string cause;  // generated traces: gpu, memory, network, other
 };
 
 struct FaultTrace {
@@ -63,14 +63,14 @@ Expected<FaultTrace> parse_trace(const std::string& text, const std::string& nam
 struct FailureProfile {
   double per_gpu_day = 4.7e-4;
   double gpu_share = 0.30, memory_share = 0.17, network_share = 0.08;
-  double rate_scale = 1.0;          // multiplies every rate (short runs need large ones)
-  double restart_s = 600.0;         // a crashed host is back after this
-  double network_heal_s = 60.0;     // a network failure (partition) lasts this long
+  double rate_scale = 1.0;       // multiplies every rate (short runs need large ones)
+  double restart_s = 600.0;      // a crashed host is back after this
+  double network_heal_s = 60.0;  // a network failure (partition) lasts this long
 };
 
 struct TraceGenOptions {
   uint32_t nodes = 1, gpus_per_node = 1, ps = 1;
-  double horizon_s = 1.0;           // events fall in [0, horizon_s)
+  double horizon_s = 1.0;  // events fall in [0, horizon_s)
   FailureProfile profile;
   // Chaos additions for tests: at least this many crashes and partitions, at random times.
   uint32_t min_crashes = 0, min_partitions = 0;
@@ -81,8 +81,8 @@ struct TraceGenOptions {
 // A trace drawn from the profile (Poisson arrivals per component) and the chaos minimums, a
 // pure function of (options, seed). GPU and GPU-memory failures crash a worker node; other
 // failures crash any host (worker node or PS shard, uniformly); network failures cut one node
-// off from every other host, the coordinator's included. Chaos crashes and partitions hit any host and last 2% to 20% of
-// the horizon.
+// off from every other host, the coordinator's included. Chaos crashes and partitions hit any host
+// and last 2% to 20% of the horizon.
 FaultTrace generate_trace(const TraceGenOptions& options, uint64_t seed);
 
 // The trace as a trace file that parse_trace reads back to the same events (generated events

@@ -33,12 +33,12 @@
 #include <unordered_map>
 
 #include "common/hash.h"
+#include "data/generator.h"
 #include "gpu/reduce.h"
 #include "ps/coordinator_core.h"
 #include "ps/shard_core.h"
 #include "sim/simulator.h"
 #include "worker/aggregator_core.h"
-#include "data/generator.h"
 #include "worker/wiring.h"
 #include "worker/worker_core.h"
 
@@ -54,12 +54,16 @@ uint64_t message_bytes(const PsMessage& m) {
   return header_bytes + std::visit(
                             [](const auto& x) -> uint64_t {
                               using T = std::decay_t<decltype(x)>;
-                              if constexpr (std::is_same_v<T, PullRequest>) return 8 * x.keys.size();
-                              else if constexpr (std::is_same_v<T, PullReply>) return 4 * x.values.size();
+                              if constexpr (std::is_same_v<T, PullRequest>)
+                                return 8 * x.keys.size();
+                              else if constexpr (std::is_same_v<T, PullReply>)
+                                return 4 * x.values.size();
                               else if constexpr (std::is_same_v<T, PushRequest>)
                                 return 8 * x.keys.size() + 4 * x.grads.size();
-                              else if constexpr (std::is_same_v<T, PsError>) return x.message.size();
-                              else return 0;
+                              else if constexpr (std::is_same_v<T, PsError>)
+                                return x.message.size();
+                              else
+                                return 0;
                             },
                             m);
 }
@@ -75,12 +79,13 @@ struct Host {
   VirtualNanos down_since = 0;
   double slow = 1.0;
   VirtualNanos disk_full_until = 0;
-  std::vector<std::pair<uint32_t, PsMessage>> held_in;   // (core, message) arrived while down
-  std::vector<std::pair<uint32_t, Outgoing>> held_out;   // (core, message) not sent before the crash
-  std::vector<VirtualNanos> cpu_free;  // when each CPU of the host's pool is next free
+  std::vector<std::pair<uint32_t, PsMessage>> held_in;  // (core, message) arrived while down
+  std::vector<std::pair<uint32_t, Outgoing>> held_out;  // (core, message) not sent before the crash
+  std::vector<VirtualNanos> cpu_free;        // when each CPU of the host's pool is next free
   std::vector<ControlMessage> held_control;  // control messages arrived while down
-  std::vector<bool> lost;  // by node: NodesLost named it, so this host's transport drops messages to it
-  bool exited = false;     // its member process ended (lost the coordinator, or was refused)
+  std::vector<bool>
+      lost;  // by node: NodesLost named it, so this host's transport drops messages to it
+  bool exited = false;  // its member process ended (lost the coordinator, or was refused)
 };
 
 // The member side of a simulated host (the loop of `colony ps` / `colony worker` in
@@ -90,8 +95,8 @@ struct Member {
   bool welcomed = false;
   bool started = false;
   std::optional<MemberDone> done;  // sent
-  uint32_t index = 0;             // in the Welcome's member list
-  VirtualNanos last_heard = 0;    // the last control message from the coordinator
+  uint32_t index = 0;              // in the Welcome's member list
+  VirtualNanos last_heard = 0;     // the last control message from the coordinator
 };
 
 // What the invariant checker believes a shard holds, rebuilt from the same inputs as the core.
@@ -112,9 +117,12 @@ struct ShardShadow {
   void apply(const PsMessage& m) {
     uint32_t clock = 0;
     const PushRequest* push = std::get_if<PushRequest>(&m);
-    if (push) clock = push->clock;
-    else if (auto* c = std::get_if<ClockAdvance>(&m)) clock = c->clock;
-    else return;
+    if (push)
+      clock = push->clock;
+    else if (auto* c = std::get_if<ClockAdvance>(&m))
+      clock = c->clock;
+    else
+      return;
     auto it = clocks.find(header_of(m).sender);
     if (it == clocks.end() || clock <= it->second) return;
     if (clock != clock_done && clock != it->second + 1) return;
@@ -162,14 +170,19 @@ struct Flight {
 class FullSim {
  public:
   explicit FullSim(const SimOptions& o)
-      : o_(o), rng_(hash_combine(o.seed, 0x51a)), net_(o.network, o.colocate ? 1 : o.nodes + o.ps + 1),
-        generator_(o.generator ? o.generator : std::make_shared<const Generator>(GeneratorConfig{o.seed, 1.0})) {}
+      : o_(o),
+        rng_(hash_combine(o.seed, 0x51a)),
+        net_(o.network, o.colocate ? 1 : o.nodes + o.ps + 1),
+        generator_(o.generator ? o.generator
+                               : std::make_shared<const Generator>(GeneratorConfig{o.seed, 1.0})) {}
 
   Expected<SimResult> run(const std::function<void(double)>& progress);
 
  private:
   VirtualNanos now() const { return q_.now(); }
-  void mix(uint64_t a, uint64_t b) { hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b))); }
+  void mix(uint64_t a, uint64_t b) {
+    hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b)));
+  }
   // Every member as it joins: one per ps host (one shard each), one per worker node.
   std::vector<MemberInfo> members() const;
   // The job every core is built from (the same as the coordinator core's, when there is one).
@@ -191,7 +204,8 @@ class FullSim {
   VirtualNanos healed_at(uint32_t a, uint32_t b) const {
     VirtualNanos t = now();
     for (const Partition& p : partitions_)
-      if (p.heal_at > now() && ((p.a[a] && p.b[b]) || (p.b[a] && p.a[b]))) t = std::max(t, p.heal_at);
+      if (p.heal_at > now() && ((p.a[a] && p.b[b]) || (p.b[a] && p.a[b])))
+        t = std::max(t, p.heal_at);
     return t;
   }
   void control(uint32_t from_host, uint32_t to_host, ControlMessage m);
@@ -245,7 +259,8 @@ class FullSim {
   }
   void violation(std::string v) {
     constexpr size_t violations_max = 100;  // the rest would repeat the first ones
-    if (result_.invariant_violations.size() < violations_max) result_.invariant_violations.push_back(std::move(v));
+    if (result_.invariant_violations.size() < violations_max)
+      result_.invariant_violations.push_back(std::move(v));
   }
   void timeline(std::string name, const char* cat, uint32_t host, uint32_t tid, VirtualNanos start,
                 VirtualNanos duration) {
@@ -313,7 +328,8 @@ class FullSim {
 
 std::vector<MemberInfo> FullSim::members() const {
   std::vector<MemberInfo> members;
-  for (uint32_t s = 0; s < o_.ps; ++s) members.push_back({MemberRole::ps, endpoint(o_.nodes + s), "", 1, "sim"});
+  for (uint32_t s = 0; s < o_.ps; ++s)
+    members.push_back({MemberRole::ps, endpoint(o_.nodes + s), "", 1, "sim"});
   for (uint32_t n = 0; n < o_.nodes; ++n)
     members.push_back({MemberRole::worker, endpoint(n), "", o_.gpus_per_node, "sim"});
   return members;
@@ -414,9 +430,13 @@ void FullSim::control(uint32_t from_host, uint32_t to_host, ControlMessage m) {
   const bool heartbeat = std::holds_alternative<Heartbeat>(m.body);
   if (const VirtualNanos heal = healed_at(from_host, to_host); heal > now()) {
     // The transport retries after the heal; the sender's link stays free meanwhile.
-    auto retry = [this, from_host, to_host, m = std::move(m)]() mutable { control(from_host, to_host, std::move(m)); };
-    if (heartbeat) periodic(heal, std::move(retry));
-    else q_.schedule(heal, std::move(retry));
+    auto retry = [this, from_host, to_host, m = std::move(m)]() mutable {
+      control(from_host, to_host, std::move(m));
+    };
+    if (heartbeat)
+      periodic(heal, std::move(retry));
+    else
+      q_.schedule(heal, std::move(retry));
     return;
   }
   const uint64_t bytes = control_bytes(m);
@@ -428,8 +448,10 @@ void FullSim::control(uint32_t from_host, uint32_t to_host, ControlMessage m) {
   arrival = std::max(arrival, last);
   last = arrival;
   auto go = [this, to_host, m = std::move(m)]() mutable { deliver_control(to_host, std::move(m)); };
-  if (heartbeat) periodic(arrival, std::move(go));
-  else q_.schedule(arrival, std::move(go));
+  if (heartbeat)
+    periodic(arrival, std::move(go));
+  else
+    q_.schedule(arrival, std::move(go));
 }
 
 void FullSim::deliver_control(uint32_t host, ControlMessage m) {
@@ -483,7 +505,8 @@ void FullSim::coordinator_effects(CoordinatorEffects& fx) {
 }
 
 void FullSim::arm_coordinator() {
-  const VirtualNanos at = std::max(now(), static_cast<VirtualNanos>(coordinator_->next_deadline()) * 1'000'000);
+  const VirtualNanos at =
+      std::max(now(), static_cast<VirtualNanos>(coordinator_->next_deadline()) * 1'000'000);
   if (at == coordinator_armed_at_) return;
   coordinator_armed_at_ = at;
   const uint64_t generation = ++coordinator_timer_;
@@ -500,8 +523,9 @@ void FullSim::member_join(uint32_t host) {
   if (members_[host].welcomed || hosts_[host].down) return;
   const bool ps = host >= o_.nodes;
   control(host, coordinator_host_,
-          {control_from_unknown, Join{MemberInfo{ps ? MemberRole::ps : MemberRole::worker, endpoint(host), "",
-                                                 ps ? 1 : o_.gpus_per_node, "sim"}}});
+          {control_from_unknown,
+           Join{MemberInfo{ps ? MemberRole::ps : MemberRole::worker, endpoint(host), "",
+                           ps ? 1 : o_.gpus_per_node, "sim"}}});
 }
 
 void FullSim::member_on(uint32_t host, const ControlMessage& m) {
@@ -600,8 +624,10 @@ void FullSim::emit(uint32_t from, Outbox& out, VirtualNanos at) {
 
 void FullSim::send(uint32_t id) {
   const uint32_t hf = host_of_node(flights_[id]->from), to = flights_[id]->message.to;
-  // The coordinator node only pulls to evaluate, which the simulator does not: nothing is sent to it.
-  const bool dropped = hosts_[hf].exited || (coordinated_ && (to == coordinator_node_ || hosts_[hf].lost[to]));
+  // The coordinator node only pulls to evaluate, which the simulator does not: nothing is sent to
+  // it.
+  const bool dropped =
+      hosts_[hf].exited || (coordinated_ && (to == coordinator_node_ || hosts_[hf].lost[to]));
   if (!dropped && !hosts_[hf].down) {
     // Held by a partition: the transport retries after the heal. The message does not take the
     // sender's links meanwhile (the network must see transfers in time order).
@@ -631,19 +657,25 @@ void FullSim::send(uint32_t id) {
   }
   for (int i = 0; i < drops_max && drop > 0 && rng_.uniform() < drop; ++i)
     arrival += static_cast<VirtualNanos>(o_.rto_s * 1e9);
-  if (reorder > 0 && rng_.uniform() < reorder) arrival += static_cast<VirtualNanos>(rng_.uniform() * 1e6);
+  if (reorder > 0 && rng_.uniform() < reorder)
+    arrival += static_cast<VirtualNanos>(rng_.uniform() * 1e6);
   const uint64_t pair = (uint64_t{f.from} << 32) | to;
   VirtualNanos& last = pair_last_[pair];
   arrival = std::max(arrival, last);
   last = arrival;
-  if (std::holds_alternative<PushRequest>(f.message.message) || std::holds_alternative<PullReply>(f.message.message))
-    timeline(std::holds_alternative<PushRequest>(f.message.message) ? "push" : "pull reply", "network", hf,
-             cores_[f.from].tid, f.sent_at, arrival - f.sent_at);
+  if (std::holds_alternative<PushRequest>(f.message.message) ||
+      std::holds_alternative<PullReply>(f.message.message))
+    timeline(std::holds_alternative<PushRequest>(f.message.message) ? "push" : "pull reply",
+             "network", hf, cores_[f.from].tid, f.sent_at, arrival - f.sent_at);
   if (dup > 0 && cores_[to].role == Role::shard && rng_.uniform() < dup) {
     PsMessage copy = f.message.message;
-    q_.schedule(arrival + 1000, [this, to, copy = std::move(copy)]() mutable { deliver(to, std::move(copy), true); });
+    q_.schedule(arrival + 1000, [this, to, copy = std::move(copy)]() mutable {
+      deliver(to, std::move(copy), true);
+    });
   }
-  q_.schedule(arrival, [this, to, m = std::move(f.message.message)]() mutable { deliver(to, std::move(m)); });
+  q_.schedule(arrival, [this, to, m = std::move(f.message.message)]() mutable {
+    deliver(to, std::move(m));
+  });
 }
 
 void FullSim::deliver(uint32_t to, PsMessage m, bool duplicate) {
@@ -657,8 +689,9 @@ void FullSim::deliver(uint32_t to, PsMessage m, bool duplicate) {
   }
   if (c.role == Role::shard && h.disk_full_until > now() &&
       (std::holds_alternative<PushRequest>(m) || std::holds_alternative<ClockAdvance>(m))) {
-    q_.schedule(h.disk_full_until,
-                [this, to, duplicate, m = std::move(m)]() mutable { deliver(to, std::move(m), duplicate); });
+    q_.schedule(h.disk_full_until, [this, to, duplicate, m = std::move(m)]() mutable {
+      deliver(to, std::move(m), duplicate);
+    });
     return;
   }
   process(to, std::move(m), duplicate);
@@ -679,18 +712,20 @@ void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out
       waited = std::max(waited, now() - std::min(now(), idle_from));
       const uint32_t min = shadow.min_clock();
       if (!o_.consistency.allows(clock, min))
-        violation(fmt::format("ssp bound exceeded: shard {} answered node {}'s pull for step {} at t={:.6f}s "
-                              "while the slowest sender was at clock {} ({})",
-                              c.index, o.to, clock, double(now()) / 1e9, min, to_string(o_.consistency)));
+        violation(fmt::format(
+            "ssp bound exceeded: shard {} answered node {}'s pull for step {} at t={:.6f}s "
+            "while the slowest sender was at clock {} ({})",
+            c.index, o.to, clock, double(now()) / 1e9, min, to_string(o_.consistency)));
       auto& seen = cores_[o.to].seen_versions;
       for (uint64_t k : it->second.keys) {
         auto v = shadow.versions.find(k);
         const uint32_t version = v == shadow.versions.end() ? 0 : v->second;
         uint32_t& last = seen[k];
         if (version < last)
-          violation(fmt::format("version went backwards: key {:#x} on shard {} read by node {} at version {} "
-                                "after {} (t={:.6f}s)",
-                                k, c.index, o.to, version, last, double(now()) / 1e9));
+          violation(fmt::format(
+              "version went backwards: key {:#x} on shard {} read by node {} at version {} "
+              "after {} (t={:.6f}s)",
+              k, c.index, o.to, version, last, double(now()) / 1e9));
         last = std::max(last, version);
       }
       pending_pulls_.erase(it);
@@ -717,22 +752,25 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
   VirtualNanos cost = 0;
   if (c.role == Role::shard) {
     if (auto* pull = std::get_if<PullRequest>(&m))
-      pending_pulls_[hash_combine(hash_combine(c.index, pull->header.sender), pull->header.request_id)] = {
-          pull->clock, pull->keys, now()};
+      pending_pulls_[hash_combine(hash_combine(c.index, pull->header.sender),
+                                  pull->header.request_id)] = {pull->clock, pull->keys, now()};
     // A sender the shard holds at clock_done (finished, or declared lost by the coordinator)
     // must have nothing applied from then on: what it still sends is a duplicate.
     const auto* push = std::get_if<PushRequest>(&m);
-    const auto held = push ? shadows_[c.index].clocks.find(push->header.sender) : shadows_[c.index].clocks.end();
+    const auto held =
+        push ? shadows_[c.index].clocks.find(push->header.sender) : shadows_[c.index].clocks.end();
     const bool sender_done = held != shadows_[c.index].clocks.end() && held->second == clock_done;
     shadows_[c.index].apply(m);
     const ShardStats before = c.shard->stats();
     c.shard->on_message(m, out);
     const ShardStats& after = c.shard->stats();
     if (sender_done && after.pushes_applied > before.pushes_applied)
-      violation(fmt::format("shard {} applied a push of node {} (clock {}) at t={:.6f}s after that sender was done "
-                            "or declared lost",
-                            c.index, push->header.sender, push->clock, double(now()) / 1e9));
-    const uint64_t rows = after.rows_pulled + after.rows_pushed - before.rows_pulled - before.rows_pushed;
+      violation(fmt::format(
+          "shard {} applied a push of node {} (clock {}) at t={:.6f}s after that sender was done "
+          "or declared lost",
+          c.index, push->header.sender, push->clock, double(now()) / 1e9));
+    const uint64_t rows =
+        after.rows_pulled + after.rows_pushed - before.rows_pulled - before.rows_pushed;
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
     check_shard_output(c, m, out);
     if (logging_) c.log.push_back(std::move(m));
@@ -759,7 +797,7 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
   c.busy_until = start + cost;
   if (cpu != cpus.end()) *cpu = c.busy_until;
   if (!c.done) {
-    const bool done = c.role == Role::worker ? c.worker->done()
+    const bool done = c.role == Role::worker       ? c.worker->done()
                       : c.role == Role::aggregator ? c.aggregator->done()
                                                    : false;
     if (done) {
@@ -792,9 +830,10 @@ void FullSim::rebuild_shard(Core& c) {
   for (const auto& [sender, acked] : acked_[c.index]) {
     const uint32_t held = shadows_[c.index].clocks[sender];
     if (held < acked)
-      violation(fmt::format("acknowledged push lost: shard {} restarted at t={:.6f}s holding node {}'s clock {} "
-                            "but had acknowledged clock {}",
-                            c.index, double(now()) / 1e9, sender, held, acked));
+      violation(fmt::format(
+          "acknowledged push lost: shard {} restarted at t={:.6f}s holding node {}'s clock {} "
+          "but had acknowledged clock {}",
+          c.index, double(now()) / 1e9, sender, held, acked));
   }
 }
 
@@ -817,10 +856,11 @@ void FullSim::rebuild_client(Core& c) {
       if (started) feed(c, discard);
     }
     if (c.worker->clock() != clock || c.worker->stats().steps != steps || c.batches != batches)
-      violation(fmt::format("replay diverged: worker {} on node {} rebuilt at clock {} ({} steps, {} batches), "
-                            "had clock {} ({} steps, {} batches)",
-                            c.tid, c.host, c.worker->clock(), c.worker->stats().steps, c.batches, clock, steps,
-                            batches));
+      violation(fmt::format(
+          "replay diverged: worker {} on node {} rebuilt at clock {} ({} steps, {} batches), "
+          "had clock {} ({} steps, {} batches)",
+          c.tid, c.host, c.worker->clock(), c.worker->stats().steps, c.batches, clock, steps,
+          batches));
   } else {
     const uint64_t pushed = c.aggregator->stats().steps_pushed;
     auto core = AggregatorCore::make(c.aggregator_config, make_cpu_reducer());
@@ -831,8 +871,9 @@ void FullSim::rebuild_client(Core& c) {
       c.aggregator->on_message(m, discard);
     }
     if (c.aggregator->stats().steps_pushed != pushed)
-      violation(fmt::format("replay diverged: aggregator of node {} rebuilt having pushed {} steps, had {}", c.host,
-                            c.aggregator->stats().steps_pushed, pushed));
+      violation(fmt::format(
+          "replay diverged: aggregator of node {} rebuilt having pushed {} steps, had {}", c.host,
+          c.aggregator->stats().steps_pushed, pushed));
   }
 }
 
@@ -849,17 +890,21 @@ void FullSim::restart(uint32_t host) {
   Host& h = hosts_[host];
   if (!h.down) return;
   h.down = false;
-  if (h.exited) return;  // its member had ended: a new process would be refused (the job has started)
+  if (h.exited)
+    return;  // its member had ended: a new process would be refused (the job has started)
   mix(0x4e57a47, host);
   timeline("restart", "fault", host, 0, now(), -1);
   VirtualNanos resend_at = now();
   for (Core& c : cores_) {
     if (c.host != host) continue;
-    if (c.role == Role::shard) rebuild_shard(c);
-    else rebuild_client(c);
+    if (c.role == Role::shard)
+      rebuild_shard(c);
+    else
+      rebuild_client(c);
     if (c.role == Role::worker && !c.done) {
       // The step being computed at the crash is computed again.
-      const VirtualNanos redo = std::max<VirtualNanos>(0, std::min(c.busy_until, h.down_since + step_ns_) - h.down_since);
+      const VirtualNanos redo =
+          std::max<VirtualNanos>(0, std::min(c.busy_until, h.down_since + step_ns_) - h.down_since);
       lost_ns_ += now() - h.down_since + redo;
       c.busy_until = std::max(c.busy_until, now() + redo);
       resend_at = std::max(resend_at, c.busy_until);
@@ -889,7 +934,8 @@ void FullSim::restart(uint32_t host) {
   // A Ready or MemberDone lost in the crash is sent again (the coordinator takes either once).
   if (members_[host].welcomed && !members_[host].started)
     control(host, coordinator_host_, {members_[host].index, Ready{}});
-  if (members_[host].done) control(host, coordinator_host_, {members_[host].index, *members_[host].done});
+  if (members_[host].done)
+    control(host, coordinator_host_, {members_[host].index, *members_[host].done});
   auto held_control = std::move(h.held_control);
   h.held_control.clear();
   for (ControlMessage& m : held_control) deliver_control(host, std::move(m));
@@ -931,7 +977,9 @@ void FullSim::inject(const FaultEvent& e) {
     }
     case FaultKind::lossy:
       lossy_.push_back({e.drop, e.duplicate, e.reorder, end});
-      q_.schedule(end, [this, end] { std::erase_if(lossy_, [&](const Lossy& l) { return l.end <= end; }); });
+      q_.schedule(end, [this, end] {
+        std::erase_if(lossy_, [&](const Lossy& l) { return l.end <= end; });
+      });
       break;
     case FaultKind::disk_full: {
       const uint32_t host = host_of(e.hosts[0]);
@@ -952,13 +1000,15 @@ void FullSim::check_membership() {
     if (finished || member_gone(host)) continue;
     all_finished_or_lost = false;
     if (job_over_ && result_.job_error.empty())
-      violation(fmt::format("the coordinator ended the job at t={:.6f}s while worker node {} had neither finished "
-                            "nor been lost",
-                            double(now()) / 1e9, host));
+      violation(fmt::format(
+          "the coordinator ended the job at t={:.6f}s while worker node {} had neither finished "
+          "nor been lost",
+          double(now()) / 1e9, host));
   }
   if (!job_over_ && all_finished_or_lost)
-    violation(fmt::format("every worker finished or was lost but the coordinator had not ended the job by t={:.6f}s",
-                          double(now()) / 1e9));
+    violation(fmt::format(
+        "every worker finished or was lost but the coordinator had not ended the job by t={:.6f}s",
+        double(now()) / 1e9));
   result_.members = static_cast<uint32_t>(coordinator_->members().size());
 }
 
@@ -973,8 +1023,10 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   map_.seed = o_.seed;
   map_.vnodes_per_shard = 256;
   workers_ = o_.nodes * o_.gpus_per_node;
-  step_ns_ = static_cast<VirtualNanos>(std::llround(step_compute_seconds(o_.compute, o_.model, o_.batch) * 1e9));
-  overhead_ns_ = static_cast<VirtualNanos>(std::llround(o_.compute.worker_ns_per_sample * o_.batch));
+  step_ns_ = static_cast<VirtualNanos>(
+      std::llround(step_compute_seconds(o_.compute, o_.model, o_.batch) * 1e9));
+  overhead_ns_ =
+      static_cast<VirtualNanos>(std::llround(o_.compute.worker_ns_per_sample * o_.batch));
   coordinated_ = !o_.colocate;
   coordinator_host_ = o_.colocate ? 0 : o_.nodes + o_.ps;
   hosts_.resize(o_.colocate ? 1 : o_.nodes + o_.ps + 1);
@@ -1021,9 +1073,12 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   VirtualNanos idle_since = -1;
   uint64_t next_progress = 0;
   while (!job_over() && q_.executed() < o_.events_max) {
-    if (q_.pending() > periodic_pending_) idle_since = -1;
-    else if (idle_since < 0) idle_since = now();
-    else if (now() - idle_since > idle_max) break;
+    if (q_.pending() > periodic_pending_)
+      idle_since = -1;
+    else if (idle_since < 0)
+      idle_since = now();
+    else if (now() - idle_since > idle_max)
+      break;
     if (!q_.run_next()) break;
     if (progress && q_.executed() >= next_progress) {
       next_progress = q_.executed() + 100'000;
@@ -1035,14 +1090,16 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   }
   if (!build_status_.ok()) return build_status_;
   if (!job_over() && q_.executed() >= o_.events_max)
-    violation(fmt::format("run stopped after {} events (the events bound) before every worker finished",
-                          o_.events_max));
+    violation(
+        fmt::format("run stopped after {} events (the events bound) before every worker finished",
+                    o_.events_max));
   if (!job_over()) result_.simulated_seconds = double(now()) / 1e9;
   if (coordinated_) check_membership();
   const VirtualNanos end = static_cast<VirtualNanos>(result_.simulated_seconds * 1e9);
   const VirtualNanos bound =
-      o_.progress_bound_s > 0 ? static_cast<VirtualNanos>(o_.progress_bound_s * 1e9)
-                              : 50 * step_ns_ + static_cast<VirtualNanos>(8 * o_.rto_s * 1e9) + 50'000'000;
+      o_.progress_bound_s > 0
+          ? static_cast<VirtualNanos>(o_.progress_bound_s * 1e9)
+          : 50 * step_ns_ + static_cast<VirtualNanos>(8 * o_.rto_s * 1e9) + 50'000'000;
   VirtualNanos compute = 0;
   for (const Core& c : cores_) {
     if (c.role == Role::shard) continue;
@@ -1052,8 +1109,8 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     // A lost member's cores, or any core of a job the coordinator failed, need not finish.
     const bool excused = member_gone(c.host) || !result_.job_error.empty();
     if (!c.done && !excused)
-      violation(fmt::format("no progress: {} {} on node {} did not finish (clock {}) by t={:.6f}s", what,
-                            c.role == Role::worker ? c.tid : 0, c.host,
+      violation(fmt::format("no progress: {} {} on node {} did not finish (clock {}) by t={:.6f}s",
+                            what, c.role == Role::worker ? c.tid : 0, c.host,
                             c.role == Role::worker ? c.worker->clock() : 0, double(now()) / 1e9));
     if (c.role != Role::worker) continue;
     compute += c.compute_ns;
@@ -1065,10 +1122,10 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     for (VirtualNanos t : excused ? std::vector<VirtualNanos>{} : c.step_ends) {
       if (t <= last_heal_) continue;
       if (t - prev > bound)
-        violation(fmt::format("slow progress: worker {} on node {} went {:.3f}s without a step after the last "
-                              "fault healed at {:.3f}s (bound {:.3f}s)",
-                              c.tid, c.host, double(t - prev) / 1e9, double(last_heal_) / 1e9,
-                              double(bound) / 1e9));
+        violation(fmt::format(
+            "slow progress: worker {} on node {} went {:.3f}s without a step after the last "
+            "fault healed at {:.3f}s (bound {:.3f}s)",
+            c.tid, c.host, double(t - prev) / 1e9, double(last_heal_) / 1e9, double(bound) / 1e9));
       prev = t;
     }
   }
@@ -1089,7 +1146,8 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
 
 }  // namespace
 
-Expected<SimResult> simulate_full(const SimOptions& options, const std::function<void(double)>& progress) {
+Expected<SimResult> simulate_full(const SimOptions& options,
+                                  const std::function<void(double)>& progress) {
   FullSim sim(options);
   return sim.run(progress);
 }

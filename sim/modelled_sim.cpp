@@ -12,8 +12,8 @@
 #include <cmath>
 
 #include "common/hash.h"
-#include "sim/simulator.h"
 #include "data/generator.h"
+#include "sim/simulator.h"
 
 namespace colony::sim::detail {
 
@@ -82,14 +82,19 @@ std::pair<uint64_t, uint64_t> unique_keys(uint64_t seed, uint32_t batch, uint32_
 class ModelledSim {
  public:
   explicit ModelledSim(const SimOptions& o)
-      : o_(o), rng_(hash_combine(o.seed, 0x40de1)), net_(o.network, o.nodes + o.ps), nodes_(o.nodes) {}
+      : o_(o),
+        rng_(hash_combine(o.seed, 0x40de1)),
+        net_(o.network, o.nodes + o.ps),
+        nodes_(o.nodes) {}
 
   Expected<SimResult> run(const std::function<void(double)>& progress);
 
  private:
   VirtualNanos now() const { return q_.now(); }
   uint32_t shard_host(uint32_t s) const { return o_.nodes + s; }
-  void mix(uint64_t a, uint64_t b) { hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b))); }
+  void mix(uint64_t a, uint64_t b) {
+    hash_ = hash_combine(hash_, hash_combine(uint64_t(now()), hash_combine(a, b)));
+  }
   // A node's next event: small enough for the event's function to hold without allocating.
   enum Phase : uint8_t { phase_compute = 1, phase_push, phase_push_shards, phase_pushed };
   // Runs phase `p` of node n at `at`, or after its restart if it is down then.
@@ -104,10 +109,14 @@ class ModelledSim {
     }
     mix(n, p);
     switch (p) {
-      case phase_compute: return compute(n);
-      case phase_push: return push(n);
-      case phase_push_shards: return push_shards(n);
-      case phase_pushed: return pushed(n);
+      case phase_compute:
+        return compute(n);
+      case phase_push:
+        return push(n);
+      case phase_push_shards:
+        return push_shards(n);
+      case phase_pushed:
+        return pushed(n);
     }
   }
   VirtualNanos transfer(uint32_t from, uint32_t to, uint64_t bytes, VirtualNanos t) {
@@ -115,7 +124,8 @@ class ModelledSim {
       if (p.heal_at > t && ((p.a[from] && p.b[to]) || (p.b[from] && p.a[to]))) t = p.heal_at;
     t = std::max({t, host_down_until_[from], host_down_until_[to]});
     if (drop_ > 0) {
-      for (int i = 0; i < 16 && rng_.uniform() < drop_; ++i) t += static_cast<VirtualNanos>(o_.rto_s * 1e9);
+      for (int i = 0; i < 16 && rng_.uniform() < drop_; ++i)
+        t += static_cast<VirtualNanos>(o_.rto_s * 1e9);
     }
     bytes_ += bytes;
     return net_.transfer(from, to, bytes, t);
@@ -146,13 +156,16 @@ class ModelledSim {
   }
   // The keys of the node's next pulls (every GPU pulls its own, under both push modes) to one
   // shard: sent while the step computes, so they ride with the push on the same links.
-  uint64_t pull_request_bytes() const { return o_.gpus_per_node * (u_gpu_ * 8 / o_.ps + header_bytes); }
+  uint64_t pull_request_bytes() const {
+    return o_.gpus_per_node * (u_gpu_ * 8 / o_.ps + header_bytes);
+  }
   uint32_t required_min(uint32_t t) const {
     if (o_.consistency.kind == ConsistencyKind::asp) return 0;
     const uint32_t k = o_.consistency.kind == ConsistencyKind::bsp ? 0 : o_.consistency.staleness;
     return t > k ? t - k : 0;
   }
-  void timeline(const char* name, const char* cat, uint32_t host, VirtualNanos start, VirtualNanos duration) {
+  void timeline(const char* name, const char* cat, uint32_t host, VirtualNanos start,
+                VirtualNanos duration) {
     constexpr size_t timeline_events_max = 500'000;
     if (!o_.record_timeline) return;
     if (result_.timeline.size() >= timeline_events_max) {
@@ -162,7 +175,8 @@ class ModelledSim {
     result_.timeline.push_back({name, cat, host, 0, start, duration});
   }
   void violation(std::string v) {
-    if (result_.invariant_violations.size() < 100) result_.invariant_violations.push_back(std::move(v));
+    if (result_.invariant_violations.size() < 100)
+      result_.invariant_violations.push_back(std::move(v));
   }
 
   const SimOptions& o_;
@@ -171,9 +185,9 @@ class ModelledSim {
   Network net_;
   std::vector<Node> nodes_;
   std::vector<VirtualNanos> host_down_until_;
-  std::vector<uint32_t> at_clock_;                // nodes whose pushed clock is c
+  std::vector<uint32_t> at_clock_;  // nodes whose pushed clock is c
   uint32_t min_pushed_ = 0;
-  std::vector<std::vector<uint32_t>> waiters_;    // by the minimum clock they wait for
+  std::vector<std::vector<uint32_t>> waiters_;  // by the minimum clock they wait for
   std::vector<Partition> partitions_;
   double drop_ = 0.0;
   uint64_t u_gpu_ = 0, u_node_ = 0;
@@ -206,13 +220,15 @@ void ModelledSim::pull(uint32_t n) {
   }
   // The invariant, checked against the pushed clocks themselves rather than the gate.
   if (!o_.consistency.allows(node.clock, min_pushed_))
-    violation(fmt::format("ssp bound exceeded: node {} started step {} at t={:.6f}s while the slowest node had "
-                          "pushed clock {} ({})",
-                          n, node.clock, double(now()) / 1e9, min_pushed_, to_string(o_.consistency)));
+    violation(fmt::format(
+        "ssp bound exceeded: node {} started step {} at t={:.6f}s while the slowest node had "
+        "pushed clock {} ({})",
+        n, node.clock, double(now()) / 1e9, min_pushed_, to_string(o_.consistency)));
   const uint64_t width_bytes = 4 * o_.model.width();
   const uint64_t per_shard = o_.gpus_per_node * (u_gpu_ * width_bytes / o_.ps + header_bytes);
   VirtualNanos arrival = now();
-  for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, now()));
+  for (uint32_t s = 0; s < o_.ps; ++s)
+    arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, now()));
   messages_ += 2ull * o_.gpus_per_node * o_.ps;
   at_node(n, std::max(arrival, paused_until_), phase_compute);
 }
@@ -228,9 +244,11 @@ void ModelledSim::compute(uint32_t n) {
 void ModelledSim::push(uint32_t n) {
   const uint64_t row_bytes = 8 + 4 * o_.model.width();
   if (o_.push == PushKind::flat) {
-    const uint64_t per_shard = o_.gpus_per_node * (u_gpu_ * row_bytes / o_.ps + header_bytes) + pull_request_bytes();
+    const uint64_t per_shard =
+        o_.gpus_per_node * (u_gpu_ * row_bytes / o_.ps + header_bytes) + pull_request_bytes();
     VirtualNanos arrival = now();
-    for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
+    for (uint32_t s = 0; s < o_.ps; ++s)
+      arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
     messages_ += uint64_t{o_.gpus_per_node} * o_.ps;
     at_node(n, arrival, phase_pushed);
     return;
@@ -244,9 +262,11 @@ void ModelledSim::push(uint32_t n) {
 }
 
 void ModelledSim::push_shards(uint32_t n) {
-  const uint64_t per_shard = u_node_ * (8 + 4 * o_.model.width()) / o_.ps + header_bytes + pull_request_bytes();
+  const uint64_t per_shard =
+      u_node_ * (8 + 4 * o_.model.width()) / o_.ps + header_bytes + pull_request_bytes();
   VirtualNanos arrival = now();
-  for (uint32_t s = 0; s < o_.ps; ++s) arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
+  for (uint32_t s = 0; s < o_.ps; ++s)
+    arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
   messages_ += o_.ps;
   at_node(n, arrival, phase_pushed);
 }
@@ -254,13 +274,15 @@ void ModelledSim::push_shards(uint32_t n) {
 void ModelledSim::pushed(uint32_t n) {
   Node& node = nodes_[n];
   const VirtualNanos bound =
-      o_.progress_bound_s > 0 ? static_cast<VirtualNanos>(o_.progress_bound_s * 1e9)
-                              : 50 * step_ns_ + static_cast<VirtualNanos>(8 * o_.rto_s * 1e9) + 50'000'000;
+      o_.progress_bound_s > 0
+          ? static_cast<VirtualNanos>(o_.progress_bound_s * 1e9)
+          : 50 * step_ns_ + static_cast<VirtualNanos>(8 * o_.rto_s * 1e9) + 50'000'000;
   const VirtualNanos since = std::max(node.last_step_end, last_heal_);
   if (now() > last_heal_ && now() - since > bound)
-    violation(fmt::format("slow progress: node {} went {:.3f}s without a step after the last fault healed at "
-                          "{:.3f}s (bound {:.3f}s)",
-                          n, double(now() - since) / 1e9, double(last_heal_) / 1e9, double(bound) / 1e9));
+    violation(fmt::format(
+        "slow progress: node {} went {:.3f}s without a step after the last fault healed at "
+        "{:.3f}s (bound {:.3f}s)",
+        n, double(now() - since) / 1e9, double(last_heal_) / 1e9, double(bound) / 1e9));
   node.last_step_end = now();
   timeline("push", "network", n, node.push_start, now() - node.push_start);
   --at_clock_[node.clock];
@@ -319,7 +341,9 @@ void ModelledSim::inject(const FaultEvent& e) {
         if (!h.coordinator) p.b[host_of(h)] = true;
       partitions_.push_back(std::move(p));
       timeline("partition", "fault", host, now(), end - now());
-      q_.schedule(end, [this, end] { std::erase_if(partitions_, [&](const Partition& p) { return p.heal_at <= end; }); });
+      q_.schedule(end, [this, end] {
+        std::erase_if(partitions_, [&](const Partition& p) { return p.heal_at <= end; });
+      });
       break;
     }
     case FaultKind::clog:
@@ -350,7 +374,8 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
   result_.sites_enabled = enabled_sites(o_);
   for (const std::string& s : result_.sites_enabled) skip_gate_ |= s == "skip_ssp_gate";
   std::tie(u_gpu_, u_node_) = unique_keys(o_.seed, o_.batch, o_.gpus_per_node);
-  step_ns_ = static_cast<VirtualNanos>(std::llround(step_compute_seconds(o_.compute, o_.model, o_.batch) * 1e9));
+  step_ns_ = static_cast<VirtualNanos>(
+      std::llround(step_compute_seconds(o_.compute, o_.model, o_.batch) * 1e9));
   result_.step_seconds = double(step_ns_) / 1e9;
   host_down_until_.assign(o_.nodes + o_.ps, 0);
   at_clock_.assign(o_.steps + 2, 0);
@@ -359,7 +384,8 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
   for (const FaultEvent& e : o_.trace.events)
     q_.schedule(static_cast<VirtualNanos>(e.at_s * 1e9), [this, &e] { inject(e); });
   if (o_.checkpoint.interval_s > 0)
-    q_.schedule(static_cast<VirtualNanos>(o_.checkpoint.interval_s * 1e9), [this] { checkpoint(); });
+    q_.schedule(static_cast<VirtualNanos>(o_.checkpoint.interval_s * 1e9),
+                [this] { checkpoint(); });
   for (uint32_t n = 0; n < o_.nodes; ++n) q_.schedule(0, [this, n] { try_start(n); });
   uint64_t next_progress = 0;
   while (finished_ < o_.nodes && q_.executed() < o_.events_max && q_.run_next()) {
@@ -370,12 +396,13 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
   }
   if (finished_ < o_.nodes) {
     if (q_.executed() >= o_.events_max)
-      violation(fmt::format("run stopped after {} events (the events bound) before every node finished",
-                            o_.events_max));
+      violation(
+          fmt::format("run stopped after {} events (the events bound) before every node finished",
+                      o_.events_max));
     for (uint32_t n = 0; n < o_.nodes; ++n)
       if (!nodes_[n].done)
-        violation(fmt::format("no progress: node {} did not finish (clock {}) by t={:.6f}s", n, nodes_[n].clock,
-                              double(now()) / 1e9));
+        violation(fmt::format("no progress: node {} did not finish (clock {}) by t={:.6f}s", n,
+                              nodes_[n].clock, double(now()) / 1e9));
     result_.simulated_seconds = double(now()) / 1e9;
   }
   const double end = result_.simulated_seconds;
@@ -410,12 +437,14 @@ void ModelledSim::checkpoint() {
   lost_ns_ += cost * o_.nodes * o_.gpus_per_node;
   ++result_.checkpoints;
   mix(0xc4ec, result_.checkpoints);
-  q_.schedule(now() + static_cast<VirtualNanos>(o_.checkpoint.interval_s * 1e9), [this] { checkpoint(); });
+  q_.schedule(now() + static_cast<VirtualNanos>(o_.checkpoint.interval_s * 1e9),
+              [this] { checkpoint(); });
 }
 
 }  // namespace
 
-Expected<SimResult> simulate_modelled(const SimOptions& options, const std::function<void(double)>& progress) {
+Expected<SimResult> simulate_modelled(const SimOptions& options,
+                                      const std::function<void(double)>& progress) {
   ModelledSim sim(options);
   return sim.run(progress);
 }

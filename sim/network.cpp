@@ -12,7 +12,8 @@ namespace colony::sim {
 Status validate(const NetworkSpec& s) {
   auto positive = [](double v) { return std::isfinite(v) && v > 0.0; };
   if (!positive(s.nic_gbps)) return Status::invalid_input("--nic-gbps must be a positive number");
-  if (!positive(s.intra_gbps)) return Status::invalid_input("--intra-gbps must be a positive number");
+  if (!positive(s.intra_gbps))
+    return Status::invalid_input("--intra-gbps must be a positive number");
   if (!(s.latency_us >= 0.0 && std::isfinite(s.latency_us)))
     return Status::invalid_input("--latency-us must be zero or more");
   if (!(s.spine_latency_us >= 0.0 && std::isfinite(s.spine_latency_us)))
@@ -43,7 +44,8 @@ Status load_topology(const std::string& path, NetworkSpec& spec) {
                     : key == "intra_latency_us" ? &s.intra_latency_us
                                                 : nullptr;
     if (key == "nodes_per_rack") {
-      if (!value.is_number_unsigned() || value.get<uint64_t>() < 1 || value.get<uint64_t>() > 1'000'000)
+      if (!value.is_number_unsigned() || value.get<uint64_t>() < 1 ||
+          value.get<uint64_t>() > 1'000'000)
         return Status::invalid_input(path + ": nodes_per_rack: must be an integer in 1..1000000");
       s.nodes_per_rack = static_cast<uint32_t>(value.get<uint64_t>());
       continue;
@@ -58,7 +60,9 @@ Status load_topology(const std::string& path, NetworkSpec& spec) {
 }
 
 namespace {
-double ns_per_byte(double gbps) { return 8.0 / gbps; }  // Gbit/s = bits per ns
+double ns_per_byte(double gbps) {
+  return 8.0 / gbps;
+}  // Gbit/s = bits per ns
 }  // namespace
 
 Network::Network(const NetworkSpec& spec, uint32_t hosts) : spec_(spec), hosts_(hosts) {
@@ -77,13 +81,15 @@ Network::Network(const NetworkSpec& spec, uint32_t hosts) : spec_(spec), hosts_(
 
 VirtualNanos Network::use(Link& link, uint64_t bytes, VirtualNanos now) {
   const VirtualNanos start = std::max(now, link.free_at);
-  const auto hold = static_cast<VirtualNanos>(std::ceil(double(bytes) * link.ns_per_byte * link.clog));
+  const auto hold =
+      static_cast<VirtualNanos>(std::ceil(double(bytes) * link.ns_per_byte * link.clog));
   link.free_at = start + hold;
   return link.free_at;
 }
 
 VirtualNanos Network::transfer(uint32_t from, uint32_t to, uint64_t bytes, VirtualNanos now) {
-  COLONY_ASSERT(from < hosts_ && to < hosts_, "transfer between hosts {} and {} of {}", from, to, hosts_);
+  COLONY_ASSERT(from < hosts_ && to < hosts_, "transfer between hosts {} and {} of {}", from, to,
+                hosts_);
   bytes_ += bytes;
   ++transfers_;
   if (from == to) return use(intra_[from], bytes, now) + intra_latency_ + 1;

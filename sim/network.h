@@ -28,12 +28,12 @@ inline constexpr VirtualNanos ns_per_second = 1'000'000'000;
 inline constexpr VirtualNanos ns_per_us = 1'000;
 
 struct NetworkSpec {
-  double nic_gbps = 100.0;          // each host's NIC, each direction (Gbit/s)
-  double latency_us = 5.0;          // one way, host to host within a rack
-  double spine_latency_us = 2.0;    // added when a path crosses the spine
-  uint32_t nodes_per_rack = 32;     // hosts under one top-of-rack switch
-  double oversubscription = 3.0;    // rack downlink capacity over uplink capacity (>= 1)
-  double intra_gbps = 2400.0;       // intra-host link between a node's GPUs (NVLink-class)
+  double nic_gbps = 100.0;        // each host's NIC, each direction (Gbit/s)
+  double latency_us = 5.0;        // one way, host to host within a rack
+  double spine_latency_us = 2.0;  // added when a path crosses the spine
+  uint32_t nodes_per_rack = 32;   // hosts under one top-of-rack switch
+  double oversubscription = 3.0;  // rack downlink capacity over uplink capacity (>= 1)
+  double intra_gbps = 2400.0;     // intra-host link between a node's GPUs (NVLink-class)
   double intra_latency_us = 1.0;
 };
 
@@ -72,8 +72,8 @@ class Network {
 
   NetworkSpec spec_;
   uint32_t hosts_;
-  std::vector<Link> up_, down_, intra_;        // per host
-  std::vector<Link> rack_up_, rack_down_;      // per rack
+  std::vector<Link> up_, down_, intra_;    // per host
+  std::vector<Link> rack_up_, rack_down_;  // per rack
   VirtualNanos latency_, spine_latency_, intra_latency_;
   uint64_t bytes_ = 0;
   uint64_t transfers_ = 0;

@@ -20,12 +20,16 @@ const char* const fault_sites[] = {"skip_ssp_gate", "lose_log_tail"};
 }  // namespace
 
 Status validate(const SimOptions& o) {
-  if (o.nodes < 1 || o.nodes > nodes_max) return Status::invalid_input(fmt::format("--nodes must be in 1..{}", nodes_max));
+  if (o.nodes < 1 || o.nodes > nodes_max)
+    return Status::invalid_input(fmt::format("--nodes must be in 1..{}", nodes_max));
   if (o.gpus_per_node < 1 || o.gpus_per_node > gpus_max)
     return Status::invalid_input(fmt::format("--gpus-per-node must be in 1..{}", gpus_max));
-  if (o.ps < 1 || o.ps > ps_max) return Status::invalid_input(fmt::format("--ps must be in 1..{}", ps_max));
-  if (o.steps < 1 || o.steps > steps_max) return Status::invalid_input(fmt::format("--steps must be in 1..{}", steps_max));
-  if (o.batch < 1 || o.batch > batch_max) return Status::invalid_input(fmt::format("--batch must be in 1..{}", batch_max));
+  if (o.ps < 1 || o.ps > ps_max)
+    return Status::invalid_input(fmt::format("--ps must be in 1..{}", ps_max));
+  if (o.steps < 1 || o.steps > steps_max)
+    return Status::invalid_input(fmt::format("--steps must be in 1..{}", steps_max));
+  if (o.batch < 1 || o.batch > batch_max)
+    return Status::invalid_input(fmt::format("--batch must be in 1..{}", batch_max));
   if (o.model.kind == ModelKind::fm && (o.model.dim < 1 || o.model.dim > max_fm_dim))
     return Status::invalid_input(fmt::format("--dim must be in 1..{}", max_fm_dim));
   if (Status s = validate(o.network); !s.ok()) return s;
@@ -33,11 +37,13 @@ Status validate(const SimOptions& o) {
   for (auto [v, flag] : {std::pair{c.cpu_lr_samples_per_sec, "--cpu-lr-samples-per-sec"},
                          std::pair{c.cpu_fm8_samples_per_sec, "--cpu-fm-samples-per-sec"},
                          std::pair{c.gpu_speedup, "--gpu-speedup"}})
-    if (!(std::isfinite(v) && v > 0)) return Status::invalid_input(fmt::format("{} must be a positive number", flag));
+    if (!(std::isfinite(v) && v > 0))
+      return Status::invalid_input(fmt::format("{} must be a positive number", flag));
   if (o.cpus_per_host > 4096) return Status::invalid_input("--cpus-per-host must be in 0..4096");
   if (o.checkpoint.interval_s > 0 && o.numerics == Numerics::full && o.days == 0)
     return Status::invalid_input(
-        "--checkpoint-interval needs --numerics modelled or --days (full numerics recover shards from their log)");
+        "--checkpoint-interval needs --numerics modelled or --days (full numerics recover shards "
+        "from their log)");
   if ((o.colocate || o.cpus_per_host > 0) && o.numerics != Numerics::full && o.days == 0)
     return Status::invalid_input("--colocate and --cpus-per-host need --numerics full");
   if (!(c.shard_ns_per_row >= 0 && c.shard_ns_per_row <= 1e9))
@@ -46,31 +52,38 @@ Status validate(const SimOptions& o) {
     return Status::invalid_input("--worker-ns-per-sample must be in 0..1e9");
   if (!(c.jitter >= 0 && c.jitter <= 10)) return Status::invalid_input("--jitter must be in 0..10");
   if (o.heartbeat_ms < 1 || o.heartbeat_timeout_ms <= o.heartbeat_ms)
-    return Status::invalid_input(fmt::format("--heartbeat-timeout-ms {} must be above --heartbeat-ms {} (at least 1)",
-                                             o.heartbeat_timeout_ms, o.heartbeat_ms));
-  if (!(o.rto_s > 0 && o.rto_s <= 3600)) return Status::invalid_input("--rto-seconds must be in (0, 3600]");
+    return Status::invalid_input(
+        fmt::format("--heartbeat-timeout-ms {} must be above --heartbeat-ms {} (at least 1)",
+                    o.heartbeat_timeout_ms, o.heartbeat_ms));
+  if (!(o.rto_s > 0 && o.rto_s <= 3600))
+    return Status::invalid_input("--rto-seconds must be in (0, 3600]");
   if (!(o.checkpoint.interval_s >= 0 && std::isfinite(o.checkpoint.interval_s)))
     return Status::invalid_input("--checkpoint-interval must be zero or more");
   if (!(o.checkpoint.cost_s >= 0 && std::isfinite(o.checkpoint.cost_s)))
     return Status::invalid_input("--checkpoint-cost must be zero or more");
   if (o.checkpoint.interval_s > 0 && o.checkpoint.interval_s <= o.checkpoint.cost_s)
     return Status::invalid_input("--checkpoint-interval must be longer than --checkpoint-cost");
-  if (!(o.days >= 0 && o.days <= days_max)) return Status::invalid_input(fmt::format("--days must be in 0..{}", days_max));
-  if (!(o.restart_s >= 0 && std::isfinite(o.restart_s))) return Status::invalid_input("--restart-seconds must be zero or more");
+  if (!(o.days >= 0 && o.days <= days_max))
+    return Status::invalid_input(fmt::format("--days must be in 0..{}", days_max));
+  if (!(o.restart_s >= 0 && std::isfinite(o.restart_s)))
+    return Status::invalid_input("--restart-seconds must be zero or more");
   if (!(o.progress_bound_s >= 0 && std::isfinite(o.progress_bound_s)))
     return Status::invalid_input("--progress-bound must be zero or more");
   for (const std::string& s : o.force_sites)
     if (std::find(std::begin(fault_sites), std::end(fault_sites), s) == std::end(fault_sites))
-      return Status::invalid_input("--fault-site " + s + ": not one of skip_ssp_gate, lose_log_tail");
+      return Status::invalid_input("--fault-site " + s +
+                                   ": not one of skip_ssp_gate, lose_log_tail");
   if (o.numerics == Numerics::full && o.days == 0 && uint64_t{o.nodes} * o.gpus_per_node > 4096)
-    return Status::invalid_input("--numerics full runs the real cores: at most 4096 workers (use modelled)");
+    return Status::invalid_input(
+        "--numerics full runs the real cores: at most 4096 workers (use modelled)");
   return Status();
 }
 
 double step_compute_seconds(const ComputeSpec& c, const ModelSpec& model, uint64_t samples) {
   // FM's per-sample work is about proportional to the row width (1 + dim).
-  const double per_core = model.kind == ModelKind::lr ? c.cpu_lr_samples_per_sec
-                                                      : c.cpu_fm8_samples_per_sec * 9.0 / double(1 + model.dim);
+  const double per_core = model.kind == ModelKind::lr
+                              ? c.cpu_lr_samples_per_sec
+                              : c.cpu_fm8_samples_per_sec * 9.0 / double(1 + model.dim);
   const double rate = c.gpu ? per_core * c.gpu_speedup : per_core;
   return double(samples) / rate;
 }
@@ -80,8 +93,10 @@ std::vector<std::string> enabled_sites(const SimOptions& o) {
   std::vector<std::string> on;
   SplitMix64 rng(hash_combine(o.seed, 0xb0661f1));
   for (const char* site : fault_sites) {
-    const bool forced = std::find(o.force_sites.begin(), o.force_sites.end(), site) != o.force_sites.end();
-    const bool drawn = rng.uniform() < 0.5;  // drawn for every site, so one site's choice does not shift another's
+    const bool forced =
+        std::find(o.force_sites.begin(), o.force_sites.end(), site) != o.force_sites.end();
+    const bool drawn =
+        rng.uniform() < 0.5;  // drawn for every site, so one site's choice does not shift another's
     if (forced || (o.buggify && drawn)) on.emplace_back(site);
   }
   return on;
@@ -92,9 +107,10 @@ namespace {
 
 // Job-level goodput: the step time from a short fault-free modelled run, then failures
 // (crashes in the trace) and checkpoints over `days`, walked in time order (a job-level event
-// loop: the next failure or checkpoint, whichever comes first). A failure loses the work since the last
-// completed checkpoint and costs restart_s; a checkpoint pauses the job for its cost.
-Expected<SimResult> simulate_goodput(const SimOptions& o, const std::function<void(double)>& progress) {
+// loop: the next failure or checkpoint, whichever comes first). A failure loses the work since the
+// last completed checkpoint and costs restart_s; a checkpoint pauses the job for its cost.
+Expected<SimResult> simulate_goodput(const SimOptions& o,
+                                     const std::function<void(double)>& progress) {
   SimOptions probe = o;
   probe.days = 0;
   probe.steps = std::min<uint32_t>(o.steps, 20);
@@ -167,7 +183,8 @@ Expected<SimResult> simulate_goodput(const SimOptions& o, const std::function<vo
 
 }  // namespace
 
-Expected<SimResult> simulate(const SimOptions& options, const std::function<void(double)>& progress) {
+Expected<SimResult> simulate(const SimOptions& options,
+                             const std::function<void(double)>& progress) {
   if (Status s = validate(options); !s.ok()) return s;
   if (options.days > 0) return simulate_goodput(options, progress);
   return options.numerics == Numerics::full ? detail::simulate_full(options, progress)
@@ -177,7 +194,10 @@ Expected<SimResult> simulate(const SimOptions& options, const std::function<void
 std::string timeline_json(const SimResult& r) {
   nlohmann::json events = nlohmann::json::array();
   for (const TimelineEvent& e : r.timeline) {
-    nlohmann::json j = {{"name", e.name}, {"cat", e.category}, {"pid", e.pid}, {"tid", e.tid},
+    nlohmann::json j = {{"name", e.name},
+                        {"cat", e.category},
+                        {"pid", e.pid},
+                        {"tid", e.tid},
                         {"ts", double(e.start) / 1e3}};
     if (e.duration >= 0) {
       j["ph"] = "X";

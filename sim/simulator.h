@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "data/generator.h"
 #include "ps/protocol.h"
 #include "sim/faults.h"
 #include "sim/network.h"
-#include "data/generator.h"
 #include "worker/model.h"
 
 namespace colony::sim {
@@ -48,9 +48,9 @@ struct ComputeSpec {
   // One GPU's samples per second over one CPU core's, for these sparse models: an assumed
   // profile, not a measurement (docs/simulation.md says where it comes from).
   double gpu_speedup = 25.0;
-  bool gpu = true;  // the per-node devices are GPUs (else CPU cores)
-  double shard_ns_per_row = 40.0;       // a shard reading or updating one row
-  double aggregator_ns_per_row = 5.0;   // summing one row of one replica
+  bool gpu = true;                     // the per-node devices are GPUs (else CPU cores)
+  double shard_ns_per_row = 40.0;      // a shard reading or updating one row
+  double aggregator_ns_per_row = 5.0;  // summing one row of one replica
   // Full numerics: a worker core's CPU per sample beyond the step's compute (handling pull
   // replies and building pushes in an actor). 0 unless given; `colony sim --colocate` uses
   // embedded_worker_ns_per_sample.
@@ -90,7 +90,7 @@ struct SimOptions {
   ComputeSpec compute;
   FaultTrace trace;
   CheckpointSpec checkpoint;
-  double rto_s = 0.2;       // a dropped message is re-sent after this
+  double rto_s = 0.2;  // a dropped message is re-sent after this
   // Seeded fault sites (BUGGIFY): each is switched on for a run with probability 1/2 drawn
   // from the seed when `buggify` is set, or forced on by name.
   bool buggify = false;
@@ -108,7 +108,8 @@ struct SimOptions {
   bool record_timeline = false;
   uint64_t events_max = 200'000'000;  // bound on events; exceeding it is a reported failure
   // Full numerics, not colocated: the coordinator core's heartbeat interval and the silence after
-  // which it declares a member lost (as `colony coordinator --heartbeat-ms/--heartbeat-timeout-ms`).
+  // which it declares a member lost (as `colony coordinator
+  // --heartbeat-ms/--heartbeat-timeout-ms`).
   uint32_t heartbeat_ms = 1000;
   uint32_t heartbeat_timeout_ms = 10'000;
 };
@@ -120,8 +121,8 @@ Status validate(const SimOptions& options);
 struct TimelineEvent {
   std::string name;
   const char* category;
-  uint32_t pid;   // host
-  uint32_t tid;   // core on the host
+  uint32_t pid;                  // host
+  uint32_t tid;                  // core on the host
   VirtualNanos start, duration;  // duration < 0: instant
 };
 
@@ -131,7 +132,7 @@ struct SimResult {
   uint64_t samples = 0;
   uint64_t steps = 0;  // over all workers (GPUs)
   double samples_per_sec_simulated = 0.0;
-  double comm_overhead_fraction = 0.0;       // worker-time not spent computing
+  double comm_overhead_fraction = 0.0;  // worker-time not spent computing
   // Worker-time its pulls were held by the shards (SSP gate or read-my-writes); full numerics
   // take the longest hold among a step's pulls, modelled numerics the time a node waits.
   double gate_wait_fraction = 0.0;
@@ -146,7 +147,7 @@ struct SimResult {
   // The fault-free compute time of one step; goodput mode: the whole step (compute and
   // communication) measured by its probe run.
   double step_seconds = 0.0;
-  double mtbf_seconds = 0.0;        // goodput mode
+  double mtbf_seconds = 0.0;                 // goodput mode
   double young_daly_interval_seconds = 0.0;  // goodput mode: sqrt(2 x MTBF x cost)
   uint64_t checkpoints = 0;
   // Full numerics with a coordinator: the members it took, the worker members it declared lost
@@ -161,7 +162,8 @@ struct SimResult {
 // Runs the simulation. Fails with invalid_input for bad options; a run that deadlocks, hits
 // events_max or whose cores fail is not an error: it is reported in invariant_violations.
 // `progress(fraction)` is called now and then when given.
-Expected<SimResult> simulate(const SimOptions& options, const std::function<void(double)>& progress = nullptr);
+Expected<SimResult> simulate(const SimOptions& options,
+                             const std::function<void(double)>& progress = nullptr);
 
 // Writes the timeline as Chrome trace-event JSON (opens in Perfetto / chrome://tracing).
 std::string timeline_json(const SimResult& result);
@@ -171,8 +173,10 @@ double step_compute_seconds(const ComputeSpec& compute, const ModelSpec& model, 
 
 namespace detail {
 // The two step-level engines behind simulate().
-Expected<SimResult> simulate_full(const SimOptions& options, const std::function<void(double)>& progress);
-Expected<SimResult> simulate_modelled(const SimOptions& options, const std::function<void(double)>& progress);
+Expected<SimResult> simulate_full(const SimOptions& options,
+                                  const std::function<void(double)>& progress);
+Expected<SimResult> simulate_modelled(const SimOptions& options,
+                                      const std::function<void(double)>& progress);
 // Fault sites switched on for this run (from the seed and force_sites).
 std::vector<std::string> enabled_sites(const SimOptions& options);
 }  // namespace detail

@@ -45,26 +45,36 @@ std::string checkpoint_shard_dir(const std::string& root, uint32_t step, uint32_
 }
 
 Status write_manifest(const std::string& root, const CheckpointManifest& m) {
-  nlohmann::json j = {{"format", manifest_format}, {"step", m.step},           {"cluster_id", m.cluster_id},
-                      {"shards", m.shards},        {"row_floats", m.row_floats}, {"value_floats", m.value_floats}};
+  nlohmann::json j = {{"format", manifest_format},  {"step", m.step},
+                      {"cluster_id", m.cluster_id}, {"shards", m.shards},
+                      {"row_floats", m.row_floats}, {"value_floats", m.value_floats}};
   nlohmann::json list = nlohmann::json::array();
   for (const ShardCheckpoint& s : m.shard_checkpoints)
-    list.push_back({{"shard", s.shard}, {"dir", s.dir}, {"rows", s.rows}, {"sender_clocks", s.sender_clocks}});
+    list.push_back(
+        {{"shard", s.shard}, {"dir", s.dir}, {"rows", s.rows}, {"sender_clocks", s.sender_clocks}});
   j["shard_checkpoints"] = list;
   const fs::path dir = checkpoint_step_dir(root, m.step);
   // A temporary name of this process's own: the ps daemons of one job may share a checkpoint
   // folder and write the same manifest at once.
-  const fs::path tmp = dir / fmt::format("{}.tmp.{}", manifest_name, ::getpid()), final_path = dir / manifest_name;
+  const fs::path tmp = dir / fmt::format("{}.tmp.{}", manifest_name, ::getpid()),
+                 final_path = dir / manifest_name;
   const std::string text = j.dump(2) + "\n";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return Status::io_error(fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
-  const bool written = ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
+  if (fd < 0)
+    return Status::io_error(
+        fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
+  const bool written =
+      ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
   const int saved = errno;
   ::close(fd);
-  if (!written) return Status::io_error(fmt::format("{}: cannot write: {}", tmp.string(), std::strerror(saved)));
+  if (!written)
+    return Status::io_error(
+        fmt::format("{}: cannot write: {}", tmp.string(), std::strerror(saved)));
   std::error_code ec;
   fs::rename(tmp, final_path, ec);
-  if (ec) return Status::io_error(fmt::format("{}: cannot rename into place: {}", final_path.string(), ec.message()));
+  if (ec)
+    return Status::io_error(
+        fmt::format("{}: cannot rename into place: {}", final_path.string(), ec.message()));
   return {};
 }
 
@@ -72,8 +82,8 @@ Expected<CheckpointManifest> read_manifest(const std::string& step_dir) {
   const fs::path path = fs::path(step_dir) / manifest_name;
   std::ifstream in(path);
   if (!in)
-    return Status::not_found(fmt::format("{}: no checkpoint manifest (an incomplete or missing checkpoint)",
-                                         path.string()));
+    return Status::not_found(fmt::format(
+        "{}: no checkpoint manifest (an incomplete or missing checkpoint)", path.string()));
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
@@ -83,8 +93,8 @@ Expected<CheckpointManifest> read_manifest(const std::string& step_dir) {
   CheckpointManifest m;
   try {
     if (j.at("format").get<uint32_t>() != manifest_format)
-      return Status::invalid_input(fmt::format("{}: format {} is not {}", path.string(), j.at("format").dump(),
-                                               manifest_format));
+      return Status::invalid_input(fmt::format("{}: format {} is not {}", path.string(),
+                                               j.at("format").dump(), manifest_format));
     m.step = j.at("step").get<uint32_t>();
     m.cluster_id = j.at("cluster_id").get<std::string>();
     m.shards = j.at("shards").get<uint32_t>();
@@ -99,35 +109,40 @@ Expected<CheckpointManifest> read_manifest(const std::string& step_dir) {
       m.shard_checkpoints.push_back(std::move(c));
     }
   } catch (const nlohmann::json::exception& e) {
-    return Status::invalid_input(fmt::format("{}: a field is missing or of the wrong type: {}", path.string(), e.what()));
+    return Status::invalid_input(
+        fmt::format("{}: a field is missing or of the wrong type: {}", path.string(), e.what()));
   }
-  if (m.shards == 0 || m.shard_checkpoints.size() != m.shards || m.row_floats == 0 || m.value_floats == 0 ||
-      m.value_floats > m.row_floats)
-    return Status::invalid_input(fmt::format("{}: {} shard checkpoints for {} shards, rows of {} floats ({} values)",
-                                             path.string(), m.shard_checkpoints.size(), m.shards, m.row_floats,
-                                             m.value_floats));
+  if (m.shards == 0 || m.shard_checkpoints.size() != m.shards || m.row_floats == 0 ||
+      m.value_floats == 0 || m.value_floats > m.row_floats)
+    return Status::invalid_input(fmt::format(
+        "{}: {} shard checkpoints for {} shards, rows of {} floats ({} values)", path.string(),
+        m.shard_checkpoints.size(), m.shards, m.row_floats, m.value_floats));
   for (uint32_t i = 0; i < m.shards; ++i) {
     const ShardCheckpoint& c = m.shard_checkpoints[i];
     // The folder must be the shard's own, inside the step folder: never a path elsewhere.
     if (c.shard != i || c.dir != fmt::format("shard-{}", i))
-      return Status::invalid_input(fmt::format("{}: shard_checkpoints[{}] is shard {} in \"{}\"; expected shard {} "
-                                               "in \"shard-{}\"",
-                                               path.string(), i, c.shard, c.dir, i, i));
+      return Status::invalid_input(
+          fmt::format("{}: shard_checkpoints[{}] is shard {} in \"{}\"; expected shard {} "
+                      "in \"shard-{}\"",
+                      path.string(), i, c.shard, c.dir, i, i));
   }
   return m;
 }
 
 Expected<std::vector<CheckpointListing>> list_checkpoints(const std::string& root) {
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return Status::not_found(fmt::format("{}: no checkpoint folder there", root));
+  if (!fs::is_directory(root, ec))
+    return Status::not_found(fmt::format("{}: no checkpoint folder there", root));
   std::vector<CheckpointListing> out;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     uint32_t step = 0;
     if (!e.is_directory() || !parse_step(e.path().filename().string(), step)) continue;
     CheckpointListing l{step, e.path().string(), false, ""};
     auto m = read_manifest(l.dir);
-    if (m) l.complete = true;
-    else l.problem = m.status().message();
+    if (m)
+      l.complete = true;
+    else
+      l.problem = m.status().message();
     out.push_back(std::move(l));
   }
   if (ec) return Status::io_error(fmt::format("{}: cannot list: {}", root, ec.message()));
@@ -154,17 +169,20 @@ Expected<uint64_t> verify_checkpoint(const std::string& step_dir) {
     const StoreIdentity& id = (*t)->identity();
     if (id.cluster_id != m->cluster_id || id.shard_index != c.shard || id.shards != m->shards ||
         id.row_floats != m->row_floats)
-      return Status::invalid_input(fmt::format(
-          "{}: holds cluster \"{}\" shard {} of {} (rows of {} floats); the manifest says cluster \"{}\" shard {} "
-          "of {} (rows of {} floats)",
-          dir, id.cluster_id, id.shard_index, id.shards, id.row_floats, m->cluster_id, c.shard, m->shards,
-          m->row_floats));
+      return Status::invalid_input(
+          fmt::format("{}: holds cluster \"{}\" shard {} of {} (rows of {} floats); the manifest "
+                      "says cluster \"{}\" shard {} "
+                      "of {} (rows of {} floats)",
+                      dir, id.cluster_id, id.shard_index, id.shards, id.row_floats, m->cluster_id,
+                      c.shard, m->shards, m->row_floats));
     uint64_t rows = 0;
-    if (Status s = (*t)->for_each_in_range(0, UINT64_MAX, [&](uint64_t, const float*) { ++rows; }); !s.ok())
+    if (Status s = (*t)->for_each_in_range(0, UINT64_MAX, [&](uint64_t, const float*) { ++rows; });
+        !s.ok())
       return s;
     if (rows != c.rows || rows != (*t)->rows())
-      return Status::invalid_input(fmt::format("{}: holds {} rows; its count says {} and the manifest {}", dir, rows,
-                                               (*t)->rows(), c.rows));
+      return Status::invalid_input(
+          fmt::format("{}: holds {} rows; its count says {} and the manifest {}", dir, rows,
+                      (*t)->rows(), c.rows));
     total += rows;
   }
   return total;
@@ -185,31 +203,37 @@ Status restore_checkpoint(const std::string& step_dir, const std::string& store_
     const std::string target = shard_store_path(store_dir, i);
     // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
     fs::create_directories(target, ec);
-    if (!ec) fs::copy(fs::path(step_dir) / m.shard_checkpoints[i].dir, target, fs::copy_options::recursive, ec);
+    if (!ec)
+      fs::copy(fs::path(step_dir) / m.shard_checkpoints[i].dir, target, fs::copy_options::recursive,
+               ec);
     if (ec)
-      return Status::io_error(fmt::format("{}: cannot copy the checkpoint of shard {} there: {}", target, i,
-                                          ec.message()));
+      return Status::io_error(fmt::format("{}: cannot copy the checkpoint of shard {} there: {}",
+                                          target, i, ec.message()));
   }
   return {};
 }
 
-Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats, const std::string& out) {
+Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats,
+                               const std::string& out) {
   std::vector<std::string> shard_dirs;
   std::error_code ec;
   if (fs::exists(fs::path(dir) / manifest_name, ec)) {
     auto m = read_manifest(dir);
     if (!m) return m.status();
     if (value_floats == 0) value_floats = uint32_t(m->value_floats);
-    for (const ShardCheckpoint& c : m->shard_checkpoints) shard_dirs.push_back((fs::path(dir) / c.dir).string());
+    for (const ShardCheckpoint& c : m->shard_checkpoints)
+      shard_dirs.push_back((fs::path(dir) / c.dir).string());
   } else {
-    for (uint32_t i = 0; fs::exists(shard_store_path(dir, i), ec); ++i) shard_dirs.push_back(shard_store_path(dir, i));
+    for (uint32_t i = 0; fs::exists(shard_store_path(dir, i), ec); ++i)
+      shard_dirs.push_back(shard_store_path(dir, i));
     if (shard_dirs.empty())
-      return Status::not_found(fmt::format("{}: neither a checkpoint (no {}) nor a store (no shard-0)", dir,
-                                           manifest_name));
+      return Status::not_found(fmt::format(
+          "{}: neither a checkpoint (no {}) nor a store (no shard-0)", dir, manifest_name));
     if (value_floats == 0)
-      return Status::invalid_input(fmt::format("{}: a store folder does not say how many floats of a row are "
-                                               "values: give --value-floats",
-                                               dir));
+      return Status::invalid_input(
+          fmt::format("{}: a store folder does not say how many floats of a row are "
+                      "values: give --value-floats",
+                      dir));
   }
   std::vector<std::unique_ptr<RocksTable>> tables;
   uint64_t rows = 0;
@@ -219,18 +243,20 @@ Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats, co
     if (!t) return t.status();
     if (row_floats == 0) row_floats = uint32_t((*t)->row_floats());
     if ((*t)->row_floats() != row_floats)
-      return Status::invalid_input(fmt::format("{}: rows of {} floats, other shards {}", d, (*t)->row_floats(),
-                                               row_floats));
+      return Status::invalid_input(
+          fmt::format("{}: rows of {} floats, other shards {}", d, (*t)->row_floats(), row_floats));
     rows += (*t)->rows();
     tables.push_back(std::move(t.value()));
   }
   if (value_floats > row_floats)
-    return Status::invalid_input(fmt::format("--value-floats {} is more than a row's {} floats", value_floats,
-                                             row_floats));
+    return Status::invalid_input(
+        fmt::format("--value-floats {} is more than a row's {} floats", value_floats, row_floats));
   const std::string tmp = out + ".tmp";
   std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
   if (!f) return Status::io_error(fmt::format("{}: cannot create", tmp));
-  auto put = [&](const void* p, size_t n) { f.write(static_cast<const char*>(p), std::streamsize(n)); };
+  auto put = [&](const void* p, size_t n) {
+    f.write(static_cast<const char*>(p), std::streamsize(n));
+  };
   static_assert(std::endian::native == std::endian::little, "the export format is little-endian");
   put("COLONYX1", 8);
   put(&row_floats, 4);
@@ -248,10 +274,11 @@ Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats, co
   f.close();
   if (!f) return Status::io_error(fmt::format("{}: cannot write (disk full?)", tmp));
   if (written != rows)
-    return Status::invalid_input(fmt::format("{}: the shards' counts say {} rows, iteration found {}", dir, rows,
-                                             written));
+    return Status::invalid_input(
+        fmt::format("{}: the shards' counts say {} rows, iteration found {}", dir, rows, written));
   fs::rename(tmp, out, ec);
-  if (ec) return Status::io_error(fmt::format("{}: cannot rename into place: {}", out, ec.message()));
+  if (ec)
+    return Status::io_error(fmt::format("{}: cannot rename into place: {}", out, ec.message()));
   return written;
 }
 

@@ -7,7 +7,8 @@
 //   ROOT/step-<S>/MANIFEST.json    written last (to a temporary name, then renamed): a step
 //                                  folder without it is an incomplete checkpoint
 //
-// MANIFEST.json: {"format": 1, "step": S, "cluster_id": "...", "shards": N, "row_floats": F, "value_floats": V,
+// MANIFEST.json: {"format": 1, "step": S, "cluster_id": "...", "shards": N, "row_floats": F,
+// "value_floats": V,
 //   "shard_checkpoints": [{"shard": i, "dir": "shard-<i>", "rows": R,
 //                          "sender_clocks": [[node, clock], ...]}, ...]}
 // A shard's sender clocks say what its copy holds: every update of steps below each
@@ -83,6 +84,7 @@ Status restore_checkpoint(const std::string& step_dir, const std::string& store_
 // A serving system needs the first value_floats of each row. `dir` is a checkpoint's step
 // folder (value_floats 0: take it from the manifest) or a store folder (value_floats needed).
 // Returns the rows written. The output is written to a temporary name and renamed.
-Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats, const std::string& out);
+Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats,
+                               const std::string& out);
 
 }  // namespace colony

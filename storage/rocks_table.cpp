@@ -23,8 +23,8 @@ constexpr const char* key_row_floats = "colony.row_floats";
 constexpr const char* key_rows = "colony.rows";
 
 std::string describe(const StoreIdentity& id) {
-  return fmt::format("cluster \"{}\", shard {} of {}, rows of {} floats", id.cluster_id, id.shard_index,
-                     id.shards, id.row_floats);
+  return fmt::format("cluster \"{}\", shard {} of {}, rows of {} floats", id.cluster_id,
+                     id.shard_index, id.shards, id.row_floats);
 }
 
 rocksdb::ColumnFamilyOptions family_options(size_t block_cache_bytes) {
@@ -79,16 +79,20 @@ Status RocksTable::error(const char* what, const std::string& status_text) const
 
 Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& options,
                                                        const StoreIdentity& identity) {
-  COLONY_ASSERT(!identity.cluster_id.empty() && identity.row_floats > 0 && identity.shard_index < identity.shards,
+  COLONY_ASSERT(!identity.cluster_id.empty() && identity.row_floats > 0 &&
+                    identity.shard_index < identity.shards,
                 "{}", describe(identity));
   namespace fs = std::filesystem;
   std::error_code ec;
   const bool exists = fs::exists(fs::path(options.path) / "CURRENT", ec);
   if (!exists) {
     if (!options.create_if_missing)
-      return Status::not_found(fmt::format("{}: no store there (no RocksDB database)", options.path));
+      return Status::not_found(
+          fmt::format("{}: no store there (no RocksDB database)", options.path));
     fs::create_directories(options.path, ec);
-    if (ec) return Status::io_error(fmt::format("{}: cannot create the folder: {}", options.path, ec.message()));
+    if (ec)
+      return Status::io_error(
+          fmt::format("{}: cannot create the folder: {}", options.path, ec.message()));
   }
   std::unique_ptr<RocksTable> t(new RocksTable());
   t->options_ = options;
@@ -137,7 +141,8 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
     rocksdb::Status rs = t->db_->Get(rocksdb::ReadOptions(), t->meta_, key, &v);
     if (!rs.ok()) return t->error(fmt::format("cannot read {}", key).c_str(), rs.ToString());
     if (!parse_u64(v, out))
-      return Status::invalid_input(fmt::format("{}: corrupt store identity: {} is \"{}\"", options.path, key, v));
+      return Status::invalid_input(
+          fmt::format("{}: corrupt store identity: {} is \"{}\"", options.path, key, v));
     return {};
   };
   if (Status e = read_number(key_shard, n); !e.ok()) return e;
@@ -149,10 +154,11 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   if (Status e = read_number(key_rows, t->rows_); !e.ok()) return e;
   if (stored.cluster_id != identity.cluster_id || stored.shard_index != identity.shard_index ||
       stored.shards != identity.shards || stored.row_floats != identity.row_floats)
-    return Status::invalid_input(fmt::format(
-        "{}: this store was written by {}; this job is {}. Refusing to train on it: point the store "
-        "elsewhere, or remove the folder to start from scratch",
-        options.path, describe(stored), describe(identity)));
+    return Status::invalid_input(
+        fmt::format("{}: this store was written by {}; this job is {}. Refusing to train on it: "
+                    "point the store "
+                    "elsewhere, or remove the folder to start from scratch",
+                    options.path, describe(stored), describe(identity)));
   t->identity_ = stored;
   return t;
 }
@@ -169,7 +175,8 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::stri
                                                         {rows_family, cf}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* db = nullptr;
-  rocksdb::Status s = rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), path, families, &handles, &db);
+  rocksdb::Status s =
+      rocksdb::DB::OpenForReadOnly(rocksdb::DBOptions(), path, families, &handles, &db);
   if (!s.ok()) return t->error("cannot open the RocksDB store read-only", s.ToString());
   t->db_.reset(db);
   (void)t->db_->DestroyColumnFamilyHandle(handles[0]);
@@ -185,11 +192,12 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::stri
   };
   if (Status e = get(key_cluster, t->identity_.cluster_id); !e.ok()) return e;
   uint64_t n = 0;
-  for (auto [key, field] : {std::pair{key_shard, 0}, std::pair{key_shards, 1}, std::pair{key_row_floats, 2},
-                            std::pair{key_rows, 3}}) {
+  for (auto [key, field] : {std::pair{key_shard, 0}, std::pair{key_shards, 1},
+                            std::pair{key_row_floats, 2}, std::pair{key_rows, 3}}) {
     if (Status e = get(key, v); !e.ok()) return e;
     if (!parse_u64(v, n))
-      return Status::invalid_input(fmt::format("{}: corrupt store identity: {} is \"{}\"", path, key, v));
+      return Status::invalid_input(
+          fmt::format("{}: corrupt store identity: {} is \"{}\"", path, key, v));
     if (field == 0) t->identity_.shard_index = uint32_t(n);
     if (field == 1) t->identity_.shards = uint32_t(n);
     if (field == 2) t->identity_.row_floats = size_t(n);
@@ -200,7 +208,8 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::stri
   return t;
 }
 
-Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>& out, std::vector<uint8_t>& found) {
+Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>& out,
+                             std::vector<uint8_t>& found) {
   const size_t n = keys.size(), rf = identity_.row_floats;
   out.resize(n * rf);
   found.assign(n, 0);
@@ -219,8 +228,9 @@ Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>&
     if (!statuses[i].ok())
       return error(fmt::format("cannot read key {:#x}", keys[i]).c_str(), statuses[i].ToString());
     if (values[i].size() != rf * sizeof(float))
-      return Status::invalid_input(fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats",
-                                               options_.path, keys[i], values[i].size(), rf));
+      return Status::invalid_input(
+          fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats", options_.path,
+                      keys[i], values[i].size(), rf));
     std::memcpy(&out[i * rf], values[i].data(), rf * sizeof(float));
     found[i] = 1;
   }
@@ -235,21 +245,25 @@ Expected<bool> RocksTable::get(uint64_t key, float* out) {
   if (s.IsNotFound()) return false;
   if (!s.ok()) return error(fmt::format("cannot read key {:#x}", key).c_str(), s.ToString());
   if (value.size() != rf * sizeof(float))
-    return Status::invalid_input(fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats",
-                                             options_.path, key, value.size(), rf));
+    return Status::invalid_input(
+        fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats", options_.path, key,
+                    value.size(), rf));
   std::memcpy(out, value.data(), rf * sizeof(float));
   return true;
 }
 
-Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added) {
+Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> rows,
+                         uint64_t rows_added) {
   const size_t rf = identity_.row_floats;
-  COLONY_ASSERT(rows.size() == keys.size() * rf, "keys={} floats={} row_floats={}", keys.size(), rows.size(), rf);
+  COLONY_ASSERT(rows.size() == keys.size() * rf, "keys={} floats={} row_floats={}", keys.size(),
+                rows.size(), rf);
   if (keys.empty() && rows_added == 0) return {};
   if (!injected_write_failure_.ok()) return injected_write_failure_;
   rocksdb::WriteBatch b;
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string k = encode_key(keys[i]);
-    b.Put(rows_cf_, k, rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
+    b.Put(rows_cf_, k,
+          rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
   }
   if (rows_added) b.Put(meta_, key_rows, std::to_string(rows_ + rows_added));
   rocksdb::WriteOptions wo;
@@ -271,7 +285,9 @@ Status RocksTable::erase(std::span<const uint64_t> keys) {
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
   rocksdb::Status s = db_->Write(wo, &b);
-  if (!s.ok()) return error(fmt::format("cannot delete a batch of {} rows", keys.size()).c_str(), s.ToString());
+  if (!s.ok())
+    return error(fmt::format("cannot delete a batch of {} rows", keys.size()).c_str(),
+                 s.ToString());
   rows_ -= keys.size();
   return {};
 }
@@ -283,12 +299,14 @@ Status RocksTable::for_each_in_range(uint64_t begin, uint64_t end,
   std::vector<float> row(rf);
   for (it->Seek(encode_key(begin)); it->Valid(); it->Next()) {
     if (it->key().size() != 8)
-      return Status::invalid_input(fmt::format("{}: a row key of {} bytes", options_.path, it->key().size()));
+      return Status::invalid_input(
+          fmt::format("{}: a row key of {} bytes", options_.path, it->key().size()));
     const uint64_t key = decode_key(it->key().data());
     if (key >= end) break;
     if (it->value().size() != rf * sizeof(float))
-      return Status::invalid_input(fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats",
-                                               options_.path, key, it->value().size(), rf));
+      return Status::invalid_input(
+          fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats", options_.path,
+                      key, it->value().size(), rf));
     std::memcpy(row.data(), it->value().data(), rf * sizeof(float));
     f(key, row.data());
   }
@@ -310,7 +328,8 @@ Status RocksTable::checkpoint(const std::string& dir) {
   if (!s.ok()) return error("cannot start a checkpoint", s.ToString());
   std::unique_ptr<rocksdb::Checkpoint> cp(raw);
   s = cp->CreateCheckpoint(std::filesystem::absolute(dir).string());
-  if (!s.ok()) return error(fmt::format("cannot write a checkpoint to {}", dir).c_str(), s.ToString());
+  if (!s.ok())
+    return error(fmt::format("cannot write a checkpoint to {}", dir).c_str(), s.ToString());
   return {};
 }
 

@@ -39,13 +39,13 @@ struct StoreIdentity {
   std::string cluster_id;  // a cluster id or a job fingerprint; not empty
   uint32_t shard_index = 0;
   uint32_t shards = 1;
-  size_t row_floats = 0;   // > 0
+  size_t row_floats = 0;  // > 0
 };
 
 struct RocksTableOptions {
-  std::string path;                            // the database folder (created with parents)
+  std::string path;  // the database folder (created with parents)
   size_t block_cache_bytes = size_t{64} << 20;
-  bool create_if_missing = true;               // false: a missing database is not_found
+  bool create_if_missing = true;  // false: a missing database is not_found
   bool sync_writes = false;
 };
 
@@ -70,7 +70,8 @@ class RocksTable {
   // Reads the rows of `keys` into out[i * row_floats ...] and sets found[i] (out and found
   // are resized). Fails with io_error, or invalid_input for a stored value of the wrong size,
   // naming path and key.
-  Status multi_get(std::span<const uint64_t> keys, std::vector<float>& out, std::vector<uint8_t>& found);
+  Status multi_get(std::span<const uint64_t> keys, std::vector<float>& out,
+                   std::vector<uint8_t>& found);
   // One plain point lookup (DB::Get) into out[0 .. row_floats); false when the key has no
   // row. The baseline `colony bench store` compares the stores with. Fails as multi_get.
   Expected<bool> get(uint64_t key, float* out);

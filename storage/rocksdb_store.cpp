@@ -142,7 +142,9 @@ Expected<EvictionPolicy> parse_eviction_policy(const std::string& text) {
   return Status::invalid_input("eviction policy \"" + text + "\" is not one of lru, lfu");
 }
 
-const char* to_string(EvictionPolicy policy) { return policy == EvictionPolicy::lru ? "lru" : "lfu"; }
+const char* to_string(EvictionPolicy policy) {
+  return policy == EvictionPolicy::lru ? "lru" : "lfu";
+}
 
 namespace {
 // Memory per cached row beyond its floats: the slot and the hash index entry.
@@ -154,8 +156,8 @@ constexpr int eviction_samples = 8;
 TieredRowStore::TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOptions& options)
     : table_(std::move(table)),
       options_(options),
-      capacity_(std::max<size_t>(1, options.cache_bytes /
-                                        (table_->row_floats() * sizeof(float) + cached_row_overhead_bytes))),
+      capacity_(std::max<size_t>(1, options.cache_bytes / (table_->row_floats() * sizeof(float) +
+                                                           cached_row_overhead_bytes))),
       arena_(table_->row_floats()),
       rng_(options.seed) {
   index_.reserve(capacity_ + capacity_ / 4);
@@ -190,8 +192,10 @@ uint32_t TieredRowStore::insert(uint64_t key, const float* row, bool on_disk) {
   Slot& s = slots_[id];
   s = Slot{key, batch_, 0, true, false, on_disk};
   const size_t rf = table_->row_floats();
-  if (row) std::memcpy(arena_.row(id), row, rf * sizeof(float));
-  else std::memset(arena_.row(id), 0, rf * sizeof(float));
+  if (row)
+    std::memcpy(arena_.row(id), row, rf * sizeof(float));
+  else
+    std::memset(arena_.row(id), 0, rf * sizeof(float));
   index_.emplace(key, id);
   if (!on_disk) ++cache_only_;
   return id;
@@ -302,7 +306,8 @@ Status TieredRowStore::evict_to(size_t rows) {
   }
   Status st = table_->write(keys_buf_, rows_buf_, added);
   if (!st.ok()) {
-    for (uint32_t id : victims) slots_[id].used = true;  // the write failed: every victim stays cached
+    for (uint32_t id : victims)
+      slots_[id].used = true;  // the write failed: every victim stays cached
     return st;
   }
   if (!keys_buf_.empty()) ++stats_.write_batches;
@@ -352,8 +357,8 @@ Status TieredRowStore::flush() {
   return table_->flush();
 }
 
-Status TieredRowStore::for_each_in_range(uint64_t begin, uint64_t end,
-                                         const std::function<void(uint64_t, const float*)>& f) const {
+Status TieredRowStore::for_each_in_range(
+    uint64_t begin, uint64_t end, const std::function<void(uint64_t, const float*)>& f) const {
   // The table's rows in order, with cached values in place of stale ones, merged with the
   // rows that exist only in memory.
   std::vector<std::pair<uint64_t, uint32_t>> only;
@@ -386,8 +391,10 @@ Status TieredRowStore::erase(std::span<const uint64_t> keys) {
       continue;
     }
     Slot& s = slots_[it->second];
-    if (s.on_disk) on_disk.push_back(k);
-    else --cache_only_;
+    if (s.on_disk)
+      on_disk.push_back(k);
+    else
+      --cache_only_;
     s.used = false;
     free_.push_back(it->second);
     index_.erase(it);

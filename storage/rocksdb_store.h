@@ -36,10 +36,13 @@ class RowArena {
   explicit RowArena(size_t row_floats) : row_floats_(row_floats) {}
   // Row `id`, allocating chunks up to it.
   float* row(uint32_t id) {
-    while ((id >> chunk_log2) >= chunks_.size()) chunks_.emplace_back(new float[(size_t{1} << chunk_log2) * row_floats_]);
+    while ((id >> chunk_log2) >= chunks_.size())
+      chunks_.emplace_back(new float[(size_t{1} << chunk_log2) * row_floats_]);
     return chunks_[id >> chunk_log2].get() + (id & ((1u << chunk_log2) - 1)) * row_floats_;
   }
-  size_t bytes() const { return chunks_.size() * (size_t{1} << chunk_log2) * row_floats_ * sizeof(float); }
+  size_t bytes() const {
+    return chunks_.size() * (size_t{1} << chunk_log2) * row_floats_ * sizeof(float);
+  }
 
  private:
   static constexpr uint32_t chunk_log2 = 10;
@@ -65,7 +68,9 @@ class RocksRowStore final : public RowStore {
   Status commit() override;
   Status flush() override { return table_->flush(); }
   // RocksDB's Checkpoint of the table (its own identity; `identity` is not used).
-  Status checkpoint(const std::string& dir, const StoreIdentity&) override { return table_->checkpoint(dir); }
+  Status checkpoint(const std::string& dir, const StoreIdentity&) override {
+    return table_->checkpoint(dir);
+  }
   Status for_each_in_range(uint64_t begin, uint64_t end,
                            const std::function<void(uint64_t, const float*)>& f) const override {
     return table_->for_each_in_range(begin, end, f);
@@ -100,7 +105,8 @@ Expected<EvictionPolicy> parse_eviction_policy(const std::string& text);
 const char* to_string(EvictionPolicy policy);
 
 struct TieredOptions {
-  size_t cache_bytes = size_t{256} << 20;  // rows kept in memory, counting row bytes and per-row overhead
+  size_t cache_bytes = size_t{256}
+                       << 20;  // rows kept in memory, counting row bytes and per-row overhead
   EvictionPolicy policy = EvictionPolicy::lfu;
   uint64_t seed = 1;  // for sampling eviction candidates
 };

@@ -39,15 +39,15 @@ namespace colony {
 
 // Counters a store keeps about itself (monotonic, since it was opened).
 struct StoreStats {
-  uint64_t rows = 0;            // rows stored
-  uint64_t memory_bytes = 0;    // bytes of rows (and index) held in memory
-  uint64_t reads = 0;           // rows read from disk
-  uint64_t writes = 0;          // rows written to disk
-  uint64_t write_batches = 0;   // atomic batches written
-  uint64_t cache_hits = 0;      // tiered: rows found in memory
-  uint64_t cache_misses = 0;    // tiered: rows read from disk (or created)
-  uint64_t evictions = 0;       // tiered: rows dropped from memory
-  uint64_t evicted_dirty = 0;   // tiered: of those, rows written back first
+  uint64_t rows = 0;           // rows stored
+  uint64_t memory_bytes = 0;   // bytes of rows (and index) held in memory
+  uint64_t reads = 0;          // rows read from disk
+  uint64_t writes = 0;         // rows written to disk
+  uint64_t write_batches = 0;  // atomic batches written
+  uint64_t cache_hits = 0;     // tiered: rows found in memory
+  uint64_t cache_misses = 0;   // tiered: rows read from disk (or created)
+  uint64_t evictions = 0;      // tiered: rows dropped from memory
+  uint64_t evicted_dirty = 0;  // tiered: of those, rows written back first
 };
 
 class RowStore {
@@ -68,7 +68,8 @@ class RowStore {
   virtual size_t memory_bytes() const = 0;
   // Calls f(key, row) for every row, in no particular order. Fails (io_error, naming the
   // store) when a store on disk cannot be read; f may have seen some rows by then.
-  [[nodiscard]] virtual Status for_each(const std::function<void(uint64_t, const float*)>& f) const = 0;
+  [[nodiscard]] virtual Status for_each(
+      const std::function<void(uint64_t, const float*)>& f) const = 0;
 
   // Removes the rows of `keys` (keys without a row are skipped); pointers handed out before
   // must not be used after. Outside a batch (between commit and load). Fails with io_error.
@@ -109,7 +110,9 @@ class MemoryRowStore final : public RowStore {
  public:
   explicit MemoryRowStore(size_t row_floats) : table_(row_floats) {}
   float* find(uint64_t key) override { return table_.find(key); }
-  std::pair<float*, bool> find_or_insert(uint64_t key) override { return table_.find_or_insert(key); }
+  std::pair<float*, bool> find_or_insert(uint64_t key) override {
+    return table_.find_or_insert(key);
+  }
   void prefetch(uint64_t key) const override { table_.prefetch(key); }
   bool stable_rows() const override { return true; }
   size_t size() const override { return table_.size(); }

@@ -90,7 +90,7 @@ class RowTable {
 
   size_t row_floats_;
   size_t rows_ = 0;
-  uint64_t next_row_ = 0;             // arena rows handed out so far
+  uint64_t next_row_ = 0;            // arena rows handed out so far
   std::vector<uint64_t> free_rows_;  // arena rows of erased keys, reused first
   size_t mask_ = 0;
   std::vector<Slot> index_;

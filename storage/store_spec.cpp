@@ -8,7 +8,8 @@ Expected<StoreSpec> parse_store_spec(const std::string& text, size_t cache_bytes
   StoreSpec spec;
   if (text == "memory") {
     if (cache_bytes)
-      return Status::invalid_input("--cache-bytes: only with --store rocksdb:DIR (the memory store holds every row)");
+      return Status::invalid_input(
+          "--cache-bytes: only with --store rocksdb:DIR (the memory store holds every row)");
     return spec;
   }
   const std::string prefix = "rocksdb:";
@@ -23,11 +24,13 @@ Expected<StoreSpec> parse_store_spec(const std::string& text, size_t cache_bytes
 
 std::string to_string(const StoreSpec& spec) {
   switch (spec.kind) {
-    case StoreKind::memory: return "memory";
-    case StoreKind::rocksdb: return "rocksdb:" + spec.dir;
+    case StoreKind::memory:
+      return "memory";
+    case StoreKind::rocksdb:
+      return "rocksdb:" + spec.dir;
     case StoreKind::tiered:
-      return fmt::format("tiered ({} bytes in memory, {}) over rocksdb:{}", spec.cache_bytes, to_string(spec.policy),
-                         spec.dir);
+      return fmt::format("tiered ({} bytes in memory, {}) over rocksdb:{}", spec.cache_bytes,
+                         to_string(spec.policy), spec.dir);
   }
   return "?";
 }
@@ -36,8 +39,10 @@ std::string shard_store_path(const std::string& dir, uint32_t shard_index) {
   return (std::filesystem::path(dir) / fmt::format("shard-{}", shard_index)).string();
 }
 
-Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec, const StoreIdentity& identity) {
-  if (spec.kind == StoreKind::memory) return std::unique_ptr<RowStore>(new MemoryRowStore(identity.row_floats));
+Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
+                                                     const StoreIdentity& identity) {
+  if (spec.kind == StoreKind::memory)
+    return std::unique_ptr<RowStore>(new MemoryRowStore(identity.row_floats));
   RocksTableOptions o;
   o.path = shard_store_path(spec.dir, identity.shard_index);
   o.block_cache_bytes = spec.block_cache_bytes;
@@ -53,8 +58,9 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec, cons
   return std::unique_ptr<RowStore>(new TieredRowStore(std::move(table.value()), t));
 }
 
-Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec, const StoreIdentity& identity,
-                                                       const std::string& checkpoint_dir) {
+Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
+                                                        const StoreIdentity& identity,
+                                                        const std::string& checkpoint_dir) {
   namespace fs = std::filesystem;
   auto copy = RocksTable::open_read_only(checkpoint_dir);
   if (!copy) return copy.status();
@@ -62,10 +68,11 @@ Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec, c
   if (got.cluster_id != identity.cluster_id || got.shard_index != identity.shard_index ||
       got.shards != identity.shards || got.row_floats != identity.row_floats)
     return Status::invalid_input(fmt::format(
-        "{}: a checkpoint of cluster \"{}\" shard {} of {} (rows of {} floats), not of this job's cluster \"{}\" "
+        "{}: a checkpoint of cluster \"{}\" shard {} of {} (rows of {} floats), not of this job's "
+        "cluster \"{}\" "
         "shard {} of {} (rows of {} floats)",
-        checkpoint_dir, got.cluster_id, got.shard_index, got.shards, got.row_floats, identity.cluster_id,
-        identity.shard_index, identity.shards, identity.row_floats));
+        checkpoint_dir, got.cluster_id, got.shard_index, got.shards, got.row_floats,
+        identity.cluster_id, identity.shard_index, identity.shards, identity.row_floats));
   if (spec.kind == StoreKind::memory) {
     auto store = std::make_unique<MemoryRowStore>(identity.row_floats);
     Status s = (*copy)->for_each_in_range(0, UINT64_MAX, [&](uint64_t key, const float* row) {
@@ -82,8 +89,8 @@ Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec, c
   // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
   if (!ec) fs::copy(checkpoint_dir, target, fs::copy_options::recursive, ec);
   if (ec)
-    return Status::io_error(fmt::format("{}: cannot replace it with the checkpoint {}: {}", target, checkpoint_dir,
-                                        ec.message()));
+    return Status::io_error(fmt::format("{}: cannot replace it with the checkpoint {}: {}", target,
+                                        checkpoint_dir, ec.message()));
   return open_shard_store(spec, identity);
 }
 

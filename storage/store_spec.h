@@ -30,8 +30,8 @@ enum class StoreKind { memory, rocksdb, tiered };
 
 struct StoreSpec {
   StoreKind kind = StoreKind::memory;
-  std::string dir;                 // rocksdb and tiered: the folder holding shard-<i>/
-  size_t cache_bytes = 0;          // tiered: memory budget for rows, across all shards of the process
+  std::string dir;         // rocksdb and tiered: the folder holding shard-<i>/
+  size_t cache_bytes = 0;  // tiered: memory budget for rows, across all shards of the process
   EvictionPolicy policy = EvictionPolicy::lfu;
   size_t block_cache_bytes = size_t{64} << 20;  // per shard
   bool sync_writes = false;
@@ -49,7 +49,8 @@ std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 // Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one). The
 // tiered store gets cache_bytes / identity.shards of the budget. Fails as RocksTable::open
 // does (another job's store, a corrupt or locked database), naming the path.
-Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec, const StoreIdentity& identity);
+Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
+                                                     const StoreIdentity& identity);
 
 // Recovery: opens shard `identity.shard_index`'s store with the rows of its checkpoint copy
 // in `checkpoint_dir` (a ROOT/step-<S>/shard-<i> folder, storage/checkpoint.h), whose identity
@@ -57,7 +58,8 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec, cons
 // store folder DIR/shard-<i> is replaced by a copy of the checkpoint; the old store must be
 // closed first (destroyed), and whatever it held after the checkpoint is gone. Fails, naming
 // the folder, when the checkpoint is missing, corrupt or another job's, or the copy fails.
-Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec, const StoreIdentity& identity,
-                                                       const std::string& checkpoint_dir);
+Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
+                                                        const StoreIdentity& identity,
+                                                        const std::string& checkpoint_dir);
 
 }  // namespace colony

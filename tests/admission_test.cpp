@@ -30,8 +30,14 @@ BOOST_AUTO_TEST_CASE(count_min_never_underestimates_and_rarely_overestimates_rar
 
 namespace {
 ShardConfig config(uint32_t admit_after) {
-  ShardConfig sc{0, 0, 2, default_optimizer_config(OptimizerKind::sgd), RowInit{1, 1, 0.1f}, Consistency{},
-                 {7}, ShardMapSpec{1, 1, 16, 0}};
+  ShardConfig sc{0,
+                 0,
+                 2,
+                 default_optimizer_config(OptimizerKind::sgd),
+                 RowInit{1, 1, 0.1f},
+                 Consistency{},
+                 {7},
+                 ShardMapSpec{1, 1, 16, 0}};
   sc.admit_after = admit_after;
   sc.admit_sketch_width = 1 << 12;
   return sc;
@@ -90,8 +96,10 @@ BOOST_AUTO_TEST_CASE(rows_not_updated_for_evict_after_steps_are_removed) {
     if (step == 0) keys.push_back(cold);
     Outbox out;
     shard->on_message(PullRequest{{7, 2 * step + 1, 1}, step, 7, keys}, out);
-    shard->on_message(PushRequest{{7, 2 * step + 2, 1}, step + 1, keys, std::vector<float>(keys.size() * 2, 1.0f)},
-                      out);
+    shard->on_message(
+        PushRequest{
+            {7, 2 * step + 2, 1}, step + 1, keys, std::vector<float>(keys.size() * 2, 1.0f)},
+        out);
     BOOST_REQUIRE_EQUAL(out.size(), 2u);
     // Last updated by the push of clock 1: gone once the clock is past 1 + 4 (scans every 2).
     if (step + 1 <= 5) BOOST_TEST(shard->rows() == 2u, "step " << step);

@@ -55,10 +55,13 @@ struct Fixture {
   std::unique_ptr<Bridge> open_bridge() {
     BridgeOptions o;
     o.cluster_id = 7;
-    auto b = Bridge::open(o, system, shared, [this](ControlMessage&& m) {
-      std::lock_guard lock(mu);
-      control.push_back(std::move(m));
-    }, log.logger());
+    auto b = Bridge::open(
+        o, system, shared,
+        [this](ControlMessage&& m) {
+          std::lock_guard lock(mu);
+          control.push_back(std::move(m));
+        },
+        log.logger());
     BOOST_REQUIRE(b.ok());
     return std::move(b.value());
   }
@@ -121,7 +124,8 @@ BOOST_AUTO_TEST_CASE(bad_messages_are_counted_dropped_and_logged_once_a_minute_p
   // A good one still arrives.
   BOOST_REQUIRE(client->send(encode_ps_message(PushAck{{1, 3, 1}}, 7, 0).value()).ok());
   bool got = false;
-  local->receive([&](PushAck& m) { got = m.header.request_id == 3; }, caf::after(std::chrono::seconds(10)) >> [] {});
+  local->receive([&](PushAck& m) { got = m.header.request_id == 3; },
+                 caf::after(std::chrono::seconds(10)) >> [] {});
   BOOST_TEST(got);
 }
 

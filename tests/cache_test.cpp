@@ -60,7 +60,6 @@ Pass read_all(const std::string& path, const ReaderOptions& options) {
   return pass;
 }
 
-
 size_t total_rows(const std::vector<Batch>& batches) {
   size_t n = 0;
   for (const Batch& b : batches) n += b.rows();

@@ -42,7 +42,8 @@ struct CliFixture {
   // Runs `colony ARGS` (a shell command line) and waits for it.
   Run run(const std::string& args) {
     const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-    const std::string cmd = bin + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+    const std::string cmd =
+        bin + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
     const int status = std::system(cmd.c_str());
     BOOST_REQUIRE(WIFEXITED(status));
     return Run{WEXITSTATUS(status), slurp(out), slurp(err)};

@@ -19,24 +19,49 @@ struct Fixture : colony::testing::CliFixture {
   Fixture() : CliFixture("colony-cli-test") {}
 };
 
-nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(slurp(p)); }
+nlohmann::json read_json(const fs::path& p) {
+  return nlohmann::json::parse(slurp(p));
+}
 
 }  // namespace
 
 BOOST_FIXTURE_TEST_SUITE(cli, Fixture)
 
 BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
-  for (const char* args :
-       {"", "train --no-such-flag", "train --epochs 0", "train --model bogus", "train --model deepfm",
-        "train --optimizer bogus", "train --dim 0", "train --batch -3", "train --store disk", "train --store rocksdb:",
-        "train --cache-bytes 1000", "train --admit-after 300", "train --checkpoint-every 5",
-        "train --engine local --store rocksdb:no-such-dir/x", "checkpoint verify no-such-dir",
-        "checkpoint list no-such-dir", "checkpoint frobnicate x", "export --store no-such-dir --out x",
-        "train --data somefile.libsvm", "train --shards 0", "train --workers 0",
-        "train --consistency ssp", "train --consistency ssp:-1", "train --consistency bogus",
-        "train --push tree", "train --engine gpu", "train --max-inflight 0", "gen --rows 10", "gen --rows 0 --test-rows 1 --seed 1 --out x",
-        "gen --rows 5 --test-rows 5 --seed 1 --out x --format csv", "bench nosuchsuite", "bench wire --in-flight 0",
-        "bench wire --in-flight 65", "nosuchcommand"}) {
+  for (const char* args : {"",
+                           "train --no-such-flag",
+                           "train --epochs 0",
+                           "train --model bogus",
+                           "train --model deepfm",
+                           "train --optimizer bogus",
+                           "train --dim 0",
+                           "train --batch -3",
+                           "train --store disk",
+                           "train --store rocksdb:",
+                           "train --cache-bytes 1000",
+                           "train --admit-after 300",
+                           "train --checkpoint-every 5",
+                           "train --engine local --store rocksdb:no-such-dir/x",
+                           "checkpoint verify no-such-dir",
+                           "checkpoint list no-such-dir",
+                           "checkpoint frobnicate x",
+                           "export --store no-such-dir --out x",
+                           "train --data somefile.libsvm",
+                           "train --shards 0",
+                           "train --workers 0",
+                           "train --consistency ssp",
+                           "train --consistency ssp:-1",
+                           "train --consistency bogus",
+                           "train --push tree",
+                           "train --engine gpu",
+                           "train --max-inflight 0",
+                           "gen --rows 10",
+                           "gen --rows 0 --test-rows 1 --seed 1 --out x",
+                           "gen --rows 5 --test-rows 5 --seed 1 --out x --format csv",
+                           "bench nosuchsuite",
+                           "bench wire --in-flight 0",
+                           "bench wire --in-flight 65",
+                           "nosuchcommand"}) {
     BOOST_TEST_CONTEXT("colony " << args) {
       const Run r = run(args);
       BOOST_TEST(r.code == 2);
@@ -82,7 +107,8 @@ BOOST_AUTO_TEST_CASE(malformed_input_exits_2_naming_file_and_line) {
 BOOST_AUTO_TEST_CASE(skip_bad_lines_tolerates_and_counts) {
   const fs::path data = write("some_bad.libsvm", "1 1:1\nbad\n0 2:1\n1 3:x\n0 1:1\n");
   const fs::path test = write("t.libsvm", "1 1:1\n0 2:1\n");
-  Run r = run("train --data " + data.string() + " --test " + test.string() + " --no-cache --skip-bad-lines 1");
+  Run r = run("train --data " + data.string() + " --test " + test.string() +
+              " --no-cache --skip-bad-lines 1");
   BOOST_TEST(r.code == 2);  // two bad lines, one tolerated
   const fs::path report = dir / "report.json";
   r = run("train --data " + data.string() + " --test " + test.string() +
@@ -98,7 +124,8 @@ BOOST_AUTO_TEST_CASE(skip_bad_lines_tolerates_and_counts) {
 // second run reads the binary cache.
 BOOST_AUTO_TEST_CASE(train_on_generated_data_reaches_planted_logloss) {
   const fs::path data = dir / "data";
-  Run r = run("gen --rows 300000 --test-rows 50000 --seed 3 --vocab-scale 0.01 --out " + data.string());
+  Run r =
+      run("gen --rows 300000 --test-rows 50000 --seed 3 --vocab-scale 0.01 --out " + data.string());
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const auto meta = read_json(data / "meta.json");
   for (const char* k : {"planted_logloss_test", "planted_auc_test", "base_rate_logloss_test",
@@ -132,12 +159,15 @@ BOOST_AUTO_TEST_CASE(train_on_generated_data_reaches_planted_logloss) {
 // keys plus the message counts, and the same quality bar.
 BOOST_AUTO_TEST_CASE(cluster_flags_train_and_report_messages) {
   const fs::path data = dir / "cluster";
-  Run r = run("gen --rows 300000 --test-rows 50000 --seed 3 --vocab-scale 0.01 --out " + data.string());
+  Run r =
+      run("gen --rows 300000 --test-rows 50000 --seed 3 --vocab-scale 0.01 --out " + data.string());
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const double planted = read_json(data / "meta.json")["planted_logloss_test"].get<double>();
-  const std::string files = " --data " + (data / "train.libsvm").string() + " --test " + (data / "test.libsvm").string();
+  const std::string files =
+      " --data " + (data / "train.libsvm").string() + " --test " + (data / "test.libsvm").string();
   const fs::path report = dir / "cluster.json";
-  r = run("train --shards 2 --workers 2 --consistency ssp:2 --push flat --report " + report.string() + files);
+  r = run("train --shards 2 --workers 2 --consistency ssp:2 --push flat --report " +
+          report.string() + files);
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   auto j = read_json(report);
   BOOST_TEST(j["train_samples"].get<int>() == 300000);
@@ -150,7 +180,8 @@ BOOST_AUTO_TEST_CASE(cluster_flags_train_and_report_messages) {
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   r = run("train --shards 3 --workers 1 --consistency bsp --report " + one.string() + files);
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
-  BOOST_TEST(read_json(local)["test_logloss"].get<double>() == read_json(one)["test_logloss"].get<double>());
+  BOOST_TEST(read_json(local)["test_logloss"].get<double>() ==
+             read_json(one)["test_logloss"].get<double>());
 }
 
 BOOST_AUTO_TEST_CASE(keygen_writes_keys_once) {
@@ -166,7 +197,9 @@ BOOST_AUTO_TEST_CASE(keygen_writes_keys_once) {
 
 BOOST_AUTO_TEST_CASE(criteo_format_trains) {
   const fs::path data = dir / "criteo";
-  Run r = run("gen --rows 20000 --test-rows 5000 --seed 5 --vocab-scale 0.01 --format criteo --out " + data.string());
+  Run r =
+      run("gen --rows 20000 --test-rows 5000 --seed 5 --vocab-scale 0.01 --format criteo --out " +
+          data.string());
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const fs::path report = dir / "criteo.json";
   r = run("train --model lr --data " + (data / "train.criteo").string() + " --test " +

@@ -72,7 +72,8 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bi
       cluster->row_value(key, c);
       differ += std::memcmp(a.data(), c.data(), width * sizeof(float)) != 0;
     }
-    BOOST_TEST(differ == 0u, to_string(push) << ": " << differ << " of " << keys.size() << " rows differ");
+    BOOST_TEST(differ == 0u, to_string(push)
+                                 << ": " << differ << " of " << keys.size() << " rows differ");
   }
 }
 
@@ -107,7 +108,8 @@ BOOST_AUTO_TEST_CASE(hierarchical_push_sends_at_most_a_third_of_flat_messages) {
     const ClusterResult r = run(*cluster);
     per_sample[push == PushMode::hierarchical] = double(r.push_messages_to_ps) / double(r.samples);
   }
-  BOOST_TEST_MESSAGE("push messages per sample: flat " << per_sample[0] << ", hierarchical " << per_sample[1]);
+  BOOST_TEST_MESSAGE("push messages per sample: flat " << per_sample[0] << ", hierarchical "
+                                                       << per_sample[1]);
   BOOST_TEST(per_sample[1] <= per_sample[0] / 3.0);
 }
 
@@ -125,7 +127,8 @@ struct Checker {
 
   void observe(const Outgoing& o) {
     const NodeId from = std::visit([](const auto& m) { return m.header.sender; }, o.message);
-    if (auto* p = std::get_if<PullRequest>(&o.message)) pull_clock[{from, p->header.request_id}] = p->clock;
+    if (auto* p = std::get_if<PullRequest>(&o.message))
+      pull_clock[{from, p->header.request_id}] = p->clock;
     if (auto* r = std::get_if<PullReply>(&o.message)) {
       if (!bound.allows(pull_clock.at({o.to, r->header.request_id}), r->min_clock)) ++stale_reads;
     }
@@ -133,13 +136,17 @@ struct Checker {
     const bool from_worker = from >= first_worker && from < first_worker + workers;
     if (!from_worker) return;
     uint32_t c = 0;
-    if (auto* p = std::get_if<PushRequest>(&o.message)) c = p->clock;
-    else if (auto* a = std::get_if<ClockAdvance>(&o.message)) c = a->clock;
-    else return;
+    if (auto* p = std::get_if<PushRequest>(&o.message))
+      c = p->clock;
+    else if (auto* a = std::get_if<ClockAdvance>(&o.message))
+      c = a->clock;
+    else
+      return;
     clock[from] = std::max(clock[from], c);
     if (c == clock_done || bound.kind == ConsistencyKind::asp) return;
     uint32_t slowest = clock_done;
-    for (uint32_t w = first_worker; w < first_worker + workers; ++w) slowest = std::min(slowest, clock[w]);
+    for (uint32_t w = first_worker; w < first_worker + workers; ++w)
+      slowest = std::min(slowest, clock[w]);
     const uint32_t k = bound.kind == ConsistencyKind::bsp ? 0 : bound.staleness;
     if (c > slowest + k + 1) ++ran_ahead;
   }
@@ -150,8 +157,8 @@ struct DeterministicRun {
   ClusterResult result;
 };
 
-DeterministicRun run_deterministic(std::shared_ptr<const std::vector<Batch>> data, ClusterOptions options,
-                                   Consistency checked) {
+DeterministicRun run_deterministic(std::shared_ptr<const std::vector<Batch>> data,
+                                   ClusterOptions options, Consistency checked) {
   DeterministicRun d;
   d.checker.bound = checked;
   d.checker.shards = options.shards;
@@ -246,7 +253,8 @@ BOOST_AUTO_TEST_CASE(a_deterministic_run_replays_exactly) {
 }
 
 BOOST_AUTO_TEST_CASE(a_bad_input_line_fails_the_job_naming_file_and_line) {
-  const auto dir = std::filesystem::temp_directory_path() / ("colony-cluster-test-" + std::to_string(::getpid()));
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("colony-cluster-test-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "bad.libsvm").string();
   {
@@ -263,7 +271,8 @@ BOOST_AUTO_TEST_CASE(a_bad_input_line_fails_the_job_naming_file_and_line) {
   auto r = cluster->run(nullptr);
   BOOST_REQUIRE(!r.ok());
   BOOST_TEST(r.status().is_user_error());
-  BOOST_TEST(r.status().message().find("bad.libsvm:1001:") != std::string::npos, r.status().message());
+  BOOST_TEST(r.status().message().find("bad.libsvm:1001:") != std::string::npos,
+             r.status().message());
   std::filesystem::remove_all(dir);
 }
 

@@ -44,11 +44,13 @@ std::vector<std::pair<std::string, T>> sent(const CoordinatorEffects& fx) {
 }
 
 bool logged(const CoordinatorEffects& fx, const std::string& text) {
-  return std::any_of(fx.log.begin(), fx.log.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+  return std::any_of(fx.log.begin(), fx.log.end(),
+                     [&](const std::string& l) { return l.find(text) != std::string::npos; });
 }
 
 // Joins every member and answers Ready; returns the Welcome effects.
-CoordinatorEffects form(CoordinatorCore& core, const std::vector<MemberInfo>& members, uint64_t now) {
+CoordinatorEffects form(CoordinatorCore& core, const std::vector<MemberInfo>& members,
+                        uint64_t now) {
   CoordinatorEffects welcome;
   for (const MemberInfo& m : members) {
     CoordinatorEffects fx;
@@ -63,8 +65,9 @@ CoordinatorEffects form(CoordinatorCore& core, const std::vector<MemberInfo>& me
 
 BOOST_AUTO_TEST_CASE(a_job_joins_starts_and_ends) {
   auto core = CoordinatorCore::make(config(2, 3), 0).value();
-  const std::vector<MemberInfo> members = {member(MemberRole::worker, 1, 2), member(MemberRole::ps, 2),
-                                           member(MemberRole::ps, 3), member(MemberRole::worker, 4, 1)};
+  const std::vector<MemberInfo> members = {member(MemberRole::worker, 1, 2),
+                                           member(MemberRole::ps, 2), member(MemberRole::ps, 3),
+                                           member(MemberRole::worker, 4, 1)};
   const CoordinatorEffects fx = form(core, members, 10);
   const auto welcomes = sent<Welcome>(fx);
   BOOST_REQUIRE_EQUAL(welcomes.size(), 4u);
@@ -85,7 +88,8 @@ BOOST_AUTO_TEST_CASE(a_job_joins_starts_and_ends) {
   for (uint32_t i = 0; i < 4; ++i) {
     CoordinatorEffects r;
     core.on_message({i, Ready{}}, 20, r);
-    BOOST_TEST(sent<Start>(r).size() == (i == 3 ? 2u : 0u));  // the workers only, once all are ready
+    BOOST_TEST(sent<Start>(r).size() ==
+               (i == 3 ? 2u : 0u));  // the workers only, once all are ready
   }
   BOOST_TEST((core.phase() == CoordinatorPhase::running));
   CoordinatorEffects d0, d3;
@@ -136,7 +140,9 @@ CoordinatorCore running(bool hierarchical, bool require_all = false) {
   CoordinatorConfig c = config(2, 2, hierarchical);
   c.require_all_workers = require_all;
   auto core = CoordinatorCore::make(c, 0).value();
-  form(core, {member(MemberRole::ps, 1, 2), member(MemberRole::worker, 2), member(MemberRole::worker, 3)}, 0);
+  form(core,
+       {member(MemberRole::ps, 1, 2), member(MemberRole::worker, 2), member(MemberRole::worker, 3)},
+       0);
   for (uint32_t i = 0; i < 3; ++i) {
     CoordinatorEffects fx;
     core.on_message({i, Ready{}}, 100, fx);
@@ -230,7 +236,8 @@ BOOST_AUTO_TEST_CASE(random_schedules_keep_the_invariants) {
     const bool hierarchical = rng.next() % 2;
     std::vector<MemberInfo> members;
     for (uint32_t s = 0; s < shards; ++s) members.push_back(member(MemberRole::ps, int(s)));
-    for (uint32_t w = 0; w < worker_members; ++w) members.push_back(member(MemberRole::worker, 100 + int(w), 2));
+    for (uint32_t w = 0; w < worker_members; ++w)
+      members.push_back(member(MemberRole::worker, 100 + int(w), 2));
     for (size_t i = members.size(); i > 1; --i) std::swap(members[i - 1], members[rng.next() % i]);
     auto core = CoordinatorCore::make(config(shards, 2 * worker_members, hierarchical), 0).value();
     form(core, members, 0);
@@ -255,12 +262,16 @@ BOOST_AUTO_TEST_CASE(random_schedules_keep_the_invariants) {
       CoordinatorEffects fx;
       for (uint32_t i = 0; i < members.size(); ++i) {
         const bool worker = core.members()[i].role == MemberRole::worker;
-        if (!worker) core.on_message({i, Heartbeat{0}}, now, fx);
-        else if (now < ends[i]) core.on_message({i, Heartbeat{now}}, now, fx);
-        else if (!dies[i] && now < ends[i] + 250) core.on_message({i, MemberDone{"", false, 1, 0.5, 1, 1, 1, 1, 0}}, now, fx);
+        if (!worker)
+          core.on_message({i, Heartbeat{0}}, now, fx);
+        else if (now < ends[i])
+          core.on_message({i, Heartbeat{now}}, now, fx);
+        else if (!dies[i] && now < ends[i] + 250)
+          core.on_message({i, MemberDone{"", false, 1, 0.5, 1, 1, 1, 1, 0}}, now, fx);
       }
       core.on_timer(now, fx);
-      for (const Outgoing& o : fx.ps) ++released[{std::get<ClockAdvance>(o.message).header.sender, o.to}];
+      for (const Outgoing& o : fx.ps)
+        ++released[{std::get<ClockAdvance>(o.message).header.sender, o.to}];
       BOOST_TEST(!(trained && fx.training_done), "trained twice, seed " << seed);
       trained |= fx.training_done;
       if (!fx.failed.ok()) ended = true;
@@ -271,8 +282,10 @@ BOOST_AUTO_TEST_CASE(random_schedules_keep_the_invariants) {
       const MemberInfo& m = core.members()[i];
       if (m.role != MemberRole::worker) continue;
       std::vector<NodeId> senders;
-      if (m.has_aggregator) senders = {m.aggregator};
-      else senders = {m.first_node, m.first_node + 1};
+      if (m.has_aggregator)
+        senders = {m.aggregator};
+      else
+        senders = {m.first_node, m.first_node + 1};
       for (NodeId sender : senders)
         for (NodeId s = 0; s < shards; ++s) {
           const int n = released.count({sender, s}) ? released[{sender, s}] : 0;
@@ -322,7 +335,7 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_is_waited_for_and_resumes) {
   CoordinatorEffects ready;
   core.on_message({0, Ready{}}, now, ready);
   const auto restarted = sent<ShardsRestarted>(ready);
-  BOOST_REQUIRE_EQUAL(restarted.size(), 1u);  // the live worker only
+  BOOST_REQUIRE_EQUAL(restarted.size(), 1u);                // the live worker only
   BOOST_TEST(restarted[0].first == "tcp://10.0.0.2:7000");  // member 1; member 2 was lost
   BOOST_TEST((restarted[0].second.nodes == std::vector<NodeId>{0}));
   BOOST_REQUIRE_EQUAL(ready.ps.size(), 1u);
@@ -347,7 +360,8 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_is_waited_for_and_resumes) {
     other.on_timer(t, fx);
     failed = fx.failed;
   }
-  BOOST_TEST(failed.message().find("did not come back within 20 s") != std::string::npos, failed.message());
+  BOOST_TEST(failed.message().find("did not come back within 20 s") != std::string::npos,
+             failed.message());
 }
 
 // Once training is over, every ps member is asked for a summary of its shards; the driver waits
@@ -428,24 +442,31 @@ ControlMessage from_key(uint32_t from, ControlBody body, const std::string& key)
 
 BOOST_AUTO_TEST_CASE(a_listed_key_speaks_only_for_its_own_member_and_role) {
   CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
-  c.key_roles = {{"kp", MemberRole::ps}, {"kw", MemberRole::worker}, {"kx", MemberRole::worker}, {"kn", std::nullopt}};
+  c.key_roles = {{"kp", MemberRole::ps},
+                 {"kw", MemberRole::worker},
+                 {"kx", MemberRole::worker},
+                 {"kn", std::nullopt}};
   auto core = CoordinatorCore::make(c, 0).value();
   // A worker's key joining as a ps: refused, on a link not kept.
   CoordinatorEffects as_ps;
-  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 9, "kw")}, "kw"), 0, as_ps);
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 9, "kw")}, "kw"), 0,
+                  as_ps);
   BOOST_REQUIRE_EQUAL(sent<Refuse>(as_ps).size(), 1u);
   BOOST_TEST(sent<Refuse>(as_ps)[0].second.reason.find("is a worker key") != std::string::npos);
   BOOST_TEST(as_ps.control[0].one_off);
   BOOST_TEST(core.members().empty());
   // A join naming another key than its own: dropped without an answer.
   CoordinatorEffects forged;
-  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 9, "kp")}, "kx"), 0, forged);
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 9, "kp")}, "kx"), 0,
+                  forged);
   BOOST_TEST(forged.control.empty());
   BOOST_TEST(core.totals().bad_messages == 2u);
 
   CoordinatorEffects fx;
-  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 1, "kp")}, "kp"), 0, fx);
-  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::worker, 2, "kn")}, "kn"), 0, fx);
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 1, "kp")}, "kp"), 0,
+                  fx);
+  core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::worker, 2, "kn")}, "kn"), 0,
+                  fx);
   BOOST_REQUIRE_EQUAL(sent<Welcome>(fx).size(), 2u);
   core.on_message(from_key(0, Ready{}, "kp"), 1, fx);
   // Ready in member 1's name with member 0's key: not taken.
@@ -460,7 +481,8 @@ BOOST_AUTO_TEST_CASE(a_listed_key_speaks_only_for_its_own_member_and_role) {
   core.on_message(from_key(1, NodesLost{{0}, "lie"}, "kn"), 2, lies);
   core.on_message(from_key(1, Welcome{}, "kn"), 2, lies);
   // A MemberDone for the worker, sent with the ps's key: not taken.
-  core.on_message(from_key(1, MemberDone{"", false, 5, 1.0, 1, 1, 1, 1, 0, 0, 0, 0}, "kp"), 2, lies);
+  core.on_message(from_key(1, MemberDone{"", false, 5, 1.0, 1, 1, 1, 1, 0, 0, 0, 0}, "kp"), 2,
+                  lies);
   BOOST_TEST(core.totals().bad_messages == before + 4u);
   BOOST_TEST(core.totals().samples == 0u);
   BOOST_TEST(lies.control.empty());
@@ -494,7 +516,8 @@ BOOST_AUTO_TEST_CASE(a_hundred_refused_joins_keep_nothing) {
   auto core = CoordinatorCore::make(c, 0).value();
   for (int i = 0; i < 100; ++i) {
     CoordinatorEffects fx;
-    core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 10 + i, "kw")}, "kw"), i, fx);
+    core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 10 + i, "kw")}, "kw"),
+                    i, fx);
     BOOST_REQUIRE_EQUAL(fx.control.size(), 1u);
     BOOST_TEST(fx.control[0].one_off);
   }
@@ -508,7 +531,8 @@ BOOST_AUTO_TEST_CASE(a_restarted_member_is_recognised_by_its_incarnation) {
   auto core = CoordinatorCore::make(c, 0).value();
   MemberInfo ps = keyed(MemberRole::ps, 1, "", 7);
   ps.durable = true;
-  const MemberInfo w0 = keyed(MemberRole::worker, 2, "", 8), w1 = keyed(MemberRole::worker, 3, "", 9);
+  const MemberInfo w0 = keyed(MemberRole::worker, 2, "", 8),
+                   w1 = keyed(MemberRole::worker, 3, "", 9);
   form(core, {ps, w0, w1}, 0);
   // Restarted between its Welcome and the start: welcomed again, and the job starts.
   MemberInfo again = w0;
@@ -557,13 +581,17 @@ BOOST_AUTO_TEST_CASE(a_restarted_member_is_recognised_by_its_incarnation) {
 BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
   CoordinatorConfig c = config(3, 1, /*hierarchical=*/false);
   auto core = CoordinatorCore::make(c, 0).value();
-  form(core, {member(MemberRole::ps, 1, 2), member(MemberRole::ps, 2, 1), member(MemberRole::worker, 3)}, 0);
+  form(core,
+       {member(MemberRole::ps, 1, 2), member(MemberRole::ps, 2, 1), member(MemberRole::worker, 3)},
+       0);
   for (uint32_t i = 0; i < 3; ++i) {
     CoordinatorEffects fx;
     core.on_message({i, Ready{}}, 0, fx);
   }
   // Member 0 hosts shards 0 and 1, member 1 shard 2, member 2 is the worker (node 3).
-  auto copy = [](uint32_t shard) { return ShardCheckpoint{shard, fmt::format("shard-{}", shard), 10 + shard, {{3, 5}}}; };
+  auto copy = [](uint32_t shard) {
+    return ShardCheckpoint{shard, fmt::format("shard-{}", shard), 10 + shard, {{3, 5}}};
+  };
   CoordinatorEffects a, forged, worker, b;
   core.on_message({0, ShardsCheckpointed{5, {copy(0), copy(1)}}}, 10, a);
   BOOST_TEST(sent<CheckpointComplete>(a).empty());

@@ -101,7 +101,9 @@ class Child {
         code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       const std::string after = slurp(log_);
       if (code_ && !std::regex_search(after, m, re))
-        BOOST_FAIL("process exited (" << *code_ << ") before logging /" << pattern << "/; its log:\n" << slurp(log_));
+        BOOST_FAIL("process exited (" << *code_ << ") before logging /" << pattern
+                                      << "/; its log:\n"
+                                      << slurp(log_));
       if (std::chrono::steady_clock::now() > deadline)
         BOOST_FAIL("no /" << pattern << "/ in the log in time; the log:\n" << slurp(log_));
       std::this_thread::sleep_for(20ms);
@@ -140,17 +142,21 @@ struct Suite {
     intruder_keys = dir / "intruder";
     role_keys = dir / "role-keys";
     const std::string b = bin();
-    BOOST_REQUIRE(run(b + " gen --rows 60000 --test-rows 15000 --seed 5 --out " + (dir / "d").string() +
-                      " >/dev/null 2>&1") == 0);
+    BOOST_REQUIRE(run(b + " gen --rows 60000 --test-rows 15000 --seed 5 --out " +
+                      (dir / "d").string() + " >/dev/null 2>&1") == 0);
     BOOST_REQUIRE(run(b + " keygen --out " + keys.string() + " --nodes 8 >/dev/null 2>&1") == 0);
-    BOOST_REQUIRE(run(b + " keygen --out " + role_keys.string() + " --ps 2 --workers 2 >/dev/null 2>&1") == 0);
+    BOOST_REQUIRE(run(b + " keygen --out " + role_keys.string() +
+                      " --ps 2 --workers 2 >/dev/null 2>&1") == 0);
     // The intruder knows the coordinator's public key but holds a key pair nobody listed.
-    BOOST_REQUIRE(run(b + " keygen --out " + intruder_keys.string() + " --nodes 1 >/dev/null 2>&1") == 0);
-    fs::copy_file(keys / "server.pub", intruder_keys / "server.pub", fs::copy_options::overwrite_existing);
+    BOOST_REQUIRE(
+        run(b + " keygen --out " + intruder_keys.string() + " --nodes 1 >/dev/null 2>&1") == 0);
+    fs::copy_file(keys / "server.pub", intruder_keys / "server.pub",
+                  fs::copy_options::overwrite_existing);
     // The embedded cluster's result on the same data and layout: what the daemons must match.
     const fs::path report = dir / "embedded.json";
     BOOST_REQUIRE(run(b + " train --data " + data.string() + " --test " + test.string() +
-                      " --shards 2 --workers 2 --no-cache --report " + report.string() + " >/dev/null 2>&1") == 0);
+                      " --shards 2 --workers 2 --no-cache --report " + report.string() +
+                      " >/dev/null 2>&1") == 0);
     const auto embedded = nlohmann::json::parse(slurp(report));
     embedded_logloss = embedded["test_logloss"].get<double>();
     embedded_table_rows = embedded["table_rows"].get<uint64_t>();
@@ -173,10 +179,9 @@ std::vector<std::string> cat(std::vector<std::string> a, const std::vector<std::
 }
 
 // Starts a coordinator on a free port chosen by the kernel and returns it with its endpoint.
-std::pair<std::unique_ptr<Child>, std::string> start_coordinator(const std::string& name,
-                                                                 std::vector<std::string> args,
-                                                                 const std::string& host = "127.0.0.1",
-                                                                 std::vector<std::string> prefix = {}) {
+std::pair<std::unique_ptr<Child>, std::string> start_coordinator(
+    const std::string& name, std::vector<std::string> args, const std::string& host = "127.0.0.1",
+    std::vector<std::string> prefix = {}) {
   std::vector<std::string> argv = prefix;
   argv.push_back(bin());
   argv.push_back("coordinator");
@@ -188,8 +193,9 @@ std::pair<std::unique_ptr<Child>, std::string> start_coordinator(const std::stri
   return {std::move(c), endpoint};
 }
 
-std::unique_ptr<Child> start_member(const std::string& name, const std::string& role, const std::string& coordinator,
-                                    std::vector<std::string> args, std::vector<std::string> prefix = {}) {
+std::unique_ptr<Child> start_member(const std::string& name, const std::string& role,
+                                    const std::string& coordinator, std::vector<std::string> args,
+                                    std::vector<std::string> prefix = {}) {
   std::vector<std::string> argv = prefix;
   argv.push_back(bin());
   argv.push_back(role);
@@ -202,7 +208,9 @@ std::unique_ptr<Child> start_member(const std::string& name, const std::string& 
   return std::make_unique<Child>(cat(argv, args), suite().dir / (name + ".log"));
 }
 
-nlohmann::json report(const std::string& name) { return nlohmann::json::parse(slurp(suite().dir / name)); }
+nlohmann::json report(const std::string& name) {
+  return nlohmann::json::parse(slurp(suite().dir / name));
+}
 
 }  // namespace
 
@@ -215,9 +223,10 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   Suite& s = suite();
   std::ofstream(s.dir / "coordinator.toml") << "shards = 2\nworkers = 2\nno-cache = true\n"
                                             << "test = \"" << s.test.string() << "\"\n";
-  auto [coord, endpoint] = start_coordinator(
-      "loopback-coordinator", cat(secure("server"), {"--config", (s.dir / "coordinator.toml").string(), "--report",
-                                                     (s.dir / "loopback.json").string()}));
+  auto [coord, endpoint] =
+      start_coordinator("loopback-coordinator",
+                        cat(secure("server"), {"--config", (s.dir / "coordinator.toml").string(),
+                                               "--report", (s.dir / "loopback.json").string()}));
   Child intruder({bin(), "worker", "--coordinator", endpoint, "--data", s.data.string(), "--keys",
                   s.intruder_keys.string(), "--key", "node-0", "--join-timeout", "3"},
                  s.dir / "intruder.log");
@@ -229,7 +238,8 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   BOOST_TEST(coord->wait() == 0, coord->log());
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
   BOOST_TEST(intruder.wait() == 1);
-  BOOST_TEST(intruder.log().find("no answer from the coordinator") != std::string::npos, intruder.log());
+  BOOST_TEST(intruder.log().find("no answer from the coordinator") != std::string::npos,
+             intruder.log());
   const auto r = report("loopback.json");
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 60000u);
   BOOST_TEST(r["refused_peers"].get<uint64_t>() >= 1u);
@@ -254,9 +264,10 @@ BOOST_AUTO_TEST_CASE(killed_worker_is_noticed_and_the_job_goes_on) {
   Suite& s = suite();
   auto [coord, endpoint] = start_coordinator(
       "kill-coordinator",
-      cat(secure("server"), {"--shards", "1", "--workers", "3", "--epochs", "30", "--no-cache", "--consistency",
-                             "ssp:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--test",
-                             s.test.string(), "--report", (s.dir / "kill.json").string()}));
+      cat(secure("server"),
+          {"--shards", "1", "--workers", "3", "--epochs", "30", "--no-cache", "--consistency",
+           "ssp:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--test",
+           s.test.string(), "--report", (s.dir / "kill.json").string()}));
   auto ps = start_member("kill-ps", "ps", endpoint, secure("node-0"));
   auto w0 = start_member("kill-w0", "worker", endpoint, secure("node-1"));
   auto w1 = start_member("kill-w1", "worker", endpoint, secure("node-2"));
@@ -287,17 +298,20 @@ BOOST_AUTO_TEST_CASE(killed_ps_restarts_from_its_store_and_the_job_finishes) {
   Suite& s = suite();
   const fs::path embedded = s.dir / "restart-embedded.json";
   BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
-                    " --shards 2 --workers 2 --epochs 4 --no-cache --report " + embedded.string() + " >/dev/null 2>&1") == 0);
+                    " --shards 2 --workers 2 --epochs 4 --no-cache --report " + embedded.string() +
+                    " >/dev/null 2>&1") == 0);
   const double expected = nlohmann::json::parse(slurp(embedded))["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
       "restart-coordinator",
-      cat(secure("server"), {"--shards", "2", "--workers", "2", "--epochs", "4", "--no-cache", "--heartbeat-ms", "200",
-                             "--heartbeat-timeout-ms", "1500", "--test", s.test.string(), "--report",
-                             (s.dir / "restart.json").string()}));
+      cat(secure("server"), {"--shards", "2", "--workers", "2", "--epochs", "4", "--no-cache",
+                             "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--test",
+                             s.test.string(), "--report", (s.dir / "restart.json").string()}));
   const std::string store0 = "rocksdb:" + (s.dir / "restart-store-0").string();
   const std::string store1 = "rocksdb:" + (s.dir / "restart-store-1").string();
-  auto ps0 = start_member("restart-ps0", "ps", endpoint, cat(secure("node-0"), {"--store", store0}));
-  auto ps1 = start_member("restart-ps1", "ps", endpoint, cat(secure("node-1"), {"--store", store1}));
+  auto ps0 =
+      start_member("restart-ps0", "ps", endpoint, cat(secure("node-0"), {"--store", store0}));
+  auto ps1 =
+      start_member("restart-ps1", "ps", endpoint, cat(secure("node-1"), {"--store", store1}));
   const std::string ps1_endpoint = ps1->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
   auto w0 = start_member("restart-w0", "worker", endpoint, secure("node-2"));
   auto w1 = start_member("restart-w1", "worker", endpoint, secure("node-3"));
@@ -313,20 +327,22 @@ BOOST_AUTO_TEST_CASE(killed_ps_restarts_from_its_store_and_the_job_finishes) {
                             cat(secure("node-1"), {"--store", store1, "--listen", ps1_endpoint}));
   BOOST_TEST(coord->wait() == 0, coord->log());
   BOOST_TEST(coord->log().find("has resumed shards") != std::string::npos, coord->log());
-  for (Child* c : {ps0.get(), again.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  for (Child* c : {ps0.get(), again.get(), w0.get(), w1.get()})
+    BOOST_TEST(c->wait() == 0, c->log());
   const auto r = report("restart.json");
   BOOST_TEST(r["ps_restarts"].get<int>() == 1);
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 240000u);
   const double logloss = r["test_logloss"].get<double>();
-  BOOST_TEST_MESSAGE("restarted ps " << logloss << " vs embedded " << expected << ", pushes re-sent "
-                                     << r["pushes_resent"].get<uint64_t>());
+  BOOST_TEST_MESSAGE("restarted ps " << logloss << " vs embedded " << expected
+                                     << ", pushes re-sent " << r["pushes_resent"].get<uint64_t>());
   BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
 }
 
 BOOST_AUTO_TEST_CASE(killed_worker_fails_the_job_when_all_are_required) {
   auto [coord, endpoint] = start_coordinator(
-      "strict-coordinator", {"--insecure", "--shards", "1", "--workers", "2", "--epochs", "30", "--no-cache",
-                             "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--require-all-workers"});
+      "strict-coordinator",
+      {"--insecure", "--shards", "1", "--workers", "2", "--epochs", "30", "--no-cache",
+       "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--require-all-workers"});
   auto ps = start_member("strict-ps", "ps", endpoint, {"--insecure"});
   auto w0 = start_member("strict-w0", "worker", endpoint, {"--insecure"});
   auto w1 = start_member("strict-w1", "worker", endpoint, {"--insecure"});
@@ -343,28 +359,37 @@ BOOST_AUTO_TEST_CASE(killed_worker_fails_the_job_when_all_are_required) {
 
 BOOST_AUTO_TEST_CASE(start_up_gives_up_with_a_clear_message) {
   // A member with no coordinator to reach.
-  Child lonely({bin(), "ps", "--coordinator", "tcp://127.0.0.1:9", "--insecure", "--join-timeout", "1"},
-               suite().dir / "lonely.log");
+  Child lonely(
+      {bin(), "ps", "--coordinator", "tcp://127.0.0.1:9", "--insecure", "--join-timeout", "1"},
+      suite().dir / "lonely.log");
   BOOST_TEST(lonely.wait() == 1);
-  BOOST_TEST(lonely.log().find("no answer from the coordinator at tcp://127.0.0.1:9 within 1 s") != std::string::npos,
+  BOOST_TEST(lonely.log().find("no answer from the coordinator at tcp://127.0.0.1:9 within 1 s") !=
+                 std::string::npos,
              lonely.log());
   // A coordinator whose members never come.
-  auto [coord, endpoint] = start_coordinator("empty-coordinator", {"--insecure", "--shards", "2", "--join-timeout", "1"});
+  auto [coord, endpoint] = start_coordinator(
+      "empty-coordinator", {"--insecure", "--shards", "2", "--join-timeout", "1"});
   BOOST_TEST(coord->wait() == 1);
-  BOOST_TEST(coord->log().find("gave up after 1 s (--join-timeout): 0/2 shards") != std::string::npos, coord->log());
+  BOOST_TEST(
+      coord->log().find("gave up after 1 s (--join-timeout): 0/2 shards") != std::string::npos,
+      coord->log());
   // Ctrl-C while waiting: it stops cleanly.
-  Child patient({bin(), "worker", "--coordinator", "tcp://127.0.0.1:9", "--insecure", "--data", suite().data.string()},
+  Child patient({bin(), "worker", "--coordinator", "tcp://127.0.0.1:9", "--insecure", "--data",
+                 suite().data.string()},
                 suite().dir / "patient.log");
   patient.await("joining the coordinator");
   patient.signal(SIGINT);
   BOOST_TEST(patient.wait() == 0, patient.log());
-  BOOST_TEST(patient.log().find("stopped by a signal before the job started") != std::string::npos, patient.log());
+  BOOST_TEST(patient.log().find("stopped by a signal before the job started") != std::string::npos,
+             patient.log());
   // A loopback listener cannot serve a coordinator on another host.
-  Child local({bin(), "ps", "--coordinator", "tcp://10.0.0.1:7100", "--insecure"}, suite().dir / "local.log");
+  Child local({bin(), "ps", "--coordinator", "tcp://10.0.0.1:7100", "--insecure"},
+              suite().dir / "local.log");
   BOOST_TEST(local.wait() == 2);
   BOOST_TEST(local.log().find("only this host can reach") != std::string::npos, local.log());
   // Neither keys nor --insecure.
-  Child bare({bin(), "worker", "--coordinator", endpoint, "--data", suite().data.string()}, suite().dir / "bare.log");
+  Child bare({bin(), "worker", "--coordinator", endpoint, "--data", suite().data.string()},
+             suite().dir / "bare.log");
   BOOST_TEST(bare.wait() == 2);
   BOOST_TEST(bare.log().find("--insecure") != std::string::npos, bare.log());
 }
@@ -374,8 +399,10 @@ BOOST_AUTO_TEST_CASE(start_up_gives_up_with_a_clear_message) {
 // otherwise.
 namespace {
 struct Netns {
-  std::string a = "colony-a-" + std::to_string(::getpid()), b = "colony-b-" + std::to_string(::getpid());
-  std::string va = "cva" + std::to_string(::getpid() % 100000), vb = "cvb" + std::to_string(::getpid() % 100000);
+  std::string a = "colony-a-" + std::to_string(::getpid()),
+              b = "colony-b-" + std::to_string(::getpid());
+  std::string va = "cva" + std::to_string(::getpid() % 100000),
+              vb = "cvb" + std::to_string(::getpid() % 100000);
   bool made = false;
   std::string why;
   Netns() {
@@ -389,13 +416,16 @@ struct Netns {
       why = "`ip netns add` failed (no iproute2 or no CAP_SYS_ADMIN here)";
       return;
     }
-    const bool ok = run("ip netns add " + b + q) == 0 && run("ip link add " + va + " type veth peer name " + vb + q) == 0 &&
-                    run("ip link set " + va + " netns " + a + q) == 0 && run("ip link set " + vb + " netns " + b + q) == 0 &&
+    const bool ok = run("ip netns add " + b + q) == 0 &&
+                    run("ip link add " + va + " type veth peer name " + vb + q) == 0 &&
+                    run("ip link set " + va + " netns " + a + q) == 0 &&
+                    run("ip link set " + vb + " netns " + b + q) == 0 &&
                     run("ip -n " + a + " addr add 10.231.0.1/24 dev " + va + q) == 0 &&
                     run("ip -n " + b + " addr add 10.231.0.2/24 dev " + vb + q) == 0 &&
                     run("ip -n " + a + " link set " + va + " up" + q) == 0 &&
                     run("ip -n " + b + " link set " + vb + " up" + q) == 0 &&
-                    run("ip -n " + a + " link set lo up" + q) == 0 && run("ip -n " + b + " link set lo up" + q) == 0;
+                    run("ip -n " + a + " link set lo up" + q) == 0 &&
+                    run("ip -n " + b + " link set lo up" + q) == 0;
     if (!ok) why = "could not create the veth pair between the namespaces";
     made = ok;
   }
@@ -418,20 +448,26 @@ struct CanMakeNetns {
 };
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(two_hosts_across_network_namespaces, *boost::unit_test::precondition(CanMakeNetns())) {
+BOOST_AUTO_TEST_CASE(two_hosts_across_network_namespaces,
+                     *boost::unit_test::precondition(CanMakeNetns())) {
   Suite& s = suite();
   Netns n;
   BOOST_REQUIRE_MESSAGE(n.made, n.why);
-  const std::vector<std::string> on_a = {"ip", "netns", "exec", n.a}, on_b = {"ip", "netns", "exec", n.b};
+  const std::vector<std::string> on_a = {"ip", "netns", "exec", n.a},
+                                 on_b = {"ip", "netns", "exec", n.b};
   auto [coord, endpoint] = start_coordinator(
       "netns-coordinator",
-      cat(secure("server"), {"--shards", "2", "--workers", "2", "--no-cache", "--test", s.test.string(), "--report",
-                             (s.dir / "netns.json").string()}),
+      cat(secure("server"), {"--shards", "2", "--workers", "2", "--no-cache", "--test",
+                             s.test.string(), "--report", (s.dir / "netns.json").string()}),
       "10.231.0.1", on_a);
-  auto ps0 = start_member("netns-ps0", "ps", endpoint, cat(secure("node-0"), {"--listen", "tcp://10.231.0.1:*"}), on_a);
-  auto w0 = start_member("netns-w0", "worker", endpoint, cat(secure("node-1"), {"--listen", "tcp://10.231.0.1:*"}), on_a);
-  auto ps1 = start_member("netns-ps1", "ps", endpoint, cat(secure("node-2"), {"--listen", "tcp://10.231.0.2:*"}), on_b);
-  auto w1 = start_member("netns-w1", "worker", endpoint, cat(secure("node-3"), {"--listen", "tcp://10.231.0.2:*"}), on_b);
+  auto ps0 = start_member("netns-ps0", "ps", endpoint,
+                          cat(secure("node-0"), {"--listen", "tcp://10.231.0.1:*"}), on_a);
+  auto w0 = start_member("netns-w0", "worker", endpoint,
+                         cat(secure("node-1"), {"--listen", "tcp://10.231.0.1:*"}), on_a);
+  auto ps1 = start_member("netns-ps1", "ps", endpoint,
+                          cat(secure("node-2"), {"--listen", "tcp://10.231.0.2:*"}), on_b);
+  auto w1 = start_member("netns-w1", "worker", endpoint,
+                         cat(secure("node-3"), {"--listen", "tcp://10.231.0.2:*"}), on_b);
   BOOST_TEST(coord->wait() == 0, coord->log());
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
   const auto r = report("netns.json");
@@ -460,8 +496,9 @@ std::unique_ptr<colony::ZmqClient> liar(const std::string& endpoint, const std::
                                         const std::string& name) {
   colony::ZmqClientOptions o;
   o.endpoint = endpoint;
-  o.curve = colony::ZmqClientCurve{colony::read_key_pair(suite().role_keys.string(), name).value(),
-                                   colony::read_public_key(suite().role_keys.string(), server).value()};
+  o.curve =
+      colony::ZmqClientCurve{colony::read_key_pair(suite().role_keys.string(), name).value(),
+                             colony::read_public_key(suite().role_keys.string(), server).value()};
   return std::move(colony::ZmqClient::open(o).value());
 }
 
@@ -487,9 +524,9 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
                     " >/dev/null 2>&1") == 0);
   const double expected = nlohmann::json::parse(slurp(embedded))["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
-      "lies-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs", "10", "--no-cache",
-                                                   "--test", s.test.string(), "--report",
-                                                   (s.dir / "lies.json").string()}));
+      "lies-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs",
+                                                   "10", "--no-cache", "--test", s.test.string(),
+                                                   "--report", (s.dir / "lies.json").string()}));
   auto ps0 = start_member("lies-ps0", "ps", endpoint, role_key("ps-0"));
   auto ps1 = start_member("lies-ps1", "ps", endpoint, role_key("ps-1"));
   auto w0 = start_member("lies-w0", "worker", endpoint, role_key("worker-0"));
@@ -508,7 +545,8 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
   auto as_w0_to_ps = liar(ps0_endpoint, "ps-0", "worker-0");
   send_ps(*as_w0_to_ps, ClockAdvance{{w1_node, 1, 0}, 5, false}, shard0);
   send_ps(*as_w0_to_ps, PullRequest{{1'000'000, 2, 0}, 0, 1'000'000, {1, 2, 3}}, shard0);
-  send_ps(*as_w0_to_ps, PullRequest{{w0_node, 3, 0}, 0, w1_node, {1, 2, 3}}, shard0);  // another's writer
+  send_ps(*as_w0_to_ps, PullRequest{{w0_node, 3, 0}, 0, w1_node, {1, 2, 3}},
+          shard0);  // another's writer
   send_ps(*as_w0_to_ps, PullReply{{w0_node, 4, 0}, 0, {}}, shard0);
   // To worker-1: control messages from a key that is not the coordinator's (a Welcome whose
   // ids are far out of range, a ShardsRestarted, a Shutdown).
@@ -579,16 +617,17 @@ BOOST_AUTO_TEST_CASE(a_ps_restarted_at_once_is_recognised_and_resumes) {
   const fs::path embedded = s.dir / "restart-embedded.json";
   if (!fs::exists(embedded))
     BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
-                      " --shards 2 --workers 2 --epochs 4 --no-cache --report " + embedded.string() +
-                      " >/dev/null 2>&1") == 0);
+                      " --shards 2 --workers 2 --epochs 4 --no-cache --report " +
+                      embedded.string() + " >/dev/null 2>&1") == 0);
   const double expected = nlohmann::json::parse(slurp(embedded))["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
-      "again-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs", "4", "--no-cache",
-                                                    "--test", s.test.string(), "--report",
-                                                    (s.dir / "again.json").string()}));
+      "again-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs",
+                                                    "4", "--no-cache", "--test", s.test.string(),
+                                                    "--report", (s.dir / "again.json").string()}));
   const std::string store1 = "rocksdb:" + (s.dir / "again-store-1").string();
-  auto ps0 = start_member("again-ps0", "ps", endpoint,
-                          cat(role_key("ps-0"), {"--store", "rocksdb:" + (s.dir / "again-store-0").string()}));
+  auto ps0 = start_member(
+      "again-ps0", "ps", endpoint,
+      cat(role_key("ps-0"), {"--store", "rocksdb:" + (s.dir / "again-store-0").string()}));
   auto ps1 = start_member("again-ps1", "ps", endpoint, cat(role_key("ps-1"), {"--store", store1}));
   const std::string ps1_endpoint = ps1->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
   auto w0 = start_member("again-w0", "worker", endpoint, role_key("worker-0"));
@@ -602,9 +641,11 @@ BOOST_AUTO_TEST_CASE(a_ps_restarted_at_once_is_recognised_and_resumes) {
   auto again = start_member("again-ps1-again", "ps", endpoint,
                             cat(role_key("ps-1"), {"--store", store1, "--listen", ps1_endpoint}));
   BOOST_TEST(coord->wait() == 0, coord->log());
-  BOOST_TEST(coord->log().find("it restarted (a new incarnation joined)") != std::string::npos, coord->log());
+  BOOST_TEST(coord->log().find("it restarted (a new incarnation joined)") != std::string::npos,
+             coord->log());
   BOOST_TEST(coord->log().find("has resumed shards") != std::string::npos, coord->log());
-  for (Child* c : {ps0.get(), again.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  for (Child* c : {ps0.get(), again.get(), w0.get(), w1.get()})
+    BOOST_TEST(c->wait() == 0, c->log());
   const auto r = report("again.json");
   BOOST_TEST(r["ps_restarts"].get<int>() == 1);
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 240000u);
@@ -617,31 +658,36 @@ BOOST_AUTO_TEST_CASE(a_ps_restarted_at_once_is_recognised_and_resumes) {
 // checkpoints) across real daemons, and its report has every key train's has.
 BOOST_AUTO_TEST_CASE(coordinator_takes_trains_job_flags_and_writes_its_report_keys) {
   Suite& s = suite();
-  const std::vector<std::string> job = {"--epochs", "2", "--admit-after", "2", "--evict-after", "40",
-                                        "--checkpoint-every", "25"};
+  const std::vector<std::string> job = {"--epochs",      "2",  "--admit-after",      "2",
+                                        "--evict-after", "40", "--checkpoint-every", "25"};
   std::string flags;
   for (const auto& f : job) flags += " " + f;
   const fs::path embedded = s.dir / "flags-embedded.json";
   BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
-                    " --shards 2 --workers 2 --no-cache --store rocksdb:" + (s.dir / "flags-embedded-store").string() +
-                    flags + " --report " + embedded.string() + " >/dev/null 2>&1") == 0);
+                    " --shards 2 --workers 2 --no-cache --store rocksdb:" +
+                    (s.dir / "flags-embedded-store").string() + flags + " --report " +
+                    embedded.string() + " >/dev/null 2>&1") == 0);
   const auto train = nlohmann::json::parse(slurp(embedded));
-  auto [coord, endpoint] =
-      start_coordinator("flags-coordinator", cat(cat(role_key("server"), job),
-                                                 {"--shards", "2", "--workers", "2", "--no-cache", "--test",
-                                                  s.test.string(), "--report", (s.dir / "flags.json").string()}));
+  auto [coord, endpoint] = start_coordinator(
+      "flags-coordinator", cat(cat(role_key("server"), job),
+                               {"--shards", "2", "--workers", "2", "--no-cache", "--test",
+                                s.test.string(), "--report", (s.dir / "flags.json").string()}));
   const std::string checkpoints = (s.dir / "flags-checkpoints").string();
-  auto ps0 = start_member("flags-ps0", "ps", endpoint,
-                          cat(role_key("ps-0"), {"--store", "rocksdb:" + (s.dir / "flags-store").string(),
-                                                 "--checkpoint-dir", checkpoints}));
-  auto ps1 = start_member("flags-ps1", "ps", endpoint, cat(role_key("ps-1"), {"--checkpoint-dir", checkpoints}));
+  auto ps0 =
+      start_member("flags-ps0", "ps", endpoint,
+                   cat(role_key("ps-0"), {"--store", "rocksdb:" + (s.dir / "flags-store").string(),
+                                          "--checkpoint-dir", checkpoints}));
+  auto ps1 = start_member("flags-ps1", "ps", endpoint,
+                          cat(role_key("ps-1"), {"--checkpoint-dir", checkpoints}));
   auto w0 = start_member("flags-w0", "worker", endpoint, role_key("worker-0"));
   auto w1 = start_member("flags-w1", "worker", endpoint, role_key("worker-1"));
   BOOST_TEST(coord->wait() == 0, coord->log());
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
   const auto r = report("flags.json");
-  for (const auto& [key, value] : train.items()) BOOST_TEST(r.contains(key), "the coordinator's report lacks " << key);
-  for (const char* own : {"workers_lost", "ps_restarts", "members", "bad_messages", "refused_peers"})
+  for (const auto& [key, value] : train.items())
+    BOOST_TEST(r.contains(key), "the coordinator's report lacks " << key);
+  for (const char* own :
+       {"workers_lost", "ps_restarts", "members", "bad_messages", "refused_peers"})
     BOOST_TEST(r.contains(own), own);
   BOOST_TEST(r["admit_after"].get<int>() == 2);
   BOOST_TEST(r["evict_after"].get<int>() == 40);
@@ -653,20 +699,26 @@ BOOST_AUTO_TEST_CASE(coordinator_takes_trains_job_flags_and_writes_its_report_ke
   BOOST_TEST(r["checkpoints"].get<int>() >= 1);
   BOOST_TEST(r["store"].get<std::string>().find("rocksdb:") != std::string::npos);
   // Both ps wrote into one folder here: each step is a complete checkpoint, that verifies.
-  const std::string last = checkpoints + "/step-" + std::to_string(25 * r["checkpoints"].get<int>());
-  BOOST_TEST(run(bin() + " checkpoint verify " + last + " > " + (s.dir / "verify.log").string() + " 2>&1") == 0,
+  const std::string last =
+      checkpoints + "/step-" + std::to_string(25 * r["checkpoints"].get<int>());
+  BOOST_TEST(run(bin() + " checkpoint verify " + last + " > " + (s.dir / "verify.log").string() +
+                 " 2>&1") == 0,
              slurp(s.dir / "verify.log"));
-  const double logloss = r["test_logloss"].get<double>(), expected = train["test_logloss"].get<double>();
-  BOOST_TEST_MESSAGE("flags: daemons " << logloss << " vs embedded " << expected << ", " << r["checkpoints"]
-                                       << " checkpoints, " << r["rows_not_admitted"] << " rows not admitted");
+  const double logloss = r["test_logloss"].get<double>(),
+               expected = train["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("flags: daemons " << logloss << " vs embedded " << expected << ", "
+                                       << r["checkpoints"] << " checkpoints, "
+                                       << r["rows_not_admitted"] << " rows not admitted");
   BOOST_TEST(std::abs(logloss / expected - 1.0) < small_run_tolerance);
 }
 
 BOOST_AUTO_TEST_CASE(coordinator_refuses_train_only_flags_naming_where_they_go) {
-  Child c({bin(), "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure", "--store", "rocksdb:/tmp/x"},
+  Child c({bin(), "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure", "--store",
+           "rocksdb:/tmp/x"},
           suite().dir / "refuse-store.log");
   BOOST_TEST(c.wait() == 2);
-  BOOST_TEST(c.log().find("--store is not a coordinator option: give each `colony ps` its --store") !=
-                 std::string::npos,
-             c.log());
+  BOOST_TEST(
+      c.log().find("--store is not a coordinator option: give each `colony ps` its --store") !=
+          std::string::npos,
+      c.log());
 }

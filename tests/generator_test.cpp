@@ -3,8 +3,8 @@
 #include <cmath>
 #include <map>
 
-#include "data/generator.h"
 #include "common/metrics.h"
+#include "data/generator.h"
 #include "data/zipf.h"
 
 using namespace colony;
@@ -89,8 +89,10 @@ BOOST_AUTO_TEST_CASE(zipf_sampler_follows_the_power_law) {
     ++counts[k];
   }
   // P(1)/P(2) = 2^1.2 = 2.30; P(1)/P(10) = 10^1.2 = 15.8.
-  BOOST_TEST(double(counts[1]) / counts[2] == std::pow(2.0, 1.2), boost::test_tools::tolerance(0.05));
-  BOOST_TEST(double(counts[1]) / counts[10] == std::pow(10.0, 1.2), boost::test_tools::tolerance(0.15));
+  BOOST_TEST(double(counts[1]) / counts[2] == std::pow(2.0, 1.2),
+             boost::test_tools::tolerance(0.05));
+  BOOST_TEST(double(counts[1]) / counts[10] == std::pow(10.0, 1.2),
+             boost::test_tools::tolerance(0.15));
 }
 
 BOOST_AUTO_TEST_CASE(draw_features_gives_generates_features_without_calibration) {

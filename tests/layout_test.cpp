@@ -23,8 +23,8 @@ MemberInfo member(MemberRole role, uint32_t count, const std::string& key) {
 // 2 ps members (1 and 2 shards), 2 worker members (2 replicas each); hierarchical or flat.
 Welcome welcome(bool hierarchical) {
   Welcome w;
-  w.members = {member(MemberRole::ps, 1, "p0"), member(MemberRole::worker, 2, "w0"), member(MemberRole::ps, 2, "p1"),
-               member(MemberRole::worker, 2, "w1")};
+  w.members = {member(MemberRole::ps, 1, "p0"), member(MemberRole::worker, 2, "w0"),
+               member(MemberRole::ps, 2, "p1"), member(MemberRole::worker, 2, "w1")};
   w.job.hierarchical = hierarchical;
   w.coordinator_node = assign_nodes(w.members, hierarchical);
   w.map.shards = 3;
@@ -42,7 +42,9 @@ bool fails_with(const Welcome& w, const std::string& text) {
   return true;
 }
 
-PullRequest pull(NodeId sender, NodeId writer) { return PullRequest{{sender, 1, 0}, 0, writer, {1, 2}}; }
+PullRequest pull(NodeId sender, NodeId writer) {
+  return PullRequest{{sender, 1, 0}, 0, writer, {1, 2}};
+}
 
 }  // namespace
 
@@ -52,7 +54,8 @@ BOOST_AUTO_TEST_CASE(the_coordinators_numbering_makes_a_valid_layout) {
     auto l = ClusterLayout::make(w);
     BOOST_REQUIRE_MESSAGE(l.ok(), (l.ok() ? std::string() : l.status().message()));
     BOOST_TEST(l->shards() == 3u);
-    BOOST_TEST(l->nodes() == (hierarchical ? 10u : 8u));  // 3 shards, 4 replicas, 2 aggregators, coordinator
+    BOOST_TEST(l->nodes() ==
+               (hierarchical ? 10u : 8u));  // 3 shards, 4 replicas, 2 aggregators, coordinator
     BOOST_TEST((l->role(0) == NodeRole::shard && l->role(2) == NodeRole::shard));
     BOOST_TEST((l->role(3) == NodeRole::replica));
     BOOST_TEST(*l->owner(1) == 2u);  // member 2 hosts shards 1 and 2
@@ -130,12 +133,24 @@ BOOST_AUTO_TEST_CASE(damaged_layouts_never_crash_and_accepted_ones_add_up) {
     for (int d = 0; d < damage; ++d) {
       MemberInfo& m = w.members[rng.next() % w.members.size()];
       switch (rng.next() % 6) {
-        case 0: m.first_node = uint32_t(rng.next() % 12); break;
-        case 1: m.count = uint32_t(rng.next() % 5); break;
-        case 2: m.aggregator = uint32_t(rng.next() % 12); break;
-        case 3: m.has_aggregator = !m.has_aggregator; break;
-        case 4: w.coordinator_node = uint32_t(rng.next() % 12); break;
-        case 5: w.you = uint32_t(rng.next() % 6); break;
+        case 0:
+          m.first_node = uint32_t(rng.next() % 12);
+          break;
+        case 1:
+          m.count = uint32_t(rng.next() % 5);
+          break;
+        case 2:
+          m.aggregator = uint32_t(rng.next() % 12);
+          break;
+        case 3:
+          m.has_aggregator = !m.has_aggregator;
+          break;
+        case 4:
+          w.coordinator_node = uint32_t(rng.next() % 12);
+          break;
+        case 5:
+          w.you = uint32_t(rng.next() % 6);
+          break;
       }
     }
     auto l = ClusterLayout::make(w);
@@ -156,9 +171,12 @@ BOOST_AUTO_TEST_CASE(members_speak_only_for_their_own_nodes) {
   auto l = ClusterLayout::make(welcome(false)).value();
   // Nodes: shards 0 (member 0), 1-2 (member 2); replicas 3-4 (member 1), 5-6 (member 3);
   // coordinator 7.
-  const auto w0 = MessageOrigin::of_member(1), w1 = MessageOrigin::of_member(3), p1 = MessageOrigin::of_member(2);
+  const auto w0 = MessageOrigin::of_member(1), w1 = MessageOrigin::of_member(3),
+             p1 = MessageOrigin::of_member(2);
   BOOST_TEST(l.check_ps_message(pull(3, 3), 0, w0).ok());
-  BOOST_TEST(l.check_ps_message(PushRequest{{4, 2, 0}, 1, {1}, FloatBuffer(std::vector<float>(1))}, 1, w0).ok());
+  BOOST_TEST(
+      l.check_ps_message(PushRequest{{4, 2, 0}, 1, {1}, FloatBuffer(std::vector<float>(1))}, 1, w0)
+          .ok());
   BOOST_TEST(l.check_ps_message(PullReply{{1, 1, 0}, 0, {}}, 5, p1).ok());
 
   // A ClockAdvance in another worker's name.

@@ -13,8 +13,12 @@ namespace tt = boost::test_tools;
 
 namespace {
 
-double auc_of(const std::vector<float>& s, const std::vector<float>& y) { return auc(s, y); }
-double logloss_of(const std::vector<float>& p, const std::vector<float>& y) { return logloss(p, y); }
+double auc_of(const std::vector<float>& s, const std::vector<float>& y) {
+  return auc(s, y);
+}
+double logloss_of(const std::vector<float>& p, const std::vector<float>& y) {
+  return logloss(p, y);
+}
 
 // The definition: P(score of a random positive > score of a random negative), ties 1/2.
 double pairwise_auc(const std::vector<float>& s, const std::vector<float>& y) {
@@ -115,7 +119,9 @@ BOOST_AUTO_TEST_CASE(logloss_clips_confident_mistakes_to_finite) {
   BOOST_TEST(logloss_of({0.0f}, {0.0f}) < 1e-14);
 }
 
-BOOST_AUTO_TEST_CASE(logloss_of_empty_input_is_nan) { BOOST_TEST(std::isnan(logloss_of({}, {}))); }
+BOOST_AUTO_TEST_CASE(logloss_of_empty_input_is_nan) {
+  BOOST_TEST(std::isnan(logloss_of({}, {})));
+}
 
 BOOST_AUTO_TEST_CASE(logloss_from_logit_matches_direct_formula_for_moderate_logits) {
   for (double z : {-20.0, -5.0, -1.0, -0.1, 0.0, 0.3, 2.0, 8.0, 20.0}) {

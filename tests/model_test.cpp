@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "common/hash.h"
-#include "data/batch.h"
 #include "common/metrics.h"
+#include "data/batch.h"
 #include "worker/model.h"
 #include "worker/trainer.h"
 
@@ -112,8 +112,7 @@ void check_gradient(const ModelSpec& spec, const Batch& b, uint64_t seed) {
   std::vector<float> grads(n * width, 0.0f);
   std::vector<float> logits(b.rows());
   const double loss = forward_backward(spec, b, index.slots(), rows, grads, logits);
-  BOOST_TEST(loss == summed_loss(spec, b, index.slots(), rows),
-             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(loss == summed_loss(spec, b, index.slots(), rows), boost::test_tools::tolerance(1e-9));
 
   const float h = 1e-2f;
   size_t checked = 0;
@@ -128,16 +127,20 @@ void check_gradient(const ModelSpec& spec, const Batch& b, uint64_t seed) {
     const double fd = (up - down) / step;
     const double g = grads[j];
     const double tol = 1e-3 + 1e-2 * std::max(std::fabs(fd), std::fabs(g));
-    BOOST_TEST(std::fabs(g - fd) <= tol,
-               "slot " << j / width << " entry " << j % width << ": analytic " << g
-                       << " finite difference " << fd);
+    BOOST_TEST(std::fabs(g - fd) <= tol, "slot " << j / width << " entry " << j % width
+                                                 << ": analytic " << g << " finite difference "
+                                                 << fd);
     ++checked;
   }
   BOOST_TEST(checked == n * width);
 }
 
-ModelSpec lr_spec() { return ModelSpec{ModelKind::lr, 0}; }
-ModelSpec fm_spec(size_t dim) { return ModelSpec{ModelKind::fm, dim}; }
+ModelSpec lr_spec() {
+  return ModelSpec{ModelKind::lr, 0};
+}
+ModelSpec fm_spec(size_t dim) {
+  return ModelSpec{ModelKind::fm, dim};
+}
 
 }  // namespace
 
@@ -168,8 +171,10 @@ BOOST_AUTO_TEST_CASE(batch_index_assigns_slots_in_first_seen_order_and_shares_re
   const std::vector<uint32_t> want_slots{1, 2, 1, 3, 2};
   auto u = index.unique_keys();
   auto s = index.slots();
-  BOOST_TEST(std::vector<uint64_t>(u.begin(), u.end()) == want_unique, boost::test_tools::per_element());
-  BOOST_TEST(std::vector<uint32_t>(s.begin(), s.end()) == want_slots, boost::test_tools::per_element());
+  BOOST_TEST(std::vector<uint64_t>(u.begin(), u.end()) == want_unique,
+             boost::test_tools::per_element());
+  BOOST_TEST(std::vector<uint32_t>(s.begin(), s.end()) == want_slots,
+             boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(batch_index_handles_key_zero_and_bias_key_in_batch) {
@@ -248,7 +253,8 @@ BOOST_AUTO_TEST_CASE(fm_logit_matches_hand_computation_for_one_row) {
 
 BOOST_AUTO_TEST_CASE(lr_gradient_matches_finite_differences) {
   check_gradient(lr_spec(), hand_batch(), 1);
-  for (uint64_t seed = 1; seed <= 5; ++seed) check_gradient(lr_spec(), random_batch(seed, 12, 6), seed);
+  for (uint64_t seed = 1; seed <= 5; ++seed)
+    check_gradient(lr_spec(), random_batch(seed, 12, 6), seed);
 }
 
 BOOST_AUTO_TEST_CASE(fm_gradient_matches_finite_differences) {
@@ -272,11 +278,13 @@ BOOST_AUTO_TEST_CASE(forward_backward_adds_to_existing_gradients) {
   (void)forward_backward(spec, b, index.slots(), rows, once, {});
   (void)forward_backward(spec, b, index.slots(), rows, twice, {});
   (void)forward_backward(spec, b, index.slots(), rows, twice, {});
-  for (size_t j = 0; j < n; ++j) BOOST_TEST(twice[j] == 2.0f * once[j], boost::test_tools::tolerance(1e-5f));
+  for (size_t j = 0; j < n; ++j)
+    BOOST_TEST(twice[j] == 2.0f * once[j], boost::test_tools::tolerance(1e-5f));
 }
 
 BOOST_AUTO_TEST_CASE(forward_equals_logits_of_forward_backward) {
-  for (const ModelSpec spec : {lr_spec(), fm_spec(1), fm_spec(4), fm_spec(8), fm_spec(13), fm_spec(16)}) {
+  for (const ModelSpec spec :
+       {lr_spec(), fm_spec(1), fm_spec(4), fm_spec(8), fm_spec(13), fm_spec(16)}) {
     for (uint64_t seed = 1; seed <= 4; ++seed) {
       const Batch b = random_batch(seed, 40, 30);
       BatchIndex index;
@@ -325,7 +333,8 @@ std::unique_ptr<LocalTrainer> make_trainer(const TrainerConfig& c) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(trainer_is_deterministic_bit_for_bit) {
-  for (OptimizerKind opt : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::ftrl, OptimizerKind::adam}) {
+  for (OptimizerKind opt :
+       {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::ftrl, OptimizerKind::adam}) {
     for (ModelKind kind : {ModelKind::lr, ModelKind::fm}) {
       const TrainerConfig c = trainer_config(kind, 8, opt);
       auto t1 = make_trainer(c);
@@ -403,7 +412,7 @@ BOOST_AUTO_TEST_CASE(trainer_reduces_loss_on_repeated_separable_batch) {
       double last = first;
       for (int step = 0; step < 100; ++step) last = t->train_batch(b);
       BOOST_TEST(last < 0.5 * first, "model " << to_string(kind) << " optimizer " << to_string(opt)
-                                               << ": first " << first << " last " << last);
+                                              << ": first " << first << " last " << last);
       std::vector<float> logits;
       t->predict(b, logits);
       BOOST_TEST(logits[0] > 0.0f);

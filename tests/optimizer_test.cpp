@@ -29,8 +29,9 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
   BOOST_REQUIRE(got.size() == want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     const double tol = 1e-7 + 1e-5 * std::fabs(want[i]);
-    BOOST_TEST(std::fabs(got[i] - want[i]) <= tol,
-               what << " step " << step << " coord " << i << ": got " << got[i] << " want " << want[i]);
+    BOOST_TEST(std::fabs(got[i] - want[i]) <= tol, what << " step " << step << " coord " << i
+                                                        << ": got " << got[i] << " want "
+                                                        << want[i]);
   }
 }
 
@@ -301,7 +302,8 @@ BOOST_AUTO_TEST_CASE(make_optimizer_rejects_bad_settings_naming_them) {
 }
 
 BOOST_AUTO_TEST_CASE(make_optimizer_accepts_defaults_and_boundary_values) {
-  for (OptimizerKind k : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::ftrl, OptimizerKind::adam}) {
+  for (OptimizerKind k :
+       {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::ftrl, OptimizerKind::adam}) {
     BOOST_TEST(make_optimizer(default_optimizer_config(k)).ok(), to_string(k));
     BOOST_TEST((default_optimizer_config(k).kind == k));
   }
@@ -318,7 +320,8 @@ BOOST_AUTO_TEST_CASE(make_optimizer_accepts_defaults_and_boundary_values) {
 }
 
 BOOST_AUTO_TEST_CASE(parse_optimizer_accepts_four_names_and_rejects_others) {
-  for (OptimizerKind k : {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::ftrl, OptimizerKind::adam}) {
+  for (OptimizerKind k :
+       {OptimizerKind::sgd, OptimizerKind::adagrad, OptimizerKind::ftrl, OptimizerKind::adam}) {
     auto p = parse_optimizer(to_string(k));
     BOOST_REQUIRE(p.ok());
     BOOST_TEST((*p == k));

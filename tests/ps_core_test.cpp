@@ -9,12 +9,12 @@
 #include <deque>
 #include <map>
 
+#include "data/generator.h"
+#include "data/reader.h"
 #include "gpu/reduce.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
-#include "data/generator.h"
-#include "data/reader.h"
 #include "worker/trainer.h"
 #include "worker/worker_core.h"
 
@@ -60,13 +60,19 @@ class Driver {
     if (s.hierarchical) senders.push_back(aggregator);
     for (uint32_t w = 0; !s.hierarchical && w < s.workers; ++w) senders.push_back(first_worker + w);
     for (uint32_t i = 0; i < s.shards; ++i) {
-      ShardConfig c{i, i, s.trainer.model.width(), s.trainer.optimizer,
+      ShardConfig c{i,
+                    i,
+                    s.trainer.model.width(),
+                    s.trainer.optimizer,
                     RowInit{s.trainer.seed, 1, s.trainer.factor_init_std},
-                    s.shard_consistency.value_or(s.consistency), senders, spec};
+                    s.shard_consistency.value_or(s.consistency),
+                    senders,
+                    spec};
       shards_.push_back(std::move(ShardCore::make(c).value()));
     }
     for (uint32_t w = 0; w < s.workers; ++w) {
-      WorkerConfig c{first_worker + w, s.trainer.model, spec, shard_nodes, std::nullopt, s.max_inflight};
+      WorkerConfig c{first_worker + w, s.trainer.model, spec,
+                     shard_nodes,      std::nullopt,    s.max_inflight};
       if (s.hierarchical) c.aggregator = aggregator;
       workers_.push_back(std::move(WorkerCore::make(c).value()));
       readers_.push_back(make_memory_reader(data_, s.batch));
@@ -128,7 +134,8 @@ class Driver {
 
   void enqueue(Outbox& out) {
     for (Outgoing& o : out) {
-      if (auto* pull = std::get_if<PullRequest>(&o.message)) pull_clock_[{pull->header.sender, pull->header.request_id}] = pull->clock;
+      if (auto* pull = std::get_if<PullRequest>(&o.message))
+        pull_clock_[{pull->header.sender, pull->header.request_id}] = pull->clock;
       if (o.to < s_.shards && std::holds_alternative<PushRequest>(o.message)) ++pushes_to_shards;
       const NodeId from = std::visit([](auto& m) { return m.header.sender; }, o.message);
       channels_[{from, o.to}].push_back(std::move(o));
@@ -266,7 +273,8 @@ BOOST_AUTO_TEST_CASE(consistency_bounds_hold_under_random_message_orderings) {
       s.max_inflight = 1 + seed % 3;
       Driver d(s, seed);
       const Violations v = d.run();
-      BOOST_TEST_CONTEXT(to_string(m.c) << (m.hierarchical ? " hierarchical" : " flat") << " seed " << seed) {
+      BOOST_TEST_CONTEXT(to_string(m.c)
+                         << (m.hierarchical ? " hierarchical" : " flat") << " seed " << seed) {
         BOOST_TEST(v.stale_reads == 0u, (v.first.empty() ? "" : v.first.front()));
         BOOST_TEST(v.ran_ahead == 0u, (v.first.empty() ? "" : v.first.front()));
         check_no_push_lost_or_doubled(d);
@@ -293,8 +301,14 @@ BOOST_AUTO_TEST_CASE(a_shard_that_skips_the_gate_is_caught) {
 BOOST_AUTO_TEST_CASE(shard_answers_a_stale_map_with_the_new_one_and_the_worker_retries) {
   Setup s = base_setup();
   ShardMapSpec old_spec{1, 2, 64, 3}, new_spec{2, 2, 64, 3};
-  ShardConfig sc{0, 0, s.trainer.model.width(), s.trainer.optimizer, RowInit{1, 1, 0.01f},
-                 Consistency{ConsistencyKind::asp, 0}, {5}, new_spec};
+  ShardConfig sc{0,
+                 0,
+                 s.trainer.model.width(),
+                 s.trainer.optimizer,
+                 RowInit{1, 1, 0.01f},
+                 Consistency{ConsistencyKind::asp, 0},
+                 {5},
+                 new_spec};
   auto shard = std::move(ShardCore::make(sc).value());
   WorkerConfig wc{5, s.trainer.model, old_spec, {0, 1}, std::nullopt, 1};
   auto worker = std::move(WorkerCore::make(wc).value());
@@ -322,7 +336,8 @@ BOOST_AUTO_TEST_CASE(shard_refuses_out_of_order_and_ignores_duplicate_pushes) {
   Setup s = base_setup();
   s.trainer.model = {ModelKind::lr, 0};
   ShardMapSpec spec{1, 1, 16, 0};
-  ShardConfig sc{0, 0, 1, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{}, {7}, spec};
+  ShardConfig sc{
+      0, 0, 1, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{}, {7}, spec};
   auto shard = std::move(ShardCore::make(sc).value());
   Outbox out;
   PushRequest p{{7, 1, 1}, 1, {make_key(1, 1)}, {1.0f}};
@@ -350,7 +365,9 @@ BOOST_AUTO_TEST_CASE(shard_refuses_out_of_order_and_ignores_duplicate_pushes) {
 BOOST_AUTO_TEST_CASE(a_shard_drops_replies_and_bounds_waiting_pulls) {
   ShardMapSpec spec;
   spec.shards = 1;
-  ShardConfig sc{0, 0, 1, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{}, {7, 8}, spec};
+  ShardConfig sc{
+      0,      0,   1, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{},
+      {7, 8}, spec};
   auto shard = std::move(ShardCore::make(sc).value());
   Outbox out;
   shard->on_message(PullReply{{7, 1, spec.version}, 0, {1.0f}}, out);
@@ -392,12 +409,20 @@ BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_point
     size_t size() const override { return inner.size(); }
     size_t row_floats() const override { return inner.row_floats(); }
     size_t memory_bytes() const override { return inner.memory_bytes(); }
-    Status for_each(const std::function<void(uint64_t, const float*)>& f) const override { return inner.for_each(f); }
+    Status for_each(const std::function<void(uint64_t, const float*)>& f) const override {
+      return inner.for_each(f);
+    }
     Status erase(std::span<const uint64_t> keys) override { return inner.erase(keys); }
     MemoryRowStore inner;
   };
-  ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f},
-                 Consistency{}, {7}, ShardMapSpec{1, 1, 16, 0}};
+  ShardConfig sc{0,
+                 0,
+                 3,
+                 default_optimizer_config(OptimizerKind::adagrad),
+                 RowInit{1, 1, 0.1f},
+                 Consistency{},
+                 {7},
+                 ShardMapSpec{1, 1, 16, 0}};
   const size_t state = make_optimizer(sc.optimizer).value()->state_floats(3);
   auto stable = std::move(ShardCore::make(sc).value());
   auto unstable = std::move(ShardCore::make(sc, std::make_unique<Unstable>(3 + state)).value());
@@ -414,7 +439,8 @@ BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_point
       s->on_message(push, o);
     }
     BOOST_REQUIRE_EQUAL(a.size(), b.size());
-    BOOST_TEST(std::get<PullReply>(a[0].message).values == std::get<PullReply>(b[0].message).values);
+    BOOST_TEST(std::get<PullReply>(a[0].message).values ==
+               std::get<PullReply>(b[0].message).values);
   }
   BOOST_TEST(stable->stats().pushes_reusing_pull_rows == 3u);
   BOOST_TEST(unstable->stats().pushes_reusing_pull_rows == 0u);
@@ -440,8 +466,8 @@ BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
   const uint64_t pull_id = std::get<PullRequest>(out[0].message).header.request_id;
   const uint64_t push_id = std::get<PushRequest>(out[1].message).header.request_id;
   Outbox ignored;
-  client->on_message(PushAck{{0, 999, 1}}, ignored);                  // no such request
-  client->on_message(PushAck{{0, pull_id, 1}}, ignored);              // a pull's id
+  client->on_message(PushAck{{0, 999, 1}}, ignored);                         // no such request
+  client->on_message(PushAck{{0, pull_id, 1}}, ignored);                     // a pull's id
   client->on_message(PullReply{{0, push_id, 1}, 0, {1, 2, 3, 4}}, ignored);  // a push's id
   // From another node than the shard asked: a lie in the name of this pull, its push, and
   // a refusal of a request it did not get; then a refusal of nothing open.

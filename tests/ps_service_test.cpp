@@ -38,7 +38,8 @@ BOOST_AUTO_TEST_CASE(pull_returns_initial_rows_and_push_applies_the_optimizer) {
   }
   BOOST_REQUIRE(kv->wait(kv->push(keys, grads, 1)).ok());
   BOOST_REQUIRE(kv->wait(kv->pull(keys, 1, after)).ok());
-  for (size_t i = 0; i < after.size(); ++i) BOOST_TEST(after[i] == before[i] - 0.5f);  // SGD: w - lr * g
+  for (size_t i = 0; i < after.size(); ++i)
+    BOOST_TEST(after[i] == before[i] - 0.5f);  // SGD: w - lr * g
   kv->finish();
 }
 

@@ -66,7 +66,6 @@ Batch concat(const std::vector<Batch>& batches) {
   return all;
 }
 
-
 // The status that stops reading `path` (ok if it reads to the end).
 Status read_error(const std::string& path, const ReaderOptions& options,
                   const LineLimits& limits = {}) {

@@ -10,12 +10,12 @@
 #include <fstream>
 #include <map>
 
-#include "tests/temp_dir.h"
 #include "actors/embedded_cluster.h"
+#include "data/generator.h"
 #include "ps/shard_core.h"
 #include "storage/checkpoint.h"
 #include "storage/store_spec.h"
-#include "data/generator.h"
+#include "tests/temp_dir.h"
 
 using namespace colony;
 namespace fs = std::filesystem;
@@ -87,34 +87,45 @@ BOOST_AUTO_TEST_CASE(a_restored_checkpoint_holds_values_and_optimizer_state_for_
     spec.dir = dir.sub("store");
     spec.cache_bytes = kind == StoreKind::tiered ? 20 * (6 * sizeof(float) + 64) : 0;
     const StoreIdentity id{"job", 0, 1, 6};
-    ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f}, Consistency{},
-                   {7}, ShardMapSpec{1, 1, 16, 0}};
-    auto shard = std::move(ShardCore::make(sc, std::move(open_shard_store(spec, id).value())).value());
+    ShardConfig sc{0,
+                   0,
+                   3,
+                   default_optimizer_config(OptimizerKind::adagrad),
+                   RowInit{1, 1, 0.1f},
+                   Consistency{},
+                   {7},
+                   ShardMapSpec{1, 1, 16, 0}};
+    auto shard =
+        std::move(ShardCore::make(sc, std::move(open_shard_store(spec, id).value())).value());
     auto step = [&](uint32_t t) {
       std::vector<uint64_t> keys;
       for (uint64_t k = 0; k < 10; ++k) keys.push_back(make_key(1, t * 7 + k));
       Outbox out;
       shard->on_message(PullRequest{{7, 2 * t + 1, 1}, t, 7, keys}, out);
-      shard->on_message(PushRequest{{7, 2 * t + 2, 1}, t + 1, keys, std::vector<float>(30, 0.5f)}, out);
+      shard->on_message(PushRequest{{7, 2 * t + 2, 1}, t + 1, keys, std::vector<float>(30, 0.5f)},
+                        out);
       BOOST_REQUIRE_EQUAL(out.size(), 2u);
     };
     for (uint32_t t = 0; t < 20; ++t) step(t);
     const Rows at_checkpoint = all_rows(shard->store());
     BOOST_REQUIRE(!at_checkpoint.empty());
-    for (const auto& [k, r] : at_checkpoint) BOOST_REQUIRE(r[3] > 0.0f);  // Adagrad's accumulator is saved
+    for (const auto& [k, r] : at_checkpoint)
+      BOOST_REQUIRE(r[3] > 0.0f);  // Adagrad's accumulator is saved
     const std::string ckpt = dir.sub("ckpt");
     BOOST_REQUIRE(shard->store().checkpoint(ckpt, id).ok());
     for (uint32_t t = 20; t < 30; ++t) step(t);  // lost by the restore
-    shard.reset();                              // the crash: the store is closed
+    shard.reset();                               // the crash: the store is closed
     auto restored = restore_shard_store(spec, id, ckpt);
-    BOOST_REQUIRE_MESSAGE(restored.ok(), (restored.ok() ? std::string() : restored.status().message()));
+    BOOST_REQUIRE_MESSAGE(restored.ok(),
+                          (restored.ok() ? std::string() : restored.status().message()));
     const Rows back = all_rows(**restored);
     BOOST_TEST(back.size() == at_checkpoint.size());
     BOOST_TEST((back == at_checkpoint));  // same keys, same values and state, bit for bit
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_shard_restarted_mid_job_resumes_from_the_last_checkpoint_and_the_job_finishes) {
+BOOST_AUTO_TEST_CASE(
+    a_shard_restarted_mid_job_resumes_from_the_last_checkpoint_and_the_job_finishes) {
   const InMemoryData d = data_of(30000);
   TempDir dir;
   double reference = 0;
@@ -129,7 +140,7 @@ BOOST_AUTO_TEST_CASE(a_shard_restarted_mid_job_resumes_from_the_last_checkpoint_
   j.cluster.checkpoint_every = 5;
   j.cluster.restart_shard = 1;
   j.cluster.restart_after_pushes = 151;  // about two thirds through the job's ~118 steps per worker
-  j.cluster.deterministic_seed = 11;    // one interleaving, replayable
+  j.cluster.deterministic_seed = 11;     // one interleaving, replayable
   auto c = std::move(EmbeddedCluster::make(j).value());
   auto r = c->run(nullptr);
   BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
@@ -140,7 +151,8 @@ BOOST_AUTO_TEST_CASE(a_shard_restarted_mid_job_resumes_from_the_last_checkpoint_
   BOOST_TEST_MESSAGE("updates lost: " << r->updates_lost << " rows");
   const double loss = test_logloss(*c, d);
   BOOST_TEST_MESSAGE("test logloss restarted " << loss << ", uninterrupted " << reference);
-  BOOST_TEST(std::abs(loss / reference - 1.0) < 0.01, "restarted " << loss << " uninterrupted " << reference);
+  BOOST_TEST(std::abs(loss / reference - 1.0) < 0.01,
+             "restarted " << loss << " uninterrupted " << reference);
   // Every complete checkpoint verifies.
   auto all = list_checkpoints(dir.sub("store/checkpoints")).value();
   size_t complete = 0;
@@ -165,13 +177,15 @@ BOOST_AUTO_TEST_CASE(a_store_written_by_another_job_is_refused_naming_the_path) 
   j.trainer.seed = 99;  // another job
   auto again = EmbeddedCluster::make(j);
   BOOST_REQUIRE(!again.ok());
-  BOOST_TEST(again.status().message().find(dir.sub("store/shard-0")) != std::string::npos, again.status().message());
+  BOOST_TEST(again.status().message().find(dir.sub("store/shard-0")) != std::string::npos,
+             again.status().message());
   j.trainer.seed = 0;
   j.cluster.shards = 3;  // another shard count: the keys would land elsewhere
   BOOST_TEST(!EmbeddedCluster::make(j).ok());
 }
 
-BOOST_AUTO_TEST_CASE(corrupt_or_missing_checkpoints_are_errors_naming_the_path_never_a_fresh_start) {
+BOOST_AUTO_TEST_CASE(
+    corrupt_or_missing_checkpoints_are_errors_naming_the_path_never_a_fresh_start) {
   const InMemoryData d = data_of(6000);
   TempDir dir;
   ClusterJob j = job_on(d);

@@ -8,9 +8,9 @@
 
 #include <filesystem>
 
-#include "tests/temp_dir.h"
 #include "ps/shard_core.h"
 #include "storage/store_spec.h"
+#include "tests/temp_dir.h"
 #include "worker/kv_client.h"
 
 using namespace colony;
@@ -25,9 +25,10 @@ struct TempDir : colony::testing::TempDir {
 constexpr NodeId shard_node = 0, a = 10, b = 11;
 
 ShardConfig config() {
-  ShardConfig sc{shard_node, 0, 1, default_optimizer_config(OptimizerKind::sgd), RowInit{},
-                 Consistency{ConsistencyKind::ssp, 1},
-                 {a, b}, ShardMapSpec{1, 1, 16, 0}};
+  ShardConfig sc{shard_node, 0,
+                 1,          default_optimizer_config(OptimizerKind::sgd),
+                 RowInit{},  Consistency{ConsistencyKind::ssp, 1},
+                 {a, b},     ShardMapSpec{1, 1, 16, 0}};
   sc.optimizer.lr = 1.0f;
   return sc;
 }
@@ -35,7 +36,8 @@ ShardConfig config() {
 std::unique_ptr<ShardCore> open_shard(const std::string& dir) {
   auto spec = parse_store_spec("rocksdb:" + dir, 0).value();
   const ShardConfig sc = config();
-  auto store = open_shard_store(spec, StoreIdentity{"resync-test", 0, 1, ShardCore::row_floats(sc).value()});
+  auto store =
+      open_shard_store(spec, StoreIdentity{"resync-test", 0, 1, ShardCore::row_floats(sc).value()});
   BOOST_REQUIRE_MESSAGE(store.ok(), (store.ok() ? std::string() : store.status().message()));
   return std::move(ShardCore::make(sc, std::move(store.value())).value());
 }

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "common/hash.h"
-#include "ps/shard_map.h"
 #include "data/zipf.h"
+#include "ps/shard_map.h"
 
 using namespace colony;
 

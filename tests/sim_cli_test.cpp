@@ -42,7 +42,8 @@ struct Fixture : colony::testing::CliFixture {
 BOOST_FIXTURE_TEST_SUITE(sim_cli, Fixture)
 
 BOOST_AUTO_TEST_CASE(report_has_the_contract_keys_and_replays_byte_for_byte) {
-  const std::string args = "--nodes 3 --gpus-per-node 2 --ps 2 --steps 8 --batch 32 --faults chaos --seed 5";
+  const std::string args =
+      "--nodes 3 --gpus-per-node 2 --ps 2 --steps 8 --batch 32 --faults chaos --seed 5";
   const fs::path a = dir / "a.json", b = dir / "b.json", timeline = dir / "t.json";
   Run r = run(args + " --report " + a.string() + " --timeline " + timeline.string());
   BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
@@ -50,9 +51,10 @@ BOOST_AUTO_TEST_CASE(report_has_the_contract_keys_and_replays_byte_for_byte) {
   BOOST_TEST(r.out.find("--seed 5") != std::string::npos);
   BOOST_TEST_REQUIRE(run(args + " --report " + b.string()).code == 0);
   const auto report = nlohmann::json::parse(slurp(a));
-  for (const char* key : {"simulated_seconds", "wall_seconds", "events", "samples_per_sec_simulated",
-                          "comm_overhead_fraction", "effective_training_time_ratio", "failures_injected",
-                          "invariant_violations"})
+  for (const char* key :
+       {"simulated_seconds", "wall_seconds", "events", "samples_per_sec_simulated",
+        "comm_overhead_fraction", "effective_training_time_ratio", "failures_injected",
+        "invariant_violations"})
     BOOST_TEST(report.contains(key), key);
   BOOST_TEST(report["invariant_violations"].is_array());
   BOOST_TEST(report["invariant_violations"].empty());
@@ -90,7 +92,8 @@ BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
   r = run("--nodes 2 --trace " + (dir / "missing.json").string());
   BOOST_TEST(r.code == 2);
   BOOST_TEST(r.err.find("missing.json") != std::string::npos, r.err);
-  const fs::path bad = write("bad.json", R"({"events": [{"at": 1, "kind": "crash", "node": 9, "duration": 1}]})");
+  const fs::path bad =
+      write("bad.json", R"({"events": [{"at": 1, "kind": "crash", "node": 9, "duration": 1}]})");
   r = run("--nodes 2 --trace " + bad.string());
   BOOST_TEST(r.code == 2);
   BOOST_TEST(r.err.find("events[0].node") != std::string::npos, r.err);
@@ -106,8 +109,10 @@ BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
 
 BOOST_AUTO_TEST_CASE(violated_invariants_exit_1_with_the_report_written) {
   const fs::path a = dir / "v.json";
-  Run r = run("--nodes 3 --gpus-per-node 2 --ps 2 --steps 8 --batch 32 --fault-site skip_ssp_gate --report " +
-              a.string());
+  Run r =
+      run("--nodes 3 --gpus-per-node 2 --ps 2 --steps 8 --batch 32 --fault-site skip_ssp_gate "
+          "--report " +
+          a.string());
   BOOST_TEST(r.code == 1);
   const auto report = nlohmann::json::parse(slurp(a));
   BOOST_TEST(!report["invariant_violations"].empty());

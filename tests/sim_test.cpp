@@ -36,7 +36,8 @@ BOOST_AUTO_TEST_CASE(events_run_in_time_order) {
   std::vector<std::pair<int, VirtualNanos>> log;
   for (int id : {5, 1, 4, 2, 3}) q.schedule(id * 10, [&, id] { log.emplace_back(id, q.now()); });
   BOOST_TEST(q.pending() == 5u);
-  while (q.run_next()) {}
+  while (q.run_next()) {
+  }
   const std::vector<std::pair<int, VirtualNanos>> want{{1, 10}, {2, 20}, {3, 30}, {4, 40}, {5, 50}};
   BOOST_TEST((log == want));
   BOOST_TEST(q.now() == 50);
@@ -48,9 +49,11 @@ BOOST_AUTO_TEST_CASE(ties_run_in_scheduling_order) {
   EventQueue q;
   std::vector<int> log;
   std::vector<uint64_t> seqs;
-  for (int i = 0; i < 100; ++i) seqs.push_back(q.schedule(i % 2 ? 7 : 3, [&, i] { log.push_back(i); }));
+  for (int i = 0; i < 100; ++i)
+    seqs.push_back(q.schedule(i % 2 ? 7 : 3, [&, i] { log.push_back(i); }));
   for (size_t i = 1; i < seqs.size(); ++i) BOOST_TEST(seqs[i] > seqs[i - 1]);
-  while (q.run_next()) {}
+  while (q.run_next()) {
+  }
   std::vector<int> want;
   for (int i = 0; i < 100; i += 2) want.push_back(i);
   for (int i = 1; i < 100; i += 2) want.push_back(i);
@@ -103,7 +106,8 @@ BOOST_AUTO_TEST_CASE(events_scheduled_from_inside_events_run) {
   BOOST_TEST((log == want));
   BOOST_TEST(q.pending() == 1u);
   BOOST_TEST(q.executed() == 5u);
-  while (q.run_next()) {}
+  while (q.run_next()) {
+  }
   BOOST_TEST(log.size() == 7u);
   BOOST_TEST(q.now() == 16);
   BOOST_TEST(q.executed() == 7u);
@@ -146,7 +150,8 @@ std::vector<LogEntry> run_workload(uint64_t seed) {
     log.push_back({id, q.now()});
     const int children = static_cast<int>(rng.next() % 3);
     for (int c = 0; c < children && next_id < 5000; ++c) {
-      const VirtualNanos delay = rng.next() % 4 == 0 ? 0 : static_cast<VirtualNanos>(rng.next() % 50);
+      const VirtualNanos delay =
+          rng.next() % 4 == 0 ? 0 : static_cast<VirtualNanos>(rng.next() % 50);
       const uint64_t child = next_id++;
       q.schedule(q.now() + delay, [&fire, child] { fire(child); });
     }
@@ -204,12 +209,12 @@ NetworkSpec simple_net() {
 
 BOOST_AUTO_TEST_CASE(transfer_takes_bytes_over_bandwidth_plus_latency) {
   Network net(simple_net(), 4);
-  BOOST_TEST(net.transfer(0, 1, 1000, 0) == 1000 + 1000 + 1);     // same rack
+  BOOST_TEST(net.transfer(0, 1, 1000, 0) == 1000 + 1000 + 1);  // same rack
   BOOST_TEST(net.transfer(2, 3, 1000, 5000) == 5000 + 1000 + 1000 + 1);
   Network across(simple_net(), 4);
   BOOST_TEST(across.transfer(0, 2, 1000, 0) == 1000 + 3000 + 1);  // spine adds latency
   Network local(simple_net(), 4);
-  BOOST_TEST(local.transfer(1, 1, 1000, 0) == 100 + 500 + 1);      // intra-host link
+  BOOST_TEST(local.transfer(1, 1, 1000, 0) == 100 + 500 + 1);  // intra-host link
   BOOST_TEST(local.bytes_carried() == 1000u);
 }
 
@@ -316,10 +321,12 @@ BOOST_AUTO_TEST_CASE(bad_trace_is_an_error_naming_file_and_field) {
       {R"({"events": [{"at": 1, "kind": "crash", "node": 0}]})", "events[0].duration: missing"},
       {R"({"events": [{"at": -1, "kind": "crash", "node": 0, "duration": 1}]})", "events[0].at"},
       {R"({"events": [{"at": 1, "kind": "crash", "node": 5, "duration": 1}]})", "events[0].node"},
-      {R"({"events": [{"at": 1, "kind": "crash", "node": 0, "shard": 0, "duration": 1}]})", "exactly one"},
+      {R"({"events": [{"at": 1, "kind": "crash", "node": 0, "shard": 0, "duration": 1}]})",
+       "exactly one"},
       {R"({"events": [{"at": 1, "kind": "slow", "node": 0, "duration": 1}]})", "events[0].factor"},
       {R"({"events": [{"at": 1, "kind": "lossy", "drop": 2, "duration": 1}]})", "events[0].drop"},
-      {R"({"events": [{"at": 1, "kind": "disk_full", "node": 0, "duration": 1}]})", "disk_full needs"},
+      {R"({"events": [{"at": 1, "kind": "disk_full", "node": 0, "duration": 1}]})",
+       "disk_full needs"},
       {R"({"events": [{"at": 1, "kind": "partition", "a": {"nodes": [0]}, "b": {"nodes": [0]}, "duration": 1}]})",
        "both sides"},
       {R"({"events": [{"at": 1, "kind": "partition", "a": {"nodes": ["x"]}, "b": {}, "duration": 1}]})",
@@ -330,10 +337,12 @@ BOOST_AUTO_TEST_CASE(bad_trace_is_an_error_naming_file_and_field) {
     auto t = colony::sim::parse_trace(text, "t.json", 2, 1);
     BOOST_TEST_REQUIRE(!t.ok(), text);
     BOOST_TEST(t.status().is_user_error());
-    BOOST_TEST(t.status().message().find(want) != std::string::npos, t.status().message() << " wants " << want);
+    BOOST_TEST(t.status().message().find(want) != std::string::npos, t.status().message()
+                                                                         << " wants " << want);
   }
-  BOOST_TEST(colony::sim::load_trace("/nonexistent/trace.json", 1, 1).status().message().find("--trace") !=
-             std::string::npos);
+  BOOST_TEST(
+      colony::sim::load_trace("/nonexistent/trace.json", 1, 1).status().message().find("--trace") !=
+      std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(saved_trace_reads_back_to_the_same_events) {
@@ -392,7 +401,8 @@ BOOST_AUTO_TEST_CASE(generated_trace_is_a_function_of_seed_and_follows_rates) {
 namespace {
 
 // One data generator for every small run (its calibration would dominate their time).
-const std::shared_ptr<const Generator> small_data = std::make_shared<const Generator>(GeneratorConfig{1, 0.001});
+const std::shared_ptr<const Generator> small_data =
+    std::make_shared<const Generator>(GeneratorConfig{1, 0.001});
 
 colony::sim::SimOptions small_run(uint64_t seed) {
   colony::sim::SimOptions o;
@@ -406,7 +416,9 @@ colony::sim::SimOptions small_run(uint64_t seed) {
   o.batch = 16;
   o.push = rng.next() % 2 ? colony::sim::PushKind::flat : colony::sim::PushKind::hierarchical;
   const uint64_t c = rng.next() % 3;
-  o.consistency = c == 0 ? Consistency{} : c == 1 ? Consistency{ConsistencyKind::ssp, 2} : Consistency{ConsistencyKind::asp, 0};
+  o.consistency = c == 0   ? Consistency{}
+                  : c == 1 ? Consistency{ConsistencyKind::ssp, 2}
+                           : Consistency{ConsistencyKind::asp, 0};
   o.numerics = colony::sim::Numerics::full;
   // Faults fall within the length of the same run without them.
   auto probe = colony::sim::simulate(o);
@@ -431,7 +443,8 @@ std::string joined(const std::vector<std::string>& v) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(two_hundred_seeds_with_crashes_and_partitions_hold_every_invariant_and_replay) {
+BOOST_AUTO_TEST_CASE(
+    two_hundred_seeds_with_crashes_and_partitions_hold_every_invariant_and_replay) {
   for (uint64_t seed = 1; seed <= 200; ++seed) {
     const colony::sim::SimOptions o = small_run(seed);
     size_t crashes = 0, partitions = 0;
@@ -444,12 +457,14 @@ BOOST_AUTO_TEST_CASE(two_hundred_seeds_with_crashes_and_partitions_hold_every_in
     auto a = colony::sim::simulate(o);
     auto b = colony::sim::simulate(o);
     BOOST_REQUIRE(a.ok() && b.ok());
-    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n" << joined(a->invariant_violations));
+    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n"
+                                                        << joined(a->invariant_violations));
     BOOST_TEST(a->event_trace_hash == b->event_trace_hash, "seed " << seed);
     BOOST_TEST(a->events == b->events, "seed " << seed);
     BOOST_TEST(a->simulated_seconds == b->simulated_seconds, "seed " << seed);
     BOOST_TEST(a->failures_injected >= 2u, "seed " << seed);
-    BOOST_TEST(a->samples == uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch, "seed " << seed);
+    BOOST_TEST(a->samples == uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch,
+               "seed " << seed);
   }
 }
 
@@ -482,7 +497,8 @@ BOOST_AUTO_TEST_CASE(core_that_skips_the_ssp_gate_is_caught) {
   o.force_sites = {"skip_ssp_gate"};
   auto bad = colony::sim::simulate(o);
   BOOST_REQUIRE(bad.ok());
-  BOOST_TEST(bad->sites_enabled == std::vector<std::string>{"skip_ssp_gate"}, boost::test_tools::per_element());
+  BOOST_TEST(bad->sites_enabled == std::vector<std::string>{"skip_ssp_gate"},
+             boost::test_tools::per_element());
   BOOST_REQUIRE(!bad->invariant_violations.empty());
   BOOST_TEST(bad->invariant_violations.front().find("ssp bound exceeded") != std::string::npos);
   // The modelled stand-in's gate is checked the same way.
@@ -564,7 +580,8 @@ BOOST_AUTO_TEST_CASE(modelled_runs_replay_and_hold_invariants_under_faults) {
     o.trace = colony::sim::generate_trace(g, seed);
     auto a = colony::sim::simulate(o), b = colony::sim::simulate(o);
     BOOST_REQUIRE(a.ok() && b.ok());
-    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n" << joined(a->invariant_violations));
+    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n"
+                                                        << joined(a->invariant_violations));
     BOOST_TEST(a->event_trace_hash == b->event_trace_hash);
     BOOST_TEST(a->samples == uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch);
   }
@@ -674,7 +691,8 @@ BOOST_AUTO_TEST_CASE(every_host_joins_the_real_coordinator_and_it_ends_the_job) 
   BOOST_TEST(embedded->invariant_violations.empty(), joined(embedded->invariant_violations));
 }
 
-BOOST_AUTO_TEST_CASE(worker_down_past_the_heartbeat_timeout_is_lost_and_the_job_goes_on_without_it) {
+BOOST_AUTO_TEST_CASE(
+    worker_down_past_the_heartbeat_timeout_is_lost_and_the_job_goes_on_without_it) {
   for (auto push : {colony::sim::PushKind::flat, colony::sim::PushKind::hierarchical}) {
     auto o = membership_run(push);
     // Down for 20 ms: lost after about 4; it restarts while the others still train, keeps
@@ -691,7 +709,8 @@ BOOST_AUTO_TEST_CASE(worker_down_past_the_heartbeat_timeout_is_lost_and_the_job_
     o.trace.events = {crash_of({false, 0}, 0.005, 0.002)};
     auto short_outage = colony::sim::simulate(o);
     BOOST_REQUIRE(short_outage.ok());
-    BOOST_TEST(short_outage->invariant_violations.empty(), joined(short_outage->invariant_violations));
+    BOOST_TEST(short_outage->invariant_violations.empty(),
+               joined(short_outage->invariant_violations));
     BOOST_TEST(short_outage->workers_lost == 0u);
     BOOST_TEST(short_outage->samples == uint64_t{3} * 2 * 40 * 512);
   }
@@ -754,10 +773,12 @@ BOOST_AUTO_TEST_CASE(worker_overhead_per_sample_is_charged_to_the_worker_core) {
   BOOST_TEST(!colony::sim::simulate(o).ok());
 }
 
-BOOST_AUTO_TEST_CASE(seeds_whose_outages_outlast_the_heartbeat_timeout_hold_every_invariant_and_replay) {
+BOOST_AUTO_TEST_CASE(
+    seeds_whose_outages_outlast_the_heartbeat_timeout_hold_every_invariant_and_replay) {
   uint32_t runs_with_losses = 0;
   for (uint64_t seed = 1; seed <= 12; ++seed) {
-    auto o = membership_run(seed % 2 ? colony::sim::PushKind::flat : colony::sim::PushKind::hierarchical);
+    auto o = membership_run(seed % 2 ? colony::sim::PushKind::flat
+                                     : colony::sim::PushKind::hierarchical);
     o.seed = seed;
     o.steps = 30;
     colony::sim::TraceGenOptions g;
@@ -771,7 +792,8 @@ BOOST_AUTO_TEST_CASE(seeds_whose_outages_outlast_the_heartbeat_timeout_hold_ever
     o.trace = colony::sim::generate_trace(g, seed);
     auto a = colony::sim::simulate(o), b = colony::sim::simulate(o);
     BOOST_REQUIRE(a.ok() && b.ok());
-    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n" << joined(a->invariant_violations));
+    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n"
+                                                        << joined(a->invariant_violations));
     BOOST_TEST(a->event_trace_hash == b->event_trace_hash, "seed " << seed);
     runs_with_losses += a->workers_lost > 0;
   }

@@ -44,7 +44,8 @@ BOOST_AUTO_TEST_CASE(inserted_rows_are_zero_filled_even_after_many_writes) {
   for (uint64_t k = 1; k <= 50000; ++k) {
     auto [row, inserted] = t.find_or_insert(k);
     BOOST_REQUIRE(inserted);
-    if (row[0] != 0.0f || row[1] != 0.0f || row[2] != 0.0f) BOOST_FAIL("row of key " << k << " not zero");
+    if (row[0] != 0.0f || row[1] != 0.0f || row[2] != 0.0f)
+      BOOST_FAIL("row of key " << k << " not zero");
     row[0] = row[1] = row[2] = -1.0f;
   }
 }
@@ -186,7 +187,8 @@ BOOST_AUTO_TEST_CASE(matches_unordered_map_over_random_operations) {
     t.for_each([&](uint64_t key, const float* row) {
       ++visited;
       auto it = ref.find(key);
-      if (it == ref.end() || std::memcmp(row, it->second.data(), width * sizeof(float)) != 0) ++mismatches;
+      if (it == ref.end() || std::memcmp(row, it->second.data(), width * sizeof(float)) != 0)
+        ++mismatches;
     });
     BOOST_TEST(visited == ref.size());
     BOOST_TEST(mismatches == 0u, "seed " << seed << " after for_each");

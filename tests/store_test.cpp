@@ -8,12 +8,12 @@
 #include <map>
 #include <vector>
 
-#include "tests/temp_dir.h"
 #include "common/hash.h"
 #include "ps/shard_core.h"
 #include "storage/rocks_table.h"
 #include "storage/rocksdb_store.h"
 #include "storage/store_spec.h"
+#include "tests/temp_dir.h"
 
 using namespace colony;
 namespace fs = std::filesystem;
@@ -38,8 +38,8 @@ std::unique_ptr<RocksTable> open_table(const std::string& path, const StoreIdent
 
 // Applies `steps` batches of random reads and writes to `store` and to a map of what it
 // should hold; each batch follows the load / find_or_insert / commit protocol.
-void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, uint64_t seed, int steps,
-              uint64_t key_space) {
+void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, uint64_t seed,
+              int steps, uint64_t key_space) {
   SplitMix64 rng(seed);
   for (int step = 0; step < steps; ++step) {
     std::vector<uint64_t> keys;
@@ -66,9 +66,12 @@ void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, u
 
 void check_contents(const RowStore& store, const std::map<uint64_t, std::vector<float>>& expect) {
   std::vector<std::pair<uint64_t, std::vector<float>>> got;
-  BOOST_REQUIRE(store.for_each_in_range(0, UINT64_MAX, [&](uint64_t k, const float* r) {
-    got.emplace_back(k, std::vector<float>(r, r + rf));
-  }).ok());
+  BOOST_REQUIRE(store
+                    .for_each_in_range(0, UINT64_MAX,
+                                       [&](uint64_t k, const float* r) {
+                                         got.emplace_back(k, std::vector<float>(r, r + rf));
+                                       })
+                    .ok());
   BOOST_REQUIRE_EQUAL(got.size(), expect.size());
   size_t i = 0;
   for (const auto& [k, v] : expect) {  // std::map: key order, as for_each_in_range promises
@@ -81,7 +84,8 @@ void check_contents(const RowStore& store, const std::map<uint64_t, std::vector<
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(keys_encode_big_endian_so_ranges_iterate_in_order) {
-  BOOST_TEST(encode_key(0x0102030405060708ULL) == std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
+  BOOST_TEST(encode_key(0x0102030405060708ULL) ==
+             std::string("\x01\x02\x03\x04\x05\x06\x07\x08", 8));
   for (uint64_t k : {uint64_t{0}, uint64_t{1}, uint64_t{255}, uint64_t{1} << 63, UINT64_MAX})
     BOOST_TEST(decode_key(encode_key(k).data()) == k);
   BOOST_TEST(encode_key(255) < encode_key(256));
@@ -174,7 +178,8 @@ BOOST_AUTO_TEST_CASE(memory_store_iterates_a_range_in_key_order) {
   exercise(store, expect, 4, 100, 1000);
   check_contents(store, expect);
   std::vector<uint64_t> got;
-  BOOST_REQUIRE(store.for_each_in_range(100, 200, [&](uint64_t k, const float*) { got.push_back(k); }).ok());
+  BOOST_REQUIRE(
+      store.for_each_in_range(100, 200, [&](uint64_t k, const float*) { got.push_back(k); }).ok());
   std::vector<uint64_t> want;
   for (const auto& [k, v] : expect)
     if (k >= 100 && k < 200) want.push_back(k);
@@ -186,13 +191,15 @@ BOOST_AUTO_TEST_CASE(a_store_of_another_cluster_shard_or_row_size_is_refused_nam
   open_table(dir.sub("db"));
   RocksTableOptions o;
   o.path = dir.sub("db");
-  for (StoreIdentity other : {StoreIdentity{"other-cluster", 0, 1, rf}, StoreIdentity{"test-cluster", 0, 2, rf},
-                              StoreIdentity{"test-cluster", 0, 1, rf + 1}}) {
+  for (StoreIdentity other :
+       {StoreIdentity{"other-cluster", 0, 1, rf}, StoreIdentity{"test-cluster", 0, 2, rf},
+        StoreIdentity{"test-cluster", 0, 1, rf + 1}}) {
     auto t = RocksTable::open(o, other);
     BOOST_REQUIRE(!t.ok());
     BOOST_TEST((t.status().code() == Status::Code::invalid_input));
     BOOST_TEST(t.status().message().find(o.path) != std::string::npos, t.status().message());
-    BOOST_TEST(t.status().message().find("test-cluster") != std::string::npos, t.status().message());
+    BOOST_TEST(t.status().message().find("test-cluster") != std::string::npos,
+               t.status().message());
   }
   BOOST_TEST(RocksTable::open(o, ident).ok());  // and the rightful owner still opens it
 }
@@ -228,11 +235,19 @@ BOOST_AUTO_TEST_CASE(a_corrupt_store_is_an_error_naming_the_path_not_a_fresh_sta
 BOOST_AUTO_TEST_CASE(a_failed_write_fails_the_commit_and_stops_the_shard) {
   // A full disk, injected through the table (no tmpfs can be mounted here).
   TempDir dir;
-  auto table = open_table(dir.sub("db"), StoreIdentity{"c", 0, 1, 3 + 3});  // width 3 + adagrad state 3
+  auto table =
+      open_table(dir.sub("db"), StoreIdentity{"c", 0, 1, 3 + 3});  // width 3 + adagrad state 3
   RocksTable* raw = table.get();
-  ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f}, Consistency{},
-                 {7}, ShardMapSpec{1, 1, 16, 0}};
-  auto shard = std::move(ShardCore::make(sc, std::make_unique<RocksRowStore>(std::move(table))).value());
+  ShardConfig sc{0,
+                 0,
+                 3,
+                 default_optimizer_config(OptimizerKind::adagrad),
+                 RowInit{1, 1, 0.1f},
+                 Consistency{},
+                 {7},
+                 ShardMapSpec{1, 1, 16, 0}};
+  auto shard =
+      std::move(ShardCore::make(sc, std::make_unique<RocksRowStore>(std::move(table))).value());
   std::vector<uint64_t> keys{make_key(1, 1), make_key(1, 2)};
   Outbox out;
   shard->on_message(PullRequest{{7, 1, 1}, 0, 7, keys}, out);
@@ -244,7 +259,8 @@ BOOST_AUTO_TEST_CASE(a_failed_write_fails_the_commit_and_stops_the_shard) {
   BOOST_TEST(out.empty());  // not acknowledged
   BOOST_REQUIRE(!shard->error().ok());
   BOOST_TEST((shard->error().code() == Status::Code::io_error));
-  BOOST_TEST(shard->error().message().find(dir.sub("db")) != std::string::npos, shard->error().message());
+  BOOST_TEST(shard->error().message().find(dir.sub("db")) != std::string::npos,
+             shard->error().message());
   out.clear();
   shard->on_message(PullRequest{{7, 3, 1}, 1, 7, keys}, out);
   BOOST_TEST(out.empty());  // a failed shard answers nothing more
@@ -252,19 +268,28 @@ BOOST_AUTO_TEST_CASE(a_failed_write_fails_the_commit_and_stops_the_shard) {
 
 BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_shard) {
   TempDir dir;
-  ShardConfig sc{0, 0, 3, default_optimizer_config(OptimizerKind::adagrad), RowInit{1, 1, 0.1f}, Consistency{},
-                 {7}, ShardMapSpec{1, 1, 16, 0}};
+  ShardConfig sc{0,
+                 0,
+                 3,
+                 default_optimizer_config(OptimizerKind::adagrad),
+                 RowInit{1, 1, 0.1f},
+                 Consistency{},
+                 {7},
+                 ShardMapSpec{1, 1, 16, 0}};
   const StoreIdentity id{"c", 0, 1, 6};
   auto memory = std::move(ShardCore::make(sc).value());
-  auto rocks = std::move(ShardCore::make(sc, std::make_unique<RocksRowStore>(open_table(dir.sub("a"), id))).value());
+  auto rocks = std::move(
+      ShardCore::make(sc, std::make_unique<RocksRowStore>(open_table(dir.sub("a"), id))).value());
   TieredOptions t;
   t.cache_bytes = 5 * (6 * sizeof(float) + 64);
-  auto tiered =
-      std::move(ShardCore::make(sc, std::make_unique<TieredRowStore>(open_table(dir.sub("b"), id), t)).value());
+  auto tiered = std::move(
+      ShardCore::make(sc, std::make_unique<TieredRowStore>(open_table(dir.sub("b"), id), t))
+          .value());
   SplitMix64 rng(9);
   for (uint32_t step = 0; step < 40; ++step) {
     std::vector<uint64_t> keys;
-    for (uint64_t k = 0; k < 8; ++k) keys.push_back(make_key(1, (rng.next() % 4) * 8 + k));  // unique
+    for (uint64_t k = 0; k < 8; ++k)
+      keys.push_back(make_key(1, (rng.next() % 4) * 8 + k));  // unique
     std::vector<float> grads(keys.size() * 3);
     for (float& g : grads) g = float(unit_double(rng.next()) - 0.5);
     std::vector<std::vector<float>> replies;
@@ -289,7 +314,8 @@ BOOST_AUTO_TEST_CASE(store_flags_parse_and_name_the_flag_when_wrong) {
   auto tiered = parse_store_spec("rocksdb:/x", 1000);
   BOOST_TEST((tiered.value().kind == StoreKind::tiered));
   BOOST_TEST(tiered.value().dir == "/x");
-  for (auto [text, cache] : {std::pair{"rocksdb:", 0}, std::pair{"disk", 0}, std::pair{"memory", 5}}) {
+  for (auto [text, cache] :
+       {std::pair{"rocksdb:", 0}, std::pair{"disk", 0}, std::pair{"memory", 5}}) {
     auto s = parse_store_spec(text, size_t(cache));
     BOOST_REQUIRE(!s.ok());
     BOOST_TEST(s.status().message().find("--") != std::string::npos);

@@ -40,7 +40,8 @@ bool decode_is_safe(std::span<const uint8_t> bytes, size_t& bad_outcomes) {
     if (r.value().version != wire_protocol_version) ++bad_outcomes;
     return true;
   }
-  if (r.status().code() != Status::Code::invalid_input || r.status().message().empty()) ++bad_outcomes;
+  if (r.status().code() != Status::Code::invalid_input || r.status().message().empty())
+    ++bad_outcomes;
   return false;
 }
 
@@ -223,9 +224,10 @@ std::vector<float> random_floats(SplitMix64& rng, size_t n) {
 std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
   const size_t n = rng.next() % 300, width = 1 + rng.next() % 9;
   return {
-      PullRequest{random_header(rng), static_cast<uint32_t>(rng.next()), static_cast<NodeId>(rng.next()),
-                  random_keys(rng, n)},
-      PullReply{random_header(rng), static_cast<uint32_t>(rng.next()), random_floats(rng, n * width)},
+      PullRequest{random_header(rng), static_cast<uint32_t>(rng.next()),
+                  static_cast<NodeId>(rng.next()), random_keys(rng, n)},
+      PullReply{random_header(rng), static_cast<uint32_t>(rng.next()),
+                random_floats(rng, n * width)},
       PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
                   random_floats(rng, n * width)},
       PushAck{random_header(rng)},
@@ -246,12 +248,16 @@ bool same(const PsMessage& a, const PsMessage& b) {
         using T = std::decay_t<decltype(x)>;
         const T& y = std::get<T>(b);
         if (!h(x.header, y.header)) return false;
-        if constexpr (std::is_same_v<T, PullRequest>) return x.clock == y.clock && x.writer == y.writer && x.keys == y.keys;
-        if constexpr (std::is_same_v<T, PullReply>) return x.min_clock == y.min_clock && x.values == y.values;
-        if constexpr (std::is_same_v<T, PushRequest>) return x.clock == y.clock && x.keys == y.keys && x.grads == y.grads;
+        if constexpr (std::is_same_v<T, PullRequest>)
+          return x.clock == y.clock && x.writer == y.writer && x.keys == y.keys;
+        if constexpr (std::is_same_v<T, PullReply>)
+          return x.min_clock == y.min_clock && x.values == y.values;
+        if constexpr (std::is_same_v<T, PushRequest>)
+          return x.clock == y.clock && x.keys == y.keys && x.grads == y.grads;
         if constexpr (std::is_same_v<T, ClockAdvance>) return x.clock == y.clock;
         if constexpr (std::is_same_v<T, ShardMapUpdate>)
-          return x.version == y.version && x.shards == y.shards && x.vnodes_per_shard == y.vnodes_per_shard && x.seed == y.seed;
+          return x.version == y.version && x.shards == y.shards &&
+                 x.vnodes_per_shard == y.vnodes_per_shard && x.seed == y.seed;
         if constexpr (std::is_same_v<T, PsError>) return x.code == y.code && x.message == y.message;
         return true;
       },
@@ -296,7 +302,8 @@ BOOST_AUTO_TEST_CASE(decoding_damaged_ps_messages_never_crashes) {
       for (int trial = 0; trial < 20; ++trial) {
         std::vector<uint8_t> bad = good;
         const int flips = 1 + static_cast<int>(rng.next() % 8);
-        for (int f = 0; f < flips; ++f) bad[rng.next() % bad.size()] ^= static_cast<uint8_t>(1u << (rng.next() % 8));
+        for (int f = 0; f < flips; ++f)
+          bad[rng.next() % bad.size()] ^= static_cast<uint8_t>(1u << (rng.next() % 8));
         if (trial % 5 == 0) bad.resize(bad.size() / 8 * 8 / 2 / 8 * 8);  // truncated to whole words
         auto r = decode_ps_message(bad, 5);
         if (r.ok()) {
@@ -351,7 +358,8 @@ JobSpec random_job(SplitMix64& rng) {
   j.factor_init_std = 0.5f;
   j.batch = 1 + static_cast<uint32_t>(rng.next() % 10000);
   j.epochs = 1 + static_cast<uint32_t>(rng.next() % 100);
-  j.consistency = {static_cast<ConsistencyKind>(rng.next() % 3), static_cast<uint32_t>(rng.next() % 100)};
+  j.consistency = {static_cast<ConsistencyKind>(rng.next() % 3),
+                   static_cast<uint32_t>(rng.next() % 100)};
   j.hierarchical = rng.next() % 2;
   j.max_inflight = 1 + static_cast<uint32_t>(rng.next() % 64);
   j.skip_bad_lines = rng.next();
@@ -380,36 +388,56 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   for (size_t i = 0; i < members; ++i) w.members.push_back(random_member(rng));
   w.you = static_cast<uint32_t>(rng.next() % members);
   w.job = random_job(rng);
-  w.map = ShardMapSpec{rng.next(), static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next()), rng.next()};
+  w.map = ShardMapSpec{rng.next(), static_cast<uint32_t>(rng.next()),
+                       static_cast<uint32_t>(rng.next()), rng.next()};
   w.coordinator_node = static_cast<uint32_t>(rng.next());
   w.workers_total = static_cast<uint32_t>(rng.next());
   w.split_data = rng.next() % 2;
   w.heartbeat_ms = 1 + static_cast<uint32_t>(rng.next() % 5000);
   w.heartbeat_timeout_ms = 1 + static_cast<uint32_t>(rng.next() % 50000);
-  MemberDone d{random_text(rng, 200), rng.next() % 2 == 0, rng.next(), 0.25 * double(rng.next() % 1000), rng.next(),
-               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
-               double(rng.next() % 1000) / 3.0, rng.next() % 2 == 0};
+  MemberDone d{random_text(rng, 200),
+               rng.next() % 2 == 0,
+               rng.next(),
+               0.25 * double(rng.next() % 1000),
+               rng.next(),
+               rng.next(),
+               rng.next(),
+               rng.next(),
+               rng.next(),
+               rng.next(),
+               rng.next(),
+               rng.next(),
+               double(rng.next() % 1000) / 3.0,
+               rng.next() % 2 == 0};
   NodesLost lost;
-  for (size_t i = rng.next() % 10; i > 0; --i) lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
+  for (size_t i = rng.next() % 10; i > 0; --i)
+    lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
   lost.reason = random_text(rng, 100);
   const uint32_t from = static_cast<uint32_t>(rng.next());
   return {
-      {from, Join{random_member(rng)}},  {from, std::move(w)},
-      {from, Ready{}},                   {from, Start{}},
-      {from, Heartbeat{rng.next()}},     {from, std::move(d)},
-      {from, std::move(lost)},           {from, Leave{random_text(rng, 300)}},
-      {from, Shutdown{random_text(rng, 300)}}, {from, Refuse{random_text(rng, 300)}},
+      {from, Join{random_member(rng)}},
+      {from, std::move(w)},
+      {from, Ready{}},
+      {from, Start{}},
+      {from, Heartbeat{rng.next()}},
+      {from, std::move(d)},
+      {from, std::move(lost)},
+      {from, Leave{random_text(rng, 300)}},
+      {from, Shutdown{random_text(rng, 300)}},
+      {from, Refuse{random_text(rng, 300)}},
       {from, Joined{random_text(rng, 300)}},
-      {from, ShardsRestarted{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
+      {from,
+       ShardsRestarted{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
       {from, ShardSummaryRequest{}},
-      {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
-                          rng.next(), double(rng.next() % 1000) / 7.0}},
+      {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
+                          rng.next(), rng.next(), double(rng.next() % 1000) / 7.0}},
       {from, ShardsCheckpointed{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
       {from, CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
   };
 }
 
-bool same_checkpoints(const std::vector<ShardCheckpoint>& a, const std::vector<ShardCheckpoint>& b) {
+bool same_checkpoints(const std::vector<ShardCheckpoint>& a,
+                      const std::vector<ShardCheckpoint>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].shard != b[i].shard || a[i].dir != b[i].dir || a[i].rows != b[i].rows ||
@@ -426,27 +454,31 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         const T& y = std::get<T>(b);
         if constexpr (std::is_same_v<T, Join>) return x.member == y.member;
         if constexpr (std::is_same_v<T, Welcome>)
-          return x.you == y.you && x.members == y.members && x.job == y.job && x.map.version == y.map.version &&
-                 x.map.shards == y.map.shards && x.map.vnodes_per_shard == y.map.vnodes_per_shard &&
-                 x.map.seed == y.map.seed && x.coordinator_node == y.coordinator_node &&
-                 x.workers_total == y.workers_total && x.split_data == y.split_data &&
-                 x.heartbeat_ms == y.heartbeat_ms && x.heartbeat_timeout_ms == y.heartbeat_timeout_ms;
+          return x.you == y.you && x.members == y.members && x.job == y.job &&
+                 x.map.version == y.map.version && x.map.shards == y.map.shards &&
+                 x.map.vnodes_per_shard == y.map.vnodes_per_shard && x.map.seed == y.map.seed &&
+                 x.coordinator_node == y.coordinator_node && x.workers_total == y.workers_total &&
+                 x.split_data == y.split_data && x.heartbeat_ms == y.heartbeat_ms &&
+                 x.heartbeat_timeout_ms == y.heartbeat_timeout_ms;
         if constexpr (std::is_same_v<T, Heartbeat>) return x.samples == y.samples;
         if constexpr (std::is_same_v<T, MemberDone>)
-          return x.error == y.error && x.drained == y.drained && x.samples == y.samples && x.loss_sum == y.loss_sum &&
-                 x.steps == y.steps && x.pull_messages == y.pull_messages && x.push_messages == y.push_messages &&
+          return x.error == y.error && x.drained == y.drained && x.samples == y.samples &&
+                 x.loss_sum == y.loss_sum && x.steps == y.steps &&
+                 x.pull_messages == y.pull_messages && x.push_messages == y.push_messages &&
                  x.push_bytes == y.push_bytes && x.bad_lines_skipped == y.bad_lines_skipped &&
                  x.pushes_resent == y.pushes_resent && x.replies_dropped == y.replies_dropped &&
                  x.bad_messages == y.bad_messages && x.cpu_seconds == y.cpu_seconds &&
                  x.read_from_cache == y.read_from_cache;
-        if constexpr (std::is_same_v<T, NodesLost>) return x.nodes == y.nodes && x.reason == y.reason;
+        if constexpr (std::is_same_v<T, NodesLost>)
+          return x.nodes == y.nodes && x.reason == y.reason;
         if constexpr (std::is_same_v<T, Leave>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Shutdown>) return x.error == y.error;
         if constexpr (std::is_same_v<T, Refuse>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Joined>) return x.status == y.status;
         if constexpr (std::is_same_v<T, ShardsRestarted>) return x.nodes == y.nodes;
         if constexpr (std::is_same_v<T, ShardSummary>) return x == y;
-        if constexpr (std::is_same_v<T, ShardsCheckpointed> || std::is_same_v<T, CheckpointComplete>)
+        if constexpr (std::is_same_v<T, ShardsCheckpointed> ||
+                      std::is_same_v<T, CheckpointComplete>)
           return x.step == y.step && same_checkpoints(x.shards, y.shards);
         return true;  // Ready, Start, ShardSummaryRequest
       },
@@ -465,8 +497,9 @@ BOOST_AUTO_TEST_CASE(every_control_message_kind_round_trips) {
       BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
       BOOST_TEST(back->is_control);
       BOOST_TEST(back->control.from == m.from);
-      BOOST_TEST(same_body(m.body, back->control.body), "kind " << m.body.index() << " seed " << seed);
-      BOOST_TEST(!decode_ps_message(*bytes, 9).ok());  // a control message is not a ps message
+      BOOST_TEST(same_body(m.body, back->control.body),
+                 "kind " << m.body.index() << " seed " << seed);
+      BOOST_TEST(!decode_ps_message(*bytes, 9).ok());     // a control message is not a ps message
       BOOST_TEST(!decode_wire_message(*bytes, 10).ok());  // nor another cluster's
     }
   }
@@ -529,7 +562,8 @@ BOOST_AUTO_TEST_CASE(decoding_damaged_control_messages_never_crashes) {
       for (int trial = 0; trial < 20; ++trial) {
         std::vector<uint8_t> bad = good;
         const int flips = 1 + static_cast<int>(rng.next() % 8);
-        for (int f = 0; f < flips; ++f) bad[rng.next() % bad.size()] ^= static_cast<uint8_t>(1u << (rng.next() % 8));
+        for (int f = 0; f < flips; ++f)
+          bad[rng.next() % bad.size()] ^= static_cast<uint8_t>(1u << (rng.next() % 8));
         auto r = decode_wire_message(bad, 5);
         if (!r.ok()) {
           ++refused;
@@ -617,7 +651,8 @@ BOOST_AUTO_TEST_CASE(every_ps_message_kind_round_trips_as_frames) {
 
 BOOST_AUTO_TEST_CASE(frames_without_an_owner_or_off_alignment_are_copied) {
   SplitMix64 rng(5);
-  const PsMessage m = PushRequest{random_header(rng), 3, random_keys(rng, 64), random_floats(rng, 64 * 4)};
+  const PsMessage m =
+      PushRequest{random_header(rng), 3, random_keys(rng, 64), random_floats(rng, 64 * 4)};
   const auto sent = frames_ok(m, 1);
   BOOST_REQUIRE(sent.frames.size() > 1);
   // No owner: the caller's bytes, so nothing may be kept.

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "tests/temp_dir.h"
 #include "actors/curve_keys.h"
 #include "actors/zmq_transport.h"
+#include "tests/temp_dir.h"
 
 #include <zmq.hpp>
 
@@ -305,8 +305,9 @@ BOOST_AUTO_TEST_CASE(client_reconnects_after_the_server_restarts) {
 BOOST_AUTO_TEST_CASE(multi_frame_messages_arrive_whole_and_release_their_owner) {
   auto server = ok_or_fail(ZmqServer::open(ZmqServerOptions{}));
   auto client = ok_or_fail(ZmqClient::open({server->last_endpoint(), std::nullopt}));
-  auto owner = std::make_shared<std::vector<std::vector<uint8_t>>>(
-      std::vector<std::vector<uint8_t>>{bytes("first"), std::vector<uint8_t>(1 << 20, 7), bytes("last")});
+  auto owner =
+      std::make_shared<std::vector<std::vector<uint8_t>>>(std::vector<std::vector<uint8_t>>{
+          bytes("first"), std::vector<uint8_t>(1 << 20, 7), bytes("last")});
   std::vector<std::span<const uint8_t>> frames;
   for (const auto& f : *owner) frames.emplace_back(f);
   std::weak_ptr<const void> watch = owner;
@@ -332,7 +333,8 @@ BOOST_AUTO_TEST_CASE(frame_counts_out_of_range_are_refused) {
   auto client = ok_or_fail(ZmqClient::open({server->last_endpoint(), std::nullopt}));
   auto owner = std::make_shared<std::vector<uint8_t>>(bytes("x"));
   std::vector<std::span<const uint8_t>> none;
-  std::vector<std::span<const uint8_t>> too_many(zmq_payload_frames_max + 1, std::span<const uint8_t>(*owner));
+  std::vector<std::span<const uint8_t>> too_many(zmq_payload_frames_max + 1,
+                                                 std::span<const uint8_t>(*owner));
   for (const auto& frames : {none, too_many}) {
     Status s = client->send(owner, frames);
     BOOST_TEST((s.code() == Status::Code::invalid_input));
@@ -344,7 +346,8 @@ BOOST_AUTO_TEST_CASE(frame_counts_out_of_range_are_refused) {
   zmq::socket_t raw(context, zmq::socket_type::dealer);
   raw.connect(server->last_endpoint());
   for (size_t i = 0; i <= zmq_payload_frames_max; ++i)
-    raw.send(zmq::buffer(std::string_view("f")), i < zmq_payload_frames_max ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    raw.send(zmq::buffer(std::string_view("f")),
+             i < zmq_payload_frames_max ? zmq::send_flags::sndmore : zmq::send_flags::none);
   raw.send(zmq::buffer(std::string_view("fine")), zmq::send_flags::none);
   auto r = server->receive(arrive_timeout_ms);
   BOOST_REQUIRE(!r.ok());

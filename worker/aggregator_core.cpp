@@ -6,11 +6,14 @@ namespace colony {
 
 Expected<std::unique_ptr<AggregatorCore>> AggregatorCore::make(const AggregatorConfig& config,
                                                                std::unique_ptr<Reducer> reducer) {
-  if (config.replicas.empty()) return Status::invalid_input("an aggregator needs at least one replica");
-  auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.width, config.durable_shards});
+  if (config.replicas.empty())
+    return Status::invalid_input("an aggregator needs at least one replica");
+  auto kv = KvClient::make(
+      {config.id, config.map, config.shard_nodes, config.width, config.durable_shards});
   if (!kv) return kv.status();
   COLONY_ASSERT(reducer != nullptr);
-  return std::unique_ptr<AggregatorCore>(new AggregatorCore(config, std::move(kv.value()), std::move(reducer)));
+  return std::unique_ptr<AggregatorCore>(
+      new AggregatorCore(config, std::move(kv.value()), std::move(reducer)));
 }
 
 AggregatorCore::AggregatorCore(const AggregatorConfig& config, std::unique_ptr<KvClient> kv,
@@ -28,26 +31,27 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
   if (auto* push = std::get_if<PushRequest>(&message)) {
     auto it = replica_index_.find(push->header.sender);
     if (it == replica_index_.end())
-      return fail(Status::internal(fmt::format("aggregator {}: push from unknown node {}", config_.id,
-                                               push->header.sender)));
+      return fail(Status::internal(fmt::format("aggregator {}: push from unknown node {}",
+                                               config_.id, push->header.sender)));
     const size_t r = it->second;
     if (push->clock != replica_clock_[r] + 1 || replica_done_[r] ||
         push->grads.size() != push->keys.size() * config_.width)
-      return fail(Status::internal(fmt::format("aggregator {}: bad push (clock {}) from replica {} at clock {}",
-                                               config_.id, push->clock, push->header.sender,
-                                               replica_clock_[r])));
+      return fail(Status::internal(
+          fmt::format("aggregator {}: bad push (clock {}) from replica {} at clock {}", config_.id,
+                      push->clock, push->header.sender, replica_clock_[r])));
     replica_clock_[r] = push->clock;
     auto& slot = pending_[push->clock - 1];
     slot.resize(config_.replicas.size());
     slot[r] = SparseGrads{push->keys, {push->grads.begin(), push->grads.end()}};
     ++stats_.contributions;
-    out.push_back({push->header.sender, PushAck{{config_.id, push->header.request_id, kv_->map().version()}}});
+    out.push_back({push->header.sender,
+                   PushAck{{config_.id, push->header.request_id, kv_->map().version()}}});
     flush(out);
   } else if (auto* clock = std::get_if<ClockAdvance>(&message)) {
     auto it = replica_index_.find(clock->header.sender);
     if (it == replica_index_.end() || clock->clock != clock_done)
-      return fail(Status::internal(fmt::format("aggregator {}: unexpected clock {} from node {}", config_.id,
-                                               clock->clock, clock->header.sender)));
+      return fail(Status::internal(fmt::format("aggregator {}: unexpected clock {} from node {}",
+                                               config_.id, clock->clock, clock->header.sender)));
     replica_done_[it->second] = true;
     flush(out);
   } else {
@@ -64,8 +68,10 @@ void AggregatorCore::flush(Outbox& out) {
     // Step next_step_ is ready when every replica has either sent it or finished before it.
     bool ready = true, any = false;
     for (size_t r = 0; r < config_.replicas.size(); ++r) {
-      if (replica_clock_[r] > next_step_) any = true;
-      else if (!replica_done_[r]) ready = false;
+      if (replica_clock_[r] > next_step_)
+        any = true;
+      else if (!replica_done_[r])
+        ready = false;
     }
     if (!ready) return;
     if (!any) {  // every replica has finished: nothing more will come

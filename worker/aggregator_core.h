@@ -68,7 +68,7 @@ class AggregatorCore {
   std::unique_ptr<KvClient> kv_;  // pushes to the shards
   std::unique_ptr<Reducer> reducer_;
   std::unordered_map<NodeId, size_t> replica_index_;
-  std::vector<uint32_t> replica_clock_;          // steps received from each replica
+  std::vector<uint32_t> replica_clock_;  // steps received from each replica
   std::vector<bool> replica_done_;
   std::map<uint32_t, std::vector<std::optional<SparseGrads>>> pending_;  // step -> per replica
   uint32_t next_step_ = 0;

@@ -17,7 +17,10 @@ Expected<std::unique_ptr<KvClient>> KvClient::make(const Options& options) {
 }
 
 KvClient::KvClient(const Options& options, ShardMap map)
-    : options_(options), map_(std::move(map)), sent_(map_.shards()), last_clock_(map_.shards(), 0) {}
+    : options_(options),
+      map_(std::move(map)),
+      sent_(map_.shards()),
+      last_clock_(map_.shards(), 0) {}
 
 void KvClient::log_sent(uint32_t shard, Sent sent) {
   last_clock_[shard] = sent.clock;
@@ -32,8 +35,8 @@ void KvClient::fail(Status s) {
 
 KvClient::Ticket KvClient::pull(std::span<const uint64_t> keys, uint32_t clock, NodeId writer,
                                 std::span<float> values, Outbox& out) {
-  COLONY_ASSERT(values.size() == keys.size() * options_.width, "values={} keys={} width={}", values.size(),
-                keys.size(), options_.width);
+  COLONY_ASSERT(values.size() == keys.size() * options_.width, "values={} keys={} width={}",
+                values.size(), keys.size(), options_.width);
   const Ticket t = next_ticket_++;
   if (keys.empty() || !error_.ok()) return t;  // nothing to wait for (or nothing more will come)
   Open& open = open_[t];
@@ -49,7 +52,8 @@ KvClient::Ticket KvClient::pull(std::span<const uint64_t> keys, uint32_t clock, 
 void KvClient::send_pulls(Ticket ticket, Open& open, Outbox& out) {
   const uint32_t shards = map_.shards();
   open.positions.assign(shards, {});
-  for (uint32_t i = 0; i < open.keys.size(); ++i) open.positions[map_.shard_of(open.keys[i])].push_back(i);
+  for (uint32_t i = 0; i < open.keys.size(); ++i)
+    open.positions[map_.shard_of(open.keys[i])].push_back(i);
   open.pending = 0;
   for (uint32_t shard = 0; shard < shards; ++shard) {
     const auto& pos = open.positions[shard];
@@ -64,10 +68,11 @@ void KvClient::send_pulls(Ticket ticket, Open& open, Outbox& out) {
   }
 }
 
-KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock,
-                                Outbox& out) {
+KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const float> grads,
+                                uint32_t clock, Outbox& out) {
   const size_t width = options_.width;
-  COLONY_ASSERT(grads.size() == keys.size() * width, "grads={} keys={} width={}", grads.size(), keys.size(), width);
+  COLONY_ASSERT(grads.size() == keys.size() * width, "grads={} keys={} width={}", grads.size(),
+                keys.size(), width);
   const Ticket t = next_ticket_++;
   if (!error_.ok()) return t;
   const uint32_t shards = map_.shards();
@@ -80,7 +85,8 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
     ++messages_sent_;
     if (pos.empty()) {
       log_sent(shard, Sent{clock, false, false, 0, 0, {}});
-      out.push_back({options_.shard_nodes[shard], ClockAdvance{{options_.id, next_request_++, map_.version()}, clock}});
+      out.push_back({options_.shard_nodes[shard],
+                     ClockAdvance{{options_.id, next_request_++, map_.version()}, clock}});
       continue;
     }
     PushRequest p{{options_.id, next_request_++, map_.version()}, clock, {}, {}};
@@ -95,8 +101,10 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
     if (!open) open = &open_[t];
     ++open->pending;
     requests_[p.header.request_id] = {t, shard};
-    if (options_.keep_for_resync) log_sent(shard, Sent{clock, true, false, p.header.request_id, t, p});
-    else last_clock_[shard] = clock;
+    if (options_.keep_for_resync)
+      log_sent(shard, Sent{clock, true, false, p.header.request_id, t, p});
+    else
+      last_clock_[shard] = clock;
     out.push_back({options_.shard_nodes[shard], std::move(p)});
   }
   return t;
@@ -105,7 +113,8 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
 void KvClient::finish(Outbox& out) {
   for (uint32_t shard = 0; shard < options_.shard_nodes.size(); ++shard) {
     log_sent(shard, Sent{clock_done, false, false, 0, 0, {}});
-    out.push_back({options_.shard_nodes[shard], ClockAdvance{{options_.id, next_request_++, map_.version()}, clock_done}});
+    out.push_back({options_.shard_nodes[shard],
+                   ClockAdvance{{options_.id, next_request_++, map_.version()}, clock_done}});
   }
 }
 
@@ -161,7 +170,8 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
   // answers a request of the other kind (`pull`: whether a pull is expected); the request
   // then stays open.
   const NodeId from = std::visit([](const auto& m) { return m.header.sender; }, message);
-  auto find = [&](uint64_t request, std::optional<bool> pull = std::nullopt) -> std::pair<Ticket, uint32_t> {
+  auto find = [&](uint64_t request,
+                  std::optional<bool> pull = std::nullopt) -> std::pair<Ticket, uint32_t> {
     auto it = requests_.find(request);
     if (it == requests_.end()) return {0, 0};
     auto r = it->second;
@@ -184,10 +194,12 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     const auto& pos = open.positions[shard];
     const size_t width = options_.width;
     if (reply->values.size() != pos.size() * width)
-      return fail(Status::internal(fmt::format("shard node {} answered {} floats for {} keys of width {}",
-                                               reply->header.sender, reply->values.size(), pos.size(), width)));
+      return fail(Status::internal(
+          fmt::format("shard node {} answered {} floats for {} keys of width {}",
+                      reply->header.sender, reply->values.size(), pos.size(), width)));
     for (size_t j = 0; j < pos.size(); ++j)
-      std::memcpy(&open.values[size_t{pos[j]} * width], &reply->values[j * width], width * sizeof(float));
+      std::memcpy(&open.values[size_t{pos[j]} * width], &reply->values[j * width],
+                  width * sizeof(float));
     if (--open.pending == 0) open_.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {
     const auto [ticket, shard] = find(ack->header.request_id, false);
@@ -212,14 +224,17 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
       return;
     }
     if (!it->second.is_pull)
-      return fail(Status::internal("the shard map changed while a push was in flight; pushes are not "
-                                   "re-routed in this version"));
+      return fail(
+          Status::internal("the shard map changed while a push was in flight; pushes are not "
+                           "re-routed in this version"));
     if (update->version > map_.version()) {
-      auto map = ShardMap::make({update->version, update->shards, update->vnodes_per_shard, update->seed});
+      auto map =
+          ShardMap::make({update->version, update->shards, update->vnodes_per_shard, update->seed});
       if (!map) return fail(map.status());
       if (map->shards() != options_.shard_nodes.size())
-        return fail(Status::internal(fmt::format("new shard map has {} shards; this client knows {} shard nodes",
-                                                 map->shards(), options_.shard_nodes.size())));
+        return fail(Status::internal(
+            fmt::format("new shard map has {} shards; this client knows {} shard nodes",
+                        map->shards(), options_.shard_nodes.size())));
       map_ = std::move(map.value());
     }
     // Re-send all of the ticket's pulls under the current map; replies to the old ones are

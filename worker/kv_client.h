@@ -54,10 +54,11 @@ class KvClient {
 
   // Sends the pulls of `keys` for step `clock`, filling `values` as replies arrive.
   // `writer` is who pushes this client's gradients (itself, or its node aggregator).
-  Ticket pull(std::span<const uint64_t> keys, uint32_t clock, NodeId writer, std::span<float> values,
-              Outbox& out);
+  Ticket pull(std::span<const uint64_t> keys, uint32_t clock, NodeId writer,
+              std::span<float> values, Outbox& out);
   // Sends `grads` of `keys`, one push per shard (a ClockAdvance to shards without keys).
-  Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock, Outbox& out);
+  Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock,
+              Outbox& out);
   // Tells every shard this client is done (no ticket: nothing is acknowledged).
   void finish(Outbox& out);
 
@@ -108,8 +109,9 @@ class KvClient {
   Options options_;
   ShardMap map_;
   std::unordered_map<Ticket, Open> open_;
-  std::unordered_map<uint64_t, std::pair<Ticket, uint32_t>> requests_;  // request -> (ticket, shard)
-  std::vector<std::vector<uint32_t>> scratch_;                        // per shard, for pushes
+  std::unordered_map<uint64_t, std::pair<Ticket, uint32_t>>
+      requests_;                                // request -> (ticket, shard)
+  std::vector<std::vector<uint32_t>> scratch_;  // per shard, for pushes
   uint64_t next_request_ = 1;
   Ticket next_ticket_ = 1;
   uint64_t retries_ = 0;
@@ -117,8 +119,8 @@ class KvClient {
   uint64_t messages_sent_ = 0;
   uint64_t push_bytes_ = 0;
   uint64_t pushes_resent_ = 0;
-  std::vector<std::deque<Sent>> sent_;     // per shard (keep_for_resync)
-  std::vector<uint32_t> last_clock_;       // per shard: the clock of the latest push or advance
+  std::vector<std::deque<Sent>> sent_;  // per shard (keep_for_resync)
+  std::vector<uint32_t> last_clock_;    // per shard: the clock of the latest push or advance
   Status error_;
 };
 

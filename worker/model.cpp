@@ -13,11 +13,14 @@ Expected<ModelKind> parse_model(const std::string& name) {
   if (name == "lr") return ModelKind::lr;
   if (name == "fm") return ModelKind::fm;
   if (name == "deepfm")
-    return Status::invalid_input("--model deepfm is not available yet in this version; use lr or fm");
+    return Status::invalid_input(
+        "--model deepfm is not available yet in this version; use lr or fm");
   return Status::invalid_input("unknown model \"" + name + "\", expected lr or fm");
 }
 
-const char* to_string(ModelKind kind) { return kind == ModelKind::lr ? "lr" : "fm"; }
+const char* to_string(ModelKind kind) {
+  return kind == ModelKind::lr ? "lr" : "fm";
+}
 
 void BatchIndex::build(const Batch& batch) {
   const size_t want = std::max<size_t>(1024, 2 * (batch.features() + 1));
@@ -124,16 +127,22 @@ template <bool Backward>
 double run(const ModelSpec& spec, const Batch& b, std::span<const uint32_t> slots,
            std::span<const float> rows, float* grads, float* logits) {
   COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
-  if (spec.kind == ModelKind::lr) return lr_pass<Backward>(b, slots.data(), rows.data(), grads, logits);
+  if (spec.kind == ModelKind::lr)
+    return lr_pass<Backward>(b, slots.data(), rows.data(), grads, logits);
   COLONY_ASSERT(spec.dim >= 1 && spec.dim <= max_fm_dim, "dim={}", spec.dim);
   std::array<float, max_fm_dim> scratch;
   switch (spec.dim) {
-    case 4: return fm_pass<Backward, 4>(b, slots.data(), rows.data(), 4, grads, logits, scratch.data());
-    case 8: return fm_pass<Backward, 8>(b, slots.data(), rows.data(), 8, grads, logits, scratch.data());
-    case 16: return fm_pass<Backward, 16>(b, slots.data(), rows.data(), 16, grads, logits, scratch.data());
-    case 32: return fm_pass<Backward, 32>(b, slots.data(), rows.data(), 32, grads, logits, scratch.data());
+    case 4:
+      return fm_pass<Backward, 4>(b, slots.data(), rows.data(), 4, grads, logits, scratch.data());
+    case 8:
+      return fm_pass<Backward, 8>(b, slots.data(), rows.data(), 8, grads, logits, scratch.data());
+    case 16:
+      return fm_pass<Backward, 16>(b, slots.data(), rows.data(), 16, grads, logits, scratch.data());
+    case 32:
+      return fm_pass<Backward, 32>(b, slots.data(), rows.data(), 32, grads, logits, scratch.data());
     default:
-      return fm_pass<Backward, 0>(b, slots.data(), rows.data(), spec.dim, grads, logits, scratch.data());
+      return fm_pass<Backward, 0>(b, slots.data(), rows.data(), spec.dim, grads, logits,
+                                  scratch.data());
   }
 }
 
@@ -144,7 +153,8 @@ double forward_backward(const ModelSpec& spec, const Batch& batch, std::span<con
                         std::span<float> logits) {
   COLONY_ASSERT(grads.size() == rows.size(), "grads={} rows={}", grads.size(), rows.size());
   COLONY_ASSERT(logits.empty() || logits.size() == batch.rows());
-  return run<true>(spec, batch, slots, rows, grads.data(), logits.empty() ? nullptr : logits.data());
+  return run<true>(spec, batch, slots, rows, grads.data(),
+                   logits.empty() ? nullptr : logits.data());
 }
 
 void forward(const ModelSpec& spec, const Batch& batch, std::span<const uint32_t> slots,

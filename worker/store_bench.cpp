@@ -6,8 +6,8 @@
 #include <unordered_set>
 
 #include "common/hash.h"
-#include "storage/rocksdb_store.h"
 #include "data/zipf.h"
+#include "storage/rocksdb_store.h"
 
 namespace colony {
 
@@ -33,7 +33,8 @@ std::vector<std::vector<uint64_t>> make_batches(const StoreBenchOptions& o, size
 // Runs `batch(keys)` over the prepared batches for about `seconds` (warm-up of as long
 // first); returns rows per second.
 template <class F>
-Expected<double> timed(const std::vector<std::vector<uint64_t>>& batches, double seconds, F&& batch) {
+Expected<double> timed(const std::vector<std::vector<uint64_t>>& batches, double seconds,
+                       F&& batch) {
   size_t next = 0;
   for (int phase = 0; phase < 2; ++phase) {
     uint64_t rows = 0;
@@ -64,8 +65,8 @@ Status get_and_put(RowStore& store, const std::vector<uint64_t>& keys) {
 
 }  // namespace
 
-Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions& o,
-                                                        const std::function<void(const std::string&)>& log) {
+Expected<std::vector<StoreBenchFigure>> run_store_bench(
+    const StoreBenchOptions& o, const std::function<void(const std::string&)>& log) {
   namespace fs = std::filesystem;
   const std::string path = (fs::path(o.dir) / "bench-db").string();
   std::error_code ec;
@@ -90,7 +91,8 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions&
       for (uint64_t r = first; r < std::min<uint64_t>(o.rows, first + chunk); ++r) {
         keys.push_back(mix64(r));
         float* m = memory.find_or_insert(mix64(r)).first;
-        for (size_t j = 0; j < o.row_floats; ++j) rows.push_back(m[j] = float(unit_double(hash_combine(r, j))));
+        for (size_t j = 0; j < o.row_floats; ++j)
+          rows.push_back(m[j] = float(unit_double(hash_combine(r, j))));
       }
       if (Status s = (*table)->write(keys, rows, keys.size()); !s.ok()) return s;
     }
@@ -101,7 +103,8 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions&
   std::vector<StoreBenchFigure> figures;
 
   log("memory");
-  auto mem = timed(batches, o.seconds_per_figure, [&](const auto& keys) { return get_and_put(memory, keys); });
+  auto mem = timed(batches, o.seconds_per_figure,
+                   [&](const auto& keys) { return get_and_put(memory, keys); });
   if (!mem) return mem.status();
   figures.push_back({"memory", *mem, 1.0, 0});
 
@@ -121,7 +124,8 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions&
     figures.push_back({"rocksdb-raw-get", *raw, 0.0, 0});
     log("rocksdb store");
     RocksRowStore store(std::move(table.value()));
-    auto r = timed(batches, o.seconds_per_figure, [&](const auto& keys) { return get_and_put(store, keys); });
+    auto r = timed(batches, o.seconds_per_figure,
+                   [&](const auto& keys) { return get_and_put(store, keys); });
     if (!r) return r.status();
     figures.push_back({"rocksdb", *r, 0.0, store.stats().writes});
   }
@@ -148,8 +152,8 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions&
     const StoreStats after = store.stats();
     const double hits = double(after.cache_hits - before.cache_hits);
     const double misses = double(after.cache_misses - before.cache_misses);
-    figures.push_back({fmt::format("tiered-{}", to_string(policy)), *r, hits / std::max(1.0, hits + misses),
-                       after.writes});
+    figures.push_back({fmt::format("tiered-{}", to_string(policy)), *r,
+                       hits / std::max(1.0, hits + misses), after.writes});
   }
   fs::remove_all(path, ec);
   return figures;

@@ -34,13 +34,13 @@ struct StoreBenchOptions {
 };
 
 struct StoreBenchFigure {
-  std::string store;       // memory, rocksdb, tiered-lru, tiered-lfu, rocksdb-raw-get
+  std::string store;        // memory, rocksdb, tiered-lru, tiered-lfu, rocksdb-raw-get
   double rows_per_sec = 0;  // get+put rows (the raw baseline: gets)
   double hit_rate = 0;      // tiered: rows found in memory
   uint64_t disk_writes = 0;
 };
 
-Expected<std::vector<StoreBenchFigure>> run_store_bench(const StoreBenchOptions& options,
-                                                        const std::function<void(const std::string&)>& log);
+Expected<std::vector<StoreBenchFigure>> run_store_bench(
+    const StoreBenchOptions& options, const std::function<void(const std::string&)>& log);
 
 }  // namespace colony

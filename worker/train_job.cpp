@@ -18,7 +18,8 @@ std::optional<GenSummary> read_gen_meta(const std::string& data_path) {
   std::ifstream in(meta);
   if (!in) return std::nullopt;
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("planted_logloss_test") || !j["planted_logloss_test"].is_number())
+  if (!j.is_object() || !j.contains("planted_logloss_test") ||
+      !j["planted_logloss_test"].is_number())
     return std::nullopt;
   GenSummary s;
   s.planted_logloss_test = j.value("planted_logloss_test", 0.0);
@@ -53,25 +54,28 @@ JobData prepare_job_data(const TrainJobOptions& o,
     return d;
   }
   if (progress) progress(TrainProgress{"generate", 0, o.epochs, 0, 0.0, 0.0});
-  auto data = std::make_shared<InMemoryData>(generate_in_memory(o.generate, [&](uint64_t done, uint64_t total) {
-    if (progress) progress(TrainProgress{"generate", 0, o.epochs, done, double(done) / double(total), 0.0});
-  }));
+  auto data = std::make_shared<InMemoryData>(
+      generate_in_memory(o.generate, [&](uint64_t done, uint64_t total) {
+        if (progress)
+          progress(TrainProgress{"generate", 0, o.epochs, done, double(done) / double(total), 0.0});
+      }));
   d.planted = data->summary;
   d.train = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
   d.test = std::shared_ptr<const std::vector<Batch>>(data, &data->test);
   return d;
 }
 
-Expected<std::unique_ptr<BatchReader>> open_source(const std::string& path,
-                                                   const std::shared_ptr<const std::vector<Batch>>& mem,
-                                                   const ReaderOptions& ro) {
+Expected<std::unique_ptr<BatchReader>> open_source(
+    const std::string& path, const std::shared_ptr<const std::vector<Batch>>& mem,
+    const ReaderOptions& ro) {
   if (mem) return make_memory_reader(mem, ro.batch_rows);
   return open_reader(path, ro);
 }
 
-Expected<Evaluation> evaluate(const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
-                              const ReaderOptions& ro,
-                              const std::function<void(const Batch&, std::vector<float>&)>& predict) {
+Expected<Evaluation> evaluate(
+    const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
+    const ReaderOptions& ro,
+    const std::function<void(const Batch&, std::vector<float>&)>& predict) {
   auto reader = open_source(test, mem, ro);
   if (!reader) return reader.status();
   std::vector<float> logits, scores, labels;
@@ -132,10 +136,16 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
       if (progress && ++batches % 64 == 0) {
         const ReaderStats st = reader.stats();
         double within = 0.0;
-        if (samples_per_epoch > 0) within = double(epoch_samples) / double(samples_per_epoch);
-        else if (st.rows_total > 0) within = double(epoch_samples) / double(st.rows_total);
-        else if (st.bytes_total > 0) within = double(st.bytes_read) / double(st.bytes_total);
-        TrainProgress p{"train", epoch, o.epochs, result.train_samples + epoch_samples,
+        if (samples_per_epoch > 0)
+          within = double(epoch_samples) / double(samples_per_epoch);
+        else if (st.rows_total > 0)
+          within = double(epoch_samples) / double(st.rows_total);
+        else if (st.bytes_total > 0)
+          within = double(st.bytes_read) / double(st.bytes_total);
+        TrainProgress p{"train",
+                        epoch,
+                        o.epochs,
+                        result.train_samples + epoch_samples,
                         (epoch - 1 + std::min(within, 1.0)) / o.epochs,
                         window_loss / double(window_samples)};
         progress(p);
@@ -153,12 +163,15 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
     samples_per_epoch = epoch_samples;
     result.train_samples += epoch_samples;
 
-    if (progress) progress(TrainProgress{"evaluate", epoch, o.epochs, result.train_samples,
-                                         double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
-    auto ev = evaluate(o.test, data.test, ro,
-                       [&](const Batch& b, std::vector<float>& logits) { trainer.predict(b, logits); });
+    if (progress)
+      progress(TrainProgress{"evaluate", epoch, o.epochs, result.train_samples,
+                             double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
+    auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) {
+      trainer.predict(b, logits);
+    });
     if (!ev) return ev.status();
-    result.epochs.push_back(EpochResult{epoch, epoch_loss / double(epoch_samples), ev->logloss, ev->auc});
+    result.epochs.push_back(
+        EpochResult{epoch, epoch_loss / double(epoch_samples), ev->logloss, ev->auc});
     result.test_samples = ev->samples;
   }
   result.test_logloss = result.epochs.back().test_logloss;

@@ -27,12 +27,12 @@ struct TrainJobOptions {
 };
 
 struct TrainProgress {
-  const char* phase = "train";     // "generate", "train" or "evaluate"
-  int epoch = 0;                   // 1-based
+  const char* phase = "train";  // "generate", "train" or "evaluate"
+  int epoch = 0;                // 1-based
   int epochs = 0;
-  uint64_t samples = 0;            // trained so far, over all epochs ("generate": rows made)
-  double fraction = 0.0;           // of the phase's work, 0..1 (estimated for text)
-  double running_logloss = 0.0;    // progressive logloss over recent batches
+  uint64_t samples = 0;          // trained so far, over all epochs ("generate": rows made)
+  double fraction = 0.0;         // of the phase's work, 0..1 (estimated for text)
+  double running_logloss = 0.0;  // progressive logloss over recent batches
 };
 
 struct EpochResult {
@@ -51,18 +51,18 @@ struct TrainJobResult {
   double train_cpu_seconds = 0.0;  // user + system CPU of the process during those passes
   // Messages between workers and the parameter server (zero for the single-process trainer).
   uint64_t pull_messages = 0;
-  uint64_t push_messages = 0;      // pushes and clock advances the shards received
-  uint64_t push_bytes = 0;         // keys and gradients in those pushes
-  uint64_t pulls_deferred = 0;     // pulls a shard held back for the consistency gate
-  uint64_t replies_dropped = 0;    // replies that answered no open request (cluster only)
+  uint64_t push_messages = 0;    // pushes and clock advances the shards received
+  uint64_t push_bytes = 0;       // keys and gradients in those pushes
+  uint64_t pulls_deferred = 0;   // pulls a shard held back for the consistency gate
+  uint64_t replies_dropped = 0;  // replies that answered no open request (cluster only)
   uint64_t bad_lines_skipped = 0;
   uint64_t model_rows = 0;
-  uint64_t model_bytes = 0;        // memory held by the rows (the store's tables and indexes)
-  uint64_t table_bytes = 0;        // rows times a row's bytes (parameters and optimizer state)
-  uint64_t updates_dropped = 0;    // pushed rows dropped by feature admission (cluster only)
-  uint64_t rows_evicted = 0;       // rows removed by --evict-after (cluster only)
-  uint64_t checkpoints = 0;        // complete checkpoints written (cluster only)
-  uint64_t updates_lost = 0;       // pushed rows lost to shard restarts (cluster only)
+  uint64_t model_bytes = 0;      // memory held by the rows (the store's tables and indexes)
+  uint64_t table_bytes = 0;      // rows times a row's bytes (parameters and optimizer state)
+  uint64_t updates_dropped = 0;  // pushed rows dropped by feature admission (cluster only)
+  uint64_t rows_evicted = 0;     // rows removed by --evict-after (cluster only)
+  uint64_t checkpoints = 0;      // complete checkpoints written (cluster only)
+  uint64_t updates_lost = 0;     // pushed rows lost to shard restarts (cluster only)
   bool read_from_cache = false;  // the last training epoch read the binary cache
   std::string cache_note;        // why a cache was not used or written, when it was not
   std::vector<EpochResult> epochs;
@@ -87,18 +87,19 @@ struct JobData {
 JobData prepare_job_data(const TrainJobOptions& options,
                          const std::function<void(const TrainProgress&)>& progress);
 // A reader over `mem` when it is set, else over the file `path`.
-Expected<std::unique_ptr<BatchReader>> open_source(const std::string& path,
-                                                   const std::shared_ptr<const std::vector<Batch>>& mem,
-                                                   const ReaderOptions& options);
+Expected<std::unique_ptr<BatchReader>> open_source(
+    const std::string& path, const std::shared_ptr<const std::vector<Batch>>& mem,
+    const ReaderOptions& options);
 struct Evaluation {
   double logloss = 0.0;
   double auc = 0.0;
   uint64_t samples = 0;
 };
 // Scores every test sample with `predict` (logits) and computes logloss and AUC.
-Expected<Evaluation> evaluate(const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
-                              const ReaderOptions& options,
-                              const std::function<void(const Batch&, std::vector<float>&)>& predict);
+Expected<Evaluation> evaluate(
+    const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
+    const ReaderOptions& options,
+    const std::function<void(const Batch&, std::vector<float>&)>& predict);
 // User + system CPU seconds this process has used.
 double cpu_seconds();
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "data/batch.h"
 #include "ps/optimizer.h"
 #include "ps/row_init.h"
 #include "storage/row_table.h"
-#include "data/batch.h"
 #include "worker/model.h"
 
 namespace colony {

@@ -2,7 +2,9 @@
 
 namespace colony {
 
-ModelSpec model_spec(const JobSpec& job) { return ModelSpec{static_cast<ModelKind>(job.model), job.dim}; }
+ModelSpec model_spec(const JobSpec& job) {
+  return ModelSpec{static_cast<ModelKind>(job.model), job.dim};
+}
 
 JobSpec job_with_model(JobSpec job, const ModelSpec& model) {
   job.model = static_cast<uint8_t>(model.kind);
@@ -35,7 +37,8 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
 
 WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, NodeId replica) {
   const auto owner = layout.owner(replica);
-  COLONY_ASSERT(owner && layout.role(replica) == NodeRole::replica, "node {} is not a worker replica", replica);
+  COLONY_ASSERT(owner && layout.role(replica) == NodeRole::replica,
+                "node {} is not a worker replica", replica);
   const MemberInfo& m = layout.members()[*owner];
   WorkerConfig wc;
   wc.id = replica;
@@ -48,7 +51,8 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   return wc;
 }
 
-AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layout, uint32_t member) {
+AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layout,
+                                   uint32_t member) {
   COLONY_ASSERT(member < layout.members().size() && layout.members()[member].has_aggregator,
                 "member {} has no aggregator", member);
   const MemberInfo& m = layout.members()[member];

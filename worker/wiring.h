@@ -26,7 +26,8 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
 // The worker replica at node `replica`: its aggregator when its member has one.
 WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, NodeId replica);
 // The node aggregator of worker member `member` (which has one): the member's replicas.
-AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layout, uint32_t member);
+AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layout,
+                                   uint32_t member);
 // The shard nodes in map order (shard s is node s).
 std::vector<NodeId> shard_nodes(const ClusterLayout& layout);
 

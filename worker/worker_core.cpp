@@ -6,7 +6,8 @@ namespace colony {
 
 Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& config) {
   if (config.max_inflight == 0) return Status::invalid_input("max_inflight must be at least 1");
-  auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.model.width(), config.durable_shards});
+  auto kv = KvClient::make(
+      {config.id, config.map, config.shard_nodes, config.model.width(), config.durable_shards});
   if (!kv) return kv.status();
   return std::unique_ptr<WorkerCore>(new WorkerCore(config, std::move(kv.value())));
 }
@@ -20,7 +21,8 @@ bool WorkerCore::wants_batch() const {
 
 bool WorkerCore::done() const {
   if (!done_sent_ || unacked_pushes_ > 0) return false;
-  return std::all_of(push_tickets_.begin(), push_tickets_.end(), [&](auto t) { return kv_->done(t); });
+  return std::all_of(push_tickets_.begin(), push_tickets_.end(),
+                     [&](auto t) { return kv_->done(t); });
 }
 
 void WorkerCore::fail(Status status) {
@@ -28,7 +30,8 @@ void WorkerCore::fail(Status status) {
 }
 
 void WorkerCore::add_batch(Batch batch, Outbox& out) {
-  COLONY_ASSERT(wants_batch(), "worker {}: add_batch with {} steps in flight", config_.id, steps_.size());
+  COLONY_ASSERT(wants_batch(), "worker {}: add_batch with {} steps in flight", config_.id,
+                steps_.size());
   COLONY_ASSERT(!batch.empty());
   Step& step = steps_.emplace_back();
   step.clock = next_step_++;
@@ -38,7 +41,8 @@ void WorkerCore::add_batch(Batch batch, Outbox& out) {
   step.slots.assign(index_.slots().begin(), index_.slots().end());
   step.rows.resize(step.keys.size() * width_);
   const uint64_t sent = kv_->messages_sent();
-  step.pull = kv_->pull(step.keys, step.clock, config_.aggregator.value_or(config_.id), step.rows, out);
+  step.pull =
+      kv_->pull(step.keys, step.clock, config_.aggregator.value_or(config_.id), step.rows, out);
   stats_.pull_messages += kv_->messages_sent() - sent;
 }
 
@@ -51,7 +55,8 @@ void WorkerCore::on_message(const PsMessage& message, Outbox& out) {
                                                err->header.request_id, err->message)));
     }
     COLONY_ASSERT(std::holds_alternative<PushAck>(message) && unacked_pushes_ > 0,
-                  "worker {}: unexpected message of kind {} from its aggregator", config_.id, message.index());
+                  "worker {}: unexpected message of kind {} from its aggregator", config_.id,
+                  message.index());
     --unacked_pushes_;
     return;
   }
@@ -82,8 +87,10 @@ void WorkerCore::push(Step& step, Outbox& out) {
     ++unacked_pushes_;
     ++stats_.push_messages;
     stats_.push_bytes += step.keys.size() * (sizeof(uint64_t) + width_ * sizeof(float));
-    out.push_back({*config_.aggregator, PushRequest{{config_.id, next_request_++, kv_->map().version()}, clock,
-                                                    step.keys, grads_}});
+    out.push_back(
+        {*config_.aggregator,
+         PushRequest{
+             {config_.id, next_request_++, kv_->map().version()}, clock, step.keys, grads_}});
   } else {
     const uint64_t sent = kv_->messages_sent(), bytes = kv_->push_bytes();
     push_tickets_.push_back(kv_->push(step.keys, grads_, clock, out));
@@ -102,7 +109,8 @@ void WorkerCore::maybe_send_done(Outbox& out) {
   if (!finishing_ || done_sent_ || !steps_.empty() || !error_.ok()) return;
   done_sent_ = true;
   if (config_.aggregator) {
-    out.push_back({*config_.aggregator, ClockAdvance{{config_.id, next_request_++, kv_->map().version()}, clock_done}});
+    out.push_back({*config_.aggregator,
+                   ClockAdvance{{config_.id, next_request_++, kv_->map().version()}, clock_done}});
   } else {
     kv_->finish(out);
   }

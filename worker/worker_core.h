@@ -21,8 +21,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ps/protocol.h"
 #include "data/batch.h"
+#include "ps/protocol.h"
 #include "worker/kv_client.h"
 #include "worker/model.h"
 
@@ -42,12 +42,12 @@ struct WorkerConfig {
 struct WorkerStats {
   uint64_t steps = 0;
   uint64_t samples = 0;
-  double loss_sum = 0.0;        // progressive logloss summed over trained samples
+  double loss_sum = 0.0;  // progressive logloss summed over trained samples
   uint64_t pull_messages = 0;
-  uint64_t push_messages = 0;   // pushes and clock advances sent (to shards or the aggregator)
-  uint64_t push_bytes = 0;      // keys and gradients in those pushes
-  uint64_t pull_retries = 0;    // pulls re-sent after a shard-map update
-  uint64_t replies_dropped = 0; // replies that answered no open request (KvClient)
+  uint64_t push_messages = 0;    // pushes and clock advances sent (to shards or the aggregator)
+  uint64_t push_bytes = 0;       // keys and gradients in those pushes
+  uint64_t pull_retries = 0;     // pulls re-sent after a shard-map update
+  uint64_t replies_dropped = 0;  // replies that answered no open request (KvClient)
 };
 
 class WorkerCore {
@@ -99,11 +99,11 @@ class WorkerCore {
   std::unique_ptr<KvClient> kv_;
   size_t width_;
   BatchIndex index_;
-  std::deque<Step> steps_;  // a deque: a step's rows stay put while its pull fills them
-  uint64_t next_request_ = 1;   // for messages to the aggregator
-  uint32_t clock_ = 0;          // steps pushed
-  uint32_t next_step_ = 0;      // clock of the next batch handed in
-  uint64_t unacked_pushes_ = 0; // pushes to the aggregator not yet acknowledged
+  std::deque<Step> steps_;       // a deque: a step's rows stay put while its pull fills them
+  uint64_t next_request_ = 1;    // for messages to the aggregator
+  uint32_t clock_ = 0;           // steps pushed
+  uint32_t next_step_ = 0;       // clock of the next batch handed in
+  uint64_t unacked_pushes_ = 0;  // pushes to the aggregator not yet acknowledged
   std::vector<KvClient::Ticket> push_tickets_;  // pushes to shards not yet acknowledged
   bool finishing_ = false;
   bool done_sent_ = false;

@@ -327,7 +327,9 @@ void fuzz_coordinator(Input& in) {
             const MemberInfo& self = core.members()[m.from];
             ShardsCheckpointed c{in.below(64), {}};
             for (NodeId s = self.first_node; s < self.first_node + self.count; ++s)
-              if (in.flag()) c.shards.push_back(ShardCheckpoint{s, fmt::format("shard-{}", s), in.below(100), {}});
+              if (in.flag())
+                c.shards.push_back(
+                    ShardCheckpoint{s, fmt::format("shard-{}", s), in.below(100), {}});
             m.body = std::move(c);
             break;
           }
