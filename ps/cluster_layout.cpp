@@ -164,6 +164,7 @@ Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
   l.owner_.assign(total + 1, static_cast<uint32_t>(w.members.size()));
   for (uint32_t i = 0; i < w.members.size(); ++i) {
     const MemberInfo& m = w.members[i];
+    if (!m.public_key.empty()) l.member_of_key_[m.public_key] = i;
     for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) {
       l.role_[n] = m.role == MemberRole::ps ? NodeRole::shard : NodeRole::replica;
       l.owner_[n] = i;
@@ -182,10 +183,9 @@ std::optional<uint32_t> ClusterLayout::owner(NodeId n) const {
 }
 
 std::optional<uint32_t> ClusterLayout::member_of_key(const std::string& public_key) const {
-  if (public_key.empty()) return std::nullopt;
-  for (uint32_t i = 0; i < members_.size(); ++i)
-    if (members_[i].public_key == public_key) return i;
-  return std::nullopt;
+  auto it = member_of_key_.find(public_key);
+  if (it == member_of_key_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::vector<NodeId> ClusterLayout::shard_senders() const {

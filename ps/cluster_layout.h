@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -95,6 +96,7 @@ class ClusterLayout {
   ShardMapSpec map_;
   std::vector<NodeRole> role_;
   std::vector<uint32_t> owner_;  // by node; members_.size() for the coordinator's node
+  std::unordered_map<std::string, uint32_t> member_of_key_;  // non-empty keys only
   uint32_t shards_ = 0;
   NodeId coordinator_node_ = 0;
 };

@@ -212,6 +212,17 @@ nlohmann::json report(const std::string& name) {
   return nlohmann::json::parse(slurp(suite().dir / name));
 }
 
+// The report of the embedded cluster (2 shards, 2 workers) on the suite's data with `flags`:
+// what a daemon run of the same job is compared with. Made once per name.
+nlohmann::json embedded_report(const std::string& name, const std::string& flags) {
+  const fs::path path = suite().dir / (name + ".json");
+  if (!fs::exists(path))
+    BOOST_REQUIRE(run(bin() + " train --data " + suite().data.string() + " --test " +
+                      suite().test.string() + " --shards 2 --workers 2 --no-cache " + flags +
+                      " --report " + path.string() + " >/dev/null 2>&1") == 0);
+  return nlohmann::json::parse(slurp(path));
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(daemons)
@@ -296,11 +307,8 @@ BOOST_AUTO_TEST_CASE(killed_worker_is_noticed_and_the_job_goes_on) {
 // finishes within 1% of the embedded cluster's logloss on the same data and epochs.
 BOOST_AUTO_TEST_CASE(killed_ps_restarts_from_its_store_and_the_job_finishes) {
   Suite& s = suite();
-  const fs::path embedded = s.dir / "restart-embedded.json";
-  BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
-                    " --shards 2 --workers 2 --epochs 4 --no-cache --report " + embedded.string() +
-                    " >/dev/null 2>&1") == 0);
-  const double expected = nlohmann::json::parse(slurp(embedded))["test_logloss"].get<double>();
+  const double expected =
+      embedded_report("restart-embedded", "--epochs 4")["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
       "restart-coordinator",
       cat(secure("server"), {"--shards", "2", "--workers", "2", "--epochs", "4", "--no-cache",
@@ -518,11 +526,8 @@ size_t entries(const fs::path& dir) {
 BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
   using namespace colony;
   Suite& s = suite();
-  const fs::path embedded = s.dir / "lies-embedded.json";
-  BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
-                    " --shards 2 --workers 2 --epochs 10 --no-cache --report " + embedded.string() +
-                    " >/dev/null 2>&1") == 0);
-  const double expected = nlohmann::json::parse(slurp(embedded))["test_logloss"].get<double>();
+  const double expected =
+      embedded_report("lies-embedded", "--epochs 10")["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
       "lies-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs",
                                                    "10", "--no-cache", "--test", s.test.string(),
@@ -614,12 +619,8 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
 // resumes from its store, and the job ends within 1% of the uninterrupted run's logloss.
 BOOST_AUTO_TEST_CASE(a_ps_restarted_at_once_is_recognised_and_resumes) {
   Suite& s = suite();
-  const fs::path embedded = s.dir / "restart-embedded.json";
-  if (!fs::exists(embedded))
-    BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
-                      " --shards 2 --workers 2 --epochs 4 --no-cache --report " +
-                      embedded.string() + " >/dev/null 2>&1") == 0);
-  const double expected = nlohmann::json::parse(slurp(embedded))["test_logloss"].get<double>();
+  const double expected =
+      embedded_report("restart-embedded", "--epochs 4")["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
       "again-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs",
                                                     "4", "--no-cache", "--test", s.test.string(),
@@ -662,12 +663,8 @@ BOOST_AUTO_TEST_CASE(coordinator_takes_trains_job_flags_and_writes_its_report_ke
                                         "--evict-after", "40", "--checkpoint-every", "25"};
   std::string flags;
   for (const auto& f : job) flags += " " + f;
-  const fs::path embedded = s.dir / "flags-embedded.json";
-  BOOST_REQUIRE(run(bin() + " train --data " + s.data.string() + " --test " + s.test.string() +
-                    " --shards 2 --workers 2 --no-cache --store rocksdb:" +
-                    (s.dir / "flags-embedded-store").string() + flags + " --report " +
-                    embedded.string() + " >/dev/null 2>&1") == 0);
-  const auto train = nlohmann::json::parse(slurp(embedded));
+  const auto train = embedded_report(
+      "flags-embedded", "--store rocksdb:" + (s.dir / "flags-embedded-store").string() + flags);
   auto [coord, endpoint] = start_coordinator(
       "flags-coordinator", cat(cat(role_key("server"), job),
                                {"--shards", "2", "--workers", "2", "--no-cache", "--test",
