@@ -20,10 +20,10 @@ void report_once(Self* self, bool& reported, const Core& core, JobShared& shared
   if (reported) return;
   if (!core.error().ok()) {
     shared.fail(core.error());
-    self->send(coordinator, done_atom::value, id, core.error().message());
+    self->send(coordinator, done_atom::value, id, core.error());
     reported = true;
   } else if (core.done()) {
-    self->send(coordinator, done_atom::value, id, std::string());
+    self->send(coordinator, done_atom::value, id, Status());
     reported = true;
   }
 }
@@ -68,7 +68,7 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
       auto more = source->next(batch);
       if (!more) {
         shared->fail(more.status());
-        if (!st.reported) self->send(coordinator, done_atom::value, id, more.status().message());
+        if (!st.reported) self->send(coordinator, done_atom::value, id, more.status());
         st.reported = true;
         return;
       }

@@ -112,7 +112,7 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
 
 // A worker replica: on `start` and after every reply, hands batches from `source` to its core
 // while the core wants them, sends what the core produced, and reports to `coordinator` once
-// (done_atom with an empty string when done, the error otherwise).
+// (done_atom with an ok Status when done, the error otherwise).
 worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_state> self,
                                        std::shared_ptr<WorkerCore> core,
                                        std::shared_ptr<WorkerSource> source,

@@ -40,7 +40,7 @@ class Inbox {
     }
     cv_.notify_one();
   }
-  void push_done(NodeId id, std::string error) {
+  void push_done(NodeId id, Status error) {
     {
       std::lock_guard lock(mu_);
       done_.emplace_back(id, std::move(error));
@@ -69,9 +69,9 @@ class Inbox {
     out.swap(checkpoints_);
     return out;
   }
-  std::vector<std::pair<NodeId, std::string>> take_done() {
+  std::vector<std::pair<NodeId, Status>> take_done() {
     std::lock_guard lock(mu_);
-    std::vector<std::pair<NodeId, std::string>> out;
+    std::vector<std::pair<NodeId, Status>> out;
     out.swap(done_);
     return out;
   }
@@ -80,7 +80,7 @@ class Inbox {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<ControlMessage> control_;
-  std::vector<std::pair<NodeId, std::string>> done_;
+  std::vector<std::pair<NodeId, Status>> done_;
   std::vector<std::pair<uint32_t, ShardCheckpoint>> checkpoints_;
 };
 

@@ -42,7 +42,7 @@ struct coordinator_state {
   size_t expected = 0;
   size_t finished = 0;
   bool answered = false;
-  caf::typed_response_promise<std::string> promise;
+  caf::typed_response_promise<Status> promise;
 };
 
 coordinator_actor::behavior_type coordinator_fun(
@@ -51,16 +51,16 @@ coordinator_actor::behavior_type coordinator_fun(
       [self](run_atom, const std::vector<caf::actor>& workers, uint32_t expected) {
         auto& st = self->state;
         st.expected = expected;
-        st.promise = self->make_response_promise<std::string>();
+        st.promise = self->make_response_promise<Status>();
         for (auto& w : workers) caf::anon_send(w, start_atom::value);
         return st.promise;
       },
-      [self](done_atom, NodeId, std::string& error) {
+      [self](done_atom, NodeId, Status& error) {
         auto& st = self->state;
         ++st.finished;
         if (st.answered) return;
         // The first failure ends the job; otherwise it ends when everyone has finished.
-        if (!error.empty() || st.finished == st.expected) {
+        if (!error.ok() || st.finished == st.expected) {
           st.answered = true;
           st.promise.deliver(std::move(error));
         }
@@ -267,10 +267,10 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
   caf::scoped_actor self{m.system};
   self->send(m.coordinator, run_atom::value, m.worker_handles, m.expected_reports);
   bool finished = false;
-  std::string error;
+  Status error;
   while (!finished) {
     self->receive(
-        [&](std::string& e) {
+        [&](Status& e) {
           error = std::move(e);
           finished = true;
         },
@@ -286,7 +286,7 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
     std::lock_guard<std::mutex> lock(m.shared->mutex);
     if (!m.shared->first_error.ok()) return m.shared->first_error;
   }
-  if (!error.empty()) return Status::internal(error);
+  if (!error.ok()) return error;
   // Let every shard handle what is still queued for it (the workers' last clocks) before the
   // driver reads the cores.
   for (size_t s = 0; s < m.shards.size(); ++s) {

@@ -288,8 +288,8 @@ class Member {
       Inbox* inbox = &p_.inbox;
       auto reporter = p_.system.spawn([inbox]() -> coordinator_actor::behavior_type {
         return {
-            [](run_atom, const std::vector<caf::actor>&, uint32_t) { return std::string(); },
-            [inbox](done_atom, NodeId id, std::string& error) {
+            [](run_atom, const std::vector<caf::actor>&, uint32_t) { return Status(); },
+            [inbox](done_atom, NodeId id, Status& error) {
               inbox->push_done(id, std::move(error));
             },
         };
@@ -467,8 +467,8 @@ class Member {
       }
       for (auto& [id, error] : p_.inbox.take_done()) {
         ++reports;
-        if (!error.empty() && local_error.empty())
-          local_error = fmt::format("node {}: {}", id, error);
+        if (!error.ok() && local_error.empty())
+          local_error = fmt::format("node {}: {}", id, error.message());
       }
       if (o_.role == MemberRole::worker && !done_sent &&
           (reports == reports_expected_ || !local_error.empty())) {

@@ -89,10 +89,14 @@ using aggregator_actor =
                      caf::reacts_to<PsError>, caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
 // The coordinator: `run` (the workers to start, how many reports to wait for) starts the
-// workers and is answered when every worker and aggregator has finished (an empty string) or
-// one has failed (its error).
-using coordinator_actor = caf::typed_actor<
-    caf::replies_to<run_atom, std::vector<caf::actor>, uint32_t>::with<std::string>,
-    caf::reacts_to<done_atom, NodeId, std::string>>;
+// workers and is answered when every worker and aggregator has finished (an ok Status) or one
+// has failed (its error, with its code: bad input, a store's io error, ...).
+using coordinator_actor =
+    caf::typed_actor<caf::replies_to<run_atom, std::vector<caf::actor>, uint32_t>::with<Status>,
+                     caf::reacts_to<done_atom, NodeId, Status>>;
 
 }  // namespace colony
+
+// Errors between actors are our own Status (code and message); they never leave the process
+// (the wire carries its own error messages), so no inspect function is needed.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(colony::Status)
