@@ -13,6 +13,7 @@
 #include "data/reader.h"
 #include "gpu/reduce.h"
 #include "ps/shard_core.h"
+#include "tests/test_shard.h"
 #include "worker/aggregator_core.h"
 #include "worker/kv_client.h"
 #include "worker/trainer.h"
@@ -415,14 +416,7 @@ BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_point
     Status erase(std::span<const uint64_t> keys) override { return inner.erase(keys); }
     MemoryRowStore inner;
   };
-  ShardConfig sc{0,
-                 0,
-                 3,
-                 default_optimizer_config(OptimizerKind::adagrad),
-                 RowInit{1, 1, 0.1f},
-                 Consistency{},
-                 {7},
-                 ShardMapSpec{1, 1, 16, 0}};
+  const ShardConfig sc = colony::testing::small_adagrad_shard();
   const size_t state = make_optimizer(sc.optimizer).value()->state_floats(3);
   auto stable = std::move(ShardCore::make(sc).value());
   auto unstable = std::move(ShardCore::make(sc, std::make_unique<Unstable>(3 + state)).value());

@@ -16,6 +16,7 @@
 #include "storage/checkpoint.h"
 #include "storage/store_spec.h"
 #include "tests/temp_dir.h"
+#include "tests/test_shard.h"
 
 using namespace colony;
 namespace fs = std::filesystem;
@@ -87,14 +88,7 @@ BOOST_AUTO_TEST_CASE(a_restored_checkpoint_holds_values_and_optimizer_state_for_
     spec.dir = dir.sub("store");
     spec.cache_bytes = kind == StoreKind::tiered ? 20 * (6 * sizeof(float) + 64) : 0;
     const StoreIdentity id{"job", 0, 1, 6};
-    ShardConfig sc{0,
-                   0,
-                   3,
-                   default_optimizer_config(OptimizerKind::adagrad),
-                   RowInit{1, 1, 0.1f},
-                   Consistency{},
-                   {7},
-                   ShardMapSpec{1, 1, 16, 0}};
+    const ShardConfig sc = colony::testing::small_adagrad_shard();
     auto shard =
         std::move(ShardCore::make(sc, std::move(open_shard_store(spec, id).value())).value());
     auto step = [&](uint32_t t) {

@@ -14,6 +14,7 @@
 #include "storage/rocksdb_store.h"
 #include "storage/store_spec.h"
 #include "tests/temp_dir.h"
+#include "tests/test_shard.h"
 
 using namespace colony;
 namespace fs = std::filesystem;
@@ -238,14 +239,7 @@ BOOST_AUTO_TEST_CASE(a_failed_write_fails_the_commit_and_stops_the_shard) {
   auto table =
       open_table(dir.sub("db"), StoreIdentity{"c", 0, 1, 3 + 3});  // width 3 + adagrad state 3
   RocksTable* raw = table.get();
-  ShardConfig sc{0,
-                 0,
-                 3,
-                 default_optimizer_config(OptimizerKind::adagrad),
-                 RowInit{1, 1, 0.1f},
-                 Consistency{},
-                 {7},
-                 ShardMapSpec{1, 1, 16, 0}};
+  const ShardConfig sc = colony::testing::small_adagrad_shard();
   auto shard =
       std::move(ShardCore::make(sc, std::make_unique<RocksRowStore>(std::move(table))).value());
   std::vector<uint64_t> keys{make_key(1, 1), make_key(1, 2)};
@@ -268,14 +262,7 @@ BOOST_AUTO_TEST_CASE(a_failed_write_fails_the_commit_and_stops_the_shard) {
 
 BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_shard) {
   TempDir dir;
-  ShardConfig sc{0,
-                 0,
-                 3,
-                 default_optimizer_config(OptimizerKind::adagrad),
-                 RowInit{1, 1, 0.1f},
-                 Consistency{},
-                 {7},
-                 ShardMapSpec{1, 1, 16, 0}};
+  const ShardConfig sc = colony::testing::small_adagrad_shard();
   const StoreIdentity id{"c", 0, 1, 6};
   auto memory = std::move(ShardCore::make(sc).value());
   auto rocks = std::move(
