@@ -7,6 +7,7 @@
 #include "actors/daemon_process.h"
 #include "gpu/reduce.h"
 #include "ps/cluster_layout.h"
+#include "ps/member_core.h"
 #include "storage/checkpoint.h"
 #include "worker/train_job.h"
 #include "worker/wiring.h"
@@ -55,151 +56,116 @@ class Member {
     me_.incarnation = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
     log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role),
                      me_.endpoint, security_text(keys_), o_.coordinator));
-    auto welcome = join();
-    if (!welcome) return welcome.status();
-    if (!welcome->has_value()) return Status();  // stopped or told to shut down before the start
-    welcome_ = std::move(**welcome);
-    if (Status s = build(); !s.ok()) {
-      (void)send(Leave{s.message()});
-      return s;
-    }
-    if (Status s = send(Ready{}); !s.ok()) return s;
-    const MemberInfo& self = welcome_.members[you_];
-    log_(fmt::format(
-        "built my cores (nodes {}..{}{}); ready", self.first_node, self.first_node + self.count - 1,
-        self.has_aggregator ? fmt::format(", aggregator {}", self.aggregator) : std::string()));
-    return serve();
+    MemberConfig mc;
+    mc.me = me_;
+    mc.join_timeout_ms = o_.join_timeout_ms;
+    mc.join_retry_ms = join_retry_ms;
+    mc.notice_ms = notice_ms;
+    mc.coordinator = o_.coordinator;
+    mc.takes_checkpoints = o_.role == MemberRole::ps;
+    auto core = MemberCore::make(mc, now_ms());
+    if (!core) return core.status();
+    core_.emplace(std::move(core.value()));
+    MemberEffects fx;
+    core_->start(now_ms(), fx);
+    return loop(fx);
   }
 
  private:
-  Status send(ControlBody body, bool wait = true) {
-    return p_.bridge->send_control(o_.coordinator, keys_.server_public,
-                                   ControlMessage{you_, std::move(body)}, wait);
-  }
-
-  // Until a Welcome: nullopt inside when the job ended (or a signal came) before it.
-  Expected<std::optional<Welcome>> join() {
-    const uint64_t start = now_ms();
-    uint64_t next_join = start, next_notice = start + notice_ms;
-    bool acknowledged = false;
-    std::string status;
+  // The member loop: local events and control messages into the member core, its effects
+  // carried out, until it ends.
+  Status loop(MemberEffects& fx) {
+    int signals_seen = 0;
     for (;;) {
-      const uint64_t now = now_ms();
-      if (signals_.stop_requests.load() > 0) {
-        log_("stopped by a signal before the job started");
-        return std::optional<Welcome>();
+      if (auto exit = carry_out(fx)) return *exit;
+      const int stops = signals_.stop_requests.load();
+      if (stops > signals_seen) {
+        signals_seen = stops;
+        core_->stop(now_ms(), fx);
       }
-      if (now - start >= o_.join_timeout_ms) {
-        if (acknowledged)
-          return Status::internal(
-              fmt::format("the cluster did not fill within {} s (--join-timeout): {}",
-                          o_.join_timeout_ms / 1000, status));
-        return Status::internal(
-            fmt::format("no answer from the coordinator at {} within {} s (--join-timeout): is it "
-                        "running and reachable from "
-                        "here, with the same --cluster-id, and is this process's public key in its "
-                        "authorized_keys?",
-                        o_.coordinator, o_.join_timeout_ms / 1000));
-      }
-      if (!acknowledged && now >= next_join) {
-        // Not waiting: with no connection yet there is no queue, and the loop must keep its
-        // deadlines. An unsent Join is simply sent again next time.
-        (void)send(Join{me_}, /*wait=*/false);
-        next_join = now + join_retry_ms;
-      }
-      if (now >= next_notice) {
-        log_(acknowledged ? fmt::format("joined; waiting for the cluster to fill: {}", status)
-                          : fmt::format("waiting for the coordinator at {} ({} s): no answer yet",
-                                        o_.coordinator, (now - start) / 1000));
-        next_notice = now + notice_ms;
-      }
-      for (ControlMessage& m : p_.inbox.wait(poll_ms)) {
-        if (auto* j = std::get_if<Joined>(&m.body)) {
-          if (!acknowledged) log_("the coordinator took my join: " + j->status);
-          acknowledged = true;
-          status = j->status;
-        } else if (auto* r = std::get_if<Refuse>(&m.body)) {
-          return Status::internal("the coordinator refused this member: " + r->reason);
-        } else if (auto* w = std::get_if<Welcome>(&m.body)) {
-          if (Status s = take_layout(*w); !s.ok()) {
-            p_.bridge->count_bad_message();
-            log_("ignored a layout from the coordinator: " + s.message());
-            continue;
-          }
-          return std::optional<Welcome>(std::move(*w));
-        } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
-          if (s->error.empty()) return std::optional<Welcome>();
-          return Status::internal("the coordinator ended the job: " + s->error);
-        }
-      }
+      if (Status e = p_.first_error(); !e.ok()) core_->fail(e, fx);
+      if (auto copies = p_.inbox.take_checkpoints(); !copies.empty())
+        core_->checkpointed(std::move(copies), fx);
+      for (auto& [id, error] : p_.inbox.take_done()) core_->node_done(id, error, now_ms(), fx);
+      if (now_ms() >= core_->next_deadline()) core_->on_timer(now_ms(), fx);
+      if (auto exit = carry_out(fx)) return *exit;
+      const uint64_t now = now_ms(), deadline = core_->next_deadline();
+      const uint64_t wait = deadline <= now ? 0 : std::min<uint64_t>(poll_ms, deadline - now);
+      for (ControlMessage& m : p_.inbox.wait(wait)) core_->on_message(m, now_ms(), fx);
     }
   }
 
-  // Checks a Welcome (ids, counts, and that it names this member as it joined) and keeps its
-  // layout; nothing is built from a layout that does not add up.
-  Status take_layout(const Welcome& w) {
-    auto layout = ClusterLayout::make(w);
-    if (!layout) return layout.status();
-    const MemberInfo& self = w.members[w.you];
-    if (self.role != me_.role || self.count != me_.count || self.endpoint != me_.endpoint ||
-        self.public_key != me_.public_key)
-      return Status::invalid_input(fmt::format("it names this member as a {} at {} hosting {}",
-                                               to_string(self.role), self.endpoint, self.count));
-    layout_.emplace(std::move(layout.value()));
-    return Status();
-  }
-
-  // Whether a control message received while serving makes sense in this layout; counted and
-  // dropped otherwise (it came with the coordinator's key, yet is not believed blindly).
-  Status check_served(const ControlMessage& m) const {
-    auto nodes_ok = [&](const std::vector<NodeId>& nodes, bool durable_shards) {
-      for (NodeId n : nodes) {
-        if (n >= layout_->nodes()) return false;
-        if (durable_shards) {
-          const auto owner = layout_->owner(n);
-          if (layout_->role(n) != NodeRole::shard || !owner || !layout_->members()[*owner].durable)
-            return false;
-        }
+  // Carries out the core's effects (which may call the core again, adding effects); the
+  // member's exit status once it has ended.
+  std::optional<Status> carry_out(MemberEffects& fx) {
+    while (true) {
+      MemberEffects e = std::exchange(fx, MemberEffects{});
+      for (const std::string& line : e.log) log_(line);
+      if (e.build) core_->built(build(*e.build), now_ms(), fx);
+      if (e.start) {
+        for (auto& a : worker_actors_) caf::anon_send(a, start_atom::value);
       }
-      return true;
-    };
-    if (auto* lost = std::get_if<NodesLost>(&m.body))
-      return nodes_ok(lost->nodes, false)
-                 ? Status()
-                 : Status::invalid_input("NodesLost names nodes outside the layout");
-    if (auto* back = std::get_if<ShardsRestarted>(&m.body))
-      return nodes_ok(back->nodes, true)
-                 ? Status()
-                 : Status::invalid_input(
-                       "ShardsRestarted names nodes that are not shards of a durable ps");
-    if (auto* done = std::get_if<CheckpointComplete>(&m.body)) {
-      if (o_.role != MemberRole::ps || checkpoint_root_.empty())
-        return Status::invalid_input("CheckpointComplete to a member that takes no checkpoints");
-      if (done->shards.size() != layout_->shards())
-        return Status::invalid_input(fmt::format("CheckpointComplete lists {} shards of {}",
-                                                 done->shards.size(), layout_->shards()));
-      for (size_t s = 0; s < done->shards.size(); ++s)
-        if (done->shards[s].shard != s || done->shards[s].dir != fmt::format("shard-{}", s))
-          return Status::invalid_input(
-              fmt::format("CheckpointComplete's entry {} is not shard {}", s, s));
-      return Status();
+      if (e.stop_feeding)
+        for (auto& s : sources_) s->stop();
+      if (!e.lost.empty()) p_.bridge->mark_lost(e.lost);
+      if (!e.restarted.empty()) {
+        p_.bridge->unmark_lost(e.restarted);
+        for (auto& a : worker_actors_) caf::anon_send(a, restarted_atom::value, e.restarted);
+        if (aggregator_)
+          caf::anon_send(p_.shared->nodes[self().aggregator], restarted_atom::value, e.restarted);
+      }
+      if (e.manifest)
+        if (Status s = write_checkpoint_manifest(*e.manifest); !s.ok()) core_->fail(s, fx);
+      if (e.drain) {
+        drain_ps();
+        core_->drained(fx);
+      }
+      for (ControlBody& body : e.control) {
+        const bool join = std::holds_alternative<Join>(body);
+        fill_counters(body);
+        // A Join is not waited for: with no connection yet there is no queue, and the loop must
+        // keep its deadlines. An unsent Join is simply sent again next time.
+        Status s = send(std::move(body), /*wait=*/!join);
+        if (!s.ok() && !join && !e.exit) return s;
+      }
+      if (e.exit) return e.exit;
+      if (fx.control.empty() && fx.log.empty() && !fx.exit && !fx.build && !fx.drain &&
+          !fx.manifest && !fx.start && !fx.stop_feeding && fx.lost.empty() && fx.restarted.empty())
+        return std::nullopt;
     }
-    const bool expected = std::holds_alternative<Start>(m.body) ||
-                          std::holds_alternative<ShardSummaryRequest>(m.body) ||
-                          std::holds_alternative<Shutdown>(m.body) ||
-                          std::holds_alternative<Heartbeat>(m.body);
-    return expected ? Status()
-                    : Status::invalid_input(fmt::format(
-                          "a control message of kind {} while training", m.body.index()));
   }
 
-  Status build() {
-    const Welcome& w = welcome_;
+  const MemberInfo& self() const { return core_->welcome().members[core_->you()]; }
+
+  // The counters of a MemberDone, ShardSummary or Heartbeat about to go out, from the cores.
+  void fill_counters(ControlBody& body) {
+    if (auto* d = std::get_if<MemberDone>(&body)) {
+      add_summary(*d);
+      if (d->error.empty()) log_(fmt::format("done: {} samples in {} steps", d->samples, d->steps));
+    } else if (auto* s = std::get_if<ShardSummary>(&body)) {
+      const uint64_t own = s->bad_messages;
+      *s = summarize_shards();
+      s->bad_messages += own;
+      log_(fmt::format("training is over: {} rows in {} shard{}", s->table_rows, o_.count,
+                       o_.count == 1 ? "" : "s"));
+    } else if (auto* h = std::get_if<Heartbeat>(&body)) {
+      h->samples = p_.shared->samples.load();
+    }
+  }
+
+  Status send(ControlBody body, bool wait = true) {
+    const uint32_t from =
+        core_ && core_->phase() != MemberPhase::joining ? core_->you() : control_from_unknown;
+    return p_.bridge->send_control(o_.coordinator, keys_.server_public,
+                                   ControlMessage{from, std::move(body)}, wait);
+  }
+
+  // Builds this member's cores from a Welcome the member core has checked.
+  Status build(const Welcome& w) {
+    welcome_ = w;
     you_ = w.you;
+    layout_.emplace(*core_->layout());
     const MemberInfo& self = w.members[w.you];
-    if (self.count != o_.count || self.role != o_.role)
-      return Status::internal(
-          "the layout from the coordinator does not match what this member offered");
     auto& nodes = p_.shared->nodes;
     nodes.resize(layout_->nodes());
     const JobSpec& job = w.job;
@@ -322,7 +288,6 @@ class Member {
                   p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count);
               !s.ok())
             return s;
-      reports_expected_ = local.size();
     }
     p_.bridge->set_layout(*layout_, keys_.server_public);
     p_.bridge->set_routing_ready(local);
@@ -358,10 +323,9 @@ class Member {
     return Status();
   }
 
-  MemberDone summary(const std::string& error) const {
-    MemberDone d;
-    d.error = error;
-    d.drained = draining_;
+  // Adds the counters of this process's cores to `d` (its error, drained and the member
+  // core's bad_messages are set).
+  void add_summary(MemberDone& d) const {
     for (const auto& w : workers_) {
       const WorkerStats& st = w->stats();
       d.samples += st.samples;
@@ -382,23 +346,21 @@ class Member {
       d.replies_dropped += aggregator_->stats().replies_dropped;
     }
     for (const auto& s : sources_) d.bad_lines_skipped += s->last_stats().bad_lines_skipped;
-    d.bad_messages = p_.bridge->stats().bad_messages;
+    d.bad_messages += p_.bridge->stats().bad_messages;
     d.cpu_seconds = cpu_seconds() - cpu_start_;
     d.read_from_cache = !sources_.empty();
     for (const auto& s : sources_)
       d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;
-    return d;
   }
 
-  Status drain_ps() {
+  // Waits until every shard of this ps has handled what it was sent.
+  void drain_ps() {
     caf::scoped_actor self{p_.system};
     for (NodeId n = welcome_.members[you_].first_node;
          n < welcome_.members[you_].first_node + o_.count; ++n)
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
                     quiesce_atom::value)
           .receive([](bool) {}, [](caf::error&) {});
-    log_("drained: every shard has handled what it was sent; leaving");
-    return send(Leave{"stopped by SIGTERM"});
   }
 
   // The summary of this process's shards, asked of each shard actor (which answers once it has
@@ -420,145 +382,17 @@ class Member {
     return sum;
   }
 
-  Status serve() {
-    const Welcome& w = welcome_;
-    uint64_t last_heard = now_ms(), next_heartbeat = last_heard;
-    int signals_seen = 0;
-    bool started = false, done_sent = false;
-    size_t reports = 0;
-    std::string local_error;
-    for (;;) {
-      const uint64_t now = now_ms();
-      const int stops = signals_.stop_requests.load();
-      if (stops > signals_seen) {
-        signals_seen = stops;
-        if (o_.role == MemberRole::ps) {
-          log_("SIGTERM: draining the shards");
-          return drain_ps();
-        }
-        if (!draining_) {
-          draining_ = true;
-          if (!started) {
-            log_("SIGTERM before the start: leaving");
-            return send(Leave{"stopped by SIGTERM before the start"});
-          }
-          log_(
-              "SIGTERM: taking no more batches; waiting for the pushes in flight to be "
-              "acknowledged");
-          for (auto& s : sources_) s->stop();
-        }
-      }
-      if (Status e = p_.first_error(); !e.ok()) {
-        log_("failed: " + e.message());
-        if (o_.role == MemberRole::worker && !done_sent)
-          (void)send(summary(e.message()));
-        else
-          (void)send(Leave{e.message()});
-        return e;
-      }
-      if (auto copies = p_.inbox.take_checkpoints(); !copies.empty()) {
-        std::map<uint32_t, ShardsCheckpointed> by_step;
-        for (auto& [step, copy] : copies) {
-          by_step[step].step = step;
-          by_step[step].shards.push_back(std::move(copy));
-        }
-        for (auto& [step, report] : by_step)
-          if (Status s = send(std::move(report)); !s.ok()) return s;
-      }
-      for (auto& [id, error] : p_.inbox.take_done()) {
-        ++reports;
-        if (!error.ok() && local_error.empty())
-          local_error = fmt::format("node {}: {}", id, error.message());
-      }
-      if (o_.role == MemberRole::worker && !done_sent &&
-          (reports == reports_expected_ || !local_error.empty())) {
-        const MemberDone d = summary(local_error);
-        if (Status s = send(d); !s.ok()) return s;
-        done_sent = true;
-        log_(local_error.empty() ? fmt::format("done: {} samples in {} steps", d.samples, d.steps)
-                                 : "failed: " + local_error);
-        if (!local_error.empty()) return Status::internal(local_error);
-        if (draining_) {
-          log_("drained; exiting");
-          return Status();
-        }
-      }
-      if (now >= next_heartbeat) {
-        if (Status s = send(Heartbeat{p_.shared->samples.load()}); !s.ok()) return s;
-        next_heartbeat = now + w.heartbeat_ms;
-      }
-      if (now > last_heard + w.heartbeat_timeout_ms)
-        return Status::internal(fmt::format("lost the coordinator at {}: nothing heard for {} ms",
-                                            o_.coordinator, now - last_heard));
-      for (ControlMessage& m : p_.inbox.wait(poll_ms)) {
-        if (Status bad = check_served(m); !bad.ok()) {
-          p_.bridge->count_bad_message();
-          log_served_drop(bad.message());
-          continue;
-        }
-        last_heard = now_ms();
-        if (std::holds_alternative<Start>(m.body)) {
-          if (started || o_.role != MemberRole::worker) continue;
-          started = true;
-          log_(fmt::format("training starts: {} replica{}", worker_actors_.size(),
-                           worker_actors_.size() == 1 ? "" : "s"));
-          for (auto& a : worker_actors_) caf::anon_send(a, start_atom::value);
-        } else if (auto* lost = std::get_if<NodesLost>(&m.body)) {
-          p_.bridge->mark_lost(lost->nodes);
-          log_(lost->reason + ": no longer sending to its nodes");
-        } else if (std::holds_alternative<ShardSummaryRequest>(m.body)) {
-          if (o_.role != MemberRole::ps) continue;
-          const ShardSummary sum = summarize_shards();
-          log_(fmt::format("training is over: {} rows in {} shard{}", sum.table_rows, o_.count,
-                           o_.count == 1 ? "" : "s"));
-          if (Status s = send(sum); !s.ok()) return s;
-        } else if (auto* complete = std::get_if<CheckpointComplete>(&m.body)) {
-          if (Status s = write_checkpoint_manifest(*complete); !s.ok()) {
-            log_("failed: " + s.message());
-            (void)send(Leave{s.message()});
-            return s;
-          }
-        } else if (auto* back = std::get_if<ShardsRestarted>(&m.body)) {
-          if (back->nodes.empty()) continue;
-          p_.bridge->unmark_lost(back->nodes);
-          log_(fmt::format("shards {}..{} restarted: re-sending what they may have lost",
-                           back->nodes.front(), back->nodes.back()));
-          for (auto& a : worker_actors_) caf::anon_send(a, restarted_atom::value, back->nodes);
-          if (aggregator_)
-            caf::anon_send(p_.shared->nodes[welcome_.members[you_].aggregator],
-                           restarted_atom::value, back->nodes);
-        } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
-          if (s->error.empty()) {
-            log_("the job is over; exiting");
-            return Status();
-          }
-          return Status::internal("the coordinator ended the job: " + s->error);
-        }
-      }
-    }
-  }
-
-  // At most once a minute, like the bridge's own drops.
-  void log_served_drop(const std::string& why) {
-    const uint64_t now = now_ms();
-    if (now < next_drop_log_ms_) return;
-    next_drop_log_ms_ = now + 60'000;
-    log_(fmt::format(
-        "dropped a control message: {} ({} bad messages so far; logged at most once a minute)", why,
-        p_.bridge->stats().bad_messages));
-  }
-
   const MemberDaemonOptions& o_;
   const DaemonLog& log_;
   DaemonSignals& signals_;
   Keys keys_;
   MemberInfo me_;
-  Welcome welcome_;
+  std::optional<MemberCore> core_;
+  Welcome welcome_;                        // as the member core took it
   std::optional<ClusterLayout> layout_;    // from welcome_, checked
   std::vector<StoreIdentity> identities_;  // of this ps's shards, in node order
   std::string checkpoint_root_;            // with checkpoints: where they go
   const double cpu_start_ = cpu_seconds();
-  uint64_t next_drop_log_ms_ = 0;
   uint32_t you_ = control_from_unknown;
   std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
   std::vector<std::shared_ptr<ShardCore>> shard_cores_;
@@ -566,8 +400,6 @@ class Member {
   std::vector<std::shared_ptr<WorkerSource>> sources_;
   std::shared_ptr<AggregatorCore> aggregator_;
   std::vector<caf::actor> worker_actors_;
-  size_t reports_expected_ = 0;
-  bool draining_ = false;
   Process p_;  // last: destroyed first, before the cores its actors use
 };
 

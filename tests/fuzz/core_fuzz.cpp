@@ -23,6 +23,9 @@
 //                it sent or not) and resync notices.
 //   layout       ClusterLayout::make over arbitrary Welcomes (and mutated valid ones): when it
 //                accepts, every node it names is below nodes(), and checks never crash.
+//   member       MemberCore as one member of a valid layout: its Welcome (mutated or not),
+//                arbitrary control messages and local events in any order. An ended core
+//                sends nothing; every node its effects name is in the layout it took.
 //
 // Every size is bounded by the constants below, so no input allocates without bound.
 #include <algorithm>
@@ -43,6 +46,7 @@
 
 #include "ps/cluster_layout.h"
 #include "ps/coordinator_core.h"
+#include "ps/member_core.h"
 #include "ps/shard_core.h"
 #include "worker/kv_client.h"
 
@@ -948,11 +952,99 @@ void fuzz_layout(Input& in) {
   if (l.ok()) check_layout(in, l.value());
 }
 
+// ---- member ----
+
+// A MemberCore joining the layout of cluster_of (as one of its members, so its Welcome is
+// taken), fed arbitrary control messages, that Welcome (mutated or not) and local events in any
+// order, with time moving forward. It must never crash; once ended it sends nothing more; every
+// node it names in effects is a node of the layout it took.
+void fuzz_member(Input& in) {
+  Welcome w = cluster_of(in);
+  w.heartbeat_ms = 1 + in.below(64);
+  w.heartbeat_timeout_ms = w.heartbeat_ms + 1 + in.below(256);
+  w.resume = in.flag();
+  MemberConfig config;
+  config.me = w.members[w.you];
+  config.me.durable = in.flag();
+  w.members[w.you].durable = config.me.durable;
+  config.join_timeout_ms = 1 + in.below(4096);
+  config.join_retry_ms = 1 + in.below(512);
+  config.notice_ms = 1 + in.below(512);
+  config.takes_checkpoints = in.flag();
+  uint64_t now_ms = in.u32();
+  auto made = MemberCore::make(config, now_ms);
+  require(made.ok(), "a valid member configuration was refused");
+  MemberCore& core = made.value();
+  bool ended = false;
+  auto check = [&](const MemberEffects& fx) {
+    require(!ended || (fx.control.empty() && !fx.build && !fx.exit),
+            "an ended member core still had effects");
+    if (fx.build)
+      require(ClusterLayout::make(*fx.build).ok() && core.layout().has_value(),
+              "the member core built from a layout that does not add up");
+    for (const std::vector<NodeId>* nodes : {&fx.lost, &fx.restarted})
+      for (NodeId n : *nodes)
+        require(core.layout() && n < core.layout()->nodes(),
+                "the member core named a node outside its layout");
+    ended = ended || fx.exit.has_value();
+  };
+  MemberEffects fx;
+  core.start(now_ms, fx);
+  check(fx);
+  for (size_t op = 0; op < ops_max && !in.empty(); ++op) {
+    fx = {};
+    switch (in.below(16)) {
+      case 0:
+      case 1:
+        now_ms += in.below(time_step_max_ms);
+        core.on_timer(now_ms, fx);
+        break;
+      case 2:
+      case 3: {
+        Welcome v = w;
+        if (in.flag()) v.you = in.below(8);
+        if (in.flag())
+          v.members[in.below(static_cast<uint32_t>(v.members.size()))].first_node = in.u32();
+        v.resume = in.flag();
+        core.on_message({control_from_coordinator, v}, now_ms, fx);
+        break;
+      }
+      case 4:
+        core.built(in.flag() ? Status() : Status::io_error(in.text()), now_ms, fx);
+        break;
+      case 5:
+        core.node_done(in.u32(), in.flag() ? Status() : Status::internal(in.text()), now_ms, fx);
+        break;
+      case 6: {
+        std::vector<std::pair<uint32_t, ShardCheckpoint>> copies;
+        for (ShardCheckpoint& c : checkpoints_of(in)) copies.emplace_back(in.below(64), c);
+        core.checkpointed(std::move(copies), fx);
+        break;
+      }
+      case 7:
+        core.stop(now_ms, fx);
+        break;
+      case 8:
+        core.drained(fx);
+        break;
+      case 9:
+        if (in.below(8) == 0) core.fail(Status::io_error(in.text()), fx);
+        break;
+      default:
+        core.on_message({in.flag() ? control_from_coordinator : in.u32(), body_of(in)}, now_ms, fx);
+        break;
+    }
+    check(fx);
+    require(core.phase() != MemberPhase::ended || core.next_deadline() == UINT64_MAX,
+            "an ended member core has a deadline");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
-  switch (in.byte() % 4) {
+  switch (in.byte() % 5) {
     case 0:
       fuzz_coordinator(in);
       break;
@@ -962,8 +1054,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 2:
       fuzz_client(in);
       break;
-    default:
+    case 3:
       fuzz_layout(in);
+      break;
+    default:
+      fuzz_member(in);
       break;
   }
   return 0;

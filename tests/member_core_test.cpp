@@ -1,0 +1,388 @@
+// The member core on its own, and members with the real coordinator core: joining, the layout
+// check, serving, the end of the job, and control messages out of place (no sockets, no
+// threads, a fake clock).
+#define BOOST_TEST_MODULE member_core_test
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "common/hash.h"
+#include "ps/coordinator_core.h"
+#include "ps/member_core.h"
+
+using namespace colony;
+
+BOOST_TEST_DONT_PRINT_LOG_VALUE(colony::MemberPhase)
+BOOST_TEST_DONT_PRINT_LOG_VALUE(colony::CoordinatorPhase)
+
+namespace {
+
+MemberInfo info(MemberRole role, int i, uint32_t count = 1, bool durable = false) {
+  MemberInfo m;
+  m.role = role;
+  m.endpoint = "tcp://10.0.0." + std::to_string(i) + ":7000";
+  m.count = count;
+  m.data = role == MemberRole::worker ? "/data/train" : "";
+  m.durable = durable;
+  m.incarnation = 100 + i;
+  return m;
+}
+
+MemberConfig config(const MemberInfo& me) {
+  MemberConfig c;
+  c.me = me;
+  c.join_timeout_ms = 30'000;
+  c.join_retry_ms = 1'000;
+  c.notice_ms = 5'000;
+  c.coordinator = "tcp://10.0.0.1:7000";
+  return c;
+}
+
+template <class T>
+size_t count_of(const MemberEffects& fx) {
+  return std::count_if(fx.control.begin(), fx.control.end(),
+                       [](const ControlBody& b) { return std::holds_alternative<T>(b); });
+}
+
+bool logged(const MemberEffects& fx, const std::string& text) {
+  return std::any_of(fx.log.begin(), fx.log.end(),
+                     [&](const std::string& l) { return l.find(text) != std::string::npos; });
+}
+
+// A layout of one ps (two shards) and one worker (two replicas, an aggregator), as the
+// coordinator would hand it out, addressed to member `you`.
+Welcome layout(uint32_t you, bool durable = false) {
+  std::vector<MemberInfo> members = {info(MemberRole::ps, 2, 2, durable),
+                                     info(MemberRole::worker, 3, 2)};
+  JobSpec job;
+  job.hierarchical = true;
+  ShardMapSpec map;
+  Welcome w = plan_layout(members, job, map);
+  w.you = you;
+  w.heartbeat_ms = 1'000;
+  w.heartbeat_timeout_ms = 5'000;
+  return w;
+}
+
+MemberCore welcomed(const MemberInfo& me, const Welcome& w, uint64_t now = 0) {
+  auto core = MemberCore::make(config(me), now);
+  BOOST_REQUIRE(core.ok());
+  MemberEffects fx;
+  core->start(now, fx);
+  core->on_message({control_from_coordinator, Joined{"waiting"}}, now, fx);
+  core->on_message({control_from_coordinator, w}, now, fx);
+  BOOST_REQUIRE(fx.build.has_value());
+  MemberEffects built;
+  core->built(Status(), now, built);
+  BOOST_REQUIRE_EQUAL(count_of<Ready>(built), 1u);
+  return std::move(core.value());
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(joins_again_until_answered_and_times_out_naming_what_it_waited_for) {
+  auto core = MemberCore::make(config(info(MemberRole::worker, 3, 2)), 0);
+  BOOST_REQUIRE(core.ok());
+  MemberEffects fx;
+  core->start(0, fx);
+  BOOST_TEST(count_of<Join>(fx) == 1u);
+  BOOST_TEST(core->next_deadline() == 1'000u);
+  fx = {};
+  core->on_timer(1'000, fx);
+  BOOST_TEST(count_of<Join>(fx) == 1u);
+  fx = {};
+  core->on_timer(30'000, fx);
+  BOOST_REQUIRE(fx.exit.has_value());
+  BOOST_TEST(fx.exit->message().find("no answer from the coordinator at tcp://10.0.0.1:7000") !=
+             std::string::npos);
+  // Answered: no more Joins, and the timeout says the cluster did not fill.
+  auto answered = MemberCore::make(config(info(MemberRole::worker, 3, 2)), 0);
+  BOOST_REQUIRE(answered.ok());
+  fx = {};
+  answered->start(0, fx);
+  answered->on_message({control_from_coordinator, Joined{"waiting for 1 ps"}}, 10, fx);
+  fx = {};
+  answered->on_timer(5'000, fx);
+  BOOST_TEST(count_of<Join>(fx) == 0u);
+  BOOST_TEST(logged(fx, "waiting for 1 ps"));
+  fx = {};
+  answered->on_timer(30'000, fx);
+  BOOST_REQUIRE(fx.exit.has_value());
+  BOOST_TEST(fx.exit->message().find("did not fill") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_welcome_that_does_not_add_up_or_names_another_member_is_dropped) {
+  auto core = MemberCore::make(config(info(MemberRole::worker, 3, 2)), 0);
+  BOOST_REQUIRE(core.ok());
+  MemberEffects fx;
+  core->start(0, fx);
+  // Forged: node ids far outside the layout.
+  Welcome forged = layout(1);
+  forged.members[1].first_node = 1u << 30;
+  fx = {};
+  core->on_message({control_from_coordinator, forged}, 1, fx);
+  BOOST_TEST(!fx.build.has_value());
+  BOOST_TEST(core->bad_messages() == 1u);
+  BOOST_TEST(logged(fx, "dropped a control message"));
+  // Well formed, but `you` is the ps: not this member.
+  fx = {};
+  core->on_message({control_from_coordinator, layout(0)}, 2, fx);
+  BOOST_TEST(!fx.build.has_value());
+  BOOST_TEST(core->bad_messages() == 2u);
+  BOOST_TEST(fx.log.empty());  // logged at most once a minute
+  // Out of place before a Welcome.
+  core->on_message({control_from_coordinator, Start{}}, 3, fx);
+  core->on_message({control_from_coordinator, ShardsRestarted{{0}}}, 3, fx);
+  BOOST_TEST(core->bad_messages() == 4u);
+  BOOST_TEST(core->phase() == MemberPhase::joining);
+  // The real one is taken.
+  fx = {};
+  core->on_message({control_from_coordinator, layout(1)}, 4, fx);
+  BOOST_TEST(fx.build.has_value());
+  BOOST_TEST(core->phase() == MemberPhase::building);
+}
+
+BOOST_AUTO_TEST_CASE(a_serving_worker_drops_what_makes_no_sense_and_starts_once) {
+  MemberCore core = welcomed(info(MemberRole::worker, 3, 2), layout(1));
+  MemberEffects fx;
+  core.on_message({control_from_coordinator, ShardsRestarted{{0}}}, 10, fx);  // ps not durable
+  core.on_message({control_from_coordinator, NodesLost{{999}, "lies"}}, 10, fx);
+  core.on_message({control_from_coordinator, ShardSummaryRequest{}}, 10, fx);
+  core.on_message({control_from_coordinator, CheckpointComplete{}}, 10, fx);
+  core.on_message({control_from_coordinator, layout(1)}, 10, fx);
+  BOOST_TEST(core.bad_messages() == 5u);
+  BOOST_TEST(fx.restarted.empty());
+  BOOST_TEST(fx.lost.empty());
+  BOOST_TEST(fx.control.empty());
+  fx = {};
+  core.on_message({control_from_coordinator, Start{}}, 11, fx);
+  core.on_message({control_from_coordinator, Start{}}, 12, fx);
+  BOOST_TEST(fx.start);
+  BOOST_TEST(std::count_if(fx.log.begin(), fx.log.end(), [](const std::string& l) {
+               return l.find("training starts") != std::string::npos;
+             }) == 1);
+  // Two replicas and the aggregator report; then MemberDone, and the member stays until
+  // Shutdown.
+  fx = {};
+  core.node_done(2, Status(), 20, fx);
+  core.node_done(3, Status(), 20, fx);
+  BOOST_TEST(count_of<MemberDone>(fx) == 0u);
+  core.node_done(4, Status(), 21, fx);
+  BOOST_REQUIRE_EQUAL(count_of<MemberDone>(fx), 1u);
+  BOOST_TEST(std::get<MemberDone>(fx.control.back()).bad_messages == 5u);
+  BOOST_TEST(!fx.exit.has_value());
+  fx = {};
+  core.on_message({control_from_coordinator, Shutdown{}}, 30, fx);
+  BOOST_REQUIRE(fx.exit.has_value());
+  BOOST_TEST(fx.exit->ok());
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_replica_reports_and_ends_the_member) {
+  MemberCore core = welcomed(info(MemberRole::worker, 3, 2), layout(1));
+  MemberEffects fx;
+  core.on_message({control_from_coordinator, Start{}}, 1, fx);
+  fx = {};
+  core.node_done(3, Status::io_error("disk"), 2, fx);
+  BOOST_REQUIRE_EQUAL(count_of<MemberDone>(fx), 1u);
+  BOOST_TEST(std::get<MemberDone>(fx.control.front()).error == "node 3: disk");
+  BOOST_REQUIRE(fx.exit.has_value());
+  BOOST_TEST(fx.exit->message() == "node 3: disk");
+  fx = {};
+  core.node_done(2, Status(), 3, fx);  // after the end: nothing more
+  BOOST_TEST(fx.control.empty());
+}
+
+BOOST_AUTO_TEST_CASE(heartbeats_go_out_and_a_silent_coordinator_ends_the_member) {
+  MemberCore core = welcomed(info(MemberRole::ps, 2, 2), layout(0), 100);
+  MemberEffects fx;
+  core.on_timer(100, fx);
+  BOOST_TEST(count_of<Heartbeat>(fx) == 1u);
+  fx = {};
+  core.on_message({control_from_coordinator, Heartbeat{}}, 4'000, fx);
+  core.on_timer(8'000, fx);
+  BOOST_TEST(!fx.exit.has_value());
+  core.on_timer(9'001, fx);
+  BOOST_REQUIRE(fx.exit.has_value());
+  BOOST_TEST(fx.exit->message().find("lost the coordinator") != std::string::npos);
+  BOOST_TEST(core.next_deadline() == UINT64_MAX);
+}
+
+BOOST_AUTO_TEST_CASE(a_stopped_ps_drains_then_leaves_and_a_ps_takes_its_requests) {
+  MemberCore core = welcomed(info(MemberRole::ps, 2, 2, true), layout(0, true));
+  MemberEffects fx;
+  core.on_message({control_from_coordinator, ShardSummaryRequest{}}, 1, fx);
+  BOOST_TEST(count_of<ShardSummary>(fx) == 1u);
+  core.on_message({control_from_coordinator, Start{}}, 1, fx);  // to a ps: out of place
+  BOOST_TEST(core.bad_messages() == 1u);
+  fx = {};
+  core.stop(2, fx);
+  BOOST_TEST(fx.drain);
+  BOOST_TEST(!fx.exit.has_value());
+  fx = {};
+  core.drained(fx);
+  BOOST_TEST(count_of<Leave>(fx) == 1u);
+  BOOST_REQUIRE(fx.exit.has_value());
+  BOOST_TEST(fx.exit->ok());
+}
+
+BOOST_AUTO_TEST_CASE(a_worker_stopped_before_the_start_leaves_and_after_it_drains) {
+  MemberCore before = welcomed(info(MemberRole::worker, 3, 2), layout(1));
+  MemberEffects fx;
+  before.stop(1, fx);
+  BOOST_TEST(count_of<Leave>(fx) == 1u);
+  BOOST_TEST(fx.exit.has_value());
+  MemberCore after = welcomed(info(MemberRole::worker, 3, 2), layout(1));
+  fx = {};
+  after.on_message({control_from_coordinator, Start{}}, 1, fx);
+  fx = {};
+  after.stop(2, fx);
+  BOOST_TEST(fx.stop_feeding);
+  BOOST_TEST(!fx.exit.has_value());
+  for (NodeId n : {2u, 3u, 4u}) after.node_done(n, Status(), 3, fx);
+  BOOST_REQUIRE_EQUAL(count_of<MemberDone>(fx), 1u);
+  BOOST_TEST(std::get<MemberDone>(fx.control.back()).drained);
+  BOOST_TEST(fx.exit.has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_durable_ps_restart_reaches_the_workers_as_shards_restarted) {
+  MemberCore worker = welcomed(info(MemberRole::worker, 3, 2), layout(1, true));
+  MemberEffects fx;
+  worker.on_message({control_from_coordinator, NodesLost{{0, 1}, "ps lost"}}, 1, fx);
+  worker.on_message({control_from_coordinator, ShardsRestarted{{0, 1}}}, 2, fx);
+  BOOST_TEST(fx.lost == std::vector<NodeId>({0, 1}), boost::test_tools::per_element());
+  BOOST_TEST(fx.restarted == std::vector<NodeId>({0, 1}), boost::test_tools::per_element());
+  BOOST_TEST(worker.bad_messages() == 0u);
+  // A Welcome with `resume` for a ps that keeps nothing on disk is refused.
+  auto ps = MemberCore::make(config(info(MemberRole::ps, 2, 2)), 0);
+  BOOST_REQUIRE(ps.ok());
+  Welcome w = layout(0);
+  w.resume = true;
+  fx = {};
+  ps->on_message({control_from_coordinator, w}, 1, fx);
+  BOOST_TEST(!fx.build.has_value());
+  BOOST_TEST(ps->bad_messages() == 1u);
+}
+
+// Members and the real coordinator core, wired through a queue: every seed runs a job to the
+// end while control messages are duplicated, replayed and garbled on the way to the members.
+// Each member ends with the job (none fails), and every message the member core refuses is
+// counted.
+BOOST_AUTO_TEST_CASE(members_and_the_coordinator_finish_a_job_under_garbled_control_messages) {
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    SplitMix64 rng(seed);
+    CoordinatorConfig cc;
+    cc.shards = 2;
+    cc.workers = 2;
+    cc.job.hierarchical = seed % 2 == 0;
+    cc.heartbeat_ms = 1'000;
+    cc.heartbeat_timeout_ms = 5'000;
+    auto coordinator = CoordinatorCore::make(cc, 0);
+    BOOST_REQUIRE(coordinator.ok());
+    std::vector<MemberInfo> infos = {info(MemberRole::ps, 2, 2), info(MemberRole::worker, 3, 1),
+                                     info(MemberRole::worker, 4, 1)};
+    std::vector<MemberCore> members;
+    std::map<std::string, size_t> by_endpoint;
+    for (size_t i = 0; i < infos.size(); ++i) {
+      auto m = MemberCore::make(config(infos[i]), 0);
+      BOOST_REQUIRE(m.ok());
+      members.push_back(std::move(m.value()));
+      by_endpoint[infos[i].endpoint] = i;
+    }
+    std::vector<std::optional<Status>> exits(members.size());
+    std::vector<ControlMessage> history;  // what the coordinator sent, for replays
+    uint64_t garbled = 0;
+    uint64_t now = 0;
+    std::vector<std::pair<size_t, ControlMessage>> to_members;
+    auto member_effects = [&](size_t i, MemberEffects& fx) {
+      while (true) {
+        MemberEffects e = std::exchange(fx, MemberEffects{});
+        if (e.build) members[i].built(Status(), now, fx);
+        if (e.start)
+          for (NodeId n = 0; n < infos[i].count + (cc.job.hierarchical ? 1 : 0); ++n)
+            members[i].node_done(n, Status(), now, fx);
+        if (e.drain) members[i].drained(fx);
+        for (ControlBody& b : e.control) {
+          CoordinatorEffects out;
+          coordinator->on_message({i < members.size() && members[i].phase() != MemberPhase::joining
+                                       ? members[i].you()
+                                       : control_from_unknown,
+                                   std::move(b)},
+                                  now, out);
+          for (ControlOut& c : out.control)
+            to_members.emplace_back(by_endpoint.at(c.endpoint), std::move(c.message));
+          if (out.training_done) {
+            CoordinatorEffects end;
+            coordinator->finish("", end);
+            for (ControlOut& c : end.control)
+              to_members.emplace_back(by_endpoint.at(c.endpoint), std::move(c.message));
+          }
+        }
+        if (e.exit) exits[i] = e.exit;
+        if (fx.control.empty() && !fx.build && !fx.start && !fx.drain && !fx.exit) return;
+      }
+    };
+    for (size_t i = 0; i < members.size(); ++i) {
+      MemberEffects fx;
+      members[i].start(now, fx);
+      member_effects(i, fx);
+    }
+    for (int round = 0; round < 200 && coordinator->phase() != CoordinatorPhase::ended; ++round) {
+      now += 100;
+      auto batch = std::exchange(to_members, {});
+      for (auto& [i, m] : batch) {
+        history.push_back(m);
+        // A duplicate, a replay of an older message, or a garbled copy goes first.
+        const uint64_t r = rng.next() % 8;
+        std::optional<ControlMessage> extra;
+        if (r == 0) extra = m;
+        if (r == 1) extra = history[rng.next() % history.size()];
+        if (r == 2) {
+          ControlMessage g = m;
+          if (auto* w = std::get_if<Welcome>(&g.body)) {
+            if (!w->members.empty()) w->members[rng.next() % w->members.size()].first_node += 7;
+          } else {
+            g.body = NodesLost{{static_cast<NodeId>(1000 + rng.next() % 1000)}, "garbled"};
+          }
+          extra = g;
+        }
+        if (extra && !exits[i]) {
+          garbled += r == 2;
+          MemberEffects fx;
+          members[i].on_message(*extra, now, fx);
+          member_effects(i, fx);
+        }
+        if (exits[i]) continue;
+        MemberEffects fx;
+        members[i].on_message(m, now, fx);
+        member_effects(i, fx);
+      }
+      CoordinatorEffects out;
+      coordinator->on_timer(now, out);
+      for (ControlOut& c : out.control)
+        to_members.emplace_back(by_endpoint.at(c.endpoint), std::move(c.message));
+      for (size_t i = 0; i < members.size(); ++i) {
+        if (exits[i] || now < members[i].next_deadline()) continue;
+        MemberEffects fx;
+        members[i].on_timer(now, fx);
+        member_effects(i, fx);
+      }
+    }
+    // The final Shutdowns.
+    for (auto& [i, m] : to_members) {
+      MemberEffects fx;
+      members[i].on_message(m, now, fx);
+      member_effects(i, fx);
+    }
+    BOOST_TEST(coordinator->phase() == CoordinatorPhase::ended, "seed " << seed);
+    BOOST_TEST(coordinator->totals().workers_lost == 0u, "seed " << seed);
+    uint64_t refused = 0;
+    for (size_t i = 0; i < members.size(); ++i) {
+      BOOST_REQUIRE_MESSAGE(exits[i].has_value(), "seed " << seed << ": member " << i);
+      BOOST_TEST(exits[i]->ok(), "seed " << seed << ": " << exits[i]->message());
+      refused += members[i].bad_messages();
+    }
+    BOOST_TEST(refused >= garbled, "seed " << seed);
+  }
+}
