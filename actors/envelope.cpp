@@ -638,6 +638,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
             fmt::format("{} lost nodes, over {}", n.getNodes().size(), control_nodes_max));
       for (uint32_t id : n.getNodes()) x.nodes.push_back(id);
       if (Status s = read_text(n.getReason(), x.reason, "lost reason"); !s.ok()) return s;
+      x.epoch = r.getEpoch();
       m.body = std::move(x);
       return Status();
     }
@@ -666,6 +667,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
             fmt::format("{} restarted nodes, over {}", n.size(), control_nodes_max));
       ShardsRestarted x;
       for (uint32_t id : n) x.nodes.push_back(id);
+      x.epoch = r.getEpoch();
       m.body = std::move(x);
       return Status();
     }
@@ -764,6 +766,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));
           for (unsigned i = 0; i < b.nodes.size(); ++i) nodes.set(i, b.nodes[i]);
           n.setReason(b.reason);
+          c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, Leave>) {
           c.setLeave(b.reason);
         } else if constexpr (std::is_same_v<T, Shutdown>) {
@@ -771,6 +774,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
         } else if constexpr (std::is_same_v<T, ShardsRestarted>) {
           auto nodes = c.initShardsRestarted(static_cast<unsigned>(b.nodes.size()));
           for (unsigned i = 0; i < b.nodes.size(); ++i) nodes.set(i, b.nodes[i]);
+          c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, Refuse>) {
           c.setRefuse(b.reason);
         } else if constexpr (std::is_same_v<T, ShardSummaryRequest>) {

@@ -170,6 +170,7 @@ struct Control {
     shardsCheckpointed @16 :Checkpointed;
     checkpointComplete @17 :Checkpointed;
   }
+  epoch @18 :UInt64;          # nodesLost and shardsRestarted: the coordinator's count of them
 }
 struct ShardSummary {
   tableRows @0 :UInt64;

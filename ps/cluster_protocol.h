@@ -112,16 +112,23 @@ struct MemberDone {
   bool read_from_cache = false;  // every replica read a binary cache in its last epoch
 };
 
+// NodesLost and ShardsRestarted change what a member may send to: the coordinator numbers them
+// 1, 2, 3... in the order it sends them (`epoch`, one number per event), and a member takes one
+// only when its epoch is above the last it took, so a late or repeated one never undoes a newer
+// one (a NodesLost for a ps arriving again after its ShardsRestarted would stop its workers).
+
 // Sent to every member when members were lost: messages to these nodes are dropped from now on.
 struct NodesLost {
   std::vector<NodeId> nodes;
   std::string reason;
+  uint64_t epoch = 0;
 };
 
 // Sent to the worker members when a restarted ps is ready again: its shard nodes take messages
 // again, and every client re-sends what they may have lost (KvClient::resync).
 struct ShardsRestarted {
   std::vector<NodeId> nodes;
+  uint64_t epoch = 0;
 };
 
 // A member leaves on its own (SIGTERM); `reason` says why.

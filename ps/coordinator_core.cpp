@@ -129,11 +129,12 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
             out.ps.push_back(
                 {shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
       }
+      const uint64_t epoch = ++membership_epoch_;
       for (size_t w = 0; w < members_.size(); ++w)
         if (members_[w].role == MemberRole::worker && !state_[w].gone)
           out.control.push_back({members_[w].endpoint,
                                  members_[w].public_key,
-                                 {control_from_coordinator, ShardsRestarted{nodes}}});
+                                 {control_from_coordinator, ShardsRestarted{nodes, epoch}}});
       return;
     }
     if (phase_ != CoordinatorPhase::starting || st.ready) return;
@@ -408,7 +409,7 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
         fmt::format("; its rows are on disk: waiting up to {} s for it to restart with the "
                     "same --listen and --store",
                     config_.join_timeout_ms / 1000));
-    send_all(NodesLost{nodes, reason}, out);
+    send_all(NodesLost{nodes, reason, ++membership_epoch_}, out);
     return;
   }
   if (m.role == MemberRole::ps)
@@ -423,7 +424,9 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
   ++totals_.workers_lost;
   // Its senders will push nothing more: tell every shard they are done, so the consistency gate
   // stops waiting for them. A push of theirs still in flight arrives as a duplicate (its clock is
-  // not above clock_done) and is acknowledged without being applied.
+  // not above clock_done) and is acknowledged without being applied. Sent as a resync, so that
+  // a shard restarted over its durable store and waiting for every sender's resync takes it too
+  // (found by the simulator: a worker lost while a ps resumed left its shards waiting).
   std::vector<NodeId> senders, nodes;
   for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) nodes.push_back(n);
   if (m.has_aggregator) {
@@ -434,11 +437,12 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
   }
   for (NodeId sender : senders)
     for (NodeId shard = 0; shard < config_.shards; ++shard)
-      out.ps.push_back({shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done}});
+      out.ps.push_back(
+          {shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, /*resync=*/true}});
   const std::string reason = fmt::format("worker member {} at {} was lost: {}", i, m.endpoint, why);
   out.log.push_back(reason + "; the job goes on without its replicas (nodes " +
                     fmt::format("{}..{})", m.first_node, m.first_node + m.count - 1));
-  send_all(NodesLost{nodes, reason}, out);
+  send_all(NodesLost{nodes, reason, ++membership_epoch_}, out);
   maybe_trained(now_ms, out);
 }
 

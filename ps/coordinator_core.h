@@ -193,6 +193,7 @@ class CoordinatorCore {
   std::map<uint32_t, std::map<uint32_t, ShardCheckpoint>>
       checkpoints_pending_;          // step -> shard -> its copy
   uint64_t next_reject_log_ms_ = 0;  // rejections are logged at most once a minute
+  uint64_t membership_epoch_ = 0;    // NodesLost and ShardsRestarted sent (their epoch)
   uint64_t rejects_unlogged_ = 0;
 };
 

@@ -244,6 +244,16 @@ Status MemberCore::check_served(const ControlMessage& m) const {
 
 void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffects& out) {
   if (Status bad = check_served(m); !bad.ok()) return drop(bad, now_ms, out);
+  const uint64_t* epoch = nullptr;
+  if (auto* lost = std::get_if<NodesLost>(&m.body)) epoch = &lost->epoch;
+  if (auto* back = std::get_if<ShardsRestarted>(&m.body)) epoch = &back->epoch;
+  if (epoch) {
+    if (*epoch <= membership_epoch_)
+      return drop(Status::invalid_input(fmt::format("a {} of epoch {}, not after {}",
+                                                    kind_name(m.body), *epoch, membership_epoch_)),
+                  now_ms, out);
+    membership_epoch_ = *epoch;
+  }
   last_heard_ms_ = std::max(last_heard_ms_, now_ms);
   if (std::holds_alternative<Start>(m.body)) {
     if (started_ || draining_) return;

@@ -25,10 +25,11 @@
 // effects' contract) before they go out.
 //
 // Trust: control messages reach this core only from the coordinator's key (the driver checks
-// the key). They are still not believed blindly: a Welcome that does not add up, or a message
-// out of place in the current phase or naming nodes outside the layout, is dropped and
-// counted in bad_messages(); one log line a minute at most says so. Nothing here asserts on a
-// message's content.
+// the key). They are still not believed blindly: a Welcome that does not add up, a message out
+// of place in the current phase or naming nodes outside the layout, or a NodesLost or
+// ShardsRestarted whose epoch is not after the last one taken (a late or repeated one), is
+// dropped and counted in bad_messages(); one log line a minute at most says so. Nothing here
+// asserts on a message's content.
 #pragma once
 
 #include <cstdint>
@@ -141,6 +142,7 @@ class MemberCore {
   std::string local_error_;
   uint64_t bad_messages_ = 0;
   uint64_t next_drop_log_ms_ = 0;
+  uint64_t membership_epoch_ = 0;  // of the last NodesLost or ShardsRestarted taken
 };
 
 }  // namespace colony

@@ -144,6 +144,7 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
 }
 
 void ShardCore::begin_resync() {
+  if (config_.fault_skip_resync) return;
   resyncing_ = true;
   resynced_.clear();
 }
@@ -152,7 +153,11 @@ bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
   const MessageHeader& h =
       std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);
   const auto* clock = std::get_if<ClockAdvance>(&message);
-  if (clock && clock->resync) {
+  // A sender's first resync since the restart sets its clock. A later one (a client that got
+  // ShardsRestarted twice, or a resync its process sent before it died and the coordinator
+  // declared it done) is an ordinary clock advance: it never moves a clock back. A client that
+  // only pulls (a replica under hierarchical push) has no clock: its resync is just taken.
+  if (clock && clock->resync && (!resynced_.count(h.sender) || !clocks_.count(h.sender))) {
     if (stale(h, out)) return false;
     resynced_.insert(h.sender);
     auto it = clocks_.find(h.sender);
@@ -323,6 +328,8 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
 
 void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
   if (stale(r.header, out)) return;
+  // A resync from a client that only pulls, to a shard that never restarted: nothing to set.
+  if (r.resync && !clocks_.count(r.header.sender)) return;
   bool duplicate = false;
   if (!advance(r.header, r.clock, duplicate, out)) return;
   release_waiting(out);

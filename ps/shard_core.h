@@ -62,6 +62,9 @@ struct ShardConfig {
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
   bool fault_skip_consistency_gate = false;
+  // Another simulator-only site: begin_resync() does nothing, so a shard restarted over its
+  // durable store takes its peers' messages as if it had never stopped.
+  bool fault_skip_resync = false;
 };
 
 // The most pulls one sender may have waiting at a shard for the consistency gate: a client has
@@ -153,8 +156,9 @@ class ShardCore {
   // has resynced, whatever else it sends is dropped (counted in dropped_before_resync: it is
   // all re-sent), and pulls wait until every sender has resynced. Pushes the crashed process
   // had applied but not acknowledged come again and are applied again (at most the pushes a
-  // sender had in flight). Once every sender is done, pulls from anyone are answered (the
-  // coordinator's evaluation). Call before the first message.
+  // sender had in flight). A sender's first resync sets its clock; a later one is an ordinary
+  // clock advance (it never moves a clock back). Once every sender is done, pulls from anyone
+  // are answered (the coordinator's evaluation). Call before the first message.
   void begin_resync();
   // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
   RowStore& store() { return *store_; }

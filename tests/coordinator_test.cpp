@@ -563,8 +563,13 @@ BOOST_AUTO_TEST_CASE(a_restarted_member_is_recognised_by_its_incarnation) {
   BOOST_TEST(sent<NodesLost>(back).size() == 2u);  // told to the workers
   CoordinatorEffects ready;
   core.on_message({0, Ready{}}, 40, ready);
-  BOOST_TEST(sent<ShardsRestarted>(ready).size() == 2u);
+  BOOST_REQUIRE_EQUAL(sent<ShardsRestarted>(ready).size(), 2u);
   BOOST_TEST(core.totals().ps_restarts == 1u);
+  // Each event has its epoch, after the one before: a member can tell a late NodesLost.
+  const uint64_t lost_epoch = sent<NodesLost>(back)[0].second.epoch;
+  BOOST_TEST(lost_epoch >= 1u);
+  BOOST_TEST(sent<NodesLost>(back)[1].second.epoch == lost_epoch);
+  BOOST_TEST(sent<ShardsRestarted>(ready)[0].second.epoch == lost_epoch + 1);
   // A worker restarted while running is lost (the job goes on) and refused.
   MemberInfo w1b = w1;
   w1b.incarnation = 90;

@@ -249,11 +249,19 @@ BOOST_AUTO_TEST_CASE(a_worker_stopped_before_the_start_leaves_and_after_it_drain
 BOOST_AUTO_TEST_CASE(a_durable_ps_restart_reaches_the_workers_as_shards_restarted) {
   MemberCore worker = welcomed(info(MemberRole::worker, 3, 2), layout(1, true));
   MemberEffects fx;
-  worker.on_message({control_from_coordinator, NodesLost{{0, 1}, "ps lost"}}, 1, fx);
-  worker.on_message({control_from_coordinator, ShardsRestarted{{0, 1}}}, 2, fx);
+  worker.on_message({control_from_coordinator, NodesLost{{0, 1}, "ps lost", 1}}, 1, fx);
+  worker.on_message({control_from_coordinator, ShardsRestarted{{0, 1}, 2}}, 2, fx);
   BOOST_TEST(fx.lost == std::vector<NodeId>({0, 1}), boost::test_tools::per_element());
   BOOST_TEST(fx.restarted == std::vector<NodeId>({0, 1}), boost::test_tools::per_element());
   BOOST_TEST(worker.bad_messages() == 0u);
+  // The NodesLost again, late or repeated: it must not stop the workers sending to the shards
+  // that are back. Nor may the ShardsRestarted repeat (the clients would resync again).
+  fx = {};
+  worker.on_message({control_from_coordinator, NodesLost{{0, 1}, "ps lost", 1}}, 3, fx);
+  worker.on_message({control_from_coordinator, ShardsRestarted{{0, 1}, 2}}, 3, fx);
+  BOOST_TEST(fx.lost.empty());
+  BOOST_TEST(fx.restarted.empty());
+  BOOST_TEST(worker.bad_messages() == 2u);
   // A Welcome with `resume` for a ps that keeps nothing on disk is refused.
   auto ps = MemberCore::make(config(info(MemberRole::ps, 2, 2)), 0);
   BOOST_REQUIRE(ps.ok());

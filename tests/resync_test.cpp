@@ -119,3 +119,36 @@ BOOST_AUTO_TEST_CASE(a_restarted_shard_gets_back_what_was_in_flight_and_nothing_
   BOOST_TEST(value(*shard, 42) == init - 1121.0f);
   BOOST_TEST(shard->error().ok());
 }
+
+// Found by the simulator: a second resync from a sender (a ShardsRestarted seen twice, or one
+// its process sent before it died, arriving after the coordinator declared it done) must not
+// move its clock back; a pull-only client's resync (a replica under hierarchical push) is taken
+// without a clock, before and after the shard's restart.
+BOOST_AUTO_TEST_CASE(a_second_resync_never_moves_a_clock_back) {
+  TempDir dir;
+  auto shard = open_shard(dir.path.string());
+  shard->begin_resync();
+  Outbox out;
+  constexpr NodeId puller = 12;  // not a sender
+  shard->on_message(ClockAdvance{{a, 1, 1}, 3, true}, out);
+  shard->on_message(ClockAdvance{{b, 1, 1}, 3, true}, out);
+  shard->on_message(ClockAdvance{{puller, 1, 1}, 0, true}, out);
+  BOOST_TEST(out.empty());
+  BOOST_TEST(shard->min_clock() == 3u);
+  // The coordinator declares b done (a resync, in case the shard still waited for b).
+  shard->on_message(ClockAdvance{{b, 2, 1}, clock_done, true}, out);
+  // b's old process's resync arrives late, and a's comes again: ordinary advances, duplicates.
+  shard->on_message(ClockAdvance{{b, 3, 1}, 1, true}, out);
+  shard->on_message(ClockAdvance{{a, 3, 1}, 2, true}, out);
+  shard->on_message(ClockAdvance{{puller, 2, 1}, 0, true}, out);
+  for (const Outgoing& o : out) BOOST_TEST(!std::holds_alternative<PsError>(o.message));
+  BOOST_TEST(shard->min_clock() == 3u);
+  for (auto [node, clock] : shard->sender_clocks())
+    BOOST_TEST(clock == (node == b ? clock_done : 3u), "node " << node);
+  // A shard that never restarted takes a pull-only client's resync without refusing it.
+  TempDir other;
+  auto fresh = open_shard(other.path.string());
+  Outbox fresh_out;
+  fresh->on_message(ClockAdvance{{puller, 1, 1}, 0, true}, fresh_out);
+  BOOST_TEST(fresh_out.empty());
+}

@@ -116,7 +116,8 @@ BOOST_AUTO_TEST_CASE(sizes_not_a_multiple_of_eight_are_rejected) {
 }
 
 BOOST_AUTO_TEST_CASE(wrong_protocol_version_is_rejected_naming_it) {
-  for (uint16_t v : {uint16_t{0}, uint16_t{2}, uint16_t{777}, uint16_t{65535}}) {
+  for (uint16_t v :
+       {uint16_t{0}, uint16_t{1}, uint16_t{777}, uint16_t{65535}}) {  // 1: before epochs
     Envelope e;
     e.version = v;
     e.body = {1, 2, 3};
@@ -413,6 +414,7 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   for (size_t i = rng.next() % 10; i > 0; --i)
     lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
   lost.reason = random_text(rng, 100);
+  lost.epoch = rng.next();
   const uint32_t from = static_cast<uint32_t>(rng.next());
   return {
       {from, Join{random_member(rng)}},
@@ -426,8 +428,8 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
       {from, Shutdown{random_text(rng, 300)}},
       {from, Refuse{random_text(rng, 300)}},
       {from, Joined{random_text(rng, 300)}},
-      {from,
-       ShardsRestarted{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
+      {from, ShardsRestarted{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())},
+                             rng.next()}},
       {from, ShardSummaryRequest{}},
       {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
                           rng.next(), rng.next(), double(rng.next() % 1000) / 7.0}},
@@ -470,12 +472,13 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
                  x.bad_messages == y.bad_messages && x.cpu_seconds == y.cpu_seconds &&
                  x.read_from_cache == y.read_from_cache;
         if constexpr (std::is_same_v<T, NodesLost>)
-          return x.nodes == y.nodes && x.reason == y.reason;
+          return x.nodes == y.nodes && x.reason == y.reason && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, Leave>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Shutdown>) return x.error == y.error;
         if constexpr (std::is_same_v<T, Refuse>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Joined>) return x.status == y.status;
-        if constexpr (std::is_same_v<T, ShardsRestarted>) return x.nodes == y.nodes;
+        if constexpr (std::is_same_v<T, ShardsRestarted>)
+          return x.nodes == y.nodes && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, ShardSummary>) return x == y;
         if constexpr (std::is_same_v<T, ShardsCheckpointed> ||
                       std::is_same_v<T, CheckpointComplete>)

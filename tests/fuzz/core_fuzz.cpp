@@ -209,7 +209,7 @@ ControlBody body_of(Input& in) {
       return d;
     }
     case 6:
-      return NodesLost{nodes_of(in), in.text()};
+      return NodesLost{nodes_of(in), in.text(), in.below(8)};
     case 7:
       return Leave{in.text()};
     case 8:
@@ -219,7 +219,7 @@ ControlBody body_of(Input& in) {
     case 10:
       return Joined{in.text()};
     case 11:
-      return ShardsRestarted{nodes_of(in)};
+      return ShardsRestarted{nodes_of(in), in.below(8)};
     case 12:
       return ShardSummaryRequest{};
     default: {  // 13
