@@ -21,6 +21,7 @@ constexpr uint64_t auto_full_samples_max = 2'000'000;
 struct SimArgs {
   sim::SimOptions o;
   std::string push = "hierarchical";
+  std::string ps_store = "durable";
   std::string numerics = "auto";
   std::string model = "fm";
   std::string consistency = "bsp";
@@ -153,10 +154,17 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
   cmd->add_option("--fault-site", o.force_sites,
-                  "Force a fault site on: skip_ssp_gate, lose_log_tail");
+                  "Force a fault site on: skip_ssp_gate, lose_log_tail, skip_resync, "
+                  "garble_control, forge_ps");
+  cmd->add_option("--ps-store", a->ps_store,
+                  "Full numerics: durable (a crashed ps resumes from its store, as with --store "
+                  "rocksdb:DIR) or memory (a crashed ps fails the job)")
+      ->check(CLI::IsMember({"durable", "memory"}))
+      ->capture_default_str();
   return [a, profile]() {
     sim::SimOptions o = a->o;
     o.push = a->push == "flat" ? sim::PushKind::flat : sim::PushKind::hierarchical;
+    o.durable_ps = a->ps_store == "durable";
     auto model = parse_model(a->model);
     if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
     o.model.kind = *model;
@@ -288,6 +296,12 @@ Runner add_sim(CLI::App& app) {
       rep["coordinator_members"] = r.members;
       rep["workers_lost"] = r.workers_lost;
       rep["job_error"] = r.job_error;
+      rep["ps_store"] = o.durable_ps ? "durable" : "memory";
+      rep["ps_restarts"] = r.ps_restarts;
+      rep["clients_resynced"] = r.resyncs;
+      rep["control_messages_garbled"] = r.control_faults;
+      rep["ps_messages_forged"] = r.ps_forged;
+      rep["bad_messages"] = r.bad_messages;
       rep["heartbeat_ms"] = o.heartbeat_ms;
       rep["heartbeat_timeout_ms"] = o.heartbeat_timeout_ms;
     }
@@ -322,9 +336,13 @@ Runner add_sim(CLI::App& app) {
       std::printf("  MTBF %.0f s  Young/Daly interval %.0f s", r.mtbf_seconds,
                   r.young_daly_interval_seconds);
     if (r.members > 0)
-      std::printf("\n  coordinator: %u members, %u worker member%s lost%s%s", r.members,
-                  r.workers_lost, r.workers_lost == 1 ? "" : "s",
-                  r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
+      std::printf(
+          "\n  coordinator: %u members, %u worker member%s lost, %u ps restart%s (%llu clients "
+          "resynced), %llu messages refused%s%s",
+          r.members, r.workers_lost, r.workers_lost == 1 ? "" : "s", r.ps_restarts,
+          r.ps_restarts == 1 ? "" : "s", static_cast<unsigned long long>(r.resyncs),
+          static_cast<unsigned long long>(r.bad_messages),
+          r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
     std::printf("\n  invariants: %s\n",
                 r.invariant_violations.empty()
                     ? "all held"

@@ -94,7 +94,8 @@ struct SimOptions {
   // Seeded fault sites (BUGGIFY): each is switched on for a run with probability 1/2 drawn
   // from the seed when `buggify` is set, or forced on by name.
   bool buggify = false;
-  std::vector<std::string> force_sites;  // "skip_ssp_gate", "lose_log_tail"
+  // "skip_ssp_gate", "lose_log_tail", "skip_resync", "garble_control", "forge_ps"
+  std::vector<std::string> force_sites;
   // A live worker must complete a step within this long after the last fault heals (0: a
   // bound derived from the step time).
   double progress_bound_s = 0.0;
@@ -112,6 +113,10 @@ struct SimOptions {
   // --heartbeat-ms/--heartbeat-timeout-ms`).
   uint32_t heartbeat_ms = 1000;
   uint32_t heartbeat_timeout_ms = 10'000;
+  // Full numerics, not colocated: the ps members keep their rows in a durable store (as
+  // `colony ps --store rocksdb:DIR`), so a crashed one resumes; false: in memory (--store
+  // memory), so a crashed ps fails the job.
+  bool durable_ps = true;
 };
 
 // Checks options; fails with invalid_input naming the flag.
@@ -155,6 +160,18 @@ struct SimResult {
   uint32_t members = 0;
   uint32_t workers_lost = 0;
   std::string job_error;
+  // Full numerics with a coordinator: durable ps members welcomed back after a crash, and the
+  // clients that resynced with their restarted shards (the real recovery path:
+  // ShardCore::begin_resync, KvClient::resync on ShardsRestarted).
+  uint32_t ps_restarts = 0;
+  uint64_t resyncs = 0;
+  // The garble_control and forge_ps sites: control messages duplicated, replayed, garbled or
+  // sent in another member's name; ps messages forged in another member's name. Every forged or
+  // garbled one must be refused: bad_messages counts what the coordinator, the member cores and
+  // the bridges' checks refused.
+  uint64_t control_faults = 0;
+  uint64_t ps_forged = 0;
+  uint64_t bad_messages = 0;
   std::vector<TimelineEvent> timeline;
   bool timeline_truncated = false;
 };

@@ -61,7 +61,14 @@ BOOST_AUTO_TEST_CASE(report_has_the_contract_keys_and_replays_byte_for_byte) {
   BOOST_TEST(report["failures_injected"].get<int>() >= 2);
   BOOST_TEST(report["numerics"] == "full");
   BOOST_TEST(report["coordinator_members"] == 5);  // three worker nodes, two ps hosts
-  BOOST_TEST(report["workers_lost"] == 0);
+  // The chaos crash either loses a worker member (its restart is refused) or restarts a ps,
+  // which resumes from its durable store.
+  BOOST_TEST(report["ps_store"] == "durable");
+  BOOST_TEST(report["workers_lost"].get<int>() + report["ps_restarts"].get<int>() >= 1,
+             report.dump());
+  for (const char* key :
+       {"clients_resynced", "control_messages_garbled", "ps_messages_forged", "bad_messages"})
+    BOOST_TEST(report.contains(key), key);
   BOOST_TEST(report["job_error"] == "");
   BOOST_TEST(without_wall(slurp(a)) == without_wall(slurp(b)));
   const auto trace = nlohmann::json::parse(slurp(timeline));
