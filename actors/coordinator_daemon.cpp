@@ -104,7 +104,8 @@ class Coordinator {
   CoordinatorResult finish_result() {
     const CoordinatorTotals& t = core_->totals();
     result_.totals = t;
-    result_.train_logloss = t.samples ? t.loss_sum / double(t.samples) : 0.0;
+    result_.train_logloss =
+        t.counters.samples ? t.counters.loss_sum / double(t.counters.samples) : 0.0;
     result_.members = static_cast<uint32_t>(core_->members().size());
     std::vector<std::string> stores;  // each distinct one, in member order
     for (const MemberInfo& m : core_->members())
@@ -113,7 +114,7 @@ class Coordinator {
         stores.push_back(m.store);
     result_.store = fmt::format("{}", fmt::join(stores, "; "));
     const BridgeStats bs = p_.bridge->stats();
-    result_.bad_messages = bs.bad_messages + t.bad_messages;
+    result_.bad_messages = bs.bad_messages + t.counters.bad_messages;
     result_.refused_peers = bs.refused_peers;
     return result_;
   }

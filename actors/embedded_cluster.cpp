@@ -19,6 +19,7 @@
 #include "ps/shard_map.h"
 #include "storage/checkpoint.h"
 #include "worker/aggregator_core.h"
+#include "worker/counters.h"
 #include "worker/kv_client.h"
 #include "worker/wiring.h"
 #include "worker/worker_core.h"
@@ -310,23 +311,11 @@ Expected<ClusterResult> EmbeddedCluster::finish() {
 ClusterResult EmbeddedCluster::collect() const {
   const Impl& m = *impl_;
   ClusterResult r;
-  for (const auto& w : m.workers) {
-    const WorkerStats& st = w->stats();
-    r.samples += st.samples;
-    r.loss_sum += st.loss_sum;
-    r.steps += st.steps;
-    r.pull_messages += st.pull_messages;
-    r.replies_dropped += st.replies_dropped;
-    if (m.aggregators.empty()) {
-      r.push_messages_to_ps += st.push_messages;
-      r.push_bytes_to_ps += st.push_bytes;
-    }
-  }
-  for (const auto& a : m.aggregators) {
-    r.push_messages_to_ps += a->stats().push_messages;
-    r.push_bytes_to_ps += a->stats().push_bytes;
-    r.replies_dropped += a->stats().replies_dropped;
-  }
+  std::vector<const WorkerCore*> replicas;
+  for (const auto& w : m.workers) replicas.push_back(w.get());
+  std::vector<const AggregatorCore*> aggregators;
+  for (const auto& a : m.aggregators) aggregators.push_back(a.get());
+  r.counters = core_counters(replicas, aggregators);
   for (const auto& s : m.shards) {
     r.pulls_deferred += s->stats().pulls_deferred;
     r.pushes_applied += s->stats().pushes_applied;
@@ -342,7 +331,7 @@ ClusterResult EmbeddedCluster::collect() const {
   r.shard_restarts = m.keeper->restarts();
   r.updates_lost = m.keeper->updates_lost();
   const ReaderStats& rs = m.sources.front()->last_stats();
-  r.bad_lines_skipped = rs.bad_lines_skipped;
+  r.counters.bad_lines_skipped = rs.bad_lines_skipped;
   r.read_from_cache = rs.from_cache;
   return r;
 }
@@ -431,8 +420,7 @@ Expected<TrainJobResult> run_cluster_train_job(
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.train_cpu_seconds = cpu_seconds() - cpu_start;
   r.planted = data.planted;
-  r.train_samples = ran->samples;
-  r.bad_lines_skipped = ran->bad_lines_skipped;
+  r.counters = ran->counters;
   r.read_from_cache = ran->read_from_cache;
   r.model_rows = ran->model_rows;
   r.model_bytes = ran->model_bytes;
@@ -441,22 +429,19 @@ Expected<TrainJobResult> run_cluster_train_job(
   r.rows_evicted = ran->rows_evicted;
   r.checkpoints = ran->checkpoints;
   r.updates_lost = ran->updates_lost;
-  r.pull_messages = ran->pull_messages;
-  r.push_messages = ran->push_messages_to_ps;
-  r.push_bytes = ran->push_bytes_to_ps;
   r.pulls_deferred = ran->pulls_deferred;
-  r.replies_dropped = ran->replies_dropped;
-  if (r.train_samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
+  if (r.counters.samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
 
-  if (progress) progress(TrainProgress{"evaluate", o.epochs, o.epochs, r.train_samples, 1.0, 0.0});
+  if (progress)
+    progress(TrainProgress{"evaluate", o.epochs, o.epochs, r.counters.samples, 1.0, 0.0});
   ReaderOptions ro = o.reader;
   ro.batch_rows = o.batch;
   auto ev = evaluate(o.test, data.test, ro,
                      [&](const Batch& b, std::vector<float>& logits) { c.predict(b, logits); });
   if (!ev) return ev.status();
   if (Status s = c.error(); !s.ok()) return s;
-  r.epochs.push_back(
-      EpochResult{o.epochs, ran->loss_sum / double(r.train_samples), ev->logloss, ev->auc});
+  r.epochs.push_back(EpochResult{o.epochs, ran->counters.loss_sum / double(r.counters.samples),
+                                 ev->logloss, ev->auc});
   r.test_logloss = ev->logloss;
   r.test_auc = ev->auc;
   r.test_samples = ev->samples;

@@ -77,17 +77,10 @@ struct ClusterJob {
 JobSpec job_spec(const ClusterJob& job);
 
 struct ClusterResult {
-  uint64_t samples = 0;
-  double loss_sum = 0.0;  // progressive logloss summed over trained samples
-  uint64_t steps = 0;
-  uint64_t pull_messages = 0;
-  uint64_t push_messages_to_ps = 0;  // pushes and clock advances the shards received
-  uint64_t push_bytes_to_ps = 0;     // keys and gradients in those pushes
-  uint64_t pulls_deferred = 0;       // pulls a shard held back for the consistency gate
-  uint64_t pushes_applied = 0;       // by the shards
-  uint64_t pushes_duplicate = 0;     // retries the shards recognised and did not apply
-  uint64_t replies_dropped = 0;      // replies workers and aggregators could not match to a request
-  uint64_t bad_lines_skipped = 0;
+  WorkerCounters counters;        // the worker cores' (pushes: what the shards received)
+  uint64_t pulls_deferred = 0;    // pulls a shard held back for the consistency gate
+  uint64_t pushes_applied = 0;    // by the shards
+  uint64_t pushes_duplicate = 0;  // retries the shards recognised and did not apply
   bool read_from_cache = false;
   uint64_t model_rows = 0;
   uint64_t model_bytes = 0;      // of rows held in memory by the shards' stores

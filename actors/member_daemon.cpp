@@ -9,6 +9,7 @@
 #include "ps/cluster_layout.h"
 #include "ps/member_core.h"
 #include "storage/checkpoint.h"
+#include "worker/counters.h"
 #include "worker/train_job.h"
 #include "worker/wiring.h"
 
@@ -141,7 +142,8 @@ class Member {
   void fill_counters(ControlBody& body) {
     if (auto* d = std::get_if<MemberDone>(&body)) {
       add_summary(*d);
-      if (d->error.empty()) log_(fmt::format("done: {} samples in {} steps", d->samples, d->steps));
+      if (d->error.empty())
+        log_(fmt::format("done: {} samples in {} steps", d->counters.samples, d->counters.steps));
     } else if (auto* s = std::get_if<ShardSummary>(&body)) {
       const uint64_t own = s->bad_messages;
       *s = summarize_shards();
@@ -326,28 +328,16 @@ class Member {
   // Adds the counters of this process's cores to `d` (its error, drained and the member
   // core's bad_messages are set).
   void add_summary(MemberDone& d) const {
-    for (const auto& w : workers_) {
-      const WorkerStats& st = w->stats();
-      d.samples += st.samples;
-      d.loss_sum += st.loss_sum;
-      d.steps += st.steps;
-      d.pull_messages += st.pull_messages;
-      d.pushes_resent += w->pushes_resent();
-      d.replies_dropped += st.replies_dropped;
-      if (!aggregator_) {
-        d.push_messages += st.push_messages;
-        d.push_bytes += st.push_bytes;
-      }
-    }
-    if (aggregator_) {
-      d.push_messages = aggregator_->stats().push_messages;
-      d.push_bytes = aggregator_->stats().push_bytes;
-      d.pushes_resent += aggregator_->pushes_resent();
-      d.replies_dropped += aggregator_->stats().replies_dropped;
-    }
-    for (const auto& s : sources_) d.bad_lines_skipped += s->last_stats().bad_lines_skipped;
-    d.bad_messages += p_.bridge->stats().bad_messages;
-    d.cpu_seconds = cpu_seconds() - cpu_start_;
+    std::vector<const WorkerCore*> replicas;
+    for (const auto& w : workers_) replicas.push_back(w.get());
+    WorkerCounters& c = d.counters;
+    const uint64_t own = c.bad_messages;
+    std::vector<const AggregatorCore*> aggregators;
+    if (aggregator_) aggregators.push_back(aggregator_.get());
+    c = core_counters(replicas, aggregators);
+    for (const auto& s : sources_) c.bad_lines_skipped += s->last_stats().bad_lines_skipped;
+    c.bad_messages = own + p_.bridge->stats().bad_messages;
+    c.cpu_seconds = cpu_seconds() - cpu_start_;
     d.read_from_cache = !sources_.empty();
     for (const auto& s : sources_)
       d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;

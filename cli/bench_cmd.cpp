@@ -211,8 +211,8 @@ int bench_cluster(const BenchArgs& a) {
       c.push = PushMode::flat;
       auto res = run.local ? run_train_job(o, nullptr) : run_cluster_train_job(o, c, nullptr);
       if (!res) return fail(res.status());
-      best_sps = std::max(best_sps, double(res->train_samples) / res->train_seconds);
-      best_cpu = std::min(best_cpu, res->train_cpu_seconds / double(res->train_samples));
+      best_sps = std::max(best_sps, double(res->counters.samples) / res->train_seconds);
+      best_cpu = std::min(best_cpu, res->train_cpu_seconds / double(res->counters.samples));
       loss = res->test_logloss;
     }
     if (run.local) local_cpu = best_cpu;

@@ -247,15 +247,16 @@ Runner add_coordinator(CLI::App& app) {
     if (!r) return fail(r.status());
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double sps = r->train_seconds > 0 ? double(r->totals.samples) / r->train_seconds : 0.0;
+    const double sps =
+        r->train_seconds > 0 ? double(r->totals.counters.samples) / r->train_seconds : 0.0;
     auto optional_number = [](const std::optional<double>& v) {
       return v ? nlohmann::json(*v) : nlohmann::json();
     };
-    const double n = double(std::max<uint64_t>(r->totals.samples, 1));
+    const double n = double(std::max<uint64_t>(r->totals.counters.samples, 1));
     nlohmann::json rep = {
         {"test_logloss", optional_number(r->test_logloss)},
         {"test_auc", optional_number(r->test_auc)},
-        {"train_samples", r->totals.samples},
+        {"train_samples", r->totals.counters.samples},
         {"samples_per_sec", sps},
         {"wall_seconds", wall},
         {"peak_rss_bytes", peak_rss_bytes()},
@@ -268,16 +269,16 @@ Runner add_coordinator(CLI::App& app) {
         {"workers_lost", r->totals.workers_lost},
         {"workers_drained", r->totals.workers_drained},
         {"ps_restarts", r->totals.ps_restarts},
-        {"pushes_resent", r->totals.pushes_resent},
-        {"replies_dropped", r->totals.replies_dropped},
+        {"pushes_resent", r->totals.counters.pushes_resent},
+        {"replies_dropped", r->totals.counters.replies_dropped},
         {"consistency", to_string(j.consistency)},
         {"push", a->push},
         {"model", a->model},
         {"optimizer", a->optimizer},
-        {"pull_messages", r->totals.pull_messages},
-        {"push_messages", r->totals.push_messages},
-        {"push_bytes", r->totals.push_bytes},
-        {"bad_lines_skipped", r->totals.bad_lines_skipped},
+        {"pull_messages", r->totals.counters.pull_messages},
+        {"push_messages", r->totals.counters.push_messages},
+        {"push_bytes", r->totals.counters.push_bytes},
+        {"bad_lines_skipped", r->totals.counters.bad_lines_skipped},
         {"table_rows", r->totals.shards.table_rows},
         {"table_bytes", r->totals.shards.table_bytes},
         {"pulls_deferred", r->totals.shards.pulls_deferred},
@@ -300,12 +301,14 @@ Runner add_coordinator(CLI::App& app) {
         {"model_bytes", r->totals.shards.memory_bytes},
         {"read_from_cache", r->totals.read_from_cache},
         {"engine", "daemons"},
-        {"train_cpu_seconds", r->totals.cpu_seconds},
+        {"train_cpu_seconds", r->totals.counters.cpu_seconds},
         {"cpu_seconds_per_sample",
-         r->totals.samples ? r->totals.cpu_seconds / double(r->totals.samples) : 0.0},
-        {"pull_messages_per_sample", double(r->totals.pull_messages) / n},
-        {"push_messages_per_sample", double(r->totals.push_messages) / n},
-        {"push_bytes_per_sample", double(r->totals.push_bytes) / n},
+         r->totals.counters.samples
+             ? r->totals.counters.cpu_seconds / double(r->totals.counters.samples)
+             : 0.0},
+        {"pull_messages_per_sample", double(r->totals.counters.pull_messages) / n},
+        {"push_messages_per_sample", double(r->totals.counters.push_messages) / n},
+        {"push_bytes_per_sample", double(r->totals.counters.push_bytes) / n},
         {"store", r->store},
         {"admit_after", j.admit_after},
         {"evict_after", j.evict_after},
@@ -333,8 +336,8 @@ Runner add_coordinator(CLI::App& app) {
         "train_samples %llu  samples_per_sec %.0f  wall_seconds %.1f  workers_lost %u  table_rows "
         "%llu  "
         "table_bytes %s\n",
-        static_cast<unsigned long long>(r->totals.samples), sps, wall, r->totals.workers_lost,
-        static_cast<unsigned long long>(r->totals.shards.table_rows),
+        static_cast<unsigned long long>(r->totals.counters.samples), sps, wall,
+        r->totals.workers_lost, static_cast<unsigned long long>(r->totals.shards.table_rows),
         human_count(double(r->totals.shards.table_bytes)).c_str());
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
     return 0;

@@ -213,20 +213,20 @@ Runner add_train(CLI::App& app) {
     const TrainJobResult& r = *result;
     if (!r.cache_note.empty())
       std::fprintf(stderr, "note: binary cache: %s\n", r.cache_note.c_str());
-    const double sps = r.train_seconds > 0 ? double(r.train_samples) / r.train_seconds : 0.0;
+    const double sps = r.train_seconds > 0 ? double(r.counters.samples) / r.train_seconds : 0.0;
     for (const EpochResult& e : r.epochs)
       std::printf("epoch %d: train logloss %.5f  test logloss %.5f  test auc %.4f\n", e.epoch,
                   e.train_logloss, e.test_logloss, e.test_auc);
     nlohmann::json rep = {
         {"test_logloss", r.test_logloss},
         {"test_auc", r.test_auc},
-        {"train_samples", r.train_samples},
+        {"train_samples", r.counters.samples},
         {"samples_per_sec", sps},
         {"wall_seconds", wall},
         {"peak_rss_bytes", peak_rss_bytes()},
         {"test_samples", r.test_samples},
         {"train_seconds", r.train_seconds},
-        {"bad_lines_skipped", r.bad_lines_skipped},
+        {"bad_lines_skipped", r.counters.bad_lines_skipped},
         {"model", to_string(o.trainer.model.kind)},
         {"dim", o.trainer.model.dim},
         {"optimizer", to_string(o.trainer.optimizer.kind)},
@@ -244,19 +244,19 @@ Runner add_train(CLI::App& app) {
         {"engine", a->engine},
         {"train_cpu_seconds", r.train_cpu_seconds},
         {"cpu_seconds_per_sample",
-         r.train_samples ? r.train_cpu_seconds / double(r.train_samples) : 0.0},
+         r.counters.samples ? r.train_cpu_seconds / double(r.counters.samples) : 0.0},
     };
     if (!local) {
-      const double n = double(std::max<uint64_t>(r.train_samples, 1));
+      const double n = double(std::max<uint64_t>(r.counters.samples, 1));
       rep["shards"] = cluster.shards;
       rep["workers"] = cluster.workers;
       rep["consistency"] = to_string(cluster.consistency);
       rep["push"] = to_string(cluster.push);
-      rep["pull_messages_per_sample"] = double(r.pull_messages) / n;
-      rep["push_messages_per_sample"] = double(r.push_messages) / n;
-      rep["push_bytes_per_sample"] = double(r.push_bytes) / n;
+      rep["pull_messages_per_sample"] = double(r.counters.pull_messages) / n;
+      rep["push_messages_per_sample"] = double(r.counters.push_messages) / n;
+      rep["push_bytes_per_sample"] = double(r.counters.push_bytes) / n;
       rep["pulls_deferred"] = r.pulls_deferred;
-      rep["replies_dropped"] = r.replies_dropped;
+      rep["replies_dropped"] = r.counters.replies_dropped;
       rep["store"] = to_string(cluster.store);
       rep["admit_after"] = cluster.admit_after;
       rep["updates_dropped"] = r.updates_dropped;
@@ -285,16 +285,17 @@ Runner add_train(CLI::App& app) {
                   100.0 * gap, r.planted->base_rate_logloss_test);
     }
     std::printf("\ntrain_samples %llu  samples_per_sec %s  wall_seconds %.1f  peak_rss %s bytes",
-                static_cast<unsigned long long>(r.train_samples), human_count(sps).c_str(), wall,
+                static_cast<unsigned long long>(r.counters.samples), human_count(sps).c_str(), wall,
                 human_count(double(peak_rss_bytes())).c_str());
     if (!local)
       std::printf(
           "\npush_messages_per_sample %.4f  push_bytes_per_sample %.1f  pulls_deferred %llu",
-          double(r.push_messages) / double(std::max<uint64_t>(r.train_samples, 1)),
-          double(r.push_bytes) / double(std::max<uint64_t>(r.train_samples, 1)),
+          double(r.counters.push_messages) / double(std::max<uint64_t>(r.counters.samples, 1)),
+          double(r.counters.push_bytes) / double(std::max<uint64_t>(r.counters.samples, 1)),
           static_cast<unsigned long long>(r.pulls_deferred));
-    if (r.bad_lines_skipped > 0)
-      std::printf("  bad_lines_skipped %llu", static_cast<unsigned long long>(r.bad_lines_skipped));
+    if (r.counters.bad_lines_skipped > 0)
+      std::printf("  bad_lines_skipped %llu",
+                  static_cast<unsigned long long>(r.counters.bad_lines_skipped));
     std::printf("\n");
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
     return 0;

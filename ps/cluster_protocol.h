@@ -94,21 +94,45 @@ struct Heartbeat {
   uint64_t samples = 0;  // a worker member's samples trained so far
 };
 
+// What worker cores did, summed over cores, processes and members: the one set of training
+// counters every summary and report is built from (MemberDone carries a member's; the
+// coordinator, the embedded cluster and the simulator sum them; worker/counters.h reads the
+// cores' own). A new counter is a field here, its line in operator+=, the code that counts it,
+// and its place in the wire codec (actors/envelope.cpp) and the reports that print it.
+struct WorkerCounters {
+  uint64_t samples = 0;
+  double loss_sum = 0.0;  // progressive logloss summed over the samples trained
+  uint64_t steps = 0;
+  uint64_t pull_messages = 0;
+  uint64_t push_messages = 0;  // to the shards (by the aggregator under hierarchical push)
+  uint64_t push_bytes = 0;     // keys and gradients in those pushes
+  uint64_t bad_lines_skipped = 0;
+  uint64_t pushes_resent = 0;    // to restarted shards (KvClient::resync)
+  uint64_t replies_dropped = 0;  // replies the clients could not match to a request
+  uint64_t bad_messages = 0;     // messages a process dropped as malformed, misaddressed or forged
+  double cpu_seconds = 0.0;      // user + system CPU of the processes while training
+  WorkerCounters& operator+=(const WorkerCounters& o) {
+    samples += o.samples;
+    loss_sum += o.loss_sum;
+    steps += o.steps;
+    pull_messages += o.pull_messages;
+    push_messages += o.push_messages;
+    push_bytes += o.push_bytes;
+    bad_lines_skipped += o.bad_lines_skipped;
+    pushes_resent += o.pushes_resent;
+    replies_dropped += o.replies_dropped;
+    bad_messages += o.bad_messages;
+    cpu_seconds += o.cpu_seconds;
+    return *this;
+  }
+  bool operator==(const WorkerCounters&) const = default;
+};
+
 // A worker member's cores are all done (or one failed, or it drained after SIGTERM).
 struct MemberDone {
   std::string error;     // empty: success
   bool drained = false;  // stopped early on SIGTERM
-  uint64_t samples = 0;
-  double loss_sum = 0.0;
-  uint64_t steps = 0;
-  uint64_t pull_messages = 0;
-  uint64_t push_messages = 0;  // to the shards (by the aggregator under hierarchical push)
-  uint64_t push_bytes = 0;
-  uint64_t bad_lines_skipped = 0;
-  uint64_t pushes_resent = 0;    // to restarted shards (KvClient::resync)
-  uint64_t replies_dropped = 0;  // replies its clients could not match to a request
-  uint64_t bad_messages = 0;  // messages its process dropped as malformed, misaddressed or forged
-  double cpu_seconds = 0.0;   // user + system CPU of its process while training
+  WorkerCounters counters;
   bool read_from_cache = false;  // every replica read a binary cache in its last epoch
 };
 

@@ -18,7 +18,7 @@ constexpr uint64_t reject_log_interval_ms = 60'000;
 }  // namespace
 
 void CoordinatorCore::reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out) {
-  ++totals_.bad_messages;
+  ++totals_.counters.bad_messages;
   ++rejects_unlogged_;
   if (now_ms < next_reject_log_ms_) return;
   out.log.push_back(fmt::format(
@@ -150,18 +150,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
   } else if (auto* done = std::get_if<MemberDone>(&message.body)) {
     if (m.role != MemberRole::worker || st.finished) return;
     st.finished = true;
-    st.samples = done->samples;
-    totals_.samples += done->samples;
-    totals_.loss_sum += done->loss_sum;
-    totals_.steps += done->steps;
-    totals_.pull_messages += done->pull_messages;
-    totals_.push_messages += done->push_messages;
-    totals_.push_bytes += done->push_bytes;
-    totals_.bad_lines_skipped += done->bad_lines_skipped;
-    totals_.pushes_resent += done->pushes_resent;
-    totals_.replies_dropped += done->replies_dropped;
-    totals_.bad_messages += done->bad_messages;
-    totals_.cpu_seconds += done->cpu_seconds;
+    st.samples = done->counters.samples;
+    totals_.counters += done->counters;
     totals_.read_from_cache = totals_.read_from_cache && done->read_from_cache;
     if (!done->error.empty())
       return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error),
@@ -170,18 +160,18 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
       ++totals_.workers_drained;
       out.log.push_back(
           fmt::format("worker member {} at {} stopped early (SIGTERM) after {} samples", i,
-                      m.endpoint, done->samples));
+                      m.endpoint, done->counters.samples));
     } else {
-      out.log.push_back(
-          fmt::format("worker member {} at {} finished: {} samples", i, m.endpoint, done->samples));
+      out.log.push_back(fmt::format("worker member {} at {} finished: {} samples", i, m.endpoint,
+                                    done->counters.samples));
     }
     maybe_trained(now_ms, out);
   } else if (auto* summary = std::get_if<ShardSummary>(&message.body)) {
     if (m.role != MemberRole::ps || !st.summary_pending) return;
     st.summary_pending = false;
     totals_.shards += *summary;
-    totals_.bad_messages += summary->bad_messages;
-    totals_.cpu_seconds += summary->cpu_seconds;
+    totals_.counters.bad_messages += summary->bad_messages;
+    totals_.counters.cpu_seconds += summary->cpu_seconds;
     ++totals_.shard_summaries;
   } else if (auto* c = std::get_if<ShardsCheckpointed>(&message.body)) {
     if (m.role != MemberRole::ps)
@@ -206,7 +196,7 @@ void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint
                               to_string(m.role), m.endpoint),
                   now_ms, out);
   auto refuse = [&](std::string why) {
-    ++totals_.bad_messages;
+    ++totals_.counters.bad_messages;
     out.log.push_back(
         fmt::format("refused a {} joining from {}: {}", to_string(m.role), m.endpoint, why));
     out.control.push_back(
@@ -329,7 +319,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   if (!st.gone) lose(i, "it restarted (a new incarnation joined)", now_ms, out);
   if (phase_ == CoordinatorPhase::ended) return;
   if (!st.awaiting_rejoin || !m.durable) {
-    ++totals_.bad_messages;
+    ++totals_.counters.bad_messages;
     out.log.push_back(fmt::format(
         "refused member {} at {} after its restart: only a ps with durable shards resumes", i,
         m.endpoint));
@@ -460,7 +450,7 @@ void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {
   if (!any_finished) return fail("every worker member was lost", out);
   phase_ = CoordinatorPhase::trained;
   out.training_done = true;
-  out.log.push_back(fmt::format("training done: {} samples", totals_.samples));
+  out.log.push_back(fmt::format("training done: {} samples", totals_.counters.samples));
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].role != MemberRole::ps || state_[i].gone) continue;
     state_[i].summary_pending = true;

@@ -90,25 +90,16 @@ struct CoordinatorEffects {
 
 // What the members reported at the end, summed.
 struct CoordinatorTotals {
-  uint64_t samples = 0;
-  double loss_sum = 0.0;
-  uint64_t steps = 0;
-  uint64_t pull_messages = 0;
-  uint64_t push_messages = 0;
-  uint64_t push_bytes = 0;
-  uint64_t bad_lines_skipped = 0;
+  // The worker members' counters, summed. Its bad_messages also counts what this core refused as
+  // forged or out of place (sent with another member's key, from a lost member, a join in a role
+  // its key does not have) and what the ps members dropped; its cpu_seconds the ps members' CPU
+  // so far.
+  WorkerCounters counters;
   uint32_t workers_lost = 0;     // worker members lost (heartbeat timeout)
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
-  uint64_t pushes_resent = 0;    // pushes re-sent to restarted shards (at most applied twice)
-  uint64_t replies_dropped = 0;  // replies the workers' clients could not match to a request
-  // Messages dropped: refused by this core as forged or out of place (sent with another
-  // member's key, from a lost member, a join in a role its key does not have), plus what the
-  // members reported dropping in their own processes.
-  uint64_t bad_messages = 0;
-  double cpu_seconds = 0.0;  // the worker members' CPU while training, and the ps members' so far
-  bool read_from_cache = true;  // every worker member read binary caches in its last epoch
-  uint32_t checkpoints = 0;     // steps every shard has checkpointed (the job's checkpoint_every)
+  bool read_from_cache = true;   // every worker member read binary caches in its last epoch
+  uint32_t checkpoints = 0;      // steps every shard has checkpointed (the job's checkpoint_every)
   uint32_t last_checkpoint_step = 0;
   ShardSummary shards;           // the ps members' shards once training is over
   uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`

@@ -296,7 +296,7 @@ void MemberCore::send_done(std::string error, MemberEffects& out) {
   MemberDone d;
   d.error = std::move(error);
   d.drained = draining_;
-  d.bad_messages = bad_messages_;
+  d.counters.bad_messages = bad_messages_;
   send(std::move(d), out);
   done_sent_ = true;
 }

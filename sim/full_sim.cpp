@@ -386,7 +386,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   for (const auto& [step, w] : step_gate_wait_) waited += w;
   if (end > 0) result_.gate_wait_fraction = std::clamp(double(waited) / worker_time, 0.0, 1.0);
   if (coordinated_) {
-    result_.bad_messages += coordinator_->totals().bad_messages;
+    result_.bad_messages += coordinator_->totals().counters.bad_messages;
     result_.ps_restarts = coordinator_->totals().ps_restarts;
     for (const MemberHost& m : members_)
       if (m.core) result_.bad_messages += m.core->bad_messages();

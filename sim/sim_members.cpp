@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "sim/full_sim.h"
+#include "worker/counters.h"
 
 namespace colony::sim::detail {
 
@@ -100,27 +101,16 @@ void FullSim::fill_counters(uint32_t host, ControlBody& body) const {
       if (c.host == host && c.role == Role::worker && c.live())
         h->samples += c.worker->stats().samples;
   } else if (auto* d = std::get_if<MemberDone>(&body)) {
+    std::vector<const WorkerCore*> replicas;
+    std::vector<const AggregatorCore*> aggregators;
     for (const Core& c : cores_) {
       if (c.host != host || !c.live()) continue;
-      if (c.role == Role::worker) {
-        const WorkerStats& st = c.worker->stats();
-        d->samples += st.samples;
-        d->loss_sum += st.loss_sum;
-        d->steps += st.steps;
-        d->pull_messages += st.pull_messages;
-        d->pushes_resent += c.worker->pushes_resent();
-        d->replies_dropped += st.replies_dropped;
-        if (o_.push != PushKind::hierarchical) {
-          d->push_messages += st.push_messages;
-          d->push_bytes += st.push_bytes;
-        }
-      } else if (c.role == Role::aggregator) {
-        d->push_messages += c.aggregator->stats().push_messages;
-        d->push_bytes += c.aggregator->stats().push_bytes;
-        d->pushes_resent += c.aggregator->pushes_resent();
-        d->replies_dropped += c.aggregator->stats().replies_dropped;
-      }
+      if (c.role == Role::worker) replicas.push_back(c.worker.get());
+      if (c.role == Role::aggregator) aggregators.push_back(c.aggregator.get());
     }
+    const uint64_t own = d->counters.bad_messages;
+    d->counters = core_counters(replicas, aggregators);
+    d->counters.bad_messages = own;
   } else if (auto* s = std::get_if<ShardSummary>(&body)) {
     for (const Core& c : cores_) {
       if (c.host != host || c.role != Role::shard || !c.live()) continue;

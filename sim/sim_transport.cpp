@@ -164,10 +164,10 @@ void FullSim::deliver_control(uint32_t host, ControlMessage m, bool garbled) {
     return member_effects(host, fx);
   }
   if (job_over_) return;
-  const uint64_t before = coordinator_->totals().bad_messages;
+  const uint64_t before = coordinator_->totals().counters.bad_messages;
   CoordinatorEffects fx;
   coordinator_->on_message(m, now_ms(), fx);
-  if (garbled && coordinator_->totals().bad_messages == before)
+  if (garbled && coordinator_->totals().counters.bad_messages == before)
     violation(fmt::format(
         "the coordinator took a message of kind {} in member {}'s name from {}'s key at t={:.6f}s",
         m.body.index(), m.from, m.sender_key, double(now()) / 1e9));

@@ -52,7 +52,7 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bi
     j.cluster.max_inflight = 2;
     auto cluster = std::move(EmbeddedCluster::make(j).value());
     const ClusterResult r = run(*cluster);
-    BOOST_TEST(r.samples == 40000u);
+    BOOST_TEST(r.counters.samples == 40000u);
 
     auto trainer = std::move(LocalTrainer::make(j.trainer).value());
     std::vector<uint64_t> keys{bias_key};
@@ -87,8 +87,8 @@ BOOST_AUTO_TEST_CASE(workers_share_each_epoch_and_train_every_sample_once) {
     j.cluster.consistency = {ConsistencyKind::ssp, 1};
     auto cluster = std::move(EmbeddedCluster::make(j).value());
     const ClusterResult r = run(*cluster);
-    BOOST_TEST(r.samples == 20000u, workers << " workers");
-    BOOST_TEST(r.steps == 2u * ((10000 + 127) / 128), workers << " workers");
+    BOOST_TEST(r.counters.samples == 20000u, workers << " workers");
+    BOOST_TEST(r.counters.steps == 2u * ((10000 + 127) / 128), workers << " workers");
   }
 }
 
@@ -106,7 +106,8 @@ BOOST_AUTO_TEST_CASE(hierarchical_push_sends_at_most_a_third_of_flat_messages) {
     j.cluster.consistency = {ConsistencyKind::ssp, 2};
     auto cluster = std::move(EmbeddedCluster::make(j).value());
     const ClusterResult r = run(*cluster);
-    per_sample[push == PushMode::hierarchical] = double(r.push_messages_to_ps) / double(r.samples);
+    per_sample[push == PushMode::hierarchical] =
+        double(r.counters.push_messages) / double(r.counters.samples);
   }
   BOOST_TEST_MESSAGE("push messages per sample: flat " << per_sample[0] << ", hierarchical "
                                                        << per_sample[1]);
@@ -205,7 +206,7 @@ BOOST_AUTO_TEST_CASE(actors_keep_the_consistency_bounds_under_random_schedules) 
         BOOST_TEST(d.checker.ran_ahead == 0u);
         BOOST_TEST(d.result.pushes_applied == d.checker.pushes_to_shards);
         BOOST_TEST(d.result.pushes_duplicate == 0u);
-        BOOST_TEST(d.result.samples == 3000u);
+        BOOST_TEST(d.result.counters.samples == 3000u);
       }
       ++runs;
     }

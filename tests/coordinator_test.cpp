@@ -93,12 +93,13 @@ BOOST_AUTO_TEST_CASE(a_job_joins_starts_and_ends) {
   }
   BOOST_TEST((core.phase() == CoordinatorPhase::running));
   CoordinatorEffects d0, d3;
-  core.on_message({0, MemberDone{"", false, 700, 350.0, 7, 14, 7, 1000, 0}}, 30, d0);
+  core.on_message({0, MemberDone{"", false, WorkerCounters{700, 350.0, 7, 14, 7, 1000, 0}}}, 30,
+                  d0);
   BOOST_TEST(!d0.training_done);
-  core.on_message({3, MemberDone{"", false, 300, 150.0, 3, 6, 3, 500, 0}}, 31, d3);
+  core.on_message({3, MemberDone{"", false, WorkerCounters{300, 150.0, 3, 6, 3, 500, 0}}}, 31, d3);
   BOOST_TEST(d3.training_done);
-  BOOST_TEST(core.totals().samples == 1000u);
-  BOOST_TEST(core.totals().loss_sum == 500.0);
+  BOOST_TEST(core.totals().counters.samples == 1000u);
+  BOOST_TEST(core.totals().counters.loss_sum == 500.0);
   CoordinatorEffects end;
   core.finish("", end);
   BOOST_TEST(sent<Shutdown>(end).size() == 4u);
@@ -183,7 +184,8 @@ BOOST_AUTO_TEST_CASE(a_silent_worker_is_lost_its_clocks_released_and_the_job_goe
       BOOST_TEST(sent<NodesLost>(lost).size() == 2u);
       BOOST_TEST(core.totals().workers_lost == 1u);
       CoordinatorEffects done;
-      core.on_message({2, MemberDone{"", false, 10, 5.0, 1, 1, 1, 1, 0}}, now, done);
+      core.on_message({2, MemberDone{"", false, WorkerCounters{10, 5.0, 1, 1, 1, 1, 0}}}, now,
+                      done);
       BOOST_TEST(done.training_done);
     }
   }
@@ -219,7 +221,9 @@ BOOST_AUTO_TEST_CASE(losses_that_end_the_job) {
   {
     CoordinatorCore core = running(false);
     CoordinatorEffects fx;
-    core.on_message({1, MemberDone{"bad input at line 3", false, 0, 0, 0, 0, 0, 0, 0}}, 200, fx);
+    core.on_message(
+        {1, MemberDone{"bad input at line 3", false, WorkerCounters{0, 0, 0, 0, 0, 0, 0}}}, 200,
+        fx);
     BOOST_TEST(fx.failed.message().find("bad input at line 3") != std::string::npos);
     BOOST_TEST(sent<Shutdown>(fx).size() == 3u);
   }
@@ -267,7 +271,8 @@ BOOST_AUTO_TEST_CASE(random_schedules_keep_the_invariants) {
         else if (now < ends[i])
           core.on_message({i, Heartbeat{now}}, now, fx);
         else if (!dies[i] && now < ends[i] + 250)
-          core.on_message({i, MemberDone{"", false, 1, 0.5, 1, 1, 1, 1, 0}}, now, fx);
+          core.on_message({i, MemberDone{"", false, WorkerCounters{1, 0.5, 1, 1, 1, 1, 0}}}, now,
+                          fx);
       }
       core.on_timer(now, fx);
       for (const Outgoing& o : fx.ps)
@@ -380,9 +385,10 @@ BOOST_AUTO_TEST_CASE(ps_members_summarize_their_shards_once_training_is_over) {
   CoordinatorEffects early;
   core.on_message({0, ShardSummary{999, 999, 999, 0, 0, 0}}, 15, early);
   CoordinatorEffects done;
-  core.on_message({2, MemberDone{"", false, 100, 50.0, 1, 1, 1, 10, 0, 0, 3}}, 20, done);
+  core.on_message({2, MemberDone{"", false, WorkerCounters{100, 50.0, 1, 1, 1, 10, 0, 0, 3}}}, 20,
+                  done);
   BOOST_REQUIRE(done.training_done);
-  BOOST_TEST(core.totals().replies_dropped == 3u);
+  BOOST_TEST(core.totals().counters.replies_dropped == 3u);
   const auto asked = sent<ShardSummaryRequest>(done);
   BOOST_REQUIRE_EQUAL(asked.size(), 2u);  // the ps members only
   BOOST_TEST(asked[0].first == members[0].endpoint);
@@ -411,7 +417,8 @@ BOOST_AUTO_TEST_CASE(a_silent_ps_is_left_out_of_the_summary_after_the_heartbeat_
     core.on_message({i, Ready{}}, 10, r);
   }
   CoordinatorEffects done, a;
-  core.on_message({2, MemberDone{"", false, 100, 50.0, 1, 1, 1, 10, 0}}, 1'000, done);
+  core.on_message({2, MemberDone{"", false, WorkerCounters{100, 50.0, 1, 1, 1, 10, 0}}}, 1'000,
+                  done);
   BOOST_REQUIRE(done.training_done);
   core.on_message({0, ShardSummary{100, 6400, 0, 0, 0, 0}}, 1'100, a);
   // Member 1 keeps sending heartbeats but no summary.
@@ -460,7 +467,7 @@ BOOST_AUTO_TEST_CASE(a_listed_key_speaks_only_for_its_own_member_and_role) {
   core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 9, "kp")}, "kx"), 0,
                   forged);
   BOOST_TEST(forged.control.empty());
-  BOOST_TEST(core.totals().bad_messages == 2u);
+  BOOST_TEST(core.totals().counters.bad_messages == 2u);
 
   CoordinatorEffects fx;
   core.on_message(from_key(control_from_unknown, Join{keyed(MemberRole::ps, 1, "kp")}, "kp"), 0,
@@ -475,16 +482,17 @@ BOOST_AUTO_TEST_CASE(a_listed_key_speaks_only_for_its_own_member_and_role) {
   core.on_message(from_key(1, Ready{}, "kn"), 1, fx);
   BOOST_TEST((core.phase() == CoordinatorPhase::running));
   // Control messages only the coordinator sends, from a member: dropped.
-  const uint64_t before = core.totals().bad_messages;
+  const uint64_t before = core.totals().counters.bad_messages;
   CoordinatorEffects lies;
   core.on_message(from_key(1, Shutdown{""}, "kn"), 2, lies);
   core.on_message(from_key(1, NodesLost{{0}, "lie"}, "kn"), 2, lies);
   core.on_message(from_key(1, Welcome{}, "kn"), 2, lies);
   // A MemberDone for the worker, sent with the ps's key: not taken.
-  core.on_message(from_key(1, MemberDone{"", false, 5, 1.0, 1, 1, 1, 1, 0, 0, 0, 0}, "kp"), 2,
-                  lies);
-  BOOST_TEST(core.totals().bad_messages == before + 4u);
-  BOOST_TEST(core.totals().samples == 0u);
+  core.on_message(
+      from_key(1, MemberDone{"", false, WorkerCounters{5, 1.0, 1, 1, 1, 1, 0, 0, 0, 0}}, "kp"), 2,
+      lies);
+  BOOST_TEST(core.totals().counters.bad_messages == before + 4u);
+  BOOST_TEST(core.totals().counters.samples == 0u);
   BOOST_TEST(lies.control.empty());
   BOOST_TEST((core.phase() == CoordinatorPhase::running));
 }
@@ -502,11 +510,11 @@ BOOST_AUTO_TEST_CASE(a_lost_member_is_not_revived_by_its_heartbeats) {
     lost = core.gone(2);
   }
   BOOST_REQUIRE(lost);
-  const uint64_t before = core.totals().bad_messages;
+  const uint64_t before = core.totals().counters.bad_messages;
   CoordinatorEffects fx;
   core.on_message({2, Heartbeat{12345}}, now, fx);
   BOOST_TEST(core.gone(2));
-  BOOST_TEST(core.totals().bad_messages == before + 1u);
+  BOOST_TEST(core.totals().counters.bad_messages == before + 1u);
   BOOST_TEST(core.samples_reported() < 12345u);
 }
 
@@ -522,7 +530,7 @@ BOOST_AUTO_TEST_CASE(a_hundred_refused_joins_keep_nothing) {
     BOOST_TEST(fx.control[0].one_off);
   }
   BOOST_TEST(core.members().empty());
-  BOOST_TEST(core.totals().bad_messages == 100u);
+  BOOST_TEST(core.totals().counters.bad_messages == 100u);
 }
 
 // A member restarted with the same key is recognised at once by its new incarnation.
@@ -604,7 +612,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
   core.on_message({2, ShardsCheckpointed{5, {copy(2)}}}, 11, worker);  // not a ps
   BOOST_TEST(sent<CheckpointComplete>(forged).empty());
   BOOST_TEST(sent<CheckpointComplete>(worker).empty());
-  BOOST_TEST(core.totals().bad_messages == 2u);
+  BOOST_TEST(core.totals().counters.bad_messages == 2u);
   core.on_message({1, ShardsCheckpointed{5, {copy(2)}}}, 12, b);
   const auto complete = sent<CheckpointComplete>(b);
   BOOST_REQUIRE_EQUAL(complete.size(), 2u);  // to both ps members
@@ -617,5 +625,5 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
   CoordinatorEffects late;
   core.on_message({1, ShardsCheckpointed{5, {copy(2)}}}, 13, late);
   BOOST_TEST(late.control.empty());
-  BOOST_TEST(core.totals().bad_messages == 3u);
+  BOOST_TEST(core.totals().counters.bad_messages == 3u);
 }

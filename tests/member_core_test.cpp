@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE(a_serving_worker_drops_what_makes_no_sense_and_starts_once)
   BOOST_TEST(count_of<MemberDone>(fx) == 0u);
   core.node_done(4, Status(), 21, fx);
   BOOST_REQUIRE_EQUAL(count_of<MemberDone>(fx), 1u);
-  BOOST_TEST(std::get<MemberDone>(fx.control.back()).bad_messages == 5u);
+  BOOST_TEST(std::get<MemberDone>(fx.control.back()).counters.bad_messages == 5u);
   BOOST_TEST(!fx.exit.has_value());
   fx = {};
   core.on_message({control_from_coordinator, Shutdown{}}, 30, fx);

@@ -138,7 +138,7 @@ BOOST_AUTO_TEST_CASE(
   auto c = std::move(EmbeddedCluster::make(j).value());
   auto r = c->run(nullptr);
   BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
-  BOOST_TEST(r->samples == 30000u);
+  BOOST_TEST(r->counters.samples == 30000u);
   BOOST_TEST(r->shard_restarts == 1u);
   BOOST_TEST(r->checkpoints >= 4u);
   BOOST_TEST(r->updates_lost > 0u);

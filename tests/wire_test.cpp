@@ -396,19 +396,10 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   w.split_data = rng.next() % 2;
   w.heartbeat_ms = 1 + static_cast<uint32_t>(rng.next() % 5000);
   w.heartbeat_timeout_ms = 1 + static_cast<uint32_t>(rng.next() % 50000);
-  MemberDone d{random_text(rng, 200),
-               rng.next() % 2 == 0,
-               rng.next(),
-               0.25 * double(rng.next() % 1000),
-               rng.next(),
-               rng.next(),
-               rng.next(),
-               rng.next(),
-               rng.next(),
-               rng.next(),
-               rng.next(),
-               rng.next(),
-               double(rng.next() % 1000) / 3.0,
+  MemberDone d{random_text(rng, 200), rng.next() % 2 == 0,
+               WorkerCounters{rng.next(), 0.25 * double(rng.next() % 1000), rng.next(), rng.next(),
+                              rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
+                              rng.next(), double(rng.next() % 1000) / 3.0},
                rng.next() % 2 == 0};
   NodesLost lost;
   for (size_t i = rng.next() % 10; i > 0; --i)
@@ -464,12 +455,7 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
                  x.heartbeat_timeout_ms == y.heartbeat_timeout_ms;
         if constexpr (std::is_same_v<T, Heartbeat>) return x.samples == y.samples;
         if constexpr (std::is_same_v<T, MemberDone>)
-          return x.error == y.error && x.drained == y.drained && x.samples == y.samples &&
-                 x.loss_sum == y.loss_sum && x.steps == y.steps &&
-                 x.pull_messages == y.pull_messages && x.push_messages == y.push_messages &&
-                 x.push_bytes == y.push_bytes && x.bad_lines_skipped == y.bad_lines_skipped &&
-                 x.pushes_resent == y.pushes_resent && x.replies_dropped == y.replies_dropped &&
-                 x.bad_messages == y.bad_messages && x.cpu_seconds == y.cpu_seconds &&
+          return x.error == y.error && x.drained == y.drained && x.counters == y.counters &&
                  x.read_from_cache == y.read_from_cache;
         if constexpr (std::is_same_v<T, NodesLost>)
           return x.nodes == y.nodes && x.reason == y.reason && x.epoch == y.epoch;

@@ -145,7 +145,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
         TrainProgress p{"train",
                         epoch,
                         o.epochs,
-                        result.train_samples + epoch_samples,
+                        result.counters.samples + epoch_samples,
                         (epoch - 1 + std::min(within, 1.0)) / o.epochs,
                         window_loss / double(window_samples)};
         progress(p);
@@ -156,15 +156,15 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
     result.train_seconds += std::chrono::duration<double>(Clock::now() - start).count();
     result.train_cpu_seconds += cpu_seconds() - cpu_start;
     const ReaderStats st = reader.stats();
-    result.bad_lines_skipped = st.bad_lines_skipped;
+    result.counters.bad_lines_skipped = st.bad_lines_skipped;
     result.read_from_cache = st.from_cache;
     if (!st.cache_note.empty()) result.cache_note = st.cache_note;
     if (epoch_samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
     samples_per_epoch = epoch_samples;
-    result.train_samples += epoch_samples;
+    result.counters.samples += epoch_samples;
 
     if (progress)
-      progress(TrainProgress{"evaluate", epoch, o.epochs, result.train_samples,
+      progress(TrainProgress{"evaluate", epoch, o.epochs, result.counters.samples,
                              double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
     auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) {
       trainer.predict(b, logits);

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "data/generator.h"
 #include "data/reader.h"
+#include "ps/cluster_protocol.h"
 #include "worker/trainer.h"
 
 namespace colony {
@@ -45,17 +46,13 @@ struct EpochResult {
 struct TrainJobResult {
   double test_logloss = 0.0;
   double test_auc = 0.0;
-  uint64_t train_samples = 0;
+  // Samples trained, their loss, input lines skipped; with a cluster, the messages between
+  // workers and shards (zero for the single-process trainer).
+  WorkerCounters counters;
   uint64_t test_samples = 0;
   double train_seconds = 0.0;      // wall time of the training passes only (no evaluation)
   double train_cpu_seconds = 0.0;  // user + system CPU of the process during those passes
-  // Messages between workers and the parameter server (zero for the single-process trainer).
-  uint64_t pull_messages = 0;
-  uint64_t push_messages = 0;    // pushes and clock advances the shards received
-  uint64_t push_bytes = 0;       // keys and gradients in those pushes
-  uint64_t pulls_deferred = 0;   // pulls a shard held back for the consistency gate
-  uint64_t replies_dropped = 0;  // replies that answered no open request (cluster only)
-  uint64_t bad_lines_skipped = 0;
+  uint64_t pulls_deferred = 0;     // pulls a shard held back for the consistency gate
   uint64_t model_rows = 0;
   uint64_t model_bytes = 0;      // memory held by the rows (the store's tables and indexes)
   uint64_t table_bytes = 0;      // rows times a row's bytes (parameters and optimizer state)

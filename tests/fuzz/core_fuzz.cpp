@@ -202,10 +202,10 @@ ControlBody body_of(Input& in) {
       MemberDone d;
       d.error = in.flag() ? in.text() : std::string();
       d.drained = in.flag();
-      d.samples = in.below(1000);
-      d.loss_sum = in.real();
-      d.steps = in.u32();
-      d.bad_messages = in.below(4);
+      d.counters.samples = in.below(1000);
+      d.counters.loss_sum = in.real();
+      d.counters.steps = in.u32();
+      d.counters.bad_messages = in.below(4);
       return d;
     }
     case 6:
@@ -356,7 +356,7 @@ void fuzz_coordinator(Input& in) {
             break;
           case 5:
             m.body = MemberDone{in.below(8) == 0 ? in.text() : std::string(), in.below(8) == 0,
-                                in.below(1000)};
+                                WorkerCounters{in.below(1000)}};
             break;
           case 6:
             m.body = ShardSummary{in.below(1000), in.below(1000)};

@@ -1,0 +1,30 @@
+#include "worker/counters.h"
+
+namespace colony {
+
+WorkerCounters core_counters(std::span<const WorkerCore* const> replicas,
+                             std::span<const AggregatorCore* const> aggregators) {
+  WorkerCounters c;
+  for (const WorkerCore* w : replicas) {
+    const WorkerStats& st = w->stats();
+    c.samples += st.samples;
+    c.loss_sum += st.loss_sum;
+    c.steps += st.steps;
+    c.pull_messages += st.pull_messages;
+    c.pushes_resent += w->pushes_resent();
+    c.replies_dropped += st.replies_dropped;
+    if (aggregators.empty()) {
+      c.push_messages += st.push_messages;
+      c.push_bytes += st.push_bytes;
+    }
+  }
+  for (const AggregatorCore* a : aggregators) {
+    c.push_messages += a->stats().push_messages;
+    c.push_bytes += a->stats().push_bytes;
+    c.pushes_resent += a->pushes_resent();
+    c.replies_dropped += a->stats().replies_dropped;
+  }
+  return c;
+}
+
+}  // namespace colony
