@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/embedded_cluster.h"
-#include "actors/wire_bench.h"
+#include "bench/store_bench.h"
+#include "bench/wire_bench.h"
 #include "cli/commands.h"
 #include "data/generator.h"
 #include "data/reader.h"
-#include "worker/store_bench.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
 

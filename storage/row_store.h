@@ -2,9 +2,8 @@
 // never does I/O itself. A row is a fixed number of floats (parameters and optimizer state
 // together, so they are always stored, moved and checkpointed as one).
 //
-// Three stores implement it: MemoryRowStore (here), RocksRowStore (storage/rocksdb_store.h)
-// and TieredRowStore (storage/tiered_store.h); open_row_store (storage/store_spec.h) picks one
-// from a flag.
+// Three stores implement it: MemoryRowStore (here), and RocksRowStore and TieredRowStore
+// (storage/rocksdb_store.h); open_row_store (storage/store_spec.h) picks one from a flag.
 //
 // The batch protocol. A store that does I/O cannot hand out pointers that stay valid for
 // ever, so a caller that uses rows works in batches:

@@ -1,4 +1,4 @@
-#include "worker/store_bench.h"
+#include "bench/store_bench.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,4 @@
-#include "actors/wire_bench.h"
+#include "bench/wire_bench.h"
 #include <algorithm>
 #include <unordered_map>
 
