@@ -15,8 +15,8 @@ Runner add_gen(CLI::App& app) {
   cmd->add_option("--test-rows", o->test_rows, "Test rows")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed: same seed, same data")->required();
   cmd->add_option("--out", o->out_dir, "Output directory (created)")->required();
-  cmd->add_option("--format", o->format, "libsvm or criteo")
-      ->check(CLI::IsMember({"libsvm", "criteo"}))
+  cmd->add_option("--format", o->format, "libsvm, libffm (field:index:value) or criteo")
+      ->check(CLI::IsMember({"libsvm", "libffm", "criteo"}))
       ->capture_default_str();
   cmd->add_option("--vocab-scale", o->vocab_scale,
                   "Scale every categorical vocabulary (0, 1]; 1 = Criteo-sized")

@@ -44,6 +44,8 @@ constexpr uint32_t key_field(uint64_t key) {
 // The model's global bias lives in a row of its own under this key, which no reader produces
 // (field 255 is reserved).
 inline constexpr uint64_t bias_key = make_key(255, 0);
+// The highest field a data format may use (255 is the bias's).
+inline constexpr uint32_t key_field_max = 254;
 
 // Uniform double in [0, 1) from a 64-bit hash (53 random bits).
 constexpr double unit_double(uint64_t h) {

@@ -130,7 +130,9 @@ void encode_cache_header(const CacheHeader& header, unsigned char (&out)[cache_h
   std::memset(out, 0, sizeof out);
   std::memcpy(out, cache_magic, 8);
   put_u32(out + 8, header.version);
-  put_u32(out + 12, header.source.format == DataFormat::criteo ? 1 : 0);
+  put_u32(out + 12, header.source.format == DataFormat::criteo   ? 1
+                    : header.source.format == DataFormat::libffm ? 2
+                                                                 : 0);
   put_u64(out + 16, header.source.size);
   put_u64(out + 24, static_cast<uint64_t>(header.source.mtime_ns));
   put_u64(out + 32, header.rows);
@@ -158,11 +160,13 @@ Expected<CacheHeader> decode_cache_header(const unsigned char (&in)[cache_header
         fmt::format("{}: corrupt cache file: header checksum mismatch", path));
   }
   uint32_t format = get_u32(in + 12);
-  if (format > 1) {
+  if (format > 2) {
     return Status::invalid_input(
-        fmt::format("{}: corrupt cache file: source format {}, expected 0 or 1", path, format));
+        fmt::format("{}: corrupt cache file: source format {}, expected 0, 1 or 2", path, format));
   }
-  h.source.format = format == 1 ? DataFormat::criteo : DataFormat::libsvm;
+  h.source.format = format == 1   ? DataFormat::criteo
+                    : format == 2 ? DataFormat::libffm
+                                  : DataFormat::libsvm;
   h.source.size = get_u64(in + 16);
   h.source.mtime_ns = static_cast<int64_t>(get_u64(in + 24));
   h.rows = get_u64(in + 32);

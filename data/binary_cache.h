@@ -5,7 +5,7 @@
 //   header, cache_header_bytes (88) bytes:
 //     0  char[8] magic "COLONYBC"
 //     8  u32     format version (cache_format_version)
-//    12  u32     source format (0 libsvm, 1 criteo)
+//    12  u32     source format (0 libsvm, 1 criteo, 2 libffm)
 //    16  u64     source file size in bytes
 //    24  i64     source file mtime, ns since the epoch
 //    32  u64     rows (samples) in the cache
@@ -67,7 +67,7 @@ uint64_t checksum64(const void* data, size_t size, uint64_t seed);
 
 // The source file a cache was made from, as it was when parsing started.
 struct CacheSource {
-  DataFormat format = DataFormat::libsvm;  // libsvm or criteo
+  DataFormat format = DataFormat::libsvm;  // libsvm, criteo or libffm
   uint64_t size = 0;
   int64_t mtime_ns = 0;
 };

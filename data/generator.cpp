@@ -212,6 +212,28 @@ void Generator::write_libsvm(const RawRow& row, std::string& out) const {
   out.push_back('\n');
 }
 
+void Generator::write_libffm(const RawRow& row, std::string& out) const {
+  out.push_back(row.label > 0.5f ? '1' : '0');
+  for (size_t i = 0; i < gen_int_fields; ++i) {
+    if (!(row.int_present & (1u << i))) continue;
+    out.push_back(' ');
+    append_uint(out, i);
+    out.push_back(':');
+    append_uint(out, i + 1);
+    out.push_back(':');
+    append_float(out, int_feature_value(row.ints[i]));
+  }
+  for (size_t j = 0; j < gen_cat_fields; ++j) {
+    if (!(row.cat_present & (1u << j))) continue;
+    out.push_back(' ');
+    append_uint(out, gen_int_fields + j);
+    out.push_back(':');
+    append_uint(out, libsvm_index(j, row.cats[j]));
+    out.append(":1");
+  }
+  out.push_back('\n');
+}
+
 void Generator::write_criteo(const RawRow& row, std::string& out) const {
   out.push_back(row.label > 0.5f ? '1' : '0');
   for (size_t i = 0; i < gen_int_fields; ++i) {
@@ -250,8 +272,9 @@ GenSummary summarize(const TestMetrics& test, double train_positives, uint64_t t
 
 Expected<GenSummary> generate_dataset(const GenOptions& o,
                                       const std::function<void(uint64_t, uint64_t)>& progress) {
-  if (o.format != "libsvm" && o.format != "criteo")
-    return Status::invalid_input("--format " + o.format + " is unknown, expected libsvm or criteo");
+  if (o.format != "libsvm" && o.format != "libffm" && o.format != "criteo")
+    return Status::invalid_input("--format " + o.format +
+                                 " is unknown, expected libsvm, libffm or criteo");
   if (o.rows == 0) return Status::invalid_input("--rows must be at least 1");
   if (o.test_rows == 0) return Status::invalid_input("--test-rows must be at least 1");
   if (!(o.vocab_scale > 0.0) || o.vocab_scale > 1.0)
@@ -261,7 +284,6 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
   if (ec) return Status::io_error(o.out_dir + ": cannot create directory: " + ec.message());
 
   Generator gen({o.seed, o.vocab_scale});
-  const bool libsvm = o.format == "libsvm";
   const std::string train_path = o.out_dir + "/train." + o.format;
   const std::string test_path = o.out_dir + "/test." + o.format;
   const uint64_t total = o.rows + o.test_rows;
@@ -286,7 +308,12 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
         test.y.push_back(row.label);
         test.positives += row.label;
       }
-      libsvm ? gen.write_libsvm(row, buf) : gen.write_criteo(row, buf);
+      if (o.format == "libsvm")
+        gen.write_libsvm(row, buf);
+      else if (o.format == "libffm")
+        gen.write_libffm(row, buf);
+      else
+        gen.write_criteo(row, buf);
       if (buf.size() >= (1 << 20)) {
         if (std::fwrite(buf.data(), 1, buf.size(), f.get()) != buf.size())
           return Status::io_error(path + ": write failed: " + std::strerror(errno));

@@ -62,6 +62,9 @@ class Generator {
   void append_features(const RawRow& row, Batch& out) const;
   // Appends one line (with '\n') in libsvm or Criteo TSV form.
   void write_libsvm(const RawRow& row, std::string& out) const;
+  // The same features as write_libsvm, each in its field: integer column i in field i,
+  // categorical column j in field 13 + j (`field:index:value`).
+  void write_libffm(const RawRow& row, std::string& out) const;
   void write_criteo(const RawRow& row, std::string& out) const;
 
   uint32_t vocab(size_t field) const { return fields_[field].vocab; }
@@ -90,7 +93,7 @@ struct GenOptions {
   uint64_t test_rows = 200000;
   uint64_t seed = 1;
   std::string out_dir;
-  std::string format = "libsvm";  // libsvm | criteo
+  std::string format = "libsvm";  // libsvm | libffm | criteo
   double vocab_scale = 1.0;
   // False: the intercept is not calibrated (it stays 0, so labels miss the 25% rate). For callers
   // that use only draw_features, whose features do not depend on it.

@@ -27,6 +27,8 @@ const char* to_string(DataFormat f) {
       return "criteo";
     case DataFormat::cache:
       return "cache";
+    case DataFormat::libffm:
+      return "libffm";
   }
   return "unknown";
 }

@@ -1,4 +1,4 @@
-// Streaming sample readers: libsvm, Criteo TSV and Colony's binary cache.
+// Streaming sample readers: libsvm, libffm, Criteo TSV and Colony's binary cache.
 //
 // A reader streams a file in bounded memory (a fixed read buffer plus one batch), so files
 // larger than memory train fine. The format is detected from the file's content, not its
@@ -7,6 +7,10 @@
 //
 // Keys (see common/hash.h):
 //   libsvm  `label idx:val ...`   key = make_key(0, mix64(idx)); label 0/1 or -1/+1 (-1 -> 0)
+//   libffm  `label field:idx[:val] ...` (val 1 when left out), field 0..254:
+//           key = make_key(field, mix64(idx)); labels as libsvm. A file is libffm when the
+//           first feature of its first line has two ':' (or one and a 3-part form elsewhere
+//           is an error naming the line).
 //   Criteo  label, 13 integer columns, 26 hex categorical columns, tab-separated, empty =
 //           missing. Integer column i (0..12): key = make_key(1 + i, 0), value = log1p(x)
 //           (x < 0: -log1p(-x)). Categorical column j (0..25) with hex value h:
@@ -41,7 +45,7 @@
 
 namespace colony {
 
-enum class DataFormat { libsvm, criteo, cache };
+enum class DataFormat { libsvm, criteo, cache, libffm };
 const char* to_string(DataFormat f);
 
 struct ReaderOptions {

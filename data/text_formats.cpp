@@ -213,12 +213,19 @@ bool is_blank_line(std::string_view line) {
 }
 
 DataFormat classify_text_line(std::string_view line) {
-  if (line.find('\t') == std::string_view::npos) return DataFormat::libsvm;
-  auto fields = std::count(line.begin(), line.end(), '\t') + 1;
-  if (fields == criteo_fields || line.find(':') == std::string_view::npos) {
-    return DataFormat::criteo;
+  if (line.find('\t') != std::string_view::npos) {
+    auto fields = std::count(line.begin(), line.end(), '\t') + 1;
+    if (fields == criteo_fields || line.find(':') == std::string_view::npos)
+      return DataFormat::criteo;
   }
-  return DataFormat::libsvm;
+  // libffm when the first feature is field:index:value (two ':').
+  size_t p = 0;
+  while (p < line.size() && is_space(line[p])) ++p;
+  while (p < line.size() && !is_space(line[p])) ++p;  // the label
+  while (p < line.size() && is_space(line[p])) ++p;
+  size_t colons = 0;
+  for (; p < line.size() && !is_space(line[p]); ++p) colons += line[p] == ':';
+  return colons == 2 ? DataFormat::libffm : DataFormat::libsvm;
 }
 
 bool parse_libsvm_line(std::string_view line, Batch& out, LineError& error) {
@@ -272,6 +279,64 @@ bool parse_libsvm_line(std::string_view line, Batch& out, LineError& error) {
           fmt::format("bad feature value {}, expected a finite number", quote(value_begin, p)));
     }
     out.add_feature(make_key(0, mix64(index)), value);
+  }
+  COLONY_ASSERT(out.keys.size() <= std::numeric_limits<uint32_t>::max(), "batch of {} features",
+                out.keys.size());
+  out.finish_row(label);
+  return true;
+}
+
+bool parse_libffm_line(std::string_view line, Batch& out, LineError& error) {
+  const char* p = line.data();
+  const char* const e = p + line.size();
+  while (p < e && is_space(*p)) ++p;
+  const char* label_begin = p;
+  while (p < e && !is_space(*p)) ++p;
+  float label = 0;
+  if (label_begin == p) return fail(error, line, p, "empty line, expected a sample");
+  if (!parse_libsvm_label(label_begin, p, label))
+    return fail(error, line, label_begin,
+                fmt::format("bad label {}, expected 0, 1, -1 or +1", quote(label_begin, p)));
+  for (;;) {
+    while (p < e && is_space(*p)) ++p;
+    if (p == e) break;
+    const char* feature = p;
+    const char* token_end = p;
+    while (token_end < e && !is_space(*token_end)) ++token_end;
+    // field:index[:value]
+    uint32_t field = 0;
+    auto [field_end, fec] = std::from_chars(p, token_end, field);
+    if (fec != std::errc() || !is_digit(*p) || field_end == token_end || *field_end != ':' ||
+        field > key_field_max) {
+      out.abandon_row();
+      const char* shown = std::find(p, token_end, ':');
+      return fail(error, line, feature,
+                  fmt::format("bad field {}, expected an integer 0..{} then ':'",
+                              quote(feature, shown), key_field_max));
+    }
+    const char* index_begin = field_end + 1;
+    uint64_t index = 0;
+    auto [index_end, iec] = std::from_chars(index_begin, token_end, index);
+    if (iec != std::errc() || index_begin == token_end || !is_digit(*index_begin) ||
+        (index_end != token_end && *index_end != ':')) {
+      out.abandon_row();
+      return fail(error, line, index_begin,
+                  fmt::format("bad feature index {}, expected field:index[:value] with an "
+                              "unsigned integer index",
+                              quote(feature, token_end)));
+    }
+    float value = 1.0f;
+    if (index_end != token_end) {
+      const char* value_begin = index_end + 1;
+      if (value_begin == token_end || !parse_finite_float(value_begin, token_end, value)) {
+        out.abandon_row();
+        return fail(error, line, value_begin,
+                    fmt::format("bad feature value {}, expected a finite number",
+                                quote(value_begin, token_end)));
+      }
+    }
+    out.add_feature(make_key(field, mix64(index)), value);
+    p = token_end;
   }
   COLONY_ASSERT(out.keys.size() <= std::numeric_limits<uint32_t>::max(), "batch of {} features",
                 out.keys.size());
@@ -353,6 +418,8 @@ LineParser line_parser_for(DataFormat format) {
       return &parse_libsvm_line;
     case DataFormat::criteo:
       return &parse_criteo_line;
+    case DataFormat::libffm:
+      return &parse_libffm_line;
     case DataFormat::cache:
       break;
   }

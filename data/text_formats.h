@@ -1,4 +1,4 @@
-// Line splitting and line parsers for the text sample formats (libsvm, Criteo TSV).
+// Line splitting and line parsers for the text sample formats (libsvm, libffm, Criteo TSV).
 //
 // LineReader streams a file through one fixed buffer (read() in chunks), so memory stays
 // bounded however large the file is; a line may span any number of chunks but not exceed
@@ -115,12 +115,14 @@ bool is_blank_line(std::string_view line);
 
 // Which text format a file's first non-blank line is in: Criteo when it has a tab and either
 // exactly criteo_fields tab-separated fields or no ':' at all (so a Criteo file with a wrong
-// field count in its first line still reports that, not a libsvm error); else libsvm.
+// field count in its first line still reports that, not a libsvm error); libffm when it has no
+// tab and its first feature has two ':' (field:index:value); else libsvm.
 DataFormat classify_text_line(std::string_view line);
 
 // Parse one line and append it as a row of `out` (features, then finish_row). On failure
 // `out` is left as it was and `error` says why. Trailing spaces, tabs and a '\r' are allowed.
 bool parse_libsvm_line(std::string_view line, Batch& out, LineError& error);
+bool parse_libffm_line(std::string_view line, Batch& out, LineError& error);
 bool parse_criteo_line(std::string_view line, Batch& out, LineError& error);
 
 // The parser for a text format (not DataFormat::cache).

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <map>
 
+#include "common/hash.h"
 #include "common/metrics.h"
 #include "data/generator.h"
+#include "data/text_formats.h"
 #include "data/zipf.h"
 
 using namespace colony;
@@ -76,6 +78,37 @@ BOOST_AUTO_TEST_CASE(in_memory_rows_match_libsvm_lines) {
   for (char ch : line) colons += ch == ':';
   BOOST_TEST(colons == b.features());
   BOOST_TEST(line.back() == '\n');
+}
+
+// The libffm line of a row holds the libsvm line's features, each in its field: integer column i
+// in field i, categorical column j in field 13 + j; read back, the values and labels are the
+// same and every key's index part is the libsvm key's.
+BOOST_AUTO_TEST_CASE(libffm_lines_are_the_libsvm_lines_in_fields) {
+  Generator g({5, 0.01});
+  for (uint64_t i = 0; i < 200; ++i) {
+    RawRow row;
+    g.generate(Stream::train, i, row);
+    std::string svm, ffm;
+    g.write_libsvm(row, svm);
+    g.write_libffm(row, ffm);
+    svm.pop_back();
+    ffm.pop_back();
+    Batch a, b;
+    LineError error;
+    BOOST_REQUIRE(parse_libsvm_line(svm, a, error));
+    BOOST_REQUIRE_MESSAGE(parse_libffm_line(ffm, b, error), error.what);
+    BOOST_TEST((classify_text_line(ffm) == DataFormat::libffm));
+    BOOST_TEST(a.labels == b.labels, boost::test_tools::per_element());
+    BOOST_TEST(a.values == b.values, boost::test_tools::per_element());
+    BOOST_REQUIRE_EQUAL(a.keys.size(), b.keys.size());
+    uint32_t last_field = 0;
+    for (size_t k = 0; k < a.keys.size(); ++k) {
+      BOOST_TEST((b.keys[k] & key_value_mask) == (a.keys[k] & key_value_mask));
+      BOOST_TEST(key_field(b.keys[k]) >= last_field);  // fields in column order
+      BOOST_TEST(key_field(b.keys[k]) < 13u + 26u);
+      last_field = key_field(b.keys[k]);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(zipf_sampler_follows_the_power_law) {

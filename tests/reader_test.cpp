@@ -127,6 +127,33 @@ BOOST_AUTO_TEST_CASE(libsvm_good_input_gives_exact_rows) {
   for (uint64_t k : b.keys) BOOST_CHECK_EQUAL(key_field(k), 0u);
 }
 
+BOOST_AUTO_TEST_CASE(libffm_good_input_gives_exact_rows_with_fields) {
+  TempDir dir;
+  std::string path =
+      dir.write("good.libffm", "1 0:3:0.5 7:7\n-1\t2:2:-1.5e2  254:9:3\r\n0 1:1:2 \t\n1\n");
+  ReaderOptions cached = plain();
+  cached.use_cache = true;
+  auto batches = read_all(path, cached);
+  BOOST_REQUIRE_EQUAL(batches.size(), 1u);
+  const Batch& b = batches[0];
+  BOOST_CHECK((b.labels == std::vector<float>{1, 0, 0, 1}));
+  BOOST_CHECK((b.offsets == std::vector<uint32_t>{0, 2, 4, 5, 5}));
+  BOOST_CHECK((b.keys == std::vector<uint64_t>{make_key(0, mix64(3)), make_key(7, mix64(7)),
+                                               make_key(2, mix64(2)), make_key(254, mix64(9)),
+                                               make_key(1, mix64(1))}));
+  BOOST_CHECK((b.values == std::vector<float>{0.5f, 1, -150, 3, 2}));  // no value: 1
+  BOOST_CHECK_EQUAL(key_field(b.keys[3]), 254u);
+  // The cache written by that pass reads back the same rows, and says the source was libffm.
+  auto again = open_reader(path, cached);
+  BOOST_REQUIRE(again.ok());
+  Batch c;
+  BOOST_REQUIRE(again.value()->next(c).value());
+  BOOST_CHECK(again.value()->stats().from_cache);
+  BOOST_CHECK(again.value()->stats().format == DataFormat::libffm);
+  BOOST_CHECK((c.keys == b.keys));
+  BOOST_CHECK((c.values == b.values));
+}
+
 BOOST_AUTO_TEST_CASE(criteo_good_input_gives_exact_rows) {
   TempDir dir;
   std::string lines = criteo_line("1", {"1", "", "-3", "0"}, {"68fd1e64", "", "ABCDEF0123456789"}) +
@@ -204,6 +231,12 @@ BOOST_AUTO_TEST_CASE(malformed_lines_name_file_line_and_column) {
        ":1:16: bad categorical \"12345678901234567\""},
       {"criteo bad label", criteo_line("2", {}, {}) + "\n",
        ":1:1: bad label \"2\", expected 0 or 1"},
+      {"libffm field too large", "1 1:2:1\n1 255:2:1\n",
+       ":2:3: bad field \"255\", expected an integer 0..254 then ':'"},
+      {"libffm bad field", "1 1:2:1 x:2:1\n", ":1:9: bad field \"x\""},
+      {"libffm missing index", "1 1:2:1 3:\n", ":1:11: bad feature index \"3:\""},
+      {"libffm bad value", "1 1:2:1 3:4:nan\n", ":1:13: bad feature value \"nan\""},
+      {"libffm empty value", "1 1:2:1 3:4:\n", ":1:13: bad feature value \"\""},
       // A first line without ':' but with tabs is taken for Criteo, so the count is reported.
       {"criteo bad first line", criteo_39 + "\n", ":1:"},
   };
@@ -379,6 +412,11 @@ BOOST_AUTO_TEST_CASE(format_is_detected_from_content) {
   BOOST_CHECK_EQUAL(std::string(to_string(DataFormat::criteo)), "criteo");
   BOOST_CHECK_EQUAL(std::string(to_string(DataFormat::libsvm)), "libsvm");
   BOOST_CHECK_EQUAL(std::string(to_string(DataFormat::cache)), "cache");
+  std::string ffm = dir.write("x.txt", "0\t3:17:1\t4:2\n");  // libffm, tabs and a short feature
+  r = open_reader(ffm, plain());
+  BOOST_REQUIRE(r.ok());
+  BOOST_CHECK((*r)->stats().format == DataFormat::libffm);
+  BOOST_CHECK_EQUAL(std::string(to_string(DataFormat::libffm)), "libffm");
 }
 
 BOOST_AUTO_TEST_CASE(prefetch_gives_the_same_batches) {
