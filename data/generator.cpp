@@ -194,42 +194,27 @@ void Generator::append_features(const RawRow& row, Batch& out) const {
   out.finish_row(row.label);
 }
 
-void Generator::write_libsvm(const RawRow& row, std::string& out) const {
+void Generator::write_indexed(const RawRow& row, bool fields, std::string& out) const {
   out.push_back(row.label > 0.5f ? '1' : '0');
+  // " [field:]index:"
+  auto begin_feature = [&](size_t field, uint64_t index) {
+    out.push_back(' ');
+    if (fields) {
+      append_uint(out, field);
+      out.push_back(':');
+    }
+    append_uint(out, index);
+    out.push_back(':');
+  };
   for (size_t i = 0; i < gen_int_fields; ++i) {
     if (!(row.int_present & (1u << i))) continue;
-    out.push_back(' ');
-    append_uint(out, i + 1);
-    out.push_back(':');
+    begin_feature(i, i + 1);
     append_float(out, int_feature_value(row.ints[i]));
   }
   for (size_t j = 0; j < gen_cat_fields; ++j) {
     if (!(row.cat_present & (1u << j))) continue;
-    out.push_back(' ');
-    append_uint(out, libsvm_index(j, row.cats[j]));
-    out.append(":1");
-  }
-  out.push_back('\n');
-}
-
-void Generator::write_libffm(const RawRow& row, std::string& out) const {
-  out.push_back(row.label > 0.5f ? '1' : '0');
-  for (size_t i = 0; i < gen_int_fields; ++i) {
-    if (!(row.int_present & (1u << i))) continue;
-    out.push_back(' ');
-    append_uint(out, i);
-    out.push_back(':');
-    append_uint(out, i + 1);
-    out.push_back(':');
-    append_float(out, int_feature_value(row.ints[i]));
-  }
-  for (size_t j = 0; j < gen_cat_fields; ++j) {
-    if (!(row.cat_present & (1u << j))) continue;
-    out.push_back(' ');
-    append_uint(out, gen_int_fields + j);
-    out.push_back(':');
-    append_uint(out, libsvm_index(j, row.cats[j]));
-    out.append(":1");
+    begin_feature(gen_int_fields + j, libsvm_index(j, row.cats[j]));
+    out.push_back('1');
   }
   out.push_back('\n');
 }

@@ -61,10 +61,10 @@ class Generator {
   // Appends `row` to `out` exactly as the libsvm reader would read write_libsvm's line.
   void append_features(const RawRow& row, Batch& out) const;
   // Appends one line (with '\n') in libsvm or Criteo TSV form.
-  void write_libsvm(const RawRow& row, std::string& out) const;
+  void write_libsvm(const RawRow& row, std::string& out) const { write_indexed(row, false, out); }
   // The same features as write_libsvm, each in its field: integer column i in field i,
   // categorical column j in field 13 + j (`field:index:value`).
-  void write_libffm(const RawRow& row, std::string& out) const;
+  void write_libffm(const RawRow& row, std::string& out) const { write_indexed(row, true, out); }
   void write_criteo(const RawRow& row, std::string& out) const;
 
   uint32_t vocab(size_t field) const { return fields_[field].vocab; }
@@ -74,6 +74,8 @@ class Generator {
   // Draws the row's features; with `planted`, also returns the planted model's logit (else 0).
   double logit_without_intercept(RawRow& row, uint64_t row_seed, bool planted) const;
   uint64_t libsvm_index(size_t field, uint32_t id) const;
+  // A libsvm line (`label index:value ...`), or with `fields` a libffm one (`field:index:value`).
+  void write_indexed(const RawRow& row, bool fields, std::string& out) const;
 
   GeneratorConfig config_;
   struct CatFieldParams {

@@ -228,19 +228,28 @@ DataFormat classify_text_line(std::string_view line) {
   return colons == 2 ? DataFormat::libffm : DataFormat::libsvm;
 }
 
+namespace {
+
+// The label at the start of a libsvm or libffm line; `p` ends after it.
+bool parse_leading_label(std::string_view line, const char*& p, float& label, LineError& error) {
+  const char* const e = line.data() + line.size();
+  while (p < e && is_space(*p)) ++p;
+  const char* label_begin = p;
+  while (p < e && !is_space(*p)) ++p;
+  if (label_begin == p) return fail(error, line, p, "empty line, expected a sample");
+  if (!parse_libsvm_label(label_begin, p, label))
+    return fail(error, line, label_begin,
+                fmt::format("bad label {}, expected 0, 1, -1 or +1", quote(label_begin, p)));
+  return true;
+}
+
+}  // namespace
+
 bool parse_libsvm_line(std::string_view line, Batch& out, LineError& error) {
   const char* p = line.data();
   const char* const e = p + line.size();
-  while (p < e && is_space(*p)) ++p;
-
-  const char* label_begin = p;
-  while (p < e && !is_space(*p)) ++p;
   float label = 0;
-  if (label_begin == p) return fail(error, line, p, "empty line, expected a sample");
-  if (!parse_libsvm_label(label_begin, p, label)) {
-    return fail(error, line, label_begin,
-                fmt::format("bad label {}, expected 0, 1, -1 or +1", quote(label_begin, p)));
-  }
+  if (!parse_leading_label(line, p, label, error)) return false;
 
   for (;;) {
     while (p < e && is_space(*p)) ++p;
@@ -289,14 +298,8 @@ bool parse_libsvm_line(std::string_view line, Batch& out, LineError& error) {
 bool parse_libffm_line(std::string_view line, Batch& out, LineError& error) {
   const char* p = line.data();
   const char* const e = p + line.size();
-  while (p < e && is_space(*p)) ++p;
-  const char* label_begin = p;
-  while (p < e && !is_space(*p)) ++p;
   float label = 0;
-  if (label_begin == p) return fail(error, line, p, "empty line, expected a sample");
-  if (!parse_libsvm_label(label_begin, p, label))
-    return fail(error, line, label_begin,
-                fmt::format("bad label {}, expected 0, 1, -1 or +1", quote(label_begin, p)));
+  if (!parse_leading_label(line, p, label, error)) return false;
   for (;;) {
     while (p < e && is_space(*p)) ++p;
     if (p == e) break;
