@@ -98,6 +98,7 @@ struct CoordinatorArgs {
   uint64_t seed = 1, skip_bad_lines = 0;
   uint32_t admit_after = 0, evict_after = 0, checkpoint_every = 0;
   bool no_cache = false, require_all = false;
+  std::optional<DataFormat> format;  // of the test file
   // `colony train` flags that belong to the ps or worker daemons, or to train alone: given to
   // the coordinator, each is refused with where it goes.
   struct Elsewhere {
@@ -154,6 +155,7 @@ Runner add_coordinator(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--no-cache", a->no_cache, "Workers neither read nor write binary caches");
   cmd->add_option("--cache-dir", a->cache_dir, "Where the test file's binary cache goes");
+  add_format_option(cmd, a->format);
   cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -209,6 +211,7 @@ Runner add_coordinator(CLI::App& app) {
     o.test = a->test;
     o.reader.use_cache = !a->no_cache;
     o.reader.cache_dir = a->cache_dir;
+    o.reader.format = a->format;
     o.join_timeout_ms = static_cast<uint64_t>(a->common.join_timeout_s * 1000);
     o.heartbeat_ms = a->heartbeat_ms;
     o.heartbeat_timeout_ms = a->heartbeat_timeout_ms;
@@ -396,6 +399,7 @@ Runner add_member(CLI::App& app, MemberRole role) {
         ->capture_default_str();
     cmd->add_option("--cache-dir", o.reader.cache_dir,
                     "Where binary caches of text files go (default: beside each file)");
+    add_format_option(cmd, o.reader.format);
   }
   add_common(cmd, a->common);
   return [a, ps]() {

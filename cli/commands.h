@@ -4,10 +4,12 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
 #include "common/status.h"
+#include "data/reader.h"
 
 namespace colony::cli {
 
@@ -32,6 +34,10 @@ void add_config_option(CLI::App* cmd);
 // Throws CLI::ParseError (exit 2) naming the file for a file that cannot be read or parsed, a
 // key that is not a flag of `cmd`, or a value the flag refuses.
 void apply_config_file(CLI::App* cmd);
+
+// Adds `--format auto|libsvm|libffm|criteo` (the input files' text format; auto: detected from
+// the content and a .libffm name) to a subcommand, setting `format` (ReaderOptions::format).
+void add_format_option(CLI::App* cmd, std::optional<DataFormat>& format);
 
 // Prints "colony: error: <message>" and returns the exit code for the Status.
 int fail(const Status& status);

@@ -9,6 +9,14 @@
 
 namespace colony::cli {
 
+void add_format_option(CLI::App* cmd, std::optional<DataFormat>& format) {
+  cmd->add_option_function<std::string>(
+         "--format", [&format](const std::string& text) { format = *parse_format_flag(text); },
+         "Input text format: auto (from the content; a .libffm name is libffm), libsvm, libffm "
+         "or criteo")
+      ->check(CLI::IsMember({"auto", "libsvm", "libffm", "criteo"}));
+}
+
 int fail(const Status& status) {
   std::fprintf(stderr, "colony: error: %s\n", status.message().c_str());
   return status.is_user_error() ? 2 : 1;

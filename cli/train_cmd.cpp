@@ -92,6 +92,7 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--cache-dir", j.reader.cache_dir,
                   "Where binary caches of text files go (default: beside each file)");
   cmd->add_flag("--no-cache", a->no_cache, "Neither read nor write binary caches");
+  add_format_option(cmd, j.reader.format);
   cmd->add_option("--shards", a->cluster.shards, "Parameter-server shards (actors)")
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();

@@ -19,6 +19,14 @@
 
 namespace colony {
 
+Expected<std::optional<DataFormat>> parse_format_flag(const std::string& text) {
+  if (text == "auto") return std::optional<DataFormat>();
+  if (text == "libsvm") return std::optional<DataFormat>(DataFormat::libsvm);
+  if (text == "libffm") return std::optional<DataFormat>(DataFormat::libffm);
+  if (text == "criteo") return std::optional<DataFormat>(DataFormat::criteo);
+  return Status::invalid_input("--format " + text + ": not one of auto, libsvm, libffm, criteo");
+}
+
 const char* to_string(DataFormat f) {
   switch (f) {
     case DataFormat::libsvm:
@@ -67,7 +75,18 @@ struct SourceFile {
   bool is_cache = false;
 };
 
-Expected<SourceFile> open_source(const std::string& path, const LineLimits& limits) {
+// The format a text file is read as: `forced`, or what its first line says (a *.libffm file
+// whose first line reads as libsvm is libffm).
+DataFormat text_format(const std::string& path, std::string_view first_line,
+                       const std::optional<DataFormat>& forced) {
+  if (forced) return *forced;
+  const DataFormat seen = classify_text_line(first_line);
+  const bool ffm_name = path.size() > 7 && path.compare(path.size() - 7, 7, ".libffm") == 0;
+  return seen == DataFormat::libsvm && ffm_name ? DataFormat::libffm : seen;
+}
+
+Expected<SourceFile> open_source(const std::string& path, const LineLimits& limits,
+                                 const std::optional<DataFormat>& forced) {
   SourceFile src;
   src.path = path;
   src.fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -111,14 +130,14 @@ Expected<SourceFile> open_source(const std::string& path, const LineLimits& limi
       std::string_view line(head.data() + pos, end - pos);
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (!is_blank_line(line)) {
-        src.identity.format = classify_text_line(line);
+        src.identity.format = text_format(path, line, forced);
         return src;
       }
       pos = end + 1;
     }
     if (whole_file) return Status::invalid_input(fmt::format("{}: empty file, no samples", path));
     if (want >= limit) {
-      src.identity.format = DataFormat::libsvm;
+      src.identity.format = forced.value_or(DataFormat::libsvm);
       return src;
     }
     want = std::min<uint64_t>(src.identity.size, limit);
@@ -363,7 +382,7 @@ class CachedSourceReader final : public BatchReader {
 Expected<std::unique_ptr<BatchReader>> open_unbuffered(const std::string& path,
                                                        const ReaderOptions& options,
                                                        const LineLimits& limits) {
-  auto src = open_source(path, limits);
+  auto src = open_source(path, limits, options.format);
   if (!src.ok()) return src.status();
   if (src->is_cache) {
     src->fd.reset();
@@ -389,7 +408,7 @@ Expected<std::unique_ptr<BatchReader>> open_unbuffered(const std::string& path,
         auto reparse = [path, options, limits](
                            uint64_t rows_done,
                            std::string why) -> Expected<std::unique_ptr<BatchReader>> {
-          auto again = open_source(path, limits);
+          auto again = open_source(path, limits, options.format);
           if (!again.ok()) return again.status();
           if (again->is_cache) {
             return Status::invalid_input(fmt::format("{}: became a cache file while read", path));

@@ -2,8 +2,9 @@
 //
 // A reader streams a file in bounded memory (a fixed read buffer plus one batch), so files
 // larger than memory train fine. The format is detected from the file's content, not its
-// name. Text formats are parsed once: the first complete pass writes a binary cache (see
-// cache_path_for) and later opens of the same, unchanged file read the cache instead.
+// name (but see ReaderOptions::format). Text formats are parsed once: the first complete pass
+// writes a binary cache (see cache_path_for) and later opens of the same, unchanged file read the
+// cache instead.
 //
 // Keys (see common/hash.h):
 //   libsvm  `label idx:val ...`   key = make_key(0, mix64(idx)); label 0/1 or -1/+1 (-1 -> 0)
@@ -38,6 +39,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -54,7 +56,14 @@ struct ReaderOptions {
   bool use_cache = true;        // read a valid cache; write one on the first full pass
   std::string cache_dir;        // where caches live; empty = beside the source file
   size_t prefetch_batches = 4;  // batches read ahead on a background thread; 0 = none
+  // The text format to read the file as; nullopt: detected from the content, and a file named
+  // *.libffm is libffm (its first feature may have no value, `field:idx`, which looks like
+  // libsvm). A binary cache is read as one whatever this says.
+  std::optional<DataFormat> format;
 };
+
+// A --format flag: "auto" (nullopt), "libsvm", "libffm" or "criteo"; invalid_input otherwise.
+Expected<std::optional<DataFormat>> parse_format_flag(const std::string& text);
 
 struct ReaderStats {
   uint64_t rows = 0;                       // samples returned so far

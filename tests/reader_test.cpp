@@ -419,6 +419,35 @@ BOOST_AUTO_TEST_CASE(format_is_detected_from_content) {
   BOOST_CHECK_EQUAL(std::string(to_string(DataFormat::libffm)), "libffm");
 }
 
+BOOST_AUTO_TEST_CASE(a_libffm_name_or_the_format_option_says_how_to_read_a_file) {
+  TempDir dir;
+  // Without values, `field:idx` looks like libsvm's `idx:val`: the .libffm name decides.
+  const std::string rows = "1 3:17 4:2\n0 5:9\n";
+  std::string named = dir.write("short.libffm", rows);
+  auto batches = read_all(named, plain());
+  BOOST_REQUIRE_EQUAL(batches.size(), 1u);
+  BOOST_CHECK(
+      (batches[0].keys == std::vector<uint64_t>{make_key(3, mix64(17)), make_key(4, mix64(2)),
+                                                make_key(5, mix64(9))}));
+  BOOST_CHECK((batches[0].values == std::vector<float>{1, 1, 1}));
+  // The same bytes under another name are libsvm, unless the option says libffm.
+  std::string other = dir.write("short.txt", rows);
+  BOOST_CHECK((read_all(other, plain())[0].keys ==
+               std::vector<uint64_t>{svm_key(3), svm_key(4), svm_key(5)}));
+  ReaderOptions ffm = plain();
+  ffm.format = DataFormat::libffm;
+  BOOST_CHECK((read_all(other, ffm)[0].keys == batches[0].keys));
+  // Forced to a format the file is not in: the parser says where.
+  ReaderOptions criteo = plain();
+  criteo.format = DataFormat::criteo;
+  const Status s = read_error(named, criteo);
+  BOOST_CHECK(s.message().find("wrong number of fields") != std::string::npos);
+  BOOST_CHECK(parse_format_flag("auto").value() == std::nullopt);
+  BOOST_CHECK(parse_format_flag("libffm").value() == DataFormat::libffm);
+  BOOST_CHECK(parse_format_flag("svm").status().message().find("--format svm") !=
+              std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(prefetch_gives_the_same_batches) {
   TempDir dir;
   std::string path = dir.write("gen.libsvm", generated_libsvm(2000, 3));
