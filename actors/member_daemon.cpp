@@ -82,12 +82,12 @@ class Member {
       const int stops = signals_.stop_requests.load();
       if (stops > signals_seen) {
         signals_seen = stops;
-        core_->stop(now_ms(), fx);
+        core_->stop(fx);
       }
       if (Status e = p_.first_error(); !e.ok()) core_->fail(e, fx);
       if (auto copies = p_.inbox.take_checkpoints(); !copies.empty())
         core_->checkpointed(std::move(copies), fx);
-      for (auto& [id, error] : p_.inbox.take_done()) core_->node_done(id, error, now_ms(), fx);
+      for (auto& [id, error] : p_.inbox.take_done()) core_->node_done(id, error, fx);
       if (now_ms() >= core_->next_deadline()) core_->on_timer(now_ms(), fx);
       if (auto exit = carry_out(fx)) return *exit;
       const uint64_t now = now_ms(), deadline = core_->next_deadline();
@@ -113,7 +113,8 @@ class Member {
         p_.bridge->unmark_lost(e.restarted);
         for (auto& a : worker_actors_) caf::anon_send(a, restarted_atom::value, e.restarted);
         if (aggregator_)
-          caf::anon_send(p_.shared->nodes[self().aggregator], restarted_atom::value, e.restarted);
+          caf::anon_send(p_.shared->nodes[in_layout().aggregator], restarted_atom::value,
+                         e.restarted);
       }
       if (e.manifest)
         if (Status s = write_checkpoint_manifest(*e.manifest); !s.ok()) core_->fail(s, fx);
@@ -130,13 +131,12 @@ class Member {
         if (!s.ok() && !join && !e.exit) return s;
       }
       if (e.exit) return e.exit;
-      if (fx.control.empty() && fx.log.empty() && !fx.exit && !fx.build && !fx.drain &&
-          !fx.manifest && !fx.start && !fx.stop_feeding && fx.lost.empty() && fx.restarted.empty())
-        return std::nullopt;
+      if (fx.empty()) return std::nullopt;
     }
   }
 
-  const MemberInfo& self() const { return core_->welcome().members[core_->you()]; }
+  // This member as the layout numbers it.
+  const MemberInfo& in_layout() const { return core_->welcome().members[core_->you()]; }
 
   // The counters of a MemberDone, ShardSummary or Heartbeat about to go out, from the cores.
   void fill_counters(ControlBody& body) {
@@ -164,12 +164,10 @@ class Member {
 
   // Builds this member's cores from a Welcome the member core has checked.
   Status build(const Welcome& w) {
-    welcome_ = w;
-    you_ = w.you;
-    layout_.emplace(*core_->layout());
+    const ClusterLayout& layout = *core_->layout();
     const MemberInfo& self = w.members[w.you];
     auto& nodes = p_.shared->nodes;
-    nodes.resize(layout_->nodes());
+    nodes.resize(layout.nodes());
     const JobSpec& job = w.job;
     std::vector<NodeId> local;
     for (NodeId n = self.first_node; n < self.first_node + self.count; ++n) {
@@ -198,7 +196,7 @@ class Member {
         };
       }
       for (NodeId n : local) {
-        const ShardConfig sc = shard_config(job, *layout_, n);
+        const ShardConfig sc = shard_config(job, layout, n);
         auto row_floats = ShardCore::row_floats(sc);
         if (!row_floats) return row_floats.status();
         if (w.resume) {
@@ -264,7 +262,7 @@ class Member {
       });
       p_.extra.push_back(caf::actor_cast<caf::actor>(reporter));
       for (NodeId n : local) {
-        auto core = WorkerCore::make(worker_config(job, *layout_, n));
+        auto core = WorkerCore::make(worker_config(job, layout, n));
         if (!core) return core.status();
         workers_.push_back(std::shared_ptr<WorkerCore>(std::move(core.value())));
         sources_.push_back(
@@ -276,8 +274,7 @@ class Member {
         worker_actors_.push_back(nodes[n]);
       }
       if (self.has_aggregator) {
-        auto core =
-            AggregatorCore::make(aggregator_config(job, *layout_, you_), make_cpu_reducer());
+        auto core = AggregatorCore::make(aggregator_config(job, layout, w.you), make_cpu_reducer());
         if (!core) return core.status();
         aggregator_ = std::shared_ptr<AggregatorCore>(std::move(core.value()));
         nodes[self.aggregator] = caf::actor_cast<caf::actor>(
@@ -291,7 +288,7 @@ class Member {
               !s.ok())
             return s;
     }
-    p_.bridge->set_layout(*layout_, keys_.server_public);
+    p_.bridge->set_layout(layout, keys_.server_public);
     p_.bridge->set_routing_ready(local);
     return Status();
   }
@@ -305,8 +302,7 @@ class Member {
     if (ec)
       return Status::io_error(fmt::format(
           "{}: cannot create: {}", checkpoint_step_dir(checkpoint_root_, step), ec.message()));
-    if (Status s = core.store().checkpoint(dir, identities_[i - welcome_.members[you_].first_node]);
-        !s.ok())
+    if (Status s = core.store().checkpoint(dir, identities_[i - in_layout().first_node]); !s.ok())
       return s;
     ShardCheckpoint c{i, fmt::format("shard-{}", i), core.rows(), {}};
     for (auto [node, clock] : core.sender_clocks()) c.sender_clocks.emplace_back(node, clock);
@@ -316,9 +312,12 @@ class Member {
   // Every shard has checkpointed `c.step`: this ps writes the step's manifest beside its copies.
   Status write_checkpoint_manifest(const CheckpointComplete& c) {
     const StoreIdentity& id = identities_.front();
-    CheckpointManifest m{
-        c.step,  id.cluster_id, layout_->shards(), id.row_floats, model_spec(welcome_.job).width(),
-        c.shards};
+    CheckpointManifest m{c.step,
+                         id.cluster_id,
+                         core_->layout()->shards(),
+                         id.row_floats,
+                         model_spec(core_->welcome().job).width(),
+                         c.shards};
     if (Status s = write_manifest(checkpoint_root_, m); !s.ok()) return s;
     log_(fmt::format("checkpoint of step {} complete: wrote {}", c.step,
                      checkpoint_step_dir(checkpoint_root_, c.step)));
@@ -346,8 +345,7 @@ class Member {
   // Waits until every shard of this ps has handled what it was sent.
   void drain_ps() {
     caf::scoped_actor self{p_.system};
-    for (NodeId n = welcome_.members[you_].first_node;
-         n < welcome_.members[you_].first_node + o_.count; ++n)
+    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
                     quiesce_atom::value)
           .receive([](bool) {}, [](caf::error&) {});
@@ -359,10 +357,10 @@ class Member {
   ShardSummary summarize_shards() {
     ShardSummary sum;
     caf::scoped_actor self{p_.system};
-    for (NodeId n = welcome_.members[you_].first_node;
-         n < welcome_.members[you_].first_node + o_.count; ++n)
+    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]),
-                    std::chrono::milliseconds(welcome_.heartbeat_timeout_ms), summary_atom::value)
+                    std::chrono::milliseconds(core_->welcome().heartbeat_timeout_ms),
+                    summary_atom::value)
           .receive([&](const ShardSummary& s) { sum += s; },
                    [&](caf::error& e) {
                      log_(fmt::format("shard node {} gave no summary: {}", n, p_.system.render(e)));
@@ -378,12 +376,9 @@ class Member {
   Keys keys_;
   MemberInfo me_;
   std::optional<MemberCore> core_;
-  Welcome welcome_;                        // as the member core took it
-  std::optional<ClusterLayout> layout_;    // from welcome_, checked
   std::vector<StoreIdentity> identities_;  // of this ps's shards, in node order
   std::string checkpoint_root_;            // with checkpoints: where they go
   const double cpu_start_ = cpu_seconds();
-  uint32_t you_ = control_from_unknown;
   std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
   std::vector<std::shared_ptr<ShardCore>> shard_cores_;
   std::vector<std::shared_ptr<WorkerCore>> workers_;

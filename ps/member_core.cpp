@@ -301,9 +301,7 @@ void MemberCore::send_done(std::string error, MemberEffects& out) {
   done_sent_ = true;
 }
 
-void MemberCore::node_done(NodeId node, const Status& error, uint64_t now_ms, MemberEffects& out) {
-  (void)now_ms;
-  (void)node;
+void MemberCore::node_done(NodeId node, const Status& error, MemberEffects& out) {
   if (phase_ != MemberPhase::serving || config_.me.role != MemberRole::worker || done_sent_) return;
   ++nodes_done_;
   if (!error.ok() && local_error_.empty())
@@ -331,8 +329,7 @@ void MemberCore::checkpointed(std::vector<std::pair<uint32_t, ShardCheckpoint>> 
   for (auto& [step, report] : by_step) send(std::move(report), out);
 }
 
-void MemberCore::stop(uint64_t now_ms, MemberEffects& out) {
-  (void)now_ms;
+void MemberCore::stop(MemberEffects& out) {
   switch (phase_) {
     case MemberPhase::joining:
       out.log.push_back("stopped by a signal before the job started");

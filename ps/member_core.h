@@ -71,6 +71,11 @@ struct MemberEffects {
   std::optional<CheckpointComplete> manifest;  // write this step's manifest (then ok or fail())
   std::optional<Status> exit;                  // the member ends: ok, or why it failed
   std::vector<std::string> log;
+  // Nothing to carry out.
+  bool empty() const {
+    return control.empty() && !build && !start && !stop_feeding && !drain && lost.empty() &&
+           restarted.empty() && !manifest && !exit && log.empty();
+  }
 };
 
 class MemberCore {
@@ -91,12 +96,12 @@ class MemberCore {
   void built(const Status& status, uint64_t now_ms, MemberEffects& out);
   // A local core (worker replica or aggregator) finished, or failed with `error`. Once every
   // local one has (or one failed), MemberDone is sent; a failed or drained member then ends.
-  void node_done(NodeId node, const Status& error, uint64_t now_ms, MemberEffects& out);
+  void node_done(NodeId node, const Status& error, MemberEffects& out);
   // Shards of this ps checkpointed (step, copy) pairs: ShardsCheckpointed per step.
   void checkpointed(std::vector<std::pair<uint32_t, ShardCheckpoint>> copies, MemberEffects& out);
   // SIGTERM (or SIGINT): a ps drains (effects.drain, then drained()), a worker stops taking
   // batches and ends once what it pushed is acknowledged; before the job starts it leaves.
-  void stop(uint64_t now_ms, MemberEffects& out);
+  void stop(MemberEffects& out);
   // After effects.drain: every shard handled what it was sent; the member leaves.
   void drained(MemberEffects& out);
   // Something local failed (a core's store, writing a manifest): the member reports it and ends.

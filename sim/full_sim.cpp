@@ -269,7 +269,7 @@ void FullSim::mark_done(Core& c) {
     MemberHost& mh = members_[host];
     if (!mh.core || mh.incarnations != incarnation || hosts_[host].down) return;
     MemberEffects fx;
-    mh.core->node_done(node, error, now_ms(), fx);
+    mh.core->node_done(node, error, fx);
     member_effects(host, fx);
   });
 }

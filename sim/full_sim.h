@@ -59,7 +59,6 @@ struct MemberHost {
   std::optional<MemberCore> core;  // none while the host is down
   uint32_t incarnations = 0;       // processes started on the host
   std::optional<uint32_t> index;   // its member index, once welcomed
-  bool cores_built = false;        // this process built its cores
   VirtualNanos armed_at = -1;
   uint64_t timer = 0;  // the generation of the armed timer event
 };

@@ -78,7 +78,6 @@ void FullSim::member_start(uint32_t host) {
   sent_to_[host].clear();
   std::erase_if(sent_to_[coordinator_host_],
                 [&](const ControlMessage& m) { return m.sender_key == key_of(host); });
-  mh.cores_built = false;
   MemberConfig mc;
   mc.me = member_info(host);
   mc.me.incarnation = hash_combine(hash_combine(o_.seed, host), mh.incarnations) | 1;
@@ -135,7 +134,6 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
         job_over_ = true;
         return;
       }
-      mh.cores_built = true;
       mh.core->built(Status(), now_ms(), fx);
     }
     if (e.start)
@@ -183,9 +181,7 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
     }
     if (e.exit)
       member_exit(host, e.exit->ok() ? std::string("the job is over") : e.exit->message());
-    if (fx.control.empty() && !fx.build && !fx.start && fx.lost.empty() && fx.restarted.empty() &&
-        !fx.exit)
-      break;
+    if (fx.empty()) break;
   }
   arm_member(host);
 }

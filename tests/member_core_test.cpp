@@ -166,10 +166,10 @@ BOOST_AUTO_TEST_CASE(a_serving_worker_drops_what_makes_no_sense_and_starts_once)
   // Two replicas and the aggregator report; then MemberDone, and the member stays until
   // Shutdown.
   fx = {};
-  core.node_done(2, Status(), 20, fx);
-  core.node_done(3, Status(), 20, fx);
+  core.node_done(2, Status(), fx);
+  core.node_done(3, Status(), fx);
   BOOST_TEST(count_of<MemberDone>(fx) == 0u);
-  core.node_done(4, Status(), 21, fx);
+  core.node_done(4, Status(), fx);
   BOOST_REQUIRE_EQUAL(count_of<MemberDone>(fx), 1u);
   BOOST_TEST(std::get<MemberDone>(fx.control.back()).counters.bad_messages == 5u);
   BOOST_TEST(!fx.exit.has_value());
@@ -184,13 +184,13 @@ BOOST_AUTO_TEST_CASE(a_failed_replica_reports_and_ends_the_member) {
   MemberEffects fx;
   core.on_message({control_from_coordinator, Start{}}, 1, fx);
   fx = {};
-  core.node_done(3, Status::io_error("disk"), 2, fx);
+  core.node_done(3, Status::io_error("disk"), fx);
   BOOST_REQUIRE_EQUAL(count_of<MemberDone>(fx), 1u);
   BOOST_TEST(std::get<MemberDone>(fx.control.front()).error == "node 3: disk");
   BOOST_REQUIRE(fx.exit.has_value());
   BOOST_TEST(fx.exit->message() == "node 3: disk");
   fx = {};
-  core.node_done(2, Status(), 3, fx);  // after the end: nothing more
+  core.node_done(2, Status(), fx);  // after the end: nothing more
   BOOST_TEST(fx.control.empty());
 }
 
@@ -217,7 +217,7 @@ BOOST_AUTO_TEST_CASE(a_stopped_ps_drains_then_leaves_and_a_ps_takes_its_requests
   core.on_message({control_from_coordinator, Start{}}, 1, fx);  // to a ps: out of place
   BOOST_TEST(core.bad_messages() == 1u);
   fx = {};
-  core.stop(2, fx);
+  core.stop(fx);
   BOOST_TEST(fx.drain);
   BOOST_TEST(!fx.exit.has_value());
   fx = {};
@@ -230,17 +230,17 @@ BOOST_AUTO_TEST_CASE(a_stopped_ps_drains_then_leaves_and_a_ps_takes_its_requests
 BOOST_AUTO_TEST_CASE(a_worker_stopped_before_the_start_leaves_and_after_it_drains) {
   MemberCore before = welcomed(info(MemberRole::worker, 3, 2), layout(1));
   MemberEffects fx;
-  before.stop(1, fx);
+  before.stop(fx);
   BOOST_TEST(count_of<Leave>(fx) == 1u);
   BOOST_TEST(fx.exit.has_value());
   MemberCore after = welcomed(info(MemberRole::worker, 3, 2), layout(1));
   fx = {};
   after.on_message({control_from_coordinator, Start{}}, 1, fx);
   fx = {};
-  after.stop(2, fx);
+  after.stop(fx);
   BOOST_TEST(fx.stop_feeding);
   BOOST_TEST(!fx.exit.has_value());
-  for (NodeId n : {2u, 3u, 4u}) after.node_done(n, Status(), 3, fx);
+  for (NodeId n : {2u, 3u, 4u}) after.node_done(n, Status(), fx);
   BOOST_REQUIRE_EQUAL(count_of<MemberDone>(fx), 1u);
   BOOST_TEST(std::get<MemberDone>(fx.control.back()).drained);
   BOOST_TEST(fx.exit.has_value());
@@ -309,7 +309,7 @@ BOOST_AUTO_TEST_CASE(members_and_the_coordinator_finish_a_job_under_garbled_cont
         if (e.build) members[i].built(Status(), now, fx);
         if (e.start)
           for (NodeId n = 0; n < infos[i].count + (cc.job.hierarchical ? 1 : 0); ++n)
-            members[i].node_done(n, Status(), now, fx);
+            members[i].node_done(n, Status(), fx);
         if (e.drain) members[i].drained(fx);
         for (ControlBody& b : e.control) {
           CoordinatorEffects out;
@@ -328,7 +328,7 @@ BOOST_AUTO_TEST_CASE(members_and_the_coordinator_finish_a_job_under_garbled_cont
           }
         }
         if (e.exit) exits[i] = e.exit;
-        if (fx.control.empty() && !fx.build && !fx.start && !fx.drain && !fx.exit) return;
+        if (fx.empty()) return;
       }
     };
     for (size_t i = 0; i < members.size(); ++i) {

@@ -1013,7 +1013,7 @@ void fuzz_member(Input& in) {
         core.built(in.flag() ? Status() : Status::io_error(in.text()), now_ms, fx);
         break;
       case 5:
-        core.node_done(in.u32(), in.flag() ? Status() : Status::internal(in.text()), now_ms, fx);
+        core.node_done(in.u32(), in.flag() ? Status() : Status::internal(in.text()), fx);
         break;
       case 6: {
         std::vector<std::pair<uint32_t, ShardCheckpoint>> copies;
@@ -1022,7 +1022,7 @@ void fuzz_member(Input& in) {
         break;
       }
       case 7:
-        core.stop(now_ms, fx);
+        core.stop(fx);
         break;
       case 8:
         core.drained(fx);
