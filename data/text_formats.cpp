@@ -230,43 +230,50 @@ DataFormat classify_text_line(std::string_view line) {
 
 namespace {
 
-// The label at the start of a libsvm or libffm line; `p` ends after it.
-bool parse_leading_label(std::string_view line, const char*& p, float& label, LineError& error) {
-  const char* const e = line.data() + line.size();
+// A libsvm or libffm line: the label, then space-separated features. `feature(p, e)` parses
+// the one at `p` (ending at the next space or `e`), adds it to `out` and moves `p` past it, or
+// fills `error` and returns false; the row is then dropped and `out` left as it was.
+template <class ParseFeature>
+bool parse_sparse_line(std::string_view line, Batch& out, LineError& error,
+                       ParseFeature&& feature) {
+  const char* p = line.data();
+  const char* const e = p + line.size();
   while (p < e && is_space(*p)) ++p;
   const char* label_begin = p;
   while (p < e && !is_space(*p)) ++p;
+  float label = 0;
   if (label_begin == p) return fail(error, line, p, "empty line, expected a sample");
   if (!parse_libsvm_label(label_begin, p, label))
     return fail(error, line, label_begin,
                 fmt::format("bad label {}, expected 0, 1, -1 or +1", quote(label_begin, p)));
+  for (;;) {
+    while (p < e && is_space(*p)) ++p;
+    if (p == e) break;
+    if (!feature(p, e)) {
+      out.abandon_row();
+      return false;
+    }
+  }
+  COLONY_ASSERT(out.keys.size() <= std::numeric_limits<uint32_t>::max(), "batch of {} features",
+                out.keys.size());
+  out.finish_row(label);
   return true;
 }
 
 }  // namespace
 
 bool parse_libsvm_line(std::string_view line, Batch& out, LineError& error) {
-  const char* p = line.data();
-  const char* const e = p + line.size();
-  float label = 0;
-  if (!parse_leading_label(line, p, label, error)) return false;
-
-  for (;;) {
-    while (p < e && is_space(*p)) ++p;
-    if (p == e) break;
+  return parse_sparse_line(line, out, error, [&](const char*& p, const char* e) {
     const char* feature = p;
     uint64_t index = 0;
     auto [index_end, ec] = std::from_chars(p, e, index);
-    if (ec == std::errc() && is_digit(*p) && (index_end == e || is_space(*index_end))) {
-      out.abandon_row();
+    if (ec == std::errc() && is_digit(*p) && (index_end == e || is_space(*index_end)))
       return fail(
           error, line, feature,
           fmt::format("truncated feature {}, expected index:value", quote(feature, index_end)));
-    }
     if (ec != std::errc() || !is_digit(*p) || *index_end != ':') {
       const char* token_end = p;
       while (token_end < e && *token_end != ':' && !is_space(*token_end)) ++token_end;
-      out.abandon_row();
       return fail(error, line, feature,
                   fmt::format("bad feature index {}, expected an unsigned integer",
                               quote(feature, token_end)));
@@ -274,35 +281,22 @@ bool parse_libsvm_line(std::string_view line, Batch& out, LineError& error) {
     const char* value_begin = index_end + 1;
     p = value_begin;
     while (p < e && !is_space(*p)) ++p;
-    if (value_begin == p) {
-      out.abandon_row();
+    if (value_begin == p)
       return fail(
           error, line, feature,
           fmt::format("truncated feature {}, expected a value after ':'", quote(feature, p)));
-    }
     float value = 0;
-    if (!parse_finite_float(value_begin, p, value)) {
-      out.abandon_row();
+    if (!parse_finite_float(value_begin, p, value))
       return fail(
           error, line, value_begin,
           fmt::format("bad feature value {}, expected a finite number", quote(value_begin, p)));
-    }
     out.add_feature(make_key(0, mix64(index)), value);
-  }
-  COLONY_ASSERT(out.keys.size() <= std::numeric_limits<uint32_t>::max(), "batch of {} features",
-                out.keys.size());
-  out.finish_row(label);
-  return true;
+    return true;
+  });
 }
 
 bool parse_libffm_line(std::string_view line, Batch& out, LineError& error) {
-  const char* p = line.data();
-  const char* const e = p + line.size();
-  float label = 0;
-  if (!parse_leading_label(line, p, label, error)) return false;
-  for (;;) {
-    while (p < e && is_space(*p)) ++p;
-    if (p == e) break;
+  return parse_sparse_line(line, out, error, [&](const char*& p, const char* e) {
     const char* feature = p;
     const char* token_end = p;
     while (token_end < e && !is_space(*token_end)) ++token_end;
@@ -310,41 +304,31 @@ bool parse_libffm_line(std::string_view line, Batch& out, LineError& error) {
     uint32_t field = 0;
     auto [field_end, fec] = std::from_chars(p, token_end, field);
     if (fec != std::errc() || !is_digit(*p) || field_end == token_end || *field_end != ':' ||
-        field > key_field_max) {
-      out.abandon_row();
-      const char* shown = std::find(p, token_end, ':');
+        field > key_field_max)
       return fail(error, line, feature,
                   fmt::format("bad field {}, expected an integer 0..{} then ':'",
-                              quote(feature, shown), key_field_max));
-    }
+                              quote(feature, std::find(p, token_end, ':')), key_field_max));
     const char* index_begin = field_end + 1;
     uint64_t index = 0;
     auto [index_end, iec] = std::from_chars(index_begin, token_end, index);
     if (iec != std::errc() || index_begin == token_end || !is_digit(*index_begin) ||
-        (index_end != token_end && *index_end != ':')) {
-      out.abandon_row();
+        (index_end != token_end && *index_end != ':'))
       return fail(error, line, index_begin,
                   fmt::format("bad feature index {}, expected field:index[:value] with an "
                               "unsigned integer index",
                               quote(feature, token_end)));
-    }
     float value = 1.0f;
     if (index_end != token_end) {
       const char* value_begin = index_end + 1;
-      if (value_begin == token_end || !parse_finite_float(value_begin, token_end, value)) {
-        out.abandon_row();
+      if (value_begin == token_end || !parse_finite_float(value_begin, token_end, value))
         return fail(error, line, value_begin,
                     fmt::format("bad feature value {}, expected a finite number",
                                 quote(value_begin, token_end)));
-      }
     }
     out.add_feature(make_key(field, mix64(index)), value);
     p = token_end;
-  }
-  COLONY_ASSERT(out.keys.size() <= std::numeric_limits<uint32_t>::max(), "batch of {} features",
-                out.keys.size());
-  out.finish_row(label);
-  return true;
+    return true;
+  });
 }
 
 bool parse_criteo_line(std::string_view line, Batch& out, LineError& error) {
