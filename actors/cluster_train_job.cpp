@@ -65,8 +65,9 @@ Expected<TrainJobResult> run_cluster_train_job(
     progress(TrainProgress{"evaluate", o.epochs, o.epochs, r.counters.samples, 1.0, 0.0});
   ReaderOptions ro = o.reader;
   ro.batch_rows = o.batch;
-  auto ev = evaluate(o.test, data.test, ro,
-                     [&](const Batch& b, std::vector<float>& logits) { c.predict(b, logits); });
+  auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) {
+    return c.predict(b, logits);
+  });
   if (!ev) return ev.status();
   if (Status s = c.error(); !s.ok()) return s;
   r.epochs.push_back(EpochResult{o.epochs, ran->counters.loss_sum / double(r.counters.samples),

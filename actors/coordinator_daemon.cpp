@@ -198,6 +198,8 @@ class Coordinator {
     const ModelSpec model = model_spec(o_.job);
     auto kv = KvClient::make({me, map_, shards, model.width()});
     if (!kv) return kv.status();
+    auto scorer = Model::make(model);
+    if (!scorer) return scorer.status();
     BatchIndex index;
     std::vector<float> rows;
     Outbox out;
@@ -206,8 +208,9 @@ class Coordinator {
     ro.batch_rows = o_.job.batch;
     auto ev = evaluate(o_.test, nullptr, ro, [&](const Batch& batch, std::vector<float>& logits) {
       logits.assign(batch.rows(), 0.0f);
-      if (!failure.ok()) return;
-      index.build(batch);
+      if (!failure.ok()) return Status();
+      if (Status s = (*scorer)->check(batch); !s.ok()) return s;
+      index.build(batch, model.dense_rows());
       const auto keys = index.unique_keys();
       rows.assign(keys.size() * model.width(), 0.0f);
       const auto ticket = (*kv)->pull(keys, 0, me, rows, out);
@@ -226,8 +229,9 @@ class Coordinator {
         failure = (*kv)->error();
       else if (!failed_.ok())
         failure = failed_;
-      if (!failure.ok()) return;
-      forward(model, batch, index.slots(), rows, logits);
+      if (!failure.ok()) return Status();
+      (*scorer)->forward(batch, index.slots(), rows, {}, logits);
+      return Status();
     });
     if (!failure.ok()) return failure;
     return ev;

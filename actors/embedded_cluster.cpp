@@ -118,6 +118,7 @@ struct EmbeddedCluster::Impl {
   coordinator_actor coordinator;
   std::vector<caf::actor> worker_handles;
   uint32_t expected_reports = 0;
+  std::unique_ptr<Model> model;  // for predict
   BatchIndex index;
   std::vector<float> rows;
   std::vector<std::vector<uint64_t>> shard_keys;  // predict's keys and slots by shard
@@ -136,11 +137,14 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   if (c.max_inflight < 1) return Status::invalid_input("max in-flight steps must be at least 1");
   if (job.epochs < 1) return Status::invalid_input("--epochs must be at least 1");
   if (job.batch < 1) return Status::invalid_input("--batch must be at least 1");
-  if (job.trainer.model.kind == ModelKind::fm &&
-      (job.trainer.model.dim < 1 || job.trainer.model.dim > max_fm_dim))
+  auto model = Model::make(job.trainer.model);
+  if (!model) return model.status();
+  if ((*model)->dense_params() > 0)
     return Status::invalid_input(
-        fmt::format("--dim {} is out of range, expected 1..{}", job.trainer.model.dim, max_fm_dim));
+        fmt::format("--model {} has dense layers, which only --engine local trains in this version",
+                    to_string(job.trainer.model.kind)));
   auto impl = std::make_unique<Impl>(c.threads, c.deterministic_seed != 0);
+  impl->model = std::move(model.value());
   impl->job = job;
   impl->shared->observer = job.observer;
   Impl& m = *impl;
@@ -348,10 +352,11 @@ Status EmbeddedCluster::error() const {
   return {};
 }
 
-void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
+Status EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
   Impl& m = *impl_;
   const size_t width = m.job.trainer.model.width();
-  m.index.build(batch);
+  if (Status s = m.model->check(batch); !s.ok()) return s;
+  m.index.build(batch, m.job.trainer.model.dense_rows());
   const auto keys = m.index.unique_keys();
   m.rows.resize(keys.size() * width);
   // One batch per shard: a store on disk reads its rows in one go.
@@ -375,7 +380,8 @@ void EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
       std::copy_n(&m.shard_rows[j * width], width, &m.rows[m.shard_slots[s][j] * width]);
   }
   logits.resize(batch.rows());
-  forward(m.job.trainer.model, batch, m.index.slots(), m.rows, logits);
+  m.model->forward(batch, m.index.slots(), m.rows, {}, logits);
+  return Status();
 }
 
 std::string store_fingerprint(const TrainerConfig& t) {

@@ -105,7 +105,7 @@ class EmbeddedCluster {
   Expected<ClusterResult> run(const std::function<void(uint64_t)>& progress);
 
   // After run: each sample's logit under the shards' final weights.
-  void predict(const Batch& batch, std::vector<float>& logits);
+  Status predict(const Batch& batch, std::vector<float>& logits);
   // After run: the final parameters of `key` (its initial row when never touched). Asserts
   // that the shard's store can be read (tests).
   void row_value(uint64_t key, std::span<float> out) const;

@@ -11,7 +11,7 @@
 #include "actors/daemon.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "worker/model.h"
+#include "models/model.h"
 #include "worker/train_job.h"
 
 namespace colony::cli {

@@ -18,6 +18,11 @@ namespace {
 struct TrainArgs {
   TrainJobOptions job;
   std::string model = "fm";
+  std::string mlp, bottom;  // empty: the model's default
+  std::string dense_optimizer = "adam";
+  float dense_lr = 1e-3f;
+  CLI::Option* engine_option = nullptr;
+  CLI::Option* cross_layers_option = nullptr;
   std::string optimizer = "ftrl";
   // Negative = the optimizer's default (default_optimizer_config).
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
@@ -41,9 +46,29 @@ Runner add_train(CLI::App& app) {
       "train", "Train a model on one machine (on generated data when --data is not given)");
   cmd->add_option("--data", j.data, "Training file: libsvm, Criteo TSV or a Colony binary cache");
   cmd->add_option("--test", j.test, "Test file (required with --data)");
-  cmd->add_option("--model", a->model, "lr or fm")->capture_default_str();
-  cmd->add_option("--dim", j.trainer.model.dim, "FM factor dimension")
+  cmd->add_option("--model", a->model, "lr, fm, deepfm, dlrm or dcn (deep models: docs/models.md)")
+      ->capture_default_str();
+  cmd->add_option("--dim", j.trainer.model.dim, "FM factor and embedding dimension")
       ->check(CLI::Range(size_t{1}, max_fm_dim))
+      ->capture_default_str();
+  cmd->add_option("--mlp", a->mlp,
+                  "Hidden layers of the deep tower (deepfm, dcn) or DLRM's top MLP, e.g. 256,128 "
+                  "(default 256,128; none: no hidden layer)");
+  cmd->add_option("--bottom", a->bottom, "DLRM's bottom MLP hidden layers (default 64)");
+  a->cross_layers_option =
+      cmd->add_option("--cross-layers", j.trainer.model.cross_layers, "DCN-v2's cross layers")
+          ->check(CLI::Range(size_t{1}, size_t{16}))
+          ->capture_default_str();
+  j.trainer.model.fields = 0;
+  cmd->add_option("--fields", j.trainer.model.fields,
+                  "Fields of a deep model's input (0: one more than the highest field in the "
+                  "first 65536 training rows)")
+      ->check(CLI::Range(size_t{0}, max_fields));
+  cmd->add_option("--dense-optimizer", a->dense_optimizer,
+                  "Optimizer of a deep model's dense layers: adam, adamw or sgd (momentum 0.9)")
+      ->capture_default_str();
+  cmd->add_option("--dense-lr", a->dense_lr, "Step size of the dense optimizer")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
   cmd->add_option("--lr", a->lr,
@@ -116,12 +141,13 @@ Runner add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
       ->capture_default_str();
-  cmd->add_option(
-         "--engine", a->engine,
-         "cluster (PS shards and workers as actors) or local (the single-process reference "
-         "trainer; ignores the cluster flags)")
-      ->check(CLI::IsMember({"cluster", "local"}))
-      ->capture_default_str();
+  a->engine_option =
+      cmd->add_option(
+             "--engine", a->engine,
+             "cluster (PS shards and workers as actors) or local (the single-process reference "
+             "trainer; ignores the cluster flags)")
+          ->check(CLI::IsMember({"cluster", "local"}))
+          ->capture_default_str();
   cmd->add_option("--rows", j.generate.rows, "Generated training rows (without --data)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -133,6 +159,33 @@ Runner add_train(CLI::App& app) {
     auto model = parse_model(a->model);
     if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
     o.trainer.model.kind = *model;
+    {
+      const size_t fields = o.trainer.model.fields, cross = o.trainer.model.cross_layers;
+      o.trainer.model = with_model_defaults(o.trainer.model);
+      o.trainer.model.fields = fields;
+      if (a->cross_layers_option->count() > 0) o.trainer.model.cross_layers = cross;
+    }
+    if (!a->mlp.empty()) {
+      auto sizes = parse_layer_sizes(a->mlp);
+      if (!sizes) return fail(Status::invalid_input("--mlp " + sizes.status().message()));
+      o.trainer.model.mlp = *sizes;
+    }
+    if (!a->bottom.empty()) {
+      auto sizes = parse_layer_sizes(a->bottom);
+      if (!sizes) return fail(Status::invalid_input("--bottom " + sizes.status().message()));
+      o.trainer.model.bottom = *sizes;
+    }
+    auto dense_opt = nn::parse_dense_optimizer(a->dense_optimizer);
+    if (!dense_opt)
+      return fail(Status::invalid_input("--dense-optimizer: " + dense_opt.status().message()));
+    o.trainer.dense_optimizer.kind = *dense_opt;
+    o.trainer.dense_optimizer.lr = a->dense_lr;
+    if (o.trainer.model.deep()) {
+      // Dense layers are trained by the single-process trainer only in this version: it is
+      // the default engine of deep models, and generated data keeps Criteo's fields.
+      if (a->engine_option->count() == 0) a->engine = "local";
+      o.generate.format = "criteo";
+    }
     auto opt = parse_optimizer(a->optimizer);
     if (!opt) return fail(Status::invalid_input("--optimizer: " + opt.status().message()));
     o.trainer.optimizer = default_optimizer_config(*opt);
@@ -177,6 +230,12 @@ Runner add_train(CLI::App& app) {
                  to_string(o.trainer.model.kind),
                  o.trainer.model.kind == ModelKind::fm
                      ? fmt::format(" (dim {})", o.trainer.model.dim).c_str()
+                 : o.trainer.model.deep()
+                     ? fmt::format(" (dim {}, mlp {}, dense layers {} lr {:g})",
+                                   o.trainer.model.dim, layer_sizes_text(o.trainer.model.mlp),
+                                   nn::to_string(o.trainer.dense_optimizer.kind),
+                                   o.trainer.dense_optimizer.lr)
+                           .c_str()
                      : "",
                  to_string(o.trainer.optimizer.kind), o.trainer.optimizer.lr, o.batch, o.epochs,
                  o.epochs == 1 ? "" : "s", engine_text.c_str(), describe_backends().c_str());
@@ -247,6 +306,15 @@ Runner add_train(CLI::App& app) {
         {"cpu_seconds_per_sample",
          r.counters.samples ? r.train_cpu_seconds / double(r.counters.samples) : 0.0},
     };
+    if (r.model.deep()) {
+      rep["fields"] = r.model.fields;
+      rep["dense_features"] = r.model.dense;
+      rep["mlp"] = layer_sizes_text(r.model.mlp);
+      if (r.model.kind == ModelKind::dlrm) rep["bottom"] = layer_sizes_text(r.model.bottom);
+      if (r.model.kind == ModelKind::dcn) rep["cross_layers"] = r.model.cross_layers;
+      rep["dense_optimizer"] = nn::to_string(o.trainer.dense_optimizer.kind);
+      rep["dense_lr"] = o.trainer.dense_optimizer.lr;
+    }
     if (!local) {
       const double n = double(std::max<uint64_t>(r.counters.samples, 1));
       rep["shards"] = cluster.shards;

@@ -44,6 +44,11 @@ constexpr uint32_t key_field(uint64_t key) {
 // The model's global bias lives in a row of its own under this key, which no reader produces
 // (field 255 is reserved).
 inline constexpr uint64_t bias_key = make_key(255, 0);
+// Models that treat a dense feature like a sparse one (LR, FM, DeepFM's FM part) keep dense
+// feature i's parameters in a row under this key (field 255, so no reader produces it).
+constexpr uint64_t dense_key(uint32_t i) {
+  return make_key(255, uint64_t{i} + 1);
+}
 // The highest field a data format may use (255 is the bias's).
 inline constexpr uint32_t key_field_max = 254;
 

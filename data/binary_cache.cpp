@@ -68,12 +68,14 @@ uint64_t get_u64(const unsigned char* p) {
 
 // Chained checksum of a block: its header's first 16 bytes, then each array.
 uint64_t block_checksum(const unsigned char* header16, const float* labels, const uint32_t* lengths,
-                        size_t rows, const uint64_t* keys, const float* values, size_t features) {
+                        size_t rows, const uint64_t* keys, const float* values, size_t features,
+                        const float* dense, size_t dense_floats) {
   uint64_t h = checksum64(header16, 16, 0);
   h = checksum64(labels, rows * sizeof(float), h);
   h = checksum64(lengths, rows * sizeof(uint32_t), h);
   h = checksum64(keys, features * sizeof(uint64_t), h);
-  return checksum64(values, features * sizeof(float), h);
+  h = checksum64(values, features * sizeof(float), h);
+  return checksum64(dense, dense_floats * sizeof(float), h);
 }
 
 std::string errno_text(int e) {
@@ -140,6 +142,8 @@ void encode_cache_header(const CacheHeader& header, unsigned char (&out)[cache_h
   put_u64(out + 48, header.bad_lines_skipped);
   put_u64(out + 56, header.blocks);
   put_u64(out + 64, header.file_bytes);
+  put_u32(out + 72, header.dense_dim);
+  put_u32(out + 76, 0);
   put_u64(out + 80, checksum64(out, 80, 0));
 }
 
@@ -174,6 +178,12 @@ Expected<CacheHeader> decode_cache_header(const unsigned char (&in)[cache_header
   h.bad_lines_skipped = get_u64(in + 48);
   h.blocks = get_u64(in + 56);
   h.file_bytes = get_u64(in + 64);
+  h.dense_dim = get_u32(in + 72);
+  if (h.dense_dim > cache_dense_max) {
+    return Status::invalid_input(
+        fmt::format("{}: corrupt cache file: {} dense features per row, expected at most {}", path,
+                    h.dense_dim, cache_dense_max));
+  }
   return h;
 }
 
@@ -250,7 +260,8 @@ Status CacheReader::load_block() {
     return corrupt(fmt::format("{} rows and {} features, expected 1..{} and at most {}", rows,
                                features, cache_block_rows_max, cache_block_features_max));
   }
-  uint64_t payload = uint64_t{rows} * 8 + features * 12;
+  const uint64_t dense_floats = uint64_t{rows} * header_.dense_dim;
+  uint64_t payload = uint64_t{rows} * 8 + features * 12 + dense_floats * 4;
   if (offset_ + sizeof head + payload > header_.file_bytes) return corrupt("truncated block");
 
   if (labels_.size() < rows) {
@@ -261,6 +272,7 @@ Status CacheReader::load_block() {
     keys_.resize(features);
     values_.resize(features);
   }
+  if (dense_.size() < dense_floats) dense_.resize(dense_floats);
   uint64_t at = offset_ + sizeof head;
   struct Part {
     void* data;
@@ -269,7 +281,8 @@ Status CacheReader::load_block() {
   const Part parts[] = {{labels_.data(), rows * sizeof(float)},
                         {lengths_.data(), rows * sizeof(uint32_t)},
                         {keys_.data(), features * sizeof(uint64_t)},
-                        {values_.data(), features * sizeof(float)}};
+                        {values_.data(), features * sizeof(float)},
+                        {dense_.data(), dense_floats * sizeof(float)}};
   for (const Part& part : parts) {
     int64_t got = pread_full(fd_.get(), part.data, part.bytes, at);
     if (got < 0) {
@@ -279,7 +292,7 @@ Status CacheReader::load_block() {
     at += part.bytes;
   }
   if (block_checksum(head, labels_.data(), lengths_.data(), rows, keys_.data(), values_.data(),
-                     features) != checksum) {
+                     features, dense_.data(), dense_floats) != checksum) {
     return corrupt("checksum mismatch");
   }
   uint64_t sum = 0;
@@ -331,6 +344,9 @@ Expected<bool> CacheReader::next(Batch& out) {
     COLONY_ASSERT(base + f <= UINT32_MAX, "batch of {} features", base + f);
     out.keys.insert(out.keys.end(), keys_.data() + feature_, keys_.data() + feature_ + f);
     out.values.insert(out.values.end(), values_.data() + feature_, values_.data() + feature_ + f);
+    out.dense_dim = header_.dense_dim;
+    out.dense.insert(out.dense.end(), dense_.data() + row_ * header_.dense_dim,
+                     dense_.data() + (row_ + n) * header_.dense_dim);
     row_ += n;
     feature_ += f;
   }
@@ -397,7 +413,7 @@ Status CacheWriter::write_block() {
   put_u32(head + 4, static_cast<uint32_t>(rows));
   put_u64(head + 8, features);
   put_u64(head + 16, block_checksum(head, labels_.data(), lengths_.data(), rows, keys_.data(),
-                                    values_.data(), features));
+                                    values_.data(), features, dense_.data(), dense_.size()));
   struct Part {
     const void* data;
     size_t bytes;
@@ -406,7 +422,8 @@ Status CacheWriter::write_block() {
                         {labels_.data(), rows * sizeof(float)},
                         {lengths_.data(), rows * sizeof(uint32_t)},
                         {keys_.data(), features * sizeof(uint64_t)},
-                        {values_.data(), features * sizeof(float)}};
+                        {values_.data(), features * sizeof(float)},
+                        {dense_.data(), dense_.size() * sizeof(float)}};
   for (const Part& part : parts) {
     if (Status s = write_at_end(part.data, part.bytes); !s.ok()) return s;
   }
@@ -417,11 +434,20 @@ Status CacheWriter::write_block() {
   lengths_.clear();
   keys_.clear();
   values_.clear();
+  dense_.clear();
   return Status();
 }
 
 Status CacheWriter::append(const Batch& batch) {
   COLONY_ASSERT(!committed_);
+  if (batch.empty()) return Status();
+  if (!started_) {
+    COLONY_ASSERT(batch.dense_dim <= cache_dense_max, "dense_dim {}", batch.dense_dim);
+    header_.dense_dim = batch.dense_dim;
+    started_ = true;
+  }
+  COLONY_ASSERT(batch.dense_dim == header_.dense_dim, "dense_dim {} after {}", batch.dense_dim,
+                header_.dense_dim);
   for (size_t r = 0; r < batch.rows(); ++r) {
     uint32_t begin = batch.offsets[r], end = batch.offsets[r + 1];
     uint64_t row_features = end - begin;
@@ -434,6 +460,8 @@ Status CacheWriter::append(const Batch& batch) {
     lengths_.push_back(static_cast<uint32_t>(row_features));
     keys_.insert(keys_.end(), batch.keys.begin() + begin, batch.keys.begin() + end);
     values_.insert(values_.end(), batch.values.begin() + begin, batch.values.begin() + end);
+    const auto dense = batch.row_dense(r);
+    dense_.insert(dense_.end(), dense.begin(), dense.end());
   }
   return Status();
 }

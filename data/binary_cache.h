@@ -13,7 +13,8 @@
 //    48  u64     malformed source lines skipped while parsing (skip_bad_lines)
 //    56  u64     number of blocks
 //    64  u64     size of the whole cache file in bytes
-//    72  u64     reserved, 0
+//    72  u32     dense features per row d (0..cache_dense_max)
+//    76  u32     reserved, 0
 //    80  u64     checksum of bytes 0..80
 //   then `blocks` blocks, each:
 //     0  u32     block magic "CBLK"
@@ -25,6 +26,7 @@
 //        u32[r]  features per row (they sum to f)
 //        u64[f]  keys
 //        f32[f]  values
+//        f32[r*d] dense features, row by row
 //
 // Checksums are XXH64 (checksum64 below). A cache is written to a temporary file in the
 // directory of its final path and renamed into place only once complete, so a reader sees
@@ -51,7 +53,8 @@
 namespace colony {
 
 inline constexpr char cache_magic[8] = {'C', 'O', 'L', 'O', 'N', 'Y', 'B', 'C'};
-inline constexpr uint32_t cache_format_version = 1;
+inline constexpr uint32_t cache_format_version = 2;
+inline constexpr uint32_t cache_dense_max = 1024;
 inline constexpr size_t cache_header_bytes = 88;
 inline constexpr size_t cache_block_header_bytes = 24;
 // Blocks hold up to this many rows; the writer also closes a block once it holds
@@ -80,6 +83,7 @@ struct CacheHeader {
   uint64_t bad_lines_skipped = 0;
   uint64_t blocks = 0;
   uint64_t file_bytes = 0;
+  uint32_t dense_dim = 0;  // dense features per row
 };
 
 // Encodes/decodes the fixed header. decode fails (invalid_input naming `path`) on a bad
@@ -119,6 +123,7 @@ class CacheReader final : public BatchReader {
   std::vector<uint32_t> lengths_;
   std::vector<uint64_t> keys_;
   std::vector<float> values_;
+  std::vector<float> dense_;
   size_t block_rows_ = 0;  // rows in the current block
   size_t row_ = 0;         // next row of the current block
   size_t feature_ = 0;     // its first feature
@@ -159,6 +164,8 @@ class CacheWriter {
   std::vector<uint32_t> lengths_;
   std::vector<uint64_t> keys_;
   std::vector<float> values_;
+  std::vector<float> dense_;
+  bool started_ = false;  // a row was appended: header_.dense_dim is set
   bool committed_ = false;
 };
 

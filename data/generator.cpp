@@ -194,6 +194,22 @@ void Generator::append_features(const RawRow& row, Batch& out) const {
   out.finish_row(row.label);
 }
 
+void Generator::append_criteo_features(const RawRow& row, Batch& out) const {
+  float dense[gen_int_fields] = {};
+  for (size_t i = 0; i < gen_int_fields; ++i) {
+    if (!(row.int_present & (1u << i))) continue;
+    const double v = static_cast<double>(row.ints[i]);
+    dense[i] = static_cast<float>(v >= 0 ? std::log1p(v) : -std::log1p(-v));
+  }
+  out.add_dense(dense, gen_int_fields);
+  for (size_t j = 0; j < gen_cat_fields; ++j)
+    if (row.cat_present & (1u << j))
+      out.add_feature(make_key(static_cast<uint32_t>(j),
+                               mix64(permute32(row.cats[j], static_cast<uint32_t>(mix64(j))))),
+                      1.0f);
+  out.finish_row(row.label);
+}
+
 void Generator::write_indexed(const RawRow& row, bool fields, std::string& out) const {
   out.push_back(row.label > 0.5f ? '1' : '0');
   // " [field:]index:"
@@ -344,13 +360,19 @@ InMemoryData generate_in_memory(const GenOptions& o,
   Generator gen({o.seed, o.vocab_scale});
   InMemoryData data;
   constexpr size_t rows_per_batch = 4096;
+  auto append = [&](const RawRow& row, Batch& out) {
+    if (o.format == "criteo")
+      gen.append_criteo_features(row, out);
+    else
+      gen.append_features(row, out);
+  };
   double train_positives = 0.0;
   RawRow row;
   for (uint64_t r = 0; r < o.rows; ++r) {
     if (r % rows_per_batch == 0) data.train.emplace_back();
     gen.generate(Stream::train, r, row);
     train_positives += row.label;
-    gen.append_features(row, data.train.back());
+    append(row, data.train.back());
     if (progress && (r + 1) % 65536 == 0) progress(r + 1, total);
   }
   TestMetrics test;
@@ -360,7 +382,7 @@ InMemoryData generate_in_memory(const GenOptions& o,
     test.p.push_back(static_cast<float>(row.planted_p));
     test.y.push_back(row.label);
     test.positives += row.label;
-    gen.append_features(row, data.test.back());
+    append(row, data.test.back());
   }
   data.summary = summarize(test, train_positives, o.rows);
   return data;

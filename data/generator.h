@@ -60,6 +60,9 @@ class Generator {
 
   // Appends `row` to `out` exactly as the libsvm reader would read write_libsvm's line.
   void append_features(const RawRow& row, Batch& out) const;
+  // Appends `row` exactly as the Criteo reader would read write_criteo's line: 13 dense
+  // features, categorical column j in field j.
+  void append_criteo_features(const RawRow& row, Batch& out) const;
   // Appends one line (with '\n') in libsvm or Criteo TSV form.
   void write_libsvm(const RawRow& row, std::string& out) const { write_indexed(row, false, out); }
   // The same features as write_libsvm, each in its field: integer column i in field i,
@@ -117,7 +120,8 @@ Expected<GenSummary> generate_dataset(const GenOptions& options,
                                       const std::function<void(uint64_t, uint64_t)>& progress);
 
 // Generated data held in memory (for `colony train` without --data): train and test batches
-// as the libsvm reader would produce them, and the planted model's test metrics.
+// as the Criteo reader would produce them when options.format is "criteo", else as the libsvm
+// reader would, and the planted model's test metrics.
 struct InMemoryData {
   std::vector<Batch> train;
   std::vector<Batch> test;

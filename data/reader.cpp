@@ -151,6 +151,7 @@ void drop_front_rows(Batch& b, size_t n) {
   b.labels.erase(b.labels.begin(), b.labels.begin() + static_cast<ptrdiff_t>(n));
   b.keys.erase(b.keys.begin(), b.keys.begin() + f);
   b.values.erase(b.values.begin(), b.values.begin() + f);
+  b.dense.erase(b.dense.begin(), b.dense.begin() + static_cast<ptrdiff_t>(n * b.dense_dim));
   for (size_t i = 0; i + n < b.offsets.size(); ++i) b.offsets[i] = b.offsets[i + n] - f;
   b.offsets.resize(b.offsets.size() - n);
 }
@@ -444,13 +445,7 @@ class MemoryReader final : public BatchReader {
         continue;
       }
       size_t n = std::min(batch_rows_ - out.rows(), b.rows() - row_);
-      uint32_t first = b.offsets[row_], last = b.offsets[row_ + n];
-      uint32_t base = out.offsets.back();
-      out.labels.insert(out.labels.end(), b.labels.begin() + static_cast<ptrdiff_t>(row_),
-                        b.labels.begin() + static_cast<ptrdiff_t>(row_ + n));
-      for (size_t i = 1; i <= n; ++i) out.offsets.push_back(base + b.offsets[row_ + i] - first);
-      out.keys.insert(out.keys.end(), b.keys.begin() + first, b.keys.begin() + last);
-      out.values.insert(out.values.end(), b.values.begin() + first, b.values.begin() + last);
+      out.append_rows(b, row_, n);
       row_ += n;
     }
     stats_.rows += out.rows();

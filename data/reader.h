@@ -13,9 +13,9 @@
 //           first feature of its first line has two ':' (or one and a 3-part form elsewhere
 //           is an error naming the line).
 //   Criteo  label, 13 integer columns, 26 hex categorical columns, tab-separated, empty =
-//           missing. Integer column i (0..12): key = make_key(1 + i, 0), value = log1p(x)
-//           (x < 0: -log1p(-x)). Categorical column j (0..25) with hex value h:
-//           key = make_key(14 + j, mix64(h)), value 1.
+//           missing. Integer column i (0..12) is dense feature i: log1p(x) (x < 0:
+//           -log1p(-x); missing: 0). Categorical column j (0..25) with hex value h:
+//           key = make_key(j, mix64(h)), value 1: one field per column.
 //
 // Errors: every malformed input is a Status::invalid_input whose message starts with
 // "FILE:LINE:COLUMN: " (1-based) and says what was expected; a missing file is

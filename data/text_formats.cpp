@@ -358,6 +358,7 @@ bool parse_criteo_line(std::string_view line, Batch& out, LineError& error) {
   float label = static_cast<float>(*p - '0');
   p = f + 1;
 
+  float dense[criteo_integer_fields] = {};
   for (int i = 0; i < criteo_integer_fields; ++i) {
     f = field_end();
     if (f != p) {
@@ -370,8 +371,7 @@ bool parse_criteo_line(std::string_view line, Batch& out, LineError& error) {
                                 quote(p, f), i + 1));
       }
       double v = static_cast<double>(x);
-      out.add_feature(make_key(static_cast<uint32_t>(1 + i), 0),
-                      static_cast<float>(v >= 0 ? std::log1p(v) : -std::log1p(-v)));
+      dense[i] = static_cast<float>(v >= 0 ? std::log1p(v) : -std::log1p(-v));
     }
     p = f + 1;
   }
@@ -388,13 +388,13 @@ bool parse_criteo_line(std::string_view line, Batch& out, LineError& error) {
                                 "or nothing",
                                 quote(p, f), j + 1));
       }
-      out.add_feature(make_key(static_cast<uint32_t>(1 + criteo_integer_fields + j), mix64(h)),
-                      1.0f);
+      out.add_feature(make_key(static_cast<uint32_t>(j), mix64(h)), 1.0f);
     }
     p = f + 1;
   }
   COLONY_ASSERT(out.keys.size() <= std::numeric_limits<uint32_t>::max(), "batch of {} features",
                 out.keys.size());
+  out.add_dense(dense, criteo_integer_fields);
   out.finish_row(label);
   return true;
 }

@@ -1,29 +1,96 @@
-#include "worker/model.h"
+#include "models/model.h"
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 
 #include "common/hash.h"
 #include "common/metrics.h"
+#include "models/deep.h"
 
 namespace colony {
+
+size_t ModelSpec::width() const {
+  switch (kind) {
+    case ModelKind::lr:
+      return 1;
+    case ModelKind::fm:
+    case ModelKind::deepfm:
+      return 1 + dim;
+    case ModelKind::dlrm:
+    case ModelKind::dcn:
+      return dim;
+  }
+  return 1 + dim;
+}
 
 Expected<ModelKind> parse_model(const std::string& name) {
   if (name == "lr") return ModelKind::lr;
   if (name == "fm") return ModelKind::fm;
-  if (name == "deepfm")
-    return Status::invalid_input(
-        "--model deepfm is not available yet in this version; use lr or fm");
-  return Status::invalid_input("unknown model \"" + name + "\", expected lr or fm");
+  if (name == "deepfm") return ModelKind::deepfm;
+  if (name == "dlrm") return ModelKind::dlrm;
+  if (name == "dcn") return ModelKind::dcn;
+  return Status::invalid_input("unknown model \"" + name +
+                               "\", expected lr, fm, deepfm, dlrm or dcn");
 }
 
 const char* to_string(ModelKind kind) {
-  return kind == ModelKind::lr ? "lr" : "fm";
+  switch (kind) {
+    case ModelKind::lr:
+      return "lr";
+    case ModelKind::fm:
+      return "fm";
+    case ModelKind::deepfm:
+      return "deepfm";
+    case ModelKind::dlrm:
+      return "dlrm";
+    case ModelKind::dcn:
+      return "dcn";
+  }
+  return "?";
 }
 
-void BatchIndex::build(const Batch& batch) {
-  const size_t want = std::max<size_t>(1024, 2 * (batch.features() + 1));
+Expected<std::vector<size_t>> parse_layer_sizes(const std::string& text) {
+  std::vector<size_t> sizes;
+  if (text.empty() || text == "none") return sizes;
+  size_t pos = 0;
+  while (true) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    size_t v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1 || v > 65536)
+      return Status::invalid_input(fmt::format(
+          "\"{}\": layer {} is \"{}\", expected a size 1..65536 (a list such as 256,128)", text,
+          sizes.size() + 1, item));
+    sizes.push_back(v);
+    if (sizes.size() > 16)
+      return Status::invalid_input(fmt::format("\"{}\": more than 16 layers", text));
+    if (comma == text.size()) return sizes;
+    pos = comma + 1;
+  }
+}
+
+std::string layer_sizes_text(const std::vector<size_t>& sizes) {
+  if (sizes.empty()) return "none";
+  std::string out;
+  for (size_t s : sizes) out += (out.empty() ? "" : ",") + std::to_string(s);
+  return out;
+}
+
+ModelSpec with_model_defaults(ModelSpec spec) {
+  spec.mlp.clear();
+  spec.bottom.clear();
+  spec.cross_layers = 3;
+  if (spec.deep()) spec.mlp = {256, 128};
+  if (spec.kind == ModelKind::dlrm) spec.bottom = {64};
+  return spec;
+}
+
+void BatchIndex::build(const Batch& batch, bool dense_rows) {
+  const size_t dense = dense_rows ? batch.dense_dim : 0;
+  const size_t want = std::max<size_t>(1024, 2 * (batch.features() + dense + 1));
   if (table_.size() < want) {
     size_t cap = 1024;
     while (cap < want) cap *= 2;
@@ -51,19 +118,78 @@ void BatchIndex::build(const Batch& batch) {
     }
   };
   slot_of(bias_key);
+  for (size_t j = 0; j < dense; ++j) slot_of(dense_key(static_cast<uint32_t>(j)));
   const uint64_t* keys = batch.keys.data();
   for (size_t i = 0; i < batch.features(); ++i) slots_[i] = slot_of(keys[i]);
 }
 
+void Model::init_dense(std::span<float> params, uint64_t) const {
+  COLONY_ASSERT(params.size() == dense_params(), "params={} dense_params={}", params.size(),
+                dense_params());
+}
+
+Status Model::check(const Batch& batch) const {
+  if (!spec_.deep()) return Status();  // any dense features become rows of their own
+  for (uint64_t key : batch.keys) {
+    const uint32_t f = key_field(key);
+    if (f >= spec_.fields && f != 255)
+      return Status::invalid_input(
+          fmt::format("a feature of field {} in a model of fields 0..{} (set --fields {} or more)",
+                      f, spec_.fields - 1, f + 1));
+  }
+  if (batch.dense_dim != spec_.dense)
+    return Status::invalid_input(
+        fmt::format("the data has {} dense features per sample, the model was built for {}",
+                    batch.dense_dim, spec_.dense));
+  return Status();
+}
+
 namespace {
+
+// A batch's features as LR and FM see them: per row, its dense features (slots 1..dense_dim,
+// when the batch has any) then its sparse ones. Without dense features it points into the
+// batch and `slots`; with them it is built in `ws`.
+struct FeatureView {
+  size_t rows = 0;
+  const float* labels = nullptr;
+  const uint32_t* offsets = nullptr;
+  const uint32_t* slots = nullptr;
+  const float* values = nullptr;
+};
+
+FeatureView feature_view(const Batch& b, std::span<const uint32_t> slots, FeatureWorkspace& ws) {
+  FeatureView v{b.rows(), b.labels.data(), b.offsets.data(), slots.data(), b.values.data()};
+  const size_t d = b.dense_dim;
+  if (d == 0) return v;
+  ws.offsets.resize(b.rows() + 1);
+  ws.slots.resize(b.features() + b.rows() * d);
+  ws.values.resize(ws.slots.size());
+  size_t at = 0;
+  ws.offsets[0] = 0;
+  for (size_t i = 0; i < b.rows(); ++i) {
+    for (size_t j = 0; j < d; ++j, ++at) {
+      ws.slots[at] = static_cast<uint32_t>(1 + j);
+      ws.values[at] = b.dense[i * d + j];
+    }
+    for (uint32_t f = b.offsets[i]; f < b.offsets[i + 1]; ++f, ++at) {
+      ws.slots[at] = slots[f];
+      ws.values[at] = b.values[f];
+    }
+    ws.offsets[i + 1] = static_cast<uint32_t>(at);
+  }
+  v.offsets = ws.offsets.data();
+  v.slots = ws.slots.data();
+  v.values = ws.values.data();
+  return v;
+}
 
 // One kernel for both passes; `Backward` selects whether gradients are accumulated.
 template <bool Backward>
-double lr_pass(const Batch& b, const uint32_t* slots, const float* rows, float* grads,
-               float* logits) {
+double lr_pass(const FeatureView& b, const float* rows, float* grads, float* logits) {
   double loss = 0.0;
   const float bias = rows[0];
-  for (size_t i = 0; i < b.rows(); ++i) {
+  const uint32_t* slots = b.slots;
+  for (size_t i = 0; i < b.rows; ++i) {
     const uint32_t begin = b.offsets[i], end = b.offsets[i + 1];
     float z = bias;
     for (uint32_t f = begin; f < end; ++f) z += rows[slots[f]] * b.values[f];
@@ -79,15 +205,18 @@ double lr_pass(const Batch& b, const uint32_t* slots, const float* rows, float* 
 }
 
 // D > 0: the factor dimension is a compile-time constant (the common sizes); D == 0: `dim`.
+// With `given_g` (Backward only), the gradient of each sample's logit is given (the FM part of
+// a larger model) and no loss is computed; `logits` then receives nothing.
 template <bool Backward, size_t D>
-double fm_pass(const Batch& b, const uint32_t* slots, const float* rows, size_t dim, float* grads,
-               float* logits, float* scratch) {
+double fm_pass(const FeatureView& b, const float* rows, size_t dim, float* grads, float* logits,
+               float* scratch, const float* given_g) {
+  const uint32_t* slots = b.slots;
   const size_t d_n = D > 0 ? D : dim;
   const size_t width = 1 + d_n;
   double loss = 0.0;
   const float bias = rows[0];
   float* sum = scratch;  // per dimension: sum_k v_kd x_k
-  for (size_t i = 0; i < b.rows(); ++i) {
+  for (size_t i = 0; i < b.rows; ++i) {
     const uint32_t begin = b.offsets[i], end = b.offsets[i + 1];
     float linear = bias;
     float sq_total = 0.0f;
@@ -107,8 +236,13 @@ double fm_pass(const Batch& b, const uint32_t* slots, const float* rows, size_t 
     const float z = linear + 0.5f * (pair - sq_total);
     if (logits) logits[i] = z;
     if constexpr (Backward) {
-      loss += logloss_from_logit(z, b.labels[i]);
-      const float g = static_cast<float>(sigmoid(z)) - b.labels[i];
+      float g;
+      if (given_g) {
+        g = given_g[i];
+      } else {
+        loss += logloss_from_logit(z, b.labels[i]);
+        g = static_cast<float>(sigmoid(z)) - b.labels[i];
+      }
       grads[0] += g;
       for (uint32_t f = begin; f < end; ++f) {
         const float* r = rows + size_t{slots[f]} * width;
@@ -124,43 +258,79 @@ double fm_pass(const Batch& b, const uint32_t* slots, const float* rows, size_t 
 }
 
 template <bool Backward>
-double run(const ModelSpec& spec, const Batch& b, std::span<const uint32_t> slots,
-           std::span<const float> rows, float* grads, float* logits) {
-  COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
-  if (spec.kind == ModelKind::lr)
-    return lr_pass<Backward>(b, slots.data(), rows.data(), grads, logits);
-  COLONY_ASSERT(spec.dim >= 1 && spec.dim <= max_fm_dim, "dim={}", spec.dim);
+double fm_run(size_t dim, const FeatureView& b, const float* rows, float* grads, float* logits,
+              const float* given_g = nullptr) {
+  COLONY_ASSERT(dim >= 1 && dim <= max_fm_dim, "dim={}", dim);
   std::array<float, max_fm_dim> scratch;
-  switch (spec.dim) {
+  switch (dim) {
     case 4:
-      return fm_pass<Backward, 4>(b, slots.data(), rows.data(), 4, grads, logits, scratch.data());
+      return fm_pass<Backward, 4>(b, rows, 4, grads, logits, scratch.data(), given_g);
     case 8:
-      return fm_pass<Backward, 8>(b, slots.data(), rows.data(), 8, grads, logits, scratch.data());
+      return fm_pass<Backward, 8>(b, rows, 8, grads, logits, scratch.data(), given_g);
     case 16:
-      return fm_pass<Backward, 16>(b, slots.data(), rows.data(), 16, grads, logits, scratch.data());
+      return fm_pass<Backward, 16>(b, rows, 16, grads, logits, scratch.data(), given_g);
     case 32:
-      return fm_pass<Backward, 32>(b, slots.data(), rows.data(), 32, grads, logits, scratch.data());
+      return fm_pass<Backward, 32>(b, rows, 32, grads, logits, scratch.data(), given_g);
     default:
-      return fm_pass<Backward, 0>(b, slots.data(), rows.data(), spec.dim, grads, logits,
-                                  scratch.data());
+      return fm_pass<Backward, 0>(b, rows, dim, grads, logits, scratch.data(), given_g);
   }
 }
 
+// LR and FM: sparse parameters only.
+class SparseModel final : public Model {
+ public:
+  explicit SparseModel(const ModelSpec& spec) : Model(spec) {}
+
+  double forward_backward(const Batch& batch, std::span<const uint32_t> slots,
+                          std::span<const float> rows, std::span<const float>,
+                          std::span<float> grads, std::span<float>,
+                          std::span<float> logits) override {
+    COLONY_ASSERT(grads.size() == rows.size(), "grads={} rows={}", grads.size(), rows.size());
+    COLONY_ASSERT(logits.empty() || logits.size() == batch.rows());
+    return run<true>(batch, slots, rows, grads.data(), logits.empty() ? nullptr : logits.data());
+  }
+  void forward(const Batch& batch, std::span<const uint32_t> slots, std::span<const float> rows,
+               std::span<const float>, std::span<float> logits) override {
+    COLONY_ASSERT(logits.size() == batch.rows());
+    run<false>(batch, slots, rows, nullptr, logits.data());
+  }
+
+ private:
+  template <bool Backward>
+  double run(const Batch& b, std::span<const uint32_t> slots, std::span<const float> rows,
+             float* grads, float* logits) {
+    COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
+    const FeatureView view = feature_view(b, slots, ws_);
+    if (spec_.kind == ModelKind::lr) return lr_pass<Backward>(view, rows.data(), grads, logits);
+    return fm_run<Backward>(spec_.dim, view, rows.data(), grads, logits);
+  }
+  FeatureWorkspace ws_;
+};
+
 }  // namespace
 
-double forward_backward(const ModelSpec& spec, const Batch& batch, std::span<const uint32_t> slots,
-                        std::span<const float> rows, std::span<float> grads,
-                        std::span<float> logits) {
-  COLONY_ASSERT(grads.size() == rows.size(), "grads={} rows={}", grads.size(), rows.size());
-  COLONY_ASSERT(logits.empty() || logits.size() == batch.rows());
-  return run<true>(spec, batch, slots, rows, grads.data(),
-                   logits.empty() ? nullptr : logits.data());
+void fm_logits(size_t dim, const Batch& batch, std::span<const uint32_t> slots,
+               std::span<const float> rows, float* logits, FeatureWorkspace& ws) {
+  fm_run<false>(dim, feature_view(batch, slots, ws), rows.data(), nullptr, logits);
 }
 
-void forward(const ModelSpec& spec, const Batch& batch, std::span<const uint32_t> slots,
-             std::span<const float> rows, std::span<float> logits) {
-  COLONY_ASSERT(logits.size() == batch.rows());
-  run<false>(spec, batch, slots, rows, nullptr, logits.data());
+void fm_backward(size_t dim, const Batch& batch, std::span<const uint32_t> slots,
+                 std::span<const float> rows, const float* dz, float* grads, FeatureWorkspace& ws) {
+  fm_run<true>(dim, feature_view(batch, slots, ws), rows.data(), grads, nullptr, dz);
+}
+
+Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
+  if (spec.kind != ModelKind::lr && (spec.dim < 1 || spec.dim > max_fm_dim))
+    return Status::invalid_input(
+        fmt::format("--dim {} is out of range, expected 1..{}", spec.dim, max_fm_dim));
+  if (spec.dense > max_dense)
+    return Status::invalid_input(
+        fmt::format("{} dense features per sample, at most {}", spec.dense, max_dense));
+  if (!spec.deep()) return std::unique_ptr<Model>(new SparseModel(spec));
+  if (spec.fields < 1 || spec.fields > max_fields)
+    return Status::invalid_input(
+        fmt::format("--fields {} is out of range, expected 1..{}", spec.fields, max_fields));
+  return make_deep_model(spec);
 }
 
 }  // namespace colony

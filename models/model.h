@@ -1,17 +1,29 @@
-// Sparse CTR models: logistic regression and factorization machines.
+// CTR models behind one interface: logistic regression, factorization machines, DeepFM, DLRM
+// and DCN-v2.
 //
-// Models are pure math over a batch whose features have been mapped to row slots (see
-// BatchIndex): they read the gathered rows of the batch's unique keys and accumulate
-// gradients for those same slots. They never touch a table, so the single-process trainer,
-// a PS worker and tests run the same code. Per-sample work touches only that sample's rows;
-// nothing allocates per sample.
+// A model is math over a batch whose features have been mapped to row slots (BatchIndex): it
+// reads the gathered rows of the batch's unique keys ("sparse" parameters, which live on the
+// parameter server) and, for the deep models, a flat vector of dense parameters (the MLPs and
+// cross layers, replicated in every worker). It accumulates gradients for both and never
+// touches a table, so the single-process trainer, a PS worker and tests run the same code.
 //
-// Row layout (width floats): LR [w]; FM [w, v_1 .. v_dim]. Slot 0 is always the global bias
-// row (bias_key), whose first float is the bias.
+// Row layout (width() floats per key): LR [w]; FM and DeepFM [w, v_1 .. v_dim]; DLRM and
+// DCN-v2 [v_1 .. v_dim]. Slot 0 is always the global bias row (bias_key), whose first float is
+// the bias. Models whose dense_rows() is true (LR, FM, DeepFM) also give each dense feature j
+// a row, dense_key(j), in slot 1 + j, and treat it as a feature of value x_j.
+//
+// Fields: the deep models pool each sample's features field by field (sum of v_k x_k over the
+// features whose key_field is f) into `fields` embeddings of `dim` floats. A key of field
+// >= fields (other than the reserved field 255) is an error that check() reports.
+//
+// Equations, defaults and measured results: docs/models.md.
+//
+// Thread-safety: a Model keeps workspaces between calls; one thread uses it at a time.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -21,25 +33,48 @@
 
 namespace colony {
 
-enum class ModelKind { lr, fm };
+enum class ModelKind { lr, fm, deepfm, dlrm, dcn };
 
 struct ModelSpec {
   ModelKind kind = ModelKind::fm;
-  size_t dim = 8;  // FM factor dimension (LR ignores it)
-  size_t width() const { return kind == ModelKind::lr ? 1 : 1 + dim; }
+  size_t dim = 8;                // FM factor and embedding dimension (LR ignores it)
+  size_t fields = 1;             // field slots of the deep models (keys of fields 0..fields-1)
+  size_t dense = 0;              // dense features per sample (Batch::dense_dim)
+  std::vector<size_t> mlp{};     // hidden sizes: DeepFM's and DCN-v2's deep tower, DLRM's top MLP
+  std::vector<size_t> bottom{};  // DLRM's bottom MLP hidden sizes (its output has `dim` floats)
+  size_t cross_layers = 3;       // DCN-v2's cross layers
+
+  bool deep() const { return kind != ModelKind::lr && kind != ModelKind::fm; }
+  // Floats per parameter-server row.
+  size_t width() const;
+  // Leading floats of a row that start at zero (linear weights); the rest are embeddings.
+  size_t linear() const { return width() - (kind == ModelKind::lr ? 0 : dim); }
+  // Dense features have rows of their own (LR, FM, DeepFM).
+  bool dense_rows() const {
+    return kind == ModelKind::lr || kind == ModelKind::fm || kind == ModelKind::deepfm;
+  }
 };
 
-// Parses "lr" or "fm". "deepfm" is named by the CLI contract but not built yet: it is
-// rejected with a message saying so.
+// "lr", "fm", "deepfm", "dlrm" or "dcn"; invalid_input naming the accepted values otherwise.
 Expected<ModelKind> parse_model(const std::string& name);
 const char* to_string(ModelKind kind);
+// A layer list such as "256,128": positive sizes, at most 16 layers of at most 65536 units;
+// "none" or "" is no hidden layer. invalid_input naming the bad element otherwise.
+Expected<std::vector<size_t>> parse_layer_sizes(const std::string& text);
+std::string layer_sizes_text(const std::vector<size_t>& sizes);
+// The defaults of `kind`'s flags: DeepFM --mlp 256,128; DLRM --bottom 64 --mlp 256,128;
+// DCN-v2 --mlp 256,128 with 3 cross layers. `spec` keeps its dim, fields and dense.
+ModelSpec with_model_defaults(ModelSpec spec);
 inline constexpr size_t max_fm_dim = 1024;
+inline constexpr size_t max_fields = 255;
+inline constexpr size_t max_dense = 1024;
 
 // Maps each feature of a batch to a slot in the batch's list of unique keys.
-// Slot 0 is bias_key; other keys get slots in order of first appearance.
+// Slot 0 is bias_key; with dense rows, slots 1..dense_dim are dense_key(0..dense_dim-1); other
+// keys get slots in order of first appearance.
 class BatchIndex {
  public:
-  void build(const Batch& batch);
+  void build(const Batch& batch, bool dense_rows = false);
   std::span<const uint64_t> unique_keys() const { return unique_; }
   std::span<const uint32_t> slots() const { return slots_; }  // one per feature of the batch
 
@@ -55,16 +90,43 @@ class BatchIndex {
   uint32_t stamp_ = 0;
 };
 
-// Forward and backward pass over `batch`: `rows` holds the parameters of each slot
-// (unique_keys().size() x width), `grads` (same shape) receives the summed gradient of the
-// batch's log loss (added to what is there). Writes each sample's logit to `logits` when it is
-// not empty (size batch.rows()). Returns the summed log loss.
-double forward_backward(const ModelSpec& spec, const Batch& batch, std::span<const uint32_t> slots,
-                        std::span<const float> rows, std::span<float> grads,
-                        std::span<float> logits);
+class Model {
+ public:
+  // Fails with invalid_input for a dimension, field count, dense count or layer list out of
+  // range (naming the flag).
+  static Expected<std::unique_ptr<Model>> make(const ModelSpec& spec);
+  virtual ~Model() = default;
 
-// Forward pass only: each sample's logit into `logits` (size batch.rows()).
-void forward(const ModelSpec& spec, const Batch& batch, std::span<const uint32_t> slots,
-             std::span<const float> rows, std::span<float> logits);
+  const ModelSpec& spec() const { return spec_; }
+  size_t width() const { return spec_.width(); }
+  // Number of dense (replicated) parameters; 0 for LR and FM.
+  virtual size_t dense_params() const { return 0; }
+  // Deterministic initial dense parameters from `seed` (size dense_params()).
+  virtual void init_dense(std::span<float> params, uint64_t seed) const;
+  // Multiply-adds per sample in the dense layers (forward), for throughput reports.
+  virtual size_t dense_flops_per_sample() const { return 0; }
+
+  // invalid_input when `batch` does not fit a deep model: dense features other than
+  // spec().dense, or a key whose field is spec().fields or more. LR and FM take any batch.
+  Status check(const Batch& batch) const;
+
+  // Forward and backward pass: `rows` holds the parameters of each slot (slots x width()),
+  // `grads` (same shape) and `dense_grads` (dense_params()) receive the summed gradient of the
+  // batch's log loss (added to what is there). Writes each sample's logit to `logits` when it is
+  // not empty (size batch.rows()). Returns the summed log loss. Precondition: check(batch) is ok
+  // and `slots` comes from BatchIndex::build(batch, spec().dense_rows()).
+  virtual double forward_backward(const Batch& batch, std::span<const uint32_t> slots,
+                                  std::span<const float> rows, std::span<const float> dense,
+                                  std::span<float> grads, std::span<float> dense_grads,
+                                  std::span<float> logits) = 0;
+  // Forward pass only: each sample's logit into `logits` (size batch.rows()).
+  virtual void forward(const Batch& batch, std::span<const uint32_t> slots,
+                       std::span<const float> rows, std::span<const float> dense,
+                       std::span<float> logits) = 0;
+
+ protected:
+  explicit Model(const ModelSpec& spec) : spec_(spec) {}
+  ModelSpec spec_;
+};
 
 }  // namespace colony

@@ -27,7 +27,7 @@ const char* to_string(MemberRole role);
 
 // Everything a member needs to build its cores the way the coordinator was told to train.
 struct JobSpec {
-  uint8_t model = 1;  // ModelKind (worker/model.h): 0 lr, 1 fm
+  uint8_t model = 1;  // ModelKind (models/model.h): 0 lr, 1 fm
   uint32_t dim = 8;
   OptimizerConfig optimizer;
   uint64_t seed = 1;

@@ -11,6 +11,7 @@ packages=(
   capnproto libcapnp-dev
   libboost-test-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
+  libopenblas-dev       # dense layers of the deep models (models/layers.h)
   clang-format          # scripts/check-format.sh (CI)
 )
 

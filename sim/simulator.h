@@ -30,10 +30,10 @@
 
 #include "common/status.h"
 #include "data/generator.h"
+#include "models/model.h"
 #include "ps/protocol.h"
 #include "sim/faults.h"
 #include "sim/network.h"
-#include "worker/model.h"
 
 namespace colony::sim {
 

@@ -171,6 +171,11 @@ BOOST_AUTO_TEST_CASE(criteo_cache_matches_text) {
   BOOST_CHECK(second.stats.format == DataFormat::criteo);
   BOOST_CHECK(same_batches(first.batches, second.batches));
   BOOST_CHECK_EQUAL(total_rows(second.batches), 3000u);
+  // The integer columns came back as dense features, 13 per row.
+  for (const Batch& b : second.batches) {
+    BOOST_CHECK_EQUAL(b.dense_dim, 13u);
+    BOOST_CHECK_EQUAL(b.dense.size(), b.rows() * 13);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(cache_file_can_be_opened_by_name) {

@@ -32,7 +32,13 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --no-such-flag",
                            "train --epochs 0",
                            "train --model bogus",
-                           "train --model deepfm",
+                           "train --model deepfm --engine cluster",
+                           "train --model deepfm --mlp 0",
+                           "train --model dlrm --bottom 64,",
+                           "train --model dcn --cross-layers 0",
+                           "train --model deepfm --dense-optimizer bogus",
+                           "train --model deepfm --dense-lr 0",
+                           "train --model dlrm --fields 300",
                            "train --optimizer bogus",
                            "train --dim 0",
                            "train --batch -3",
@@ -207,6 +213,44 @@ BOOST_AUTO_TEST_CASE(criteo_format_trains) {
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const auto j = read_json(report);
   BOOST_TEST(j["test_auc"].get<double>() > 0.7);
+}
+
+// Every deep model trains on Criteo-format files: 26 fields and 13 dense features detected,
+// the dense layers' settings in the report, better than the base rate; and a libffm test file
+// whose fields the model never saw fails naming --fields.
+BOOST_AUTO_TEST_CASE(deep_models_train_on_criteo_files_and_refuse_unseen_fields) {
+  const fs::path data = dir / "deep";
+  Run r =
+      run("gen --rows 20000 --test-rows 5000 --seed 6 --vocab-scale 0.01 --format criteo --out " +
+          data.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const double base = read_json(data / "meta.json")["base_rate_logloss_test"].get<double>();
+  const std::string files =
+      " --data " + (data / "train.criteo").string() + " --test " + (data / "test.criteo").string();
+  for (const char* model : {"deepfm", "dlrm", "dcn"}) {
+    BOOST_TEST_CONTEXT(model) {
+      const fs::path report = dir / (std::string(model) + ".json");
+      r = run(std::string("train --model ") + model + " --mlp 32,16 --bottom 16" + files +
+              " --report " + report.string());
+      BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+      const auto j = read_json(report);
+      BOOST_TEST(j["engine"].get<std::string>() == "local");
+      BOOST_TEST(j["fields"].get<int>() == 26);
+      BOOST_TEST(j["dense_features"].get<int>() == 13);
+      BOOST_TEST(j["mlp"].get<std::string>() == "32,16");
+      BOOST_TEST(j["dense_optimizer"].get<std::string>() == "adam");
+      BOOST_TEST(j["test_logloss"].get<double>() < base);
+    }
+  }
+  const fs::path bad = dir / "test.libffm";
+  {
+    std::ofstream out(bad);
+    out << "1 40:7:1\n0 3:2:1\n";
+  }
+  r = run("train --model deepfm --data " + (data / "train.criteo").string() + " --test " +
+          bad.string());
+  BOOST_TEST(r.code != 0);
+  BOOST_TEST(r.err.find("--fields 41") != std::string::npos, r.err);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -60,7 +60,7 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bi
       auto reader = make_memory_reader(data, j.batch);
       Batch b;
       while (*reader->next(b)) {
-        trainer->train_batch(b);
+        BOOST_REQUIRE(trainer->train_batch(b).ok());
         if (epoch == 0) keys.insert(keys.end(), b.keys.begin(), b.keys.end());
       }
     }

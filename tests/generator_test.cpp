@@ -80,6 +80,29 @@ BOOST_AUTO_TEST_CASE(in_memory_rows_match_libsvm_lines) {
   BOOST_TEST(line.back() == '\n');
 }
 
+// In-memory rows in the Criteo layout are what the Criteo reader makes of write_criteo's line,
+// bit for bit: 13 dense features and the categorical columns in fields 0..25.
+BOOST_AUTO_TEST_CASE(in_memory_criteo_rows_match_criteo_lines_as_read) {
+  Generator g({7, 0.01});
+  Batch mem, read;
+  for (uint64_t i = 0; i < 300; ++i) {
+    RawRow row;
+    g.generate(Stream::train, i, row);
+    g.append_criteo_features(row, mem);
+    std::string line;
+    g.write_criteo(row, line);
+    line.pop_back();
+    LineError error;
+    BOOST_REQUIRE_MESSAGE(parse_criteo_line(line, read, error), error.what);
+  }
+  BOOST_TEST(mem.dense_dim == 13u);
+  BOOST_TEST((mem.labels == read.labels));
+  BOOST_TEST((mem.offsets == read.offsets));
+  BOOST_TEST((mem.keys == read.keys));
+  BOOST_TEST((mem.values == read.values));
+  BOOST_TEST((mem.dense == read.dense));
+}
+
 // The libffm line of a row holds the libsvm line's features, each in its field: integer column i
 // in field i, categorical column j in field 13 + j; read back, the values and labels are the
 // same and every key's index part is the libsvm key's.

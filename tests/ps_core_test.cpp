@@ -239,7 +239,7 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_matches_the_single_process_trainer_bit_for_b
     Batch b;
     std::vector<uint64_t> keys;
     while (*reader->next(b)) {
-      trainer->train_batch(b);
+      BOOST_REQUIRE(trainer->train_batch(b).ok());
       keys.insert(keys.end(), b.keys.begin(), b.keys.end());
     }
     keys.push_back(bias_key);

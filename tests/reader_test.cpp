@@ -166,14 +166,19 @@ BOOST_AUTO_TEST_CASE(criteo_good_input_gives_exact_rows) {
   BOOST_REQUIRE_EQUAL(batches.size(), 1u);
   const Batch& b = batches[0];
   BOOST_CHECK((b.labels == std::vector<float>{1, 0, 0}));
-  BOOST_CHECK((b.offsets == std::vector<uint32_t>{0, 5, 5, 7}));
-  BOOST_CHECK((b.keys == std::vector<uint64_t>{make_key(1, 0), make_key(3, 0), make_key(4, 0),
-                                               make_key(14, mix64(0x68fd1e64)),
-                                               make_key(16, mix64(0xABCDEF0123456789ULL)),
-                                               make_key(13, 0), make_key(39, mix64(0))}));
-  BOOST_CHECK((b.values == std::vector<float>{static_cast<float>(std::log1p(1.0)),
-                                              static_cast<float>(-std::log1p(3.0)), 0.0f, 1, 1,
-                                              static_cast<float>(std::log1p(100.0)), 1}));
+  BOOST_CHECK((b.offsets == std::vector<uint32_t>{0, 2, 2, 3}));
+  BOOST_CHECK((b.keys == std::vector<uint64_t>{make_key(0, mix64(0x68fd1e64)),
+                                               make_key(2, mix64(0xABCDEF0123456789ULL)),
+                                               make_key(25, mix64(0))}));
+  BOOST_CHECK((b.values == std::vector<float>{1, 1, 1}));
+  // The integer columns are the dense features: log1p, negative mirrored, missing 0.
+  BOOST_CHECK_EQUAL(b.dense_dim, 13u);
+  std::vector<float> want(3 * 13, 0.0f);
+  want[0] = static_cast<float>(std::log1p(1.0));
+  want[2] = static_cast<float>(-std::log1p(3.0));
+  want[3] = 0.0f;
+  want[2 * 13 + 12] = static_cast<float>(std::log1p(100.0));
+  BOOST_CHECK((b.dense == want));
   BOOST_CHECK(read_all(path, plain()).size() == 1);
   auto reader = open_reader(path, plain());
   BOOST_REQUIRE(reader.ok());

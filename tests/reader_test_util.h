@@ -68,7 +68,8 @@ bool same_batches(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (!same_bits(a[i].labels, b[i].labels) || a[i].offsets != b[i].offsets ||
-        a[i].keys != b[i].keys || !same_bits(a[i].values, b[i].values)) {
+        a[i].keys != b[i].keys || !same_bits(a[i].values, b[i].values) ||
+        a[i].dense_dim != b[i].dense_dim || !same_bits(a[i].dense, b[i].dense)) {
       return false;
     }
   }

@@ -65,7 +65,7 @@ double test_logloss(EmbeddedCluster& c, const InMemoryData& d) {
   uint64_t n = 0;
   std::vector<float> logits;
   for (const Batch& b : d.test) {
-    c.predict(b, logits);
+    BOOST_REQUIRE(c.predict(b, logits).ok());
     for (size_t i = 0; i < b.rows(); ++i) {
       const double p = 1.0 / (1.0 + std::exp(-double(logits[i])));
       const double y = b.labels[i];

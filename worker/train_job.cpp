@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/hash.h"
 #include "common/metrics.h"
 
 namespace colony {
@@ -75,7 +76,7 @@ Expected<std::unique_ptr<BatchReader>> open_source(
 Expected<Evaluation> evaluate(
     const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
     const ReaderOptions& ro,
-    const std::function<void(const Batch&, std::vector<float>&)>& predict) {
+    const std::function<Status(const Batch&, std::vector<float>&)>& predict) {
   auto reader = open_source(test, mem, ro);
   if (!reader) return reader.status();
   std::vector<float> logits, scores, labels;
@@ -84,7 +85,9 @@ Expected<Evaluation> evaluate(
     auto more = (*reader)->next(batch);
     if (!more) return more.status();
     if (!*more) break;
-    predict(batch, logits);
+    if (Status s = predict(batch, logits); !s.ok())
+      return Status::invalid_input(
+          fmt::format("{}: {}", test.empty() ? "test data" : test, s.message()));
     for (size_t i = 0; i < batch.rows(); ++i) {
       scores.push_back(static_cast<float>(sigmoid(logits[i])));
       labels.push_back(batch.labels[i]);
@@ -101,18 +104,46 @@ double cpu_seconds() {
   return sec(ru.ru_utime) + sec(ru.ru_stime);
 }
 
-Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
+Expected<ModelSpec> detect_input_shape(ModelSpec spec, const std::string& path,
+                                       const std::shared_ptr<const std::vector<Batch>>& mem,
+                                       const ReaderOptions& options) {
+  if (!spec.deep()) return spec;
+  auto reader = open_source(path, mem, options);
+  if (!reader) return reader.status();
+  uint32_t max_field = 0;
+  uint64_t rows = 0;
+  Batch batch;
+  bool first = true;
+  while (rows < input_shape_rows) {
+    auto more = (*reader)->next(batch);
+    if (!more) return more.status();
+    if (!*more) break;
+    if (first) spec.dense = batch.dense_dim;
+    first = false;
+    for (uint64_t key : batch.keys)
+      if (key_field(key) != 255) max_field = std::max(max_field, key_field(key));
+    rows += batch.rows();
+  }
+  if (spec.fields == 0) spec.fields = max_field + 1;
+  return spec;
+}
+
+Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
                                        const std::function<void(const TrainProgress&)>& progress) {
-  if (Status s = validate(o); !s.ok()) return s;
+  if (Status s = validate(options); !s.ok()) return s;
+  TrainJobResult result;
+  const JobData data = prepare_job_data(options, progress);
+  result.planted = data.planted;
+  ReaderOptions ro = options.reader;
+  ro.batch_rows = options.batch;
+  TrainJobOptions o = options;
+  auto shape = detect_input_shape(o.trainer.model, o.data, data.train, ro);
+  if (!shape) return shape.status();
+  o.trainer.model = *shape;
+  result.model = *shape;
   auto trainer_or = LocalTrainer::make(o.trainer);
   if (!trainer_or) return trainer_or.status();
   LocalTrainer& trainer = **trainer_or;
-
-  TrainJobResult result;
-  const JobData data = prepare_job_data(o, progress);
-  result.planted = data.planted;
-  ReaderOptions ro = o.reader;
-  ro.batch_rows = o.batch;
 
   uint64_t samples_per_epoch = 0;  // known after the first epoch (or from the cache)
   Batch batch;
@@ -128,7 +159,11 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
       auto more = reader.next(batch);
       if (!more) return more.status();
       if (!*more) break;
-      const double loss = trainer.train_batch(batch);
+      auto trained = trainer.train_batch(batch);
+      if (!trained)
+        return Status::invalid_input(fmt::format(
+            "{}: {}", o.data.empty() ? "generated data" : o.data, trained.status().message()));
+      const double loss = *trained;
       epoch_loss += loss;
       window_loss += loss;
       epoch_samples += batch.rows();
@@ -167,7 +202,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& o,
       progress(TrainProgress{"evaluate", epoch, o.epochs, result.counters.samples,
                              double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
     auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) {
-      trainer.predict(b, logits);
+      return trainer.predict(b, logits);
     });
     if (!ev) return ev.status();
     result.epochs.push_back(

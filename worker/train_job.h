@@ -63,6 +63,7 @@ struct TrainJobResult {
   bool read_from_cache = false;  // the last training epoch read the binary cache
   std::string cache_note;        // why a cache was not used or written, when it was not
   std::vector<EpochResult> epochs;
+  ModelSpec model;  // the model trained, with its detected fields and dense features
   // Set when the data is generated, or when a meta.json written by `colony gen` sits beside
   // the training file.
   std::optional<GenSummary> planted;
@@ -73,6 +74,16 @@ struct TrainJobResult {
 // `progress` is called after every few batches, from the calling thread.
 Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
                                        const std::function<void(const TrainProgress&)>& progress);
+
+// The rows a deep model's input shape is detected from (detect_input_shape).
+inline constexpr uint64_t input_shape_rows = 65536;
+// For a deep model: spec.dense set to the dense features of the training data, and, when
+// spec.fields is 0 (auto), spec.fields to one more than the highest field among the keys of
+// its first input_shape_rows rows (a later key of a higher field fails the job with a message
+// naming --fields). LR and FM: `spec` unchanged. Fails with the reader's Status.
+Expected<ModelSpec> detect_input_shape(ModelSpec spec, const std::string& path,
+                                       const std::shared_ptr<const std::vector<Batch>>& mem,
+                                       const ReaderOptions& options);
 
 // The pieces run_train_job is made of, for other engines (the embedded cluster) to share.
 Status validate(const TrainJobOptions& options);
@@ -92,11 +103,12 @@ struct Evaluation {
   double auc = 0.0;
   uint64_t samples = 0;
 };
-// Scores every test sample with `predict` (logits) and computes logloss and AUC.
+// Scores every test sample with `predict` (logits) and computes logloss and AUC. A batch that
+// `predict` refuses fails the evaluation with its message, prefixed by the file.
 Expected<Evaluation> evaluate(
     const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
     const ReaderOptions& options,
-    const std::function<void(const Batch&, std::vector<float>&)>& predict);
+    const std::function<Status(const Batch&, std::vector<float>&)>& predict);
 // User + system CPU seconds this process has used.
 double cpu_seconds();
 

@@ -6,24 +6,34 @@
 namespace colony {
 
 Expected<std::unique_ptr<LocalTrainer>> LocalTrainer::make(const TrainerConfig& config) {
-  if (config.model.kind == ModelKind::fm && (config.model.dim < 1 || config.model.dim > max_fm_dim))
-    return Status::invalid_input(
-        fmt::format("--dim {} is out of range, expected 1..{}", config.model.dim, max_fm_dim));
+  auto model = Model::make(config.model);
+  if (!model) return model.status();
   auto optimizer = make_optimizer(config.optimizer);
   if (!optimizer) return optimizer.status();
-  return std::unique_ptr<LocalTrainer>(new LocalTrainer(config, std::move(optimizer.value())));
+  auto dense = nn::DenseOptimizer::make(config.dense_optimizer, (*model)->dense_params());
+  if (!dense) return dense.status();
+  return std::unique_ptr<LocalTrainer>(new LocalTrainer(
+      config, std::move(model.value()), std::move(optimizer.value()), std::move(dense.value())));
 }
 
-LocalTrainer::LocalTrainer(const TrainerConfig& config, std::unique_ptr<Optimizer> optimizer)
+LocalTrainer::LocalTrainer(const TrainerConfig& config, std::unique_ptr<Model> model,
+                           std::unique_ptr<Optimizer> optimizer, nn::DenseOptimizer dense_optimizer)
     : config_(config),
+      model_(std::move(model)),
       optimizer_(std::move(optimizer)),
-      init_{config.seed, 1, config.factor_init_std},
+      dense_optimizer_(std::move(dense_optimizer)),
+      dense_(model_->dense_params()),
+      dense_grads_(model_->dense_params()),
+      init_{config.seed, config.model.linear(), config.factor_init_std},
       width_(config.model.width()),
       state_(optimizer_->state_floats(width_)),
-      table_(width_ + state_) {}
+      table_(width_ + state_) {
+  model_->init_dense(dense_, config.seed);
+}
 
-double LocalTrainer::train_batch(const Batch& batch) {
-  index_.build(batch);
+Expected<double> LocalTrainer::train_batch(const Batch& batch) {
+  if (Status s = model_->check(batch); !s.ok()) return s;
+  index_.build(batch, config_.model.dense_rows());
   const auto keys = index_.unique_keys();
   const size_t n = keys.size();
   row_ptr_.resize(n);
@@ -39,22 +49,31 @@ double LocalTrainer::train_batch(const Batch& batch) {
     row_ptr_[s] = row;
     std::memcpy(&rows_[s * width_], row, width_ * sizeof(float));
   }
-  const double loss = forward_backward(config_.model, batch, index_.slots(), rows_, grads_, {});
+  std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
+  const double loss =
+      model_->forward_backward(batch, index_.slots(), rows_, dense_, grads_, dense_grads_, {});
   // Push: apply the optimizer to each row with its summed gradient.
   for (size_t s = 0; s < n; ++s) {
     float* row = row_ptr_[s];
     optimizer_->apply({row, width_}, {row + width_, state_}, {&grads_[s * width_], width_});
   }
+  if (!dense_.empty() && batch.rows() > 0) {
+    const float scale = 1.0f / static_cast<float>(batch.rows());
+    for (float& g : dense_grads_) g *= scale;
+    dense_optimizer_.step(dense_, dense_grads_);
+  }
   return loss;
 }
 
-void LocalTrainer::predict(const Batch& batch, std::vector<float>& logits) {
-  index_.build(batch);
+Status LocalTrainer::predict(const Batch& batch, std::vector<float>& logits) {
+  if (Status s = model_->check(batch); !s.ok()) return s;
+  index_.build(batch, config_.model.dense_rows());
   const auto keys = index_.unique_keys();
   rows_.resize(keys.size() * width_);
   for (size_t s = 0; s < keys.size(); ++s) row_value(keys[s], {&rows_[s * width_], width_});
   logits.resize(batch.rows());
-  forward(config_.model, batch, index_.slots(), rows_, logits);
+  model_->forward(batch, index_.slots(), rows_, dense_, logits);
+  return Status();
 }
 
 void LocalTrainer::row_value(uint64_t key, std::span<float> out) const {

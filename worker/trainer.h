@@ -4,6 +4,8 @@
 // weights): deduplicate the batch's keys, gather ("pull") their rows, run the model's
 // forward/backward on the gathered copy, then apply the optimizer to each unique row with its
 // summed gradient ("push"). Rows are created lazily and deterministically (ps/row_init.h).
+// A deep model's dense parameters are updated after the rows by the dense optimizer, with the
+// gradient averaged over the batch's samples.
 //
 // Thread-safety: none; one thread drives a trainer.
 #pragma once
@@ -15,32 +17,37 @@
 
 #include "common/status.h"
 #include "data/batch.h"
+#include "models/dense_optimizer.h"
+#include "models/model.h"
 #include "ps/optimizer.h"
 #include "ps/row_init.h"
 #include "storage/row_table.h"
-#include "worker/model.h"
 
 namespace colony {
 
 struct TrainerConfig {
   ModelSpec model;
   OptimizerConfig optimizer;
+  nn::DenseOptimizerConfig dense_optimizer;  // deep models' dense parameters
   uint64_t seed = 1;
   float factor_init_std = 0.01f;  // FM factors start uniform with this standard deviation
 };
 
 class LocalTrainer {
  public:
-  // Fails with invalid_input for an out-of-range optimizer setting or FM dimension.
+  // Fails with invalid_input for an out-of-range optimizer setting or model shape.
   static Expected<std::unique_ptr<LocalTrainer>> make(const TrainerConfig& config);
 
   // One optimizer step on `batch`. Returns the batch's summed log loss under the weights
   // before the step (progressive validation: every sample is scored before it is learned).
-  double train_batch(const Batch& batch);
+  // Fails with invalid_input, changing nothing, when the batch does not fit the model
+  // (Model::check).
+  Expected<double> train_batch(const Batch& batch);
 
   // Each sample's logit under the current weights (unseen keys use their initial rows and
   // are not inserted). `logits` is resized to batch.rows().
-  void predict(const Batch& batch, std::vector<float>& logits);
+  // Fails with invalid_input when the batch does not fit the model (Model::check).
+  Status predict(const Batch& batch, std::vector<float>& logits);
 
   // The current parameters of `key` (its initial row when unseen); size model.width().
   void row_value(uint64_t key, std::span<float> out) const;
@@ -49,12 +56,18 @@ class LocalTrainer {
   size_t table_bytes() const { return table_.memory_bytes(); }
   size_t row_floats() const { return table_.row_floats(); }
   const TrainerConfig& config() const { return config_; }
+  // The dense parameters (empty for LR and FM).
+  std::span<const float> dense() const { return dense_; }
 
  private:
-  LocalTrainer(const TrainerConfig& config, std::unique_ptr<Optimizer> optimizer);
+  LocalTrainer(const TrainerConfig& config, std::unique_ptr<Model> model,
+               std::unique_ptr<Optimizer> optimizer, nn::DenseOptimizer dense_optimizer);
 
   TrainerConfig config_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<Optimizer> optimizer_;
+  nn::DenseOptimizer dense_optimizer_;
+  std::vector<float> dense_, dense_grads_;
   RowInit init_;
   size_t width_;
   size_t state_;

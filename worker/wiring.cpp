@@ -3,7 +3,10 @@
 namespace colony {
 
 ModelSpec model_spec(const JobSpec& job) {
-  return ModelSpec{static_cast<ModelKind>(job.model), job.dim};
+  ModelSpec spec;
+  spec.kind = static_cast<ModelKind>(job.model);
+  spec.dim = job.dim;
+  return spec;
 }
 
 JobSpec job_with_model(JobSpec job, const ModelSpec& model) {
@@ -25,7 +28,7 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
   sc.shard_index = shard;
   sc.width = model_spec(job).width();
   sc.optimizer = job.optimizer;
-  sc.init = RowInit{job.seed, 1, job.factor_init_std};
+  sc.init = RowInit{job.seed, model_spec(job).linear(), job.factor_init_std};
   sc.consistency = job.consistency;
   sc.senders = layout.shard_senders();
   sc.map = layout.map();

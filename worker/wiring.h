@@ -6,10 +6,10 @@
 // ps/ knows JobSpec's model only as a number.
 #pragma once
 
+#include "models/model.h"
 #include "ps/cluster_layout.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
-#include "worker/model.h"
 #include "worker/worker_core.h"
 
 namespace colony {

@@ -6,14 +6,22 @@ namespace colony {
 
 Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& config) {
   if (config.max_inflight == 0) return Status::invalid_input("max_inflight must be at least 1");
+  auto model = Model::make(config.model);
+  if (!model) return model.status();
+  if ((*model)->dense_params() > 0)
+    return Status::invalid_input(
+        fmt::format("--model {} has dense layers, which only --engine local trains in this version",
+                    to_string(config.model.kind)));
   auto kv = KvClient::make(
       {config.id, config.map, config.shard_nodes, config.model.width(), config.durable_shards});
   if (!kv) return kv.status();
-  return std::unique_ptr<WorkerCore>(new WorkerCore(config, std::move(kv.value())));
+  return std::unique_ptr<WorkerCore>(
+      new WorkerCore(config, std::move(kv.value()), std::move(model.value())));
 }
 
-WorkerCore::WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv)
-    : config_(config), kv_(std::move(kv)), width_(config.model.width()) {}
+WorkerCore::WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv,
+                       std::unique_ptr<Model> model)
+    : config_(config), kv_(std::move(kv)), model_(std::move(model)), width_(config.model.width()) {}
 
 bool WorkerCore::wants_batch() const {
   return error_.ok() && !finishing_ && steps_.size() < config_.max_inflight;
@@ -33,10 +41,11 @@ void WorkerCore::add_batch(Batch batch, Outbox& out) {
   COLONY_ASSERT(wants_batch(), "worker {}: add_batch with {} steps in flight", config_.id,
                 steps_.size());
   COLONY_ASSERT(!batch.empty());
+  if (Status s = model_->check(batch); !s.ok()) return fail(std::move(s));
   Step& step = steps_.emplace_back();
   step.clock = next_step_++;
   step.batch = std::move(batch);
-  index_.build(step.batch);
+  index_.build(step.batch, config_.model.dense_rows());
   step.keys.assign(index_.unique_keys().begin(), index_.unique_keys().end());
   step.slots.assign(index_.slots().begin(), index_.slots().end());
   step.rows.resize(step.keys.size() * width_);
@@ -78,7 +87,8 @@ void WorkerCore::complete_ready_steps(Outbox& out) {
 
 void WorkerCore::push(Step& step, Outbox& out) {
   grads_.assign(step.keys.size() * width_, 0.0f);
-  stats_.loss_sum += forward_backward(config_.model, step.batch, step.slots, step.rows, grads_, {});
+  stats_.loss_sum +=
+      model_->forward_backward(step.batch, step.slots, step.rows, {}, grads_, {}, {});
   stats_.samples += step.batch.rows();
   ++stats_.steps;
   const uint32_t clock = step.clock + 1;

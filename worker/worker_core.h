@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "data/batch.h"
+#include "models/model.h"
 #include "ps/protocol.h"
 #include "worker/kv_client.h"
-#include "worker/model.h"
 
 namespace colony {
 
@@ -52,14 +52,16 @@ struct WorkerStats {
 
 class WorkerCore {
  public:
-  // Fails with invalid_input for a bad map, a shard list that does not match it, or
-  // max_inflight == 0.
+  // Fails with invalid_input for a bad map, a shard list that does not match it,
+  // max_inflight == 0, a bad model shape, or a deep model (its dense parameters are trained
+  // by the single-process trainer only in this version).
   static Expected<std::unique_ptr<WorkerCore>> make(const WorkerConfig& config);
 
   // True when the driver may hand in another batch (fewer than max_inflight steps in flight,
   // not finished, no error).
   bool wants_batch() const;
   // Starts the next step on `batch` (non-empty): sends its pulls. Precondition: wants_batch().
+  // A batch the model refuses (Model::check) stops the core with that error().
   void add_batch(Batch batch, Outbox& out);
   // No more batches: once the steps in flight are pushed, tells every receiver it is done.
   void finish(Outbox& out);
@@ -89,7 +91,8 @@ class WorkerCore {
     KvClient::Ticket pull = 0;
   };
 
-  WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv);
+  WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv,
+             std::unique_ptr<Model> model);
   void complete_ready_steps(Outbox& out);
   void push(Step& step, Outbox& out);
   void maybe_send_done(Outbox& out);
@@ -97,6 +100,7 @@ class WorkerCore {
 
   WorkerConfig config_;
   std::unique_ptr<KvClient> kv_;
+  std::unique_ptr<Model> model_;
   size_t width_;
   BatchIndex index_;
   std::deque<Step> steps_;       // a deque: a step's rows stay put while its pull fills them

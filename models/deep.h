@@ -1,0 +1,30 @@
+// Inside models/: the deep models' factory and the FM kernels DeepFM shares with FM.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "data/batch.h"
+#include "models/model.h"
+
+namespace colony {
+
+// DeepFM, DLRM or DCN-v2 (spec.deep()); invalid_input for layer lists out of range.
+Expected<std::unique_ptr<Model>> make_deep_model(const ModelSpec& spec);
+
+// Scratch for the FM kernels (rows with dense features are expanded into it).
+struct FeatureWorkspace {
+  std::vector<uint32_t> offsets, slots;
+  std::vector<float> values;
+};
+// The FM part of a model with rows [w, v_1 .. v_dim] (bias in slot 0, dense rows in slots
+// 1..dense_dim): each sample's logit into `logits` ...
+void fm_logits(size_t dim, const Batch& batch, std::span<const uint32_t> slots,
+               std::span<const float> rows, float* logits, FeatureWorkspace& ws);
+// ... and, given dL/dlogit per sample in `dz`, the gradients of the rows added into `grads`.
+void fm_backward(size_t dim, const Batch& batch, std::span<const uint32_t> slots,
+                 std::span<const float> rows, const float* dz, float* grads, FeatureWorkspace& ws);
+
+}  // namespace colony
