@@ -20,6 +20,7 @@ Expected<TrainJobResult> run_cluster_train_job(
   job.data = o.data;
   job.memory = data.train;
   job.reader = o.reader;
+  job.reader.holdout = HoldoutSplit{o.valid_fraction, false};
   auto made = EmbeddedCluster::make(job);
   if (!made) return made.status();
   EmbeddedCluster& c = **made;
@@ -28,9 +29,10 @@ Expected<TrainJobResult> run_cluster_train_job(
   uint64_t samples_per_epoch = 0;
   if (data.train) {
     for (const Batch& b : *data.train) samples_per_epoch += b.rows();
+    samples_per_epoch = uint64_t(double(samples_per_epoch) * (1.0 - o.valid_fraction));
   } else {
     // A binary cache knows its row count when opened; a text file only after a full pass.
-    ReaderOptions peek = o.reader;
+    ReaderOptions peek = job.reader;
     peek.prefetch_batches = 0;
     if (auto r = open_reader(o.data, peek)) samples_per_epoch = (*r)->stats().rows_total;
   }
@@ -75,6 +77,16 @@ Expected<TrainJobResult> run_cluster_train_job(
   r.test_logloss = ev->logloss;
   r.test_auc = ev->auc;
   r.test_samples = ev->samples;
+  if (o.valid_fraction > 0) {
+    auto valid = evaluate_held_out(o, data.train, [&](const Batch& b, std::vector<float>& logits) {
+      return c.predict(b, logits);
+    });
+    if (!valid) return valid.status();
+    r.epochs.back().valid_logloss = valid->logloss;
+    r.epochs.back().valid_auc = valid->auc;
+    r.valid_samples = valid->samples;
+    r.best_epoch = o.epochs;
+  }
   return r;
 }
 

@@ -74,7 +74,7 @@ class WorkerSource {
         ++epoch_;
         position_ = 0;
         if (job_.memory) {
-          reader_ = make_memory_reader(job_.memory, job_.batch);
+          reader_ = make_memory_reader(job_.memory, job_.batch, job_.reader.holdout);
         } else {
           auto r = open_reader(job_.data, options_);
           if (!r) return r.status();

@@ -188,6 +188,8 @@ Runner add_coordinator(CLI::App& app) {
       {"--engine", "the daemons are a cluster; `colony train --engine local` trains in one thread"},
       {"--rows", "the daemons train on files: make them with `colony gen`"},
       {"--test-rows", "the daemons train on files: make them with `colony gen`"},
+      {"--valid-fraction", "hold out validation rows in a file of their own for the daemons"},
+      {"--patience", "the daemons do not stop early; `colony train` does"},
   };
   for (const auto& [flag, where] : not_here)
     a->elsewhere.push_back(

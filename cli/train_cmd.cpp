@@ -82,6 +82,14 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--epochs", j.epochs, "Passes over the training data")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--valid-fraction", j.valid_fraction,
+                  "Hold out this share of the training rows (chosen by a hash of each row) and "
+                  "report their logloss and AUC after every epoch (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--patience", j.patience,
+                  "With --valid-fraction and --engine local: stop after N epochs in a row with "
+                  "no better validation logloss (0: never stop early)")
+      ->capture_default_str();
   cmd->add_option(
          "--store", a->store,
          "Row store of the shards: memory, or rocksdb:DIR (shard i in DIR/shard-<i>; a store "
@@ -274,9 +282,16 @@ Runner add_train(CLI::App& app) {
     if (!r.cache_note.empty())
       std::fprintf(stderr, "note: binary cache: %s\n", r.cache_note.c_str());
     const double sps = r.train_seconds > 0 ? double(r.counters.samples) / r.train_seconds : 0.0;
-    for (const EpochResult& e : r.epochs)
-      std::printf("epoch %d: train logloss %.5f  test logloss %.5f  test auc %.4f\n", e.epoch,
+    for (const EpochResult& e : r.epochs) {
+      std::printf("epoch %d: train logloss %.5f  test logloss %.5f  test auc %.4f", e.epoch,
                   e.train_logloss, e.test_logloss, e.test_auc);
+      if (o.valid_fraction > 0)
+        std::printf("  valid logloss %.5f  valid auc %.4f", e.valid_logloss, e.valid_auc);
+      std::printf("\n");
+    }
+    if (r.stopped_early)
+      std::printf("stopped early: validation logloss best at epoch %d, no better for %d epoch%s\n",
+                  r.best_epoch, o.patience, o.patience == 1 ? "" : "s");
     nlohmann::json rep = {
         {"test_logloss", r.test_logloss},
         {"test_auc", r.test_auc},
@@ -335,12 +350,27 @@ Runner add_train(CLI::App& app) {
       rep["updates_lost"] = r.updates_lost;
     }
     nlohmann::json per_epoch = nlohmann::json::array();
-    for (const EpochResult& e : r.epochs)
-      per_epoch.push_back({{"epoch", e.epoch},
+    for (const EpochResult& e : r.epochs) {
+      nlohmann::json pe = {{"epoch", e.epoch},
                            {"train_logloss", e.train_logloss},
                            {"test_logloss", e.test_logloss},
-                           {"test_auc", e.test_auc}});
+                           {"test_auc", e.test_auc}};
+      if (o.valid_fraction > 0) {
+        pe["valid_logloss"] = e.valid_logloss;
+        pe["valid_auc"] = e.valid_auc;
+      }
+      per_epoch.push_back(pe);
+    }
     rep["per_epoch"] = per_epoch;
+    if (o.valid_fraction > 0) {
+      rep["valid_fraction"] = o.valid_fraction;
+      rep["valid_samples"] = r.valid_samples;
+      rep["valid_logloss"] = r.epochs.back().valid_logloss;
+      rep["valid_auc"] = r.epochs.back().valid_auc;
+      rep["best_epoch"] = r.best_epoch;
+      rep["stopped_early"] = r.stopped_early;
+      rep["epochs_trained"] = r.epochs.size();
+    }
     std::printf("test_logloss %.5f  test_auc %.4f  table_rows %llu  table_bytes %s", r.test_logloss,
                 r.test_auc, static_cast<unsigned long long>(r.model_rows),
                 human_count(double(r.table_bytes)).c_str());

@@ -14,6 +14,7 @@
 
 #include "common/hash.h"
 #include "data/binary_cache.h"
+#include "data/holdout.h"
 #include "data/prefetch.h"
 #include "data/text_formats.h"
 
@@ -471,8 +472,14 @@ Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
     return Status::invalid_input("batch_rows is 0, expected at least 1 row per batch");
   }
   auto reader = open_unbuffered(path, options, limits);
-  if (!reader.ok() || options.prefetch_batches == 0) return reader;
-  return make_prefetch_reader(std::move(reader.value()), options.prefetch_batches);
+  if (!reader.ok()) return reader;
+  std::unique_ptr<BatchReader> r = std::move(reader.value());
+  // The split is made on the prefetch thread, off the reader's caller.
+  if (options.holdout.fraction > 0.0)
+    r = make_holdout_reader(std::move(r), options.holdout, options.batch_rows);
+  if (options.prefetch_batches > 0)
+    r = make_prefetch_reader(std::move(r), options.prefetch_batches);
+  return r;
 }
 
 Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
@@ -481,8 +488,10 @@ Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
 }
 
 std::unique_ptr<BatchReader> make_memory_reader(std::shared_ptr<const std::vector<Batch>> data,
-                                                size_t batch_rows) {
-  return std::make_unique<MemoryReader>(std::move(data), batch_rows);
+                                                size_t batch_rows, const HoldoutSplit& holdout) {
+  std::unique_ptr<BatchReader> r = std::make_unique<MemoryReader>(std::move(data), batch_rows);
+  if (holdout.fraction > 0.0) r = make_holdout_reader(std::move(r), holdout, batch_rows);
+  return r;
 }
 
 }  // namespace colony

@@ -50,6 +50,13 @@ namespace colony {
 enum class DataFormat { libsvm, criteo, cache, libffm };
 const char* to_string(DataFormat f);
 
+// Rows held out of a file for validation (data/holdout.h): with fraction F > 0 a reader returns
+// only the rows of the held-out fraction F (keep_held_out) or only the others. F = 0 reads all.
+struct HoldoutSplit {
+  double fraction = 0.0;
+  bool keep_held_out = false;
+};
+
 struct ReaderOptions {
   size_t batch_rows = 512;      // rows per batch; every batch but the last is full
   uint64_t skip_bad_lines = 0;  // malformed lines tolerated before failing
@@ -60,6 +67,7 @@ struct ReaderOptions {
   // *.libffm is libffm (its first feature may have no value, `field:idx`, which looks like
   // libsvm). A binary cache is read as one whatever this says.
   std::optional<DataFormat> format;
+  HoldoutSplit holdout;  // which rows to return; the cache holds them all
 };
 
 // A --format flag: "auto" (nullopt), "libsvm", "libffm" or "criteo"; invalid_input otherwise.
@@ -97,8 +105,10 @@ Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
 // beside it, or `<cache_dir>/<file name>-<hash of absolute path>.colonycache`.
 std::string cache_path_for(const std::string& source_path, const ReaderOptions& options);
 
-// A reader over batches already in memory (generated data), re-sliced to batch_rows.
+// A reader over batches already in memory (generated data), re-sliced to batch_rows, returning
+// the side of `holdout` it asks for.
 std::unique_ptr<BatchReader> make_memory_reader(std::shared_ptr<const std::vector<Batch>> data,
-                                                size_t batch_rows);
+                                                size_t batch_rows,
+                                                const HoldoutSplit& holdout = {});
 
 }  // namespace colony

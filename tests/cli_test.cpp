@@ -7,6 +7,7 @@
 #include <string>
 
 #include "tests/cli_fixture.h"
+#include "worker/train_job.h"
 
 namespace fs = std::filesystem;
 
@@ -61,6 +62,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --push tree",
                            "train --engine gpu",
                            "train --max-inflight 0",
+                           "train --valid-fraction 1",
+                           "train --valid-fraction -0.1",
+                           "train --patience -1",
                            "gen --rows 10",
                            "gen --rows 0 --test-rows 1 --seed 1 --out x",
                            "gen --rows 5 --test-rows 5 --seed 1 --out x --format csv",
@@ -253,4 +257,51 @@ BOOST_AUTO_TEST_CASE(deep_models_train_on_criteo_files_and_refuse_unseen_fields)
   BOOST_TEST(r.err.find("--fields 41") != std::string::npos, r.err);
 }
 
+// --valid-fraction holds the same rows out in both engines, scores them every epoch, and stops
+// the single-process trainer once the validation logloss no longer improves (here: an FM
+// overfitting 8k rows with a large step).
+BOOST_AUTO_TEST_CASE(valid_fraction_holds_rows_out_and_stops_early) {
+  const fs::path local = dir / "valid-local.json", cluster = dir / "valid-cluster.json";
+  const std::string common =
+      " --rows 10000 --test-rows 2000 --seed 4 --valid-fraction 0.2 --optimizer adam --lr 0.05";
+  Run r = run("train --engine local --epochs 30 --report " + local.string() + common);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto j = read_json(local);
+  const int trained = j["epochs_trained"].get<int>();
+  BOOST_TEST(j["stopped_early"].get<bool>());
+  BOOST_TEST(trained < 30);
+  BOOST_TEST(j["best_epoch"].get<int>() == trained - 1);
+  const uint64_t held = j["valid_samples"].get<uint64_t>();
+  BOOST_TEST(held > 1500u);
+  BOOST_TEST(held < 2500u);
+  BOOST_TEST(j["train_samples"].get<uint64_t>() == (10000 - held) * uint64_t(trained));
+  const auto& epochs = j["per_epoch"];
+  BOOST_TEST(epochs.back()["valid_logloss"].get<double>() >
+             epochs[trained - 2]["valid_logloss"].get<double>());
+  BOOST_TEST(r.out.find("stopped early") != std::string::npos, r.out);
+
+  r = run("train --engine cluster --workers 2 --epochs 1 --report " + cluster.string() + common);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto c = read_json(cluster);
+  BOOST_TEST(c["valid_samples"].get<uint64_t>() == held);
+  BOOST_TEST(c["train_samples"].get<uint64_t>() == 10000 - held);
+  BOOST_TEST(c["valid_auc"].get<double>() > 0.5);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_CASE(stop_early_after_patience_epochs_without_a_better_loss) {
+  using colony::best_epoch_index;
+  using colony::stop_early;
+  BOOST_TEST(!stop_early({}, 1));
+  BOOST_TEST(!stop_early({0.5}, 1));
+  BOOST_TEST(!stop_early({0.5, 0.4}, 1));
+  BOOST_TEST(stop_early({0.5, 0.4, 0.4}, 1));  // equal is not better
+  BOOST_TEST(stop_early({0.5, 0.4, 0.45}, 1));
+  BOOST_TEST(!stop_early({0.5, 0.4, 0.45}, 2));
+  BOOST_TEST(stop_early({0.5, 0.4, 0.45, 0.41}, 2));
+  BOOST_TEST(!stop_early({0.5, 0.4, 0.45, 0.39}, 2));
+  BOOST_TEST(!stop_early({0.5, 0.6, 0.7, 0.8}, 0));
+  BOOST_TEST(best_epoch_index({}) == 0u);
+  BOOST_TEST(best_epoch_index({0.5, 0.3, 0.3, 0.4}) == 1u);
+}

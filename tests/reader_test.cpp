@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "common/hash.h"
+#include "data/holdout.h"
 #include "data/reader.h"
 #include "data/text_formats.h"
 #include "tests/reader_test_util.h"
@@ -536,4 +537,97 @@ BOOST_AUTO_TEST_CASE(memory_reader_reslices_batches) {
                 joined.keys == all.keys && joined.values == all.values);
     BOOST_CHECK_EQUAL(reader->stats().rows, 11u);
   }
+}
+
+// Rows of `b` as text, one string per row, to compare multisets of rows.
+std::vector<std::string> row_texts(const Batch& b) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < b.rows(); ++i) {
+    std::string t = fmt::format("{}", b.labels[i]);
+    for (size_t j = b.offsets[i]; j < b.offsets[i + 1]; ++j)
+      t += fmt::format(" {}:{}", b.keys[j], b.values[j]);
+    out.push_back(t);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+BOOST_AUTO_TEST_CASE(holdout_splits_rows_in_two_by_content) {
+  TempDir dir;
+  const int rows = 5000;
+  std::string path = dir.write("gen.libsvm", generated_libsvm(rows, 5));
+  const Batch all = concat(read_all(path, plain(64)));
+  for (double fraction : {0.05, 0.3}) {
+    ReaderOptions train = plain(64), valid = plain(64);
+    train.holdout = HoldoutSplit{fraction, false};
+    valid.holdout = HoldoutSplit{fraction, true};
+    auto train_batches = read_all(path, train), valid_batches = read_all(path, valid);
+    // Every batch but the last is full.
+    for (const auto* side : {&train_batches, &valid_batches})
+      for (size_t i = 0; i + 1 < side->size(); ++i) BOOST_CHECK_EQUAL((*side)[i].rows(), 64u);
+    const Batch t = concat(train_batches), v = concat(valid_batches);
+    BOOST_CHECK_EQUAL(t.rows() + v.rows(), all.rows());
+    // The held-out share is near the fraction (binomial: 6 standard deviations).
+    const double sd = std::sqrt(fraction * (1 - fraction) / rows);
+    BOOST_CHECK_LT(std::abs(double(v.rows()) / rows - fraction), 6 * sd);
+    // The two sides are exactly the rows of the file.
+    std::vector<std::string> both = row_texts(t), vt = row_texts(v);
+    both.insert(both.end(), vt.begin(), vt.end());
+    std::sort(both.begin(), both.end());
+    BOOST_CHECK(both == row_texts(all));
+    for (size_t i = 0; i < v.rows(); ++i) BOOST_CHECK(row_held_out(v, i, fraction));
+    for (size_t i = 0; i < t.rows(); ++i) BOOST_CHECK(!row_held_out(t, i, fraction));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(holdout_is_the_same_through_cache_prefetch_and_memory) {
+  TempDir dir;
+  std::string path = dir.write("gen.libsvm", generated_libsvm(3000, 9));
+  ReaderOptions o = plain(50);
+  o.holdout = HoldoutSplit{0.2, true};
+  const Batch reference = concat(read_all(path, o));
+  BOOST_REQUIRE_GT(reference.rows(), 0u);
+  ReaderOptions cached = o;
+  cached.use_cache = true;
+  cached.prefetch_batches = 3;
+  cached.batch_rows = 7;
+  BOOST_CHECK(row_texts(concat(read_all(path, cached))) == row_texts(reference));  // writes
+  BOOST_CHECK(row_texts(concat(read_all(path, cached))) == row_texts(reference));  // reads
+  auto mem = std::make_shared<std::vector<Batch>>(read_all(path, plain(33)));
+  auto reader = make_memory_reader(mem, 19, o.holdout);
+  std::vector<Batch> got;
+  Batch b;
+  while (true) {
+    auto r = reader->next(b);
+    BOOST_REQUIRE(r.ok());
+    if (!*r) break;
+    got.push_back(b);
+  }
+  BOOST_CHECK(row_texts(concat(got)) == row_texts(reference));
+  BOOST_CHECK_EQUAL(reader->stats().rows, reference.rows());
+}
+
+BOOST_AUTO_TEST_CASE(holdout_keeps_dense_features_with_their_rows) {
+  Batch b;
+  for (int i = 0; i < 400; ++i) {
+    const float d[2] = {float(i), float(-i)};
+    b.add_feature(make_key(0, uint64_t(i)), 1.0f);
+    b.add_dense(d, 2);
+    b.finish_row(float(i % 2));
+  }
+  auto mem = std::make_shared<std::vector<Batch>>(1, b);
+  auto reader = make_memory_reader(mem, 16, HoldoutSplit{0.5, true});
+  Batch out;
+  size_t seen = 0;
+  while (*reader->next(out)) {
+    BOOST_REQUIRE_EQUAL(out.dense_dim, 2u);
+    BOOST_REQUIRE_EQUAL(out.dense.size(), out.rows() * 2);
+    for (size_t i = 0; i < out.rows(); ++i) {
+      const float x = out.row_dense(i)[0];
+      BOOST_CHECK_EQUAL(out.row_dense(i)[1], -x);
+      BOOST_CHECK_EQUAL(out.row_keys(i)[0], make_key(0, uint64_t(x)));
+    }
+    seen += out.rows();
+  }
+  BOOST_CHECK(seen > 100 && seen < 300);
 }

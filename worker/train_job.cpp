@@ -44,7 +44,40 @@ Status validate(const TrainJobOptions& o) {
     return Status::invalid_input("--test is required with --data (a file to evaluate on)");
   if (o.data.empty() && !o.test.empty())
     return Status::invalid_input("--test needs --data (without --data, test data is generated)");
+  if (!(o.valid_fraction >= 0.0 && o.valid_fraction < 1.0))
+    return Status::invalid_input(
+        fmt::format("--valid-fraction {} is outside [0, 1): the share of training rows held out "
+                    "for validation",
+                    o.valid_fraction));
+  if (o.patience < 0) return Status::invalid_input("--patience must be at least 0");
   return Status();
+}
+
+bool stop_early(const std::vector<double>& losses, int patience) {
+  if (patience <= 0 || losses.size() <= size_t(patience)) return false;
+  const size_t best = best_epoch_index(losses);
+  return losses.size() - 1 - best >= size_t(patience);
+}
+
+size_t best_epoch_index(const std::vector<double>& losses) {
+  size_t best = 0;
+  for (size_t i = 1; i < losses.size(); ++i)
+    if (losses[i] < losses[best]) best = i;
+  return best;
+}
+
+Expected<Evaluation> evaluate_held_out(
+    const TrainJobOptions& o, const std::shared_ptr<const std::vector<Batch>>& mem,
+    const std::function<Status(const Batch&, std::vector<float>&)>& predict) {
+  ReaderOptions ro = o.reader;
+  ro.batch_rows = o.batch;
+  ro.holdout = HoldoutSplit{o.valid_fraction, true};
+  auto ev = evaluate(o.data, mem, ro, predict);
+  if (!ev && ev.status().message().ends_with("no samples to evaluate on"))
+    return Status::invalid_input(fmt::format(
+        "--valid-fraction {}: no row of {} was held out; use a larger fraction or more rows",
+        o.valid_fraction, o.data.empty() ? "the generated data" : o.data));
+  return ev;
 }
 
 JobData prepare_job_data(const TrainJobOptions& o,
@@ -69,7 +102,7 @@ JobData prepare_job_data(const TrainJobOptions& o,
 Expected<std::unique_ptr<BatchReader>> open_source(
     const std::string& path, const std::shared_ptr<const std::vector<Batch>>& mem,
     const ReaderOptions& ro) {
-  if (mem) return make_memory_reader(mem, ro.batch_rows);
+  if (mem) return make_memory_reader(mem, ro.batch_rows, ro.holdout);
   return open_reader(path, ro);
 }
 
@@ -136,6 +169,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
   result.planted = data.planted;
   ReaderOptions ro = options.reader;
   ro.batch_rows = options.batch;
+  ro.holdout = HoldoutSplit{options.valid_fraction, false};
   TrainJobOptions o = options;
   auto shape = detect_input_shape(o.trainer.model, o.data, data.train, ro);
   if (!shape) return shape.status();
@@ -145,7 +179,8 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
   if (!trainer_or) return trainer_or.status();
   LocalTrainer& trainer = **trainer_or;
 
-  uint64_t samples_per_epoch = 0;  // known after the first epoch (or from the cache)
+  uint64_t samples_per_epoch = 0;    // known after the first epoch (or from the cache)
+  std::vector<double> valid_losses;  // per epoch, with valid_fraction
   Batch batch;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     auto reader_or = open_source(o.data, data.train, ro);
@@ -194,21 +229,40 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
     result.counters.bad_lines_skipped = st.bad_lines_skipped;
     result.read_from_cache = st.from_cache;
     if (!st.cache_note.empty()) result.cache_note = st.cache_note;
-    if (epoch_samples == 0) return Status::invalid_input(o.data + ": no samples to train on");
+    if (epoch_samples == 0)
+      return Status::invalid_input(
+          o.data + (o.valid_fraction > 0 ? ": no samples to train on outside --valid-fraction"
+                                         : ": no samples to train on"));
     samples_per_epoch = epoch_samples;
     result.counters.samples += epoch_samples;
 
     if (progress)
       progress(TrainProgress{"evaluate", epoch, o.epochs, result.counters.samples,
                              double(epoch) / o.epochs, epoch_loss / double(epoch_samples)});
-    auto ev = evaluate(o.test, data.test, ro, [&](const Batch& b, std::vector<float>& logits) {
+    auto predict = [&](const Batch& b, std::vector<float>& logits) {
       return trainer.predict(b, logits);
-    });
+    };
+    ReaderOptions test_ro = ro;
+    test_ro.holdout = {};
+    auto ev = evaluate(o.test, data.test, test_ro, predict);
     if (!ev) return ev.status();
-    result.epochs.push_back(
-        EpochResult{epoch, epoch_loss / double(epoch_samples), ev->logloss, ev->auc});
+    EpochResult er{epoch, epoch_loss / double(epoch_samples), ev->logloss, ev->auc};
     result.test_samples = ev->samples;
+    if (o.valid_fraction > 0) {
+      auto valid = evaluate_held_out(o, data.train, predict);
+      if (!valid) return valid.status();
+      er.valid_logloss = valid->logloss;
+      er.valid_auc = valid->auc;
+      result.valid_samples = valid->samples;
+      valid_losses.push_back(valid->logloss);
+    }
+    result.epochs.push_back(er);
+    if (stop_early(valid_losses, o.patience)) {
+      result.stopped_early = epoch < o.epochs;
+      break;
+    }
   }
+  if (!valid_losses.empty()) result.best_epoch = int(best_epoch_index(valid_losses)) + 1;
   result.test_logloss = result.epochs.back().test_logloss;
   result.test_auc = result.epochs.back().test_auc;
   result.model_rows = trainer.rows();

@@ -25,6 +25,12 @@ struct TrainJobOptions {
   int epochs = 1;
   ReaderOptions reader;  // batch_rows is overridden by `batch`
   GenOptions generate;   // rows, test_rows, seed and vocab_scale when `data` is empty
+  // Training rows held out for validation (data/holdout.h): 0 = none, else in (0, 1). The
+  // held-out rows are scored after every epoch (the cluster engine: after the last).
+  double valid_fraction = 0.0;
+  // With valid_fraction: the single-process trainer stops after `patience` epochs in a row
+  // whose validation logloss is no better than the best before them (0: never stops early).
+  int patience = 1;
 };
 
 struct TrainProgress {
@@ -41,6 +47,8 @@ struct EpochResult {
   double train_logloss = 0.0;  // progressive: each sample scored before it was learned
   double test_logloss = 0.0;
   double test_auc = 0.0;
+  double valid_logloss = 0.0;  // on the held-out rows, when valid_fraction > 0
+  double valid_auc = 0.0;
 };
 
 struct TrainJobResult {
@@ -50,6 +58,9 @@ struct TrainJobResult {
   // workers and shards (zero for the single-process trainer).
   WorkerCounters counters;
   uint64_t test_samples = 0;
+  uint64_t valid_samples = 0;      // held-out rows scored (0 without valid_fraction)
+  int best_epoch = 0;              // the epoch of the lowest validation logloss (0 without)
+  bool stopped_early = false;      // training ended before `epochs` (see patience)
   double train_seconds = 0.0;      // wall time of the training passes only (no evaluation)
   double train_cpu_seconds = 0.0;  // user + system CPU of the process during those passes
   uint64_t pulls_deferred = 0;     // pulls a shard held back for the consistency gate
@@ -70,7 +81,8 @@ struct TrainJobResult {
 };
 
 // Runs the job. Fails with the reader's Status (invalid_input naming file:line:column,
-// not_found) or with invalid_input for bad options (--test missing, epochs < 1, batch < 1).
+// not_found) or with invalid_input for bad options (--test missing, epochs < 1, batch < 1,
+// valid_fraction outside [0, 1), patience < 0, no row held out or none left to train on).
 // `progress` is called after every few batches, from the calling thread.
 Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
                                        const std::function<void(const TrainProgress&)>& progress);
@@ -108,6 +120,16 @@ struct Evaluation {
 Expected<Evaluation> evaluate(
     const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
     const ReaderOptions& options,
+    const std::function<Status(const Batch&, std::vector<float>&)>& predict);
+// Early stopping: whether the last `patience` of `valid_loglosses` (one per epoch so far) are
+// all no lower than the lowest before them. Never with patience 0 or fewer epochs than
+// patience + 1.
+bool stop_early(const std::vector<double>& valid_loglosses, int patience);
+// Index (0-based) of the lowest of `valid_loglosses`, the first of equal ones; 0 when empty.
+size_t best_epoch_index(const std::vector<double>& valid_loglosses);
+// Scores the held-out rows of the training data (options.data, or `mem`) like evaluate().
+Expected<Evaluation> evaluate_held_out(
+    const TrainJobOptions& options, const std::shared_ptr<const std::vector<Batch>>& mem,
     const std::function<Status(const Batch&, std::vector<float>&)>& predict);
 // User + system CPU seconds this process has used.
 double cpu_seconds();
