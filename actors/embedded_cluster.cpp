@@ -139,10 +139,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   if (job.batch < 1) return Status::invalid_input("--batch must be at least 1");
   auto model = Model::make(job.trainer.model);
   if (!model) return model.status();
-  if ((*model)->dense_params() > 0)
-    return Status::invalid_input(
-        fmt::format("--model {} has dense layers, which only --engine local trains in this version",
-                    to_string(job.trainer.model.kind)));
+  if (Status s = require_sparse_model(job.trainer.model.kind); !s.ok()) return s;
   auto impl = std::make_unique<Impl>(c.threads, c.deterministic_seed != 0);
   impl->model = std::move(model.value());
   impl->job = job;
@@ -385,8 +382,10 @@ Status EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) 
 }
 
 std::string store_fingerprint(const TrainerConfig& t) {
-  return fmt::format("colony-train model={} width={} optimizer={} seed={}", to_string(t.model.kind),
-                     t.model.width(), to_string(t.optimizer.kind), t.seed);
+  // keys=2: Criteo's columns became fields 0..25 and dense features (rows of an older store
+  // would be unreachable, so it is refused rather than continued).
+  return fmt::format("colony-train model={} width={} optimizer={} seed={} keys=2",
+                     to_string(t.model.kind), t.model.width(), to_string(t.optimizer.kind), t.seed);
 }
 
 }  // namespace colony

@@ -92,9 +92,12 @@ int bench_train(const BenchArgs& a) {
       tc.optimizer = default_optimizer_config(OptimizerKind::ftrl);
       auto trainer = LocalTrainer::make(tc);
       if (!trainer) return fail(trainer.status());
-      auto t = timed_pass(gen->train_path, ro, samples,
-                          [&](const Batch& b) { (void)(*trainer)->train_batch(b); });
+      Status trained;
+      auto t = timed_pass(gen->train_path, ro, samples, [&](const Batch& b) {
+        if (auto loss = (*trainer)->train_batch(b); !loss && trained.ok()) trained = loss.status();
+      });
       if (!t) return fail(t.status());
+      if (!trained.ok()) return fail(trained);
       best_train = std::min(best_train, *t);
     }
     const double train_sps = double(samples) / best_train;

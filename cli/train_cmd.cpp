@@ -18,9 +18,12 @@ namespace {
 struct TrainArgs {
   TrainJobOptions job;
   std::string model = "fm";
-  std::string mlp, bottom;  // empty: the model's default
+  std::string mlp, bottom;  // when given; the model's default otherwise
   std::string dense_optimizer = "adam";
   float dense_lr = 1e-3f;
+  float dense_weight_decay = 0.0f;
+  // Flags that only the deep models take (refused with lr and fm, which have no dense layers).
+  std::vector<CLI::Option*> deep_only;
   CLI::Option* engine_option = nullptr;
   CLI::Option* cross_layers_option = nullptr;
   std::string optimizer = "ftrl";
@@ -51,25 +54,37 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--dim", j.trainer.model.dim, "FM factor and embedding dimension")
       ->check(CLI::Range(size_t{1}, max_fm_dim))
       ->capture_default_str();
-  cmd->add_option("--mlp", a->mlp,
-                  "Hidden layers of the deep tower (deepfm, dcn) or DLRM's top MLP, e.g. 256,128 "
-                  "(default 256,128; none: no hidden layer)");
-  cmd->add_option("--bottom", a->bottom, "DLRM's bottom MLP hidden layers (default 64)");
+  a->deep_only.push_back(cmd->add_option(
+      "--mlp", a->mlp,
+      "Hidden layers of the deep tower (deepfm, dcn) or DLRM's top MLP, e.g. 256,128 "
+      "(default 256,128; none: no hidden layer)"));
+  a->deep_only.push_back(
+      cmd->add_option("--bottom", a->bottom, "DLRM's bottom MLP hidden layers (default 64)"));
   a->cross_layers_option =
       cmd->add_option("--cross-layers", j.trainer.model.cross_layers, "DCN-v2's cross layers")
           ->check(CLI::Range(size_t{1}, size_t{16}))
           ->capture_default_str();
+  a->deep_only.push_back(a->cross_layers_option);
   j.trainer.model.fields = 0;
-  cmd->add_option("--fields", j.trainer.model.fields,
-                  "Fields of a deep model's input (0: one more than the highest field in the "
-                  "first 65536 training rows)")
-      ->check(CLI::Range(size_t{0}, max_fields));
-  cmd->add_option("--dense-optimizer", a->dense_optimizer,
-                  "Optimizer of a deep model's dense layers: adam, adamw or sgd (momentum 0.9)")
-      ->capture_default_str();
-  cmd->add_option("--dense-lr", a->dense_lr, "Step size of the dense optimizer")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  a->deep_only.push_back(
+      cmd->add_option("--fields", j.trainer.model.fields,
+                      "Fields of a deep model's input (0: one more than the highest field in the "
+                      "first 65536 training rows)")
+          ->check(CLI::Range(size_t{0}, max_fields)));
+  a->deep_only.push_back(
+      cmd->add_option("--dense-optimizer", a->dense_optimizer,
+                      "Optimizer of a deep model's dense layers: adam, adamw or sgd (momentum 0.9)")
+          ->capture_default_str());
+  a->deep_only.push_back(
+      cmd->add_option("--dense-lr", a->dense_lr, "Step size of the dense optimizer")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  a->deep_only.push_back(
+      cmd->add_option("--dense-weight-decay", a->dense_weight_decay,
+                      "Weight decay of the dense optimizer: decoupled for adamw, an L2 term added "
+                      "to the gradient for adam and sgd")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str());
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
   cmd->add_option("--lr", a->lr,
                   "Step size, FTRL's alpha (default per optimizer: sgd 0.02, "
@@ -173,12 +188,19 @@ Runner add_train(CLI::App& app) {
       o.trainer.model.fields = fields;
       if (a->cross_layers_option->count() > 0) o.trainer.model.cross_layers = cross;
     }
-    if (!a->mlp.empty()) {
+    if (!o.trainer.model.deep())
+      for (const CLI::Option* flag : a->deep_only)
+        if (flag->count() > 0)
+          return fail(Status::invalid_input(
+              fmt::format("{} sets dense layers, which --model {} does not have (deepfm, dlrm and "
+                          "dcn do)",
+                          flag->get_name(), to_string(o.trainer.model.kind))));
+    if (a->deep_only[0]->count() > 0) {
       auto sizes = parse_layer_sizes(a->mlp);
       if (!sizes) return fail(Status::invalid_input("--mlp " + sizes.status().message()));
       o.trainer.model.mlp = *sizes;
     }
-    if (!a->bottom.empty()) {
+    if (a->deep_only[1]->count() > 0) {
       auto sizes = parse_layer_sizes(a->bottom);
       if (!sizes) return fail(Status::invalid_input("--bottom " + sizes.status().message()));
       o.trainer.model.bottom = *sizes;
@@ -188,6 +210,7 @@ Runner add_train(CLI::App& app) {
       return fail(Status::invalid_input("--dense-optimizer: " + dense_opt.status().message()));
     o.trainer.dense_optimizer.kind = *dense_opt;
     o.trainer.dense_optimizer.lr = a->dense_lr;
+    o.trainer.dense_optimizer.weight_decay = a->dense_weight_decay;
     if (o.trainer.model.deep()) {
       // Dense layers are trained by the single-process trainer only in this version: it is
       // the default engine of deep models, and generated data keeps Criteo's fields.
@@ -329,6 +352,7 @@ Runner add_train(CLI::App& app) {
       if (r.model.kind == ModelKind::dcn) rep["cross_layers"] = r.model.cross_layers;
       rep["dense_optimizer"] = nn::to_string(o.trainer.dense_optimizer.kind);
       rep["dense_lr"] = o.trainer.dense_optimizer.lr;
+      rep["dense_weight_decay"] = o.trainer.dense_optimizer.weight_decay;
     }
     if (!local) {
       const double n = double(std::max<uint64_t>(r.counters.samples, 1));

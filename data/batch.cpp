@@ -4,6 +4,13 @@
 
 namespace colony {
 
+void Batch::add_dense(const float* x, uint32_t count) {
+  if (labels.empty() && dense.empty()) dense_dim = count;
+  COLONY_ASSERT(count == dense_dim, "a row with {} dense features in a batch of {}", count,
+                dense_dim);
+  dense.insert(dense.end(), x, x + count);
+}
+
 void Batch::append_rows(const Batch& from, size_t first, size_t n) {
   COLONY_ASSERT(first + n <= from.rows(), "rows {}..{} of a batch of {}", first, first + n,
                 from.rows());

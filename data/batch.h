@@ -40,10 +40,7 @@ struct Batch {
   }
   // Appends `count` dense features to the current row. The first row of a batch sets dense_dim;
   // every later row must add the same count.
-  void add_dense(const float* x, uint32_t count) {
-    if (labels.empty() && dense.empty()) dense_dim = count;
-    dense.insert(dense.end(), x, x + count);
-  }
+  void add_dense(const float* x, uint32_t count);
   // Ends the current row (the features added since the last call) with its label.
   void finish_row(float label) {
     labels.push_back(label);

@@ -13,6 +13,7 @@
 
 #include "common/hash.h"
 #include "common/metrics.h"
+#include "data/text_formats.h"
 
 namespace colony {
 
@@ -74,11 +75,6 @@ void append_uint(std::string& out, uint64_t v) {
   out.append(buf, r.ptr);
 }
 
-float int_feature_value(int64_t x) {
-  return static_cast<float>(x >= 0 ? std::log1p(static_cast<double>(x))
-                                   : -std::log1p(-static_cast<double>(x)));
-}
-
 }  // namespace
 
 Generator::Generator(const GeneratorConfig& config) : config_(config) {
@@ -133,7 +129,7 @@ double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed, bool p
         std::max<int64_t>(0, static_cast<int64_t>(std::exp(int_log_mean[i] + 1.2 * g)) - 1);
     row.ints[i] = x;
     row.int_present |= 1u << i;
-    z += int_weight_[i] * int_feature_value(x);
+    z += int_weight_[i] * criteo_dense_value(x);
   }
   row.cat_present = 0;
   std::array<double, factor_rank> sum{};
@@ -187,7 +183,7 @@ uint64_t Generator::libsvm_index(size_t field, uint32_t id) const {
 void Generator::append_features(const RawRow& row, Batch& out) const {
   for (size_t i = 0; i < gen_int_fields; ++i)
     if (row.int_present & (1u << i))
-      out.add_feature(make_key(0, mix64(i + 1)), int_feature_value(row.ints[i]));
+      out.add_feature(make_key(0, mix64(i + 1)), criteo_dense_value(row.ints[i]));
   for (size_t j = 0; j < gen_cat_fields; ++j)
     if (row.cat_present & (1u << j))
       out.add_feature(make_key(0, mix64(libsvm_index(j, row.cats[j]))), 1.0f);
@@ -198,8 +194,7 @@ void Generator::append_criteo_features(const RawRow& row, Batch& out) const {
   float dense[gen_int_fields] = {};
   for (size_t i = 0; i < gen_int_fields; ++i) {
     if (!(row.int_present & (1u << i))) continue;
-    const double v = static_cast<double>(row.ints[i]);
-    dense[i] = static_cast<float>(v >= 0 ? std::log1p(v) : -std::log1p(-v));
+    dense[i] = criteo_dense_value(row.ints[i]);
   }
   out.add_dense(dense, gen_int_fields);
   for (size_t j = 0; j < gen_cat_fields; ++j)
@@ -225,7 +220,7 @@ void Generator::write_indexed(const RawRow& row, bool fields, std::string& out) 
   for (size_t i = 0; i < gen_int_fields; ++i) {
     if (!(row.int_present & (1u << i))) continue;
     begin_feature(i, i + 1);
-    append_float(out, int_feature_value(row.ints[i]));
+    append_float(out, criteo_dense_value(row.ints[i]));
   }
   for (size_t j = 0; j < gen_cat_fields; ++j) {
     if (!(row.cat_present & (1u << j))) continue;

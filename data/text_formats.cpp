@@ -370,8 +370,7 @@ bool parse_criteo_line(std::string_view line, Batch& out, LineError& error) {
                     fmt::format("bad integer {} in field I{}, expected an integer or nothing",
                                 quote(p, f), i + 1));
       }
-      double v = static_cast<double>(x);
-      dense[i] = static_cast<float>(v >= 0 ? std::log1p(v) : -std::log1p(-v));
+      dense[i] = criteo_dense_value(x);
     }
     p = f + 1;
   }

@@ -9,6 +9,7 @@
 // Threads: none of this is shared; each object is used by one thread at a time.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,12 @@ inline constexpr size_t line_bytes_max_default = size_t{1} << 20;
 inline constexpr int criteo_fields = 40;  // label, 13 integers, 26 categoricals
 inline constexpr int criteo_integer_fields = 13;
 inline constexpr int criteo_categorical_fields = 26;
+// A Criteo integer column's value as a dense feature: log(1 + x), mirrored (-log(1 - x)) for
+// negative x. The reader and the generator's Criteo rows both use it.
+inline float criteo_dense_value(int64_t x) {
+  return static_cast<float>(x >= 0 ? std::log1p(static_cast<double>(x))
+                                   : -std::log1p(-static_cast<double>(x)));
+}
 
 // An owned file descriptor, closed on destruction.
 class UniqueFd {

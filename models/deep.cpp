@@ -32,6 +32,8 @@ class DeepModel : public Model {
                           std::span<float> grads, std::span<float> dense_grads,
                           std::span<float> logits) override {
     COLONY_ASSERT(grads.size() == rows.size(), "grads={} rows={}", grads.size(), rows.size());
+    COLONY_ASSERT(dense.size() == dense_params(), "dense={} params={}", dense.size(),
+                  dense_params());
     COLONY_ASSERT(dense_grads.size() == dense_params(), "dense_grads={} params={}",
                   dense_grads.size(), dense_params());
     const size_t n = batch.rows();
@@ -56,6 +58,8 @@ class DeepModel : public Model {
   void forward(const Batch& batch, std::span<const uint32_t> slots, std::span<const float> rows,
                std::span<const float> dense, std::span<float> logits) override {
     COLONY_ASSERT(logits.size() == batch.rows());
+    COLONY_ASSERT(dense.size() == dense_params(), "dense={} params={}", dense.size(),
+                  dense_params());
     run_forward(batch, slots, rows, dense.data(), logits.data());
   }
 

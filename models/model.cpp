@@ -60,13 +60,14 @@ Expected<std::vector<size_t>> parse_layer_sizes(const std::string& text) {
     const std::string item = text.substr(pos, comma - pos);
     size_t v = 0;
     auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1 || v > 65536)
-      return Status::invalid_input(fmt::format(
-          "\"{}\": layer {} is \"{}\", expected a size 1..65536 (a list such as 256,128)", text,
-          sizes.size() + 1, item));
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || v < 1 ||
+        v > max_layer_units)
+      return Status::invalid_input(
+          fmt::format("\"{}\": layer {} is \"{}\", expected a size 1..{} (a list such as 256,128)",
+                      text, sizes.size() + 1, item, max_layer_units));
     sizes.push_back(v);
-    if (sizes.size() > 16)
-      return Status::invalid_input(fmt::format("\"{}\": more than 16 layers", text));
+    if (sizes.size() > max_layers)
+      return Status::invalid_input(fmt::format("\"{}\": more than {} layers", text, max_layers));
     if (comma == text.size()) return sizes;
     pos = comma + 1;
   }
@@ -132,7 +133,7 @@ Status Model::check(const Batch& batch) const {
   if (!spec_.deep()) return Status();  // any dense features become rows of their own
   for (uint64_t key : batch.keys) {
     const uint32_t f = key_field(key);
-    if (f >= spec_.fields && f != 255)
+    if (f >= spec_.fields)
       return Status::invalid_input(
           fmt::format("a feature of field {} in a model of fields 0..{} (set --fields {} or more)",
                       f, spec_.fields - 1, f + 1));
@@ -330,7 +331,31 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
   if (spec.fields < 1 || spec.fields > max_fields)
     return Status::invalid_input(
         fmt::format("--fields {} is out of range, expected 1..{}", spec.fields, max_fields));
-  return make_deep_model(spec);
+  for (const auto& [flag, sizes] : {std::pair{"--mlp", &spec.mlp}, {"--bottom", &spec.bottom}}) {
+    // The same rule as parse_layer_sizes, for specs that did not come from a flag.
+    const bool bad_size = std::any_of(sizes->begin(), sizes->end(),
+                                      [](size_t u) { return u < 1 || u > max_layer_units; });
+    if (sizes->size() > max_layers || bad_size)
+      return Status::invalid_input(fmt::format("{} {}: expected at most {} layers of 1..{} units",
+                                               flag, layer_sizes_text(*sizes), max_layers,
+                                               max_layer_units));
+  }
+  auto model = make_deep_model(spec);
+  if (model && (*model)->dense_params() > max_dense_params)
+    return Status::invalid_input(fmt::format(
+        "--model {} with {} fields, dim {} and {} dense features has {} dense parameters, more "
+        "than {}: use a smaller --dim, --mlp{}",
+        to_string(spec.kind), spec.fields, spec.dim, spec.dense, (*model)->dense_params(),
+        max_dense_params, spec.kind == ModelKind::dcn ? " or --cross-layers" : " or --bottom"));
+  return model;
+}
+
+Status require_sparse_model(ModelKind kind) {
+  if (kind == ModelKind::lr || kind == ModelKind::fm) return Status();
+  return Status::invalid_input(
+      fmt::format("--model {} has dense layers, which only `colony train --engine local` trains "
+                  "in this version",
+                  to_string(kind)));
 }
 
 }  // namespace colony

@@ -14,7 +14,7 @@
 //
 // Fields: the deep models pool each sample's features field by field (sum of v_k x_k over the
 // features whose key_field is f) into `fields` embeddings of `dim` floats. A key of field
-// >= fields (other than the reserved field 255) is an error that check() reports.
+// >= fields is an error that check() reports.
 //
 // Equations, defaults and measured results: docs/models.md.
 //
@@ -58,9 +58,15 @@ struct ModelSpec {
 // "lr", "fm", "deepfm", "dlrm" or "dcn"; invalid_input naming the accepted values otherwise.
 Expected<ModelKind> parse_model(const std::string& name);
 const char* to_string(ModelKind kind);
-// A layer list such as "256,128": positive sizes, at most 16 layers of at most 65536 units;
-// "none" or "" is no hidden layer. invalid_input naming the bad element otherwise.
+// A layer list such as "256,128": positive sizes, at most max_layers layers of at most
+// max_layer_units units; "none" or "" is no hidden layer. invalid_input naming the bad element
+// otherwise.
 Expected<std::vector<size_t>> parse_layer_sizes(const std::string& text);
+inline constexpr size_t max_layers = 16;
+inline constexpr size_t max_layer_units = 65536;
+// Dense parameters a model may have (1 GiB of fp32; training holds about four times that with
+// gradients and Adam's moments).
+inline constexpr size_t max_dense_params = size_t{1} << 28;
 std::string layer_sizes_text(const std::vector<size_t>& sizes);
 // The defaults of `kind`'s flags: DeepFM --mlp 256,128; DLRM --bottom 64 --mlp 256,128;
 // DCN-v2 --mlp 256,128 with 3 cross layers. `spec` keeps its dim, fields and dense.
@@ -68,6 +74,9 @@ ModelSpec with_model_defaults(ModelSpec spec);
 inline constexpr size_t max_fm_dim = 1024;
 inline constexpr size_t max_fields = 255;
 inline constexpr size_t max_dense = 1024;
+// invalid_input naming `--model` when `kind` has dense layers: for the engines that train
+// sparse models only in this version (the embedded cluster, the daemons, the simulator).
+Status require_sparse_model(ModelKind kind);
 
 // Maps each feature of a batch to a slot in the batch's list of unique keys.
 // Slot 0 is bias_key; with dense rows, slots 1..dense_dim are dense_key(0..dense_dim-1); other
@@ -93,7 +102,7 @@ class BatchIndex {
 class Model {
  public:
   // Fails with invalid_input for a dimension, field count, dense count or layer list out of
-  // range (naming the flag).
+  // range (naming the flag), or dense layers of more than max_dense_params parameters.
   static Expected<std::unique_ptr<Model>> make(const ModelSpec& spec);
   virtual ~Model() = default;
 
@@ -103,7 +112,8 @@ class Model {
   virtual size_t dense_params() const { return 0; }
   // Deterministic initial dense parameters from `seed` (size dense_params()).
   virtual void init_dense(std::span<float> params, uint64_t seed) const;
-  // Multiply-adds per sample in the dense layers (forward), for throughput reports.
+  // Floating-point operations per sample in the dense layers' forward pass (two per
+  // multiply-add), for throughput reports.
   virtual size_t dense_flops_per_sample() const { return 0; }
 
   // invalid_input when `batch` does not fit a deep model: dense features other than
@@ -113,13 +123,15 @@ class Model {
   // Forward and backward pass: `rows` holds the parameters of each slot (slots x width()),
   // `grads` (same shape) and `dense_grads` (dense_params()) receive the summed gradient of the
   // batch's log loss (added to what is there). Writes each sample's logit to `logits` when it is
-  // not empty (size batch.rows()). Returns the summed log loss. Precondition: check(batch) is ok
-  // and `slots` comes from BatchIndex::build(batch, spec().dense_rows()).
+  // not empty (size batch.rows()). Returns the summed log loss. Precondition: check(batch) is ok,
+  // `slots` comes from BatchIndex::build(batch, spec().dense_rows()), and `dense` and
+  // `dense_grads` have dense_params() floats.
   virtual double forward_backward(const Batch& batch, std::span<const uint32_t> slots,
                                   std::span<const float> rows, std::span<const float> dense,
                                   std::span<float> grads, std::span<float> dense_grads,
                                   std::span<float> logits) = 0;
-  // Forward pass only: each sample's logit into `logits` (size batch.rows()).
+  // Forward pass only: each sample's logit into `logits` (size batch.rows()). Preconditions as
+  // for forward_backward; `dense` has dense_params() floats.
   virtual void forward(const Batch& batch, std::span<const uint32_t> slots,
                        std::span<const float> rows, std::span<const float> dense,
                        std::span<float> logits) = 0;

@@ -441,6 +441,35 @@ BOOST_AUTO_TEST_CASE(deep_model_check_refuses_batches_that_do_not_fit) {
   BOOST_TEST(wrong_field.message().find("--fields 10") != std::string::npos, wrong_field.message());
   // LR and FM take any batch.
   BOOST_TEST(make_model(fm_spec(4))->check(b).ok());
+  // The reserved field 255 is no field of a deep model either.
+  Batch reserved;
+  reserved.add_dense(std::vector<float>{1.0f, 2.0f}.data(), 2);
+  reserved.add_feature(make_key(255, 7), 1.0f);
+  reserved.finish_row(0.0f);
+  BOOST_TEST(!m->check(reserved).ok());
+}
+
+BOOST_AUTO_TEST_CASE(make_refuses_layer_lists_and_sizes_out_of_range) {
+  auto refused = [](ModelSpec s, const std::string& words) {
+    auto m = Model::make(s);
+    BOOST_TEST(!m.ok());
+    if (!m.ok())
+      BOOST_TEST(m.status().message().find(words) != std::string::npos, m.status().message());
+  };
+  ModelSpec s = deep_spec(ModelKind::deepfm, 2);
+  s.mlp = {0};
+  refused(s, "--mlp");
+  s.mlp = std::vector<size_t>(17, 4);
+  refused(s, "--mlp");
+  s = deep_spec(ModelKind::dlrm, 2);
+  s.bottom = {70000};
+  refused(s, "--bottom");
+  s = deep_spec(ModelKind::dcn, 2);
+  s.fields = 255;
+  s.dim = 1024;
+  refused(s, "dense parameters");
+  BOOST_TEST(require_sparse_model(ModelKind::fm).ok());
+  BOOST_TEST(!require_sparse_model(ModelKind::dlrm).ok());
 }
 
 BOOST_AUTO_TEST_CASE(parse_model_and_layer_sizes) {

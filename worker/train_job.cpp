@@ -141,7 +141,10 @@ Expected<ModelSpec> detect_input_shape(ModelSpec spec, const std::string& path,
                                        const std::shared_ptr<const std::vector<Batch>>& mem,
                                        const ReaderOptions& options) {
   if (!spec.deep()) return spec;
-  auto reader = open_source(path, mem, options);
+  ReaderOptions probe = options;  // a partial pass: no cache to write, no thread to start
+  probe.use_cache = false;
+  probe.prefetch_batches = 0;
+  auto reader = open_source(path, mem, probe);
   if (!reader) return reader.status();
   uint32_t max_field = 0;
   uint64_t rows = 0;
@@ -153,8 +156,7 @@ Expected<ModelSpec> detect_input_shape(ModelSpec spec, const std::string& path,
     if (!*more) break;
     if (first) spec.dense = batch.dense_dim;
     first = false;
-    for (uint64_t key : batch.keys)
-      if (key_field(key) != 255) max_field = std::max(max_field, key_field(key));
+    for (uint64_t key : batch.keys) max_field = std::max(max_field, key_field(key));
     rows += batch.rows();
   }
   if (spec.fields == 0) spec.fields = max_field + 1;

@@ -8,10 +8,7 @@ Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& confi
   if (config.max_inflight == 0) return Status::invalid_input("max_inflight must be at least 1");
   auto model = Model::make(config.model);
   if (!model) return model.status();
-  if ((*model)->dense_params() > 0)
-    return Status::invalid_input(
-        fmt::format("--model {} has dense layers, which only --engine local trains in this version",
-                    to_string(config.model.kind)));
+  if (Status s = require_sparse_model(config.model.kind); !s.ok()) return s;
   auto kv = KvClient::make(
       {config.id, config.map, config.shard_nodes, config.model.width(), config.durable_shards});
   if (!kv) return kv.status();
