@@ -22,7 +22,15 @@ Runner add_gen(CLI::App& app) {
                   "Scale every categorical vocabulary (0, 1]; 1 = Criteo-sized")
       ->check(CLI::Range(1e-6, 1.0))
       ->capture_default_str();
-  return [o]() {
+  auto planted = std::make_shared<std::string>("fm");
+  cmd->add_option("--planted", *planted,
+                  "The planted model labels come from: fm (linear and a low-rank FM interaction) "
+                  "or deep (fm plus a random ReLU network over field embeddings and the integer "
+                  "features, which no FM can express)")
+      ->check(CLI::IsMember({"fm", "deep"}))
+      ->capture_default_str();
+  return [o, planted]() {
+    o->planted = parse_planted(*planted).value();
     Progress progress(stderr);
     auto summary = generate_dataset(*o, [&](uint64_t done, uint64_t total) {
       progress.update(double(done) / double(total), double(done), "rows", "");

@@ -1,5 +1,6 @@
 #include "data/generator.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -95,6 +96,7 @@ Generator::Generator(const GeneratorConfig& config) : config_(config) {
   }
   for (size_t i = 0; i < gen_int_fields; ++i)
     int_weight_[i] = int_weight_std * normal_from(hash_combine(config.seed, 0x1000 + i));
+  if (config.planted == PlantedKind::deep) init_deep();
 
   if (!config.calibrate) return;
   // Intercept: bisect so that the mean planted probability over calibration rows is 25%.
@@ -113,6 +115,85 @@ Generator::Generator(const GeneratorConfig& config) : config_(config) {
     (mean < target_positive_rate ? lo : hi) = mid;
   }
   intercept_ = 0.5 * (lo + hi);
+}
+
+Expected<PlantedKind> parse_planted(const std::string& text) {
+  if (text == "fm") return PlantedKind::fm;
+  if (text == "deep") return PlantedKind::deep;
+  return Status::invalid_input("--planted " + text + " is unknown, expected fm or deep");
+}
+
+const char* to_string(PlantedKind kind) {
+  return kind == PlantedKind::deep ? "deep" : "fm";
+}
+
+void Generator::init_deep() {
+  const size_t k = deep_planted_embedding, hidden = deep_planted_hidden;
+  size_t offset = 0;
+  for (size_t j = 0; j < gen_cat_fields; ++j) {
+    if (criteo_vocab[j] > factor_vocab_max) continue;
+    deep_fields_.push_back(j);
+    embed_offset_[j] = offset;
+    offset += size_t{fields_[j].vocab} * k;
+  }
+  // Embeddings shrink with an id's rank like every planted effect: rare ids sit near 0.
+  embed_.resize(offset);
+  for (size_t j : deep_fields_)
+    for (uint32_t id = 0; id < fields_[j].vocab; ++id)
+      for (size_t d = 0; d < k; ++d)
+        embed_[embed_offset_[j] + size_t{id} * k + d] = static_cast<float>(
+            rank_shrink(id) *
+            normal_from(hash_combine(hash_combine(config_.seed, 0x3000 + j), id * k + d)));
+  const size_t in = deep_fields_.size() * k + gen_int_fields;
+  w1_.resize(hidden * in);
+  b1_.resize(hidden);
+  w2_.resize(hidden);
+  for (size_t i = 0; i < w1_.size(); ++i)
+    w1_[i] = static_cast<float>(normal_from(hash_combine(config_.seed, 0x4000000 + i)) /
+                                std::sqrt(double(in)));
+  for (size_t u = 0; u < hidden; ++u) {
+    b1_[u] = static_cast<float>(0.5 * normal_from(hash_combine(config_.seed, 0x5000 + u)));
+    w2_[u] = static_cast<float>(normal_from(hash_combine(config_.seed, 0x6000 + u)));
+  }
+  // Standardise over calibration rows: mean 0, standard deviation deep_planted_std.
+  deep_scale_ = 1.0;
+  double sum = 0.0, sum_sq = 0.0;
+  RawRow row;
+  for (uint64_t r = 0; r < calibration_rows; ++r) {
+    draw_features(Stream::calibration, r, row);
+    const double z = deep_logit(row);
+    sum += z;
+    sum_sq += z * z;
+  }
+  const double n = double(calibration_rows), mean = sum / n;
+  const double sd = std::sqrt(std::max(sum_sq / n - mean * mean, 1e-12));
+  deep_shift_ = mean;
+  deep_scale_ = deep_planted_std / sd;
+}
+
+double Generator::deep_logit(const RawRow& row) const {
+  if (deep_fields_.empty()) return 0.0;
+  const size_t k = deep_planted_embedding, hidden = deep_planted_hidden;
+  float x[gen_cat_fields * deep_planted_embedding + gen_int_fields] = {};
+  size_t at = 0;
+  for (size_t j : deep_fields_) {
+    if (row.cat_present & (1u << j))
+      std::copy_n(&embed_[embed_offset_[j] + size_t{row.cats[j]} * k], k, x + at);
+    at += k;
+  }
+  // Integer features standardised (about N(0, 1)); a missing one sits at the mean.
+  for (size_t i = 0; i < gen_int_fields; ++i, ++at)
+    if (row.int_present & (1u << i))
+      x[at] = static_cast<float>((criteo_dense_value(row.ints[i]) - int_log_mean[i]) / 1.2);
+  const size_t in = at;
+  double out = 0.0;
+  for (size_t u = 0; u < hidden; ++u) {
+    double a = b1_[u];
+    const float* w = &w1_[u * in];
+    for (size_t i = 0; i < in; ++i) a += double(w[i]) * x[i];
+    if (a > 0) out += w2_[u] * a;
+  }
+  return deep_scale_ * (out - deep_shift_);
 }
 
 double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed, bool planted) const {
@@ -156,6 +237,7 @@ double Generator::logit_without_intercept(RawRow& row, uint64_t row_seed, bool p
   double pair = 0.0;
   for (double s : sum) pair += s * s;
   z += 0.5 * (pair - sum_sq);
+  if (planted) z += deep_logit(row);
   return z;
 }
 
@@ -279,7 +361,7 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return Status::io_error(o.out_dir + ": cannot create directory: " + ec.message());
 
-  Generator gen({o.seed, o.vocab_scale});
+  Generator gen({o.seed, o.vocab_scale, true, o.planted});
   const std::string train_path = o.out_dir + "/train." + o.format;
   const std::string test_path = o.out_dir + "/test." + o.format;
   const uint64_t total = o.rows + o.test_rows;
@@ -338,6 +420,7 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
       {"test_rows", o.test_rows},
       {"seed", o.seed},
       {"format", o.format},
+      {"planted", to_string(o.planted)},
       {"vocab_scale", o.vocab_scale},
       {"int_fields", gen_int_fields},
       {"cat_fields", gen_cat_fields},
@@ -352,7 +435,7 @@ Expected<GenSummary> generate_dataset(const GenOptions& o,
 InMemoryData generate_in_memory(const GenOptions& o,
                                 const std::function<void(uint64_t, uint64_t)>& progress) {
   const uint64_t total = o.rows + o.test_rows;
-  Generator gen({o.seed, o.vocab_scale});
+  Generator gen({o.seed, o.vocab_scale, true, o.planted});
   InMemoryData data;
   constexpr size_t rows_per_batch = 4096;
   auto append = [&](const RawRow& row, Batch& out) {

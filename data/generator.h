@@ -7,6 +7,11 @@
 // interaction between categorical ids. The planted probability of each sample is known, so
 // `planted_logloss_test` is the best logloss any model can reach on the test rows.
 //
+// With PlantedKind::deep the logit also has a nonlinear term no FM can express: a random
+// one-hidden-layer ReLU network over per-field embeddings of the ids of the fields with
+// vocabularies of at most 20,000 (before --vocab-scale) and the 13 integer features (their
+// log1p values), scaled to a standard deviation of deep_planted_std over calibration rows.
+//
 // Every row is a pure function of (seed, stream, row index): rows can be made in any order,
 // in parallel, and again later, with identical results.
 #pragma once
@@ -26,6 +31,15 @@ namespace colony {
 inline constexpr size_t gen_int_fields = 13;
 inline constexpr size_t gen_cat_fields = 26;
 
+enum class PlantedKind { fm, deep };
+// "fm" or "deep"; invalid_input otherwise.
+Expected<PlantedKind> parse_planted(const std::string& text);
+const char* to_string(PlantedKind kind);
+// The planted deep network: embedding size, hidden units, and the logit's standard deviation.
+inline constexpr size_t deep_planted_embedding = 4;
+inline constexpr size_t deep_planted_hidden = 16;
+inline constexpr double deep_planted_std = 1.0;
+
 struct GeneratorConfig {
   uint64_t seed = 1;
   // Multiplies every categorical vocabulary (each stays >= 2). 1.0 is Criteo-sized; tests
@@ -34,6 +48,7 @@ struct GeneratorConfig {
   // False: the intercept is not calibrated (it stays 0, so labels miss the 25% rate). For callers
   // that use only draw_features, whose features do not depend on it.
   bool calibrate = true;
+  PlantedKind planted = PlantedKind::fm;
 };
 
 struct RawRow {
@@ -72,8 +87,11 @@ class Generator {
 
   uint32_t vocab(size_t field) const { return fields_[field].vocab; }
   double intercept() const { return intercept_; }
+  // The planted deep network's contribution to `row`'s logit (0 unless PlantedKind::deep).
+  double deep_logit(const RawRow& row) const;
 
  private:
+  void init_deep();
   // Draws the row's features; with `planted`, also returns the planted model's logit (else 0).
   double logit_without_intercept(RawRow& row, uint64_t row_seed, bool planted) const;
   uint64_t libsvm_index(size_t field, uint32_t id) const;
@@ -91,6 +109,13 @@ class Generator {
   std::vector<ZipfSampler> samplers_;
   std::array<double, gen_int_fields> int_weight_{};
   double intercept_ = 0.0;
+  // The planted deep network (PlantedKind::deep): the fields it embeds, their embedding
+  // tables (vocab x deep_planted_embedding, from embed_offset_[j]), its weights, and the
+  // affine map that standardises its output.
+  std::vector<size_t> deep_fields_;
+  std::array<size_t, gen_cat_fields> embed_offset_{};
+  std::vector<float> embed_, w1_, b1_, w2_;
+  double deep_shift_ = 0.0, deep_scale_ = 0.0;
 };
 
 struct GenOptions {
@@ -103,6 +128,7 @@ struct GenOptions {
   // False: the intercept is not calibrated (it stays 0, so labels miss the 25% rate). For callers
   // that use only draw_features, whose features do not depend on it.
   bool calibrate = true;
+  PlantedKind planted = PlantedKind::fm;
 };
 
 struct GenSummary {

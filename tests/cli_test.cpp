@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -73,6 +74,7 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "gen --rows 10",
                            "gen --rows 0 --test-rows 1 --seed 1 --out x",
                            "gen --rows 5 --test-rows 5 --seed 1 --out x --format csv",
+                           "gen --rows 5 --test-rows 5 --seed 1 --out x --planted mlp",
                            "bench nosuchsuite",
                            "bench wire --in-flight 0",
                            "bench wire --in-flight 65",
@@ -291,6 +293,50 @@ BOOST_AUTO_TEST_CASE(valid_fraction_holds_rows_out_and_stops_early) {
   BOOST_TEST(c["valid_samples"].get<uint64_t>() == held);
   BOOST_TEST(c["train_samples"].get<uint64_t>() == 10000 - held);
   BOOST_TEST(c["valid_auc"].get<double>() > 0.5);
+}
+
+// FM is field-unaware: on the libffm form of a data set it learns what it learns from the
+// libsvm form (the keys differ only in their field bits, hence their initial values).
+BOOST_AUTO_TEST_CASE(fm_on_libffm_matches_fm_on_libsvm) {
+  double logloss[2] = {};
+  int i = 0;
+  for (const char* format : {"libsvm", "libffm"}) {
+    const fs::path data = dir / (std::string("same-") + format);
+    Run r = run("gen --rows 100000 --test-rows 20000 --seed 8 --vocab-scale 0.01 --format " +
+                std::string(format) + " --out " + data.string());
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    const fs::path report = dir / (std::string("same-") + format + ".json");
+    r = run("train --engine local --data " + (data / ("train." + std::string(format))).string() +
+            " --test " + (data / ("test." + std::string(format))).string() + " --report " +
+            report.string());
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    logloss[i++] = read_json(report)["test_logloss"].get<double>();
+  }
+  BOOST_TEST(logloss[1] == logloss[0], boost::test_tools::tolerance(0.002));
+}
+
+// On data whose labels come from a planted deep network, every deep model beats FM.
+BOOST_AUTO_TEST_CASE(deep_models_beat_fm_on_planted_deep_data) {
+  const fs::path data = dir / "planted-deep";
+  Run r =
+      run("gen --rows 200000 --test-rows 20000 --seed 2 --vocab-scale 0.01 --format criteo "
+          "--planted deep --out " +
+          data.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(read_json(data / "meta.json")["planted"].get<std::string>() == "deep");
+  const std::string files = " --epochs 2 --data " + (data / "train.criteo").string() + " --test " +
+                            (data / "test.criteo").string();
+  std::map<std::string, double> logloss;
+  for (const char* model : {"fm", "deepfm", "dlrm", "dcn"}) {
+    const fs::path report = dir / (std::string("planted-") + model + ".json");
+    r = run(std::string("train --engine local --model ") + model + files + " --report " +
+            report.string());
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    logloss[model] = read_json(report)["test_logloss"].get<double>();
+  }
+  for (const char* model : {"deepfm", "dlrm", "dcn"})
+    BOOST_TEST(logloss[model] < logloss["fm"],
+               model << " " << logloss[model] << " vs fm " << logloss["fm"]);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
