@@ -7,11 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "actors/embedded_cluster.h"
 #include "bench/store_bench.h"
+#include "bench/train_bench.h"
 #include "bench/wire_bench.h"
 #include "cli/commands.h"
 #include "data/generator.h"
@@ -32,6 +34,8 @@ struct BenchArgs {
   int repeats = 3;
   std::string dir;
   size_t in_flight = 8;  // wire
+  std::string model;     // train: a deep model against its PyTorch peer; empty: lr and fm
+  std::string peer_script;
 };
 
 // One pass over the cache: returns seconds; `work` is called for every batch.
@@ -110,6 +114,126 @@ int bench_train(const BenchArgs& a) {
     rep[fmt::format("{}_model_share_of_time", model)] = 1.0 - best_stream / best_train;
   }
   std::printf("ratio = training throughput / streaming the same batches from the binary cache\n");
+  if (a.dir.empty()) fs::remove_all(dir);
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
+// Where scripts/torch_ctr.py is: beside the source tree this binary was built in
+// (<repo>/build/colony), else under the working directory.
+std::string default_peer_script() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path beside = exe.parent_path().parent_path() / "scripts" / "torch_ctr.py";
+    if (fs::exists(beside)) return beside.string();
+  }
+  return "scripts/torch_ctr.py";
+}
+
+// A deep model against the same model in PyTorch on the same generated files (labels from a
+// planted deep network), both on the same BLAS threads, with the dense layers' FLOP rate next
+// to sgemm's in the same run.
+int bench_train_deep(const BenchArgs& a) {
+  namespace fs = std::filesystem;
+  const fs::path dir = a.dir.empty()
+                           ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
+                           : fs::path(a.dir);
+  GenOptions g;
+  g.rows = a.rows;
+  g.test_rows = std::max<uint64_t>(20000, a.rows / 10);
+  g.seed = 1;
+  g.out_dir = dir.string();
+  g.format = "criteo";
+  g.planted = PlantedKind::deep;
+  std::fprintf(stderr, "bench train: generating %llu rows (criteo, planted deep) in %s\n",
+               static_cast<unsigned long long>(a.rows), dir.c_str());
+  auto gen = generate_dataset(g, nullptr);
+  if (!gen) return fail(gen.status());
+  ReaderOptions ro;
+  ro.batch_rows = 512;
+  TrainerConfig tc;
+  tc.model.kind = *parse_model(a.model);
+  tc.model = with_model_defaults(tc.model);
+  tc.model.fields = 26;
+  tc.model.dense = 13;
+  // The peer has no FTRL: both sides train the embeddings with Adagrad (the same algorithm).
+  tc.optimizer = default_optimizer_config(OptimizerKind::adagrad);
+  tc.dense_optimizer.kind = nn::DenseOptimizerKind::adam;
+  tc.dense_optimizer.lr = 1e-3f;
+  auto probe = Model::make(tc.model);
+  if (!probe) return fail(probe.status());
+  const double flops_per_sample = 3.0 * double((*probe)->dense_flops_per_sample());
+  uint64_t samples = 0;
+  auto first = timed_pass(gen->train_path, ro, samples, [](const Batch&) {});  // builds the cache
+  if (!first) return fail(first.status());
+
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  double best = 1e300;
+  std::unique_ptr<LocalTrainer> last;
+  for (int r = 0; r < a.repeats; ++r) {
+    auto trainer = LocalTrainer::make(tc);
+    if (!trainer) return fail(trainer.status());
+    Status trained;
+    auto t = timed_pass(gen->train_path, ro, samples, [&](const Batch& b) {
+      if (auto loss = (*trainer)->train_batch(b); !loss && trained.ok()) trained = loss.status();
+    });
+    if (!t) return fail(t.status());
+    if (!trained.ok()) return fail(trained);
+    best = std::min(best, *t);
+    last = std::move(trainer.value());
+  }
+  auto ev = evaluate(gen->test_path, nullptr, ro,
+                     [&](const Batch& b, std::vector<float>& z) { return last->predict(b, z); });
+  if (!ev) return fail(ev.status());
+  const double sgemm = sgemm_gflops(1024, 5);
+  const double sps = double(samples) / best;
+  const double gflops = sps * flops_per_sample / 1e9;
+
+  TorchPeerOptions po;
+  po.script = a.peer_script.empty() ? default_peer_script() : a.peer_script;
+  po.model = a.model;
+  po.train = gen->train_path;
+  po.test = gen->test_path;
+  po.threads = threads;
+  po.sparse_lr = tc.optimizer.lr;
+  po.dense_lr = tc.dense_optimizer.lr;
+  po.dim = tc.model.dim;
+  po.mlp = layer_sizes_text(tc.model.mlp);
+  if (tc.model.kind == ModelKind::dlrm) po.bottom = layer_sizes_text(tc.model.bottom);
+  po.batch = ro.batch_rows;
+  std::fprintf(stderr, "bench train: running the PyTorch peer (%s)\n", po.script.c_str());
+  auto peer = run_torch_peer(po);
+
+  nlohmann::json rep = {
+      {"suite", "train"},       {"model", a.model},       {"rows", a.rows},
+      {"repeats", a.repeats},   {"batch", ro.batch_rows}, {"threads", threads},
+      {"samples_per_sec", sps}, {"test_auc", ev->auc},    {"test_logloss", ev->logloss},
+      {"dense_gflops", gflops}, {"sgemm_gflops", sgemm},  {"dense_share_of_sgemm", gflops / sgemm}};
+  std::printf("%-28s %12s %10s %10s\n", "figure", "samples/s", "test auc", "logloss");
+  std::printf("%-28s %12.0f %10.4f %10.5f\n",
+              fmt::format("colony {} ({} threads)", a.model, threads).c_str(), sps, ev->auc,
+              ev->logloss);
+  if (peer) {
+    const double psps = (*peer)["samples_per_sec"].get<double>();
+    std::printf("%-28s %12.0f %10.4f %10.5f\n",
+                fmt::format("pytorch {} ({} threads)", a.model, threads).c_str(), psps,
+                (*peer)["test_auc"].get<double>(), (*peer)["test_logloss"].get<double>());
+    std::printf("ratio colony / pytorch: %.2f x samples/s, %+.4f auc\n", sps / psps,
+                ev->auc - (*peer)["test_auc"].get<double>());
+    rep["peer"] = *peer;
+    rep["ratio_to_peer"] = sps / psps;
+  } else {
+    std::printf("pytorch peer not run: %s\n", peer.status().message().c_str());
+    rep["peer_error"] = peer.status().message();
+  }
+  std::printf("dense layers %.1f GFLOP/s = %.1f%% of sgemm's %.1f GFLOP/s (1024^3, same run)\n",
+              gflops, 100.0 * gflops / sgemm, sgemm);
+  std::printf(
+      "both sides: Adagrad %.3g on the embeddings, Adam %.3g on the dense layers, batch "
+      "%zu, one epoch, training loop timed\n",
+      tc.optimizer.lr, tc.dense_optimizer.lr, ro.batch_rows);
   if (a.dir.empty()) fs::remove_all(dir);
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
@@ -329,6 +453,13 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
   cmd->add_option("--dir", a->dir, "Directory for the generated data (default: a temporary one)");
+  cmd->add_option("--model", a->model,
+                  "train: deepfm or dlrm against the same model in PyTorch (scripts/torch_ctr.py) "
+                  "on the same data (default: lr and fm against streaming the data)")
+      ->check(CLI::IsMember({"deepfm", "dlrm"}));
+  cmd->add_option("--peer-script", a->peer_script,
+                  "train --model: the PyTorch peer (default: scripts/torch_ctr.py of this build's "
+                  "source tree)");
   cmd->add_option("--in-flight", a->in_flight,
                   "wire: round trips in flight (workers in the client process)")
       ->check(CLI::Range(size_t{1}, wire_bench_in_flight_max))
@@ -338,6 +469,7 @@ Runner add_bench(CLI::App& app) {
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);
     if (a->suite == "wire") return bench_wire(*a);
+    if (!a->model.empty()) return bench_train_deep(*a);
     return bench_train(*a);
   };
 }
