@@ -57,6 +57,17 @@ Expected<double> timed_pass(const std::string& path, const ReaderOptions& ro, ui
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// One timed training pass of `trainer` over the cache: seconds, or the first error.
+Expected<double> training_pass(const std::string& path, const ReaderOptions& ro, uint64_t& samples,
+                               LocalTrainer& trainer) {
+  Status trained;
+  auto t = timed_pass(path, ro, samples, [&](const Batch& b) {
+    if (auto loss = trainer.train_batch(b); !loss && trained.ok()) trained = loss.status();
+  });
+  if (t && !trained.ok()) return trained;
+  return t;
+}
+
 int bench_train(const BenchArgs& a) {
   namespace fs = std::filesystem;
   const fs::path dir = a.dir.empty()
@@ -96,12 +107,8 @@ int bench_train(const BenchArgs& a) {
       tc.optimizer = default_optimizer_config(OptimizerKind::ftrl);
       auto trainer = LocalTrainer::make(tc);
       if (!trainer) return fail(trainer.status());
-      Status trained;
-      auto t = timed_pass(gen->train_path, ro, samples, [&](const Batch& b) {
-        if (auto loss = (*trainer)->train_batch(b); !loss && trained.ok()) trained = loss.status();
-      });
+      auto t = training_pass(gen->train_path, ro, samples, **trainer);
       if (!t) return fail(t.status());
-      if (!trained.ok()) return fail(trained);
       best_train = std::min(best_train, *t);
     }
     const double train_sps = double(samples) / best_train;
@@ -175,12 +182,8 @@ int bench_train_deep(const BenchArgs& a) {
   for (int r = 0; r < a.repeats; ++r) {
     auto trainer = LocalTrainer::make(tc);
     if (!trainer) return fail(trainer.status());
-    Status trained;
-    auto t = timed_pass(gen->train_path, ro, samples, [&](const Batch& b) {
-      if (auto loss = (*trainer)->train_batch(b); !loss && trained.ok()) trained = loss.status();
-    });
+    auto t = training_pass(gen->train_path, ro, samples, **trainer);
     if (!t) return fail(t.status());
-    if (!trained.ok()) return fail(trained);
     best = std::min(best, *t);
     last = std::move(trainer.value());
   }
