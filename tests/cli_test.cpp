@@ -339,6 +339,22 @@ BOOST_AUTO_TEST_CASE(deep_models_beat_fm_on_planted_deep_data) {
                model << " " << logloss[model] << " vs fm " << logloss["fm"]);
 }
 
+// bench train --model: the trainer's figure, the dense FLOP rate next to sgemm's, and the
+// PyTorch peer's figure when it can run; a missing peer is said, not fatal.
+BOOST_AUTO_TEST_CASE(bench_train_deep_model_reports_without_a_peer) {
+  const fs::path report = dir / "bench-deep.json";
+  Run r = run("bench train --model dlrm --rows 3000 --repeats 1 --peer-script " +
+              (dir / "no-such-peer.py").string() + " --report " + report.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("pytorch peer not run") != std::string::npos, r.out);
+  const auto j = read_json(report);
+  BOOST_TEST(j["samples_per_sec"].get<double>() > 0.0);
+  BOOST_TEST(j["sgemm_gflops"].get<double>() > 0.0);
+  BOOST_TEST(j["dense_gflops"].get<double>() > 0.0);
+  BOOST_TEST(j["test_auc"].get<double>() > 0.5);
+  BOOST_TEST(j.contains("peer_error"));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_CASE(stop_early_after_patience_epochs_without_a_better_loss) {
