@@ -85,7 +85,6 @@ Expected<TrainJobResult> run_cluster_train_job(
     r.epochs.back().valid_logloss = valid->logloss;
     r.epochs.back().valid_auc = valid->auc;
     r.valid_samples = valid->samples;
-    r.best_epoch = o.epochs;
   }
   return r;
 }

@@ -57,6 +57,31 @@ Expected<double> timed_pass(const std::string& path, const ReaderOptions& ro, ui
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Where a suite's generated data goes: --dir, or a temporary folder (removed at the end).
+std::filesystem::path data_dir(const BenchArgs& a) {
+  return a.dir.empty()
+             ? std::filesystem::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
+             : std::filesystem::path(a.dir);
+}
+
+// Generates the suite's data into data_dir(a): --rows training rows with seed 1, `test_rows`
+// test rows, in `format` with labels from `planted`.
+Expected<GenSummary> generate_bench_data(const BenchArgs& a, const char* suite, uint64_t test_rows,
+                                         const std::string& format = "libsvm",
+                                         PlantedKind planted = PlantedKind::fm) {
+  GenOptions g;
+  g.rows = a.rows;
+  g.test_rows = test_rows;
+  g.seed = 1;
+  g.out_dir = data_dir(a).string();
+  g.format = format;
+  g.planted = planted;
+  std::fprintf(stderr, "bench %s: generating %llu rows (%s, planted %s) in %s\n", suite,
+               static_cast<unsigned long long>(a.rows), format.c_str(), to_string(planted),
+               g.out_dir.c_str());
+  return generate_dataset(g, nullptr);
+}
+
 // One timed training pass of `trainer` over the cache: seconds, or the first error.
 Expected<double> training_pass(const std::string& path, const ReaderOptions& ro, uint64_t& samples,
                                LocalTrainer& trainer) {
@@ -70,17 +95,8 @@ Expected<double> training_pass(const std::string& path, const ReaderOptions& ro,
 
 int bench_train(const BenchArgs& a) {
   namespace fs = std::filesystem;
-  const fs::path dir = a.dir.empty()
-                           ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
-                           : fs::path(a.dir);
-  GenOptions g;
-  g.rows = a.rows;
-  g.test_rows = 1000;
-  g.seed = 1;
-  g.out_dir = dir.string();
-  std::fprintf(stderr, "bench train: generating %llu rows in %s\n",
-               static_cast<unsigned long long>(a.rows), dir.c_str());
-  auto gen = generate_dataset(g, nullptr);
+  const fs::path dir = data_dir(a);
+  auto gen = generate_bench_data(a, "train", 1000);
   if (!gen) return fail(gen.status());
   ReaderOptions ro;
   ro.batch_rows = 512;
@@ -144,27 +160,19 @@ std::string default_peer_script() {
 // to sgemm's in the same run.
 int bench_train_deep(const BenchArgs& a) {
   namespace fs = std::filesystem;
-  const fs::path dir = a.dir.empty()
-                           ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
-                           : fs::path(a.dir);
-  GenOptions g;
-  g.rows = a.rows;
-  g.test_rows = std::max<uint64_t>(20000, a.rows / 10);
-  g.seed = 1;
-  g.out_dir = dir.string();
-  g.format = "criteo";
-  g.planted = PlantedKind::deep;
-  std::fprintf(stderr, "bench train: generating %llu rows (criteo, planted deep) in %s\n",
-               static_cast<unsigned long long>(a.rows), dir.c_str());
-  auto gen = generate_dataset(g, nullptr);
+  const fs::path dir = data_dir(a);
+  auto gen = generate_bench_data(a, "train", std::max<uint64_t>(20000, a.rows / 10), "criteo",
+                                 PlantedKind::deep);
   if (!gen) return fail(gen.status());
   ReaderOptions ro;
   ro.batch_rows = 512;
   TrainerConfig tc;
   tc.model.kind = *parse_model(a.model);
   tc.model = with_model_defaults(tc.model);
-  tc.model.fields = 26;
-  tc.model.dense = 13;
+  tc.model.fields = 0;  // detected: Criteo's 26 fields and 13 dense features
+  auto shape = detect_input_shape(tc.model, gen->train_path, nullptr, ro);
+  if (!shape) return fail(shape.status());
+  tc.model = *shape;
   // The peer has no FTRL: both sides train the embeddings with Adagrad (the same algorithm).
   tc.optimizer = default_optimizer_config(OptimizerKind::adagrad);
   tc.dense_optimizer.kind = nn::DenseOptimizerKind::adam;
@@ -297,17 +305,8 @@ int bench_ps(const BenchArgs& a) {
 // The embedded cluster against the single-process trainer on the same data, in one run.
 int bench_cluster(const BenchArgs& a) {
   namespace fs = std::filesystem;
-  const fs::path dir = a.dir.empty()
-                           ? fs::temp_directory_path() / fmt::format("colony-bench-{}", ::getpid())
-                           : fs::path(a.dir);
-  GenOptions g;
-  g.rows = a.rows;
-  g.test_rows = 20000;
-  g.seed = 1;
-  g.out_dir = dir.string();
-  std::fprintf(stderr, "bench cluster: generating %llu rows in %s\n",
-               static_cast<unsigned long long>(a.rows), dir.c_str());
-  auto gen = generate_dataset(g, nullptr);
+  const fs::path dir = data_dir(a);
+  auto gen = generate_bench_data(a, "cluster", 20000);
   if (!gen) return fail(gen.status());
   TrainJobOptions o;
   o.data = gen->train_path;

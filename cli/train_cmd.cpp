@@ -312,9 +312,14 @@ Runner add_train(CLI::App& app) {
         std::printf("  valid logloss %.5f  valid auc %.4f", e.valid_logloss, e.valid_auc);
       std::printf("\n");
     }
-    if (r.stopped_early)
+    // Early stopping, read off the epochs: the last one trained, and the best by validation.
+    const bool stopped_early = r.epochs.back().epoch < o.epochs;
+    std::vector<double> valid_losses;
+    for (const EpochResult& e : r.epochs) valid_losses.push_back(e.valid_logloss);
+    const int best_epoch = r.epochs[best_epoch_index(valid_losses)].epoch;
+    if (stopped_early)
       std::printf("stopped early: validation logloss best at epoch %d, no better for %d epoch%s\n",
-                  r.best_epoch, o.patience, o.patience == 1 ? "" : "s");
+                  best_epoch, o.patience, o.patience == 1 ? "" : "s");
     nlohmann::json rep = {
         {"test_logloss", r.test_logloss},
         {"test_auc", r.test_auc},
@@ -391,8 +396,8 @@ Runner add_train(CLI::App& app) {
       rep["valid_samples"] = r.valid_samples;
       rep["valid_logloss"] = r.epochs.back().valid_logloss;
       rep["valid_auc"] = r.epochs.back().valid_auc;
-      rep["best_epoch"] = r.best_epoch;
-      rep["stopped_early"] = r.stopped_early;
+      rep["best_epoch"] = best_epoch;
+      rep["stopped_early"] = stopped_early;
       rep["epochs_trained"] = r.epochs.size();
     }
     std::printf("test_logloss %.5f  test_auc %.4f  table_rows %llu  table_bytes %s", r.test_logloss,

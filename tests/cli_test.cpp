@@ -287,6 +287,13 @@ BOOST_AUTO_TEST_CASE(valid_fraction_holds_rows_out_and_stops_early) {
              epochs[trained - 2]["valid_logloss"].get<double>());
   BOOST_TEST(r.out.find("stopped early") != std::string::npos, r.out);
 
+  // A fraction that holds no row out says so.
+  r = run("train --engine local --rows 2000 --test-rows 100 --seed 4 --valid-fraction 0.00001");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--valid-fraction 1e-05 holds out of the generated data: no samples") !=
+                 std::string::npos,
+             r.err);
+
   r = run("train --engine cluster --workers 2 --epochs 1 --report " + cluster.string() + common);
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   const auto c = read_json(cluster);

@@ -72,12 +72,9 @@ Expected<Evaluation> evaluate_held_out(
   ReaderOptions ro = o.reader;
   ro.batch_rows = o.batch;
   ro.holdout = HoldoutSplit{o.valid_fraction, true};
-  auto ev = evaluate(o.data, mem, ro, predict);
-  if (!ev && ev.status().message().ends_with("no samples to evaluate on"))
-    return Status::invalid_input(fmt::format(
-        "--valid-fraction {}: no row of {} was held out; use a larger fraction or more rows",
-        o.valid_fraction, o.data.empty() ? "the generated data" : o.data));
-  return ev;
+  return evaluate(o.data, mem, ro, predict,
+                  fmt::format("the rows --valid-fraction {} holds out of {}", o.valid_fraction,
+                              o.data.empty() ? "the generated data" : o.data));
 }
 
 JobData prepare_job_data(const TrainJobOptions& o,
@@ -109,7 +106,9 @@ Expected<std::unique_ptr<BatchReader>> open_source(
 Expected<Evaluation> evaluate(
     const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
     const ReaderOptions& ro,
-    const std::function<Status(const Batch&, std::vector<float>&)>& predict) {
+    const std::function<Status(const Batch&, std::vector<float>&)>& predict,
+    const std::string& name) {
+  const std::string what = !name.empty() ? name : test.empty() ? "test data" : test;
   auto reader = open_source(test, mem, ro);
   if (!reader) return reader.status();
   std::vector<float> logits, scores, labels;
@@ -119,14 +118,13 @@ Expected<Evaluation> evaluate(
     if (!more) return more.status();
     if (!*more) break;
     if (Status s = predict(batch, logits); !s.ok())
-      return Status::invalid_input(
-          fmt::format("{}: {}", test.empty() ? "test data" : test, s.message()));
+      return Status::invalid_input(fmt::format("{}: {}", what, s.message()));
     for (size_t i = 0; i < batch.rows(); ++i) {
       scores.push_back(static_cast<float>(sigmoid(logits[i])));
       labels.push_back(batch.labels[i]);
     }
   }
-  if (scores.empty()) return Status::invalid_input(test + ": no samples to evaluate on");
+  if (scores.empty()) return Status::invalid_input(what + ": no samples to evaluate on");
   return Evaluation{logloss(scores, labels), auc(scores, labels), scores.size()};
 }
 
@@ -259,12 +257,8 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
       valid_losses.push_back(valid->logloss);
     }
     result.epochs.push_back(er);
-    if (stop_early(valid_losses, o.patience)) {
-      result.stopped_early = epoch < o.epochs;
-      break;
-    }
+    if (stop_early(valid_losses, o.patience)) break;
   }
-  if (!valid_losses.empty()) result.best_epoch = int(best_epoch_index(valid_losses)) + 1;
   result.test_logloss = result.epochs.back().test_logloss;
   result.test_auc = result.epochs.back().test_auc;
   result.model_rows = trainer.rows();

@@ -59,8 +59,6 @@ struct TrainJobResult {
   WorkerCounters counters;
   uint64_t test_samples = 0;
   uint64_t valid_samples = 0;      // held-out rows scored (0 without valid_fraction)
-  int best_epoch = 0;              // the epoch of the lowest validation logloss (0 without)
-  bool stopped_early = false;      // training ended before `epochs` (see patience)
   double train_seconds = 0.0;      // wall time of the training passes only (no evaluation)
   double train_cpu_seconds = 0.0;  // user + system CPU of the process during those passes
   uint64_t pulls_deferred = 0;     // pulls a shard held back for the consistency gate
@@ -116,11 +114,13 @@ struct Evaluation {
   uint64_t samples = 0;
 };
 // Scores every test sample with `predict` (logits) and computes logloss and AUC. A batch that
-// `predict` refuses fails the evaluation with its message, prefixed by the file.
+// `predict` refuses, or no sample at all, fails the evaluation with a message that starts with
+// `name` (default: the file, or "test data" for `mem`).
 Expected<Evaluation> evaluate(
     const std::string& test, const std::shared_ptr<const std::vector<Batch>>& mem,
     const ReaderOptions& options,
-    const std::function<Status(const Batch&, std::vector<float>&)>& predict);
+    const std::function<Status(const Batch&, std::vector<float>&)>& predict,
+    const std::string& name = {});
 // Early stopping: whether the last `patience` of `valid_loglosses` (one per epoch so far) are
 // all no lower than the lowest before them. Never with patience 0 or fewer epochs than
 // patience + 1.
