@@ -94,6 +94,7 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
       [handle](PushAck& m) { handle(std::move(m)); },
       [handle](ShardMapUpdate& m) { handle(std::move(m)); },
       [handle](PsError& m) { handle(std::move(m)); },
+      [handle](DenseBroadcast& m) { handle(std::move(m)); },
       [self, core, step](restarted_atom, const std::vector<NodeId>& shards) {
         core->on_shards_restarted(shards, self->state.out);
         step();
@@ -116,6 +117,8 @@ aggregator_actor::behavior_type aggregator_fun(
       [handle](PushAck& m) { handle(std::move(m)); },
       [handle](ShardMapUpdate& m) { handle(std::move(m)); },
       [handle](PsError& m) { handle(std::move(m)); },
+      [handle](DenseReduce& m) { handle(std::move(m)); },
+      [handle](DenseBroadcast& m) { handle(std::move(m)); },
       [self, core, shared](restarted_atom, const std::vector<NodeId>& shards) {
         core->on_shards_restarted(shards, self->state.out);
         route(*shared, self->state.out);

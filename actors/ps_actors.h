@@ -55,6 +55,15 @@ typename Inspector::result_type inspect(Inspector& f, PsError& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DenseReduce& x) {
+  return f(caf::meta::type_name("DenseReduce"), x.header, x.step, x.samples, x.values);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, DenseBroadcast& x) {
+  return f(caf::meta::type_name("DenseBroadcast"), x.header, x.step, x.samples, x.values);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardSummary& x) {
   return f(caf::meta::type_name("ShardSummary"), x.table_rows, x.table_bytes, x.pulls_deferred,
            x.rows_not_admitted, x.updates_dropped, x.rows_evicted);
@@ -77,16 +86,16 @@ using shard_actor =
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
 // `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.
-using worker_actor =
-    caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<PullReply>, caf::reacts_to<PushAck>,
-                     caf::reacts_to<ShardMapUpdate>, caf::reacts_to<PsError>,
-                     caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
+using worker_actor = caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to<PullReply>,
+                                      caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
+                                      caf::reacts_to<PsError>, caf::reacts_to<DenseBroadcast>,
+                                      caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
-// A node aggregator (hierarchical push).
-using aggregator_actor =
-    caf::typed_actor<caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
-                     caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
-                     caf::reacts_to<PsError>, caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
+// A node aggregator (hierarchical push; the dense all-reduce of a deep model).
+using aggregator_actor = caf::typed_actor<
+    caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>, caf::reacts_to<PushAck>,
+    caf::reacts_to<ShardMapUpdate>, caf::reacts_to<PsError>, caf::reacts_to<DenseReduce>,
+    caf::reacts_to<DenseBroadcast>, caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
 // The coordinator: `run` (the workers to start, how many reports to wait for) starts the
 // workers and is answered when every worker and aggregator has finished (an ok Status) or one

@@ -27,7 +27,7 @@ const char* to_string(MemberRole role);
 
 // Everything a member needs to build its cores the way the coordinator was told to train.
 struct JobSpec {
-  uint8_t model = 1;  // ModelKind (models/model.h): 0 lr, 1 fm
+  uint8_t model = 1;  // ModelKind (models/model.h): 0 lr, 1 fm, 2 deepfm, 3 dlrm, 4 dcn
   uint32_t dim = 8;
   OptimizerConfig optimizer;
   uint64_t seed = 1;
@@ -45,6 +45,25 @@ struct JobSpec {
   uint32_t admit_after = 0;
   uint32_t evict_after = 0;
   uint32_t checkpoint_every = 0;
+  // Deep models (models/model.h ModelSpec; ps/ keeps them as plain numbers): field slots, dense
+  // features per sample, hidden layer sizes, cross layers; the dense optimizer
+  // (models/dense_optimizer.h: kind 0 adam, 1 adamw, 2 sgd with momentum) and its settings.
+  uint32_t fields = 1;
+  uint32_t dense = 0;
+  std::vector<uint32_t> mlp{};
+  std::vector<uint32_t> bottom{};
+  uint32_t cross_layers = 3;
+  uint8_t dense_optimizer = 0;
+  float dense_lr = 1e-3f;
+  float dense_beta1 = 0.9f;
+  float dense_beta2 = 0.999f;
+  float dense_eps = 1e-8f;
+  float dense_weight_decay = 0.0f;
+  float dense_momentum = 0.9f;
+  // How the replicas keep their dense parameters equal: 1, an all-reduce of the gradients every
+  // step; K > 1, each replica steps on its own gradients and the replicas average their
+  // parameters every K steps and once more when they finish (DenseReduce).
+  uint32_t dense_sync_every = 1;
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -134,6 +153,9 @@ struct MemberDone {
   bool drained = false;  // stopped early on SIGTERM
   WorkerCounters counters;
   bool read_from_cache = false;  // every replica read a binary cache in its last epoch
+  // A deep model's dense parameters after training (the member's first replica's; every
+  // replica's are equal): the coordinator evaluates with them. Empty for LR and FM.
+  std::vector<float> dense = {};
 };
 
 // NodesLost and ShardsRestarted change what a member may send to: the coordinator numbers them

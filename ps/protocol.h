@@ -88,9 +88,39 @@ struct PsError {
   std::string message;
 };
 
+// Hybrid training of a deep model (docs/models.md): the dense parameters are replicated in
+// every worker replica and kept equal by an all-reduce of each step's dense gradients, done by
+// reduce and broadcast through the node aggregators. A replica sends its step's gradients to its
+// aggregator; the aggregator sums its replicas' (in replica order) and sends the node's sum to
+// the root aggregator (the first worker member's); the root sums the nodes' (in aggregator
+// order) and broadcasts the total back down the same tree. Every replica then applies the same
+// dense optimizer step to the same bits, so the replicas stay bit-identical.
+//
+// Up the tree: a step's dense gradients summed over `samples` samples (one replica's batch, or a
+// node's replicas). step == clock_done: the sender has finished and contributes to no later
+// step; its values are empty when the job all-reduces gradients every step, and its final
+// parameters when it averages parameters every K steps (JobSpec::dense_sync_every), which ends
+// with one more averaging of everyone's final parameters.
+struct DenseReduce {
+  MessageHeader header;
+  uint32_t step = 0;     // the step's clock: the batch's pull clock (0 for a replica's first step)
+  uint64_t samples = 0;  // under parameter averaging: the replicas averaged
+  FloatBuffer values;    // the model's dense_params() floats: gradients, or parameters
+};
+
+// Down the tree: the sum of every contribution to `step` (`samples` in all: the summed
+// gradients, or the summed parameters), to the aggregators that contributed and from each to its
+// contributing replicas.
+struct DenseBroadcast {
+  MessageHeader header;
+  uint32_t step = 0;
+  uint64_t samples = 0;
+  FloatBuffer values;
+};
+
 // A message addressed to a core.
 using PsMessage = std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance,
-                               ShardMapUpdate, PsError>;
+                               ShardMapUpdate, PsError, DenseReduce, DenseBroadcast>;
 struct Outgoing {
   NodeId to = 0;
   PsMessage message;
