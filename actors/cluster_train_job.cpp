@@ -21,6 +21,13 @@ Expected<TrainJobResult> run_cluster_train_job(
   job.memory = data.train;
   job.reader = o.reader;
   job.reader.holdout = HoldoutSplit{o.valid_fraction, false};
+  {
+    ReaderOptions ro = job.reader;
+    ro.batch_rows = o.batch;
+    auto shape = detect_input_shape(job.trainer.model, o.data, data.train, ro);
+    if (!shape) return shape.status();
+    job.trainer.model = *shape;
+  }
   auto made = EmbeddedCluster::make(job);
   if (!made) return made.status();
   EmbeddedCluster& c = **made;
@@ -48,6 +55,7 @@ Expected<TrainJobResult> run_cluster_train_job(
   });
   if (!ran) return ran.status();
   TrainJobResult r;
+  r.model = job.trainer.model;
   r.train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.train_cpu_seconds = cpu_seconds() - cpu_start;
   r.planted = data.planted;

@@ -1,6 +1,7 @@
 #include "actors/embedded_cluster.h"
 
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -34,6 +35,21 @@ Expected<PushMode> parse_push_mode(const std::string& text) {
 
 const char* to_string(PushMode mode) {
   return mode == PushMode::flat ? "flat" : "hierarchical";
+}
+
+Expected<uint32_t> parse_dense_sync(const std::string& text) {
+  const std::string prefix = "every:";
+  uint32_t k = 0;
+  if (text.rfind(prefix, 0) == 0) {
+    const char* begin = text.data() + prefix.size();
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(begin, end, k);
+    if (ec == std::errc() && ptr == end && begin != end && k >= 1 && k <= dense_sync_every_max)
+      return k;
+  }
+  return Status::invalid_input(fmt::format(
+      "\"{}\" is not every:K with K in 1..{} (every:1: all-reduce the dense gradients every step)",
+      text, dense_sync_every_max));
 }
 
 namespace {
@@ -87,6 +103,8 @@ JobSpec job_spec(const ClusterJob& job) {
   j.admit_after = c.admit_after;
   j.evict_after = c.evict_after;
   j.checkpoint_every = c.checkpoint_every;
+  j = job_with_dense_optimizer(j, job.trainer.dense_optimizer);
+  j.dense_sync_every = c.dense_sync_every;
   return j;
 }
 
@@ -137,9 +155,14 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   if (c.max_inflight < 1) return Status::invalid_input("max in-flight steps must be at least 1");
   if (job.epochs < 1) return Status::invalid_input("--epochs must be at least 1");
   if (job.batch < 1) return Status::invalid_input("--batch must be at least 1");
+  if (c.dense_sync_every < 1) return Status::invalid_input("--dense-sync every:K needs K >= 1");
   auto model = Model::make(job.trainer.model);
   if (!model) return model.status();
-  if (Status s = require_sparse_model(job.trainer.model.kind); !s.ok()) return s;
+  if ((*model)->dense_params() > 0 && c.workers > 1 && c.push != PushMode::hierarchical)
+    return Status::invalid_input(fmt::format(
+        "--model {} with {} workers needs --push hierarchical: the node aggregators all-reduce "
+        "its dense layers",
+        to_string(job.trainer.model.kind), c.workers));
   auto impl = std::make_unique<Impl>(c.threads, c.deterministic_seed != 0);
   impl->model = std::move(model.value());
   impl->job = job;
@@ -331,6 +354,8 @@ ClusterResult EmbeddedCluster::collect() const {
   r.last_checkpoint_step = m.keeper->last_step();
   r.shard_restarts = m.keeper->restarts();
   r.updates_lost = m.keeper->updates_lost();
+  for (const auto& w : m.workers) r.dense_digests.push_back(w->dense_digest());
+  r.dense.assign(m.workers.front()->dense().begin(), m.workers.front()->dense().end());
   const ReaderStats& rs = m.sources.front()->last_stats();
   r.counters.bad_lines_skipped = rs.bad_lines_skipped;
   r.read_from_cache = rs.from_cache;
@@ -377,7 +402,8 @@ Status EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) 
       std::copy_n(&m.shard_rows[j * width], width, &m.rows[m.shard_slots[s][j] * width]);
   }
   logits.resize(batch.rows());
-  m.model->forward(batch, m.index.slots(), m.rows, {}, logits);
+  // A deep model's dense layers: the first replica's (every replica's are equal).
+  m.model->forward(batch, m.index.slots(), m.rows, m.workers.front()->dense(), logits);
   return Status();
 }
 

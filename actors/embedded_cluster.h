@@ -27,6 +27,10 @@ namespace colony {
 enum class PushMode { flat, hierarchical };
 Expected<PushMode> parse_push_mode(const std::string& text);
 const char* to_string(PushMode mode);
+// --dense-sync: "every:K", K in 1..dense_sync_every_max (JobSpec::dense_sync_every);
+// invalid_input saying what is accepted otherwise.
+inline constexpr uint32_t dense_sync_every_max = 1000000;
+Expected<uint32_t> parse_dense_sync(const std::string& text);
 
 struct ClusterOptions {
   uint32_t shards = 1;
@@ -48,6 +52,9 @@ struct ClusterOptions {
   // manifest is written when the last shard has.
   uint32_t checkpoint_every = 0;
   std::string checkpoint_dir;
+  // A deep model's dense layers: all-reduced every step (1) or averaged every K steps
+  // (JobSpec::dense_sync_every). With more than one worker they need hierarchical push.
+  uint32_t dense_sync_every = 1;
   // Tests (recovery): once shard `restart_shard` has applied this many pushes (0: never), its
   // core is replaced by one over the newest complete checkpoint, as after a crash and restart:
   // the updates since that checkpoint are lost (counted), the senders' clocks carry on, and
@@ -91,6 +98,10 @@ struct ClusterResult {
   uint32_t last_checkpoint_step = 0;
   uint64_t shard_restarts = 0;
   uint64_t updates_lost = 0;  // pushed rows applied after the checkpoint a restart went back to
+  // A deep model's final dense parameters (the first replica's) and each replica's
+  // WorkerCore::dense_digest(): equal digests, replicas equal after every all-reduce.
+  std::vector<float> dense;
+  std::vector<uint64_t> dense_digests;
 };
 
 class EmbeddedCluster {
@@ -104,7 +115,8 @@ class EmbeddedCluster {
   // naming file and line, a refused request). Call once.
   Expected<ClusterResult> run(const std::function<void(uint64_t)>& progress);
 
-  // After run: each sample's logit under the shards' final weights.
+  // After run: each sample's logit under the shards' final weights (and a deep model's final
+  // dense layers).
   Status predict(const Batch& batch, std::vector<float>& logits);
   // After run: the final parameters of `key` (its initial row when never touched). Asserts
   // that the shard's store can be read (tests).

@@ -221,7 +221,7 @@ Runner add_coordinator(CLI::App& app) {
     JobSpec& j = o.job;
     auto model = parse_model(a->model);
     if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
-    if (Status s = require_sparse_model(*model); !s.ok()) return fail(s);
+    if (Status s = require_sparse_model(*model, "a cluster of daemons"); !s.ok()) return fail(s);
     j.model = static_cast<uint8_t>(*model);
     j.dim = static_cast<uint32_t>(a->dim);
     auto opt = parse_optimizer(a->optimizer);

@@ -167,6 +167,7 @@ Runner add_sim(CLI::App& app) {
     o.durable_ps = a->ps_store == "durable";
     auto model = parse_model(a->model);
     if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
+    if (Status s = require_sparse_model(*model, "`colony sim`"); !s.ok()) return fail(s);
     o.model.kind = *model;
     auto consistency = parse_consistency(a->consistency);
     if (!consistency)

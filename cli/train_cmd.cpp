@@ -22,9 +22,9 @@ struct TrainArgs {
   std::string dense_optimizer = "adam";
   float dense_lr = 1e-3f;
   float dense_weight_decay = 0.0f;
+  std::string dense_sync = "every:1";
   // Flags that only the deep models take (refused with lr and fm, which have no dense layers).
   std::vector<CLI::Option*> deep_only;
-  CLI::Option* engine_option = nullptr;
   CLI::Option* cross_layers_option = nullptr;
   std::string optimizer = "ftrl";
   // Negative = the optimizer's default (default_optimizer_config).
@@ -78,6 +78,12 @@ Runner add_train(CLI::App& app) {
   a->deep_only.push_back(
       cmd->add_option("--dense-lr", a->dense_lr, "Step size of the dense optimizer")
           ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  a->deep_only.push_back(
+      cmd->add_option("--dense-sync", a->dense_sync,
+                      "How the workers keep a deep model's dense layers equal: every:1 (an "
+                      "all-reduce of the gradients every step) or every:K (each worker steps on "
+                      "its own gradients; the workers average their parameters every K steps)")
           ->capture_default_str());
   a->deep_only.push_back(
       cmd->add_option("--dense-weight-decay", a->dense_weight_decay,
@@ -164,13 +170,12 @@ Runner add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
       ->capture_default_str();
-  a->engine_option =
-      cmd->add_option(
-             "--engine", a->engine,
-             "cluster (PS shards and workers as actors) or local (the single-process reference "
-             "trainer; ignores the cluster flags)")
-          ->check(CLI::IsMember({"cluster", "local"}))
-          ->capture_default_str();
+  cmd->add_option(
+         "--engine", a->engine,
+         "cluster (PS shards and workers as actors) or local (the single-process reference "
+         "trainer; ignores the cluster flags)")
+      ->check(CLI::IsMember({"cluster", "local"}))
+      ->capture_default_str();
   cmd->add_option("--rows", j.generate.rows, "Generated training rows (without --data)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -211,12 +216,8 @@ Runner add_train(CLI::App& app) {
     o.trainer.dense_optimizer.kind = *dense_opt;
     o.trainer.dense_optimizer.lr = a->dense_lr;
     o.trainer.dense_optimizer.weight_decay = a->dense_weight_decay;
-    if (o.trainer.model.deep()) {
-      // Dense layers are trained by the single-process trainer only in this version: it is
-      // the default engine of deep models, and generated data keeps Criteo's fields.
-      if (a->engine_option->count() == 0) a->engine = "local";
-      o.generate.format = "criteo";
-    }
+    // Generated data keeps Criteo's fields and dense features for the deep models.
+    if (o.trainer.model.deep()) o.generate.format = "criteo";
     auto opt = parse_optimizer(a->optimizer);
     if (!opt) return fail(Status::invalid_input("--optimizer: " + opt.status().message()));
     o.trainer.optimizer = default_optimizer_config(*opt);
@@ -225,6 +226,9 @@ Runner add_train(CLI::App& app) {
     if (a->l2 >= 0.0f) o.trainer.optimizer.l2 = a->l2;
     o.reader.use_cache = !a->no_cache;
     ClusterOptions cluster = a->cluster;
+    auto sync = parse_dense_sync(a->dense_sync);
+    if (!sync) return fail(Status::invalid_input("--dense-sync: " + sync.status().message()));
+    cluster.dense_sync_every = *sync;
     auto store = parse_store_spec(a->store, a->cache_bytes);
     if (!store) return fail(store.status());
     cluster.store = *store;
@@ -358,6 +362,7 @@ Runner add_train(CLI::App& app) {
       rep["dense_optimizer"] = nn::to_string(o.trainer.dense_optimizer.kind);
       rep["dense_lr"] = o.trainer.dense_optimizer.lr;
       rep["dense_weight_decay"] = o.trainer.dense_optimizer.weight_decay;
+      if (!local) rep["dense_sync"] = fmt::format("every:{}", cluster.dense_sync_every);
     }
     if (!local) {
       const double n = double(std::max<uint64_t>(r.counters.samples, 1));

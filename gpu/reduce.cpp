@@ -78,6 +78,23 @@ class CpuReducer final : public Reducer {
     }
   }
 
+  void sum_dense(std::span<const std::span<const float>> inputs, std::span<float> out) override {
+    COLONY_ASSERT(!inputs.empty(), "a dense sum of no inputs");
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      COLONY_ASSERT(inputs[i].size() == out.size(), "input {} has {} floats, the output {}", i,
+                    inputs[i].size(), out.size());
+      COLONY_ASSERT(inputs[i].data() + inputs[i].size() <= out.data() ||
+                        out.data() + out.size() <= inputs[i].data() || out.empty(),
+                    "input {} overlaps the output", i);
+    }
+    std::copy(inputs[0].begin(), inputs[0].end(), out.begin());
+    for (size_t i = 1; i < inputs.size(); ++i) {
+      const float* src = inputs[i].data();
+      float* dst = out.data();
+      for (size_t j = 0; j < out.size(); ++j) dst[j] += src[j];
+    }
+  }
+
  private:
   struct Slot {
     uint64_t key = 0;

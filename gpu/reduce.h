@@ -1,6 +1,7 @@
-// Sparse gradient reduction: summing several workers' (or several micro-batches') gradients
-// over the keys they share, behind a device interface. The CPU backend is here; a CUDA/NCCL
-// backend will implement the same contract, results included bit for bit.
+// Gradient reduction: summing several workers' (or several micro-batches') sparse gradients
+// over the keys they share, and dense vectors elementwise, behind a device interface. The CPU
+// backend is here; a CUDA/NCCL backend will implement the same contract, results included bit for
+// bit.
 //
 // Thread-safety: a Reducer keeps scratch state between calls; one thread uses it at a time.
 // Different Reducers are independent.
@@ -39,6 +40,14 @@ class Reducer {
   // not `out` itself, with values.size() == keys.size() * width and no key twice; fewer than
   // 2^32 keys in all.
   virtual void sum(std::span<const SparseGrads* const> inputs, size_t width, SparseGrads& out) = 0;
+
+  // Dense reduction, the in-memory step of the dense all-reduce (ps/protocol.h DenseReduce):
+  // out = inputs[0] + inputs[1] + ... elementwise, starting from inputs[0]'s values and adding
+  // the later ones in input order, so results are bit for bit the same on every run and every
+  // backend (one input is copied exactly).
+  // Preconditions (asserted): at least one input; every input has out.size() floats and does not
+  // overlap `out`.
+  virtual void sum_dense(std::span<const std::span<const float>> inputs, std::span<float> out) = 0;
 };
 
 // The CPU backend. Its key index is an open-addressing table kept across calls and grown to

@@ -350,12 +350,11 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
   return model;
 }
 
-Status require_sparse_model(ModelKind kind) {
+Status require_sparse_model(ModelKind kind, const std::string& engine) {
   if (kind == ModelKind::lr || kind == ModelKind::fm) return Status();
   return Status::invalid_input(
-      fmt::format("--model {} has dense layers, which only `colony train --engine local` trains "
-                  "in this version",
-                  to_string(kind)));
+      fmt::format("--model {} has dense layers, which {} does not train in this version",
+                  to_string(kind), engine));
 }
 
 }  // namespace colony

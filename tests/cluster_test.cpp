@@ -39,6 +39,19 @@ ClusterResult run(EmbeddedCluster& c) {
   return *r;
 }
 
+// Rows of `keys` whose bits differ between the trainer and the cluster.
+size_t rows_differing(const LocalTrainer& trainer, const EmbeddedCluster& cluster,
+                      const std::vector<uint64_t>& keys, size_t width) {
+  std::vector<float> a(width), c(width);
+  size_t differ = 0;
+  for (uint64_t key : keys) {
+    trainer.row_value(key, a);
+    cluster.row_value(key, c);
+    differ += std::memcmp(a.data(), c.data(), width * sizeof(float)) != 0;
+  }
+  return differ;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bit_for_bit) {
@@ -64,16 +77,108 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bi
         if (epoch == 0) keys.insert(keys.end(), b.keys.begin(), b.keys.end());
       }
     }
-    const size_t width = j.trainer.model.width();
-    std::vector<float> a(width), c(width);
-    size_t differ = 0;
-    for (uint64_t key : keys) {
-      trainer->row_value(key, a);
-      cluster->row_value(key, c);
-      differ += std::memcmp(a.data(), c.data(), width * sizeof(float)) != 0;
-    }
+    const size_t differ = rows_differing(*trainer, *cluster, keys, j.trainer.model.width());
     BOOST_TEST(differ == 0u, to_string(push)
                                  << ": " << differ << " of " << keys.size() << " rows differ");
+  }
+}
+
+namespace {
+
+// Criteo-shaped data (26 fields, 13 dense features) for the deep models.
+std::shared_ptr<const std::vector<Batch>> deep_data(uint64_t rows, size_t batch) {
+  GenOptions g;
+  g.rows = rows;
+  g.test_rows = 10;
+  g.seed = 7;
+  g.vocab_scale = 0.01;
+  g.format = "criteo";
+  auto gen = generate_in_memory(g);
+  // Rebatch to `batch` rows so that workers split the data batch by batch.
+  auto reader = make_memory_reader(std::make_shared<std::vector<Batch>>(gen.train), batch);
+  auto out = std::make_shared<std::vector<Batch>>();
+  Batch b;
+  while (*reader->next(b)) out->push_back(b);
+  return out;
+}
+
+ClusterJob deep_job(ModelKind kind, std::shared_ptr<const std::vector<Batch>> data) {
+  ClusterJob j = job_on(std::move(data));
+  ModelSpec spec;
+  spec.kind = kind;
+  spec.dim = 4;
+  spec.fields = 26;
+  spec.dense = 13;
+  spec.mlp = {16, 8};
+  spec.bottom = {8};
+  spec.cross_layers = 2;
+  j.trainer.model = spec;
+  j.cluster.push = PushMode::hierarchical;
+  return j;
+}
+
+}  // namespace
+
+// Hybrid training with one worker: the dense gradients go through the aggregator's all-reduce
+// (a sum of one) and come back unchanged, so every model trains exactly as the single-process
+// trainer does: the same rows and the same dense parameters, bit for bit.
+BOOST_AUTO_TEST_CASE(one_worker_bsp_trains_every_deep_model_bit_for_bit_as_the_local_trainer) {
+  auto data = deep_data(6000, 128);
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
+    for (PushMode push : {PushMode::flat, PushMode::hierarchical}) {
+      BOOST_TEST_CONTEXT(to_string(kind) << ", " << to_string(push) << " push") {
+        ClusterJob j = deep_job(kind, data);
+        j.epochs = 2;
+        j.cluster.shards = 2;
+        j.cluster.push = push;
+        auto cluster = std::move(EmbeddedCluster::make(j).value());
+        const ClusterResult r = run(*cluster);
+
+        auto trainer = std::move(LocalTrainer::make(j.trainer).value());
+        std::vector<uint64_t> keys{bias_key};
+        for (int epoch = 0; epoch < 2; ++epoch)
+          for (const Batch& b : *data) {
+            BOOST_REQUIRE(trainer->train_batch(b).ok());
+            if (epoch == 0) keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+          }
+        BOOST_REQUIRE(!trainer->dense().empty());
+        BOOST_REQUIRE(r.dense.size() == trainer->dense().size());
+        BOOST_TEST(std::memcmp(r.dense.data(), trainer->dense().data(),
+                               r.dense.size() * sizeof(float)) == 0);
+        const size_t differ = rows_differing(*trainer, *cluster, keys, j.trainer.model.width());
+        BOOST_TEST(differ == 0u, differ << " of " << keys.size() << " rows differ");
+        std::vector<float> za, zc;
+        BOOST_REQUIRE(trainer->predict(data->front(), za).ok());
+        BOOST_REQUIRE(cluster->predict(data->front(), zc).ok());
+        BOOST_TEST(std::memcmp(za.data(), zc.data(), za.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+// Four workers on two nodes: after every all-reduce the replicas' dense parameters are the same
+// bits (their digests chain a hash of the parameters after each one), under any interleaving
+// of the actors' messages, with gradients all-reduced every step or parameters averaged.
+BOOST_AUTO_TEST_CASE(dense_replicas_are_bit_identical_after_every_all_reduce) {
+  auto data = deep_data(4096, 64);  // 64 batches: 16 steps for each of 4 workers
+  for (uint32_t every : {1u, 3u}) {
+    for (uint64_t seed : {0u, 3u, 11u}) {
+      BOOST_TEST_CONTEXT("every " << every << ", schedule seed " << seed) {
+        ClusterJob j = deep_job(ModelKind::deepfm, data);
+        j.cluster.shards = 2;
+        j.cluster.workers = 4;
+        j.cluster.replicas_per_node = 2;
+        j.cluster.dense_sync_every = every;
+        j.cluster.deterministic_seed = seed;
+        j.cluster.consistency = {ConsistencyKind::ssp, 1};
+        auto cluster = std::move(EmbeddedCluster::make(j).value());
+        const ClusterResult r = run(*cluster);
+        BOOST_TEST(r.counters.samples == 4096u);
+        BOOST_REQUIRE(r.dense_digests.size() == 4u);
+        for (uint64_t d : r.dense_digests) BOOST_TEST(d == r.dense_digests.front());
+        BOOST_TEST(r.dense_digests.front() != 0u);  // an all-reduce happened
+      }
+    }
   }
 }
 
@@ -288,4 +393,19 @@ BOOST_AUTO_TEST_CASE(bad_cluster_options_are_refused) {
   j.cluster.max_inflight = 0;
   BOOST_TEST(!EmbeddedCluster::make(j).ok());
   BOOST_TEST(!parse_push_mode("tree").ok());
+  // A deep model's dense layers are all-reduced by the aggregators: several workers need them.
+  ClusterJob d = deep_job(ModelKind::deepfm, deep_data(100, 50));
+  d.cluster.workers = 2;
+  d.cluster.push = PushMode::flat;
+  auto refused = EmbeddedCluster::make(d);
+  BOOST_REQUIRE(!refused.ok());
+  BOOST_TEST(refused.status().message().find("--push hierarchical") != std::string::npos,
+             refused.status().message());
+  d.cluster.push = PushMode::hierarchical;
+  d.cluster.dense_sync_every = 0;
+  BOOST_TEST(!EmbeddedCluster::make(d).ok());
+  BOOST_TEST(*parse_dense_sync("every:1") == 1u);
+  BOOST_TEST(*parse_dense_sync("every:25") == 25u);
+  for (const char* bad : {"every:0", "every:", "every:2x", "2", "every:-1", "every:1000001"})
+    BOOST_TEST(!parse_dense_sync(bad).ok(), bad);
 }

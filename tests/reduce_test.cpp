@@ -200,3 +200,21 @@ BOOST_AUTO_TEST_CASE(many_calls_reuse_the_index) {
     BOOST_REQUIRE(out.values.back() == 3.0f);
   }
 }
+
+// The dense sum starts from the first input and adds the others in order: one input comes back
+// exactly, and float addition's order is the documented one (1e8 + 1 - 1e8 is 0 in float; the
+// other order gives 1).
+BOOST_AUTO_TEST_CASE(dense_sum_adds_in_input_order) {
+  auto r = make_cpu_reducer();
+  const std::vector<float> a{1e8f, 0.5f, -0.0f}, b{1.0f, 0.25f, 0.0f}, c{-1e8f, 0.25f, 0.0f};
+  std::vector<float> out(3);
+  std::vector<std::span<const float>> one{a};
+  r->sum_dense(one, out);
+  BOOST_TEST(std::memcmp(out.data(), a.data(), sizeof(float) * 3) == 0);  // -0.0 kept
+  std::vector<std::span<const float>> abc{a, b, c}, acb{a, c, b};
+  r->sum_dense(abc, out);
+  BOOST_TEST(out[0] == 0.0f);
+  BOOST_TEST(out[1] == 1.0f);
+  r->sum_dense(acb, out);
+  BOOST_TEST(out[0] == 1.0f);
+}

@@ -12,8 +12,24 @@ Expected<std::unique_ptr<AggregatorCore>> AggregatorCore::make(const AggregatorC
       {config.id, config.map, config.shard_nodes, config.width, config.durable_shards});
   if (!kv) return kv.status();
   COLONY_ASSERT(reducer != nullptr);
-  return std::unique_ptr<AggregatorCore>(
+  std::unique_ptr<AggregatorCore> core(
       new AggregatorCore(config, std::move(kv.value()), std::move(reducer)));
+  if (Status s = core->make_dense_tree(); !s.ok()) return s;
+  return core;
+}
+
+Status AggregatorCore::make_dense_tree() {
+  if (config_.dense_params == 0) return Status();
+  DenseTreeConfig tc;
+  tc.id = config_.id;
+  tc.params = config_.dense_params;
+  tc.children = config_.replicas;
+  tc.children.insert(tc.children.end(), config_.dense_peers.begin(), config_.dense_peers.end());
+  tc.parent = config_.dense_root;
+  auto tree = DenseTree::make(tc, *reducer_);
+  if (!tree) return tree.status();
+  dense_.emplace(std::move(tree.value()));
+  return Status();
 }
 
 AggregatorCore::AggregatorCore(const AggregatorConfig& config, std::unique_ptr<KvClient> kv,
@@ -54,6 +70,23 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
                                                config_.id, clock->clock, clock->header.sender)));
     replica_done_[it->second] = true;
     flush(out);
+  } else if (auto* reduce = std::get_if<DenseReduce>(&message)) {
+    if (!dense_)
+      return fail(
+          Status::internal(fmt::format("aggregator {}: DenseReduce from node {} for a "
+                                       "model without dense parameters",
+                                       config_.id, reduce->header.sender)));
+    if (Status s = dense_->on_reduce(*reduce, kv_->map().version(), out); !s.ok())
+      return fail(std::move(s));
+    stats_.dense_steps = dense_->steps_reduced();
+  } else if (auto* broadcast = std::get_if<DenseBroadcast>(&message)) {
+    if (!dense_)
+      return fail(
+          Status::internal(fmt::format("aggregator {}: DenseBroadcast from node {} for a "
+                                       "model without dense parameters",
+                                       config_.id, broadcast->header.sender)));
+    if (Status s = dense_->on_broadcast(*broadcast, kv_->map().version(), out); !s.ok())
+      return fail(std::move(s));
   } else {
     // Replies from the shards to this node's pushes.
     kv_->on_message(message, out);

@@ -7,6 +7,9 @@
 // node id: the shards count the group as one sender. Replicas pull from the shards directly,
 // so the shards' consistency gate bounds how far a replica runs ahead of the group's pushes.
 // When every replica has finished, the aggregator tells every shard it is done.
+//
+// With a deep model the aggregator is also a node of the dense all-reduce tree (DenseTree): its
+// replicas' DenseReduce messages go up through it and the root's DenseBroadcast comes down.
 #pragma once
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 
 #include "gpu/reduce.h"
 #include "ps/protocol.h"
+#include "worker/dense_tree.h"
 #include "worker/kv_client.h"
 
 namespace colony {
@@ -30,6 +34,12 @@ struct AggregatorConfig {
   std::vector<NodeId> shard_nodes;  // node id of shard i of the map
   std::vector<NodeId> replicas;     // the workers whose gradients this node sums
   bool durable_shards = false;      // as WorkerConfig::durable_shards
+  // A deep model's dense all-reduce (worker/dense_tree.h), when dense_params > 0: this node
+  // sums its replicas' dense gradients and sends them to `dense_root`, or, being the root (no
+  // dense_root), also sums those of the other aggregators, `dense_peers`, and broadcasts.
+  size_t dense_params = 0;
+  std::optional<NodeId> dense_root;
+  std::vector<NodeId> dense_peers;
 };
 
 struct AggregatorStats {
@@ -38,10 +48,12 @@ struct AggregatorStats {
   uint64_t push_messages = 0;  // pushes and clock advances sent to shards
   uint64_t push_bytes = 0;
   uint64_t replies_dropped = 0;  // shard replies that answered no open request (KvClient)
+  uint64_t dense_steps = 0;      // dense all-reduce rounds this node summed
 };
 
 class AggregatorCore {
  public:
+  // Fails with invalid_input for no replicas, a bad map or shard list, or a bad dense tree.
   static Expected<std::unique_ptr<AggregatorCore>> make(const AggregatorConfig& config,
                                                         std::unique_ptr<Reducer> reducer);
   void on_message(const PsMessage& message, Outbox& out);
@@ -49,8 +61,9 @@ class AggregatorCore {
   void on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& out);
   // Every replica finished, every step pushed and acknowledged.
   bool done() const {
-    return done_sent_ && std::all_of(push_tickets_.begin(), push_tickets_.end(),
-                                     [&](auto t) { return kv_->done(t); });
+    return done_sent_ && (!dense_ || dense_->done()) &&
+           std::all_of(push_tickets_.begin(), push_tickets_.end(),
+                       [&](auto t) { return kv_->done(t); });
   }
   const Status& error() const { return error_; }
   const AggregatorStats& stats() const { return stats_; }
@@ -59,6 +72,7 @@ class AggregatorCore {
  private:
   AggregatorCore(const AggregatorConfig& config, std::unique_ptr<KvClient> kv,
                  std::unique_ptr<Reducer> reducer);
+  Status make_dense_tree();
   void flush(Outbox& out);
   void fail(Status s) {
     if (error_.ok()) error_ = std::move(s);
@@ -67,6 +81,7 @@ class AggregatorCore {
   AggregatorConfig config_;
   std::unique_ptr<KvClient> kv_;  // pushes to the shards
   std::unique_ptr<Reducer> reducer_;
+  std::optional<DenseTree> dense_;
   std::unordered_map<NodeId, size_t> replica_index_;
   std::vector<uint32_t> replica_clock_;  // steps received from each replica
   std::vector<bool> replica_done_;

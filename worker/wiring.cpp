@@ -6,14 +6,59 @@ ModelSpec model_spec(const JobSpec& job) {
   ModelSpec spec;
   spec.kind = static_cast<ModelKind>(job.model);
   spec.dim = job.dim;
+  spec.fields = job.fields;
+  spec.dense = job.dense;
+  spec.mlp.assign(job.mlp.begin(), job.mlp.end());
+  spec.bottom.assign(job.bottom.begin(), job.bottom.end());
+  spec.cross_layers = job.cross_layers;
   return spec;
 }
 
 JobSpec job_with_model(JobSpec job, const ModelSpec& model) {
   job.model = static_cast<uint8_t>(model.kind);
   job.dim = static_cast<uint32_t>(model.dim);
+  job.fields = static_cast<uint32_t>(model.fields);
+  job.dense = static_cast<uint32_t>(model.dense);
+  job.mlp.assign(model.mlp.begin(), model.mlp.end());
+  job.bottom.assign(model.bottom.begin(), model.bottom.end());
+  job.cross_layers = static_cast<uint32_t>(model.cross_layers);
   return job;
 }
+
+nn::DenseOptimizerConfig dense_optimizer_config(const JobSpec& job) {
+  nn::DenseOptimizerConfig c;
+  c.kind = static_cast<nn::DenseOptimizerKind>(job.dense_optimizer);
+  c.lr = job.dense_lr;
+  c.beta1 = job.dense_beta1;
+  c.beta2 = job.dense_beta2;
+  c.eps = job.dense_eps;
+  c.weight_decay = job.dense_weight_decay;
+  c.momentum = job.dense_momentum;
+  return c;
+}
+
+JobSpec job_with_dense_optimizer(JobSpec job, const nn::DenseOptimizerConfig& c) {
+  job.dense_optimizer = static_cast<uint8_t>(c.kind);
+  job.dense_lr = c.lr;
+  job.dense_beta1 = c.beta1;
+  job.dense_beta2 = c.beta2;
+  job.dense_eps = c.eps;
+  job.dense_weight_decay = c.weight_decay;
+  job.dense_momentum = c.momentum;
+  return job;
+}
+
+namespace {
+
+// The node aggregators in member order: the first is the root of the dense all-reduce.
+std::vector<NodeId> aggregators(const ClusterLayout& layout) {
+  std::vector<NodeId> out;
+  for (const MemberInfo& m : layout.members())
+    if (m.role == MemberRole::worker && m.has_aggregator) out.push_back(m.aggregator);
+  return out;
+}
+
+}  // namespace
 
 std::vector<NodeId> shard_nodes(const ClusterLayout& layout) {
   std::vector<NodeId> nodes(layout.shards());
@@ -51,6 +96,13 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   if (m.has_aggregator) wc.aggregator = m.aggregator;
   wc.max_inflight = job.max_inflight;
   wc.durable_shards = layout.durable_shards();
+  wc.dense_optimizer = dense_optimizer_config(job);
+  wc.seed = job.seed;
+  wc.dense_sync_every = job.dense_sync_every;
+  uint32_t replicas = 0;
+  for (const MemberInfo& w : layout.members())
+    if (w.role == MemberRole::worker) replicas += w.count;
+  wc.dense_alone = replicas == 1;
   return wc;
 }
 
@@ -66,6 +118,14 @@ AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layo
   ac.shard_nodes = shard_nodes(layout);
   for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) ac.replicas.push_back(n);
   ac.durable_shards = layout.durable_shards();
+  if (auto model = Model::make(model_spec(job)); model && (*model)->dense_params() > 0) {
+    ac.dense_params = (*model)->dense_params();
+    const std::vector<NodeId> all = aggregators(layout);
+    if (all.front() == ac.id)
+      ac.dense_peers.assign(all.begin() + 1, all.end());
+    else
+      ac.dense_root = all.front();
+  }
   return ac;
 }
 

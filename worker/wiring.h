@@ -6,6 +6,7 @@
 // ps/ knows JobSpec's model only as a number.
 #pragma once
 
+#include "models/dense_optimizer.h"
 #include "models/model.h"
 #include "ps/cluster_layout.h"
 #include "ps/shard_core.h"
@@ -16,16 +17,22 @@ namespace colony {
 
 // The model a job trains (JobSpec::model is ModelKind's number).
 ModelSpec model_spec(const JobSpec& job);
-// A job training `model` (the rest of the job left at its defaults).
+// A job training `model` (the rest of the job left as it was).
 JobSpec job_with_model(JobSpec job, const ModelSpec& model);
+// The optimizer of a deep model's dense parameters, and a job using `config` for it.
+nn::DenseOptimizerConfig dense_optimizer_config(const JobSpec& job);
+JobSpec job_with_dense_optimizer(JobSpec job, const nn::DenseOptimizerConfig& config);
 
 // The shard at node `shard` (a shard node of `layout`): its optimizer, row initialisation,
 // consistency, senders (every aggregator under hierarchical push, else every replica), map,
 // admission, eviction and checkpoint policies, all from `job`.
 ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId shard);
-// The worker replica at node `replica`: its aggregator when its member has one.
+// The worker replica at node `replica`: its aggregator when its member has one; a deep model's
+// dense optimizer, seed and sync interval.
 WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, NodeId replica);
-// The node aggregator of worker member `member` (which has one): the member's replicas.
+// The node aggregator of worker member `member` (which has one): the member's replicas; for a
+// deep model, its place in the dense all-reduce (the first worker member's aggregator is the
+// root; the others send it their nodes' sums).
 AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layout,
                                    uint32_t member);
 // The shard nodes in map order (shard s is node s).

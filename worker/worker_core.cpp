@@ -2,30 +2,54 @@
 
 #include <algorithm>
 
+#include "common/hash.h"
+
 namespace colony {
 
 Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& config) {
   if (config.max_inflight == 0) return Status::invalid_input("max_inflight must be at least 1");
   auto model = Model::make(config.model);
   if (!model) return model.status();
-  if (Status s = require_sparse_model(config.model.kind); !s.ok()) return s;
+  if (config.dense_sync_every == 0)
+    return Status::invalid_input("--dense-sync every:K needs K of at least 1");
+  if ((*model)->dense_params() > 0 && !config.aggregator && !config.dense_alone)
+    return Status::invalid_input(fmt::format(
+        "worker {}: a {} model with several workers needs --push hierarchical (the node "
+        "aggregators all-reduce its dense layers)",
+        config.id, to_string(config.model.kind)));
   auto kv = KvClient::make(
       {config.id, config.map, config.shard_nodes, config.model.width(), config.durable_shards});
   if (!kv) return kv.status();
-  return std::unique_ptr<WorkerCore>(
+  auto core = std::unique_ptr<WorkerCore>(
       new WorkerCore(config, std::move(kv.value()), std::move(model.value())));
+  if (const size_t n = core->model_->dense_params(); n > 0) {
+    auto opt = nn::DenseOptimizer::make(config.dense_optimizer, n);
+    if (!opt) return opt.status();
+    core->dense_optimizer_.emplace(std::move(opt.value()));
+    core->dense_.resize(n);
+    core->dense_grads_.resize(n);
+    core->model_->init_dense(core->dense_, config.seed);
+  }
+  return core;
 }
 
 WorkerCore::WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv,
                        std::unique_ptr<Model> model)
     : config_(config), kv_(std::move(kv)), model_(std::move(model)), width_(config.model.width()) {}
 
+void WorkerCore::step_dense(uint64_t samples) {
+  // As LocalTrainer: the gradient averaged over the samples, then one optimizer step.
+  const float scale = 1.0f / static_cast<float>(samples);
+  for (float& g : dense_grads_) g *= scale;
+  dense_optimizer_->step(dense_, dense_grads_);
+}
+
 bool WorkerCore::wants_batch() const {
   return error_.ok() && !finishing_ && steps_.size() < config_.max_inflight;
 }
 
 bool WorkerCore::done() const {
-  if (!done_sent_ || unacked_pushes_ > 0) return false;
+  if (!done_sent_ || unacked_pushes_ > 0 || awaiting_dense_) return false;
   return std::all_of(push_tickets_.begin(), push_tickets_.end(),
                      [&](auto t) { return kv_->done(t); });
 }
@@ -60,6 +84,7 @@ void WorkerCore::on_message(const PsMessage& message, Outbox& out) {
       return fail(Status::internal(fmt::format("aggregator {} refused request {}: {}", from,
                                                err->header.request_id, err->message)));
     }
+    if (auto* b = std::get_if<DenseBroadcast>(&message)) return on_dense_broadcast(*b, out);
     COLONY_ASSERT(std::holds_alternative<PushAck>(message) && unacked_pushes_ > 0,
                   "worker {}: unexpected message of kind {} from its aggregator", config_.id,
                   message.index());
@@ -74,8 +99,31 @@ void WorkerCore::on_message(const PsMessage& message, Outbox& out) {
   complete_ready_steps(out);
 }
 
+void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
+  if (!awaiting_dense_ || m.step != *awaiting_dense_ || m.values.size() != dense_.size() ||
+      m.samples == 0)
+    return fail(Status::internal(fmt::format(
+        "worker {}: a dense all-reduce of step {} ({} floats over {} samples) it does not wait "
+        "for",
+        config_.id, m.step, m.values.size(), m.samples)));
+  awaiting_dense_.reset();
+  if (config_.dense_sync_every == 1) {
+    dense_grads_.assign(m.values.begin(), m.values.end());
+    step_dense(m.samples);
+  } else {
+    // Parameter averaging: the sum of `samples` replicas' parameters.
+    const float scale = 1.0f / static_cast<float>(m.samples);
+    for (size_t i = 0; i < dense_.size(); ++i) dense_[i] = m.values.data()[i] * scale;
+  }
+  ++stats_.dense_syncs;
+  dense_digest_ = hash_combine(
+      dense_digest_,
+      hash_bytes({reinterpret_cast<const char*>(dense_.data()), dense_.size() * sizeof(float)}));
+  complete_ready_steps(out);
+}
+
 void WorkerCore::complete_ready_steps(Outbox& out) {
-  while (!steps_.empty() && kv_->done(steps_.front().pull)) {
+  while (!steps_.empty() && !awaiting_dense_ && kv_->done(steps_.front().pull)) {
     push(steps_.front(), out);
     steps_.pop_front();
   }
@@ -84,8 +132,9 @@ void WorkerCore::complete_ready_steps(Outbox& out) {
 
 void WorkerCore::push(Step& step, Outbox& out) {
   grads_.assign(step.keys.size() * width_, 0.0f);
+  std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
   stats_.loss_sum +=
-      model_->forward_backward(step.batch, step.slots, step.rows, {}, grads_, {}, {});
+      model_->forward_backward(step.batch, step.slots, step.rows, dense_, grads_, dense_grads_, {});
   stats_.samples += step.batch.rows();
   ++stats_.steps;
   const uint32_t clock = step.clock + 1;
@@ -105,6 +154,22 @@ void WorkerCore::push(Step& step, Outbox& out) {
     stats_.push_bytes += kv_->push_bytes() - bytes;
   }
   clock_ = clock;
+  if (!dense_.empty()) sync_dense(step, out);
+}
+
+void WorkerCore::sync_dense(const Step& step, Outbox& out) {
+  const MessageHeader header{config_.id, next_request_++, kv_->map().version()};
+  if (config_.dense_sync_every == 1 && config_.aggregator) {
+    out.push_back(
+        {*config_.aggregator, DenseReduce{header, step.clock, step.batch.rows(), dense_grads_}});
+    awaiting_dense_ = step.clock;
+    return;
+  }
+  step_dense(step.batch.rows());
+  if (config_.aggregator && (step.clock + 1) % config_.dense_sync_every == 0) {
+    out.push_back({*config_.aggregator, DenseReduce{header, step.clock, 1, dense_}});
+    awaiting_dense_ = step.clock;
+  }
 }
 
 void WorkerCore::finish(Outbox& out) {
@@ -113,11 +178,22 @@ void WorkerCore::finish(Outbox& out) {
 }
 
 void WorkerCore::maybe_send_done(Outbox& out) {
-  if (!finishing_ || done_sent_ || !steps_.empty() || !error_.ok()) return;
+  if (!finishing_ || done_sent_ || !steps_.empty() || awaiting_dense_ || !error_.ok()) return;
   done_sent_ = true;
   if (config_.aggregator) {
     out.push_back({*config_.aggregator,
                    ClockAdvance{{config_.id, next_request_++, kv_->map().version()}, clock_done}});
+    if (!dense_.empty()) {
+      // Under parameter averaging the replicas end by averaging their final parameters.
+      const bool average = config_.dense_sync_every > 1;
+      DenseReduce last{{config_.id, next_request_++, kv_->map().version()}, clock_done, 0, {}};
+      if (average) {
+        last.samples = 1;
+        last.values = dense_;
+        awaiting_dense_ = clock_done;
+      }
+      out.push_back({*config_.aggregator, std::move(last)});
+    }
   } else {
     kv_->finish(out);
   }

@@ -12,16 +12,23 @@
 //
 // A pull sent under an old shard map is answered with the new map; the core adopts it and
 // re-sends the step's pulls. A PsError is fatal: error() reports it and the core stops.
+//
+// Deep models: the step's dense gradients go to the aggregator (DenseReduce) beside its sparse
+// push, and the next step is computed only once the all-reduced sum has come back
+// (DenseBroadcast) and been applied, so every replica computes every step with the same dense
+// parameters. Pulls keep overlapping this wait.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "data/batch.h"
+#include "models/dense_optimizer.h"
 #include "models/model.h"
 #include "ps/protocol.h"
 #include "worker/kv_client.h"
@@ -37,6 +44,16 @@ struct WorkerConfig {
   size_t max_inflight = 2;           // steps with pulls outstanding at once (>= 1)
   // Shards may restart over durable stores: keep pushes until acknowledged (KvClient::resync).
   bool durable_shards = false;
+  // A deep model's dense parameters (hybrid training, docs/models.md): initialised from `seed`
+  // as the single-process trainer does, stepped by `dense_optimizer`, and kept equal across
+  // replicas through the aggregators' all-reduce (ps/protocol.h DenseReduce): of the gradients
+  // every step when dense_sync_every is 1, else of the parameters every dense_sync_every steps
+  // and once more at the end. A replica without an aggregator must be the only one
+  // (dense_alone) and steps on its own gradients.
+  nn::DenseOptimizerConfig dense_optimizer;
+  uint64_t seed = 1;
+  uint32_t dense_sync_every = 1;
+  bool dense_alone = false;
 };
 
 struct WorkerStats {
@@ -48,13 +65,14 @@ struct WorkerStats {
   uint64_t push_bytes = 0;       // keys and gradients in those pushes
   uint64_t pull_retries = 0;     // pulls re-sent after a shard-map update
   uint64_t replies_dropped = 0;  // replies that answered no open request (KvClient)
+  uint64_t dense_syncs = 0;      // dense all-reduce results applied
 };
 
 class WorkerCore {
  public:
   // Fails with invalid_input for a bad map, a shard list that does not match it,
-  // max_inflight == 0, a bad model shape, or a deep model (its dense parameters are trained
-  // by the single-process trainer only in this version).
+  // max_inflight == 0, a bad model shape or dense optimizer setting, dense_sync_every == 0, or
+  // a deep model with neither an aggregator nor dense_alone.
   static Expected<std::unique_ptr<WorkerCore>> make(const WorkerConfig& config);
 
   // True when the driver may hand in another batch (fewer than max_inflight steps in flight,
@@ -71,8 +89,14 @@ class WorkerCore {
   // what they may have lost (KvClient::resync).
   void on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& out);
 
-  // Finished, every step pushed and every push acknowledged.
+  // Finished, every step pushed and every push acknowledged (and, for a deep model, the last
+  // all-reduce applied).
   bool done() const;
+  // A deep model's dense parameters (empty for LR and FM).
+  std::span<const float> dense() const { return dense_; }
+  // A hash chained over the dense parameters after every all-reduce applied: replicas that
+  // stayed bit-identical after each all-reduce have equal digests.
+  uint64_t dense_digest() const { return dense_digest_; }
   // Out of batches with every step pushed (acks may still be due).
   bool finished() const { return done_sent_; }
   const Status& error() const { return error_; }
@@ -95,8 +119,13 @@ class WorkerCore {
              std::unique_ptr<Model> model);
   void complete_ready_steps(Outbox& out);
   void push(Step& step, Outbox& out);
+  // After a step's push: its dense gradients to the all-reduce, or stepped here.
+  void sync_dense(const Step& step, Outbox& out);
   void maybe_send_done(Outbox& out);
   void fail(Status status);
+  void on_dense_broadcast(const DenseBroadcast& m, Outbox& out);
+  // One dense optimizer step on dense_grads_ summed over `samples` samples.
+  void step_dense(uint64_t samples);
 
   WorkerConfig config_;
   std::unique_ptr<KvClient> kv_;
@@ -112,6 +141,11 @@ class WorkerCore {
   bool finishing_ = false;
   bool done_sent_ = false;
   std::vector<float> grads_;
+  std::optional<nn::DenseOptimizer> dense_optimizer_;
+  std::vector<float> dense_, dense_grads_;
+  // The all-reduce this replica waits for: a step's, or clock_done's (the final averaging).
+  std::optional<uint32_t> awaiting_dense_;
+  uint64_t dense_digest_ = 0;
   Status error_;
   WorkerStats stats_;
 };
