@@ -8,7 +8,10 @@
 #include <kj/io.h>
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <tuple>
+#include <variant>
 
 #include "actors/wire.capnp.h"
 
@@ -237,6 +240,22 @@ std::vector<uint64_t> read_keys(capnp::List<uint64_t>::Reader list) {
 
 namespace {
 
+// A DenseReduce or DenseBroadcast: the values as PullReply's, a segment of their own where they
+// can be.
+template <class W, class M>
+void set_dense(capnp::MessageBuilder& builder, W w, const M& m) {
+  set_header(w, m.header);
+  w.setStep(m.step);
+  w.setSamples(m.samples);
+  set_floats(
+      builder, m.values, [&](capnp::Orphan<capnp::Data>&& o) { w.adoptValues(std::move(o)); },
+      [&](kj::ArrayPtr<const kj::byte> b) { w.setValues(b); });
+}
+
+// Every alternative of PsMessage has its branch in build_ps and read_ps (and a name in
+// ClusterLayout's checks): a new message must be added to each.
+static_assert(std::variant_size_v<PsMessage> == 9, "a ps message kind without a wire encoding");
+
 // Builds the envelope of a ps message; float arrays become external segments where they can
 // (`message` must outlive `builder`).
 void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t cluster_id,
@@ -290,6 +309,10 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     set_header(w, m->header);
     w.setCode(static_cast<uint8_t>(m->code));
     w.setMessage(m->message);
+  } else if (auto* m = std::get_if<DenseReduce>(&message)) {
+    set_dense(builder, ps.initDenseReduce(), *m);
+  } else if (auto* m = std::get_if<DenseBroadcast>(&message)) {
+    set_dense(builder, ps.initDenseBroadcast(), *m);
   }
 }
 
@@ -341,6 +364,19 @@ Expected<EncodedFrames> encode_ps_frames(PsMessage&& message, uint64_t cluster_i
 }
 
 namespace {
+
+// A DenseReduce or DenseBroadcast, its values read as PullReply's.
+template <class M, class R>
+Status read_dense(R r, const FrameWords& words, M& m, const char* what) {
+  m.header = get_header(r.getHeader());
+  m.step = r.getStep();
+  m.samples = r.getSamples();
+  capnp::Data::Reader values = r.getValues();
+  if (values.size() / sizeof(float) > wire_dense_floats_max)
+    return Status::invalid_input(
+        fmt::format("{} of {} bytes, over {} floats", what, values.size(), wire_dense_floats_max));
+  return read_floats(values, words, m.values, what);
+}
 
 // Decodes the ps union of an envelope; `status` says what was wrong.
 Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const FrameWords& words,
@@ -394,6 +430,18 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
         return Status::invalid_input(fmt::format("unknown error code {}", code));
       out = PsError{get_header(r.getHeader()), static_cast<PsErrorCode>(code),
                     std::string(r.getMessage().cStr())};
+      break;
+    }
+    case wire::PsMessage::DENSE_REDUCE: {
+      DenseReduce m;
+      status = read_dense(ps.getDenseReduce(), words, m, "dense reduce values");
+      out = std::move(m);
+      break;
+    }
+    case wire::PsMessage::DENSE_BROADCAST: {
+      DenseBroadcast m;
+      status = read_dense(ps.getDenseBroadcast(), words, m, "dense broadcast values");
+      out = std::move(m);
       break;
     }
     default:
@@ -476,6 +524,45 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setAdmitAfter(j.admit_after);
   w.setEvictAfter(j.evict_after);
   w.setCheckpointEvery(j.checkpoint_every);
+  w.setFields(j.fields);
+  w.setDense(j.dense);
+  auto mlp = w.initMlp(static_cast<unsigned>(j.mlp.size()));
+  for (unsigned i = 0; i < j.mlp.size(); ++i) mlp.set(i, j.mlp[i]);
+  auto bottom = w.initBottom(static_cast<unsigned>(j.bottom.size()));
+  for (unsigned i = 0; i < j.bottom.size(); ++i) bottom.set(i, j.bottom[i]);
+  w.setCrossLayers(j.cross_layers);
+  w.setDenseOptimizer(j.dense_optimizer);
+  w.setDenseLr(j.dense_lr);
+  w.setDenseBeta1(j.dense_beta1);
+  w.setDenseBeta2(j.dense_beta2);
+  w.setDenseEps(j.dense_eps);
+  w.setDenseWeightDecay(j.dense_weight_decay);
+  w.setDenseMomentum(j.dense_momentum);
+  w.setDenseSyncEvery(j.dense_sync_every);
+}
+
+// A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
+Status read_layers(capnp::List<uint32_t>::Reader r, std::vector<uint32_t>& out, const char* what) {
+  if (r.size() > control_layers_max)
+    return Status::invalid_input(
+        fmt::format("{} of {} layers, over {}", what, r.size(), control_layers_max));
+  out.clear();
+  for (uint32_t units : r) {
+    if (units < 1 || units > control_layer_width_max)
+      return Status::invalid_input(
+          fmt::format("{} layer of {} units, outside 1..{}", what, units, control_layer_width_max));
+    out.push_back(units);
+  }
+  return Status();
+}
+
+// The dense optimizer's settings are range-checked by the member (DenseOptimizer::make); a NaN
+// or infinity is refused here, where it arrives.
+Status read_finite(float value, float& out, const char* what) {
+  if (!std::isfinite(value))
+    return Status::invalid_input(fmt::format("dense optimizer {} {} is not finite", what, value));
+  out = value;
+  return Status();
 }
 
 Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
@@ -519,6 +606,35 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
         fmt::format("admit-after {} over {}", j.admit_after, control_admit_after_max));
   j.evict_after = r.getEvictAfter();
   j.checkpoint_every = r.getCheckpointEvery();
+  j.fields = r.getFields();
+  if (j.fields < 1 || j.fields > control_fields_max)
+    return Status::invalid_input(
+        fmt::format("fields {} outside 1..{}", j.fields, control_fields_max));
+  j.dense = r.getDense();
+  if (j.dense > control_dense_max)
+    return Status::invalid_input(
+        fmt::format("dense features {} over {}", j.dense, control_dense_max));
+  if (Status s = read_layers(r.getMlp(), j.mlp, "mlp"); !s.ok()) return s;
+  if (Status s = read_layers(r.getBottom(), j.bottom, "bottom mlp"); !s.ok()) return s;
+  j.cross_layers = r.getCrossLayers();
+  if (j.cross_layers > control_cross_layers_max)
+    return Status::invalid_input(
+        fmt::format("cross layers {} over {}", j.cross_layers, control_cross_layers_max));
+  j.dense_optimizer = r.getDenseOptimizer();
+  if (j.dense_optimizer > control_dense_optimizer_max)
+    return Status::invalid_input(fmt::format("unknown dense optimizer kind {}", j.dense_optimizer));
+  for (auto [value, out, what] :
+       {std::tuple{r.getDenseLr(), &j.dense_lr, "learning rate"},
+        std::tuple{r.getDenseBeta1(), &j.dense_beta1, "beta1"},
+        std::tuple{r.getDenseBeta2(), &j.dense_beta2, "beta2"},
+        std::tuple{r.getDenseEps(), &j.dense_eps, "epsilon"},
+        std::tuple{r.getDenseWeightDecay(), &j.dense_weight_decay, "weight decay"},
+        std::tuple{r.getDenseMomentum(), &j.dense_momentum, "momentum"}})
+    if (Status s = read_finite(value, *out, what); !s.ok()) return s;
+  j.dense_sync_every = r.getDenseSyncEvery();
+  if (j.dense_sync_every < 1 || j.dense_sync_every > control_dense_sync_every_max)
+    return Status::invalid_input(fmt::format("dense sync every {} steps, outside 1..{}",
+                                             j.dense_sync_every, control_dense_sync_every_max));
   return Status();
 }
 
@@ -627,6 +743,16 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.counters.bad_messages = d.getBadMessages();
       x.counters.cpu_seconds = d.getCpuSeconds();
       x.read_from_cache = d.getReadFromCache();
+      auto dense = d.getDense();
+      if (dense.size() % sizeof(float) != 0)
+        return Status::invalid_input(fmt::format(
+            "done's dense parameters of {} bytes are not a whole number of floats", dense.size()));
+      if (dense.size() / sizeof(float) > wire_dense_floats_max)
+        return Status::invalid_input(
+            fmt::format("done's dense parameters of {} bytes, over {} floats", dense.size(),
+                        wire_dense_floats_max));
+      x.dense.resize(dense.size() / sizeof(float));
+      if (dense.size() > 0) std::memcpy(x.dense.data(), dense.begin(), dense.size());
       m.body = std::move(x);
       return Status();
     }
@@ -761,6 +887,8 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setBadMessages(b.counters.bad_messages);
           d.setCpuSeconds(b.counters.cpu_seconds);
           d.setReadFromCache(b.read_from_cache);
+          d.setDense(kj::arrayPtr(reinterpret_cast<const kj::byte*>(b.dense.data()),
+                                  b.dense.size() * sizeof(float)));
         } else if constexpr (std::is_same_v<T, NodesLost>) {
           auto n = c.initNodesLost();
           auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));

@@ -47,7 +47,8 @@ Expected<Envelope> decode_envelope(std::span<const uint8_t> bytes);
 // decode_envelope checks, it fails with invalid_input for another cluster's message, a kind
 // other than 0, no message in the union, an envelope sender that differs from the message's,
 // a float blob whose size is not a multiple of 4, gradients that are not a whole number of
-// rows of the push's keys, and an unknown error code.
+// rows of the push's keys, an unknown error code, and dense values (DenseReduce,
+// DenseBroadcast) of more than wire_dense_floats_max floats.
 // `receiver` is the node the message is for (the envelope carries it; decode_ps_message ignores
 // it, decode_wire_message returns it).
 Expected<std::vector<uint8_t>> encode_ps_message(const PsMessage& message, uint64_t cluster_id,
@@ -80,10 +81,22 @@ inline constexpr uint16_t wire_kind_control = 1;
 inline constexpr size_t control_text_bytes_max = 4096;  // endpoints, paths, reasons
 inline constexpr size_t control_members_max = 8192;
 inline constexpr size_t control_nodes_max = 1u << 20;
-inline constexpr uint32_t control_model_max = 1;          // ModelKind: 0 lr, 1 fm
-inline constexpr uint32_t control_dim_max = 1024;         // an FM's factor dimension
+inline constexpr uint32_t control_model_max = 4;   // ModelKind: 0 lr 1 fm 2 deepfm 3 dlrm 4 dcn
+inline constexpr uint32_t control_dim_max = 1024;  // an FM's factor dimension
 inline constexpr uint32_t control_max_inflight_max = 64;  // steps a worker keeps in flight
 inline constexpr uint32_t control_admit_after_max = 255;  // the admission sketch's counters
+// A deep model's shape (JobSpec): field slots 1..max, dense features 0..max, hidden layers
+// (mlp, bottom) of at most control_layers_max entries of 1..control_layer_width_max units each.
+inline constexpr uint32_t control_fields_max = 255;
+inline constexpr uint32_t control_dense_max = 1024;
+inline constexpr size_t control_layers_max = 16;
+inline constexpr uint32_t control_layer_width_max = 65536;
+inline constexpr uint32_t control_cross_layers_max = 16;
+inline constexpr uint32_t control_dense_optimizer_max = 2;  // 0 adam, 1 adamw, 2 sgd momentum
+inline constexpr uint32_t control_dense_sync_every_max = 1000000;  // steps between averagings
+// The most floats of a deep model's dense parameters on the wire: MemberDone::dense and the
+// values of DenseReduce and DenseBroadcast. (wire_message_bytes_max bounds them further.)
+inline constexpr size_t wire_dense_floats_max = size_t{1} << 28;
 
 Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& message,
                                                       uint64_t cluster_id);
@@ -100,7 +113,12 @@ struct WireMessage {
 // (control). A control message also fails with invalid_input for a text over
 // control_text_bytes_max, a list over its bound, a public key that is neither empty nor 40
 // characters, or a value out of range (role, model, optimizer, consistency, a zero batch,
-// epoch count, replica count, dim over max 1024, max in-flight over 64, zero heartbeat times).
+// epoch count, replica count, dim over max 1024, max in-flight over 64, zero heartbeat times;
+// a deep model's fields outside 1..255, dense features over 1024, mlp or bottom of more than
+// 16 layers or a layer outside 1..65536 units, cross layers over 16, an unknown dense
+// optimizer, a dense optimizer setting that is NaN or infinite, dense_sync_every outside
+// 1..1000000), or MemberDone's dense parameters of more than wire_dense_floats_max floats or
+// not a whole number of floats.
 Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id);
 // The same for a message received as frames (one: the flat format; 2..wire_frames_max: the
 // segments, as EncodedFrames describes). Fails with invalid_input also for no frames, too

@@ -61,6 +61,19 @@ struct PsError {
   code @1 :UInt8;
   message @2 :Text;
 }
+# The dense all-reduce of a deep model's replicas, up and down the aggregator tree.
+struct DenseReduce {
+  header @0 :Header;
+  step @1 :UInt32;
+  samples @2 :UInt64;
+  values @3 :Data;
+}
+struct DenseBroadcast {
+  header @0 :Header;
+  step @1 :UInt32;
+  samples @2 :UInt64;
+  values @3 :Data;
+}
 
 struct PsMessage {
   union {
@@ -72,6 +85,8 @@ struct PsMessage {
     clockAdvance @5 :ClockAdvance;
     shardMapUpdate @6 :ShardMapUpdate;
     psError @7 :PsError;
+    denseReduce @8 :DenseReduce;
+    denseBroadcast @9 :DenseBroadcast;
   }
 }
 
@@ -104,6 +119,21 @@ struct JobSpec {
   admitAfter @13 :UInt32;
   evictAfter @14 :UInt32;
   checkpointEvery @15 :UInt32;
+  # A deep model's shape and dense optimizer. The defaults are JobSpec's, so a message written
+  # before these fields existed reads as an LR or FM job always did.
+  fields @16 :UInt32 = 1;
+  dense @17 :UInt32;
+  mlp @18 :List(UInt32);
+  bottom @19 :List(UInt32);
+  crossLayers @20 :UInt32 = 3;
+  denseOptimizer @21 :UInt8;
+  denseLr @22 :Float32 = 0.001;
+  denseBeta1 @23 :Float32 = 0.9;
+  denseBeta2 @24 :Float32 = 0.999;
+  denseEps @25 :Float32 = 1e-8;
+  denseWeightDecay @26 :Float32;
+  denseMomentum @27 :Float32 = 0.9;
+  denseSyncEvery @28 :UInt32 = 1;
 }
 struct MemberInfo {
   role @0 :UInt8;
@@ -148,6 +178,7 @@ struct MemberDone {
   badMessages @11 :UInt64;
   cpuSeconds @12 :Float64;
   readFromCache @13 :Bool;
+  dense @14 :Data;          # float32 blob: a deep model's final dense parameters
 }
 struct Control {
   from @0 :UInt32;

@@ -1,7 +1,9 @@
 #include "ps/cluster_layout.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
+#include <variant>
 
 namespace colony {
 
@@ -19,9 +21,15 @@ const MessageHeader& header_of(const PsMessage& m) {
   return std::visit([](const auto& x) -> const MessageHeader& { return x.header; }, m);
 }
 
+bool is_dense(const PsMessage& m) {
+  return std::holds_alternative<DenseReduce>(m) || std::holds_alternative<DenseBroadcast>(m);
+}
+
 const char* kind_name(const PsMessage& m) {
-  static constexpr const char* names[] = {"pull",          "pull reply",       "push", "push ack",
-                                          "clock advance", "shard map update", "error"};
+  static constexpr const char* names[] = {"pull",     "pull reply",    "push",
+                                          "push ack", "clock advance", "shard map update",
+                                          "error",    "dense reduce",  "dense broadcast"};
+  static_assert(std::size(names) == std::variant_size_v<PsMessage>, "a ps message without a name");
   return names[m.index()];
 }
 
@@ -147,6 +155,10 @@ Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
   if (Status s = tiles(replica_ranges, shards, replicas, "worker replicas"); !s.ok()) return s;
   if (Status s = tiles(aggregators, shards + replicas, aggregators.size(), "aggregators"); !s.ok())
     return s;
+  // The first worker member's aggregator is the root of the dense all-reduce, and every member
+  // must agree which one that is: the lowest-numbered.
+  if (!std::is_sorted(aggregators.begin(), aggregators.end()))
+    return Status::invalid_input("the layout's aggregators are not numbered in member order");
   const uint64_t total = shards + replicas + aggregators.size();
   if (w.coordinator_node != total)
     return Status::invalid_input(fmt::format(
@@ -172,6 +184,7 @@ Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
     if (m.has_aggregator) {
       l.role_[m.aggregator] = NodeRole::aggregator;
       l.owner_[m.aggregator] = i;
+      if (!l.dense_root_) l.dense_root_ = m.aggregator;
     }
   }
   return l;
@@ -216,12 +229,36 @@ Status ClusterLayout::check_ps_message(const PsMessage& m, NodeId receiver,
     return Status::invalid_input(
         fmt::format("a {} from node {}, of {}", kind_name(m), h.sender, nodes()));
   const NodeRole to = role_[receiver], from = role_[h.sender];
-  if (request != (to == NodeRole::shard))
-    return Status::invalid_input(
-        fmt::format("a {} for node {}, a {}", kind_name(m), receiver, role_name(to)));
-  if (request == (from == NodeRole::shard))
-    return Status::invalid_input(
-        fmt::format("a {} in the name of node {}, a {}", kind_name(m), h.sender, role_name(from)));
+  if (is_dense(m)) {
+    // The all-reduce tree: replicas to their member's aggregator, aggregators to the root; back
+    // down the same edges.
+    if (to != NodeRole::aggregator && to != NodeRole::replica)
+      return Status::invalid_input(
+          fmt::format("a {} for node {}, a {}", kind_name(m), receiver, role_name(to)));
+    const bool same_member = owner_[h.sender] == owner_[receiver];
+    bool edge = false;
+    if (std::holds_alternative<DenseReduce>(m))
+      edge =
+          to == NodeRole::aggregator && ((from == NodeRole::replica && same_member) ||
+                                         (from == NodeRole::aggregator && receiver == dense_root_));
+    else if (to == NodeRole::aggregator)
+      edge = h.sender == dense_root_;
+    else
+      edge = from == NodeRole::aggregator && same_member;
+    if (!edge)
+      return Status::invalid_input(fmt::format(
+          "a {} from node {}, a {}, to node {}, a {}: not an edge of the all-reduce tree (rooted "
+          "at node {})",
+          kind_name(m), h.sender, role_name(from), receiver, role_name(to),
+          dense_root_ ? fmt::format("{}", *dense_root_) : std::string("none")));
+  } else {
+    if (request != (to == NodeRole::shard))
+      return Status::invalid_input(
+          fmt::format("a {} for node {}, a {}", kind_name(m), receiver, role_name(to)));
+    if (request == (from == NodeRole::shard))
+      return Status::invalid_input(fmt::format("a {} in the name of node {}, a {}", kind_name(m),
+                                               h.sender, role_name(from)));
+  }
   if (const auto* pull = std::get_if<PullRequest>(&m)) {
     const bool writer_ok = pull->writer < nodes() && role_[pull->writer] != NodeRole::shard &&
                            owner_[pull->writer] == owner_[h.sender];

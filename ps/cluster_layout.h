@@ -55,9 +55,9 @@ class ClusterLayout {
   // 1..4096 nodes; the ps members' first nodes number the shards 0..S-1 without gap or overlap
   // and S equals the map's shard count; the worker members' replicas follow without gap, as
   // many as workers_total; aggregators are present exactly under hierarchical push, each a
-  // distinct id after the replicas; the coordinator's node is the one after all of them; a
-  // non-empty public key is not used by two members; and the heartbeat timeout is above the
-  // interval.
+  // distinct id after the replicas, numbered in the order of their members (so every member
+  // agrees on dense_root); the coordinator's node is the one after all of them; a non-empty
+  // public key is not used by two members; and the heartbeat timeout is above the interval.
   static Expected<ClusterLayout> make(const Welcome& w);
 
   uint32_t nodes() const { return static_cast<uint32_t>(role_.size()); }
@@ -76,6 +76,9 @@ class ClusterLayout {
   // The senders whose pushes and clocks a shard waits for: every aggregator under hierarchical
   // push, else every replica.
   std::vector<NodeId> shard_senders() const;
+  // The root of a deep model's dense all-reduce (DenseReduce, DenseBroadcast): the first worker
+  // member's aggregator, which is the lowest-numbered one. nullopt without aggregators.
+  std::optional<NodeId> dense_root() const { return dense_root_; }
   // The shard nodes of member i (empty for a worker member).
   std::vector<NodeId> nodes_of(uint32_t i) const;
 
@@ -84,10 +87,15 @@ class ClusterLayout {
   // this layout; requests (pull, push, clock) go to a node that is not a shard, or replies
   // (pull reply, ack, map update, error) to a shard; a request's sender is a shard, or a
   // reply's sender is not one; a pull's writer is not a node of its sender's member (or the
-  // coordinator's own node for its own pulls); or the sender's node is not the origin
-  // member's. The coordinator may send requests as its own node, and a ClockAdvance to
-  // clock_done in the name of any replica or aggregator (it does so for lost members). With an
-  // unknown origin only the structural checks apply.
+  // coordinator's own node for its own pulls); a dense message does not follow an edge of the
+  // all-reduce tree; or the sender's node is not the origin member's. The tree's edges: a
+  // DenseReduce goes to an aggregator from a replica of the same member, or to the root
+  // (dense_root) from any aggregator, the root's own included; a DenseBroadcast goes to an
+  // aggregator from the root only, and to a replica from its own member's aggregator; nothing
+  // dense goes to a shard or the coordinator. The coordinator may send requests as its own
+  // node, and a ClockAdvance to clock_done in the name of any replica or aggregator (it does
+  // so for lost members), but nothing dense. With an unknown origin only the structural checks
+  // apply.
   Status check_ps_message(const PsMessage& m, NodeId receiver, const MessageOrigin& origin) const;
 
  private:
@@ -99,6 +107,7 @@ class ClusterLayout {
   std::unordered_map<std::string, uint32_t> member_of_key_;  // non-empty keys only
   uint32_t shards_ = 0;
   NodeId coordinator_node_ = 0;
+  std::optional<NodeId> dense_root_;
 };
 
 }  // namespace colony

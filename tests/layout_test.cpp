@@ -207,3 +207,100 @@ BOOST_AUTO_TEST_CASE(members_speak_only_for_their_own_nodes) {
   BOOST_TEST(l.check_ps_message(ClockAdvance{{5, 9, 0}, 3, false}, 0, MessageOrigin{}).ok());
   BOOST_TEST(!l.check_ps_message(pull(1'000'000, 3), 0, MessageOrigin{}).ok());
 }
+
+namespace {
+
+DenseReduce reduce(NodeId sender) {
+  return DenseReduce{{sender, 1, 0}, 4, 32, FloatBuffer(std::vector<float>(3))};
+}
+DenseBroadcast broadcast(NodeId sender) {
+  return DenseBroadcast{{sender, 1, 0}, 4, 64, FloatBuffer(std::vector<float>(3))};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_dense_all_reduce_root_is_the_first_worker_members_aggregator) {
+  BOOST_TEST(!ClusterLayout::make(welcome(false)).value().dense_root());
+  auto l = ClusterLayout::make(welcome(true)).value();
+  // Aggregators: 7 (member 1, the first worker member) and 8 (member 3).
+  BOOST_REQUIRE(l.dense_root());
+  BOOST_TEST(*l.dense_root() == 7u);
+  BOOST_TEST((l.role(7) == NodeRole::aggregator && *l.owner(7) == 1u));
+
+  // Every member must agree on the root: aggregators numbered out of member order are refused.
+  Welcome w = welcome(true);
+  std::swap(w.members[1].aggregator, w.members[3].aggregator);
+  BOOST_TEST(fails_with(w, "not numbered in member order"));
+}
+
+BOOST_AUTO_TEST_CASE(dense_messages_follow_the_all_reduce_tree) {
+  auto l = ClusterLayout::make(welcome(true)).value();
+  // Nodes: shards 0 (member 0), 1-2 (member 2); replicas 3-4 (member 1), 5-6 (member 3);
+  // aggregators 7 (member 1, the root), 8 (member 3); coordinator 9.
+  const auto w0 = MessageOrigin::of_member(1), w1 = MessageOrigin::of_member(3),
+             p0 = MessageOrigin::of_member(0), coord = MessageOrigin::of_coordinator();
+  auto allowed = [&](const PsMessage& m, NodeId to, const MessageOrigin& from) {
+    const Status s = l.check_ps_message(m, to, from);
+    BOOST_TEST_MESSAGE("allowed? " << s.message());
+    return s.ok();
+  };
+
+  // Up: a replica to its own member's aggregator; a node's sum to the root (the root's own too).
+  BOOST_TEST(allowed(reduce(3), 7, w0));
+  BOOST_TEST(allowed(reduce(6), 8, w1));
+  BOOST_TEST(allowed(reduce(8), 7, w1));
+  BOOST_TEST(allowed(reduce(7), 7, w0));
+  // Down: the root to each aggregator, an aggregator to its own member's replicas.
+  BOOST_TEST(allowed(broadcast(7), 8, w0));
+  BOOST_TEST(allowed(broadcast(7), 7, w0));
+  BOOST_TEST(allowed(broadcast(7), 4, w0));
+  BOOST_TEST(allowed(broadcast(8), 5, w1));
+
+  // Up, refused: a replica to another member's aggregator; an aggregator to one that is not
+  // the root; the root's sum back down as a reduce; to a replica, a shard or the coordinator;
+  // from a shard or the coordinator's node.
+  BOOST_TEST(!allowed(reduce(5), 7, w1));
+  BOOST_TEST(!allowed(reduce(7), 8, w0));
+  BOOST_TEST(!allowed(reduce(3), 4, w0));
+  BOOST_TEST(!allowed(reduce(3), 0, w0));
+  BOOST_TEST(!allowed(reduce(3), 9, w0));
+  BOOST_TEST(!allowed(reduce(0), 7, p0));
+  BOOST_TEST(!allowed(reduce(9), 7, coord));
+  // Forged: member 3 (listed, with a key) sends a reduce in the name of member 1's replica, to
+  // member 1's aggregator, or in the name of member 1's aggregator to the root.
+  BOOST_TEST(!allowed(reduce(3), 7, w1));
+  BOOST_TEST(!allowed(reduce(7), 7, w1));
+  // Structurally fine but from the coordinator's key in a replica's name: not the coordinator's
+  // to send.
+  BOOST_TEST(!allowed(reduce(3), 7, coord));
+
+  // Down, refused: to an aggregator from one that is not the root (even to the root); from a
+  // replica; to another member's replica; to a shard or the coordinator.
+  BOOST_TEST(!allowed(broadcast(8), 7, w1));
+  BOOST_TEST(!allowed(broadcast(8), 8, w1));
+  BOOST_TEST(!allowed(broadcast(3), 7, w0));
+  BOOST_TEST(!allowed(broadcast(3), 4, w0));
+  BOOST_TEST(!allowed(broadcast(7), 5, w0));
+  BOOST_TEST(!allowed(broadcast(8), 3, w1));
+  BOOST_TEST(!allowed(broadcast(7), 0, w0));
+  BOOST_TEST(!allowed(broadcast(7), 9, w0));
+  // Forged: member 3 broadcasts in the root's name.
+  BOOST_TEST(!allowed(broadcast(7), 8, w1));
+
+  // The reason names the message and the tree.
+  const Status s = l.check_ps_message(broadcast(8), 7, w1);
+  BOOST_TEST(s.message().find("dense broadcast") != std::string::npos, s.message());
+  BOOST_TEST(s.message().find("rooted at node 7") != std::string::npos, s.message());
+
+  // On an --insecure cluster only the tree is checked.
+  BOOST_TEST(allowed(reduce(3), 7, MessageOrigin{}));
+  BOOST_TEST(!allowed(reduce(5), 7, MessageOrigin{}));
+
+  // Flat push has no aggregators: nothing dense goes anywhere.
+  auto flat = ClusterLayout::make(welcome(false)).value();
+  for (NodeId to = 0; to < flat.nodes(); ++to)
+    for (NodeId from = 0; from < flat.nodes(); ++from) {
+      BOOST_TEST(!flat.check_ps_message(reduce(from), to, MessageOrigin{}).ok());
+      BOOST_TEST(!flat.check_ps_message(broadcast(from), to, MessageOrigin{}).ok());
+    }
+}

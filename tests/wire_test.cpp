@@ -1,14 +1,21 @@
 #define BOOST_TEST_MODULE wire_test
 #include <boost/test/unit_test.hpp>
 
+#include <capnp/message.h>
+#include <capnp/serialize.h>
+
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/envelope.h"
+#include "actors/wire.capnp.h"
 #include "common/hash.h"
 
 using namespace colony;
@@ -236,6 +243,9 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
       ShardMapUpdate{random_header(rng), rng.next(), static_cast<uint32_t>(rng.next()),
                      static_cast<uint32_t>(rng.next()), rng.next()},
       PsError{random_header(rng), PsErrorCode::out_of_order, std::string(rng.next() % 50, 'x')},
+      DenseReduce{random_header(rng), static_cast<uint32_t>(rng.next()), rng.next(),
+                  random_floats(rng, n * width)},
+      DenseBroadcast{random_header(rng), clock_done, rng.next(), random_floats(rng, n * width)},
   };
 }
 
@@ -260,6 +270,8 @@ bool same(const PsMessage& a, const PsMessage& b) {
           return x.version == y.version && x.shards == y.shards &&
                  x.vnodes_per_shard == y.vnodes_per_shard && x.seed == y.seed;
         if constexpr (std::is_same_v<T, PsError>) return x.code == y.code && x.message == y.message;
+        if constexpr (std::is_same_v<T, DenseReduce> || std::is_same_v<T, DenseBroadcast>)
+          return x.step == y.step && x.samples == y.samples && x.values == y.values;
         return true;
       },
       a);
@@ -368,6 +380,22 @@ JobSpec random_job(SplitMix64& rng) {
   j.admit_after = static_cast<uint32_t>(rng.next() % 256);
   j.evict_after = static_cast<uint32_t>(rng.next());
   j.checkpoint_every = static_cast<uint32_t>(rng.next());
+  j.model = static_cast<uint8_t>(rng.next() % (control_model_max + 1));
+  j.fields = 1 + static_cast<uint32_t>(rng.next() % control_fields_max);
+  j.dense = static_cast<uint32_t>(rng.next() % (control_dense_max + 1));
+  j.mlp.resize(rng.next() % (control_layers_max + 1));
+  for (uint32_t& units : j.mlp) units = 1 + static_cast<uint32_t>(rng.next() % 65536);
+  j.bottom.resize(rng.next() % 4);
+  for (uint32_t& units : j.bottom) units = 1 + static_cast<uint32_t>(rng.next() % 1024);
+  j.cross_layers = static_cast<uint32_t>(rng.next() % (control_cross_layers_max + 1));
+  j.dense_optimizer = static_cast<uint8_t>(rng.next() % 3);
+  j.dense_lr = static_cast<float>(rng.next() % 1000) / 1e5f;
+  j.dense_beta1 = static_cast<float>(rng.next() % 1000) / 1e3f;
+  j.dense_beta2 = static_cast<float>(rng.next() % 1000) / 1e3f;
+  j.dense_eps = static_cast<float>(rng.next() % 1000) * 1e-10f;
+  j.dense_weight_decay = static_cast<float>(rng.next() % 1000) / 1e4f;
+  j.dense_momentum = static_cast<float>(rng.next() % 1000) / 1e3f;
+  j.dense_sync_every = 1 + static_cast<uint32_t>(rng.next() % control_dense_sync_every_max);
   return j;
 }
 
@@ -400,7 +428,8 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
                WorkerCounters{rng.next(), 0.25 * double(rng.next() % 1000), rng.next(), rng.next(),
                               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
                               rng.next(), double(rng.next() % 1000) / 3.0},
-               rng.next() % 2 == 0};
+               rng.next() % 2 == 0,
+               random_floats(rng, rng.next() % 3 == 0 ? 0 : rng.next() % 2000)};
   NodesLost lost;
   for (size_t i = rng.next() % 10; i > 0; --i)
     lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
@@ -456,7 +485,7 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, Heartbeat>) return x.samples == y.samples;
         if constexpr (std::is_same_v<T, MemberDone>)
           return x.error == y.error && x.drained == y.drained && x.counters == y.counters &&
-                 x.read_from_cache == y.read_from_cache;
+                 x.read_from_cache == y.read_from_cache && x.dense == y.dense;
         if constexpr (std::is_same_v<T, NodesLost>)
           return x.nodes == y.nodes && x.reason == y.reason && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, Leave>) return x.reason == y.reason;
@@ -539,7 +568,190 @@ BOOST_AUTO_TEST_CASE(control_messages_out_of_range_are_refused_with_a_reason) {
   w.job.dim = 8;
   w.heartbeat_ms = 0;
   refused(w, "heartbeat");
+  w.heartbeat_ms = 100;
   refused(Shutdown{std::string(control_text_bytes_max + 1, 'e')}, "shutdown error");
+
+  // A deep model's shape and dense optimizer, one field out of range at a time.
+  auto job_refused = [&](auto damage, const std::string& why) {
+    Welcome x = w;
+    damage(x.job);
+    refused(x, why);
+  };
+  job_refused([](JobSpec& j) { j.model = 5; }, "model kind 5");
+  job_refused([](JobSpec& j) { j.fields = 0; }, "fields 0 outside 1..255");
+  job_refused([](JobSpec& j) { j.fields = 256; }, "fields 256 outside 1..255");
+  job_refused([](JobSpec& j) { j.dense = 1025; }, "dense features 1025");
+  job_refused([](JobSpec& j) { j.mlp.assign(17, 64); }, "mlp of 17 layers, over 16");
+  job_refused([](JobSpec& j) { j.mlp = {400, 0, 400}; }, "mlp layer of 0 units");
+  job_refused([](JobSpec& j) { j.bottom = {65537}; }, "bottom mlp layer of 65537 units");
+  job_refused([](JobSpec& j) { j.cross_layers = 17; }, "cross layers 17");
+  job_refused([](JobSpec& j) { j.dense_optimizer = 3; }, "dense optimizer kind 3");
+  job_refused([](JobSpec& j) { j.dense_sync_every = 0; }, "dense sync every 0 steps");
+  job_refused([](JobSpec& j) { j.dense_sync_every = 1000001; }, "dense sync every 1000001");
+  job_refused([](JobSpec& j) { j.dense_lr = std::numeric_limits<float>::quiet_NaN(); },
+              "learning rate nan is not finite");
+  job_refused([](JobSpec& j) { j.dense_eps = std::numeric_limits<float>::infinity(); },
+              "epsilon inf is not finite");
+  job_refused([](JobSpec& j) { j.dense_momentum = -std::numeric_limits<float>::infinity(); },
+              "momentum -inf is not finite");
+  // The bounds themselves are accepted.
+  Welcome edge = w;
+  edge.job.model = 4;
+  edge.job.fields = 255;
+  edge.job.dense = 1024;
+  edge.job.mlp.assign(16, 65536);
+  edge.job.bottom = {1};
+  edge.job.cross_layers = 16;
+  edge.job.dense_optimizer = 2;
+  edge.job.dense_sync_every = 1000000;
+  auto back = decode_wire_message(encode_control_message(ControlMessage{0, edge}, 1).value(), 1);
+  BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
+  BOOST_TEST((std::get<Welcome>(back->control.body).job == edge.job));
+}
+
+// A deep model's job travels whole in the Welcome, every new field at a value other than its
+// default; the final dense parameters travel in MemberDone.
+BOOST_AUTO_TEST_CASE(a_deep_models_job_and_dense_parameters_round_trip) {
+  MemberInfo m;
+  m.endpoint = "tcp://10.0.0.1:7100";
+  m.count = 2;
+  Welcome w;
+  w.members = {m};
+  w.job.model = 3;  // dlrm
+  w.job.fields = 26;
+  w.job.dense = 13;
+  w.job.mlp = {512, 256, 1};
+  w.job.bottom = {512, 256, 16};
+  w.job.cross_layers = 6;
+  w.job.dense_optimizer = 1;  // adamw
+  w.job.dense_lr = 3e-4f;
+  w.job.dense_beta1 = 0.8f;
+  w.job.dense_beta2 = 0.98f;
+  w.job.dense_eps = 1e-6f;
+  w.job.dense_weight_decay = 0.01f;
+  w.job.dense_momentum = 0.5f;
+  w.job.dense_sync_every = 8;
+  const JobSpec defaults;
+  BOOST_TEST(w.job.fields != defaults.fields);
+  BOOST_TEST(w.job.cross_layers != defaults.cross_layers);
+  BOOST_TEST(w.job.dense_momentum != defaults.dense_momentum);
+  auto bytes = encode_control_message(ControlMessage{4, w}, 1);
+  BOOST_REQUIRE(bytes.ok());
+  auto back = decode_wire_message(*bytes, 1);
+  BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
+  BOOST_TEST((std::get<Welcome>(back->control.body).job == w.job));
+
+  MemberDone d;
+  d.counters.samples = 1000;
+  d.dense = {1.5f, -0.0f, 3e-38f, std::numeric_limits<float>::max(), 7.0f};
+  auto done = decode_wire_message(encode_control_message(ControlMessage{4, d}, 1).value(), 1);
+  BOOST_REQUIRE(done.ok());
+  const auto& x = std::get<MemberDone>(done->control.body);
+  BOOST_TEST(std::memcmp(x.dense.data(), d.dense.data(), d.dense.size() * sizeof(float)) == 0);
+  BOOST_TEST(x.dense.size() == d.dense.size());
+  BOOST_TEST(x.counters.samples == 1000u);
+}
+
+namespace {
+
+// A control message built field by field, as a peer of any version could write it.
+std::vector<uint8_t> raw_control(uint64_t cluster_id,
+                                 const std::function<void(wire::Control::Builder)>& fill) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::Envelope>();
+  root.setVersion(wire_protocol_version);
+  root.setClusterId(cluster_id);
+  root.setKind(wire_kind_control);
+  fill(root.initControl());
+  auto words = capnp::messageToFlatArray(builder);
+  auto bytes = words.asBytes();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
+// A ps message built field by field.
+std::vector<uint8_t> raw_ps(uint64_t cluster_id,
+                            const std::function<void(wire::PsMessage::Builder)>& fill) {
+  capnp::MallocMessageBuilder builder;
+  auto root = builder.initRoot<wire::Envelope>();
+  root.setVersion(wire_protocol_version);
+  root.setClusterId(cluster_id);
+  root.setKind(wire_kind_ps);
+  fill(root.initPs());
+  auto words = capnp::messageToFlatArray(builder);
+  auto bytes = words.asBytes();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
+}  // namespace
+
+// A JobSpec written without the deep-model fields (as before they existed) reads as the
+// defaults of JobSpec: an LR or FM job, which passes the decoder's checks.
+BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) {
+  const auto bytes = raw_control(1, [](wire::Control::Builder c) {
+    auto w = c.initWelcome();
+    auto member = w.initMembers(1)[0];
+    member.setCount(1);
+    auto job = w.initJob();
+    job.setModel(1);
+    job.setDim(8);
+    job.setBatch(32);
+    job.setEpochs(1);
+    job.setMaxInflight(1);
+    w.setHeartbeatMs(100);
+    w.setHeartbeatTimeoutMs(1000);
+  });
+  auto back = decode_wire_message(bytes, 1);
+  BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
+  const JobSpec& j = std::get<Welcome>(back->control.body).job;
+  const JobSpec defaults;
+  BOOST_TEST(j.fields == defaults.fields);
+  BOOST_TEST(j.dense == defaults.dense);
+  BOOST_TEST(j.mlp.empty());
+  BOOST_TEST(j.bottom.empty());
+  BOOST_TEST(j.cross_layers == defaults.cross_layers);
+  BOOST_TEST(j.dense_optimizer == defaults.dense_optimizer);
+  BOOST_TEST(j.dense_lr == defaults.dense_lr);
+  BOOST_TEST(j.dense_beta1 == defaults.dense_beta1);
+  BOOST_TEST(j.dense_beta2 == defaults.dense_beta2);
+  BOOST_TEST(j.dense_eps == defaults.dense_eps);
+  BOOST_TEST(j.dense_weight_decay == defaults.dense_weight_decay);
+  BOOST_TEST(j.dense_momentum == defaults.dense_momentum);
+  BOOST_TEST(j.dense_sync_every == defaults.dense_sync_every);
+}
+
+BOOST_AUTO_TEST_CASE(dense_floats_that_are_not_whole_floats_are_refused) {
+  const kj::byte six[6] = {1, 2, 3, 4, 5, 6};
+  auto refused = [](const std::vector<uint8_t>& bytes, const std::string& why) {
+    auto r = decode_wire_message(bytes, 1);
+    BOOST_REQUIRE(!r.ok());
+    BOOST_TEST((r.status().code() == Status::Code::invalid_input));
+    BOOST_TEST(r.status().message().find(why) != std::string::npos, r.status().message());
+  };
+  refused(raw_ps(1,
+                 [&](wire::PsMessage::Builder ps) {
+                   ps.initDenseReduce().setValues(kj::arrayPtr(six, sizeof(six)));
+                 }),
+          "dense reduce values blob of 6 bytes is not a whole number of floats");
+  refused(raw_ps(1,
+                 [&](wire::PsMessage::Builder ps) {
+                   ps.initDenseBroadcast().setValues(kj::arrayPtr(six, sizeof(six)));
+                 }),
+          "dense broadcast values blob of 6 bytes is not a whole number of floats");
+  refused(raw_control(1,
+                      [&](wire::Control::Builder c) {
+                        c.initDone().setDense(kj::arrayPtr(six, sizeof(six)));
+                      }),
+          "dense parameters of 6 bytes are not a whole number of floats");
+  // Whole floats decode, as the envelope's sender (0) is the message's.
+  const kj::byte eight[8] = {};
+  auto ok = decode_wire_message(
+      raw_ps(1,
+             [&](wire::PsMessage::Builder ps) {
+               ps.initDenseReduce().setValues(kj::arrayPtr(eight, sizeof(eight)));
+             }),
+      1);
+  BOOST_REQUIRE(ok.ok());
+  BOOST_TEST(std::get<DenseReduce>(ok->ps).values.size() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(decoding_damaged_control_messages_never_crashes) {
@@ -608,13 +820,15 @@ EncodedFrames frames_ok(const PsMessage& m, uint64_t cluster, NodeId receiver = 
 const FloatBuffer* floats_of(const PsMessage& m) {
   if (auto* r = std::get_if<PullReply>(&m)) return &r->values;
   if (auto* p = std::get_if<PushRequest>(&m)) return &p->grads;
+  if (auto* r = std::get_if<DenseReduce>(&m)) return &r->values;
+  if (auto* b = std::get_if<DenseBroadcast>(&m)) return &b->values;
   return nullptr;
 }
 
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_ps_message_kind_round_trips_as_frames) {
-  size_t multi = 0, views = 0;
+  size_t multi = 0, views = 0, dense_views = 0;
   for (uint64_t seed = 1; seed <= 50; ++seed) {
     SplitMix64 rng(seed);
     for (const PsMessage& m : random_ps_messages(rng)) {
@@ -630,12 +844,18 @@ BOOST_AUTO_TEST_CASE(every_ps_message_kind_round_trips_as_frames) {
       frames.clear();  // a view keeps its frame alive by itself
       sent.reset();
       BOOST_TEST(same(m, back->ps), "kind " << m.index() << " seed " << seed);
-      if (const FloatBuffer* f = floats_of(back->ps); f && f->is_view()) ++views;
+      if (const FloatBuffer* f = floats_of(back->ps); f && f->is_view()) {
+        ++views;
+        const bool dense = std::holds_alternative<DenseReduce>(back->ps) ||
+                           std::holds_alternative<DenseBroadcast>(back->ps);
+        dense_views += dense;
+      }
     }
   }
   // Float arrays of whole words travel as segments of their own and are read in place.
   BOOST_TEST(multi > 50u);
   BOOST_TEST(views > 20u);
+  BOOST_TEST(dense_views > 10u);  // DenseReduce and DenseBroadcast values as PullReply's
 }
 
 BOOST_AUTO_TEST_CASE(frames_without_an_owner_or_off_alignment_are_copied) {

@@ -482,7 +482,7 @@ PsMessage ps_message_of(Input& in, uint32_t nodes, uint64_t map_version, size_t 
                         const std::vector<uint64_t>& owned,
                         const std::vector<uint64_t>& last_pull) {
   const MessageHeader h = header_of(in, nodes, map_version);
-  switch (in.below(8)) {
+  switch (in.below(10)) {
     case 0:
       return PullRequest{h, clock_of(in), node_of(in, nodes), keys_of(in, owned)};
     case 1:
@@ -503,9 +503,13 @@ PsMessage ps_message_of(Input& in, uint32_t nodes, uint64_t map_version, size_t 
     case 6:
       return ShardMapUpdate{h, in.below(4), in.below(map_shards_max + 1), in.below(vnodes_max + 1),
                             in.byte()};
-    default:
+    case 7:
       return PsError{h, in.flag() ? PsErrorCode::bad_request : PsErrorCode::out_of_order,
                      in.text()};
+    case 8:
+      return DenseReduce{h, clock_of(in), in.u64(), floats_of(in, in.below(keys_max))};
+    default:
+      return DenseBroadcast{h, clock_of(in), in.u64(), floats_of(in, in.below(keys_max))};
   }
 }
 

@@ -29,6 +29,10 @@ void check(const colony::Expected<colony::WireMessage>& m) {
     for (float x : r->values) sum = sum + x;
   if (auto* p = std::get_if<colony::PushRequest>(&m.value().ps))
     for (float x : p->grads) sum = sum + x;
+  if (auto* r = std::get_if<colony::DenseReduce>(&m.value().ps))
+    for (float x : r->values) sum = sum + x;
+  if (auto* b = std::get_if<colony::DenseBroadcast>(&m.value().ps))
+    for (float x : b->values) sum = sum + x;
 }
 
 std::vector<colony::SharedBytes> frames_of(const uint8_t* data, size_t size) {
