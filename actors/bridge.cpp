@@ -225,6 +225,8 @@ caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr
       [forward](ClockAdvance& m) { forward(PsMessage(std::move(m))); },
       [forward](ShardMapUpdate& m) { forward(PsMessage(std::move(m))); },
       [forward](PsError& m) { forward(PsMessage(std::move(m))); },
+      [forward](DenseReduce& m) { forward(PsMessage(std::move(m))); },
+      [forward](DenseBroadcast& m) { forward(PsMessage(std::move(m))); },
   };
 }
 

@@ -1,6 +1,7 @@
 // `colony coordinator`: drives the coordinator core over the bridge, evaluates the model at the
 // end and returns the job's totals (actors/daemon.h).
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/ranges.h>
 
@@ -125,6 +126,7 @@ class Coordinator {
     const uint64_t deadline = core_->next_deadline();
     const uint64_t wait = deadline <= now ? 0 : std::min(timeout_ms, deadline - now);
     for (ControlMessage& m : p_.inbox.wait(wait)) {
+      keep_dense(m);
       CoordinatorEffects fx;
       core_->on_message(m, now_ms(), fx);
       apply(fx);
@@ -157,6 +159,29 @@ class Coordinator {
       if (std::holds_alternative<Start>(c.message.body)) start_ms_ = now_ms();
     if (fx.training_done) trained_ = true;
     if (!fx.failed.ok() && failed_.ok()) failed_ = fx.failed;
+  }
+
+  // A deep model's final dense layers come with the worker members' MemberDone (every
+  // replica's are equal): the lowest-numbered worker member's, of the model's size and finite,
+  // are kept for evaluation. Others are left to the core, which checks the message itself.
+  void keep_dense(const ControlMessage& m) {
+    const auto* done = std::get_if<MemberDone>(&m.body);
+    if (!done || done->dense.empty() || m.from >= core_->members().size() ||
+        core_->members()[m.from].role != MemberRole::worker || m.from >= dense_from_)
+      return;
+    auto model = Model::make(model_spec(o_.job));
+    const bool fits = model && (*model)->dense_params() == done->dense.size() &&
+                      std::all_of(done->dense.begin(), done->dense.end(),
+                                  [](float x) { return std::isfinite(x); });
+    if (!fits) {
+      log_(
+          fmt::format("member {} reported {} dense parameters that do not fit --model {}: "
+                      "ignored",
+                      m.from, done->dense.size(), to_string(model_spec(o_.job).kind)));
+      return;
+    }
+    dense_ = done->dense;
+    dense_from_ = m.from;
   }
 
   // Once the layout is out: proxies for every shard, and a local actor for evaluation pulls.
@@ -200,6 +225,10 @@ class Coordinator {
     if (!kv) return kv.status();
     auto scorer = Model::make(model);
     if (!scorer) return scorer.status();
+    if ((*scorer)->dense_params() != dense_.size())
+      return Status::internal(fmt::format(
+          "no worker member reported the final dense layers of --model {}: nothing to evaluate",
+          to_string(model.kind)));
     BatchIndex index;
     std::vector<float> rows;
     Outbox out;
@@ -230,7 +259,7 @@ class Coordinator {
       else if (!failed_.ok())
         failure = failed_;
       if (!failure.ok()) return Status();
-      (*scorer)->forward(batch, index.slots(), rows, {}, logits);
+      (*scorer)->forward(batch, index.slots(), rows, dense_, logits);
       return Status();
     });
     if (!failure.ok()) return failure;
@@ -249,6 +278,8 @@ class Coordinator {
   uint64_t start_ms_ = 0;
   uint64_t next_progress_ms_ = 0;
   ShardMapSpec map_;
+  std::vector<float> dense_;  // a deep model's final dense layers (keep_dense)
+  uint32_t dense_from_ = control_from_unknown;
   Process p_;
   std::optional<caf::scoped_actor> self_;  // after p_: destroyed before the actor system
 };

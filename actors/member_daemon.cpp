@@ -240,6 +240,7 @@ class Member {
       job_->trainer.optimizer = job.optimizer;
       job_->trainer.seed = job.seed;
       job_->trainer.factor_init_std = job.factor_init_std;
+      job_->trainer.dense_optimizer = dense_optimizer_config(job);
       job_->batch = job.batch;
       job_->epochs = static_cast<int>(job.epochs);
       job_->data = o_.data;
@@ -287,6 +288,16 @@ class Member {
                   p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count);
               !s.ok())
             return s;
+      // A deep model's dense all-reduce: the other worker members' aggregators (the root sends
+      // to all of them, the others to the root).
+      if (workers_.front()->dense().size() > 0)
+        for (uint32_t i = 0; i < w.members.size(); ++i) {
+          const MemberInfo& m = w.members[i];
+          if (i == w.you || m.role != MemberRole::worker || !m.has_aggregator) continue;
+          if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.aggregator, 1);
+              !s.ok())
+            return s;
+        }
     }
     p_.bridge->set_layout(layout, keys_.server_public);
     p_.bridge->set_routing_ready(local);
@@ -335,8 +346,11 @@ class Member {
     if (aggregator_) aggregators.push_back(aggregator_.get());
     c = core_counters(replicas, aggregators);
     for (const auto& s : sources_) c.bad_lines_skipped += s->last_stats().bad_lines_skipped;
-    c.bad_messages = own + p_.bridge->stats().bad_messages;
+    c.bad_messages += own + p_.bridge->stats().bad_messages;
     c.cpu_seconds = cpu_seconds() - cpu_start_;
+    // A deep model's dense layers, equal in every replica: the coordinator evaluates with them.
+    if (!workers_.empty())
+      d.dense.assign(workers_.front()->dense().begin(), workers_.front()->dense().end());
     d.read_from_cache = !sources_.empty();
     for (const auto& s : sources_)
       d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;

@@ -10,9 +10,11 @@
 
 #include "actors/daemon.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "models/model.h"
 #include "worker/train_job.h"
+#include "worker/wiring.h"
 
 namespace colony::cli {
 
@@ -91,8 +93,8 @@ struct CoordinatorArgs {
   CommonArgs common;
   std::string listen;
   uint32_t shards = 1, workers = 1;
-  std::string model = "fm", optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
-  size_t dim = 8;
+  ModelFlags flags;
+  std::string optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
   uint64_t seed = 1, skip_bad_lines = 0;
@@ -128,10 +130,7 @@ Runner add_coordinator(CLI::App& app) {
   cmd->add_option("--test", a->test,
                   "Test file evaluated at the end (libsvm, Criteo TSV or a binary cache)");
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
-  cmd->add_option("--model", a->model, "lr or fm")->capture_default_str();
-  cmd->add_option("--dim", a->dim, "FM factor dimension")
-      ->check(CLI::Range(size_t{1}, max_fm_dim))
-      ->capture_default_str();
+  add_model_flags(cmd, a->flags, "the first 65536 rows of --test");
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
   cmd->add_option("--lr", a->lr, "Step size (default per optimizer, as `colony train`)");
   cmd->add_option("--l1", a->l1, "L1 strength, FTRL only");
@@ -164,7 +163,8 @@ Runner add_coordinator(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_flag("--require-all-workers", a->require_all,
-                "Fail the job when a worker member is lost (default: go on with the rest)");
+                "Fail the job when a worker member is lost (default: go on with the rest; always "
+                "for a deep model, whose dense all-reduce needs every worker member)");
   cmd->add_option("--admit-after", a->admit_after,
                   "Feature admission on every shard: a key gets a row once pulled this many times "
                   "(0: at once)")
@@ -219,11 +219,29 @@ Runner add_coordinator(CLI::App& app) {
     o.heartbeat_timeout_ms = a->heartbeat_timeout_ms;
     o.require_all_workers = a->require_all;
     JobSpec& j = o.job;
-    auto model = parse_model(a->model);
-    if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
-    if (Status s = require_sparse_model(*model, "a cluster of daemons"); !s.ok()) return fail(s);
-    j.model = static_cast<uint8_t>(*model);
-    j.dim = static_cast<uint32_t>(a->dim);
+    auto parsed = parse_model_flags(a->flags);
+    if (!parsed) return fail(parsed.status());
+    ModelSpec spec = parsed->spec;
+    if (spec.deep()) {
+      // The members build the same model: its input shape is read here, from the test file.
+      if (o.test.empty())
+        return fail(Status::invalid_input(fmt::format(
+            "--model {} needs --test: the coordinator reads the input's fields and dense "
+            "features from it, and evaluates with the final dense layers",
+            to_string(spec.kind))));
+      ReaderOptions ro = o.reader;
+      ro.batch_rows = a->batch;
+      auto shape = detect_input_shape(spec, o.test, nullptr, ro);
+      if (!shape) return fail(shape.status());
+      spec = *shape;
+      if (auto made = Model::make(spec); !made) return fail(made.status());
+      // The dense all-reduce waits for every worker member's aggregator: one lost would stall
+      // it, so losing a worker fails the job.
+      o.require_all_workers = true;
+    }
+    j = job_with_model(j, spec);
+    j = job_with_dense_optimizer(j, parsed->dense_optimizer);
+    j.dense_sync_every = parsed->dense_sync_every;
     auto opt = parse_optimizer(a->optimizer);
     if (!opt) return fail(Status::invalid_input("--optimizer: " + opt.status().message()));
     j.optimizer = default_optimizer_config(*opt);
@@ -279,7 +297,7 @@ Runner add_coordinator(CLI::App& app) {
         {"replies_dropped", r->totals.counters.replies_dropped},
         {"consistency", to_string(j.consistency)},
         {"push", a->push},
-        {"model", a->model},
+        {"model", a->flags.model},
         {"optimizer", a->optimizer},
         {"pull_messages", r->totals.counters.pull_messages},
         {"push_messages", r->totals.counters.push_messages},
@@ -327,6 +345,7 @@ Runner add_coordinator(CLI::App& app) {
                                               {"test_logloss", optional_number(r->test_logloss)},
                                               {"test_auc", optional_number(r->test_auc)}}})},
     };
+    report_model(rep, model_spec(j), dense_optimizer_config(j), j.dense_sync_every);
     // As `colony train` does: data made by `colony gen` tells the best any model can do.
     if (const auto planted = a->test.empty() ? std::nullopt : read_gen_meta(a->test);
         planted && r->test_logloss) {

@@ -7,6 +7,7 @@
 
 #include "actors/embedded_cluster.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "gpu/device.h"
 #include "worker/train_job.h"
@@ -17,15 +18,7 @@ namespace {
 
 struct TrainArgs {
   TrainJobOptions job;
-  std::string model = "fm";
-  std::string mlp, bottom;  // when given; the model's default otherwise
-  std::string dense_optimizer = "adam";
-  float dense_lr = 1e-3f;
-  float dense_weight_decay = 0.0f;
-  std::string dense_sync = "every:1";
-  // Flags that only the deep models take (refused with lr and fm, which have no dense layers).
-  std::vector<CLI::Option*> deep_only;
-  CLI::Option* cross_layers_option = nullptr;
+  ModelFlags flags;
   std::string optimizer = "ftrl";
   // Negative = the optimizer's default (default_optimizer_config).
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
@@ -49,48 +42,7 @@ Runner add_train(CLI::App& app) {
       "train", "Train a model on one machine (on generated data when --data is not given)");
   cmd->add_option("--data", j.data, "Training file: libsvm, Criteo TSV or a Colony binary cache");
   cmd->add_option("--test", j.test, "Test file (required with --data)");
-  cmd->add_option("--model", a->model, "lr, fm, deepfm, dlrm or dcn (deep models: docs/models.md)")
-      ->capture_default_str();
-  cmd->add_option("--dim", j.trainer.model.dim, "FM factor and embedding dimension")
-      ->check(CLI::Range(size_t{1}, max_fm_dim))
-      ->capture_default_str();
-  a->deep_only.push_back(cmd->add_option(
-      "--mlp", a->mlp,
-      "Hidden layers of the deep tower (deepfm, dcn) or DLRM's top MLP, e.g. 256,128 "
-      "(default 256,128; none: no hidden layer)"));
-  a->deep_only.push_back(
-      cmd->add_option("--bottom", a->bottom, "DLRM's bottom MLP hidden layers (default 64)"));
-  a->cross_layers_option =
-      cmd->add_option("--cross-layers", j.trainer.model.cross_layers, "DCN-v2's cross layers")
-          ->check(CLI::Range(size_t{1}, size_t{16}))
-          ->capture_default_str();
-  a->deep_only.push_back(a->cross_layers_option);
-  j.trainer.model.fields = 0;
-  a->deep_only.push_back(
-      cmd->add_option("--fields", j.trainer.model.fields,
-                      "Fields of a deep model's input (0: one more than the highest field in the "
-                      "first 65536 training rows)")
-          ->check(CLI::Range(size_t{0}, max_fields)));
-  a->deep_only.push_back(
-      cmd->add_option("--dense-optimizer", a->dense_optimizer,
-                      "Optimizer of a deep model's dense layers: adam, adamw or sgd (momentum 0.9)")
-          ->capture_default_str());
-  a->deep_only.push_back(
-      cmd->add_option("--dense-lr", a->dense_lr, "Step size of the dense optimizer")
-          ->check(CLI::PositiveNumber)
-          ->capture_default_str());
-  a->deep_only.push_back(
-      cmd->add_option("--dense-sync", a->dense_sync,
-                      "How the workers keep a deep model's dense layers equal: every:1 (an "
-                      "all-reduce of the gradients every step) or every:K (each worker steps on "
-                      "its own gradients; the workers average their parameters every K steps)")
-          ->capture_default_str());
-  a->deep_only.push_back(
-      cmd->add_option("--dense-weight-decay", a->dense_weight_decay,
-                      "Weight decay of the dense optimizer: decoupled for adamw, an L2 term added "
-                      "to the gradient for adam and sgd")
-          ->check(CLI::NonNegativeNumber)
-          ->capture_default_str());
+  add_model_flags(cmd, a->flags, "the first 65536 training rows");
   cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
   cmd->add_option("--lr", a->lr,
                   "Step size, FTRL's alpha (default per optimizer: sgd 0.02, "
@@ -184,38 +136,10 @@ Runner add_train(CLI::App& app) {
       ->capture_default_str();
   return [a]() {
     TrainJobOptions o = a->job;
-    auto model = parse_model(a->model);
-    if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
-    o.trainer.model.kind = *model;
-    {
-      const size_t fields = o.trainer.model.fields, cross = o.trainer.model.cross_layers;
-      o.trainer.model = with_model_defaults(o.trainer.model);
-      o.trainer.model.fields = fields;
-      if (a->cross_layers_option->count() > 0) o.trainer.model.cross_layers = cross;
-    }
-    if (!o.trainer.model.deep())
-      for (const CLI::Option* flag : a->deep_only)
-        if (flag->count() > 0)
-          return fail(Status::invalid_input(
-              fmt::format("{} sets dense layers, which --model {} does not have (deepfm, dlrm and "
-                          "dcn do)",
-                          flag->get_name(), to_string(o.trainer.model.kind))));
-    if (a->deep_only[0]->count() > 0) {
-      auto sizes = parse_layer_sizes(a->mlp);
-      if (!sizes) return fail(Status::invalid_input("--mlp " + sizes.status().message()));
-      o.trainer.model.mlp = *sizes;
-    }
-    if (a->deep_only[1]->count() > 0) {
-      auto sizes = parse_layer_sizes(a->bottom);
-      if (!sizes) return fail(Status::invalid_input("--bottom " + sizes.status().message()));
-      o.trainer.model.bottom = *sizes;
-    }
-    auto dense_opt = nn::parse_dense_optimizer(a->dense_optimizer);
-    if (!dense_opt)
-      return fail(Status::invalid_input("--dense-optimizer: " + dense_opt.status().message()));
-    o.trainer.dense_optimizer.kind = *dense_opt;
-    o.trainer.dense_optimizer.lr = a->dense_lr;
-    o.trainer.dense_optimizer.weight_decay = a->dense_weight_decay;
+    auto parsed = parse_model_flags(a->flags);
+    if (!parsed) return fail(parsed.status());
+    o.trainer.model = parsed->spec;
+    o.trainer.dense_optimizer = parsed->dense_optimizer;
     // Generated data keeps Criteo's fields and dense features for the deep models.
     if (o.trainer.model.deep()) o.generate.format = "criteo";
     auto opt = parse_optimizer(a->optimizer);
@@ -226,9 +150,7 @@ Runner add_train(CLI::App& app) {
     if (a->l2 >= 0.0f) o.trainer.optimizer.l2 = a->l2;
     o.reader.use_cache = !a->no_cache;
     ClusterOptions cluster = a->cluster;
-    auto sync = parse_dense_sync(a->dense_sync);
-    if (!sync) return fail(Status::invalid_input("--dense-sync: " + sync.status().message()));
-    cluster.dense_sync_every = *sync;
+    cluster.dense_sync_every = parsed->dense_sync_every;
     auto store = parse_store_spec(a->store, a->cache_bytes);
     if (!store) return fail(store.status());
     cluster.store = *store;
@@ -353,17 +275,7 @@ Runner add_train(CLI::App& app) {
         {"cpu_seconds_per_sample",
          r.counters.samples ? r.train_cpu_seconds / double(r.counters.samples) : 0.0},
     };
-    if (r.model.deep()) {
-      rep["fields"] = r.model.fields;
-      rep["dense_features"] = r.model.dense;
-      rep["mlp"] = layer_sizes_text(r.model.mlp);
-      if (r.model.kind == ModelKind::dlrm) rep["bottom"] = layer_sizes_text(r.model.bottom);
-      if (r.model.kind == ModelKind::dcn) rep["cross_layers"] = r.model.cross_layers;
-      rep["dense_optimizer"] = nn::to_string(o.trainer.dense_optimizer.kind);
-      rep["dense_lr"] = o.trainer.dense_optimizer.lr;
-      rep["dense_weight_decay"] = o.trainer.dense_optimizer.weight_decay;
-      if (!local) rep["dense_sync"] = fmt::format("every:{}", cluster.dense_sync_every);
-    }
+    report_model(rep, r.model, o.trainer.dense_optimizer, local ? 0 : cluster.dense_sync_every);
     if (!local) {
       const double n = double(std::max<uint64_t>(r.counters.samples, 1));
       rep["shards"] = cluster.shards;

@@ -77,7 +77,7 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
                                        "model without dense parameters",
                                        config_.id, reduce->header.sender)));
     if (Status s = dense_->on_reduce(*reduce, kv_->map().version(), out); !s.ok())
-      return fail(std::move(s));
+      return refuse_dense(reduce->header.sender, std::move(s));
     stats_.dense_steps = dense_->steps_reduced();
   } else if (auto* broadcast = std::get_if<DenseBroadcast>(&message)) {
     if (!dense_)
@@ -86,7 +86,7 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
                                        "model without dense parameters",
                                        config_.id, broadcast->header.sender)));
     if (Status s = dense_->on_broadcast(*broadcast, kv_->map().version(), out); !s.ok())
-      return fail(std::move(s));
+      return refuse_dense(broadcast->header.sender, std::move(s));
   } else {
     // Replies from the shards to this node's pushes.
     kv_->on_message(message, out);
@@ -94,6 +94,14 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
     if (!kv_->error().ok()) return fail(kv_->error());
     std::erase_if(push_tickets_, [&](auto t) { return kv_->done(t); });
   }
+}
+
+void AggregatorCore::refuse_dense(NodeId sender, Status s) {
+  // A replica of this node breaking the protocol is a bug: stop. Another aggregator's message
+  // came over the wire from a listed member: drop it (the tree changed nothing) and count it.
+  if (replica_index_.count(sender)) return fail(std::move(s));
+  ++stats_.dense_refused;
+  last_refusal_ = std::move(s);
 }
 
 void AggregatorCore::flush(Outbox& out) {

@@ -49,6 +49,9 @@ struct AggregatorStats {
   uint64_t push_bytes = 0;
   uint64_t replies_dropped = 0;  // shard replies that answered no open request (KvClient)
   uint64_t dense_steps = 0;      // dense all-reduce rounds this node summed
+  // Dense all-reduce messages from other aggregators that broke the protocol (a step out of
+  // order, a wrong size, a broadcast not waited for): dropped, changing nothing.
+  uint64_t dense_refused = 0;
 };
 
 class AggregatorCore {
@@ -67,6 +70,8 @@ class AggregatorCore {
   }
   const Status& error() const { return error_; }
   const AggregatorStats& stats() const { return stats_; }
+  // Why the last dense message counted in stats().dense_refused was refused (ok if none was).
+  const Status& last_refusal() const { return last_refusal_; }
   uint64_t pushes_resent() const { return kv_->pushes_resent(); }
 
  private:
@@ -74,6 +79,7 @@ class AggregatorCore {
                  std::unique_ptr<Reducer> reducer);
   Status make_dense_tree();
   void flush(Outbox& out);
+  void refuse_dense(NodeId sender, Status s);
   void fail(Status s) {
     if (error_.ok()) error_ = std::move(s);
   }
@@ -91,6 +97,7 @@ class AggregatorCore {
   bool done_sent_ = false;
   SparseGrads sum_;
   Status error_;
+  Status last_refusal_;
   AggregatorStats stats_;
 };
 

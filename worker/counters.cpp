@@ -23,6 +23,7 @@ WorkerCounters core_counters(std::span<const WorkerCore* const> replicas,
     c.push_bytes += a->stats().push_bytes;
     c.pushes_resent += a->pushes_resent();
     c.replies_dropped += a->stats().replies_dropped;
+    c.bad_messages += a->stats().dense_refused;
   }
   return c;
 }

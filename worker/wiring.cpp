@@ -48,18 +48,6 @@ JobSpec job_with_dense_optimizer(JobSpec job, const nn::DenseOptimizerConfig& c)
   return job;
 }
 
-namespace {
-
-// The node aggregators in member order: the first is the root of the dense all-reduce.
-std::vector<NodeId> aggregators(const ClusterLayout& layout) {
-  std::vector<NodeId> out;
-  for (const MemberInfo& m : layout.members())
-    if (m.role == MemberRole::worker && m.has_aggregator) out.push_back(m.aggregator);
-  return out;
-}
-
-}  // namespace
-
 std::vector<NodeId> shard_nodes(const ClusterLayout& layout) {
   std::vector<NodeId> nodes(layout.shards());
   for (uint32_t s = 0; s < layout.shards(); ++s) nodes[s] = s;
@@ -120,11 +108,12 @@ AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layo
   ac.durable_shards = layout.durable_shards();
   if (auto model = Model::make(model_spec(job)); model && (*model)->dense_params() > 0) {
     ac.dense_params = (*model)->dense_params();
-    const std::vector<NodeId> all = aggregators(layout);
-    if (all.front() == ac.id)
-      ac.dense_peers.assign(all.begin() + 1, all.end());
+    const NodeId root = layout.dense_root().value();
+    if (root != ac.id)
+      ac.dense_root = root;
     else
-      ac.dense_root = all.front();
+      for (const MemberInfo& w : layout.members())
+        if (w.has_aggregator && w.aggregator != root) ac.dense_peers.push_back(w.aggregator);
   }
   return ac;
 }
