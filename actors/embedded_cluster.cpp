@@ -217,6 +217,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     identities.push_back(identity);
     auto core = ShardCore::make(sc, std::move(store.value()));
     if (!core) return core.status();
+    if (Status st = check_dense_state(spec, (*core)->rows()); !st.ok()) return st;
     m.shards.push_back(std::move(core.value()));
   }
   std::vector<NodeId> replicas, aggregators;

@@ -286,6 +286,20 @@ BOOST_AUTO_TEST_CASE(deepfm_on_four_workers_matches_one_worker) {
   r = run("train --model deepfm --workers 2 --push flat --rows 1000 --test-rows 100");
   BOOST_TEST(r.code != 0);
   BOOST_TEST(r.err.find("--push hierarchical") != std::string::npos, r.err);
+  // The dense layers are in no store or checkpoint yet: continuing a store, or checkpoints,
+  // are refused rather than pairing trained rows with fresh dense layers.
+  const std::string store = " --store rocksdb:" + (dir / "deep-store").string();
+  r = run("train --model deepfm --rows 2000 --test-rows 100" + store);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  r = run("train --model deepfm --rows 2000 --test-rows 100" + store);
+  BOOST_TEST(r.code != 0);
+  BOOST_TEST(r.err.find("start from an empty store") != std::string::npos, r.err);
+  r =
+      run("train --model deepfm --rows 2000 --test-rows 100 --checkpoint-every 5 --store "
+          "rocksdb:" +
+          (dir / "deep-store-2").string());
+  BOOST_TEST(r.code != 0);
+  BOOST_TEST(r.err.find("--checkpoint-every") != std::string::npos, r.err);
 }
 
 // --valid-fraction holds the same rows out in both engines, scores them every epoch, and stops

@@ -54,6 +54,22 @@ std::vector<NodeId> shard_nodes(const ClusterLayout& layout) {
   return nodes;
 }
 
+Status check_dense_state(const JobSpec& job, uint64_t rows_in_store) {
+  const ModelSpec spec = model_spec(job);
+  if (!spec.deep()) return Status();
+  if (job.checkpoint_every)
+    return Status::invalid_input(fmt::format(
+        "--checkpoint-every: checkpoints hold the rows but not the dense layers of --model {} in "
+        "this version",
+        to_string(spec.kind)));
+  if (rows_in_store > 0)
+    return Status::invalid_input(fmt::format(
+        "--store holds {} rows of an earlier run, and the dense layers of --model {} are not "
+        "saved with them in this version: start from an empty store",
+        rows_in_store, to_string(spec.kind)));
+  return Status();
+}
+
 ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId shard) {
   COLONY_ASSERT(shard < layout.shards(), "shard node {} of {} shards", shard, layout.shards());
   ShardConfig sc;
