@@ -100,8 +100,8 @@ struct ClusterResult {
   uint64_t updates_lost = 0;  // pushed rows applied after the checkpoint a restart went back to
   // A deep model's final dense parameters (the first replica's) and each replica's
   // WorkerCore::dense_digest(): equal digests, replicas equal after every all-reduce.
-  std::vector<float> dense;
-  std::vector<uint64_t> dense_digests;
+  std::vector<float> dense{};
+  std::vector<uint64_t> dense_digests{};
 };
 
 class EmbeddedCluster {

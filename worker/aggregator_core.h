@@ -38,8 +38,8 @@ struct AggregatorConfig {
   // sums its replicas' dense gradients and sends them to `dense_root`, or, being the root (no
   // dense_root), also sums those of the other aggregators, `dense_peers`, and broadcasts.
   size_t dense_params = 0;
-  std::optional<NodeId> dense_root;
-  std::vector<NodeId> dense_peers;
+  std::optional<NodeId> dense_root{};
+  std::vector<NodeId> dense_peers{};
 };
 
 struct AggregatorStats {

@@ -50,7 +50,7 @@ struct WorkerConfig {
   // every step when dense_sync_every is 1, else of the parameters every dense_sync_every steps
   // and once more at the end. A replica without an aggregator must be the only one
   // (dense_alone) and steps on its own gradients.
-  nn::DenseOptimizerConfig dense_optimizer;
+  nn::DenseOptimizerConfig dense_optimizer{};
   uint64_t seed = 1;
   uint32_t dense_sync_every = 1;
   bool dense_alone = false;
