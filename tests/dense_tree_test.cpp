@@ -1,4 +1,5 @@
-// The dense all-reduce tree (worker/dense_tree.h), driven by hand: two node aggregators, the
+// The dense all-reduce tree (worker/dense_tree.h), driven by hand, and its use in an aggregator
+// core. The tree: two node aggregators, the
 // root (node 10, replicas 1 and 2) and another (node 11, replicas 3 and 4).
 #define BOOST_TEST_MODULE dense_tree_test
 #include <boost/test/unit_test.hpp>
@@ -6,6 +7,7 @@
 #include <map>
 
 #include "common/hash.h"
+#include "worker/aggregator_core.h"
 #include "worker/dense_tree.h"
 
 using namespace colony;
@@ -166,4 +168,33 @@ BOOST_AUTO_TEST_CASE(protocol_violations_are_errors_that_change_nothing) {
   BOOST_TEST(!DenseTree::make({1, params, {}, std::nullopt}, *reducer).ok());
   BOOST_TEST(!DenseTree::make({1, params, {2, 3, 2}, std::nullopt}, *reducer).ok());
   BOOST_TEST(!DenseTree::make({1, 0, {2}, std::nullopt}, *reducer).ok());
+}
+
+// In an aggregator core: a dense message from another aggregator (over the wire, from a listed
+// member) that breaks the protocol is dropped and counted; one from the node's own replica is a
+// bug, and stops the core.
+BOOST_AUTO_TEST_CASE(an_aggregator_drops_a_peers_bad_dense_message_and_stops_on_its_replicas) {
+  AggregatorConfig c;
+  c.id = root_id;
+  c.width = 1;
+  c.map.shards = 1;
+  c.shard_nodes = {0};
+  c.replicas = {1, 2};
+  c.dense_params = params;
+  c.dense_peers = {other_id};
+  auto core = std::move(AggregatorCore::make(c, make_cpu_reducer()).value());
+  Outbox out;
+  core->on_message(DenseReduce{{other_id, 1, 1}, 0, 1, std::vector<float>(params + 1)}, out);
+  core->on_message(DenseBroadcast{{other_id, 2, 1}, 0, 1, std::vector<float>(params)}, out);
+  BOOST_TEST(core->error().ok());
+  BOOST_TEST(core->stats().dense_refused == 2u);
+  BOOST_TEST(!core->last_refusal().ok());
+  BOOST_TEST(out.empty());
+  // The peer's well-formed contribution still counts: with both replicas' the step completes.
+  core->on_message(DenseReduce{{other_id, 3, 1}, 0, 1, random_vector(1)}, out);
+  core->on_message(DenseReduce{{1, 1, 1}, 0, 1, random_vector(2)}, out);
+  core->on_message(DenseReduce{{2, 1, 1}, 0, 1, random_vector(3)}, out);
+  BOOST_TEST(out.size() == 3u);  // the broadcast to both replicas and the other aggregator
+  core->on_message(DenseReduce{{1, 2, 1}, 1, 1, std::vector<float>(3)}, out);
+  BOOST_TEST(!core->error().ok());
 }
