@@ -1,6 +1,6 @@
 // The dense all-reduce tree (worker/dense_tree.h), driven by hand, and its use in an aggregator
-// core. The tree: two node aggregators, the
-// root (node 10, replicas 1 and 2) and another (node 11, replicas 3 and 4).
+// core. The tree: two node aggregators, the root (node 10, replicas 1 and 2) and another
+// (node 11, replicas 3 and 4).
 #define BOOST_TEST_MODULE dense_tree_test
 #include <boost/test/unit_test.hpp>
 #include <cstring>
