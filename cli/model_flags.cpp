@@ -42,12 +42,14 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& fields_hel
                       "to the gradient for adam and sgd")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str());
-  f.deep_only.push_back(
+  f.dense_sync_option =
       cmd->add_option("--dense-sync", f.dense_sync,
                       "How the workers keep a deep model's dense layers equal: every:1 (an "
                       "all-reduce of the gradients every step) or every:K (each worker steps on "
-                      "its own gradients; the workers average their parameters every K steps)")
-          ->capture_default_str());
+                      "its own gradients; the workers average their parameters every K steps). "
+                      "Not for --engine local, which has one copy")
+          ->capture_default_str();
+  f.deep_only.push_back(f.dense_sync_option);
 }
 
 Expected<ParsedModel> parse_model_flags(const ModelFlags& f) {
@@ -57,7 +59,8 @@ Expected<ParsedModel> parse_model_flags(const ModelFlags& f) {
   p.spec = f.spec;
   p.spec.kind = *kind;
   p.spec = with_model_defaults(p.spec);
-  p.spec.fields = f.spec.fields;
+  // LR and FM take keys of any field; their spec keeps one field slot, as ModelSpec's default.
+  p.spec.fields = p.spec.deep() ? f.spec.fields : 1;
   if (f.cross_layers_option->count() > 0) p.spec.cross_layers = f.spec.cross_layers;
   if (!p.spec.deep())
     for (const CLI::Option* flag : f.deep_only)

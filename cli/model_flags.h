@@ -27,6 +27,7 @@ struct ModelFlags {
   CLI::Option* mlp_option = nullptr;
   CLI::Option* bottom_option = nullptr;
   CLI::Option* cross_layers_option = nullptr;
+  CLI::Option* dense_sync_option = nullptr;
 };
 
 // Adds the flags to `cmd`; `fields_help` says where --fields 0 detects the fields from.

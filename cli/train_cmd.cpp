@@ -161,6 +161,9 @@ Runner add_train(CLI::App& app) {
     if (a->engine == "local" && cluster.evict_after)
       return fail(Status::invalid_input(
           "--evict-after: eviction runs in the PS shards; use --engine cluster"));
+    if (a->engine == "local" && a->flags.dense_sync_option->count() > 0)
+      return fail(Status::invalid_input(
+          "--dense-sync: the local engine has one copy of the dense layers; use --engine cluster"));
     if (a->engine == "local" && cluster.checkpoint_every)
       return fail(Status::invalid_input(
           "--checkpoint-every: checkpoints are taken by the PS shards; use --engine cluster"));

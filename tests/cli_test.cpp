@@ -38,6 +38,7 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --model deepfm --dense-sync every:0",
                            "train --model deepfm --dense-sync 2",
                            "train --model fm --dense-sync every:2",
+                           "train --model deepfm --engine local --dense-sync every:2",
                            "train --model deepfm --mlp 0",
                            "train --model dlrm --bottom 64,",
                            "train --model dcn --cross-layers 0",
