@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/daemon.h"
+#include "actors/envelope.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
@@ -234,7 +235,15 @@ Runner add_coordinator(CLI::App& app) {
       auto shape = detect_input_shape(spec, o.test, nullptr, ro);
       if (!shape) return fail(shape.status());
       spec = *shape;
-      if (auto made = Model::make(spec); !made) return fail(made.status());
+      auto made = Model::make(spec);
+      if (!made) return fail(made.status());
+      // Every dense gradient and the final dense layers travel in one message each.
+      const size_t dense_bytes = (*made)->dense_params() * sizeof(float);
+      if (dense_bytes + (size_t{1} << 20) > wire_message_bytes_max)
+        return fail(Status::invalid_input(fmt::format(
+            "--model {} has {} dense parameters: over the daemons their gradients travel in one "
+            "message of at most {} MiB; use a smaller --dim or --mlp",
+            to_string(spec.kind), (*made)->dense_params(), wire_message_bytes_max >> 20)));
       // The dense all-reduce waits for every worker member's aggregator: one lost would stall
       // it, so losing a worker fails the job.
       o.require_all_workers = true;

@@ -267,6 +267,14 @@ BOOST_AUTO_TEST_CASE(deep_models_train_on_criteo_files_and_refuse_unseen_fields)
           bad.string());
   BOOST_TEST(r.code != 0);
   BOOST_TEST(r.err.find("--fields 41") != std::string::npos, r.err);
+  // Over the daemons a dense gradient travels in one message: a model whose dense layers would
+  // not fit is refused before anyone joins.
+  r =
+      run("coordinator --listen tcp://127.0.0.1:1 --insecure --model deepfm --mlp 8192,2048 "
+          "--test " +
+          (data / "test.criteo").string());
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("MiB") != std::string::npos, r.err);
 }
 
 // Hybrid training: DeepFM on 4 workers in 2 nodes (dense layers all-reduced every step, rows on
