@@ -302,16 +302,26 @@ int bench_ps(const BenchArgs& a) {
   return 0;
 }
 
-// The embedded cluster against the single-process trainer on the same data, in one run.
+// The embedded cluster against the single-process trainer on the same data, in one run. With
+// --model (a deep model, on planted-deep Criteo-shaped data): hierarchical push, so that the
+// workers' dense layers are all-reduced through the aggregators, and a run of 4 workers on 2
+// nodes.
 int bench_cluster(const BenchArgs& a) {
   namespace fs = std::filesystem;
   const fs::path dir = data_dir(a);
-  auto gen = generate_bench_data(a, "cluster", 20000);
+  const bool deep = !a.model.empty();
+  auto gen = deep ? generate_bench_data(a, "cluster", 20000, "criteo", PlantedKind::deep)
+                  : generate_bench_data(a, "cluster", 20000);
   if (!gen) return fail(gen.status());
   TrainJobOptions o;
   o.data = gen->train_path;
   o.test = gen->test_path;
   o.trainer.model = {ModelKind::fm, 8};
+  if (deep) {
+    o.trainer.model.kind = *parse_model(a.model);
+    o.trainer.model = with_model_defaults(o.trainer.model);
+    o.trainer.model.fields = 0;  // detected
+  }
   o.trainer.optimizer = default_optimizer_config(OptimizerKind::ftrl);
   // One untimed pass builds the binary cache that every timed run reads.
   if (auto warm = run_train_job(o, nullptr); !warm) return fail(warm.status());
@@ -319,25 +329,39 @@ int bench_cluster(const BenchArgs& a) {
   struct Run {
     const char* name;
     bool local;
-    uint32_t shards, workers;
+    uint32_t shards, workers, per_node;
   };
-  const Run runs[] = {{"single-process trainer", true, 1, 1},
-                      {"cluster 1 shard, 1 worker", false, 1, 1},
-                      {"cluster 2 shards, 1 worker", false, 2, 1},
-                      {"cluster 2 shards, 2 workers", false, 2, 2}};
-  nlohmann::json rep = {{"suite", "cluster"}, {"rows", a.rows}, {"consistency", "ssp:2"}};
+  const std::vector<Run> runs =
+      deep ? std::vector<Run>{{"single-process trainer", true, 1, 1, 0},
+                              {"cluster 1 shard, 1 worker", false, 1, 1, 0},
+                              {"cluster 2 shards, 2 workers", false, 2, 2, 0},
+                              {"cluster 2 shards, 2x2 workers", false, 2, 4, 2}}
+           : std::vector<Run>{{"single-process trainer", true, 1, 1, 0},
+                              {"cluster 1 shard, 1 worker", false, 1, 1, 0},
+                              {"cluster 2 shards, 1 worker", false, 2, 1, 0},
+                              {"cluster 2 shards, 2 workers", false, 2, 2, 0}};
+  const PushMode push = deep ? PushMode::hierarchical : PushMode::flat;
+  nlohmann::json rep = {{"suite", "cluster"},
+                        {"rows", a.rows},
+                        {"consistency", "ssp:2"},
+                        {"push", to_string(push)},
+                        {"model", to_string(o.trainer.model.kind)}};
   nlohmann::json figures = nlohmann::json::array();
   double local_cpu = 0.0;
-  std::printf("%-30s %12s %14s %10s %12s\n", "run (ssp:2, flat push)", "samples/s", "cpu us/sample",
-              "cpu ratio", "test logloss");
+  std::printf(
+      "%-30s %12s %14s %10s %12s\n",
+      fmt::format("run ({}, ssp:2, {} push)", to_string(o.trainer.model.kind), to_string(push))
+          .c_str(),
+      "samples/s", "cpu us/sample", "cpu ratio", "test logloss");
   for (const Run& run : runs) {
     double best_sps = 0.0, best_cpu = 1e300, loss = 0.0;
     for (int r = 0; r < a.repeats; ++r) {
       ClusterOptions c;
       c.shards = run.shards;
       c.workers = run.workers;
+      c.replicas_per_node = run.per_node;
       c.consistency = {ConsistencyKind::ssp, 2};
-      c.push = PushMode::flat;
+      c.push = push;
       auto res = run.local ? run_train_job(o, nullptr) : run_cluster_train_job(o, c, nullptr);
       if (!res) return fail(res.status());
       best_sps = std::max(best_sps, double(res->counters.samples) / res->train_seconds);
@@ -457,7 +481,8 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--dir", a->dir, "Directory for the generated data (default: a temporary one)");
   cmd->add_option("--model", a->model,
                   "train: deepfm or dlrm against the same model in PyTorch (scripts/torch_ctr.py) "
-                  "on the same data (default: lr and fm against streaming the data)")
+                  "on the same data (default: lr and fm against streaming the data); cluster: "
+                  "deepfm or dlrm in the cluster, dense layers all-reduced (default: fm)")
       ->check(CLI::IsMember({"deepfm", "dlrm"}));
   cmd->add_option("--peer-script", a->peer_script,
                   "train --model: the PyTorch peer (default: scripts/torch_ctr.py of this build's "
@@ -467,6 +492,8 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(size_t{1}, wire_bench_in_flight_max))
       ->capture_default_str();
   return [a, rows]() {
+    if (!a->model.empty() && a->suite != "train" && a->suite != "cluster")
+      return fail(Status::invalid_input("--model: only bench train and bench cluster take it"));
     if (a->suite == "store") return bench_store(*a, rows->count() > 0);
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);

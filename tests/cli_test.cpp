@@ -409,6 +409,20 @@ BOOST_AUTO_TEST_CASE(bench_train_deep_model_reports_without_a_peer) {
   BOOST_TEST(j.contains("peer_error"));
 }
 
+// bench cluster --model: a deep model in the cluster (hierarchical push, up to 2 nodes of 2
+// workers) next to the single-process trainer; --model is refused by the suites without it.
+BOOST_AUTO_TEST_CASE(bench_cluster_runs_a_deep_model) {
+  const fs::path report = dir / "bench-cluster-deep.json";
+  Run r = run("bench cluster --model deepfm --rows 4000 --repeats 1 --report " + report.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const auto j = read_json(report);
+  BOOST_TEST(j["push"].get<std::string>() == "hierarchical");
+  BOOST_REQUIRE(j["figures"].size() == 4u);
+  for (const auto& f : j["figures"]) BOOST_TEST(std::isfinite(f["test_logloss"].get<double>()));
+  r = run("bench wire --model deepfm");
+  BOOST_TEST(r.code == 2);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_CASE(stop_early_after_patience_epochs_without_a_better_loss) {
