@@ -161,13 +161,18 @@ class Coordinator {
     if (!fx.failed.ok() && failed_.ok()) failed_ = fx.failed;
   }
 
-  // A deep model's final dense layers come with the worker members' MemberDone (every
-  // replica's are equal): the lowest-numbered worker member's, of the model's size and finite,
-  // are kept for evaluation. Others are left to the core, which checks the message itself.
+  // A deep model's final dense layers come with the worker members' MemberDone. Kept for
+  // evaluation: those that took in the most dense all-reduces (MemberDone::dense_steps; the
+  // lowest-numbered member's on a tie), of the model's size and finite, from a worker member
+  // over the connection its key proved (the core checks the rest of the message itself).
   void keep_dense(const ControlMessage& m) {
     const auto* done = std::get_if<MemberDone>(&m.body);
-    if (!done || done->dense.empty() || m.from >= core_->members().size() ||
-        core_->members()[m.from].role != MemberRole::worker || m.from >= dense_from_)
+    if (!done || done->dense.empty() || m.from >= core_->members().size()) return;
+    const MemberInfo& member = core_->members()[m.from];
+    if (member.role != MemberRole::worker || m.sender_key != member.public_key) return;
+    if (dense_from_ != control_from_unknown &&
+        (done->dense_steps < dense_steps_ ||
+         (done->dense_steps == dense_steps_ && m.from >= dense_from_)))
       return;
     auto model = Model::make(model_spec(o_.job));
     const bool fits = model && (*model)->dense_params() == done->dense.size() &&
@@ -182,6 +187,7 @@ class Coordinator {
     }
     dense_ = done->dense;
     dense_from_ = m.from;
+    dense_steps_ = done->dense_steps;
   }
 
   // Once the layout is out: proxies for every shard, and a local actor for evaluation pulls.
@@ -280,6 +286,7 @@ class Coordinator {
   ShardMapSpec map_;
   std::vector<float> dense_;  // a deep model's final dense layers (keep_dense)
   uint32_t dense_from_ = control_from_unknown;
+  uint64_t dense_steps_ = 0;
   Process p_;
   std::optional<caf::scoped_actor> self_;  // after p_: destroyed before the actor system
 };

@@ -356,7 +356,8 @@ ClusterResult EmbeddedCluster::collect() const {
   r.shard_restarts = m.keeper->restarts();
   r.updates_lost = m.keeper->updates_lost();
   for (const auto& w : m.workers) r.dense_digests.push_back(w->dense_digest());
-  r.dense.assign(m.workers.front()->dense().begin(), m.workers.front()->dense().end());
+  const auto dense = final_dense();
+  r.dense.assign(dense.begin(), dense.end());
   const ReaderStats& rs = m.sources.front()->last_stats();
   r.counters.bad_lines_skipped = rs.bad_lines_skipped;
   r.read_from_cache = rs.from_cache;
@@ -373,6 +374,12 @@ Status EmbeddedCluster::error() const {
   for (const auto& shard : impl_->shards)
     if (!shard->error().ok()) return shard->error();
   return {};
+}
+
+std::span<const float> EmbeddedCluster::final_dense() const {
+  std::vector<const WorkerCore*> replicas;
+  for (const auto& w : impl_->workers) replicas.push_back(w.get());
+  return latest_dense(replicas).dense();
 }
 
 Status EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {
@@ -403,8 +410,7 @@ Status EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) 
       std::copy_n(&m.shard_rows[j * width], width, &m.rows[m.shard_slots[s][j] * width]);
   }
   logits.resize(batch.rows());
-  // A deep model's dense layers: the first replica's (every replica's are equal).
-  m.model->forward(batch, m.index.slots(), m.rows, m.workers.front()->dense(), logits);
+  m.model->forward(batch, m.index.slots(), m.rows, final_dense(), logits);
   return Status();
 }
 

@@ -98,7 +98,7 @@ struct ClusterResult {
   uint32_t last_checkpoint_step = 0;
   uint64_t shard_restarts = 0;
   uint64_t updates_lost = 0;  // pushed rows applied after the checkpoint a restart went back to
-  // A deep model's final dense parameters (the first replica's) and each replica's
+  // A deep model's final dense parameters (worker/worker_core.h latest_dense) and each replica's
   // WorkerCore::dense_digest(): equal digests, replicas equal after every all-reduce.
   std::vector<float> dense{};
   std::vector<uint64_t> dense_digests{};
@@ -128,6 +128,8 @@ class EmbeddedCluster {
   struct Impl;
   explicit EmbeddedCluster(std::unique_ptr<Impl> impl);
   ClusterResult collect() const;
+  // A deep model's final dense layers (latest_dense of the replicas).
+  std::span<const float> final_dense() const;
   Expected<ClusterResult> finish();
   std::unique_ptr<Impl> impl_;
 };

@@ -743,6 +743,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.counters.bad_messages = d.getBadMessages();
       x.counters.cpu_seconds = d.getCpuSeconds();
       x.read_from_cache = d.getReadFromCache();
+      x.dense_steps = d.getDenseSteps();
       auto dense = d.getDense();
       if (dense.size() % sizeof(float) != 0)
         return Status::invalid_input(fmt::format(
@@ -887,6 +888,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setBadMessages(b.counters.bad_messages);
           d.setCpuSeconds(b.counters.cpu_seconds);
           d.setReadFromCache(b.read_from_cache);
+          d.setDenseSteps(b.dense_steps);
           d.setDense(kj::arrayPtr(reinterpret_cast<const kj::byte*>(b.dense.data()),
                                   b.dense.size() * sizeof(float)));
         } else if constexpr (std::is_same_v<T, NodesLost>) {

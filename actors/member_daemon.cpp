@@ -350,9 +350,14 @@ class Member {
     for (const auto& s : sources_) c.bad_lines_skipped += s->last_stats().bad_lines_skipped;
     c.bad_messages += own + p_.bridge->stats().bad_messages;
     c.cpu_seconds = cpu_seconds() - cpu_start_;
-    // A deep model's dense layers, equal in every replica: the coordinator evaluates with them.
-    if (!workers_.empty())
-      d.dense.assign(workers_.front()->dense().begin(), workers_.front()->dense().end());
+    // A deep model's final dense layers: the coordinator evaluates with them.
+    if (!workers_.empty()) {
+      std::vector<const WorkerCore*> replicas;
+      for (const auto& w : workers_) replicas.push_back(w.get());
+      const WorkerCore& latest = latest_dense(replicas);
+      d.dense.assign(latest.dense().begin(), latest.dense().end());
+      d.dense_steps = latest.stats().dense_syncs;
+    }
     d.read_from_cache = !sources_.empty();
     for (const auto& s : sources_)
       d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;

@@ -179,6 +179,7 @@ struct MemberDone {
   cpuSeconds @12 :Float64;
   readFromCache @13 :Bool;
   dense @14 :Data;          # float32 blob: a deep model's final dense parameters
+  denseSteps @15 :UInt64;   # the dense all-reduces those parameters have taken in
 }
 struct Control {
   from @0 :UInt32;

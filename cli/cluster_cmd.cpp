@@ -267,6 +267,11 @@ Runner add_coordinator(CLI::App& app) {
     if (a->push != "flat" && a->push != "hierarchical")
       return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
     j.hierarchical = a->push == "hierarchical";
+    if (spec.deep() && !j.hierarchical && a->workers > 1)
+      return fail(Status::invalid_input(fmt::format(
+          "--model {} with {} workers needs --push hierarchical: the node aggregators all-reduce "
+          "its dense layers",
+          to_string(spec.kind), a->workers)));
     j.max_inflight = a->max_inflight;
     j.skip_bad_lines = a->skip_bad_lines;
     j.use_cache = !a->no_cache;

@@ -153,9 +153,12 @@ struct MemberDone {
   bool drained = false;  // stopped early on SIGTERM
   WorkerCounters counters;
   bool read_from_cache = false;  // every replica read a binary cache in its last epoch
-  // A deep model's dense parameters after training (the member's first replica's; every
-  // replica's are equal): the coordinator evaluates with them. Empty for LR and FM.
+  // A deep model's dense parameters after training: those of the member's replica that took in
+  // the most dense all-reduces (`dense_steps`; a replica that ran out of batches early stops
+  // taking them in). The coordinator evaluates with the reported parameters of the most steps.
+  // Empty for LR and FM.
   std::vector<float> dense = {};
+  uint64_t dense_steps = 0;
 };
 
 // NodesLost and ShardsRestarted change what a member may send to: the coordinator numbers them

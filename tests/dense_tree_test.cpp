@@ -71,6 +71,20 @@ bool same_bits(const FloatBuffer& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), b.size() * sizeof(float)) == 0;
 }
 
+// The root's aggregator core (replicas 1 and 2, peer node 11), with dense layers of
+// `dense_params` floats (0: an LR or FM job).
+std::unique_ptr<AggregatorCore> root_aggregator(size_t dense_params) {
+  AggregatorConfig c;
+  c.id = root_id;
+  c.width = 1;
+  c.map.shards = 1;
+  c.shard_nodes = {0};
+  c.replicas = {1, 2};
+  c.dense_params = dense_params;
+  if (dense_params > 0) c.dense_peers = {other_id};
+  return std::move(AggregatorCore::make(c, make_cpu_reducer()).value());
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(every_replica_gets_the_same_sum_in_the_fixed_order) {
@@ -174,15 +188,7 @@ BOOST_AUTO_TEST_CASE(protocol_violations_are_errors_that_change_nothing) {
 // member) that breaks the protocol is dropped and counted; one from the node's own replica is a
 // bug, and stops the core.
 BOOST_AUTO_TEST_CASE(an_aggregator_drops_a_peers_bad_dense_message_and_stops_on_its_replicas) {
-  AggregatorConfig c;
-  c.id = root_id;
-  c.width = 1;
-  c.map.shards = 1;
-  c.shard_nodes = {0};
-  c.replicas = {1, 2};
-  c.dense_params = params;
-  c.dense_peers = {other_id};
-  auto core = std::move(AggregatorCore::make(c, make_cpu_reducer()).value());
+  auto core = root_aggregator(params);
   Outbox out;
   core->on_message(DenseReduce{{other_id, 1, 1}, 0, 1, std::vector<float>(params + 1)}, out);
   core->on_message(DenseBroadcast{{other_id, 2, 1}, 0, 1, std::vector<float>(params)}, out);
@@ -197,4 +203,16 @@ BOOST_AUTO_TEST_CASE(an_aggregator_drops_a_peers_bad_dense_message_and_stops_on_
   BOOST_TEST(out.size() == 3u);  // the broadcast to both replicas and the other aggregator
   core->on_message(DenseReduce{{1, 2, 1}, 1, 1, std::vector<float>(3)}, out);
   BOOST_TEST(!core->error().ok());
+}
+
+// An LR or FM job has no dense tree: a dense message from another aggregator is still only a
+// dropped, counted message, never the end of the job.
+BOOST_AUTO_TEST_CASE(an_aggregator_without_dense_layers_drops_dense_messages) {
+  auto core = root_aggregator(0);
+  Outbox out;
+  core->on_message(DenseReduce{{other_id, 1, 1}, 0, 1, random_vector(4)}, out);
+  core->on_message(DenseBroadcast{{other_id, 2, 1}, 0, 1, random_vector(5)}, out);
+  BOOST_TEST(core->error().ok());
+  BOOST_TEST(core->stats().dense_refused == 2u);
+  BOOST_TEST(out.empty());
 }

@@ -424,12 +424,14 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   w.split_data = rng.next() % 2;
   w.heartbeat_ms = 1 + static_cast<uint32_t>(rng.next() % 5000);
   w.heartbeat_timeout_ms = 1 + static_cast<uint32_t>(rng.next() % 50000);
-  MemberDone d{random_text(rng, 200), rng.next() % 2 == 0,
+  MemberDone d{random_text(rng, 200),
+               rng.next() % 2 == 0,
                WorkerCounters{rng.next(), 0.25 * double(rng.next() % 1000), rng.next(), rng.next(),
                               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
                               rng.next(), double(rng.next() % 1000) / 3.0},
                rng.next() % 2 == 0,
-               random_floats(rng, rng.next() % 3 == 0 ? 0 : rng.next() % 2000)};
+               random_floats(rng, rng.next() % 3 == 0 ? 0 : rng.next() % 2000),
+               rng.next()};
   NodesLost lost;
   for (size_t i = rng.next() % 10; i > 0; --i)
     lost.nodes.push_back(static_cast<uint32_t>(rng.next()));
@@ -485,7 +487,8 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, Heartbeat>) return x.samples == y.samples;
         if constexpr (std::is_same_v<T, MemberDone>)
           return x.error == y.error && x.drained == y.drained && x.counters == y.counters &&
-                 x.read_from_cache == y.read_from_cache && x.dense == y.dense;
+                 x.read_from_cache == y.read_from_cache && x.dense == y.dense &&
+                 x.dense_steps == y.dense_steps;
         if constexpr (std::is_same_v<T, NodesLost>)
           return x.nodes == y.nodes && x.reason == y.reason && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, Leave>) return x.reason == y.reason;

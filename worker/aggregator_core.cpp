@@ -72,7 +72,8 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
     flush(out);
   } else if (auto* reduce = std::get_if<DenseReduce>(&message)) {
     if (!dense_)
-      return fail(
+      return refuse_dense(
+          reduce->header.sender,
           Status::internal(fmt::format("aggregator {}: DenseReduce from node {} for a "
                                        "model without dense parameters",
                                        config_.id, reduce->header.sender)));
@@ -81,7 +82,8 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
     stats_.dense_steps = dense_->steps_reduced();
   } else if (auto* broadcast = std::get_if<DenseBroadcast>(&message)) {
     if (!dense_)
-      return fail(
+      return refuse_dense(
+          broadcast->header.sender,
           Status::internal(fmt::format("aggregator {}: DenseBroadcast from node {} for a "
                                        "model without dense parameters",
                                        config_.id, broadcast->header.sender)));

@@ -50,7 +50,8 @@ struct AggregatorStats {
   uint64_t replies_dropped = 0;  // shard replies that answered no open request (KvClient)
   uint64_t dense_steps = 0;      // dense all-reduce rounds this node summed
   // Dense all-reduce messages from other aggregators that broke the protocol (a step out of
-  // order, a wrong size, a broadcast not waited for): dropped, changing nothing.
+  // order, a wrong size, a broadcast not waited for, any for a model without dense layers):
+  // dropped, changing nothing.
   uint64_t dense_refused = 0;
 };
 

@@ -111,7 +111,8 @@ void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
     dense_grads_.assign(m.values.begin(), m.values.end());
     step_dense(m.samples);
   } else {
-    // Parameter averaging: the sum of `samples` replicas' parameters.
+    // Parameter averaging: the sum of the replicas' parameters, each weighted by `samples` in
+    // all (1 each every K steps; the steps each trained, at the end).
     const float scale = 1.0f / static_cast<float>(m.samples);
     for (size_t i = 0; i < dense_.size(); ++i) dense_[i] = m.values.data()[i] * scale;
   }
@@ -184,12 +185,15 @@ void WorkerCore::maybe_send_done(Outbox& out) {
     out.push_back({*config_.aggregator,
                    ClockAdvance{{config_.id, next_request_++, kv_->map().version()}, clock_done}});
     if (!dense_.empty()) {
-      // Under parameter averaging the replicas end by averaging their final parameters.
-      const bool average = config_.dense_sync_every > 1;
+      // Under parameter averaging the replicas end by averaging their final parameters, each
+      // weighted by the steps it trained (one that trained none sends nothing and keeps its own).
+      const bool average = config_.dense_sync_every > 1 && clock_ > 0;
       DenseReduce last{{config_.id, next_request_++, kv_->map().version()}, clock_done, 0, {}};
       if (average) {
-        last.samples = 1;
-        last.values = dense_;
+        last.samples = clock_;
+        std::vector<float> weighted(dense_);
+        for (float& x : weighted) x *= static_cast<float>(clock_);
+        last.values = std::move(weighted);
         awaiting_dense_ = clock_done;
       }
       out.push_back({*config_.aggregator, std::move(last)});
@@ -203,6 +207,14 @@ void WorkerCore::on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& o
   for (NodeId n : nodes)
     for (uint32_t s = 0; s < config_.shard_nodes.size(); ++s)
       if (config_.shard_nodes[s] == n) kv_->resync(s, out);
+}
+
+const WorkerCore& latest_dense(std::span<const WorkerCore* const> replicas) {
+  COLONY_ASSERT(!replicas.empty());
+  const WorkerCore* best = replicas.front();
+  for (const WorkerCore* w : replicas)
+    if (w->stats().dense_syncs > best->stats().dense_syncs) best = w;
+  return *best;
 }
 
 }  // namespace colony

@@ -48,8 +48,8 @@ struct WorkerConfig {
   // as the single-process trainer does, stepped by `dense_optimizer`, and kept equal across
   // replicas through the aggregators' all-reduce (ps/protocol.h DenseReduce): of the gradients
   // every step when dense_sync_every is 1, else of the parameters every dense_sync_every steps
-  // and once more at the end. A replica without an aggregator must be the only one
-  // (dense_alone) and steps on its own gradients.
+  // and once more at the end (weighted by the steps each replica trained). A replica without an
+  // aggregator must be the only one (dense_alone) and steps on its own gradients.
   nn::DenseOptimizerConfig dense_optimizer{};
   uint64_t seed = 1;
   uint32_t dense_sync_every = 1;
@@ -149,5 +149,10 @@ class WorkerCore {
   Status error_;
   WorkerStats stats_;
 };
+
+// Of `replicas` (non-empty), the first whose dense parameters took in the most all-reduces
+// (WorkerStats::dense_syncs): replicas that trained to the end, since one that ran out of
+// batches early stops taking them in. Its dense() is the model's final dense layers.
+const WorkerCore& latest_dense(std::span<const WorkerCore* const> replicas);
 
 }  // namespace colony
