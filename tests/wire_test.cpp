@@ -657,32 +657,30 @@ BOOST_AUTO_TEST_CASE(a_deep_models_job_and_dense_parameters_round_trip) {
 
 namespace {
 
-// A control message built field by field, as a peer of any version could write it.
-std::vector<uint8_t> raw_control(uint64_t cluster_id,
-                                 const std::function<void(wire::Control::Builder)>& fill) {
+// An envelope of `kind` built field by field, as a peer of any version could write it.
+std::vector<uint8_t> raw_envelope(uint64_t cluster_id, uint16_t kind,
+                                  const std::function<void(wire::Envelope::Builder)>& fill) {
   capnp::MallocMessageBuilder builder;
   auto root = builder.initRoot<wire::Envelope>();
   root.setVersion(wire_protocol_version);
   root.setClusterId(cluster_id);
-  root.setKind(wire_kind_control);
-  fill(root.initControl());
+  root.setKind(kind);
+  fill(root);
   auto words = capnp::messageToFlatArray(builder);
   auto bytes = words.asBytes();
   return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
-// A ps message built field by field.
+// A control message and a ps message built field by field.
+std::vector<uint8_t> raw_control(uint64_t cluster_id,
+                                 const std::function<void(wire::Control::Builder)>& fill) {
+  return raw_envelope(cluster_id, wire_kind_control,
+                      [&](wire::Envelope::Builder e) { fill(e.initControl()); });
+}
 std::vector<uint8_t> raw_ps(uint64_t cluster_id,
                             const std::function<void(wire::PsMessage::Builder)>& fill) {
-  capnp::MallocMessageBuilder builder;
-  auto root = builder.initRoot<wire::Envelope>();
-  root.setVersion(wire_protocol_version);
-  root.setClusterId(cluster_id);
-  root.setKind(wire_kind_ps);
-  fill(root.initPs());
-  auto words = capnp::messageToFlatArray(builder);
-  auto bytes = words.asBytes();
-  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  return raw_envelope(cluster_id, wire_kind_ps,
+                      [&](wire::Envelope::Builder e) { fill(e.initPs()); });
 }
 
 }  // namespace

@@ -70,25 +70,9 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
                                                config_.id, clock->clock, clock->header.sender)));
     replica_done_[it->second] = true;
     flush(out);
-  } else if (auto* reduce = std::get_if<DenseReduce>(&message)) {
-    if (!dense_)
-      return refuse_dense(
-          reduce->header.sender,
-          Status::internal(fmt::format("aggregator {}: DenseReduce from node {} for a "
-                                       "model without dense parameters",
-                                       config_.id, reduce->header.sender)));
-    if (Status s = dense_->on_reduce(*reduce, kv_->map().version(), out); !s.ok())
-      return refuse_dense(reduce->header.sender, std::move(s));
-    stats_.dense_steps = dense_->steps_reduced();
-  } else if (auto* broadcast = std::get_if<DenseBroadcast>(&message)) {
-    if (!dense_)
-      return refuse_dense(
-          broadcast->header.sender,
-          Status::internal(fmt::format("aggregator {}: DenseBroadcast from node {} for a "
-                                       "model without dense parameters",
-                                       config_.id, broadcast->header.sender)));
-    if (Status s = dense_->on_broadcast(*broadcast, kv_->map().version(), out); !s.ok())
-      return refuse_dense(broadcast->header.sender, std::move(s));
+  } else if (std::holds_alternative<DenseReduce>(message) ||
+             std::holds_alternative<DenseBroadcast>(message)) {
+    on_dense(message, out);
   } else {
     // Replies from the shards to this node's pushes.
     kv_->on_message(message, out);
@@ -96,6 +80,21 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
     if (!kv_->error().ok()) return fail(kv_->error());
     std::erase_if(push_tickets_, [&](auto t) { return kv_->done(t); });
   }
+}
+
+void AggregatorCore::on_dense(const PsMessage& message, Outbox& out) {
+  const NodeId from = std::visit([](const auto& m) { return m.header.sender; }, message);
+  Status s;
+  if (!dense_)
+    s = Status::internal(fmt::format(
+        "aggregator {}: a dense all-reduce message from node {} for a model without dense layers",
+        config_.id, from));
+  else if (auto* reduce = std::get_if<DenseReduce>(&message))
+    s = dense_->on_reduce(*reduce, kv_->map().version(), out);
+  else
+    s = dense_->on_broadcast(std::get<DenseBroadcast>(message), kv_->map().version(), out);
+  if (!s.ok()) return refuse_dense(from, std::move(s));
+  stats_.dense_steps = dense_->steps_reduced();
 }
 
 void AggregatorCore::refuse_dense(NodeId sender, Status s) {

@@ -80,6 +80,8 @@ class AggregatorCore {
                  std::unique_ptr<Reducer> reducer);
   Status make_dense_tree();
   void flush(Outbox& out);
+  // A DenseReduce or DenseBroadcast: to the dense tree, or refused.
+  void on_dense(const PsMessage& message, Outbox& out);
   void refuse_dense(NodeId sender, Status s);
   void fail(Status s) {
     if (error_.ok()) error_ = std::move(s);

@@ -1,6 +1,7 @@
 #include "worker/worker_core.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "common/hash.h"
 
@@ -117,9 +118,10 @@ void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
     for (size_t i = 0; i < dense_.size(); ++i) dense_[i] = m.values.data()[i] * scale;
   }
   ++stats_.dense_syncs;
-  dense_digest_ = hash_combine(
-      dense_digest_,
-      hash_bytes({reinterpret_cast<const char*>(dense_.data()), dense_.size() * sizeof(float)}));
+  // FNV-1a over the floats' bits, a word at a time: a few microseconds per step, not a byte loop.
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (float x : dense_) h = (h ^ std::bit_cast<uint32_t>(x)) * 0x100000001b3ULL;
+  dense_digest_ = hash_combine(dense_digest_, h);
   complete_ready_steps(out);
 }
 
