@@ -55,7 +55,12 @@ Runner add_checkpoint(CLI::App& app) {
     if (a->action == "verify") {
       auto rows = verify_checkpoint(*step);
       if (!rows) return fail(rows.status());
-      std::printf("%s: ok, %llu rows\n", step->c_str(), static_cast<unsigned long long>(*rows));
+      const CheckpointManifest m = read_manifest(*step).value();
+      std::printf("%s: ok, %llu rows%s\n", step->c_str(), static_cast<unsigned long long>(*rows),
+                  m.dense_shape.empty() ? ""
+                                        : fmt::format(", dense layers of {} parameters ({})",
+                                                      m.dense_params, m.dense_shape)
+                                              .c_str());
       return 0;
     }
     const std::string prefix = "rocksdb:";

@@ -1,16 +1,13 @@
 #include "storage/checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "storage/dense_file.h"
 #include "storage/rocks_table.h"
 #include "storage/store_spec.h"
 
@@ -53,29 +50,12 @@ Status write_manifest(const std::string& root, const CheckpointManifest& m) {
     list.push_back(
         {{"shard", s.shard}, {"dir", s.dir}, {"rows", s.rows}, {"sender_clocks", s.sender_clocks}});
   j["shard_checkpoints"] = list;
-  const fs::path dir = checkpoint_step_dir(root, m.step);
+  if (!m.dense_shape.empty())
+    j["dense"] = {{"file", dense_file_name}, {"shape", m.dense_shape}, {"params", m.dense_params}};
   // A temporary name of this process's own: the ps daemons of one job may share a checkpoint
   // folder and write the same manifest at once.
-  const fs::path tmp = dir / fmt::format("{}.tmp.{}", manifest_name, ::getpid()),
-                 final_path = dir / manifest_name;
-  const std::string text = j.dump(2) + "\n";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0)
-    return Status::io_error(
-        fmt::format("{}: cannot create: {}", tmp.string(), std::strerror(errno)));
-  const bool written =
-      ::write(fd, text.data(), text.size()) == ssize_t(text.size()) && ::fsync(fd) == 0;
-  const int saved = errno;
-  ::close(fd);
-  if (!written)
-    return Status::io_error(
-        fmt::format("{}: cannot write: {}", tmp.string(), std::strerror(saved)));
-  std::error_code ec;
-  fs::rename(tmp, final_path, ec);
-  if (ec)
-    return Status::io_error(
-        fmt::format("{}: cannot rename into place: {}", final_path.string(), ec.message()));
-  return {};
+  return write_file_atomically(
+      (fs::path(checkpoint_step_dir(root, m.step)) / manifest_name).string(), j.dump(2) + "\n");
 }
 
 Expected<CheckpointManifest> read_manifest(const std::string& step_dir) {
@@ -107,6 +87,17 @@ Expected<CheckpointManifest> read_manifest(const std::string& step_dir) {
       c.rows = s.at("rows").get<uint64_t>();
       c.sender_clocks = s.at("sender_clocks").get<std::vector<std::pair<uint64_t, uint32_t>>>();
       m.shard_checkpoints.push_back(std::move(c));
+    }
+    if (j.contains("dense")) {
+      const auto& d = j.at("dense");
+      if (d.at("file").get<std::string>() != dense_file_name)
+        return Status::invalid_input(fmt::format("{}: dense.file is {}; expected \"{}\"",
+                                                 path.string(), d.at("file").dump(),
+                                                 dense_file_name));
+      m.dense_shape = d.at("shape").get<std::string>();
+      m.dense_params = d.at("params").get<uint64_t>();
+      if (m.dense_shape.empty())
+        return Status::invalid_input(fmt::format("{}: dense.shape is empty", path.string()));
     }
   } catch (const nlohmann::json::exception& e) {
     return Status::invalid_input(
@@ -185,6 +176,16 @@ Expected<uint64_t> verify_checkpoint(const std::string& step_dir) {
                       (*t)->rows(), c.rows));
     total += rows;
   }
+  if (!m->dense_shape.empty()) {
+    const std::string path = (fs::path(step_dir) / dense_file_name).string();
+    auto d = read_dense_state(path);
+    if (!d) return d.status();
+    if (d->shape != m->dense_shape || d->params.size() != m->dense_params || d->step != m->step)
+      return Status::invalid_input(fmt::format(
+          "{}: holds {} parameters of \"{}\" at step {}; the manifest says {} of "
+          "\"{}\" at step {}",
+          path, d->params.size(), d->shape, d->step, m->dense_params, m->dense_shape, m->step));
+  }
   return total;
 }
 
@@ -199,6 +200,10 @@ Status restore_checkpoint(const std::string& step_dir, const std::string& store_
       return Status::invalid_input(
           fmt::format("{}: exists; restoring never merges into a store: remove it first", target));
   }
+  const fs::path dense_target = fs::path(store_dir) / dense_file_name;
+  if (!m.dense_shape.empty() && fs::exists(dense_target, ec))
+    return Status::invalid_input(fmt::format(
+        "{}: exists; restoring never merges into a store: remove it first", dense_target.string()));
   for (uint32_t i = 0; i < m.shards; ++i) {
     const std::string target = shard_store_path(store_dir, i);
     // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
@@ -209,6 +214,12 @@ Status restore_checkpoint(const std::string& step_dir, const std::string& store_
     if (ec)
       return Status::io_error(fmt::format("{}: cannot copy the checkpoint of shard {} there: {}",
                                           target, i, ec.message()));
+  }
+  if (!m.dense_shape.empty()) {
+    // Through a temporary name: a dense.bin in the store is always a whole one.
+    auto d = read_dense_state((fs::path(step_dir) / dense_file_name).string());
+    if (!d) return d.status();
+    return write_dense_state(dense_target.string(), *d);
   }
   return {};
 }

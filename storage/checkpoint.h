@@ -4,13 +4,16 @@
 //   ROOT/step-<S>/shard-<i>/       shard i's rows at step S: a RocksDB database (parameters
 //                                  and optimizer state in one value per key, so they are
 //                                  always saved and restored together)
+//   ROOT/step-<S>/dense.bin        a deep model's dense layers and their optimizer state at
+//                                  step S (storage/dense_file.h); none for LR and FM
 //   ROOT/step-<S>/MANIFEST.json    written last (to a temporary name, then renamed): a step
 //                                  folder without it is an incomplete checkpoint
 //
 // MANIFEST.json: {"format": 1, "step": S, "cluster_id": "...", "shards": N, "row_floats": F,
 // "value_floats": V,
 //   "shard_checkpoints": [{"shard": i, "dir": "shard-<i>", "rows": R,
-//                          "sender_clocks": [[node, clock], ...]}, ...]}
+//                          "sender_clocks": [[node, clock], ...]}, ...],
+//   "dense": {"file": "dense.bin", "shape": "...", "params": P}}     (deep models only)
 // A shard's sender clocks say what its copy holds: every update of steps below each
 // sender's clock (ShardCore::checkpoint_due).
 //
@@ -42,6 +45,10 @@ struct CheckpointManifest {
   uint64_t row_floats = 0;
   uint64_t value_floats = 0;  // the parameters at the front of a row; the rest is optimizer state
   std::vector<ShardCheckpoint> shard_checkpoints;  // one per shard, by shard index
+  // A deep model's dense layers in dense.bin (DenseState::shape and its parameter count); an
+  // empty shape for LR and FM.
+  std::string dense_shape{};
+  uint64_t dense_params = 0;
 };
 
 // ROOT/step-<step> and ROOT/step-<step>/shard-<shard>.
@@ -66,13 +73,14 @@ Expected<std::vector<CheckpointListing>> list_checkpoints(const std::string& roo
 Expected<std::string> latest_checkpoint(const std::string& root);
 
 // Opens every shard's copy read-only and checks it against the manifest: its identity
-// (cluster, shard, shard count, row size), its row count, every row's size. Returns the
-// total number of rows.
+// (cluster, shard, shard count, row size), its row count, every row's size; and a deep
+// model's dense.bin (its checksum, shape, size and step). Returns the total number of rows.
 Expected<uint64_t> verify_checkpoint(const std::string& step_dir);
 
-// Verifies the checkpoint, then copies shard i's rows to STORE_DIR/shard-<i> for every shard,
-// so that a job (or a PS daemon) opened on STORE_DIR continues from it. Fails, touching
-// nothing, when a STORE_DIR/shard-<i> exists (remove it first: restoring never merges).
+// Verifies the checkpoint, then copies shard i's rows to STORE_DIR/shard-<i> for every shard
+// (and a deep model's dense.bin to STORE_DIR/dense.bin), so that a job (or a PS daemon) opened
+// on STORE_DIR continues from it. Fails, touching nothing, when a STORE_DIR/shard-<i> or
+// STORE_DIR/dense.bin exists (remove it first: restoring never merges).
 Status restore_checkpoint(const std::string& step_dir, const std::string& store_dir);
 
 // Writes every row of a checkpoint (or of a store folder holding shard-<i>/ databases) to

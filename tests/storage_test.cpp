@@ -7,8 +7,14 @@
 #include <unordered_set>
 #include <vector>
 
+#include <filesystem>
+#include <fstream>
+#include <string>
+
 #include "common/hash.h"
+#include "storage/dense_file.h"
 #include "storage/row_table.h"
+#include "tests/temp_dir.h"
 
 using namespace colony;
 
@@ -193,4 +199,86 @@ BOOST_AUTO_TEST_CASE(matches_unordered_map_over_random_operations) {
     BOOST_TEST(visited == ref.size());
     BOOST_TEST(mismatches == 0u, "seed " << seed << " after for_each");
   }
+}
+
+namespace {
+DenseState some_dense_state() {
+  DenseState s;
+  s.shape = "deepfm dim=8 fields=26 dense=13 mlp=256,128 optimizer=adam";
+  s.step = 40;
+  SplitMix64 rng(7);
+  for (int i = 0; i < 1000; ++i) s.params.push_back(float(unit_double(rng.next())) - 0.5f);
+  for (int i = 0; i < 2000; ++i) s.optimizer_state.push_back(float(unit_double(rng.next())));
+  s.optimizer_steps = 40;
+  return s;
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void put_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(dense_state_round_trips_bit_for_bit) {
+  testing::TempDir dir("dense-file");
+  const std::string path = dir.sub("dense.bin");
+  const DenseState s = some_dense_state();
+  BOOST_REQUIRE(write_dense_state(path, s).ok());
+  auto back = read_dense_state(path);
+  BOOST_REQUIRE(back.ok());
+  BOOST_TEST((*back == s));
+  // Nothing but the file itself is left in the folder (the temporary was renamed).
+  size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path)) ++entries;
+  BOOST_TEST(entries == 1u);
+  DenseState empty;
+  empty.shape = "dcn";
+  BOOST_REQUIRE(write_dense_state(path, empty).ok());
+  BOOST_TEST((read_dense_state(path).value() == empty));
+}
+
+BOOST_AUTO_TEST_CASE(dense_state_refuses_damaged_files_naming_them) {
+  testing::TempDir dir("dense-file");
+  const std::string path = dir.sub("dense.bin");
+  BOOST_CHECK(read_dense_state(path).status().code() == Status::Code::not_found);
+  BOOST_REQUIRE(write_dense_state(path, some_dense_state()).ok());
+  const std::string good = file_bytes(path);
+  auto refused = [&](const std::string& bytes, const std::string& why) {
+    put_bytes(path, bytes);
+    auto r = read_dense_state(path);
+    BOOST_TEST_CONTEXT(why) {
+      BOOST_CHECK(r.status().code() == Status::Code::invalid_input);
+      BOOST_TEST(r.status().message().find(path) != std::string::npos, r.status().message());
+    }
+  };
+  refused("", "empty");
+  refused("COLONYX1" + good.substr(8), "another magic");
+  // Every shorter prefix, and one byte more.
+  for (size_t n = 0; n < good.size(); n += 97)
+    refused(good.substr(0, n), "cut at " + std::to_string(n));
+  refused(good.substr(0, good.size() - 1), "last byte missing");
+  refused(good + "x", "a byte after its end");
+  // One flipped bit anywhere: the checksum (or the header's sizes) catch it.
+  SplitMix64 rng(3);
+  for (int i = 0; i < 64; ++i) {
+    std::string bad = good;
+    const size_t at = rng.next() % bad.size();
+    bad[at] = char(bad[at] ^ (1 << (rng.next() % 8)));
+    refused(bad, "bit flipped at byte " + std::to_string(at));
+  }
+  // Sizes that promise more than the file holds allocate nothing: a header claiming 2^60 floats.
+  std::string huge = good;
+  const size_t params_at = 8 + 4 + some_dense_state().shape.size() + 4;
+  const uint64_t lie = uint64_t{1} << 60;
+  std::memcpy(huge.data() + params_at, &lie, sizeof lie);
+  refused(huge, "2^60 parameters");
+  const std::string too_long(dense_shape_max + 1, 'x');
+  DenseState s;
+  s.shape = too_long;
+  BOOST_CHECK(write_dense_state(dir.sub("other.bin"), s).code() == Status::Code::invalid_input);
+  BOOST_TEST(!std::filesystem::exists(dir.sub("other.bin")));
 }
