@@ -79,6 +79,7 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
       core->add_batch(std::move(batch), st.out);
     }
     route(*shared, st.out);
+    if (shared->after_worker_message) shared->after_worker_message(*core);
     const uint64_t samples = core->stats().samples;
     shared->samples += samples - st.samples_reported;
     st.samples_reported = samples;

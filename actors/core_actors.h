@@ -45,6 +45,8 @@ struct JobShared {
   std::function<void(const Outgoing&)> observer;
   // Called by a shard's actor after each message, with its core (checkpoints, recovery).
   std::function<void(ShardCore&)> after_shard_message;
+  // Called by a worker's actor after each message, with its core (dense-layer checkpoints).
+  std::function<void(WorkerCore&)> after_worker_message;
   std::atomic<uint64_t> samples{0};
   std::mutex mutex;
   Status first_error;  // guarded by mutex

@@ -19,6 +19,7 @@
 #include "ps/shard_core.h"
 #include "ps/shard_map.h"
 #include "storage/checkpoint.h"
+#include "storage/dense_file.h"
 #include "worker/aggregator_core.h"
 #include "worker/counters.h"
 #include "worker/kv_client.h"
@@ -130,6 +131,7 @@ struct EmbeddedCluster::Impl {
   std::shared_ptr<JobShared> shared = std::make_shared<JobShared>();
   std::vector<std::shared_ptr<ShardCore>> shards;
   std::shared_ptr<ShardKeeper> keeper;
+  std::string dense_shape;  // a deep model's (worker/wiring.h); empty for LR and FM
   std::vector<std::shared_ptr<WorkerCore>> workers;
   std::vector<std::shared_ptr<WorkerSource>> sources;
   std::vector<std::shared_ptr<AggregatorCore>> aggregators;
@@ -147,6 +149,35 @@ struct EmbeddedCluster::Impl {
 
 EmbeddedCluster::EmbeddedCluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EmbeddedCluster::~EmbeddedCluster() = default;
+
+namespace {
+// A deep model's dense layers to start from: the store's dense.bin when it has one (left by an
+// earlier run of the job, or by `colony checkpoint restore`); none for a store without, unless
+// it holds rows, which are then refused rather than paired with fresh dense layers.
+Expected<std::shared_ptr<const DenseState>> load_dense_start(const StoreSpec& store,
+                                                             const std::string& shape,
+                                                             uint64_t rows_in_store) {
+  if (store.kind == StoreKind::memory) return std::shared_ptr<const DenseState>();
+  const std::string path = dense_store_path(store.dir);
+  auto saved = read_dense_state(path);
+  if (!saved) {
+    if (saved.status().code() != Status::Code::not_found) return saved.status();
+    if (rows_in_store == 0) return std::shared_ptr<const DenseState>();
+    return Status::invalid_input(
+        fmt::format("--store {}: holds {} rows of an earlier run but not its dense layers ({} is "
+                    "missing): start from an empty store, or restore a checkpoint into one "
+                    "(colony checkpoint restore)",
+                    to_string(store), rows_in_store, path));
+  }
+  if (saved->shape != shape)
+    return Status::invalid_input(
+        fmt::format("{}: holds the dense layers of \"{}\"; this job's are \"{}\": start from "
+                    "an empty store, or train the model that wrote it",
+                    path, saved->shape, shape));
+  return std::shared_ptr<const DenseState>(
+      std::make_shared<const DenseState>(std::move(saved.value())));
+}
+}  // namespace
 
 Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJob& job) {
   const ClusterOptions& c = job.cluster;
@@ -217,15 +248,28 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     identities.push_back(identity);
     auto core = ShardCore::make(sc, std::move(store.value()));
     if (!core) return core.status();
-    if (Status st = check_dense_state(spec, (*core)->rows()); !st.ok()) return st;
     m.shards.push_back(std::move(core.value()));
+  }
+  m.dense_shape = dense_shape(spec);
+  std::shared_ptr<const DenseState> dense_start;
+  if (!m.dense_shape.empty()) {
+    uint64_t rows = 0;
+    for (const auto& shard : m.shards) rows += shard->rows();
+    auto start = load_dense_start(c.store, m.dense_shape, rows);
+    if (!start) return start.status();
+    dense_start = std::move(start.value());
   }
   std::vector<NodeId> replicas, aggregators;
   for (uint32_t i = 0; i < layout->members().size(); ++i) {
     const MemberInfo& member = layout->members()[i];
     if (member.role != MemberRole::worker) continue;
     for (NodeId n = member.first_node; n < member.first_node + member.count; ++n) {
-      auto core = WorkerCore::make(worker_config(spec, *layout, n));
+      WorkerConfig wc = worker_config(spec, *layout, n);
+      wc.dense_start = dense_start;
+      // The first replica trains the most batches (the others never reach a step it does not).
+      if (replicas.empty() && !m.dense_shape.empty())
+        wc.dense_checkpoint_every = co.checkpoint_every;
+      auto core = WorkerCore::make(wc);
       if (!core) return core.status();
       m.workers.push_back(std::move(core.value()));
       m.sources.push_back(
@@ -240,12 +284,18 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   }
 
   m.keeper = std::make_shared<ShardKeeper>(co, std::move(shard_configs), std::move(identities),
-                                           width, m.shared);
-  if (co.checkpoint_every)
+                                           width, m.dense_shape, m.shared);
+  if (co.checkpoint_every) {
     m.shared->after_shard_message = [keeper =
                                          std::weak_ptr<ShardKeeper>(m.keeper)](ShardCore& core) {
       if (auto k = keeper.lock()) k->after_message(core);
     };
+    if (!m.dense_shape.empty())
+      m.shared->after_worker_message =
+          [keeper = std::weak_ptr<ShardKeeper>(m.keeper)](WorkerCore& core) {
+            if (auto k = keeper.lock()) k->after_worker_message(core);
+          };
+  }
 
   // Spawn: the coordinator first (workers report to it), then every core's actor.
   m.coordinator = m.system.spawn(coordinator_fun);
@@ -330,6 +380,14 @@ Expected<ClusterResult> EmbeddedCluster::finish() {
     if (!shard->error().ok()) return shard->error();
     if (Status s = shard->store().flush(); !s.ok()) return s;
   }
+  // A deep model's final dense layers go beside the rows, so that a job continuing the store
+  // continues them too.
+  const StoreSpec& store = impl_->job.cluster.store;
+  if (!impl_->dense_shape.empty() && store.kind != StoreKind::memory) {
+    DenseState state = final_dense_replica().dense_state();
+    state.shape = impl_->dense_shape;
+    if (Status s = write_dense_state(dense_store_path(store.dir), state); !s.ok()) return s;
+  }
   return collect();
 }
 
@@ -376,10 +434,14 @@ Status EmbeddedCluster::error() const {
   return {};
 }
 
-std::span<const float> EmbeddedCluster::final_dense() const {
+const WorkerCore& EmbeddedCluster::final_dense_replica() const {
   std::vector<const WorkerCore*> replicas;
   for (const auto& w : impl_->workers) replicas.push_back(w.get());
-  return latest_dense(replicas).dense();
+  return latest_dense(replicas);
+}
+
+std::span<const float> EmbeddedCluster::final_dense() const {
+  return final_dense_replica().dense();
 }
 
 Status EmbeddedCluster::predict(const Batch& batch, std::vector<float>& logits) {

@@ -24,6 +24,8 @@
 
 namespace colony {
 
+class WorkerCore;
+
 enum class PushMode { flat, hierarchical };
 Expected<PushMode> parse_push_mode(const std::string& text);
 const char* to_string(PushMode mode);
@@ -42,14 +44,17 @@ struct ClusterOptions {
   size_t threads = 0;              // CAF scheduler threads; 0 = one per core
   // Where the shards keep their rows (memory, or DIR/shard-<i> on RocksDB, tiered with a
   // cache). A store left by an earlier run of the same job is continued; one written by
-  // another job (see store_fingerprint) is refused.
+  // another job (see store_fingerprint) is refused. A deep model's dense layers and their
+  // optimizer state are saved in DIR/dense.bin when the job ends and continued from it (a store
+  // with rows but without it is refused).
   StoreSpec store;
   uint32_t admit_after = 0;  // feature admission (ShardConfig::admit_after)
   uint32_t evict_after = 0;  // row eviction (ShardConfig::evict_after)
   // Checkpoints every this many steps (0: none) under checkpoint_dir (default: DIR/checkpoints
   // for a store on RocksDB), laid out as storage/checkpoint.h says. Shard i copies its store
   // when its slowest sender's clock reaches a multiple (ShardCore::checkpoint_due); the step's
-  // manifest is written when the last shard has.
+  // manifest is written when the last shard has (and, for a deep model, once the first
+  // replica's dense layers of that step are in the step's dense.bin).
   uint32_t checkpoint_every = 0;
   std::string checkpoint_dir;
   // A deep model's dense layers: all-reduced every step (1) or averaged every K steps
@@ -128,7 +133,8 @@ class EmbeddedCluster {
   struct Impl;
   explicit EmbeddedCluster(std::unique_ptr<Impl> impl);
   ClusterResult collect() const;
-  // A deep model's final dense layers (latest_dense of the replicas).
+  // A deep model's final dense layers: of the replica latest_dense picks.
+  const WorkerCore& final_dense_replica() const;
   std::span<const float> final_dense() const;
   Expected<ClusterResult> finish();
   std::unique_ptr<Impl> impl_;

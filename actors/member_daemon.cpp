@@ -215,7 +215,7 @@ class Member {
         identities_.push_back(identity);
         auto core = ShardCore::make(sc, std::move(store.value()));
         if (!core) return core.status();
-        if (Status st = check_dense_state(w.job, w.resume ? 0 : (*core)->rows()); !st.ok())
+        if (Status st = check_daemon_dense_state(w.job, w.resume ? 0 : (*core)->rows()); !st.ok())
           return st;
         if (w.resume) (*core)->begin_resync();
         shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(core.value())));

@@ -1,7 +1,8 @@
 // The embedded cluster's checkpoint orchestration (ClusterOptions::checkpoint_every): each
-// shard's actor copies its store at a checkpoint step, and the last shard of a step writes the
-// manifest; and the recovery tests' restart of a shard from its newest checkpoint. Internal to
-// actors/ (the daemons do the same across processes through the coordinator core).
+// shard's actor copies its store at a checkpoint step, a deep model's first replica hands in
+// its dense layers of that step, and whichever comes last writes dense.bin and the manifest; and
+// the recovery tests' restart of a shard from its newest checkpoint. Internal to actors/ (the
+// daemons do the same across processes through the coordinator core).
 #pragma once
 
 #include <atomic>
@@ -17,21 +18,38 @@
 #include "actors/embedded_cluster.h"
 #include "ps/shard_core.h"
 #include "storage/checkpoint.h"
+#include "storage/dense_file.h"
 #include "storage/store_spec.h"
+#include "worker/worker_core.h"
 
 namespace colony {
 
 // Checkpoints and test restarts of the shards, run by each shard's actor between messages.
 class ShardKeeper {
  public:
+  // `dense_shape`: a deep model's (worker/wiring.h dense_shape), whose checkpoints wait for
+  // its dense layers; empty for LR and FM.
   ShardKeeper(const ClusterOptions& c, std::vector<ShardConfig> configs,
-              std::vector<StoreIdentity> identities, size_t value_floats,
+              std::vector<StoreIdentity> identities, size_t value_floats, std::string dense_shape,
               std::shared_ptr<JobShared> shared)
       : options_(c),
         configs_(std::move(configs)),
         identities_(std::move(identities)),
         value_floats_(value_floats),
+        dense_shape_(std::move(dense_shape)),
         shared_(std::move(shared)) {}
+
+  // Run by a worker's actor after a message: the dense layers of a checkpoint step, when its
+  // core kept a copy (WorkerConfig::dense_checkpoint_every).
+  void after_worker_message(WorkerCore& core) {
+    while (auto state = core.take_dense_checkpoint()) {
+      state->shape = dense_shape_;
+      std::lock_guard<std::mutex> lock(mutex_);
+      const uint32_t step = state->step;
+      pending_[step].dense = std::move(*state);
+      if (Status s = complete(step); !s.ok()) shared_->fail(s);
+    }
+  }
 
   void after_message(ShardCore& core) {
     if (!core.error().ok()) return;
@@ -70,14 +88,29 @@ class ShardKeeper {
     for (auto [node, clock] : core.sender_clocks()) clocks.emplace_back(node, clock);
     p.shards[i] = ShardCheckpoint{i, fmt::format("shard-{}", i), core.rows(), std::move(clocks)};
     p.rows_pushed[i] = core.stats().rows_pushed;
-    if (++p.done < configs_.size()) return {};
-    CheckpointManifest m{step,
-                         identities_[i].cluster_id,
-                         uint32_t(configs_.size()),
-                         identities_[i].row_floats,
-                         value_floats_,
-                         {}};
+    ++p.done;
+    return complete(step);
+  }
+
+  // Once every shard's copy of `step` (and a deep model's dense layers) is in: dense.bin, then
+  // the manifest. A step whose shards never checkpoint keeps its dense layers in memory only
+  // until a later step completes. Holds mutex_.
+  Status complete(uint32_t step) {
+    Pending& p = pending_[step];
+    if (p.done < configs_.size() || (!dense_shape_.empty() && !p.dense)) return {};
+    const StoreIdentity& id = identities_.front();
+    CheckpointManifest m{step,          id.cluster_id, uint32_t(configs_.size()),
+                         id.row_floats, value_floats_, {}};
     for (auto& sc : p.shards) m.shard_checkpoints.push_back(*sc);
+    if (p.dense) {
+      m.dense_shape = p.dense->shape;
+      m.dense_params = p.dense->params.size();
+      const std::string path =
+          (std::filesystem::path(checkpoint_step_dir(options_.checkpoint_dir, step)) /
+           dense_file_name)
+              .string();
+      if (Status s = write_dense_state(path, *p.dense); !s.ok()) return s;
+    }
     if (Status s = write_manifest(options_.checkpoint_dir, m); !s.ok()) return s;
     ++checkpoints_;
     last_step_ = step;
@@ -127,11 +160,13 @@ class ShardKeeper {
     std::vector<std::optional<ShardCheckpoint>> shards;
     std::vector<uint64_t> rows_pushed;
     size_t done = 0;
+    std::optional<DenseState> dense;
   };
   const ClusterOptions options_;
   const std::vector<ShardConfig> configs_;
   const std::vector<StoreIdentity> identities_;
   const size_t value_floats_;
+  const std::string dense_shape_;
   std::shared_ptr<JobShared> shared_;
   std::mutex mutex_;
   std::map<uint32_t, Pending> pending_;                             // guarded by mutex_

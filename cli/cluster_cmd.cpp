@@ -278,7 +278,7 @@ Runner add_coordinator(CLI::App& app) {
     j.admit_after = a->admit_after;
     j.evict_after = a->evict_after;
     j.checkpoint_every = a->checkpoint_every;
-    if (Status s = check_dense_state(j, 0); !s.ok()) return fail(s);
+    if (Status s = check_daemon_dense_state(j, 0); !s.ok()) return fail(s);
     DaemonSignals signals;
     install_signal_handlers(signals);
     const auto start = std::chrono::steady_clock::now();

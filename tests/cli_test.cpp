@@ -275,6 +275,13 @@ BOOST_AUTO_TEST_CASE(deep_models_train_on_criteo_files_and_refuse_unseen_fields)
           (data / "test.criteo").string());
   BOOST_TEST(r.code == 2);
   BOOST_TEST(r.err.find("MiB") != std::string::npos, r.err);
+  // The daemons' checkpoints do not hold the dense layers (colony train's do): refused.
+  r =
+      run("coordinator --listen tcp://127.0.0.1:1 --insecure --model deepfm --checkpoint-every 5 "
+          "--test " +
+          (data / "test.criteo").string());
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("colony train's do") != std::string::npos, r.err);
 }
 
 // Hybrid training: DeepFM on 4 workers in 2 nodes (dense layers all-reduced every step, rows on
@@ -295,20 +302,27 @@ BOOST_AUTO_TEST_CASE(deepfm_on_four_workers_matches_one_worker) {
   r = run("train --model deepfm --workers 2 --push flat --rows 1000 --test-rows 100");
   BOOST_TEST(r.code != 0);
   BOOST_TEST(r.err.find("--push hierarchical") != std::string::npos, r.err);
-  // The dense layers are in no store or checkpoint yet: continuing a store, or checkpoints,
-  // are refused rather than pairing trained rows with fresh dense layers.
-  const std::string store = " --store rocksdb:" + (dir / "deep-store").string();
-  r = run("train --model deepfm --rows 2000 --test-rows 100" + store);
+  // The dense layers and their optimizer state are saved with the rows: in every checkpoint,
+  // and in the store, which a later run continues; a checkpoint restores them, and a store of
+  // another model's dense layers is refused.
+  const fs::path store = dir / "deep-store", restored = dir / "deep-restored";
+  const std::string small = "train --model deepfm --rows 4096 --test-rows 100 --batch 512";
+  r = run(small + " --checkpoint-every 4 --store rocksdb:" + store.string());
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
-  r = run("train --model deepfm --rows 2000 --test-rows 100" + store);
+  BOOST_TEST(fs::exists(store / "dense.bin"));
+  r = run("checkpoint verify " + (store / "checkpoints").string());
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("step-8: ok") != std::string::npos, r.out);
+  BOOST_TEST(r.out.find("dense layers of") != std::string::npos, r.out);
+  r = run("checkpoint restore " + (store / "checkpoints/step-4").string() +
+          " --store rocksdb:" + restored.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(fs::exists(restored / "dense.bin"));
+  r = run(small + " --store rocksdb:" + restored.string());
+  BOOST_TEST(r.code == 0, r.err);
+  r = run(small + " --mlp 64 --store rocksdb:" + store.string());
   BOOST_TEST(r.code != 0);
-  BOOST_TEST(r.err.find("start from an empty store") != std::string::npos, r.err);
-  r =
-      run("train --model deepfm --rows 2000 --test-rows 100 --checkpoint-every 5 --store "
-          "rocksdb:" +
-          (dir / "deep-store-2").string());
-  BOOST_TEST(r.code != 0);
-  BOOST_TEST(r.err.find("--checkpoint-every") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find((store / "dense.bin").string()) != std::string::npos, r.err);
 }
 
 // --valid-fraction holds the same rows out in both engines, scores them every epoch, and stops

@@ -8,6 +8,7 @@
 
 #include "actors/embedded_cluster.h"
 #include "data/generator.h"
+#include "tests/deep_data.h"
 #include "worker/trainer.h"
 
 using namespace colony;
@@ -85,34 +86,13 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bi
 
 namespace {
 
-// Criteo-shaped data (26 fields, 13 dense features) for the deep models.
 std::shared_ptr<const std::vector<Batch>> deep_data(uint64_t rows, size_t batch) {
-  GenOptions g;
-  g.rows = rows;
-  g.test_rows = 10;
-  g.seed = 7;
-  g.vocab_scale = 0.01;
-  g.format = "criteo";
-  auto gen = generate_in_memory(g);
-  // Rebatch to `batch` rows so that workers split the data batch by batch.
-  auto reader = make_memory_reader(std::make_shared<std::vector<Batch>>(gen.train), batch);
-  auto out = std::make_shared<std::vector<Batch>>();
-  Batch b;
-  while (*reader->next(b)) out->push_back(b);
-  return out;
+  return std::make_shared<std::vector<Batch>>(testing::deep_batches(rows, batch));
 }
 
 ClusterJob deep_job(ModelKind kind, std::shared_ptr<const std::vector<Batch>> data) {
   ClusterJob j = job_on(std::move(data));
-  ModelSpec spec;
-  spec.kind = kind;
-  spec.dim = 4;
-  spec.fields = 26;
-  spec.dense = 13;
-  spec.mlp = {16, 8};
-  spec.bottom = {8};
-  spec.cross_layers = 2;
-  j.trainer.model = spec;
+  j.trainer.model = testing::small_deep_model(kind);
   j.cluster.push = PushMode::hierarchical;
   return j;
 }

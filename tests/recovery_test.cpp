@@ -14,7 +14,9 @@
 #include "data/generator.h"
 #include "ps/shard_core.h"
 #include "storage/checkpoint.h"
+#include "storage/dense_file.h"
 #include "storage/store_spec.h"
+#include "tests/deep_data.h"
 #include "tests/temp_dir.h"
 #include "tests/test_shard.h"
 
@@ -245,4 +247,241 @@ BOOST_AUTO_TEST_CASE(
   auto r = c->run(nullptr);
   BOOST_REQUIRE(!r.ok());
   BOOST_TEST(names(r.status(), dir.sub("other/checkpoints")), r.status().message());
+}
+
+namespace {
+
+std::vector<Batch> deep_batches(uint64_t rows) {
+  return testing::deep_batches(rows, 128);
+}
+
+ClusterJob deep_job(ModelKind kind, std::vector<Batch> batches, const std::string& store) {
+  ClusterJob j;
+  j.trainer.model = testing::small_deep_model(kind);
+  j.trainer.optimizer = default_optimizer_config(OptimizerKind::adagrad);
+  j.batch = 128;
+  j.memory = std::make_shared<std::vector<Batch>>(std::move(batches));
+  j.cluster.shards = 2;
+  j.cluster.threads = 2;
+  j.cluster.store = parse_store_spec("rocksdb:" + store, 0).value();
+  return j;
+}
+
+std::unique_ptr<EmbeddedCluster> run_job(const ClusterJob& j) {
+  auto c = EmbeddedCluster::make(j);
+  BOOST_REQUIRE_MESSAGE(c.ok(), (c.ok() ? std::string() : c.status().message()));
+  auto r = (*c)->run(nullptr);
+  BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
+  return std::move(c.value());
+}
+
+// Every row of a checkpoint step folder or store folder, in the export format's bytes.
+std::string exported(const std::string& dir, uint32_t value_floats, const std::string& out) {
+  auto n = export_rows(dir, value_floats, out);
+  BOOST_REQUIRE_MESSAGE(n.ok(), (n.ok() ? std::string() : n.status().message()));
+  BOOST_REQUIRE(*n > 0u);
+  std::ifstream in(out, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The rows of an export (storage/checkpoint.h's format) by key.
+Rows rows_of_export(const std::string& bytes) {
+  uint32_t row_floats = 0;
+  BOOST_REQUIRE(bytes.size() >= 24u);
+  std::memcpy(&row_floats, bytes.data() + 8, 4);
+  Rows rows;
+  for (size_t at = 24; at + 8 <= bytes.size(); at += 8 + 4 * row_floats) {
+    uint64_t key = 0;
+    std::memcpy(&key, bytes.data() + at, 8);
+    std::vector<float> row(row_floats);
+    std::memcpy(row.data(), bytes.data() + at + 8, 4 * row_floats);
+    rows[key] = row;
+  }
+  return rows;
+}
+
+// The model of `checkpoint` (an export) is the model `cluster` ended with: every row it holds is
+// the cluster's, bit for bit, or a row the cluster never wrote (made by a pull of the next step,
+// already answered when the shard copied its store) at its initial values.
+boost::test_tools::predicate_result same_model(const std::string& checkpoint,
+                                               const std::string& ended,
+                                               const EmbeddedCluster& cluster, size_t width) {
+  const Rows a = rows_of_export(checkpoint), b = rows_of_export(ended);
+  size_t differ = 0, extra = 0;
+  std::vector<float> initial(width);
+  for (const auto& [key, row] : a) {
+    auto it = b.find(key);
+    if (it != b.end()) {
+      differ += std::memcmp(row.data(), it->second.data(), row.size() * 4) != 0;
+      continue;
+    }
+    ++extra;
+    cluster.row_value(key, initial);
+    differ += std::memcmp(row.data(), initial.data(), width * 4) != 0;
+  }
+  for (const auto& [key, row] : b) differ += a.count(key) == 0;
+  boost::test_tools::predicate_result r(differ == 0);
+  r.message() << differ << " of " << a.size() << " rows differ (" << extra
+              << " not written by the shorter job)";
+  return r;
+}
+
+// Exports with the same bytes (named by size and first difference when not).
+boost::test_tools::predicate_result same_rows(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  size_t at = 0;
+  while (at < a.size() && at < b.size() && a[at] == b[at]) ++at;
+  boost::test_tools::predicate_result r(false);
+  r.message() << "exports of " << a.size() << " and " << b.size() << " bytes differ from byte "
+              << at;
+  return r;
+}
+
+DenseState dense_of(const std::string& path) {
+  auto d = read_dense_state(path);
+  BOOST_REQUIRE_MESSAGE(d.ok(), (d.ok() ? std::string() : d.status().message()));
+  BOOST_REQUIRE(!d->params.empty());
+  BOOST_REQUIRE(!d->optimizer_state.empty());
+  return *d;
+}
+
+}  // namespace
+
+// A deep model's checkpoint at step S holds what a job of S steps ends with, bit for bit: the
+// rows, the dense layers and the dense optimizer's state (one worker under BSP is
+// deterministic). Restored into a store and continued on the remaining batches, it ends where the
+// uninterrupted job ends, bit for bit: nothing the continuation needs is missing from it.
+BOOST_AUTO_TEST_CASE(a_deep_models_checkpoint_holds_its_dense_layers_and_continues_exactly) {
+  const std::vector<Batch> all = deep_batches(24 * 128);
+  BOOST_REQUIRE(all.size() == 24u);
+  const std::vector<Batch> first(all.begin(), all.begin() + 8), rest(all.begin() + 8, all.end());
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
+    BOOST_TEST_CONTEXT(to_string(kind)) {
+      TempDir dir;
+      ClusterJob whole = deep_job(kind, all, dir.sub("whole"));
+      whole.cluster.checkpoint_every = 8;
+      run_job(whole);
+      const std::string step8 = checkpoint_step_dir(dir.sub("whole/checkpoints"), 8);
+      auto verified = verify_checkpoint(step8);
+      BOOST_REQUIRE_MESSAGE(verified.ok(), (verified.ok() ? "" : verified.status().message()));
+      const CheckpointManifest m = read_manifest(step8).value();
+      BOOST_TEST(!m.dense_shape.empty());
+      const uint32_t values = uint32_t(m.value_floats);
+
+      auto shorter = run_job(deep_job(kind, first, dir.sub("short")));
+      const DenseState at8 = dense_of(step8 + "/dense.bin");
+      BOOST_TEST(at8.step == 8u);
+      BOOST_TEST(at8.optimizer_steps == 8u);
+      BOOST_TEST((at8 == dense_of(dir.sub("short/dense.bin"))));
+      BOOST_TEST(same_model(exported(step8, 0, dir.sub("a.bin")),
+                            exported(dir.sub("short"), values, dir.sub("b.bin")), *shorter,
+                            whole.trainer.model.width()));
+
+      BOOST_REQUIRE(restore_checkpoint(step8, dir.sub("continued")).ok());
+      run_job(deep_job(kind, rest, dir.sub("continued")));
+      DenseState continued = dense_of(dir.sub("continued/dense.bin"));
+      DenseState uninterrupted = dense_of(dir.sub("whole/dense.bin"));
+      BOOST_TEST(continued.optimizer_steps == 24u);
+      continued.step = uninterrupted.step;  // each job's own clock
+      BOOST_TEST((continued == uninterrupted));
+      BOOST_TEST(same_rows(exported(dir.sub("continued"), values, dir.sub("c.bin")),
+                           exported(dir.sub("whole"), values, dir.sub("d.bin"))));
+    }
+  }
+}
+
+// Four replicas on two nodes under random schedules: every checkpoint is complete, holds the
+// dense layers of its step, and verifies.
+BOOST_AUTO_TEST_CASE(hybrid_training_checkpoints_dense_layers_at_every_step_boundary) {
+  for (uint32_t every : {1u, 2u}) {
+    for (uint64_t seed : {1u, 9u}) {
+      BOOST_TEST_CONTEXT("every " << every << ", schedule seed " << seed) {
+        TempDir dir;
+        ClusterJob j = deep_job(ModelKind::deepfm, deep_batches(32 * 128), dir.sub("store"));
+        j.cluster.workers = 4;
+        j.cluster.replicas_per_node = 2;
+        j.cluster.push = PushMode::hierarchical;
+        j.cluster.dense_sync_every = every;
+        j.cluster.checkpoint_every = 4;
+        j.cluster.deterministic_seed = seed;
+        auto c = std::move(EmbeddedCluster::make(j).value());
+        auto r = c->run(nullptr);
+        BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
+        BOOST_TEST(r->checkpoints >= 1u);  // 8 steps per replica: step 4, and 8 when it comes
+        const auto listed = list_checkpoints(dir.sub("store/checkpoints")).value();
+        size_t complete = 0;
+        for (const CheckpointListing& l : listed) {
+          if (!l.complete) continue;
+          ++complete;
+          auto v = verify_checkpoint(l.dir);
+          BOOST_TEST(v.ok(), (v.ok() ? std::string() : v.status().message()));
+          BOOST_TEST(dense_of(l.dir + "/dense.bin").step == l.step);
+        }
+        BOOST_TEST(complete == r->checkpoints);
+      }
+    }
+  }
+  // The replicas' dense layers are equal only after an averaging: a checkpoint between two is
+  // refused.
+  TempDir dir;
+  ClusterJob j = deep_job(ModelKind::deepfm, deep_batches(1024), dir.sub("store"));
+  j.cluster.workers = 2;
+  j.cluster.push = PushMode::hierarchical;
+  j.cluster.dense_sync_every = 3;
+  j.cluster.checkpoint_every = 4;
+  auto refused = EmbeddedCluster::make(j);
+  BOOST_REQUIRE(!refused.ok());
+  BOOST_TEST(refused.status().message().find("every:3") != std::string::npos,
+             refused.status().message());
+}
+
+// A deep model's store is continued only with its own dense layers: rows without them, layers of
+// another shape, a damaged dense.bin are refused naming the file, never a fresh start; a
+// checkpoint whose dense.bin is missing or disagrees with its manifest does not verify, and a
+// restore never overwrites a store's dense.bin.
+BOOST_AUTO_TEST_CASE(deep_stores_and_checkpoints_refuse_missing_or_foreign_dense_layers) {
+  TempDir dir;
+  const std::vector<Batch> batches = deep_batches(8 * 128);
+  ClusterJob j = deep_job(ModelKind::deepfm, batches, dir.sub("store"));
+  j.cluster.checkpoint_every = 4;
+  run_job(j);
+  const std::string dense = dir.sub("store/dense.bin");
+  auto names = [](const Expected<std::unique_ptr<EmbeddedCluster>>& c, const std::string& what) {
+    BOOST_REQUIRE(!c.ok());
+    BOOST_TEST(c.status().message().find(what) != std::string::npos, c.status().message());
+  };
+  ClusterJob other = j;
+  other.trainer.model.mlp = {32};
+  names(EmbeddedCluster::make(other), dense);
+  names(EmbeddedCluster::make(other), "mlp=32");
+  fs::rename(dense, dir.sub("kept.bin"));
+  names(EmbeddedCluster::make(j), dense);  // rows, but no dense layers
+  { std::ofstream(dense, std::ios::binary) << "COLONYD1 and then nothing sensible"; }
+  names(EmbeddedCluster::make(j), dense);
+  fs::rename(dir.sub("kept.bin"), dense);
+  BOOST_REQUIRE(EmbeddedCluster::make(j).ok());
+
+  const std::string step = checkpoint_step_dir(dir.sub("store/checkpoints"), 4);
+  BOOST_REQUIRE(verify_checkpoint(step).ok());
+  fs::rename(step + "/dense.bin", dir.sub("moved.bin"));
+  auto v = verify_checkpoint(step);
+  BOOST_REQUIRE(!v.ok());
+  BOOST_TEST(v.status().message().find(step + "/dense.bin") != std::string::npos,
+             v.status().message());
+  // Another step's layers in this step's folder: the manifest says otherwise.
+  fs::copy_file(checkpoint_step_dir(dir.sub("store/checkpoints"), 8) + "/dense.bin",
+                step + "/dense.bin");
+  v = verify_checkpoint(step);
+  BOOST_REQUIRE(!v.ok());
+  BOOST_TEST(v.status().message().find("step 8") != std::string::npos, v.status().message());
+  fs::remove(step + "/dense.bin");
+  fs::rename(dir.sub("moved.bin"), step + "/dense.bin");
+  BOOST_REQUIRE(verify_checkpoint(step).ok());
+  // A store that has dense layers already is not restored into, not even in part.
+  fs::create_directories(dir.sub("target"));
+  fs::copy_file(dense, dir.sub("target/dense.bin"));
+  const Status s = restore_checkpoint(step, dir.sub("target"));
+  BOOST_REQUIRE(!s.ok());
+  BOOST_TEST(s.message().find(dir.sub("target/dense.bin")) != std::string::npos, s.message());
+  BOOST_TEST(!fs::exists(dir.sub("target/shard-0")));
 }

@@ -54,18 +54,28 @@ std::vector<NodeId> shard_nodes(const ClusterLayout& layout) {
   return nodes;
 }
 
-Status check_dense_state(const JobSpec& job, uint64_t rows_in_store) {
+std::string dense_shape(const JobSpec& job) {
+  const ModelSpec spec = model_spec(job);
+  if (!spec.deep()) return {};
+  return fmt::format("{} dim={} fields={} dense={} mlp={} bottom={} cross={} optimizer={}",
+                     to_string(spec.kind), spec.dim, spec.fields, spec.dense,
+                     layer_sizes_text(spec.mlp), layer_sizes_text(spec.bottom), spec.cross_layers,
+                     nn::to_string(dense_optimizer_config(job).kind));
+}
+
+Status check_daemon_dense_state(const JobSpec& job, uint64_t rows_in_store) {
   const ModelSpec spec = model_spec(job);
   if (!spec.deep()) return Status();
   if (job.checkpoint_every)
     return Status::invalid_input(fmt::format(
-        "--checkpoint-every: checkpoints hold the rows but not the dense layers of --model {} in "
-        "this version",
+        "--checkpoint-every: the daemons' checkpoints hold the rows but not the dense layers of "
+        "--model {} in this version (colony train's do)",
         to_string(spec.kind)));
   if (rows_in_store > 0)
     return Status::invalid_input(fmt::format(
-        "--store holds {} rows of an earlier run, and the dense layers of --model {} are not "
-        "saved with them in this version: start from an empty store",
+        "--store holds {} rows of an earlier run, and the daemons do not save the dense layers "
+        "of --model {} with them in this version: start from an empty store (colony train "
+        "continues its stores)",
         rows_in_store, to_string(spec.kind)));
   return Status();
 }

@@ -23,11 +23,18 @@ JobSpec job_with_model(JobSpec job, const ModelSpec& model);
 nn::DenseOptimizerConfig dense_optimizer_config(const JobSpec& job);
 JobSpec job_with_dense_optimizer(JobSpec job, const nn::DenseOptimizerConfig& config);
 
-// What a deep model's job cannot do in this version, as invalid_input naming the flag: its
-// dense layers live in the workers and are written to no checkpoint and no store, so checkpoints
-// (job.checkpoint_every) and continuing a store that holds rows (`rows_in_store` > 0) are
-// refused rather than pairing trained rows with fresh dense layers. Ok for LR and FM.
-Status check_dense_state(const JobSpec& job, uint64_t rows_in_store);
+// What a deep model's saved dense layers are (DenseState::shape, storage/dense_file.h): the
+// model, its dimensions and layer sizes, and the kind of its dense optimizer (whose state is
+// saved with them). Saved layers are continued only by a job of the same shape. Empty for LR
+// and FM.
+std::string dense_shape(const JobSpec& job);
+
+// What the daemons cannot do with a deep model in this version, as invalid_input naming the
+// flag: the dense layers live in the worker members, which write no checkpoint and no store, so
+// checkpoints (job.checkpoint_every) and continuing a store that holds rows (`rows_in_store` >
+// 0) are refused rather than pairing trained rows with fresh dense layers (colony train saves
+// them). Ok for LR and FM.
+Status check_daemon_dense_state(const JobSpec& job, uint64_t rows_in_store);
 
 // The shard at node `shard` (a shard node of `layout`): its optimizer, row initialisation,
 // consistency, senders (every aggregator under hierarchical push, else every replica), map,

@@ -18,6 +18,11 @@ Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& confi
         "worker {}: a {} model with several workers needs --push hierarchical (the node "
         "aggregators all-reduce its dense layers)",
         config.id, to_string(config.model.kind)));
+  if (config.dense_checkpoint_every % config.dense_sync_every != 0)
+    return Status::invalid_input(fmt::format(
+        "--checkpoint-every {} with --dense-sync every:{}: the replicas' dense layers are equal "
+        "only after an averaging; give a multiple of {}",
+        config.dense_checkpoint_every, config.dense_sync_every, config.dense_sync_every));
   auto kv = KvClient::make(
       {config.id, config.map, config.shard_nodes, config.model.width(), config.durable_shards});
   if (!kv) return kv.status();
@@ -30,6 +35,17 @@ Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& confi
     core->dense_.resize(n);
     core->dense_grads_.resize(n);
     core->model_->init_dense(core->dense_, config.seed);
+    if (const DenseState* start = config.dense_start.get()) {
+      if (start->params.size() != n)
+        return Status::invalid_input(
+            fmt::format("saved dense layers of {} parameters; this {} model has {}",
+                        start->params.size(), to_string(config.model.kind), n));
+      if (Status s =
+              core->dense_optimizer_->restore(start->optimizer_state, start->optimizer_steps);
+          !s.ok())
+        return s;
+      core->dense_ = start->params;
+    }
   }
   return core;
 }
@@ -43,6 +59,31 @@ void WorkerCore::step_dense(uint64_t samples) {
   const float scale = 1.0f / static_cast<float>(samples);
   for (float& g : dense_grads_) g *= scale;
   dense_optimizer_->step(dense_, dense_grads_);
+}
+
+void WorkerCore::dense_advanced(uint32_t steps) {
+  COLONY_ASSERT(clock_ == steps, "dense parameters of step {} at clock {}", steps, clock_);
+  const uint32_t every = config_.dense_checkpoint_every;
+  if (every && steps % every == 0) dense_checkpoints_.push_back(dense_state());
+}
+
+DenseState WorkerCore::dense_state() const {
+  DenseState s;
+  s.step = clock_;
+  s.params = dense_;
+  if (dense_optimizer_) {
+    const auto state = dense_optimizer_->state();
+    s.optimizer_state.assign(state.begin(), state.end());
+    s.optimizer_steps = dense_optimizer_->steps();
+  }
+  return s;
+}
+
+std::optional<DenseState> WorkerCore::take_dense_checkpoint() {
+  if (dense_checkpoints_.empty()) return std::nullopt;
+  DenseState s = std::move(dense_checkpoints_.front());
+  dense_checkpoints_.pop_front();
+  return s;
 }
 
 bool WorkerCore::wants_batch() const {
@@ -122,6 +163,7 @@ void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (float x : dense_) h = (h ^ std::bit_cast<uint32_t>(x)) * 0x100000001b3ULL;
   dense_digest_ = hash_combine(dense_digest_, h);
+  if (m.step != clock_done) dense_advanced(m.step + 1);
   complete_ready_steps(out);
 }
 
@@ -169,7 +211,8 @@ void WorkerCore::sync_dense(const Step& step, Outbox& out) {
     return;
   }
   step_dense(step.batch.rows());
-  if (config_.aggregator && (step.clock + 1) % config_.dense_sync_every == 0) {
+  if (!config_.aggregator) return dense_advanced(step.clock + 1);
+  if ((step.clock + 1) % config_.dense_sync_every == 0) {
     out.push_back({*config_.aggregator, DenseReduce{header, step.clock, 1, dense_}});
     awaiting_dense_ = step.clock;
   }

@@ -31,6 +31,7 @@
 #include "models/dense_optimizer.h"
 #include "models/model.h"
 #include "ps/protocol.h"
+#include "storage/dense_file.h"
 #include "worker/kv_client.h"
 
 namespace colony {
@@ -54,6 +55,15 @@ struct WorkerConfig {
   uint64_t seed = 1;
   uint32_t dense_sync_every = 1;
   bool dense_alone = false;
+  // Checkpoints (the replica the driver chooses, 0: none): at every step S that is a multiple
+  // of this, once the dense parameters hold steps 0..S-1 (after the all-reduce or the averaging
+  // that completes step S-1; a multiple of dense_sync_every), a copy of them and of the
+  // optimizer's state waits in take_dense_checkpoint().
+  uint32_t dense_checkpoint_every = 0;
+  // Start from saved dense layers and optimizer state (a checkpoint or a continued store)
+  // instead of initialising from `seed`; its shape must be this model's (the driver checks
+  // DenseState::shape, make() the sizes).
+  std::shared_ptr<const DenseState> dense_start{};
 };
 
 struct WorkerStats {
@@ -72,7 +82,8 @@ class WorkerCore {
  public:
   // Fails with invalid_input for a bad map, a shard list that does not match it,
   // max_inflight == 0, a bad model shape or dense optimizer setting, dense_sync_every == 0, or
-  // a deep model with neither an aggregator nor dense_alone.
+  // a deep model with neither an aggregator nor dense_alone, a dense_checkpoint_every that is
+  // not a multiple of dense_sync_every, or a dense_start of other sizes than the model's.
   static Expected<std::unique_ptr<WorkerCore>> make(const WorkerConfig& config);
 
   // True when the driver may hand in another batch (fewer than max_inflight steps in flight,
@@ -97,6 +108,12 @@ class WorkerCore {
   // A hash chained over the dense parameters after every all-reduce applied: replicas that
   // stayed bit-identical after each all-reduce have equal digests.
   uint64_t dense_digest() const { return dense_digest_; }
+  // The dense parameters and optimizer state now, at step clock() (an empty shape: the driver
+  // names it). Empty parameters for LR and FM.
+  DenseState dense_state() const;
+  // A checkpoint's copy of the dense state (WorkerConfig::dense_checkpoint_every), once; each
+  // copy is handed out once, oldest first.
+  std::optional<DenseState> take_dense_checkpoint();
   // Out of batches with every step pushed (acks may still be due).
   bool finished() const { return done_sent_; }
   const Status& error() const { return error_; }
@@ -126,6 +143,8 @@ class WorkerCore {
   void on_dense_broadcast(const DenseBroadcast& m, Outbox& out);
   // One dense optimizer step on dense_grads_ summed over `samples` samples.
   void step_dense(uint64_t samples);
+  // The dense parameters now hold steps 0..`steps`-1: keeps a checkpoint copy when due.
+  void dense_advanced(uint32_t steps);
 
   WorkerConfig config_;
   std::unique_ptr<KvClient> kv_;
@@ -146,6 +165,7 @@ class WorkerCore {
   // The all-reduce this replica waits for: a step's, or clock_done's (the final averaging).
   std::optional<uint32_t> awaiting_dense_;
   uint64_t dense_digest_ = 0;
+  std::deque<DenseState> dense_checkpoints_;
   Status error_;
   WorkerStats stats_;
 };
