@@ -313,7 +313,7 @@ BOOST_AUTO_TEST_CASE(killed_worker_is_noticed_and_the_job_goes_on) {
       "kill-coordinator",
       cat(secure("server"),
           {"--shards", "1", "--workers", "3", "--epochs", "30", "--no-cache", "--consistency",
-           "ssp:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--test",
+           "ssp:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--test",
            s.test.string(), "--report", (s.dir / "kill.json").string()}));
   auto ps = start_member("kill-ps", "ps", endpoint, secure("node-0"));
   auto w0 = start_member("kill-w0", "worker", endpoint, secure("node-1"));
@@ -348,7 +348,7 @@ BOOST_AUTO_TEST_CASE(killed_ps_restarts_from_its_store_and_the_job_finishes) {
   auto [coord, endpoint] = start_coordinator(
       "restart-coordinator",
       cat(secure("server"), {"--shards", "2", "--workers", "2", "--epochs", "4", "--no-cache",
-                             "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--test",
+                             "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--test",
                              s.test.string(), "--report", (s.dir / "restart.json").string()}));
   const std::string store0 = "rocksdb:" + (s.dir / "restart-store-0").string();
   const std::string store1 = "rocksdb:" + (s.dir / "restart-store-1").string();
@@ -386,7 +386,7 @@ BOOST_AUTO_TEST_CASE(killed_worker_fails_the_job_when_all_are_required) {
   auto [coord, endpoint] = start_coordinator(
       "strict-coordinator",
       {"--insecure", "--shards", "1", "--workers", "2", "--epochs", "30", "--no-cache",
-       "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "1500", "--require-all-workers"});
+       "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--require-all-workers"});
   auto ps = start_member("strict-ps", "ps", endpoint, {"--insecure"});
   auto w0 = start_member("strict-w0", "worker", endpoint, {"--insecure"});
   auto w1 = start_member("strict-w1", "worker", endpoint, {"--insecure"});
