@@ -113,6 +113,8 @@ aggregator_actor::behavior_type aggregator_fun(
     report_once(self, st.reported, *core, *shared, coordinator, id);
   };
   return {
+      [handle](PullRequest& m) { handle(std::move(m)); },
+      [handle](PullReply& m) { handle(std::move(m)); },
       [handle](PushRequest& m) { handle(std::move(m)); },
       [handle](ClockAdvance& m) { handle(std::move(m)); },
       [handle](PushAck& m) { handle(std::move(m)); },

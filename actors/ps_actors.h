@@ -93,9 +93,10 @@ using worker_actor = caf::typed_actor<caf::reacts_to<start_atom>, caf::reacts_to
 
 // A node aggregator (hierarchical push; the dense all-reduce of a deep model).
 using aggregator_actor = caf::typed_actor<
-    caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>, caf::reacts_to<PushAck>,
-    caf::reacts_to<ShardMapUpdate>, caf::reacts_to<PsError>, caf::reacts_to<DenseReduce>,
-    caf::reacts_to<DenseBroadcast>, caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
+    caf::reacts_to<PullRequest>, caf::reacts_to<PullReply>, caf::reacts_to<PushRequest>,
+    caf::reacts_to<ClockAdvance>, caf::reacts_to<PushAck>, caf::reacts_to<ShardMapUpdate>,
+    caf::reacts_to<PsError>, caf::reacts_to<DenseReduce>, caf::reacts_to<DenseBroadcast>,
+    caf::reacts_to<restarted_atom, std::vector<NodeId>>>;
 
 // The coordinator: `run` (the workers to start, how many reports to wait for) starts the
 // workers and is answered when every worker and aggregator has finished (an ok Status) or one

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <tuple>
 
 #include "actors/embedded_cluster.h"
 #include "data/generator.h"
@@ -197,6 +198,49 @@ BOOST_AUTO_TEST_CASE(hierarchical_push_sends_at_most_a_third_of_flat_messages) {
   BOOST_TEST_MESSAGE("push messages per sample: flat " << per_sample[0] << ", hierarchical "
                                                        << per_sample[1]);
   BOOST_TEST(per_sample[1] <= per_sample[0] / 3.0);
+}
+
+// Hierarchical pull: the replicas of a node ask their aggregator, which sends one pull per shard
+// and step for the whole node, each key once; the rows the replicas train on are the same, so
+// one node of 4 replicas trains as it did with one pull per replica. Under random schedules.
+BOOST_AUTO_TEST_CASE(a_node_pulls_each_step_once_per_shard_for_all_its_replicas) {
+  auto data = small_data(8192);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    BOOST_TEST_CONTEXT("schedule seed " << seed) {
+      ClusterJob j = job_on(data);
+      j.cluster.shards = 3;
+      j.cluster.workers = 4;
+      j.cluster.replicas_per_node = 2;
+      j.cluster.push = PushMode::hierarchical;
+      j.cluster.consistency = {ConsistencyKind::ssp, 1};
+      j.cluster.deterministic_seed = seed;
+      const NodeId first_aggregator = 3 + 4;
+      std::map<std::tuple<NodeId, NodeId, uint32_t>, int> pulls;  // (from, shard, step)
+      uint64_t from_replicas_to_shards = 0, keys_to_shards = 0, keys_asked = 0;
+      j.observer = [&](const Outgoing& o) {
+        const auto* p = std::get_if<PullRequest>(&o.message);
+        if (!p) return;
+        if (o.to < 3) {
+          ++pulls[{p->header.sender, o.to, p->clock}];
+          from_replicas_to_shards += p->header.sender < first_aggregator;
+          keys_to_shards += p->keys.size();
+        } else {
+          keys_asked += p->keys.size();
+        }
+      };
+      auto cluster = std::move(EmbeddedCluster::make(j).value());
+      const ClusterResult r = run(*cluster);
+      BOOST_TEST(r.counters.samples == 8192u);
+      BOOST_TEST(from_replicas_to_shards == 0u);
+      int most = 0;
+      for (const auto& [k, n] : pulls) most = std::max(most, n);
+      BOOST_TEST(most == 1);  // one pull per aggregator, shard and step
+      BOOST_TEST(r.counters.pull_messages == pulls.size());
+      BOOST_TEST(keys_to_shards < keys_asked);  // keys the node's replicas share go once
+      BOOST_TEST_MESSAGE("keys asked by replicas " << keys_asked << ", pulled from shards "
+                                                   << keys_to_shards);
+    }
+  }
 }
 
 namespace {

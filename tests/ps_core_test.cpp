@@ -484,3 +484,90 @@ BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
   BOOST_TEST(client->error().ok());
   BOOST_TEST(ignored.empty());
 }
+
+namespace {
+// An aggregator (node 9) for replicas 10, 11 and 12 over two shards (nodes 0 and 1), rows of 2.
+std::unique_ptr<AggregatorCore> node_aggregator() {
+  AggregatorConfig c{9, 2, ShardMapSpec{1, 2, 16, 3}, {0, 1}, {10, 11, 12}};
+  return std::move(AggregatorCore::make(c, make_cpu_reducer()).value());
+}
+PullRequest replica_pull(NodeId replica, uint64_t id, uint32_t clock, std::vector<uint64_t> keys) {
+  return PullRequest{{replica, id, 1}, clock, 9, std::move(keys)};
+}
+}  // namespace
+
+// Hierarchical pull: the aggregator waits until every replica still training has asked for a
+// step, pulls the union of their keys with one pull per shard (each key once), and hands each
+// replica its own rows in its own key order, with the stalest shard's clock.
+BOOST_AUTO_TEST_CASE(the_aggregator_pulls_each_key_once_per_step_for_its_node) {
+  auto agg = node_aggregator();
+  Outbox out;
+  agg->on_message(replica_pull(10, 1, 0, {1, 2, 3, 4}), out);
+  agg->on_message(replica_pull(11, 1, 0, {4, 3, 5}), out);
+  BOOST_TEST(out.empty());                                     // replica 12 has not asked yet
+  agg->on_message(ClockAdvance{{12, 1, 1}, clock_done}, out);  // it never will: it finished
+  std::map<uint64_t, NodeId> asked;                            // key -> shard node
+  uint32_t pulls = 0;
+  for (const Outgoing& o : out) {
+    const auto* p = std::get_if<PullRequest>(&o.message);
+    if (!p) continue;
+    ++pulls;
+    BOOST_TEST(p->header.sender == 9u);
+    BOOST_TEST(p->writer == 9u);  // the node's pushes: the shards' gate holds for the node
+    BOOST_TEST(p->clock == 0u);
+    for (uint64_t k : p->keys) BOOST_TEST(asked.emplace(k, o.to).second, "key " << k << " twice");
+  }
+  BOOST_TEST(pulls <= 2u);  // one per shard at most
+  BOOST_TEST(asked.size() == 5u);
+  BOOST_TEST(agg->stats().keys_requested == 7u);
+  BOOST_TEST(agg->stats().keys_pulled == 5u);
+  BOOST_TEST(agg->stats().pull_messages == pulls);
+  // The shards answer: key k's row is (10k, 10k + 1); shard 0 at min clock 4, shard 1 at 2.
+  Outbox replies;
+  for (const Outgoing& o : out) {
+    const auto* p = std::get_if<PullRequest>(&o.message);
+    if (!p) continue;
+    std::vector<float> rows;
+    for (uint64_t k : p->keys) rows.insert(rows.end(), {10.0f * k, 10.0f * k + 1});
+    agg->on_message(PullReply{{o.to, p->header.request_id, 1}, o.to == 0 ? 4u : 2u, rows}, replies);
+  }
+  std::map<NodeId, std::vector<float>> got;
+  uint32_t stalest = clock_done;
+  for (const Outgoing& o : replies)
+    if (const auto* r = std::get_if<PullReply>(&o.message)) {
+      BOOST_TEST(r->header.request_id == 1u);
+      got[o.to].assign(r->values.begin(), r->values.end());
+      stalest = std::min(stalest, r->min_clock);
+    }
+  BOOST_TEST(got.size() == 2u);
+  BOOST_TEST((got[10] == std::vector<float>{10, 11, 20, 21, 30, 31, 40, 41}));
+  BOOST_TEST((got[11] == std::vector<float>{40, 41, 30, 31, 50, 51}));
+  uint32_t expected = clock_done;
+  for (const auto& [key, shard] : asked) expected = std::min(expected, shard == 0 ? 4u : 2u);
+  BOOST_TEST(stalest == expected);
+}
+
+// A pull the protocol does not allow, from this node's own replicas, is a bug: it stops the
+// aggregator, naming it.
+BOOST_AUTO_TEST_CASE(the_aggregator_refuses_pulls_out_of_protocol) {
+  struct Case {
+    const char* what;
+    std::vector<PsMessage> messages;
+  };
+  const Case cases[] = {
+      {"a pull from a node not of this aggregator", {replica_pull(13, 1, 0, {1})}},
+      {"the same step twice", {replica_pull(10, 1, 0, {1}), replica_pull(10, 2, 0, {2})}},
+      {"a pull after finishing",
+       {ClockAdvance{{10, 1, 1}, clock_done}, replica_pull(10, 2, 0, {1})}},
+      {"another writer than the aggregator", {PullRequest{{10, 1, 1}, 0, 10, {1}}}},
+  };
+  for (const Case& c : cases) {
+    BOOST_TEST_CONTEXT(c.what) {
+      auto agg = node_aggregator();
+      Outbox out;
+      for (const PsMessage& m : c.messages) agg->on_message(m, out);
+      BOOST_TEST(!agg->error().ok());
+      BOOST_TEST(agg->error().message().find("pull") != std::string::npos, agg->error().message());
+    }
+  }
+}

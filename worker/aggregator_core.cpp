@@ -70,15 +70,88 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
                                                config_.id, clock->clock, clock->header.sender)));
     replica_done_[it->second] = true;
     flush(out);
+    serve_pulls(out);
+  } else if (auto* pull = std::get_if<PullRequest>(&message)) {
+    on_pull(*pull, out);
   } else if (std::holds_alternative<DenseReduce>(message) ||
              std::holds_alternative<DenseBroadcast>(message)) {
     on_dense(message, out);
   } else {
-    // Replies from the shards to this node's pushes.
+    // Replies from the shards to this node's pulls and pushes.
+    const uint64_t sent = kv_->messages_sent();
     kv_->on_message(message, out);
+    stats_.pull_messages += kv_->messages_sent() - sent;  // pulls re-sent under a new map
     stats_.replies_dropped = kv_->replies_dropped();
     if (!kv_->error().ok()) return fail(kv_->error());
     std::erase_if(push_tickets_, [&](auto t) { return kv_->done(t); });
+    serve_pulls(out);
+  }
+}
+
+void AggregatorCore::on_pull(const PullRequest& m, Outbox& out) {
+  auto it = replica_index_.find(m.header.sender);
+  if (it == replica_index_.end())
+    return fail(Status::internal(
+        fmt::format("aggregator {}: pull from unknown node {}", config_.id, m.header.sender)));
+  const size_t r = it->second;
+  NodePull& p = pulls_[m.clock];
+  p.asked.resize(config_.replicas.size());
+  // A replica pulls each step once, before it pushes it, and never after it finished.
+  if (replica_done_[r] || m.clock < replica_clock_[r] || p.asked[r] || p.sent ||
+      m.writer != config_.id)
+    return fail(Status::internal(
+        fmt::format("aggregator {}: bad pull of step {} from replica {} at clock {}", config_.id,
+                    m.clock, m.header.sender, replica_clock_[r])));
+  p.asked[r] = m;
+  stats_.keys_requested += m.keys.size();
+  serve_pulls(out);
+}
+
+void AggregatorCore::serve_pulls(Outbox& out) {
+  for (auto it = pulls_.begin(); it != pulls_.end();) {
+    NodePull& p = it->second;
+    if (!p.sent) {
+      bool ready = true;
+      for (size_t r = 0; r < config_.replicas.size(); ++r)
+        if (!p.asked[r] && !replica_done_[r]) ready = false;
+      if (!ready) {
+        ++it;
+        continue;
+      }
+      // Each key once, in the order the replicas first asked for it.
+      std::unordered_map<uint64_t, uint32_t> index;
+      p.places.resize(config_.replicas.size());
+      for (size_t r = 0; r < config_.replicas.size(); ++r) {
+        if (!p.asked[r]) continue;
+        for (uint64_t key : p.asked[r]->keys) {
+          auto [at, fresh] = index.try_emplace(key, uint32_t(p.keys.size()));
+          if (fresh) p.keys.push_back(key);
+          p.places[r].push_back(at->second);
+        }
+      }
+      p.values.resize(p.keys.size() * config_.width);
+      stats_.keys_pulled += p.keys.size();
+      const uint64_t sent = kv_->messages_sent();
+      p.ticket = kv_->pull(p.keys, it->first, config_.id, p.values, out, &p.min_clock);
+      stats_.pull_messages += kv_->messages_sent() - sent;
+      p.sent = true;
+    }
+    if (!kv_->done(p.ticket)) {
+      ++it;
+      continue;
+    }
+    const size_t w = config_.width;
+    for (size_t r = 0; r < config_.replicas.size(); ++r) {
+      if (!p.asked[r]) continue;
+      std::vector<float> rows(p.places[r].size() * w);
+      for (size_t j = 0; j < p.places[r].size(); ++j)
+        std::copy_n(&p.values[size_t{p.places[r][j]} * w], w, &rows[j * w]);
+      out.push_back({config_.replicas[r],
+                     PullReply{{config_.id, p.asked[r]->header.request_id, kv_->map().version()},
+                               p.min_clock,
+                               FloatBuffer(std::move(rows))}});
+    }
+    it = pulls_.erase(it);
   }
 }
 

@@ -4,9 +4,13 @@
 // PushRequest each, acknowledged at once). When every replica still training has sent step t,
 // the aggregator sums the contributions over identical keys (through a gpu/ Reducer: CPU now,
 // NCCL later) and sends one push per shard for the whole group, with clock t + 1 under its own
-// node id: the shards count the group as one sender. Replicas pull from the shards directly,
-// so the shards' consistency gate bounds how far a replica runs ahead of the group's pushes.
-// When every replica has finished, the aggregator tells every shard it is done.
+// node id: the shards count the group as one sender. When every replica has finished, the
+// aggregator tells every shard it is done.
+//
+// Pulls go the same way: each replica sends its step's keys (a PullRequest), and when every
+// replica still training has asked for step t the aggregator pulls the union of their keys,
+// each key once, with one pull per shard (writer: itself, so the shards' consistency gate
+// holds for the whole node), and answers each replica with its own rows in its own key order.
 //
 // With a deep model the aggregator is also a node of the dense all-reduce tree (DenseTree): its
 // replicas' DenseReduce messages go up through it and the root's DenseBroadcast comes down.
@@ -49,6 +53,9 @@ struct AggregatorStats {
   uint64_t push_bytes = 0;
   uint64_t replies_dropped = 0;  // shard replies that answered no open request (KvClient)
   uint64_t dense_steps = 0;      // dense all-reduce rounds this node summed
+  uint64_t pull_messages = 0;    // pulls sent to shards (re-sends under a new map included)
+  uint64_t keys_requested = 0;   // keys the replicas asked for, summed over replicas
+  uint64_t keys_pulled = 0;      // of those, the distinct keys per step the shards were asked
   // Dense all-reduce messages from other aggregators that broke the protocol (a step out of
   // order, a wrong size, a broadcast not waited for, any for a model without dense layers):
   // dropped, changing nothing.
@@ -63,9 +70,9 @@ class AggregatorCore {
   void on_message(const PsMessage& message, Outbox& out);
   // As WorkerCore::on_shards_restarted.
   void on_shards_restarted(const std::vector<NodeId>& nodes, Outbox& out);
-  // Every replica finished, every step pushed and acknowledged.
+  // Every replica finished, every step pushed and acknowledged, every pull answered.
   bool done() const {
-    return done_sent_ && (!dense_ || dense_->done()) &&
+    return done_sent_ && (!dense_ || dense_->done()) && pulls_.empty() &&
            std::all_of(push_tickets_.begin(), push_tickets_.end(),
                        [&](auto t) { return kv_->done(t); });
   }
@@ -80,6 +87,10 @@ class AggregatorCore {
                  std::unique_ptr<Reducer> reducer);
   Status make_dense_tree();
   void flush(Outbox& out);
+  // A replica's pull: kept until every replica still training has asked for its step.
+  void on_pull(const PullRequest& m, Outbox& out);
+  // Pulls the steps every replica still training has asked for; answers the pulls done.
+  void serve_pulls(Outbox& out);
   // A DenseReduce or DenseBroadcast: to the dense tree, or refused.
   void on_dense(const PsMessage& message, Outbox& out);
   void refuse_dense(NodeId sender, Status s);
@@ -95,6 +106,17 @@ class AggregatorCore {
   std::vector<uint32_t> replica_clock_;  // steps received from each replica
   std::vector<bool> replica_done_;
   std::map<uint32_t, std::vector<std::optional<SparseGrads>>> pending_;  // step -> per replica
+  // One step's pull for the node. Its keys and values stay put while the pull is out.
+  struct NodePull {
+    std::vector<std::optional<PullRequest>> asked;  // per replica
+    bool sent = false;
+    KvClient::Ticket ticket = 0;
+    std::vector<uint64_t> keys;                 // distinct keys of the step
+    std::vector<float> values;                  // keys.size() x width
+    uint32_t min_clock = clock_done;            // the stalest shard's, as its replies arrive
+    std::vector<std::vector<uint32_t>> places;  // per replica: its keys' indices in `keys`
+  };
+  std::map<uint32_t, NodePull> pulls_;  // step -> the node's pull
   uint32_t next_step_ = 0;
   std::vector<KvClient::Ticket> push_tickets_;  // not yet acknowledged by every shard
   bool done_sent_ = false;

@@ -10,7 +10,7 @@ WorkerCounters core_counters(std::span<const WorkerCore* const> replicas,
     c.samples += st.samples;
     c.loss_sum += st.loss_sum;
     c.steps += st.steps;
-    c.pull_messages += st.pull_messages;
+    c.pull_messages += st.pull_messages;  // 0 under hierarchical push: the aggregator pulls
     c.pushes_resent += w->pushes_resent();
     c.replies_dropped += st.replies_dropped;
     if (aggregators.empty()) {
@@ -19,6 +19,7 @@ WorkerCounters core_counters(std::span<const WorkerCore* const> replicas,
     }
   }
   for (const AggregatorCore* a : aggregators) {
+    c.pull_messages += a->stats().pull_messages;
     c.push_messages += a->stats().push_messages;
     c.push_bytes += a->stats().push_bytes;
     c.pushes_resent += a->pushes_resent();

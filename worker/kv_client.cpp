@@ -34,7 +34,7 @@ void KvClient::fail(Status s) {
 }
 
 KvClient::Ticket KvClient::pull(std::span<const uint64_t> keys, uint32_t clock, NodeId writer,
-                                std::span<float> values, Outbox& out) {
+                                std::span<float> values, Outbox& out, uint32_t* min_clock) {
   COLONY_ASSERT(values.size() == keys.size() * options_.width, "values={} keys={} width={}",
                 values.size(), keys.size(), options_.width);
   const Ticket t = next_ticket_++;
@@ -45,6 +45,7 @@ KvClient::Ticket KvClient::pull(std::span<const uint64_t> keys, uint32_t clock, 
   open.clock = clock;
   open.writer = writer;
   open.values = values;
+  open.min_clock = min_clock;
   send_pulls(t, open, out);
   return t;
 }
@@ -200,6 +201,7 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     for (size_t j = 0; j < pos.size(); ++j)
       std::memcpy(&open.values[size_t{pos[j]} * width], &reply->values[j * width],
                   width * sizeof(float));
+    if (open.min_clock) *open.min_clock = std::min(*open.min_clock, reply->min_clock);
     if (--open.pending == 0) open_.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {
     const auto [ticket, shard] = find(ack->header.request_id, false);

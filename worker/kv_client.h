@@ -53,9 +53,11 @@ class KvClient {
   static Expected<std::unique_ptr<KvClient>> make(const Options& options);
 
   // Sends the pulls of `keys` for step `clock`, filling `values` as replies arrive.
-  // `writer` is who pushes this client's gradients (itself, or its node aggregator).
+  // `writer` is who pushes this client's gradients (itself, or its node aggregator). When given,
+  // `*min_clock` (which, like `values`, must stay valid until the ticket is done) is lowered to
+  // each reply's PullReply::min_clock: how stale the oldest shard's answer was.
   Ticket pull(std::span<const uint64_t> keys, uint32_t clock, NodeId writer,
-              std::span<float> values, Outbox& out);
+              std::span<float> values, Outbox& out, uint32_t* min_clock = nullptr);
   // Sends `grads` of `keys`, one push per shard (a ClockAdvance to shards without keys).
   Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock,
               Outbox& out);
@@ -90,6 +92,7 @@ class KvClient {
     uint32_t clock = 0;
     NodeId writer = 0;
     std::span<float> values;
+    uint32_t* min_clock = nullptr;
     std::vector<std::vector<uint32_t>> positions;  // per shard: indices into keys
   };
   // What this client sent a shard since its oldest unacknowledged push (keep_for_resync).

@@ -112,10 +112,34 @@ void WorkerCore::add_batch(Batch batch, Outbox& out) {
   step.keys.assign(index_.unique_keys().begin(), index_.unique_keys().end());
   step.slots.assign(index_.slots().begin(), index_.slots().end());
   step.rows.resize(step.keys.size() * width_);
+  if (config_.aggregator) {
+    // Hierarchical: the node aggregator pulls for the whole node and hands the rows back.
+    step.pull = next_request_++;
+    out.push_back({*config_.aggregator, PullRequest{{config_.id, step.pull, kv_->map().version()},
+                                                    step.clock,
+                                                    *config_.aggregator,
+                                                    step.keys}});
+    return;
+  }
   const uint64_t sent = kv_->messages_sent();
-  step.pull =
-      kv_->pull(step.keys, step.clock, config_.aggregator.value_or(config_.id), step.rows, out);
+  step.pull = kv_->pull(step.keys, step.clock, config_.id, step.rows, out);
   stats_.pull_messages += kv_->messages_sent() - sent;
+}
+
+void WorkerCore::on_node_rows(const PullReply& m) {
+  auto it = std::find_if(steps_.begin(), steps_.end(),
+                         [&](const Step& s) { return s.pull == m.header.request_id && !s.pulled; });
+  if (it == steps_.end() || m.values.size() != it->rows.size())
+    return fail(Status::internal(
+        fmt::format("worker {}: rows for request {} ({} floats) from its aggregator that no "
+                    "step waits for",
+                    config_.id, m.header.request_id, m.values.size())));
+  std::copy(m.values.begin(), m.values.end(), it->rows.begin());
+  it->pulled = true;
+}
+
+bool WorkerCore::pulled(const Step& step) const {
+  return config_.aggregator ? step.pulled : kv_->done(step.pull);
 }
 
 void WorkerCore::on_message(const PsMessage& message, Outbox& out) {
@@ -127,6 +151,10 @@ void WorkerCore::on_message(const PsMessage& message, Outbox& out) {
                                                err->header.request_id, err->message)));
     }
     if (auto* b = std::get_if<DenseBroadcast>(&message)) return on_dense_broadcast(*b, out);
+    if (auto* rows = std::get_if<PullReply>(&message)) {
+      on_node_rows(*rows);
+      return complete_ready_steps(out);
+    }
     COLONY_ASSERT(std::holds_alternative<PushAck>(message) && unacked_pushes_ > 0,
                   "worker {}: unexpected message of kind {} from its aggregator", config_.id,
                   message.index());
@@ -168,7 +196,7 @@ void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
 }
 
 void WorkerCore::complete_ready_steps(Outbox& out) {
-  while (!steps_.empty() && !awaiting_dense_ && kv_->done(steps_.front().pull)) {
+  while (!steps_.empty() && !awaiting_dense_ && pulled(steps_.front())) {
     push(steps_.front(), out);
     steps_.pop_front();
   }

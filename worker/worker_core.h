@@ -2,8 +2,9 @@
 // out.
 //
 // For each batch (one step) the core deduplicates the keys (BatchIndex) and pulls their rows
-// through its KvClient (one pull per shard). Up to `max_inflight` steps have pulls out
-// at once, so rows for batch i+1 are on their way while batch i is computed. Steps complete
+// through its KvClient (one pull per shard), or under hierarchical push from its node
+// aggregator (one message), which pulls for the whole node. Up to `max_inflight` steps have pulls
+// out at once, so rows for batch i+1 are on their way while batch i is computed. Steps complete
 // strictly in order: when every reply of the oldest step is in, the model's forward/backward
 // runs on the gathered rows and the summed gradients go out, one push per shard (flat), or
 // all to the node aggregator (hierarchical), which pushes for the whole group. A shard that
@@ -40,9 +41,10 @@ struct WorkerConfig {
   NodeId id = 0;
   ModelSpec model;
   ShardMapSpec map;
-  std::vector<NodeId> shard_nodes;   // node id of shard i of the map
-  std::optional<NodeId> aggregator;  // hierarchical push: gradients go here, not to shards
-  size_t max_inflight = 2;           // steps with pulls outstanding at once (>= 1)
+  std::vector<NodeId> shard_nodes;  // node id of shard i of the map
+  // Hierarchical push: pulls and gradients go here, not to the shards.
+  std::optional<NodeId> aggregator;
+  size_t max_inflight = 2;  // steps with pulls outstanding at once (>= 1)
   // Shards may restart over durable stores: keep pushes until acknowledged (KvClient::resync).
   bool durable_shards = false;
   // A deep model's dense parameters (hybrid training, docs/models.md): initialised from `seed`
@@ -129,12 +131,18 @@ class WorkerCore {
     std::vector<uint64_t> keys;   // unique keys, slot order
     std::vector<uint32_t> slots;  // per feature of the batch
     std::vector<float> rows;      // slots x width, filled by the pull
-    KvClient::Ticket pull = 0;
+    // The pull: a KvClient ticket, or (hierarchical) the request id of the PullRequest to the
+    // aggregator, answered with every row at once.
+    uint64_t pull = 0;
+    bool pulled = false;  // hierarchical: the aggregator's rows are in
   };
 
   WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv,
              std::unique_ptr<Model> model);
   void complete_ready_steps(Outbox& out);
+  // Hierarchical: the rows of one of this worker's pulls, from its aggregator.
+  void on_node_rows(const PullReply& m);
+  bool pulled(const Step& step) const;
   void push(Step& step, Outbox& out);
   // After a step's push: its dense gradients to the all-reduce, or stepped here.
   void sync_dense(const Step& step, Outbox& out);
