@@ -1,8 +1,10 @@
 // Modelled numerics: a stand-in per node, not the real cores, for thousand-node runs.
 //
-// One node-step is four events: the node's pull replies arrive (one transfer per GPU and
-// shard, sized by the real generator's unique keys per batch), its GPUs compute, the
-// hierarchical reduce crosses the intra-host link, its pushes arrive at every shard. A node
+// One node-step is four events: the node's pull replies arrive (flat: one transfer per GPU and
+// shard, sized by the real generator's unique keys per batch; hierarchical: one per shard with
+// the node's unique keys, then the rows fanned out to the GPUs over the intra-host link), its
+// GPUs compute, the hierarchical reduce crosses the intra-host link, its pushes arrive at
+// every shard. A node
 // starts step t once its own push of step t - 1 has arrived (read-my-writes) and the slowest
 // node has pushed clock t - k (the SSP gate; BSP k = 0; ASP no bound), as the shard core's
 // gate would allow. Faults act on the same quantities: a crashed host's events wait for its
@@ -154,9 +156,11 @@ class ModelledSim {
     }
     return static_cast<VirtualNanos>(double(step_ns_) * f);
   }
-  // The keys of the node's next pulls (every GPU pulls its own, under both push modes) to one
-  // shard: sent while the step computes, so they ride with the push on the same links.
+  // The keys of the node's next pulls to one shard (flat: every GPU's own; hierarchical: the
+  // node's, each key once): sent while the step computes, so they ride with the push on the
+  // same links.
   uint64_t pull_request_bytes() const {
+    if (o_.push == PushKind::hierarchical) return u_node_ * 8 / o_.ps + header_bytes;
     return o_.gpus_per_node * (u_gpu_ * 8 / o_.ps + header_bytes);
   }
   uint32_t required_min(uint32_t t) const {
@@ -225,11 +229,20 @@ void ModelledSim::pull(uint32_t n) {
         "pushed clock {} ({})",
         n, node.clock, double(now()) / 1e9, min_pushed_, to_string(o_.consistency)));
   const uint64_t width_bytes = 4 * o_.model.width();
-  const uint64_t per_shard = o_.gpus_per_node * (u_gpu_ * width_bytes / o_.ps + header_bytes);
+  const bool hier = o_.push == PushKind::hierarchical;
+  // Hierarchical: the aggregator pulls the node's unique keys once per shard, then hands each
+  // GPU its rows over the intra-host link.
+  const uint64_t per_shard = hier
+                                 ? u_node_ * width_bytes / o_.ps + header_bytes
+                                 : o_.gpus_per_node * (u_gpu_ * width_bytes / o_.ps + header_bytes);
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s)
     arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, now()));
-  messages_ += 2ull * o_.gpus_per_node * o_.ps;
+  messages_ += 2ull * (hier ? 1 : o_.gpus_per_node) * o_.ps;
+  if (hier && o_.gpus_per_node > 1) {
+    arrival = transfer(n, n, uint64_t{o_.gpus_per_node - 1} * u_gpu_ * width_bytes, arrival);
+    messages_ += o_.gpus_per_node;
+  }
   at_node(n, std::max(arrival, paused_until_), phase_compute);
 }
 
