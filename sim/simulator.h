@@ -9,11 +9,12 @@
 //     every host joins it, heartbeats, and is declared lost by its timeout (not colocated runs:
 //     the embedded cluster has no coordinator). For small clusters.
 //   - modelled: a stand-in per node (not the real cores) that follows the same protocol at the
-//     granularity of a node-step: pull the node's rows from every shard, compute, push (flat:
-//     every GPU to every shard; hierarchical: reduce over the intra-host link, then one push per
-//     shard), under the same consistency gate (SSP(k) over the slowest node's pushed clock,
-//     plus read-my-writes). Key counts per step come from the real generator and BatchIndex.
-//     For thousand-node runs.
+//     granularity of a node-step: pull the node's rows from every shard (flat: every GPU its
+//     own; hierarchical: the node's distinct keys once, fanned out over the intra-host link),
+//     compute, push (flat: every GPU to every shard; hierarchical: reduce over the intra-host
+//     link, then one push per shard), under the same consistency gate (SSP(k) over the slowest
+//     node's pushed clock, plus read-my-writes). Key counts per step come from the real generator
+//     and BatchIndex. For thousand-node runs.
 // And a job-level goodput mode (days > 0): the step time is measured by a short modelled run,
 // then failures and checkpoints are simulated over days (rollback to the last checkpoint).
 //
