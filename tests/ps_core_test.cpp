@@ -545,6 +545,29 @@ BOOST_AUTO_TEST_CASE(the_aggregator_pulls_each_key_once_per_step_for_its_node) {
   uint32_t expected = clock_done;
   for (const auto& [key, shard] : asked) expected = std::min(expected, shard == 0 ? 4u : 2u);
   BOOST_TEST(stalest == expected);
+
+  // Step 1: replica 11 finishes, so replica 10 alone asks; it gets its rows as they are.
+  Outbox step1, rows1;
+  agg->on_message(PushRequest{{10, 2, 1}, 1, {1}, {0.5f, 0.5f}}, step1);
+  agg->on_message(PushRequest{{11, 2, 1}, 1, {4}, {0.5f, 0.5f}}, step1);
+  agg->on_message(ClockAdvance{{11, 3, 1}, clock_done}, step1);
+  agg->on_message(replica_pull(10, 3, 1, {5, 1}), step1);
+  for (const Outgoing& o : step1) {
+    const auto* p = std::get_if<PullRequest>(&o.message);
+    if (!p) continue;
+    BOOST_TEST(p->clock == 1u);
+    std::vector<float> rows;
+    for (uint64_t k : p->keys) rows.insert(rows.end(), {10.0f * k, 10.0f * k + 1});
+    agg->on_message(PullReply{{o.to, p->header.request_id, 1}, 1, rows}, rows1);
+  }
+  std::vector<float> got1;
+  for (const Outgoing& o : rows1)
+    if (const auto* r = std::get_if<PullReply>(&o.message)) {
+      BOOST_TEST(o.to == 10u);
+      got1.assign(r->values.begin(), r->values.end());
+    }
+  BOOST_TEST((got1 == std::vector<float>{50, 51, 10, 11}));
+  BOOST_TEST(agg->error().ok(), agg->error().message());
 }
 
 // A pull the protocol does not allow, from this node's own replicas, is a bug: it stops the

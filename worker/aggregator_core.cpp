@@ -118,13 +118,23 @@ void AggregatorCore::serve_pulls(Outbox& out) {
         ++it;
         continue;
       }
-      // Each key once, in the order the replicas first asked for it.
-      std::unordered_map<uint64_t, uint32_t> index;
+      // Each key once, in the order the replicas first asked for it. One replica asking (the
+      // others finished, or it is the node's only one): its keys as they are.
+      size_t asking = 0, asked_keys = 0;
+      for (const auto& a : p.asked)
+        if (a) ++asking, asked_keys += a->keys.size();
       p.places.resize(config_.replicas.size());
+      index_.clear();
+      if (asking > 1) index_.reserve(asked_keys);
       for (size_t r = 0; r < config_.replicas.size(); ++r) {
         if (!p.asked[r]) continue;
+        if (asking == 1) {
+          p.keys = p.asked[r]->keys;
+          p.whole = true;
+          break;
+        }
         for (uint64_t key : p.asked[r]->keys) {
-          auto [at, fresh] = index.try_emplace(key, uint32_t(p.keys.size()));
+          auto [at, fresh] = index_.try_emplace(key, uint32_t(p.keys.size()));
           if (fresh) p.keys.push_back(key);
           p.places[r].push_back(at->second);
         }
@@ -143,9 +153,14 @@ void AggregatorCore::serve_pulls(Outbox& out) {
     const size_t w = config_.width;
     for (size_t r = 0; r < config_.replicas.size(); ++r) {
       if (!p.asked[r]) continue;
-      std::vector<float> rows(p.places[r].size() * w);
-      for (size_t j = 0; j < p.places[r].size(); ++j)
-        std::copy_n(&p.values[size_t{p.places[r][j]} * w], w, &rows[j * w]);
+      std::vector<float> rows;
+      if (p.whole) {
+        rows = std::move(p.values);  // the only replica asking: its keys in its order
+      } else {
+        rows.resize(p.places[r].size() * w);
+        for (size_t j = 0; j < p.places[r].size(); ++j)
+          std::copy_n(&p.values[size_t{p.places[r][j]} * w], w, &rows[j * w]);
+      }
       out.push_back({config_.replicas[r],
                      PullReply{{config_.id, p.asked[r]->header.request_id, kv_->map().version()},
                                p.min_clock,

@@ -115,8 +115,10 @@ class AggregatorCore {
     std::vector<float> values;                  // keys.size() x width
     uint32_t min_clock = clock_done;            // the stalest shard's, as its replies arrive
     std::vector<std::vector<uint32_t>> places;  // per replica: its keys' indices in `keys`
+    bool whole = false;  // one replica asked: `keys` are its keys, `values` its rows
   };
-  std::map<uint32_t, NodePull> pulls_;  // step -> the node's pull
+  std::map<uint32_t, NodePull> pulls_;            // step -> the node's pull
+  std::unordered_map<uint64_t, uint32_t> index_;  // key -> its place in a NodePull's keys
   uint32_t next_step_ = 0;
   std::vector<KvClient::Ticket> push_tickets_;  // not yet acknowledged by every shard
   bool done_sent_ = false;
