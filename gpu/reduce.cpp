@@ -6,6 +6,7 @@
 
 #include "common/hash.h"
 #include "common/status.h"
+#include "gpu/thrust_sum.h"
 
 namespace colony {
 
@@ -117,10 +118,52 @@ class CpuReducer final : public Reducer {
   uint32_t next_stamp_ = 1;
 };
 
+// gpu/thrust_sum.h on Thrust's host system: the CUDA backend's code, run on the CPU.
+class ThrustHostReducer final : public Reducer {
+ public:
+  const char* name() const override { return "thrust-host"; }
+
+  void sum(std::span<const SparseGrads* const> inputs, size_t width, SparseGrads& out) override {
+    COLONY_ASSERT(width >= 1, "width={}", width);
+    inputs_.clear();
+    size_t total = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const SparseGrads* in = inputs[i];
+      COLONY_ASSERT(in != nullptr && in != &out, "input {} is null or the output", i);
+      COLONY_ASSERT(in->values.size() == in->keys.size() * width,
+                    "input {}: {} values for {} keys of width {}", i, in->values.size(),
+                    in->keys.size(), width);
+      total += in->keys.size();
+      inputs_.push_back({in->keys.data(), in->values.data(), in->keys.size()});
+    }
+    COLONY_ASSERT(total < std::numeric_limits<uint32_t>::max(), "{} keys in all", total);
+    gpu::thrust_sum_host(inputs_.data(), inputs_.size(), width, out.keys, out.values);
+  }
+
+  void sum_dense(std::span<const std::span<const float>> inputs, std::span<float> out) override {
+    COLONY_ASSERT(!inputs.empty(), "a dense sum of no inputs");
+    dense_.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      COLONY_ASSERT(inputs[i].size() == out.size(), "input {} has {} floats, the output {}", i,
+                    inputs[i].size(), out.size());
+      dense_.push_back(inputs[i].data());
+    }
+    gpu::thrust_sum_dense_host(dense_.data(), dense_.size(), out.size(), out.data());
+  }
+
+ private:
+  std::vector<gpu::SumInput> inputs_;
+  std::vector<const float*> dense_;
+};
+
 }  // namespace
 
 std::unique_ptr<Reducer> make_cpu_reducer() {
   return std::make_unique<CpuReducer>();
+}
+
+std::unique_ptr<Reducer> make_thrust_host_reducer() {
+  return std::make_unique<ThrustHostReducer>();
 }
 
 }  // namespace colony

@@ -1,7 +1,7 @@
 // Gradient reduction: summing several workers' (or several micro-batches') sparse gradients
 // over the keys they share, and dense vectors elementwise, behind a device interface. The CPU
-// backend is here; a CUDA/NCCL backend will implement the same contract, results included bit for
-// bit.
+// backend is here, and the Thrust code of the CUDA backend built for the host; NCCL will
+// implement the same contract, results included bit for bit.
 //
 // Thread-safety: a Reducer keeps scratch state between calls; one thread uses it at a time.
 // Different Reducers are independent.
@@ -53,5 +53,11 @@ class Reducer {
 // The CPU backend. Its key index is an open-addressing table kept across calls and grown to
 // twice the largest total key count seen, so a warmed-up reducer allocates nothing.
 std::unique_ptr<Reducer> make_cpu_reducer();
+
+// The CUDA backend's sums (gpu/thrust_sum.h, Thrust algorithms) built for the host: the same
+// results as make_cpu_reducer()'s, bit for bit; slower on a CPU (it sorts instead of hashing),
+// it is here so that CI runs and tests the device code. A key twice within one input is not
+// caught (it is summed).
+std::unique_ptr<Reducer> make_thrust_host_reducer();
 
 }  // namespace colony

@@ -12,6 +12,7 @@ packages=(
   libboost-test-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   libopenblas-dev       # dense layers of the deep models (models/layers.h)
+  libthrust-dev         # gpu/: device code built for the host (Thrust CPP system)
   clang-format          # scripts/check-format.sh (CI)
 )
 

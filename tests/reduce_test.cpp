@@ -218,3 +218,36 @@ BOOST_AUTO_TEST_CASE(dense_sum_adds_in_input_order) {
   r->sum_dense(acb, out);
   BOOST_TEST(out[0] == 1.0f);
 }
+
+// The CUDA backend's Thrust code, built for the host: the CPU reducer's results bit for bit,
+// keys in the same order, over random inputs whose sums depend on the order of addition.
+BOOST_AUTO_TEST_CASE(thrust_device_code_matches_the_cpu_reducer_bit_for_bit) {
+  auto cpu = make_cpu_reducer(), thrust = make_thrust_host_reducer();
+  BOOST_TEST(std::string(thrust->name()) == "thrust-host");
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const size_t width = 1 + seed % 9;
+    const std::vector<SparseGrads> inputs = random_inputs(seed, width);
+    std::vector<const SparseGrads*> ptrs;
+    for (const auto& in : inputs) ptrs.push_back(&in);
+    SparseGrads a, b;
+    sum(*cpu, ptrs, width, a);
+    sum(*thrust, ptrs, width, b);
+    BOOST_TEST_CONTEXT("seed " << seed << ", width " << width) {
+      BOOST_TEST((a.keys == b.keys));
+      BOOST_TEST(same_bits(a.values, b.values));
+    }
+    checked += !a.keys.empty();
+  }
+  BOOST_TEST(checked > 40);
+  // Dense: input order, one input copied exactly (-0.0 kept).
+  const std::vector<float> x{1e8f, 0.5f, -0.0f}, y{1.0f, 0.25f, 0.0f}, z{-1e8f, 0.25f, 0.0f};
+  std::vector<float> p(3), q(3);
+  for (const auto& in :
+       {std::vector<std::span<const float>>{x}, std::vector<std::span<const float>>{x, y, z},
+        std::vector<std::span<const float>>{x, z, y}}) {
+    cpu->sum_dense(in, p);
+    thrust->sum_dense(in, q);
+    BOOST_TEST(same_bits(p, q));
+  }
+}
