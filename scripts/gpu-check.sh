@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The check to run on a machine with a GPU (issue 13): configures with the CUDA backend on,
+# builds the device tests, runs them (they must run, not skip: a skipped case fails this
+# script), and prints one table. Run from anywhere; builds in build-gpu/. Exit 0 only when every
+# check passed.
+#
+# What it checks today: the Thrust sums of gpu/thrust_sum.h on the device against their host
+# build, bit for bit (tests/cuda_test.cpp), and the host build against the CPU reducer
+# (tests/reduce_test.cpp). Timings (gather and scatter-add against the copy bandwidth, GEMM
+# against the peak, a DeepFM step) come with the device code that has them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+scripts/install-deps.sh || exit 1
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
+  --format=csv,noheader
+mkdir -p build-gpu
+log=build-gpu/gpu-check-build.log
+if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCOLONY_CUDA=ON >"$log" 2>&1 ||
+   ! cmake --build build-gpu -j"$(nproc)" --target cuda_test reduce_test >>"$log" 2>&1; then
+  tail -30 "$log"
+  echo "gpu-check: the CUDA build failed ($log)"
+  exit 1
+fi
+fail=0
+row() { printf '| %-58s | %-7s | %s |\n' "$1" "$2" "$3"; }
+echo
+row "check" "result" "detail"
+row "---" "---" "---"
+for t in cuda_test reduce_test; do
+  out=$(build-gpu/tests/$t --color_output=no --log_level=test_suite --report_level=short 2>&1)
+  rc=$?
+  skipped=$(grep -c "is skipped" <<<"$out")
+  if [ $rc -ne 0 ] || [ "$skipped" -ne 0 ]; then
+    fail=1
+    row "$t" "FAIL" "exit $rc, $skipped skipped: $(grep -m1 -E 'error|skipped' <<<"$out")"
+  else
+    row "$t" "ok" "$(grep -m1 -E 'No errors|passed' <<<"$out")"
+  fi
+done
+row "wall seconds, build included" "" "$((SECONDS - start))"
+exit $fail
