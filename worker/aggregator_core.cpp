@@ -129,7 +129,7 @@ void AggregatorCore::serve_pulls(Outbox& out) {
       for (size_t r = 0; r < config_.replicas.size(); ++r) {
         if (!p.asked[r]) continue;
         if (asking == 1) {
-          p.keys = p.asked[r]->keys;
+          p.keys = std::move(p.asked[r]->keys);  // only its request id is needed from now on
           p.whole = true;
           break;
         }
