@@ -178,11 +178,11 @@ BOOST_AUTO_TEST_CASE(workers_share_each_epoch_and_train_every_sample_once) {
   }
 }
 
-// Must show: hierarchical push with 4 replicas per node sends at most a third of the flat
-// mode's push messages per sample.
-BOOST_AUTO_TEST_CASE(hierarchical_push_sends_at_most_a_third_of_flat_messages) {
+// Must show: with 4 replicas a node, hierarchical push and pull (the node's one push and one pull
+// per shard and step) send at most a third of the flat mode's messages per sample, each.
+BOOST_AUTO_TEST_CASE(hierarchical_push_and_pull_send_at_most_a_third_of_flat_messages) {
   auto data = small_data(20000);
-  double per_sample[2] = {0, 0};
+  double pushes[2] = {0, 0}, pulls[2] = {0, 0}, pull_bytes[2] = {0, 0};
   for (PushMode push : {PushMode::flat, PushMode::hierarchical}) {
     ClusterJob j = job_on(data);
     j.cluster.shards = 4;
@@ -190,14 +190,28 @@ BOOST_AUTO_TEST_CASE(hierarchical_push_sends_at_most_a_third_of_flat_messages) {
     j.cluster.replicas_per_node = 4;
     j.cluster.push = push;
     j.cluster.consistency = {ConsistencyKind::ssp, 2};
+    const bool h = push == PushMode::hierarchical;
+    // The shards' pull traffic: keys asked (8 bytes each) and rows answered.
+    uint64_t bytes = 0;
+    j.observer = [&](const Outgoing& o) {
+      if (const auto* p = std::get_if<PullRequest>(&o.message); p && o.to < 4)
+        bytes += p->keys.size() * sizeof(uint64_t);
+      if (const auto* p = std::get_if<PullReply>(&o.message); p && p->header.sender < 4)
+        bytes += p->values.size() * sizeof(float);
+    };
     auto cluster = std::move(EmbeddedCluster::make(j).value());
     const ClusterResult r = run(*cluster);
-    per_sample[push == PushMode::hierarchical] =
-        double(r.counters.push_messages) / double(r.counters.samples);
+    pushes[h] = double(r.counters.push_messages) / double(r.counters.samples);
+    pulls[h] = double(r.counters.pull_messages) / double(r.counters.samples);
+    pull_bytes[h] = double(bytes) / double(r.counters.samples);
   }
-  BOOST_TEST_MESSAGE("push messages per sample: flat " << per_sample[0] << ", hierarchical "
-                                                       << per_sample[1]);
-  BOOST_TEST(per_sample[1] <= per_sample[0] / 3.0);
+  BOOST_TEST_MESSAGE("per sample: push messages flat "
+                     << pushes[0] << ", hierarchical " << pushes[1] << "; pull messages flat "
+                     << pulls[0] << ", hierarchical " << pulls[1] << "; shards' pull bytes flat "
+                     << pull_bytes[0] << ", hierarchical " << pull_bytes[1]);
+  BOOST_TEST(pull_bytes[1] < pull_bytes[0]);
+  BOOST_TEST(pushes[1] <= pushes[0] / 3.0);
+  BOOST_TEST(pulls[1] <= pulls[0] / 3.0);
 }
 
 // Hierarchical pull: the replicas of a node ask their aggregator, which sends one pull per shard
