@@ -22,6 +22,7 @@
 
 #include "common/status.h"
 #include "data/reader.h"
+#include "gpu/device.h"
 #include "ps/cluster_protocol.h"
 #include "ps/coordinator_core.h"
 #include "storage/store_spec.h"
@@ -90,6 +91,7 @@ struct MemberDaemonOptions {
   std::string checkpoint_dir;
   std::string data;      // worker: the training file
   ReaderOptions reader;  // worker: cache dir etc. (batch, skip-bad-lines come from the job)
+  DeviceChoice device;   // worker: where its replicas' math runs (--device)
   uint64_t join_timeout_ms = 60'000;
   size_t threads = 0;  // actor scheduler threads; 0 = one per core
 };

@@ -265,6 +265,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     if (member.role != MemberRole::worker) continue;
     for (NodeId n = member.first_node; n < member.first_node + member.count; ++n) {
       WorkerConfig wc = worker_config(spec, *layout, n);
+      wc.model.device = job.trainer.model.device;  // the job's wire spec has no device
       wc.dense_start = dense_start;
       // The first replica trains the most batches (the others never reach a step it does not).
       if (replicas.empty() && !m.dense_shape.empty())

@@ -239,6 +239,7 @@ class Member {
     } else {
       job_ = std::make_unique<ClusterJob>();
       job_->trainer.model = model_spec(job);
+      job_->trainer.model.device = o_.device;
       job_->trainer.optimizer = job.optimizer;
       job_->trainer.seed = job.seed;
       job_->trainer.factor_init_std = job.factor_init_std;
@@ -265,7 +266,9 @@ class Member {
       });
       p_.extra.push_back(caf::actor_cast<caf::actor>(reporter));
       for (NodeId n : local) {
-        auto core = WorkerCore::make(worker_config(job, layout, n));
+        WorkerConfig wc = worker_config(job, layout, n);
+        wc.model.device = o_.device;
+        auto core = WorkerCore::make(wc);
         if (!core) return core.status();
         workers_.push_back(std::shared_ptr<WorkerCore>(std::move(core.value())));
         sources_.push_back(

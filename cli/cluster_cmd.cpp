@@ -186,6 +186,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir"},
       {"--replicas-per-node", "start one `colony worker --replicas R` per node"},
       {"--threads", "give each `colony ps` and `colony worker` its --threads"},
+      {"--device", "give each `colony worker` its --device"},
       {"--engine", "the daemons are a cluster; `colony train --engine local` trains in one thread"},
       {"--rows", "the daemons train on files: make them with `colony gen`"},
       {"--test-rows", "the daemons train on files: make them with `colony gen`"},
@@ -391,6 +392,7 @@ struct MemberArgs {
   MemberDaemonOptions options;
   std::string store = "memory";
   size_t cache_bytes = 0;
+  std::string device = "cpu";
 };
 
 Runner add_member(CLI::App& app, MemberRole role) {
@@ -437,6 +439,9 @@ Runner add_member(CLI::App& app, MemberRole role) {
     cmd->add_option("--cache-dir", o.reader.cache_dir,
                     "Where binary caches of text files go (default: beside each file)");
     add_format_option(cmd, o.reader.format);
+    cmd->add_option("--device", a->device,
+                    "Where the replicas' math runs: cpu, or cuda[:N] (lr and fm; a CUDA build)")
+        ->capture_default_str();
   }
   add_common(cmd, a->common);
   return [a, ps]() {
@@ -447,6 +452,11 @@ Runner add_member(CLI::App& app, MemberRole role) {
       auto store = parse_store_spec(a->store, a->cache_bytes);
       if (!store) return fail(store.status());
       o.store = *store;
+    } else {
+      auto device = parse_device(a->device);
+      if (!device) return fail(device.status());
+      if (Status s = check_device(*device); !s.ok()) return fail(s);
+      o.device = *device;
     }
     o.security = a->common.security;
     o.cluster_id = a->common.cluster_id;

@@ -26,6 +26,7 @@ struct TrainArgs {
   size_t cache_bytes = 0;
   std::string eviction = "lfu";
   std::string engine = "cluster";
+  std::string device = "cpu";
   std::string consistency = "bsp";
   std::string push = "hierarchical";
   ClusterOptions cluster;
@@ -122,6 +123,9 @@ Runner add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
       ->capture_default_str();
+  cmd->add_option("--device", a->device,
+                  "Where the workers' math runs: cpu, or cuda[:N] (lr and fm; a CUDA build)")
+      ->capture_default_str();
   cmd->add_option(
          "--engine", a->engine,
          "cluster (PS shards and workers as actors) or local (the single-process reference "
@@ -140,6 +144,10 @@ Runner add_train(CLI::App& app) {
     if (!parsed) return fail(parsed.status());
     o.trainer.model = parsed->spec;
     o.trainer.dense_optimizer = parsed->dense_optimizer;
+    auto device = parse_device(a->device);
+    if (!device) return fail(device.status());
+    o.trainer.model.device = *device;
+    if (Status s = check_model_device(o.trainer.model); !s.ok()) return fail(s);
     // Generated data keeps Criteo's fields and dense features for the deep models.
     if (o.trainer.model.deep()) o.generate.format = "criteo";
     auto opt = parse_optimizer(a->optimizer);
@@ -186,19 +194,21 @@ Runner add_train(CLI::App& app) {
                             cluster.shards == 1 ? "" : "s", cluster.workers,
                             cluster.workers == 1 ? "" : "s", to_string(cluster.consistency),
                             to_string(cluster.push), to_string(cluster.store));
-    std::fprintf(stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s; %s; backend %s\n",
-                 to_string(o.trainer.model.kind),
-                 o.trainer.model.kind == ModelKind::fm
-                     ? fmt::format(" (dim {})", o.trainer.model.dim).c_str()
-                 : o.trainer.model.deep()
-                     ? fmt::format(" (dim {}, mlp {}, dense layers {} lr {:g})",
-                                   o.trainer.model.dim, layer_sizes_text(o.trainer.model.mlp),
-                                   nn::to_string(o.trainer.dense_optimizer.kind),
-                                   o.trainer.dense_optimizer.lr)
-                           .c_str()
-                     : "",
-                 to_string(o.trainer.optimizer.kind), o.trainer.optimizer.lr, o.batch, o.epochs,
-                 o.epochs == 1 ? "" : "s", engine_text.c_str(), describe_backends().c_str());
+    std::fprintf(
+        stderr, "colony train: %s%s, %s lr %g, batch %zu, %d epoch%s; %s; device %s; backends %s\n",
+        to_string(o.trainer.model.kind),
+        o.trainer.model.kind == ModelKind::fm
+            ? fmt::format(" (dim {})", o.trainer.model.dim).c_str()
+        : o.trainer.model.deep()
+            ? fmt::format(" (dim {}, mlp {}, dense layers {} lr {:g})", o.trainer.model.dim,
+                          layer_sizes_text(o.trainer.model.mlp),
+                          nn::to_string(o.trainer.dense_optimizer.kind),
+                          o.trainer.dense_optimizer.lr)
+                  .c_str()
+            : "",
+        to_string(o.trainer.optimizer.kind), o.trainer.optimizer.lr, o.batch, o.epochs,
+        o.epochs == 1 ? "" : "s", engine_text.c_str(), device_text(o.trainer.model.device).c_str(),
+        describe_backends().c_str());
     if (o.data.empty())
       std::fprintf(stderr, "no --data: generating %s training and %s test rows in memory\n",
                    human_count(double(o.generate.rows)).c_str(),
@@ -274,6 +284,7 @@ Runner add_train(CLI::App& app) {
         {"table_bytes", r.table_bytes},
         {"read_from_cache", r.read_from_cache},
         {"engine", a->engine},
+        {"device", device_text(o.trainer.model.device)},
         {"train_cpu_seconds", r.train_cpu_seconds},
         {"cpu_seconds_per_sample",
          r.counters.samples ? r.train_cpu_seconds / double(r.counters.samples) : 0.0},

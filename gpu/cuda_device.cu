@@ -32,4 +32,38 @@ std::vector<DeviceInfo> cuda_devices_impl(std::string* why_none) {
   return out;
 }
 
+// Bytes per second of cudaMemcpy from pageable host memory to device `device` (256 MiB, best of
+// four); negative with `error` set when CUDA fails.
+double cuda_copy_bandwidth_impl(int device, std::string& error) {
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> host(bytes, 1);
+  void* dst = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  double best = -1.0;
+  cudaError_t err = cudaSetDevice(device);
+  if (err == cudaSuccess) err = cudaMalloc(&dst, bytes);
+  if (err == cudaSuccess) err = cudaEventCreate(&start);
+  if (err == cudaSuccess) err = cudaEventCreate(&stop);
+  for (int i = 0; i < 4 && err == cudaSuccess; ++i) {
+    float ms = 0.0f;
+    err = cudaEventRecord(start);
+    if (err == cudaSuccess) err = cudaMemcpy(dst, host.data(), bytes, cudaMemcpyHostToDevice);
+    if (err == cudaSuccess) err = cudaEventRecord(stop);
+    if (err == cudaSuccess) err = cudaEventSynchronize(stop);
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, start, stop);
+    if (err == cudaSuccess && ms > 0.0f) {
+      const double bps = double(bytes) / (double(ms) / 1e3);
+      if (bps > best) best = bps;
+    }
+  }
+  if (err != cudaSuccess) {
+    error = cudaGetErrorString(err);
+    best = -1.0;
+  }
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  if (dst) cudaFree(dst);
+  return best;
+}
+
 }  // namespace colony

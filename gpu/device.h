@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace colony {
 
 struct DeviceInfo {
@@ -22,6 +24,32 @@ bool cuda_compiled();
 // is present (a machine without a GPU is not an error). `why_none` (if given) receives the
 // reason when the list is empty.
 std::vector<DeviceInfo> cuda_devices(std::string* why_none = nullptr);
+
+// Where a model's math runs (--device).
+enum class Backend {
+  cpu,          // the CPU backend (models/)
+  device_host,  // the CUDA backend's device code built for the host (Thrust's CPP system):
+                // what CI runs of the device code; not a --device value
+  cuda,         // a CUDA device
+};
+struct DeviceChoice {
+  Backend backend = Backend::cpu;
+  int index = 0;  // the CUDA device (cuda:N)
+};
+// "cpu", "cuda" (cuda:0) or "cuda:N". invalid_input naming --device and the accepted forms
+// otherwise.
+Expected<DeviceChoice> parse_device(const std::string& text);
+// "cpu", "cuda:N" or "device-host".
+std::string device_text(const DeviceChoice& device);
+// Ok when `device` can run here: the CPU and the host build always; cuda:N when this binary was
+// built with CUDA and device N is present. invalid_input naming --device and what is missing
+// otherwise (a build without CUDA, no device and why, or the devices there are).
+Status check_device(const DeviceChoice& device);
+
+// Bytes per second of copies from pageable host memory to CUDA device `index` (256 MiB, best of
+// four): the baseline of `colony bench device`. not_found in a build without CUDA; internal
+// with CUDA's message when a CUDA call fails.
+Expected<double> cuda_copy_bandwidth(int index);
 
 // One line for logs and reports: "cpu" or "cpu (cuda: 1 device, NVIDIA H200)".
 std::string describe_backends();

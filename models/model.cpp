@@ -7,6 +7,7 @@
 
 #include "common/hash.h"
 #include "common/metrics.h"
+#include "gpu/fm_pass.h"
 #include "models/deep.h"
 
 namespace colony {
@@ -277,10 +278,15 @@ double fm_run(size_t dim, const FeatureView& b, const float* rows, float* grads,
   }
 }
 
-// LR and FM: sparse parameters only.
+// LR and FM: sparse parameters only. Off the CPU, the device code of gpu/fm_pass.h does the math.
 class SparseModel final : public Model {
  public:
-  explicit SparseModel(const ModelSpec& spec) : Model(spec) {}
+  explicit SparseModel(const ModelSpec& spec) : Model(spec) {
+    if (spec.device.backend == Backend::device_host) pass_ = gpu::make_fm_pass_host();
+    if (spec.device.backend == Backend::cuda) pass_ = gpu::make_fm_pass_cuda(spec.device.index);
+    COLONY_ASSERT((spec.device.backend == Backend::cpu) == !pass_, "device {}",
+                  device_text(spec.device));
+  }
 
   double forward_backward(const Batch& batch, std::span<const uint32_t> slots,
                           std::span<const float> rows, std::span<const float>,
@@ -302,10 +308,17 @@ class SparseModel final : public Model {
              float* grads, float* logits) {
     COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
     const FeatureView view = feature_view(b, slots, ws_);
+    if (pass_) {
+      const gpu::FmBatch batch{view.rows,  view.labels, view.offsets,
+                               view.slots, view.values, rows.size() / width()};
+      return pass_->run(batch, spec_.kind == ModelKind::lr ? 0 : spec_.dim, rows.data(), grads,
+                        logits);
+    }
     if (spec_.kind == ModelKind::lr) return lr_pass<Backward>(view, rows.data(), grads, logits);
     return fm_run<Backward>(spec_.dim, view, rows.data(), grads, logits);
   }
   FeatureWorkspace ws_;
+  std::unique_ptr<gpu::FmPass> pass_;
 };
 
 }  // namespace
@@ -327,6 +340,7 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
   if (spec.dense > max_dense)
     return Status::invalid_input(
         fmt::format("{} dense features per sample, at most {}", spec.dense, max_dense));
+  if (Status s = check_model_device(spec); !s.ok()) return s;
   if (!spec.deep()) return std::unique_ptr<Model>(new SparseModel(spec));
   if (spec.fields < 1 || spec.fields > max_fields)
     return Status::invalid_input(
@@ -348,6 +362,16 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
         to_string(spec.kind), spec.fields, spec.dim, spec.dense, (*model)->dense_params(),
         max_dense_params, spec.kind == ModelKind::dcn ? " or --cross-layers" : " or --bottom"));
   return model;
+}
+
+Status check_model_device(const ModelSpec& spec) {
+  if (Status s = check_device(spec.device); !s.ok()) return s;
+  if (spec.deep() && spec.device.backend != Backend::cpu)
+    return Status::invalid_input(fmt::format(
+        "--device {}: --model {} has dense layers, which run on --device cpu only in this "
+        "version (the CUDA backend trains lr and fm)",
+        device_text(spec.device), to_string(spec.kind)));
+  return Status();
 }
 
 Status require_sparse_model(ModelKind kind, const std::string& engine) {

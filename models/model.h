@@ -30,6 +30,7 @@
 
 #include "common/status.h"
 #include "data/batch.h"
+#include "gpu/device.h"
 
 namespace colony {
 
@@ -43,6 +44,9 @@ struct ModelSpec {
   std::vector<size_t> mlp{};     // hidden sizes: DeepFM's and DCN-v2's deep tower, DLRM's top MLP
   std::vector<size_t> bottom{};  // DLRM's bottom MLP hidden sizes (its output has `dim` floats)
   size_t cross_layers = 3;       // DCN-v2's cross layers
+  // Where the math runs (--device): LR and FM on any backend (gpu/fm_pass.h off the CPU), the
+  // deep models on the CPU in this version. A worker's own choice, not part of the job.
+  DeviceChoice device{};
 
   bool deep() const { return kind != ModelKind::lr && kind != ModelKind::fm; }
   // Floats per parameter-server row.
@@ -74,6 +78,10 @@ ModelSpec with_model_defaults(ModelSpec spec);
 inline constexpr size_t max_fm_dim = 1024;
 inline constexpr size_t max_fields = 255;
 inline constexpr size_t max_dense = 1024;
+// Ok when `spec`'s model can run on its device: check_device (gpu/device.h) accepts the device,
+// and a deep model is on the CPU (the CUDA backend trains LR and FM in this version).
+// invalid_input naming --device otherwise.
+Status check_model_device(const ModelSpec& spec);
 // invalid_input naming `--model` and `engine` when `kind` has dense layers: for the engines that
 // train sparse models only in this version (the simulator).
 Status require_sparse_model(ModelKind kind, const std::string& engine);
@@ -102,7 +110,8 @@ class BatchIndex {
 class Model {
  public:
   // Fails with invalid_input for a dimension, field count, dense count or layer list out of
-  // range (naming the flag), or dense layers of more than max_dense_params parameters.
+  // range (naming the flag), dense layers of more than max_dense_params parameters, a device
+  // that check_device refuses, or a deep model off the CPU.
   static Expected<std::unique_ptr<Model>> make(const ModelSpec& spec);
   virtual ~Model() = default;
 

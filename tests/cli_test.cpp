@@ -93,6 +93,38 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   BOOST_TEST(run("train --help").code == 0);
 }
 
+// --device: a bad value, and a CUDA device this machine cannot give (built without CUDA, no
+// device, or fewer devices), are refused before any work, naming the flag; so is a deep model off
+// the CPU, and the same flag of `colony worker`.
+BOOST_AUTO_TEST_CASE(devices_this_machine_cannot_run_are_refused_naming_the_flag) {
+  auto cannot = [](const std::string& err) {
+    return err.find("without CUDA") != std::string::npos ||
+           err.find("no CUDA device") != std::string::npos ||
+           err.find("CUDA is unusable") != std::string::npos ||
+           err.find("this machine has") != std::string::npos;
+  };
+  Run r = run("train --device tpu --rows 100 --test-rows 10");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--device \"tpu\": expected cpu, cuda or cuda:N") != std::string::npos,
+             r.err);
+  r = run("train --device cuda:4096 --rows 100 --test-rows 10");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--device cuda:4096: ") != std::string::npos, r.err);
+  BOOST_TEST(cannot(r.err), r.err);
+  BOOST_TEST(r.out.empty(), r.out);  // nothing trained
+  r = run("train --model deepfm --device cuda --rows 100 --test-rows 10");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST((cannot(r.err) || r.err.find("--device cpu only") != std::string::npos), r.err);
+  r = run("worker --coordinator tcp://127.0.0.1:1 --insecure --data x --device cuda:4096");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--device cuda:4096: ") != std::string::npos, r.err);
+  BOOST_TEST(cannot(r.err), r.err);
+  r = run("coordinator --listen tcp://127.0.0.1:1 --insecure --device cuda");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("give each `colony worker` its --device") != std::string::npos, r.err);
+  BOOST_TEST(run("train --device cpu --rows 2000 --test-rows 200").code == 0);
+}
+
 BOOST_AUTO_TEST_CASE(malformed_input_exits_2_naming_file_and_line) {
   const std::string good = "1 1:0.5 20:1\n0 2:1 21:1\n";
   struct Case {

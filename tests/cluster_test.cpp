@@ -85,6 +85,35 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_gives_the_single_process_trainers_weights_bi
   }
 }
 
+// The CUDA backend's device code built for the host (gpu/fm_pass.h) in the cluster's workers: the
+// single-process CPU trainer's weights, bit for bit.
+BOOST_AUTO_TEST_CASE(one_worker_bsp_on_the_device_code_gives_the_cpu_trainers_weights) {
+  auto data = small_data(10000);
+  for (ModelKind kind : {ModelKind::lr, ModelKind::fm}) {
+    ClusterJob j = job_on(data);
+    j.trainer.model.kind = kind;
+    j.cluster.shards = 2;
+    j.cluster.workers = 1;
+    j.cluster.push = PushMode::hierarchical;
+    ClusterJob on_device = j;
+    on_device.trainer.model.device.backend = Backend::device_host;
+    auto cluster = std::move(EmbeddedCluster::make(on_device).value());
+    const ClusterResult r = run(*cluster);
+    BOOST_TEST(r.counters.samples == 10000u);
+    auto trainer = std::move(LocalTrainer::make(j.trainer).value());
+    std::vector<uint64_t> keys{bias_key};
+    auto reader = make_memory_reader(data, j.batch);
+    Batch b;
+    while (*reader->next(b)) {
+      BOOST_REQUIRE(trainer->train_batch(b).ok());
+      keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+    }
+    const size_t differ = rows_differing(*trainer, *cluster, keys, j.trainer.model.width());
+    BOOST_TEST(differ == 0u, to_string(kind)
+                                 << ": " << differ << " of " << keys.size() << " rows differ");
+  }
+}
+
 namespace {
 
 std::shared_ptr<const std::vector<Batch>> deep_data(uint64_t rows, size_t batch) {

@@ -16,6 +16,7 @@
 #include "common/metrics.h"
 #include "data/batch.h"
 #include "models/model.h"
+#include "tests/random_batch.h"
 #include "worker/trainer.h"
 
 using namespace colony;
@@ -84,25 +85,7 @@ Batch hand_batch_in_fields(uint32_t dense) {
   return b;
 }
 
-// Random rows from a small key pool so keys repeat within and across rows; keys of fields
-// 0..3, and `dense` dense features per row.
-Batch random_batch(uint64_t seed, size_t rows, size_t pool, uint32_t dense = 0) {
-  SplitMix64 rng(seed);
-  Batch b;
-  std::vector<float> x(dense);
-  for (size_t i = 0; i < rows; ++i) {
-    for (float& v : x) v = static_cast<float>(rng.uniform() * 2.0);
-    b.add_dense(x.data(), dense);
-    const size_t n = 1 + rng.next() % 7;
-    for (size_t f = 0; f < n; ++f) {
-      const uint64_t key = make_key(static_cast<uint32_t>(rng.next() % 4), rng.next() % pool);
-      const float value = static_cast<float>(rng.uniform() * 2.0 - 0.5);  // [-0.5, 1.5)
-      b.add_feature(key, value);
-    }
-    b.finish_row(rng.uniform() < 0.5 ? 1.0f : 0.0f);
-  }
-  return b;
-}
+using testing::random_batch;
 
 std::vector<float> random_rows(uint64_t seed, size_t count, double scale) {
   SplitMix64 rng(seed);
@@ -447,6 +430,114 @@ BOOST_AUTO_TEST_CASE(deep_model_check_refuses_batches_that_do_not_fit) {
   reserved.add_feature(make_key(255, 7), 1.0f);
   reserved.finish_row(0.0f);
   BOOST_TEST(!m->check(reserved).ok());
+}
+
+// The CUDA backend's device code (gpu/fm_pass.h) built for the host does what the CPU model does,
+// bit for bit: logits, gradients added to non-zero ones, and the loss. Over LR and FM of several
+// dimensions, batches with and without dense features (rows of their own), keys repeated inside a
+// sample, samples without features, and an empty batch.
+BOOST_AUTO_TEST_CASE(device_code_built_for_the_host_equals_the_cpu_model_bit_for_bit) {
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() &&
+           (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  };
+  size_t cases = 0;
+  for (ModelSpec spec :
+       {lr_spec(), fm_spec(1), fm_spec(4), fm_spec(8), fm_spec(13), fm_spec(16), fm_spec(32)}) {
+    ModelSpec on_device = spec;
+    on_device.device.backend = Backend::device_host;
+    auto cpu = make_model(spec);
+    auto device = make_model(on_device);
+    for (uint64_t seed = 1; seed <= 12; ++seed) {
+      const uint32_t dense = seed % 3 == 0 ? 3 : 0;
+      const Batch b = seed == 1   ? Batch{}
+                      : seed == 2 ? hand_batch()
+                                  : random_batch(seed, 1 + seed * 7, 25, dense);
+      BatchIndex index;
+      index.build(b, spec.dense_rows());
+      const size_t n = index.unique_keys().size() * spec.width();
+      const std::vector<float> rows = random_rows(seed + 31, n, 0.5);
+      std::vector<float> g_cpu = random_rows(seed + 57, n, 0.1), g_dev = g_cpu;
+      std::vector<float> z_cpu(b.rows()), z_dev(b.rows()), f_dev(b.rows());
+      const double l_cpu = cpu->forward_backward(b, index.slots(), rows, {}, g_cpu, {}, z_cpu);
+      const double l_dev = device->forward_backward(b, index.slots(), rows, {}, g_dev, {}, z_dev);
+      device->forward(b, index.slots(), rows, {}, f_dev);
+      BOOST_TEST_CONTEXT(to_string(spec.kind) << " dim " << spec.dim << " seed " << seed) {
+        BOOST_TEST(std::memcmp(&l_cpu, &l_dev, sizeof(double)) == 0);
+        BOOST_TEST(same(z_cpu, z_dev));
+        BOOST_TEST(same(z_cpu, f_dev));
+        BOOST_TEST(same(g_cpu, g_dev));
+      }
+      ++cases;
+    }
+  }
+  BOOST_TEST(cases == 84u);
+}
+
+// Trained end to end, the device code's host build ends where the CPU trainer does, bit for bit.
+BOOST_AUTO_TEST_CASE(trainer_on_device_code_built_for_the_host_equals_the_cpu_trainer) {
+  for (ModelKind kind : {ModelKind::lr, ModelKind::fm}) {
+    TrainerConfig c;
+    c.model.kind = kind;
+    c.model.dim = 8;
+    c.optimizer = default_optimizer_config(OptimizerKind::adagrad);
+    c.seed = 42;
+    TrainerConfig d = c;
+    d.model.device.backend = Backend::device_host;
+    auto cpu = LocalTrainer::make(c);
+    auto dev = LocalTrainer::make(d);
+    BOOST_REQUIRE(cpu.ok());
+    BOOST_REQUIRE(dev.ok());
+    std::vector<uint64_t> keys{bias_key};
+    for (uint64_t seed = 1; seed <= 15; ++seed) {
+      const Batch b = random_batch(seed, 64, 150);
+      const double l1 = *(*cpu)->train_batch(b);
+      const double l2 = *(*dev)->train_batch(b);
+      BOOST_TEST(std::memcmp(&l1, &l2, sizeof(double)) == 0, "seed " << seed);
+      keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+    }
+    const size_t width = c.model.width();
+    std::vector<float> r1(width), r2(width);
+    size_t differing = 0;
+    for (uint64_t k : keys) {
+      (*cpu)->row_value(k, r1);
+      (*dev)->row_value(k, r2);
+      if (std::memcmp(r1.data(), r2.data(), width * sizeof(float)) != 0) ++differing;
+    }
+    BOOST_TEST(differing == 0u, to_string(kind));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(devices_are_parsed_and_refused_with_their_flag_named) {
+  BOOST_TEST((parse_device("cpu")->backend == Backend::cpu));
+  BOOST_TEST((parse_device("cuda")->backend == Backend::cuda));
+  BOOST_TEST(parse_device("cuda")->index == 0);
+  BOOST_TEST(parse_device("cuda:3")->index == 3);
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:1x", "cuda:99999999999", "CPU"}) {
+    auto d = parse_device(bad);
+    BOOST_TEST(!d.ok(), bad);
+    if (!d.ok()) BOOST_TEST(d.status().message().find("--device") != std::string::npos);
+  }
+  // A deep model off the CPU: refused, whichever device.
+  ModelSpec s = deep_spec(ModelKind::deepfm, 2);
+  s.device.backend = Backend::device_host;
+  auto m = Model::make(s);
+  BOOST_TEST(!m.ok());
+  if (!m.ok()) BOOST_TEST(m.status().message().find("--device cpu only") != std::string::npos);
+  // A CUDA device this machine does not have: built without CUDA, no device, or too few.
+  ModelSpec f = fm_spec(4);
+  f.device = *parse_device("cuda:4096");
+  auto c = Model::make(f);
+  BOOST_TEST(!c.ok());
+  if (!c.ok()) {
+    const std::string& why = c.status().message();
+    BOOST_TEST(why.find("--device cuda:4096") == 0u, why);
+    BOOST_TEST((why.find("without CUDA") != std::string::npos ||
+                why.find("no CUDA device") != std::string::npos ||
+                why.find("CUDA is unusable") != std::string::npos ||
+                why.find("this machine has") != std::string::npos),
+               why);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(make_refuses_layer_lists_and_sizes_out_of_range) {
