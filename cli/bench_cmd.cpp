@@ -16,8 +16,10 @@
 #include "bench/train_bench.h"
 #include "bench/wire_bench.h"
 #include "cli/commands.h"
+#include "common/hash.h"
 #include "data/generator.h"
 #include "data/reader.h"
+#include "gpu/device.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
 
@@ -302,6 +304,105 @@ int bench_ps(const BenchArgs& a) {
   return 0;
 }
 
+// The sparse models' forward and backward pass on each backend this machine has (the CPU backend,
+// the CUDA backend's device code built for the host, CUDA device 0 when there is one) over the
+// same generated batches of 512, as ratios to the CPU backend; and the bytes a step moves (the
+// batch and its rows in, the gradients in and out) against a copy bandwidth measured in the same
+// run: memcpy on the host, host-to-device copies for the GPU.
+int bench_device(const BenchArgs& a) {
+  GenOptions g;
+  g.rows = a.rows;
+  g.test_rows = 1;
+  std::fprintf(stderr, "bench device: generating %llu rows\n",
+               static_cast<unsigned long long>(a.rows));
+  auto data = std::make_shared<const std::vector<Batch>>(generate_in_memory(g).train);
+  std::vector<Batch> batches;
+  std::vector<std::vector<uint32_t>> slots;
+  std::vector<size_t> unique;
+  auto reader = make_memory_reader(data, 512);
+  BatchIndex index;
+  for (Batch b; *reader->next(b);) {
+    index.build(b);
+    slots.emplace_back(index.slots().begin(), index.slots().end());
+    unique.push_back(index.unique_keys().size());
+    batches.push_back(b);
+  }
+  const size_t most = *std::max_element(unique.begin(), unique.end());
+  std::vector<DeviceChoice> devices{DeviceChoice{}, DeviceChoice{Backend::device_host, 0}};
+  const double memcpy_bps = memcpy_bandwidth();
+  double cuda_bps = 0.0;
+  if (check_device(DeviceChoice{Backend::cuda, 0}).ok()) {
+    auto bps = cuda_copy_bandwidth(0);
+    if (!bps) return fail(bps.status());
+    cuda_bps = *bps;
+    devices.push_back(DeviceChoice{Backend::cuda, 0});
+  }
+  nlohmann::json rep = {{"suite", "device"},
+                        {"rows", a.rows},
+                        {"batch", 512},
+                        {"repeats", a.repeats},
+                        {"memcpy_bytes_per_sec", memcpy_bps},
+                        {"backends", describe_backends()}};
+  if (cuda_bps > 0) rep["cuda_copy_bytes_per_sec"] = cuda_bps;
+  std::printf("baselines: memcpy %.2f GB/s%s\n", memcpy_bps / 1e9,
+              cuda_bps > 0 ? fmt::format(", host to cuda:0 {:.2f} GB/s", cuda_bps / 1e9).c_str()
+                           : " (no CUDA device: cpu and the device code's host build only)");
+  std::printf("%-7s %-12s %12s %9s %10s %12s\n", "model", "device", "samples/s", "of cpu",
+              "GB/s moved", "of baseline");
+  nlohmann::json figures = nlohmann::json::array();
+  for (const ModelSpec& spec :
+       {ModelSpec{ModelKind::lr, 8}, ModelSpec{ModelKind::fm, 8}, ModelSpec{ModelKind::fm, 32}}) {
+    std::vector<float> rows(most * spec.width());
+    SplitMix64 rng(7);
+    for (float& r : rows) r = static_cast<float>((rng.uniform() - 0.5) * 0.1);
+    std::vector<float> grads(rows.size()), logits;
+    double cpu_sps = 0.0;
+    for (const DeviceChoice& device : devices) {
+      ModelSpec on = spec;
+      on.device = device;
+      auto model = Model::make(on);
+      if (!model) return fail(model.status());
+      double bytes = 0.0, samples = 0.0, best = 1e300;
+      for (int r = 0; r <= a.repeats; ++r) {  // pass 0 warms up (allocations), untimed
+        const auto start = Clock::now();
+        for (size_t i = 0; i < batches.size(); ++i) {
+          const size_t n = unique[i] * spec.width();
+          logits.resize(batches[i].rows());
+          (void)(*model)->forward_backward(batches[i], slots[i], {rows.data(), n}, {},
+                                           {grads.data(), n}, {}, logits);
+          if (r == 0) {
+            samples += double(batches[i].rows());
+            bytes += 4.0 * (3.0 * double(n) + 2.0 * double(batches[i].features()) +
+                            2.0 * double(batches[i].rows()));
+          }
+        }
+        if (r > 0)
+          best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+      }
+      const double sps = samples / best, moved = bytes / best;
+      const double baseline = device.backend == Backend::cuda ? cuda_bps : memcpy_bps;
+      if (device.backend == Backend::cpu) cpu_sps = sps;
+      const std::string name = spec.kind == ModelKind::lr ? "lr" : fmt::format("fm {}", spec.dim);
+      std::printf("%-7s %-12s %12.0f %8.2fx %10.2f %11.1f%%\n", name.c_str(),
+                  device_text(device).c_str(), sps, sps / cpu_sps, moved / 1e9,
+                  100.0 * moved / baseline);
+      figures.push_back({{"model", name},
+                         {"device", device_text(device)},
+                         {"samples_per_sec", sps},
+                         {"ratio_to_cpu", sps / cpu_sps},
+                         {"bytes_moved_per_sec", moved},
+                         {"ratio_to_copy_baseline", moved / baseline}});
+    }
+  }
+  std::printf(
+      "one forward and backward pass per batch of 512 (rows gathered, gradients reduced per "
+      "key), best of %d; bytes moved = batch + rows in + gradients in and out\n",
+      a.repeats);
+  rep["figures"] = figures;
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
 // The embedded cluster against the single-process trainer on the same data, in one run. With
 // --model (a deep model, on planted-deep Criteo-shaped data): hierarchical push, so that the
 // workers' dense layers are all-reduced through the aggregators, and a run of 4 workers on 2
@@ -467,9 +568,9 @@ Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd =
       app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
-  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster, wire or store")
+  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster, wire, store or device")
       ->required()
-      ->check(CLI::IsMember({"train", "ps", "cluster", "wire", "store"}));
+      ->check(CLI::IsMember({"train", "ps", "cluster", "wire", "store", "device"}));
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   CLI::Option* rows = cmd->add_option("--rows", a->rows,
                                       "Generated rows to train on (store: rows stored, default 1M)")
@@ -498,6 +599,7 @@ Runner add_bench(CLI::App& app) {
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);
     if (a->suite == "wire") return bench_wire(*a);
+    if (a->suite == "device") return bench_device(*a);
     if (!a->model.empty()) return bench_train_deep(*a);
     return bench_train(*a);
   };

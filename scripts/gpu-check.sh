@@ -4,10 +4,12 @@
 # script), and prints one table. Run from anywhere; builds in build-gpu/. Exit 0 only when every
 # check passed.
 #
-# What it checks today: the Thrust sums of gpu/thrust_sum.h on the device against their host
-# build, bit for bit (tests/cuda_test.cpp), and the host build against the CPU reducer
-# (tests/reduce_test.cpp). Timings (gather and scatter-add against the copy bandwidth, GEMM
-# against the peak, a DeepFM step) come with the device code that has them.
+# What it checks: the device code on the GPU against its host build (tests/cuda_test.cpp: the
+# Thrust sums of gpu/thrust_sum.h bit for bit, the LR and FM pass of gpu/fm_pass.h within fp32
+# bounds), the host builds against the CPU backend (reduce_test, model_test), and then times the
+# LR and FM pass (gather, per-key gradient reduction) on the GPU against the CPU backend and
+# against the host-to-device copy bandwidth measured in the same run (`colony bench device`).
+# Not timed yet, for want of the device code: GEMM against the peak, a DeepFM step.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -17,7 +19,8 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,dri
 mkdir -p build-gpu
 log=build-gpu/gpu-check-build.log
 if ! cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCOLONY_CUDA=ON >"$log" 2>&1 ||
-   ! cmake --build build-gpu -j"$(nproc)" --target cuda_test reduce_test >>"$log" 2>&1; then
+   ! cmake --build build-gpu -j"$(nproc)" --target cuda_test reduce_test model_test colony \
+     >>"$log" 2>&1; then
   tail -30 "$log"
   echo "gpu-check: the CUDA build failed ($log)"
   exit 1
@@ -27,7 +30,7 @@ row() { printf '| %-58s | %-7s | %s |\n' "$1" "$2" "$3"; }
 echo
 row "check" "result" "detail"
 row "---" "---" "---"
-for t in cuda_test reduce_test; do
+for t in cuda_test reduce_test model_test; do
   out=$(build-gpu/tests/$t --color_output=no --log_level=test_suite --report_level=short 2>&1)
   rc=$?
   skipped=$(grep -c "is skipped" <<<"$out")
@@ -38,5 +41,10 @@ for t in cuda_test reduce_test; do
     row "$t" "ok" "$(grep -m1 -E 'No errors|passed' <<<"$out")"
   fi
 done
-row "wall seconds, build included" "" "$((SECONDS - start))"
+row "wall seconds, build and tests" "" "$((SECONDS - start))"
+echo
+if ! build-gpu/colony bench device --rows 200000 --repeats 3; then
+  fail=1
+  echo "gpu-check: colony bench device failed"
+fi
 exit $fail
