@@ -44,6 +44,7 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [handle](PushRequest& m) { handle(std::move(m)); },
       [handle](ClockAdvance& m) { handle(std::move(m)); },
       [](quiesce_atom) { return true; },
+      [core](flush_atom) { return core->store().flush(); },
       [core](summary_atom) {
         const ShardStats& st = core->stats();
         ShardSummary s{core->rows(),         core->table_bytes(), st.pulls_deferred,

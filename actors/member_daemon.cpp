@@ -120,6 +120,7 @@ class Member {
         if (Status s = write_checkpoint_manifest(*e.manifest); !s.ok()) core_->fail(s, fx);
       if (e.drain) {
         drain_ps();
+        if (Status s = flush_ps(); !s.ok()) core_->fail(s, fx);
         core_->drained(fx);
       }
       for (ControlBody& body : e.control) {
@@ -130,7 +131,11 @@ class Member {
         Status s = send(std::move(body), /*wait=*/!join);
         if (!s.ok() && !join && !e.exit) return s;
       }
-      if (e.exit) return e.exit;
+      if (e.exit) {
+        // However the job ended, the rows a ps holds only in memory go to its store.
+        if (Status s = flush_ps(); !s.ok() && e.exit->ok()) return s;
+        return e.exit;
+      }
       if (fx.empty()) return std::nullopt;
     }
   }
@@ -373,6 +378,29 @@ class Member {
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
                     quiesce_atom::value)
           .receive([](bool) {}, [](caf::error&) {});
+  }
+
+  // Has every shard of this ps write the rows its store holds only in memory (a tiered store's
+  // cache) to disk, each in its own actor; the first failure, logged with its shard. Nothing to
+  // do for a worker, or a ps that has not built its shards.
+  Status flush_ps() {
+    if (o_.role != MemberRole::ps || shard_cores_.empty()) return Status();
+    Status first;
+    caf::scoped_actor self{p_.system};
+    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
+      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
+                    flush_atom::value)
+          .receive(
+              [&](Status& s) {
+                if (s.ok()) return;
+                log_(fmt::format("shard node {} could not write its cached rows: {}", n,
+                                 s.message()));
+                if (first.ok()) first = std::move(s);
+              },
+              [&](caf::error& e) {
+                log_(fmt::format("shard node {} did not flush: {}", n, p_.system.render(e)));
+              });
+    return first;
   }
 
   // The summary of this process's shards, asked of each shard actor (which answers once it has

@@ -72,16 +72,19 @@ typename Inspector::result_type inspect(Inspector& f, ShardSummary& x) {
 using start_atom = caf::atom_constant<caf::atom("start")>;
 using summary_atom = caf::atom_constant<caf::atom("summary")>;
 using quiesce_atom = caf::atom_constant<caf::atom("quiesce")>;
+using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 
 // A parameter-server shard: pulls, pushes and clocks in; replies go out to the senders.
-// `quiesce` answers once everything queued before it has been handled; `summary` answers with
-// the shard's table size and counters (a ShardSummary of this one shard).
+// `quiesce` answers once everything queued before it has been handled; `flush` writes the rows
+// its store holds only in memory (a tiered store's cache) to disk and answers how that went;
+// `summary` answers with the shard's table size and counters (a ShardSummary of this one shard).
 using shard_actor =
     caf::typed_actor<caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>,
                      caf::reacts_to<ClockAdvance>, caf::replies_to<quiesce_atom>::with<bool>,
+                     caf::replies_to<flush_atom>::with<Status>,
                      caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
