@@ -231,6 +231,8 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
           "--checkpoint-every: give --checkpoint-dir (the memory store has no folder)");
     co.checkpoint_dir = (std::filesystem::path(co.store.dir) / "checkpoints").string();
   }
+  if (Status s = check_checkpoint_root_free(co.checkpoint_dir, co.checkpoint_every); !s.ok())
+    return s;
   if (co.restart_after_pushes && !co.checkpoint_every)
     return Status::invalid_input("a shard restart needs checkpoints (checkpoint_every)");
   std::vector<ShardConfig> shard_configs;

@@ -190,6 +190,11 @@ class Member {
                           job.checkpoint_every));
         if (checkpoint_root_.empty())
           checkpoint_root_ = (std::filesystem::path(o_.store.dir) / "checkpoints").string();
+        // A ps resumed mid-job finds this job's own checkpoints there.
+        if (!w.resume)
+          if (Status s = check_checkpoint_root_free(checkpoint_root_, job.checkpoint_every);
+              !s.ok())
+            return s;
         // Run by each shard's actor after a message: a shard whose slowest sender has reached a
         // checkpoint step copies its store, and the loop reports it to the coordinator.
         p_.shared->after_shard_message = [this](ShardCore& core) {
@@ -317,13 +322,9 @@ class Member {
   // Copies shard `core`'s store as step `step`'s checkpoint (an actor's thread).
   Expected<ShardCheckpoint> checkpoint_shard(ShardCore& core, uint32_t step) {
     const uint32_t i = core.config().shard_index;
-    const std::string dir = checkpoint_shard_dir(checkpoint_root_, step, i);
-    std::error_code ec;
-    std::filesystem::create_directories(checkpoint_step_dir(checkpoint_root_, step), ec);
-    if (ec)
-      return Status::io_error(fmt::format(
-          "{}: cannot create: {}", checkpoint_step_dir(checkpoint_root_, step), ec.message()));
-    if (Status s = core.store().checkpoint(dir, identities_[i - in_layout().first_node]); !s.ok())
+    auto dir = prepare_checkpoint_copy(checkpoint_root_, step, i);
+    if (!dir) return dir.status();
+    if (Status s = core.store().checkpoint(*dir, identities_[i - in_layout().first_node]); !s.ok())
       return s;
     ShardCheckpoint c{i, fmt::format("shard-{}", i), core.rows(), {}};
     for (auto [node, clock] : core.sender_clocks()) c.sender_clocks.emplace_back(node, clock);

@@ -72,14 +72,9 @@ class ShardKeeper {
  private:
   Status checkpoint(ShardCore& core, uint32_t step) {
     const uint32_t i = core.config().shard_index;
-    const std::string dir = checkpoint_shard_dir(options_.checkpoint_dir, step, i);
-    std::error_code ec;
-    std::filesystem::create_directories(checkpoint_step_dir(options_.checkpoint_dir, step), ec);
-    if (ec)
-      return Status::io_error(fmt::format("{}: cannot create: {}",
-                                          checkpoint_step_dir(options_.checkpoint_dir, step),
-                                          ec.message()));
-    if (Status s = core.store().checkpoint(dir, identities_[i]); !s.ok()) return s;
+    auto dir = prepare_checkpoint_copy(options_.checkpoint_dir, step, i);
+    if (!dir) return dir.status();
+    if (Status s = core.store().checkpoint(*dir, identities_[i]); !s.ok()) return s;
     std::lock_guard<std::mutex> lock(mutex_);
     Pending& p = pending_[step];
     p.shards.resize(configs_.size());

@@ -149,6 +149,47 @@ Expected<std::string> latest_checkpoint(const std::string& root) {
   return Status::not_found(fmt::format("{}: no complete checkpoint there", root));
 }
 
+Expected<std::string> prepare_checkpoint_copy(const std::string& root, uint32_t step,
+                                              uint32_t shard) {
+  const std::string step_dir = checkpoint_step_dir(root, step);
+  const std::string dir = checkpoint_shard_dir(root, step, shard);
+  std::error_code ec;
+  if (fs::exists(fs::path(step_dir) / manifest_name, ec))
+    return Status::invalid_input(fmt::format(
+        "{}: a complete checkpoint of step {} is already there (another run's?): checkpoints are "
+        "never overwritten; give another --checkpoint-dir or move it away",
+        step_dir, step));
+  fs::create_directories(step_dir, ec);
+  if (ec) return Status::io_error(fmt::format("{}: cannot create: {}", step_dir, ec.message()));
+  // Left by a checkpoint that never completed: not a checkpoint, and in the copy's way.
+  fs::remove_all(dir, ec);
+  if (ec)
+    return Status::io_error(
+        fmt::format("{}: cannot remove this unfinished copy: {}", dir, ec.message()));
+  return dir;
+}
+
+Status check_checkpoint_root_free(const std::string& root, uint32_t every) {
+  if (every == 0) return {};
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return {};
+  auto all = list_checkpoints(root);
+  if (!all) return all.status();
+  std::vector<std::string> taken;
+  for (const CheckpointListing& l : *all)
+    if (l.step % every == 0 && fs::exists(fs::path(l.dir) / manifest_name, ec))
+      taken.push_back(fs::path(l.dir).filename().string());
+  if (taken.empty()) return {};
+  std::string list;
+  for (size_t i = 0; i < taken.size() && i < 4; ++i) list += (i ? ", " : "") + taken[i];
+  if (taken.size() > 4) list += fmt::format(" and {} more", taken.size() - 4);
+  return Status::invalid_input(fmt::format(
+      "{} holds complete checkpoints of an earlier run ({}) at steps this job would checkpoint "
+      "(--checkpoint-every {}), and checkpoints are never overwritten: give another "
+      "--checkpoint-dir, or move them away",
+      root, list, every));
+}
+
 Expected<uint64_t> verify_checkpoint(const std::string& step_dir) {
   auto m = read_manifest(step_dir);
   if (!m) return m.status();

@@ -72,6 +72,20 @@ Expected<std::vector<CheckpointListing>> list_checkpoints(const std::string& roo
 // The newest step folder with a readable manifest; not_found (naming root) when there is none.
 Expected<std::string> latest_checkpoint(const std::string& root);
 
+// Makes ROOT/step-<step> for shard `shard`'s copy and returns ROOT/step-<step>/shard-<shard>,
+// which then does not exist: a shard folder left in a step that has no manifest (a crash while
+// checkpointing, or a run that stopped before the step completed) is not a checkpoint and is
+// removed first. invalid_input naming the step folder when it has a manifest (a complete
+// checkpoint is never overwritten); io_error naming the folder when it cannot be made or cleared.
+Expected<std::string> prepare_checkpoint_copy(const std::string& root, uint32_t step,
+                                              uint32_t shard);
+// Ok when a job that checkpoints every `every` steps from step 0 into `root` will find none of its
+// steps taken: no step folder with a manifest at a multiple of `every` (a root that does not
+// exist is free). invalid_input naming the root and the steps taken otherwise, before any work:
+// another run's complete checkpoints are never overwritten, and a job would otherwise fail at
+// its first checkpoint.
+Status check_checkpoint_root_free(const std::string& root, uint32_t every);
+
 // Opens every shard's copy read-only and checks it against the manifest: its identity
 // (cluster, shard, shard count, row size), its row count, every row's size; and a deep
 // model's dense.bin (its checksum, shape, size and step). Returns the total number of rows.

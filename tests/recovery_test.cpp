@@ -184,6 +184,49 @@ BOOST_AUTO_TEST_CASE(a_store_written_by_another_job_is_refused_naming_the_path) 
   BOOST_TEST(!EmbeddedCluster::make(j).ok());
 }
 
+// Issue 14: a step folder a crash left without its manifest is not a checkpoint: the next job
+// replaces its copies and completes the step; a folder holding another run's complete
+// checkpoints at the steps a job would take is refused before the job starts (it failed at its
+// first checkpoint), and is left as it was.
+BOOST_AUTO_TEST_CASE(unfinished_step_folders_are_replaced_and_complete_ones_never_overwritten) {
+  const InMemoryData d = data_of(4000);
+  TempDir dir;
+  ClusterJob j = job_on(d);
+  j.cluster.store = parse_store_spec("rocksdb:" + dir.sub("store"), 0).value();
+  j.cluster.checkpoint_every = 5;
+  j.cluster.checkpoint_dir = dir.sub("checkpoints");
+  // What a crash while checkpointing step 5 leaves: a copy of shard 0 (here, junk) and no
+  // manifest.
+  fs::create_directories(dir.sub("checkpoints/step-5/shard-0"));
+  std::ofstream(dir.sub("checkpoints/step-5/shard-0/CURRENT")) << "junk";
+  BOOST_TEST(check_checkpoint_root_free(dir.sub("checkpoints"), 5).ok());
+  {
+    auto c = std::move(EmbeddedCluster::make(j).value());
+    auto r = c->run(nullptr);
+    BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
+    BOOST_TEST(r->checkpoints >= 2u);
+  }
+  const auto complete = verified_checkpoints(dir.sub("checkpoints"));
+  BOOST_REQUIRE(!complete.empty());
+  BOOST_TEST(complete.front().step == 5u);
+  // The same job again into the same folder: refused up front, naming it and the steps.
+  j.cluster.store = parse_store_spec("rocksdb:" + dir.sub("store-2"), 0).value();
+  auto again = EmbeddedCluster::make(j);
+  BOOST_REQUIRE(!again.ok());
+  const std::string& why = again.status().message();
+  BOOST_TEST(why.find(dir.sub("checkpoints")) == 0u, why);
+  BOOST_TEST(why.find("step-5") != std::string::npos, why);
+  BOOST_TEST(!fs::exists(dir.sub("store-2")));
+  BOOST_TEST(verified_checkpoints(dir.sub("checkpoints")).size() == complete.size());
+  // Steps that are not multiples of this job's interval are not in its way.
+  BOOST_TEST(check_checkpoint_root_free(dir.sub("checkpoints"), 7).ok());
+  BOOST_TEST(check_checkpoint_root_free(dir.sub("nothing-here"), 5).ok());
+  // A complete step is never prepared for another copy.
+  auto copy = prepare_checkpoint_copy(dir.sub("checkpoints"), 5, 0);
+  BOOST_TEST(!copy.ok());
+  BOOST_TEST(fs::exists(dir.sub("checkpoints/step-5/shard-0")));
+}
+
 BOOST_AUTO_TEST_CASE(
     corrupt_or_missing_checkpoints_are_errors_naming_the_path_never_a_fresh_start) {
   const InMemoryData d = data_of(6000);
@@ -443,6 +486,7 @@ BOOST_AUTO_TEST_CASE(deep_stores_and_checkpoints_refuse_missing_or_foreign_dense
   ClusterJob j = deep_job(ModelKind::deepfm, batches, dir.sub("store"));
   j.cluster.checkpoint_every = 4;
   run_job(j);
+  j.cluster.checkpoint_every = 0;  // the jobs below continue the store; its checkpoints stay
   const std::string dense = dir.sub("store/dense.bin");
   auto names = [](const Expected<std::unique_ptr<EmbeddedCluster>>& c, const std::string& what) {
     BOOST_REQUIRE(!c.ok());
