@@ -5,6 +5,7 @@
 #include <random>
 
 #include "actors/daemon_process.h"
+#include "actors/embedded_cluster.h"
 #include "gpu/reduce.h"
 #include "ps/cluster_layout.h"
 #include "ps/member_core.h"
@@ -217,9 +218,15 @@ class Member {
                 "resuming shard {}: {} does not exist: restart this ps with the --store it had", n,
                 o_.store.kind == StoreKind::memory ? std::string("--store memory") : path));
         }
-        // The store records which cluster and shard wrote it: another job's is refused.
-        const StoreIdentity identity{fmt::format("cluster-{}", o_.cluster_id), n, w.map.shards,
-                                     *row_floats};
+        // The store records which cluster, job and shard wrote it: another's is refused, even
+        // under the default cluster id.
+        TrainerConfig fingerprinted;
+        fingerprinted.model = model_spec(job);
+        fingerprinted.optimizer = job.optimizer;
+        fingerprinted.seed = job.seed;
+        const StoreIdentity identity{
+            fmt::format("cluster-{} {}", o_.cluster_id, store_fingerprint(fingerprinted)), n,
+            w.map.shards, *row_floats};
         auto store = open_shard_store(o_.store, identity);
         if (!store) return store.status();
         identities_.push_back(identity);

@@ -783,6 +783,33 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_store_holds_every_row_after_the_job) {
   BOOST_TEST(exported >= trained);
 }
 
+// Issue 14: a ps store remembers the job that wrote it (model, width, optimizer, seed), not only
+// the cluster id: another job over it, here under the same default cluster id, is refused naming
+// the store, never silently continued. Runs after the test above, whose store it reuses.
+BOOST_AUTO_TEST_CASE(a_ps_store_of_another_job_is_refused_naming_it) {
+  Suite& s = suite();
+  const fs::path store = s.dir / "tiered-store";
+  BOOST_REQUIRE(fs::exists(store / "shard-0"));
+  auto [coord, endpoint] =
+      start_coordinator("other-job-coordinator",
+                        cat(role_key("server"), {"--shards", "2", "--workers", "1", "--seed", "2",
+                                                 "--no-cache", "--test", s.test.string()}));
+  auto ps0 = start_member("other-job-ps0", "ps", endpoint,
+                          cat(role_key("ps-0"), {"--store", "rocksdb:" + store.string()}));
+  auto ps1 = start_member("other-job-ps1", "ps", endpoint,
+                          cat(role_key("ps-1"), {"--store", "rocksdb:" + store.string()}));
+  auto w0 = start_member("other-job-w0", "worker", endpoint, role_key("worker-0"));
+  BOOST_TEST(coord->wait() != 0);
+  BOOST_TEST(ps0->wait() != 0);
+  BOOST_TEST(ps1->wait() != 0);
+  w0->wait();
+  const std::string said = ps0->log() + ps1->log();  // which ps got which shard: join order
+  BOOST_TEST(std::regex_search(
+                 said, std::regex(store.string() + "/shard-[01]: this store was written by")),
+             said);
+  BOOST_TEST(said.find("seed=1") != std::string::npos, said);
+}
+
 BOOST_AUTO_TEST_CASE(coordinator_refuses_train_only_flags_naming_where_they_go) {
   Child c({bin(), "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure", "--store",
            "rocksdb:/tmp/x"},
