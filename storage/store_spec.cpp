@@ -1,5 +1,10 @@
 #include "storage/store_spec.h"
 
+#include <fcntl.h>
+#include <stdio.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 namespace colony {
@@ -83,14 +88,35 @@ Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
   }
   copy.value().reset();
   const std::string target = shard_store_path(spec.dir, identity.shard_index);
+  // The copy is made beside the store and swapped in whole: the live store is never removed
+  // before its replacement is complete, and a failed copy leaves it as it was.
+  const std::string staged = target + ".restoring";
   std::error_code ec;
-  fs::remove_all(target, ec);
-  if (!ec) fs::create_directories(target, ec);
+  fs::remove_all(staged, ec);  // left by an earlier restore that failed
+  if (!ec) fs::create_directories(staged, ec);
   // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
-  if (!ec) fs::copy(checkpoint_dir, target, fs::copy_options::recursive, ec);
+  if (!ec) fs::copy(checkpoint_dir, staged, fs::copy_options::recursive, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove_all(staged, ignored);
+    return Status::io_error(
+        fmt::format("{}: cannot copy the checkpoint {} beside it ({}): {}; the "
+                    "store is as it was",
+                    target, checkpoint_dir, staged, ec.message()));
+  }
+  if (fs::exists(target, ec)) {
+    // One atomic exchange: `target` is the old store or the whole copy at every moment.
+    if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0)
+      return Status::io_error(
+          fmt::format("{}: cannot swap in the copy {}: {}", target, staged, std::strerror(errno)));
+    fs::remove_all(staged, ec);  // now the old store
+  } else {
+    fs::create_directories(fs::path(target).parent_path(), ec);
+    fs::rename(staged, target, ec);
+  }
   if (ec)
-    return Status::io_error(fmt::format("{}: cannot replace it with the checkpoint {}: {}", target,
-                                        checkpoint_dir, ec.message()));
+    return Status::io_error(
+        fmt::format("{}: cannot finish replacing it: {}", target, ec.message()));
   return open_shard_store(spec, identity);
 }
 

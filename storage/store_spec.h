@@ -55,9 +55,12 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
 // Recovery: opens shard `identity.shard_index`'s store with the rows of its checkpoint copy
 // in `checkpoint_dir` (a ROOT/step-<S>/shard-<i> folder, storage/checkpoint.h), whose identity
 // must be `identity`. memory: a new store loaded with the rows. rocksdb and tiered: the
-// store folder DIR/shard-<i> is replaced by a copy of the checkpoint; the old store must be
-// closed first (destroyed), and whatever it held after the checkpoint is gone. Fails, naming
-// the folder, when the checkpoint is missing, corrupt or another job's, or the copy fails.
+// store folder DIR/shard-<i> is replaced by a copy of the checkpoint, made beside it
+// (DIR/shard-<i>.restoring) and swapped in with one atomic exchange, so the old store is never
+// removed before its replacement is complete; the old store must be closed first (destroyed),
+// and whatever it held after the checkpoint is gone. Fails, naming the folder, when the
+// checkpoint is missing, corrupt or another job's, or the copy fails (the store then stays as it
+// was).
 Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
                                                         const StoreIdentity& identity,
                                                         const std::string& checkpoint_dir);

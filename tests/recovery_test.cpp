@@ -2,6 +2,7 @@
 #define BOOST_TEST_MODULE recovery_test
 #include <boost/test/unit_test.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -130,6 +131,51 @@ BOOST_AUTO_TEST_CASE(a_restored_checkpoint_holds_values_and_optimizer_state_for_
     BOOST_TEST(back.size() == at_checkpoint.size());
     BOOST_TEST((back == at_checkpoint));  // same keys, same values and state, bit for bit
   }
+}
+
+// Issue 14: restoring a shard's store from a checkpoint never removes the live store before the
+// copy is complete. A copy that fails (here on a FIFO in the checkpoint folder, which no copy
+// takes) leaves the store with everything it held; once the copy can be made, the store holds
+// the checkpoint's rows, and nothing is left beside it.
+BOOST_AUTO_TEST_CASE(a_failed_restore_leaves_the_live_store_as_it_was) {
+  TempDir dir;
+  StoreSpec spec;
+  spec.kind = StoreKind::rocksdb;
+  spec.dir = dir.sub("store");
+  const StoreIdentity id{"job", 0, 1, 6};
+  auto shard = std::move(ShardCore::make(colony::testing::small_adagrad_shard(),
+                                         std::move(open_shard_store(spec, id).value()))
+                             .value());
+  auto push = [&](uint32_t t) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 0; k < 10; ++k) keys.push_back(make_key(1, t * 10 + k));
+    Outbox out;
+    shard->on_message(PushRequest{{7, t + 1, 1}, t + 1, keys, std::vector<float>(30, 0.5f)}, out);
+  };
+  for (uint32_t t = 0; t < 5; ++t) push(t);
+  const std::string ckpt = dir.sub("ckpt");
+  BOOST_REQUIRE(shard->store().checkpoint(ckpt, id).ok());
+  const Rows at_checkpoint = all_rows(shard->store());
+  for (uint32_t t = 5; t < 8; ++t) push(t);
+  const Rows live = all_rows(shard->store());
+  BOOST_REQUIRE(live.size() > at_checkpoint.size());
+  shard.reset();
+
+  const std::string fifo = ckpt + "/in-the-way";
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  auto failed = restore_shard_store(spec, id, ckpt);
+  BOOST_REQUIRE(!failed.ok());
+  BOOST_TEST(failed.status().message().find("the store is as it was") != std::string::npos,
+             failed.status().message());
+  BOOST_TEST((all_rows(*open_shard_store(spec, id).value()) == live));
+  BOOST_TEST(!fs::exists(dir.sub("store/shard-0.restoring")));
+
+  fs::remove(fifo);
+  auto restored = restore_shard_store(spec, id, ckpt);
+  BOOST_REQUIRE_MESSAGE(restored.ok(),
+                        (restored.ok() ? std::string() : restored.status().message()));
+  BOOST_TEST((all_rows(**restored) == at_checkpoint));
+  BOOST_TEST(!fs::exists(dir.sub("store/shard-0.restoring")));
 }
 
 BOOST_AUTO_TEST_CASE(
