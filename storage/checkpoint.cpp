@@ -52,10 +52,20 @@ Status write_manifest(const std::string& root, const CheckpointManifest& m) {
   j["shard_checkpoints"] = list;
   if (!m.dense_shape.empty())
     j["dense"] = {{"file", dense_file_name}, {"shape", m.dense_shape}, {"params", m.dense_params}};
-  // A temporary name of this process's own: the ps daemons of one job may share a checkpoint
-  // folder and write the same manifest at once.
-  return write_file_atomically(
-      (fs::path(checkpoint_step_dir(root, m.step)) / manifest_name).string(), j.dump(2) + "\n");
+  // The copies' folders are on disk before the manifest says the step is complete (RocksDB syncs
+  // the files of a copy, not the folder that names them)...
+  const fs::path step_dir = checkpoint_step_dir(root, m.step);
+  std::error_code ec;
+  for (const ShardCheckpoint& s : m.shard_checkpoints)
+    if (fs::exists(step_dir / s.dir, ec))  // another ps's copy may live on another host
+      if (Status st = sync_folder((step_dir / s.dir).string()); !st.ok()) return st;
+  // ...and the manifest is written with a temporary name of this process's own: the ps daemons
+  // of one job may share a checkpoint folder and write the same manifest at once. The step
+  // folder is synced with it; the root, which names the step folder, after it.
+  if (Status st = write_file_atomically((step_dir / manifest_name).string(), j.dump(2) + "\n");
+      !st.ok())
+    return st;
+  return sync_folder(root);
 }
 
 Expected<CheckpointManifest> read_manifest(const std::string& step_dir) {

@@ -44,7 +44,10 @@ struct Cursor {
   }
 };
 
-Status sync_folder(const fs::path& dir) {
+}  // namespace
+
+Status sync_folder(const std::string& folder) {
+  const fs::path dir(folder);
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd < 0)
     return Status::io_error(fmt::format("{}: cannot open: {}", dir.string(), std::strerror(errno)));
@@ -55,7 +58,6 @@ Status sync_folder(const fs::path& dir) {
     return Status::io_error(fmt::format("{}: cannot sync: {}", dir.string(), std::strerror(saved)));
   return {};
 }
-}  // namespace
 
 std::string dense_store_path(const std::string& store_dir) {
   return (fs::path(store_dir) / dense_file_name).string();

@@ -47,5 +47,8 @@ Expected<DenseState> read_dense_state(const std::string& path);
 // Writes `bytes` to `path` atomically as write_dense_state does (the checkpoint manifest uses it
 // too). The temporary name carries the process id: processes sharing a folder do not collide.
 Status write_file_atomically(const std::string& path, const std::string& bytes);
+// fsync of a folder, so that the names it holds (files renamed or linked into it) survive a
+// crash of the machine. io_error naming the folder when it cannot be opened or synced.
+Status sync_folder(const std::string& folder);
 
 }  // namespace colony
