@@ -147,6 +147,7 @@ void ShardCore::begin_resync() {
   if (config_.fault_skip_resync) return;
   resyncing_ = true;
   resynced_.clear();
+  durable_clocks_ = store_->committed_clocks();
 }
 
 bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
@@ -161,7 +162,12 @@ bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
     if (stale(h, out)) return false;
     resynced_.insert(h.sender);
     auto it = clocks_.find(h.sender);
-    if (it != clocks_.end()) it->second = clock->clock;
+    if (it != clocks_.end()) {
+      // The store holds this sender's pushes up to its committed clock: those it re-sends are
+      // duplicates, acknowledged and not applied again (exactly once).
+      auto d = durable_clocks_.find(h.sender);
+      it->second = d == durable_clocks_.end() ? clock->clock : std::max(clock->clock, d->second);
+    }
     release_waiting(out);
     return false;  // handled
   }
@@ -317,7 +323,10 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
       optimizer_->apply({p, width_}, {p + width_, state_}, {&r.grads[i * width_], width_});
       if (stamp_) p[width_ + state_] = float(r.clock);
     }
-    if (!rows && !store_ok(store_->commit())) return;
+    if (!rows) {
+      store_->stage_clock(r.header.sender, r.clock);  // in the same atomic batch as the rows
+      if (!store_ok(store_->commit())) return;
+    }
     if (rows) ++stats_.pushes_reusing_pull_rows;
     ++stats_.pushes_applied;
     stats_.rows_pushed += r.keys.size();

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -155,9 +156,12 @@ class ShardCore {
   // unacknowledged pushes and clock advances and its unanswered pulls, in order. Until a node
   // has resynced, whatever else it sends is dropped (counted in dropped_before_resync: it is
   // all re-sent), and pulls wait until every sender has resynced. Pushes the crashed process
-  // had applied but not acknowledged come again and are applied again (at most the pushes a
-  // sender had in flight). A sender's first resync sets its clock; a later one is an ordinary
-  // clock advance (it never moves a clock back). Once every sender is done, pulls from anyone
+  // had applied but not acknowledged come again. Over a store that commits each sender's clock
+  // with its rows (RowStore::stage_clock: RocksDB), a sender's first resync sets its clock to
+  // the later of the resync's and the committed one, so those pushes are acknowledged as
+  // duplicates and applied exactly once; over the tiered store they are applied again (at most
+  // the pushes a sender had in flight). A later resync is an ordinary clock advance (it never
+  // moves a clock back). Once every sender is done, pulls from anyone
   // are answered (the coordinator's evaluation). Call before the first message.
   void begin_resync();
   // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
@@ -225,8 +229,9 @@ class ShardCore {
   uint32_t next_eviction_scan_ = 0;
   std::vector<uint64_t> evict_keys_;
   std::optional<uint32_t> checkpoint_due_;
-  bool resyncing_ = false;               // see begin_resync
-  std::unordered_set<NodeId> resynced_;  // nodes whose resync arrived
+  bool resyncing_ = false;                       // see begin_resync
+  std::unordered_set<NodeId> resynced_;          // nodes whose resync arrived
+  std::map<uint64_t, uint32_t> durable_clocks_;  // the store's committed clocks at the restart
 };
 
 }  // namespace colony

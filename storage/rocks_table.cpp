@@ -21,6 +21,9 @@ constexpr const char* key_shard = "colony.shard_index";
 constexpr const char* key_shards = "colony.shards";
 constexpr const char* key_row_floats = "colony.row_floats";
 constexpr const char* key_rows = "colony.rows";
+// colony.clock.<sender>: the clock of that sender's last push the rows hold (exactly-once pushes
+// across a restart, ps/shard_core.h).
+constexpr const char* clock_key_prefix = "colony.clock.";
 
 std::string describe(const StoreIdentity& id) {
   return fmt::format("cluster \"{}\", shard {} of {}, rows of {} floats", id.cluster_id,
@@ -152,6 +155,7 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   if (Status e = read_number(key_row_floats, n); !e.ok()) return e;
   stored.row_floats = size_t(n);
   if (Status e = read_number(key_rows, t->rows_); !e.ok()) return e;
+  if (Status e = t->read_clocks(); !e.ok()) return e;
   if (stored.cluster_id != identity.cluster_id || stored.shard_index != identity.shard_index ||
       stored.shards != identity.shards || stored.row_floats != identity.row_floats)
     return Status::invalid_input(
@@ -252,12 +256,29 @@ Expected<bool> RocksTable::get(uint64_t key, float* out) {
   return true;
 }
 
+Status RocksTable::read_clocks() {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
+  for (it->Seek(clock_key_prefix); it->Valid() && it->key().starts_with(clock_key_prefix);
+       it->Next()) {
+    const std::string key = it->key().ToString(), value = it->value().ToString();
+    uint64_t sender = 0, clock = 0;
+    if (!parse_u64(key.substr(std::strlen(clock_key_prefix)), sender) || !parse_u64(value, clock) ||
+        clock > UINT32_MAX)
+      return Status::invalid_input(
+          fmt::format("{}: corrupt sender clock: {} is \"{}\"", options_.path, key, value));
+    clocks_[sender] = uint32_t(clock);
+  }
+  if (!it->status().ok()) return error("cannot read the senders' clocks", it->status().ToString());
+  return {};
+}
+
 Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> rows,
-                         uint64_t rows_added) {
+                         uint64_t rows_added,
+                         std::span<const std::pair<uint64_t, uint32_t>> clocks) {
   const size_t rf = identity_.row_floats;
   COLONY_ASSERT(rows.size() == keys.size() * rf, "keys={} floats={} row_floats={}", keys.size(),
                 rows.size(), rf);
-  if (keys.empty() && rows_added == 0) return {};
+  if (keys.empty() && rows_added == 0 && clocks.empty()) return {};
   if (!injected_write_failure_.ok()) return injected_write_failure_;
   rocksdb::WriteBatch b;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -266,12 +287,15 @@ Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> 
           rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
   }
   if (rows_added) b.Put(meta_, key_rows, std::to_string(rows_ + rows_added));
+  for (auto [sender, clock] : clocks)
+    b.Put(meta_, clock_key_prefix + std::to_string(sender), std::to_string(clock));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
   rocksdb::Status s = db_->Write(wo, &b);
   if (!s.ok())
     return error(fmt::format("cannot write a batch of {} rows", keys.size()).c_str(), s.ToString());
   rows_ += rows_added;
+  for (auto [sender, clock] : clocks) clocks_[sender] = clock;
   return {};
 }
 

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -76,8 +77,13 @@ class RocksTable {
   // row. The baseline `colony bench store` compares the stores with. Fails as multi_get.
   Expected<bool> get(uint64_t key, float* out);
   // Writes rows[i * row_floats ...] under keys[i] in one atomic batch, together with the row
-  // count grown by `rows_added` (rows that were not stored before). Fails with io_error.
-  Status write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added);
+  // count grown by `rows_added` (rows that were not stored before) and each (sender, clock) of
+  // `clocks`: the clock of the sender's last push those rows hold. Fails with io_error.
+  Status write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added,
+               std::span<const std::pair<uint64_t, uint32_t>> clocks = {});
+  // Every sender's clock written with the rows (write's `clocks`), read when the table opened
+  // and kept since: the last push of that sender the rows hold.
+  const std::map<uint64_t, uint32_t>& sender_clocks() const { return clocks_; }
   // Deletes the rows of `keys`, all of which are stored, in one atomic batch (with the row
   // count). Fails with io_error.
   Status erase(std::span<const uint64_t> keys);
@@ -98,10 +104,12 @@ class RocksTable {
  private:
   RocksTable() = default;
   Status error(const char* what, const std::string& status_text) const;
+  Status read_clocks();
 
   RocksTableOptions options_;
   StoreIdentity identity_;
   uint64_t rows_ = 0;
+  std::map<uint64_t, uint32_t> clocks_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;  // the default family, owned by db_
   rocksdb::ColumnFamilyHandle* rows_cf_ = nullptr;

@@ -86,7 +86,7 @@ Status RocksRowStore::commit() {
       const float* r = arena_.row(id);
       rows_buf_.insert(rows_buf_.end(), r, r + rf);
     }
-    result = table_->write(keys_buf_, rows_buf_, created_);
+    result = table_->write(keys_buf_, rows_buf_, created_, staged_clocks_);
     if (result.ok() && !keys_buf_.empty()) {
       stats_.writes += keys_buf_.size();
       ++stats_.write_batches;
@@ -94,6 +94,7 @@ Status RocksRowStore::commit() {
   }
   index_.clear();
   staged_.clear();
+  staged_clocks_.clear();
   created_ = 0;
   error_ = Status();
   return result;

@@ -66,6 +66,10 @@ class RocksRowStore final : public RowStore {
   Status erase(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
   Status commit() override;
+  void stage_clock(uint64_t sender, uint32_t clock) override {
+    staged_clocks_.emplace_back(sender, clock);
+  }
+  std::map<uint64_t, uint32_t> committed_clocks() const override { return table_->sender_clocks(); }
   Status flush() override { return table_->flush(); }
   // RocksDB's Checkpoint of the table (its own identity; `identity` is not used).
   Status checkpoint(const std::string& dir, const StoreIdentity&) override {
@@ -94,6 +98,7 @@ class RocksRowStore final : public RowStore {
   std::vector<Staged> staged_;
   uint64_t created_ = 0;  // rows created in this batch
   Status error_;
+  std::vector<std::pair<uint64_t, uint32_t>> staged_clocks_;
   StoreStats stats_;
   std::vector<uint64_t> keys_buf_;
   std::vector<float> rows_buf_;

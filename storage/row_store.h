@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,6 +85,16 @@ class RowStore {
   // first read error since the last commit, or with io_error when the write fails (then
   // none of the batch is written).
   virtual Status commit() { return {}; }
+  // Exactly-once pushes across a restart (ps/shard_core.h). A store that commits every batch to
+  // disk (RocksDB) writes `clock` as `sender`'s last push with the next commit's rows, in the
+  // same atomic batch, and committed_clocks() gives back what it holds (also after reopening).
+  // The memory and tiered stores keep nothing (a tiered store's rows may sit dirty in memory
+  // past a commit): committed_clocks() is empty, so their pushes are at least once.
+  virtual void stage_clock(uint64_t sender, uint32_t clock) {
+    (void)sender;
+    (void)clock;
+  }
+  virtual std::map<uint64_t, uint32_t> committed_clocks() const { return {}; }
   // Makes everything committed durable against a crash of the process (a store with a
   // write-ahead log already is) and flushes rows held only in memory (tiered) to disk.
   virtual Status flush() { return {}; }

@@ -126,6 +126,40 @@ BOOST_AUTO_TEST_CASE(uncommitted_rows_are_not_written) {
   BOOST_TEST(again.find(6) == nullptr);
 }
 
+// Exactly-once pushes rest on this: a sender's clock is committed with the rows of its push, in
+// one batch, kept across a reopen; a clock staged with rows that are never committed is not;
+// the tiered store commits none (its rows may stay dirty in memory past a commit).
+BOOST_AUTO_TEST_CASE(a_senders_clock_is_committed_with_its_rows_and_kept_across_reopen) {
+  TempDir dir;
+  const uint64_t keys[] = {5, 6};
+  {
+    RocksRowStore store(open_table(dir.sub("db")));
+    BOOST_REQUIRE(store.load(keys).ok());
+    store.find_or_insert(5).first[0] = 1.0f;
+    store.stage_clock(10, 3);
+    store.stage_clock(11, 7);
+    BOOST_REQUIRE(store.commit().ok());
+    BOOST_REQUIRE(store.load(keys).ok());
+    store.stage_clock(10, 4);
+    BOOST_REQUIRE(store.commit().ok());  // a push of no rows still moves its sender's clock
+    BOOST_REQUIRE(store.load(keys).ok());
+    store.find_or_insert(6).first[0] = 2.0f;
+    store.stage_clock(10, 5);  // never committed: the process dies first
+  }
+  RocksRowStore again(open_table(dir.sub("db")));
+  const std::map<uint64_t, uint32_t> want{{10, 4}, {11, 7}};
+  BOOST_TEST((again.committed_clocks() == want));
+  BOOST_TEST(again.find(6) == nullptr);
+  TieredOptions to;
+  to.cache_bytes = 1 << 20;
+  TieredRowStore tiered(open_table(dir.sub("tiered")), to);
+  BOOST_REQUIRE(tiered.load(keys).ok());
+  tiered.find_or_insert(5).first[0] = 1.0f;
+  tiered.stage_clock(10, 3);
+  BOOST_REQUIRE(tiered.commit().ok());
+  BOOST_TEST(tiered.committed_clocks().empty());
+}
+
 BOOST_AUTO_TEST_CASE(tiered_store_matches_the_model_with_a_cache_far_smaller_than_the_rows) {
   for (EvictionPolicy policy : {EvictionPolicy::lru, EvictionPolicy::lfu}) {
     TempDir dir;
