@@ -184,7 +184,10 @@ BOOST_AUTO_TEST_CASE(
   TempDir dir;
   double reference = 0;
   {
+    // The same interleaving as the restarted run below: under SSP the reference's logloss moves
+    // with the schedule (0.422-0.429 over free-running runs, once past the 1% bound).
     ClusterJob j = job_on(d);
+    j.cluster.deterministic_seed = 11;
     auto c = std::move(EmbeddedCluster::make(j).value());
     BOOST_REQUIRE(c->run(nullptr).ok());
     reference = test_logloss(*c, d);
