@@ -204,7 +204,21 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
   const size_t n = r.keys.size();
   std::vector<float>& values = reply.values.vec();
   values.reserve(n * width_);  // appended below: no zero-fill pass first
-  if (!store_->stable_rows()) {
+  if (min_clock_ == clock_done) {
+    // Every sender is done: this is the evaluation of a test set after training. A pull then only
+    // reads: a key without a row gets its initial value and no row, so the store keeps exactly
+    // the rows training made.
+    if (!store_->stable_rows() && !store_ok(store_->load(r.keys))) return;
+    for (uint64_t key : r.keys) {
+      if (const float* p = store_->find(key)) {
+        values.insert(values.end(), p, p + width_);
+      } else {
+        values.resize(values.size() + width_);
+        init_row(key, config_.init, {values.data() + values.size() - width_, width_});
+      }
+    }
+    if (!store_->stable_rows() && !store_ok(store_->commit())) return;  // writes nothing
+  } else if (!store_->stable_rows()) {
     // One batch against the store: read the rows in one go, write the new ones back.
     if (!store_ok(store_->load(r.keys))) return;
     for (uint64_t key : r.keys) {
