@@ -60,6 +60,10 @@ struct ShardConfig {
   // its last update as one more float after the optimizer state. The shard looks for such
   // rows every evict_after / 2 steps (at least every step), scanning the whole store.
   uint32_t evict_after = 0;
+  // A store holding rows only in memory (tiered) writes them back every this many steps of the
+  // slowest sender's clock (0: only at checkpoints and when its process ends), bounding what a
+  // crash of the process loses to the updates of the last `write_back_every` steps.
+  uint32_t write_back_every = 0;
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
   bool fault_skip_consistency_gate = false;
@@ -227,6 +231,7 @@ class ShardCore {
   uint32_t last_checkpoint_ = 0;
   size_t stamp_ = 0;  // 1 with eviction: the row's last-update clock after its state
   uint32_t next_eviction_scan_ = 0;
+  uint32_t next_write_back_ = 0;
   std::vector<uint64_t> evict_keys_;
   std::optional<uint32_t> checkpoint_due_;
   bool resyncing_ = false;                       // see begin_resync

@@ -334,6 +334,11 @@ Status TieredRowStore::commit() {
 }
 
 Status TieredRowStore::flush() {
+  if (Status st = write_back(); !st.ok()) return st;
+  return table_->flush();
+}
+
+Status TieredRowStore::write_back() {
   const size_t rf = table_->row_floats();
   keys_buf_.clear();
   rows_buf_.clear();
@@ -355,7 +360,7 @@ Status TieredRowStore::flush() {
     s.on_disk = true;
   }
   cache_only_ = 0;
-  return table_->flush();
+  return {};
 }
 
 Status TieredRowStore::for_each_in_range(

@@ -132,8 +132,9 @@ class TieredRowStore final : public RowStore {
   Status load(std::span<const uint64_t> keys) override;
   // Evicts down to the budget, writing dirty victims back in one batch.
   Status commit() override;
-  // Writes every dirty cached row to the table and flushes it.
+  // Writes every dirty cached row to the table (write_back) and flushes it.
   Status flush() override;
+  Status write_back() override;
   // flush(), then RocksDB's Checkpoint of the table (`identity` is not used).
   Status checkpoint(const std::string& dir, const StoreIdentity&) override {
     if (Status s = flush(); !s.ok()) return s;

@@ -95,6 +95,9 @@ class RowStore {
     (void)clock;
   }
   virtual std::map<uint64_t, uint32_t> committed_clocks() const { return {}; }
+  // Writes the rows held only in memory (a tiered store's dirty cached rows) to disk, without
+  // flush()'s other work; between batches. Fails with io_error when the write fails.
+  virtual Status write_back() { return {}; }
   // Makes everything committed durable against a crash of the process (a store with a
   // write-ahead log already is) and flushes rows held only in memory (tiered) to disk.
   virtual Status flush() { return {}; }

@@ -329,6 +329,33 @@ BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_
   BOOST_TEST(memory->rows() == tiered->rows());
 }
 
+// Issue 14: a shard over the tiered store writes the rows it holds only in memory back to disk
+// every write_back_every steps of the slowest sender's clock, not only at its end: with a cache
+// that holds every row, the table on disk has them from step 4 on (and none before).
+BOOST_AUTO_TEST_CASE(a_tiered_shard_writes_its_cached_rows_back_every_few_steps) {
+  TempDir dir;
+  ShardConfig sc = colony::testing::small_adagrad_shard();
+  sc.write_back_every = 4;
+  TieredOptions t;
+  t.cache_bytes = 1 << 20;
+  auto owned = std::make_unique<TieredRowStore>(open_table(dir.sub("db"), {"c", 0, 1, 6}), t);
+  TieredRowStore& store = *owned;
+  auto shard = std::move(ShardCore::make(sc, std::move(owned)).value());
+  std::vector<uint64_t> on_disk;
+  for (uint32_t step = 0; step < 9; ++step) {
+    const std::vector<uint64_t> keys{make_key(1, step), make_key(1, 100)};
+    Outbox out;
+    shard->on_message(PushRequest{{7, step + 1, 1}, step + 1, keys, std::vector<float>(6, 0.5f)},
+                      out);
+    BOOST_REQUIRE_EQUAL(out.size(), 1u);
+    on_disk.push_back(store.table().rows());
+  }
+  // After step s (clock s + 1): rows on disk as of the last write-back, at clocks 4 and 8.
+  const std::vector<uint64_t> want{0, 0, 0, 5, 5, 5, 5, 9, 9};
+  BOOST_TEST(on_disk == want, boost::test_tools::per_element());
+  BOOST_TEST(store.cached_rows() == 10u);  // still all in memory too
+}
+
 BOOST_AUTO_TEST_CASE(store_flags_parse_and_name_the_flag_when_wrong) {
   BOOST_TEST((parse_store_spec("memory", 0).value().kind == StoreKind::memory));
   BOOST_TEST((parse_store_spec("rocksdb:/x", 0).value().kind == StoreKind::rocksdb));

@@ -94,6 +94,7 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
   sc.admit_after = job.admit_after;
   sc.checkpoint_every = job.checkpoint_every;
   sc.evict_after = job.evict_after;
+  sc.write_back_every = tiered_write_back_steps;
   return sc;
 }
 
