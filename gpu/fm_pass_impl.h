@@ -1,14 +1,10 @@
 // The body of gpu/fm_pass.h, included by one translation unit per Thrust system: fm_pass_host.cpp
 // (g++, the CPP system) and fm_pass_cuda.cu (nvcc, CUDA). That file defines COLONY_FM_PASS as the
 // class's name and COLONY_FM_PASS_ENTER() as what each call does first (selecting the device).
+#include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/for_each.h>
-#include <thrust/iterator/constant_iterator.h>
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/reduce.h>
-#include <thrust/scan.h>
-#include <thrust/sequence.h>
-#include <thrust/sort.h>
 
 #include <cmath>
 #include <cstdio>
@@ -17,6 +13,7 @@
 #include <vector>
 
 #include "gpu/fm_pass.h"
+#include "gpu/thrust_group.h"
 
 namespace colony::gpu {
 
@@ -178,18 +175,8 @@ class COLONY_FM_PASS final : public FmPass {
     keys_.assign(host_slot_.begin(), host_slot_.end());
     feature_.assign(host_feature_.begin(), host_feature_.end());
     sample_.assign(host_sample_.begin(), host_sample_.end());
-    order_.resize(m);
-    thrust::sequence(order_.begin(), order_.end());
     // Deduplication: by slot, each slot's contributions kept in order.
-    thrust::stable_sort_by_key(keys_.begin(), keys_.end(), order_.begin());
-    distinct_.resize(m);
-    counts_.resize(m);
-    const auto ends =
-        thrust::reduce_by_key(keys_.begin(), keys_.end(), thrust::constant_iterator<uint32_t>(1),
-                              distinct_.begin(), counts_.begin());
-    const size_t k = size_t(ends.first - distinct_.begin());
-    starts_.resize(k);
-    thrust::exclusive_scan(counts_.begin(), counts_.begin() + k, starts_.begin());
+    const size_t k = group_by_key(keys_, order_, distinct_, counts_, starts_);
     grads_.assign(grads, grads + b.n_slots * width);
     thrust::for_each(thrust::counting_iterator<size_t>(0),
                      thrust::counting_iterator<size_t>(k * width),

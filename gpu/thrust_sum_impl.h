@@ -4,14 +4,12 @@
 #include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/gather.h>
-#include <thrust/iterator/constant_iterator.h>
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/reduce.h>
-#include <thrust/scan.h>
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 #include <thrust/transform.h>
 
+#include "gpu/thrust_group.h"
 #include "gpu/thrust_sum.h"
 
 namespace colony::gpu {
@@ -54,18 +52,10 @@ void COLONY_THRUST_SUM(const SumInput* inputs, size_t n_inputs, size_t width,
     thrust::copy(inputs[i].values, inputs[i].values + inputs[i].count * width,
                  values.begin() + at * width);
   }
-  thrust::device_vector<uint32_t> positions(total);
-  thrust::sequence(positions.begin(), positions.end());
-  // By key; a stable sort keeps each key's contributions in input order.
-  thrust::stable_sort_by_key(keys.begin(), keys.end(), positions.begin());
-  thrust::device_vector<uint64_t> distinct(total);
-  thrust::device_vector<uint32_t> counts(total);
-  const auto ends =
-      thrust::reduce_by_key(keys.begin(), keys.end(), thrust::constant_iterator<uint32_t>(1),
-                            distinct.begin(), counts.begin());
-  const size_t m = size_t(ends.first - distinct.begin());
-  thrust::device_vector<uint32_t> offsets(m);
-  thrust::exclusive_scan(counts.begin(), counts.begin() + m, offsets.begin());
+  // By key, each key's contributions in input order.
+  thrust::device_vector<uint32_t> positions, counts, offsets;
+  thrust::device_vector<uint64_t> distinct;
+  const size_t m = group_by_key(keys, positions, distinct, counts, offsets);
   // Output order: by each key's first contribution.
   thrust::device_vector<uint32_t> first(m), order(m);
   thrust::gather(offsets.begin(), offsets.end(), positions.begin(), first.begin());
