@@ -4,6 +4,7 @@
 // what makes row initialisation, data generation and key routing reproducible.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -28,6 +29,14 @@ constexpr uint64_t hash_bytes(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
   return mix64(h);
+}
+
+// FNV-1a (64-bit) over bytes, not finalised: the checksum of files Colony writes (dense
+// layers, the push log). Catches torn and flipped bytes, not tampering.
+inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 0xcbf29ce484222325ULL) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
 }
 
 // Feature keys: the top 8 bits hold the field id, the low 56 bits a hash of the value.

@@ -37,6 +37,10 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   // True for errors the user can fix by changing their input (exit code 2 in the CLI).
   bool is_user_error() const { return code_ == Code::invalid_input || code_ == Code::not_found; }
+  // The same error with "`context`: " before its message (ok stays ok).
+  Status with_context(const std::string& context) const {
+    return ok() ? Status() : Status(code_, context + ": " + message_);
+  }
 
  private:
   Status(Code code, std::string msg) : code_(code), message_(std::move(msg)) {}

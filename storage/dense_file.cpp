@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "common/hash.h"
+
 namespace colony {
 
 namespace fs = std::filesystem;
@@ -18,12 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 constexpr char magic[8] = {'C', 'O', 'L', 'O', 'N', 'Y', 'D', '1'};
 static_assert(std::endian::native == std::endian::little, "dense files are little-endian");
-
-uint64_t fnv1a(const char* p, size_t n) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001b3ULL;
-  return h;
-}
 
 template <typename T>
 void put(std::string& out, const T& v) {
@@ -109,7 +105,7 @@ Status write_dense_state(const std::string& path, const DenseState& s) {
   put(out, s.optimizer_steps);
   out.append(reinterpret_cast<const char*>(s.params.data()), 4 * s.params.size());
   out.append(reinterpret_cast<const char*>(s.optimizer_state.data()), 4 * s.optimizer_state.size());
-  put(out, fnv1a(out.data(), out.size()));
+  put(out, fnv1a64(out.data(), out.size()));
   return write_file_atomically(path, out);
 }
 
@@ -153,7 +149,7 @@ Expected<DenseState> read_dense_state(const std::string& path) {
   c.left -= 4 * (params + state);
   uint64_t sum = 0;
   c.get(sum);
-  if (sum != fnv1a(bytes.data(), bytes.size() - sizeof sum))
+  if (sum != fnv1a64(bytes.data(), bytes.size() - sizeof sum))
     return bad("its checksum does not match (a damaged file)");
   return s;
 }
