@@ -291,6 +291,7 @@ Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> 
     b.Put(meta_, clock_key_prefix + std::to_string(sender), std::to_string(clock));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
+  wo.disableWAL = !options_.write_ahead_log;
   rocksdb::Status s = db_->Write(wo, &b);
   if (!s.ok())
     return error(fmt::format("cannot write a batch of {} rows", keys.size()).c_str(), s.ToString());
@@ -308,6 +309,7 @@ Status RocksTable::erase(std::span<const uint64_t> keys) {
   b.Put(meta_, key_rows, std::to_string(rows_ - keys.size()));
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
+  wo.disableWAL = !options_.write_ahead_log;
   rocksdb::Status s = db_->Write(wo, &b);
   if (!s.ok())
     return error(fmt::format("cannot delete a batch of {} rows", keys.size()).c_str(),

@@ -10,7 +10,8 @@
 // Tuned for point lookups of small rows: a bloom filter (10 bits a key) and a hash index in
 // every data block, a block cache of `block_cache_bytes`, no compression (floats barely
 // compress). Writes go through the write-ahead log (a crash of the process loses nothing
-// acknowledged; `sync_writes` also survives a crash of the machine).
+// acknowledged; `sync_writes` also survives a crash of the machine) unless `write_ahead_log` is
+// off (`--durability none`: what the memtables hold is lost in a crash).
 //
 // Errors: RocksDB's statuses become ours (io_error; invalid_input for a refused identity or a
 // malformed row), each naming the path and, where there is one, the key.
@@ -48,6 +49,7 @@ struct RocksTableOptions {
   size_t block_cache_bytes = size_t{64} << 20;
   bool create_if_missing = true;  // false: a missing database is not_found
   bool sync_writes = false;
+  bool write_ahead_log = true;  // false: writes reach the disk only when the memtables flush
 };
 
 class RocksTable {

@@ -1,7 +1,12 @@
 #include "storage/rocksdb_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+
+#include <fmt/format.h>
 
 #include "common/hash.h"
 
@@ -160,8 +165,40 @@ TieredRowStore::TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOp
       capacity_(std::max<size_t>(1, options.cache_bytes / (table_->row_floats() * sizeof(float) +
                                                            cached_row_overhead_bytes))),
       arena_(table_->row_floats()),
-      rng_(options.seed) {
+      rng_(options.seed),
+      clocks_(table_->sender_clocks()) {
   index_.reserve(capacity_ + capacity_ / 4);
+}
+
+Status TieredRowStore::attach_log(std::unique_ptr<PushLog> log, bool keep) {
+  COLONY_ASSERT(!log_ && index_.empty(), "attach_log after the store was used");
+  const size_t rf = table_->row_floats();
+  PushLog::Replayed replayed;
+  Status s = log->replay(
+      [&](const PushLog::Record& r) -> Status {
+        for (auto [sender, clock] : r.clocks) clocks_[sender] = uint32_t(clock);
+        if (r.kind == PushLog::Kind::erase) return erase(r.keys);
+        if (Status st = load(r.keys); !st.ok()) return st;
+        for (size_t i = 0; i < r.keys.size(); ++i)
+          std::memcpy(find_or_insert(r.keys[i]).first, &r.rows[i * rf], rf * sizeof(float));
+        return commit();
+      },
+      replayed);
+  stats_.log_records_replayed = replayed.records;
+  stats_.log_bytes_dropped = replayed.dropped_bytes;
+  if (s.ok()) s = write_back();
+  if (!s.ok()) return s.with_context("replaying the push log " + log->path());
+  if (!keep) {
+    const std::string path = log->path();
+    log.reset();
+    if (::unlink(path.c_str()) != 0)
+      return Status::io_error(
+          fmt::format("{}: cannot remove it after replaying it: {}", path, std::strerror(errno)));
+    return {};
+  }
+  if (Status st = log->truncate(); !st.ok()) return st;
+  log_ = std::move(log);
+  return {};
 }
 
 size_t TieredRowStore::memory_bytes() const {
@@ -247,6 +284,7 @@ float* TieredRowStore::find(uint64_t key) {
 }
 
 std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
+  if (log_) written_.push_back(key);
   auto it = index_.find(key);
   if (it == index_.end() && !absent_.count(key)) {
     const uint64_t one[1] = {key};
@@ -328,8 +366,28 @@ Status TieredRowStore::commit() {
   if (!error_.ok()) {
     Status e = error_;
     error_ = Status();
+    written_.clear();
+    staged_clocks_.clear();
     return e;
   }
+  if (log_) {
+    // The rows as this batch left them, each once; they are all still cached (eviction follows).
+    std::sort(written_.begin(), written_.end());
+    written_.erase(std::unique(written_.begin(), written_.end()), written_.end());
+    const size_t rf = table_->row_floats();
+    rows_buf_.resize(written_.size() * rf);
+    for (size_t i = 0; i < written_.size(); ++i)
+      std::memcpy(&rows_buf_[i * rf], arena_.row(index_.at(written_[i])), rf * sizeof(float));
+    log_clocks_.assign(staged_clocks_.begin(), staged_clocks_.end());
+    Status s = log_->append({PushLog::Kind::rows, log_clocks_, written_, rows_buf_});
+    written_.clear();
+    if (!s.ok()) {
+      staged_clocks_.clear();
+      return s;
+    }
+  }
+  for (auto [sender, clock] : staged_clocks_) clocks_[sender] = clock;
+  staged_clocks_.clear();
   return evict_to(capacity_);
 }
 
@@ -351,7 +409,13 @@ Status TieredRowStore::write_back() {
     rows_buf_.insert(rows_buf_.end(), r, r + rf);
     if (!s.on_disk) ++added;
   }
-  if (Status st = table_->write(keys_buf_, rows_buf_, added); !st.ok()) return st;
+  std::vector<std::pair<uint64_t, uint32_t>> clocks;
+  for (auto [sender, clock] : clocks_) {
+    auto it = table_->sender_clocks().find(sender);
+    if (it == table_->sender_clocks().end() || it->second != clock)
+      clocks.emplace_back(sender, clock);
+  }
+  if (Status st = table_->write(keys_buf_, rows_buf_, added, clocks); !st.ok()) return st;
   if (!keys_buf_.empty()) ++stats_.write_batches;
   stats_.writes += keys_buf_.size();
   for (Slot& s : slots_) {
@@ -360,7 +424,7 @@ Status TieredRowStore::write_back() {
     s.on_disk = true;
   }
   cache_only_ = 0;
-  return {};
+  return log_ ? log_->truncate() : Status();
 }
 
 Status TieredRowStore::for_each_in_range(
@@ -388,6 +452,9 @@ Status TieredRowStore::for_each(const std::function<void(uint64_t, const float*)
 }
 
 Status TieredRowStore::erase(std::span<const uint64_t> keys) {
+  // Logged first: a replay must not bring back older images of these rows.
+  if (log_)
+    if (Status s = log_->append({PushLog::Kind::erase, {}, keys, {}}); !s.ok()) return s;
   std::vector<uint64_t> on_disk;
   std::vector<uint64_t> unknown;
   for (uint64_t k : keys) {

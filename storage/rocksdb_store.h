@@ -8,12 +8,14 @@
 // through the write-ahead log: an acknowledged update survives a crash of the process.
 //
 // TieredRowStore keeps up to `cache_bytes` of rows in memory and writes a row to disk only
-// when it is evicted (write-back) or on flush(): commit() evicts down to the budget. A crash
-// loses the updates of rows still dirty in memory since the last flush(); flush() before a
-// checkpoint. Eviction samples a few cached rows and drops the one the policy values least:
-// `lru` (least recently used) or `lfu` (least frequently used, counts halved as they age so
-// that yesterday's hot rows can leave). docs/benchmarks.md (`colony bench store`) has the
-// measurement that chose the default.
+// when it is evicted, on write_back() or on flush(): commit() evicts down to the budget. Without
+// a push log a crash loses the updates of rows still dirty in memory since the last write_back();
+// with one (attach_log, storage/push_log.h) commit() first appends the rows it hands back and the
+// staged clocks to the log, so a crash of the process loses nothing committed: reopening replays
+// the log. write_back() empties the log once its rows are in the table. Eviction samples a few
+// cached rows and drops the one the policy values least: `lru` (least recently used) or `lfu`
+// (least frequently used, counts halved as they age so that yesterday's hot rows can leave).
+// docs/benchmarks.md (`colony bench store`) has the measurement that chose the default.
 //
 // Thread-safety: none; one shard owns a store.
 #pragma once
@@ -25,6 +27,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "storage/push_log.h"
 #include "storage/rocks_table.h"
 #include "storage/row_store.h"
 
@@ -130,11 +133,30 @@ class TieredRowStore final : public RowStore {
   Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
   Status erase(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
-  // Evicts down to the budget, writing dirty victims back in one batch.
+  // With a push log, appends the rows handed out by find_or_insert since the last commit and the
+  // staged clocks to it; then evicts down to the budget, writing dirty victims back in one batch.
   Status commit() override;
   // Writes every dirty cached row to the table (write_back) and flushes it.
   Status flush() override;
+  // Writes every dirty cached row and every sender's clock to the table in one batch, then
+  // empties the push log.
   Status write_back() override;
+  void stage_clock(uint64_t sender, uint32_t clock) override {
+    staged_clocks_.emplace_back(sender, clock);
+  }
+  // With a push log: every committed clock (all of them are in the log or the table). Without:
+  // the clocks of the last write_back(), which the rows on disk hold at least (rows evicted
+  // since hold later pushes too).
+  std::map<uint64_t, uint32_t> committed_clocks() const override {
+    return log_ ? clocks_ : table_->sender_clocks();
+  }
+  // Replays `log` (rows as they were after each logged push, erasures, clocks), writes
+  // everything back to the table, empties the log and keeps appending to it from now on; or,
+  // with `keep` false, deletes it after the replay (a store opened without a log over a folder
+  // that has one). Call once, right after construction. Fails with the log's or the table's
+  // error; the log is then kept as it was. stats() counts the records replayed and the bytes of
+  // a torn tail cut off.
+  Status attach_log(std::unique_ptr<PushLog> log, bool keep);
   // flush(), then RocksDB's Checkpoint of the table (`identity` is not used).
   Status checkpoint(const std::string& dir, const StoreIdentity&) override {
     if (Status s = flush(); !s.ok()) return s;
@@ -176,6 +198,11 @@ class TieredRowStore final : public RowStore {
   uint64_t rng_;
   Status error_;
   StoreStats stats_;
+  std::unique_ptr<PushLog> log_;
+  std::vector<uint64_t> written_;  // keys handed out by find_or_insert in this batch
+  std::vector<std::pair<uint64_t, uint32_t>> staged_clocks_;
+  std::map<uint64_t, uint32_t> clocks_;  // every sender's last committed clock
+  std::vector<std::pair<uint64_t, uint64_t>> log_clocks_;
   std::vector<uint64_t> keys_buf_;
   std::vector<float> rows_buf_;
   std::vector<uint8_t> found_buf_;

@@ -39,15 +39,17 @@ namespace colony {
 
 // Counters a store keeps about itself (monotonic, since it was opened).
 struct StoreStats {
-  uint64_t rows = 0;           // rows stored
-  uint64_t memory_bytes = 0;   // bytes of rows (and index) held in memory
-  uint64_t reads = 0;          // rows read from disk
-  uint64_t writes = 0;         // rows written to disk
-  uint64_t write_batches = 0;  // atomic batches written
-  uint64_t cache_hits = 0;     // tiered: rows found in memory
-  uint64_t cache_misses = 0;   // tiered: rows read from disk (or created)
-  uint64_t evictions = 0;      // tiered: rows dropped from memory
-  uint64_t evicted_dirty = 0;  // tiered: of those, rows written back first
+  uint64_t rows = 0;                  // rows stored
+  uint64_t memory_bytes = 0;          // bytes of rows (and index) held in memory
+  uint64_t reads = 0;                 // rows read from disk
+  uint64_t writes = 0;                // rows written to disk
+  uint64_t write_batches = 0;         // atomic batches written
+  uint64_t cache_hits = 0;            // tiered: rows found in memory
+  uint64_t cache_misses = 0;          // tiered: rows read from disk (or created)
+  uint64_t evictions = 0;             // tiered: rows dropped from memory
+  uint64_t evicted_dirty = 0;         // tiered: of those, rows written back first
+  uint64_t log_records_replayed = 0;  // tiered: push log records replayed when it opened
+  uint64_t log_bytes_dropped = 0;     // tiered: a torn tail of the push log, cut off then
 };
 
 class RowStore {
@@ -86,10 +88,11 @@ class RowStore {
   // none of the batch is written).
   virtual Status commit() { return {}; }
   // Exactly-once pushes across a restart (ps/shard_core.h). A store that commits every batch to
-  // disk (RocksDB) writes `clock` as `sender`'s last push with the next commit's rows, in the
-  // same atomic batch, and committed_clocks() gives back what it holds (also after reopening).
-  // The memory and tiered stores keep nothing (a tiered store's rows may sit dirty in memory
-  // past a commit): committed_clocks() is empty, so their pushes are at least once.
+  // disk (RocksDB; tiered with a push log) writes `clock` as `sender`'s last push with the next
+  // commit's rows, in the same atomic batch or log record, and committed_clocks() gives back what
+  // it holds (also after reopening). The memory store keeps nothing: committed_clocks() is empty.
+  // A tiered store without a push log gives the clocks of its last write-back, which its rows on
+  // disk hold at least.
   virtual void stage_clock(uint64_t sender, uint32_t clock) {
     (void)sender;
     (void)clock;

@@ -24,7 +24,40 @@ Expected<StoreSpec> parse_store_spec(const std::string& text, size_t cache_bytes
   if (spec.dir.empty()) return Status::invalid_input("--store rocksdb:DIR: DIR is empty");
   spec.kind = cache_bytes ? StoreKind::tiered : StoreKind::rocksdb;
   spec.cache_bytes = cache_bytes;
+  spec.durability = Durability::log;
   return spec;
+}
+
+Expected<Durability> parse_durability(const std::string& text) {
+  if (text == "none") return Durability::none;
+  if (text == "log") return Durability::log;
+  if (text == "fsync") return Durability::fsync;
+  if (text.rfind("replicated", 0) == 0)
+    return Status::invalid_input("--durability " + text +
+                                 ": shard replication is not in this version; use log or fsync");
+  return Status::invalid_input("--durability \"" + text + "\": expected none, log or fsync");
+}
+
+const char* to_string(Durability durability) {
+  switch (durability) {
+    case Durability::none:
+      return "none";
+    case Durability::log:
+      return "log";
+    case Durability::fsync:
+      return "fsync";
+  }
+  return "?";
+}
+
+Status set_durability(StoreSpec& spec, Durability durability) {
+  if (spec.kind == StoreKind::memory && durability != Durability::none)
+    return Status::invalid_input(fmt::format(
+        "--durability {}: the memory store keeps nothing on disk; use --store rocksdb:DIR "
+        "(with --cache-bytes N to keep the rows in memory)",
+        to_string(durability)));
+  spec.durability = durability;
+  return {};
 }
 
 std::string to_string(const StoreSpec& spec) {
@@ -51,7 +84,9 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   RocksTableOptions o;
   o.path = shard_store_path(spec.dir, identity.shard_index);
   o.block_cache_bytes = spec.block_cache_bytes;
-  o.sync_writes = spec.sync_writes;
+  o.sync_writes = spec.durability == Durability::fsync;
+  // The tiered store's write-backs keep RocksDB's log: they are what its push log relies on.
+  o.write_ahead_log = spec.kind == StoreKind::tiered || spec.durability != Durability::none;
   auto table = RocksTable::open(o, identity);
   if (!table) return table.status();
   if (spec.kind == StoreKind::rocksdb)
@@ -60,7 +95,15 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   t.cache_bytes = spec.cache_bytes / std::max<uint32_t>(identity.shards, 1);
   t.policy = spec.policy;
   t.seed = identity.shard_index + 1;
-  return std::unique_ptr<RowStore>(new TieredRowStore(std::move(table.value()), t));
+  auto store = std::make_unique<TieredRowStore>(std::move(table.value()), t);
+  const std::string log_path = (std::filesystem::path(o.path) / push_log_file_name).string();
+  const bool keep = spec.durability != Durability::none;
+  if (keep || std::filesystem::exists(log_path)) {
+    auto log = PushLog::open(log_path, identity.row_floats, spec.durability == Durability::fsync);
+    if (!log) return log.status();
+    if (Status s = store->attach_log(std::move(log.value()), keep); !s.ok()) return s;
+  }
+  return std::unique_ptr<RowStore>(std::move(store));
 }
 
 Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,

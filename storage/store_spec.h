@@ -28,13 +28,25 @@ namespace colony {
 
 enum class StoreKind { memory, rocksdb, tiered };
 
+// What a shard's acknowledgement of a push promises (the job's `--durability`):
+//   none   memory only: a crash of the ps process loses updates (the memory store all its rows;
+//          rocksdb what RocksDB had not flushed to its tables, its write-ahead log being off;
+//          tiered the updates to cached rows since its last write-back).
+//   log    the push's rows are in a log on disk before the ack (rocksdb: RocksDB's write-ahead
+//          log; tiered: its push log, storage/push_log.h): a crash of the process loses nothing
+//          acknowledged, and the shard's committed clocks make re-sent pushes exactly once.
+//   fsync  as log, and the log is synced to the disk before the ack: a crash of the machine
+//          loses nothing acknowledged either.
+// Each store's default is the most it gives without a sync: none for memory, log on disk.
+enum class Durability { none, log, fsync };
+
 struct StoreSpec {
   StoreKind kind = StoreKind::memory;
   std::string dir;         // rocksdb and tiered: the folder holding shard-<i>/
   size_t cache_bytes = 0;  // tiered: memory budget for rows, across all shards of the process
   EvictionPolicy policy = EvictionPolicy::lfu;
   size_t block_cache_bytes = size_t{64} << 20;  // per shard
-  bool sync_writes = false;
+  Durability durability = Durability::none;     // parse_store_spec sets the store's default
 };
 
 // Parses the `--store` text ("memory" or "rocksdb:DIR") with `--cache-bytes` (0 = not given).
@@ -43,12 +55,22 @@ struct StoreSpec {
 Expected<StoreSpec> parse_store_spec(const std::string& text, size_t cache_bytes);
 std::string to_string(const StoreSpec& spec);
 
+// "none", "log" or "fsync". Fails with invalid_input naming --durability otherwise (replicated:K
+// is named as not available in this version).
+Expected<Durability> parse_durability(const std::string& text);
+const char* to_string(Durability durability);
+// Gives `spec` the job's durability. Fails with invalid_input naming --durability when the store
+// cannot give it (log or fsync of the memory store, which keeps nothing on disk).
+Status set_durability(StoreSpec& spec, Durability durability);
+
 // DIR/shard-<index>.
 std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 
 // Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one). The
-// tiered store gets cache_bytes / identity.shards of the budget. Fails as RocksTable::open
-// does (another job's store, a corrupt or locked database), naming the path.
+// tiered store gets cache_bytes / identity.shards of the budget; under log or fsync durability it
+// keeps a push log in its folder, and whatever push log the folder holds is replayed first
+// (StoreStats::log_records_replayed). Fails as RocksTable::open does (another job's store, a
+// corrupt or locked database), or as the push log's replay does, naming the path.
 Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
                                                      const StoreIdentity& identity);
 

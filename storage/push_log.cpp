@@ -1,0 +1,175 @@
+#include "storage/push_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/hash.h"
+
+namespace colony {
+
+namespace {
+static_assert(std::endian::native == std::endian::little, "the push log is little-endian");
+constexpr char magic[8] = {'C', 'O', 'L', 'O', 'N', 'Y', 'L', '1'};
+constexpr size_t header_bytes = 16;
+constexpr size_t record_header_bytes = 24;
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+template <typename T>
+T get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+Status write_all(int fd, const char* p, size_t n) {
+  while (n) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return Status::io_error(std::strerror(errno));
+    }
+    p += w;
+    n -= size_t(w);
+  }
+  return {};
+}
+}  // namespace
+
+Status PushLog::fail(const char* what) const {
+  return Status::io_error(fmt::format("{}: cannot {}: {}", path_, what, std::strerror(errno)));
+}
+
+Expected<std::unique_ptr<PushLog>> PushLog::open(const std::string& path, size_t row_floats,
+                                                 bool sync) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return Status::io_error(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::unique_ptr<PushLog> log(new PushLog(path, fd, row_floats, sync));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return log->fail("stat it");
+  log->bytes_ = uint64_t(st.st_size);
+  if (log->bytes_ == 0) {
+    std::string h(magic, sizeof magic);
+    put(h, uint32_t(row_floats));
+    put(h, uint32_t(0));
+    if (Status s = write_all(fd, h.data(), h.size()); !s.ok()) return log->fail("write its header");
+    if (::fdatasync(fd) != 0) return log->fail("sync it");
+    log->bytes_ = h.size();
+    return log;
+  }
+  char h[header_bytes];
+  if (log->bytes_ < header_bytes || ::pread(fd, h, sizeof h, 0) != ssize_t(sizeof h) ||
+      std::memcmp(h, magic, sizeof magic) != 0)
+    return Status::invalid_input(fmt::format("{}: not a Colony push log", path));
+  const uint32_t width = get<uint32_t>(h + 8);
+  if (width != row_floats)
+    return Status::invalid_input(
+        fmt::format("{}: a push log of rows of {} floats, not {}", path, width, row_floats));
+  return log;
+}
+
+PushLog::~PushLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status PushLog::append(const Record& r) {
+  if (r.keys.empty() && r.clocks.empty()) return {};
+  const size_t row_bytes = r.kind == Kind::rows ? r.keys.size() * row_floats_ * sizeof(float) : 0;
+  buf_.clear();
+  put(buf_, uint32_t(r.kind));
+  put(buf_, uint32_t(0));
+  const uint64_t payload = 16 + r.clocks.size() * 16 + r.keys.size() * sizeof(uint64_t) + row_bytes;
+  put(buf_, payload);
+  put(buf_, uint64_t(0));  // the checksum, filled in below
+  put(buf_, uint64_t(r.clocks.size()));
+  put(buf_, uint64_t(r.keys.size()));
+  for (auto [sender, clock] : r.clocks) {
+    put(buf_, sender);
+    put(buf_, clock);
+  }
+  buf_.append(reinterpret_cast<const char*>(r.keys.data()), r.keys.size() * sizeof(uint64_t));
+  if (r.kind == Kind::rows) buf_.append(reinterpret_cast<const char*>(r.rows.data()), row_bytes);
+  const uint64_t sum = fnv1a64(buf_.data() + record_header_bytes, payload);
+  std::memcpy(buf_.data() + 16, &sum, sizeof sum);
+  if (Status s = write_all(fd_, buf_.data(), buf_.size()); !s.ok())
+    return Status::io_error(fmt::format("{}: cannot append a push: {}", path_, s.message()));
+  if (sync_ && ::fdatasync(fd_) != 0) return fail("sync it");
+  bytes_ += buf_.size();
+  return {};
+}
+
+Status PushLog::truncate() {
+  if (bytes_ == header_bytes) return {};
+  if (::ftruncate(fd_, header_bytes) != 0) return fail("truncate it");
+  if (sync_ && ::fdatasync(fd_) != 0) return fail("sync it");
+  bytes_ = header_bytes;
+  return {};
+}
+
+Status PushLog::replay(const std::function<Status(const Record&)>& f, Replayed& out) {
+  out = {};
+  std::string bytes(bytes_ - header_bytes, '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n =
+        ::pread(fd_, bytes.data() + got, bytes.size() - got, off_t(header_bytes + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail("read it");
+    got += size_t(n);
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> clocks;
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;
+  size_t at = 0;
+  while (bytes.size() - at >= record_header_bytes) {
+    const char* h = bytes.data() + at;
+    const uint32_t kind = get<uint32_t>(h);
+    const uint64_t payload = get<uint64_t>(h + 8);
+    if ((kind != uint32_t(Kind::rows) && kind != uint32_t(Kind::erase)) || payload < 16 ||
+        payload > bytes.size() - at - record_header_bytes)
+      break;
+    const char* p = h + record_header_bytes;
+    if (fnv1a64(p, payload) != get<uint64_t>(h + 16)) break;
+    const uint64_t n_clocks = get<uint64_t>(p), n_keys = get<uint64_t>(p + 8);
+    const uint64_t row_bytes =
+        kind == uint32_t(Kind::rows) ? n_keys * row_floats_ * sizeof(float) : 0;
+    // A record that checks out but whose counts do not add up was not written by append().
+    if (n_clocks > payload / 16 || n_keys > payload / 8 ||
+        16 + n_clocks * 16 + n_keys * 8 + row_bytes != payload)
+      break;
+    p += 16;
+    clocks.clear();
+    for (uint64_t i = 0; i < n_clocks; ++i, p += 16)
+      clocks.emplace_back(get<uint64_t>(p), get<uint64_t>(p + 8));
+    keys.resize(n_keys);
+    std::memcpy(keys.data(), p, n_keys * 8);
+    p += n_keys * 8;
+    rows.resize(row_bytes / sizeof(float));
+    std::memcpy(rows.data(), p, row_bytes);
+    if (Status s = f(Record{Kind(kind), clocks, keys, rows}); !s.ok()) return s;
+    ++out.records;
+    if (kind == uint32_t(Kind::rows)) out.rows += n_keys;
+    at += record_header_bytes + payload;
+  }
+  out.dropped_bytes = bytes.size() - at;
+  if (out.dropped_bytes) {
+    if (::ftruncate(fd_, off_t(header_bytes + at)) != 0 || ::fdatasync(fd_) != 0)
+      return fail("cut off its torn tail");
+    bytes_ = header_bytes + at;
+  }
+  return {};
+}
+
+}  // namespace colony
