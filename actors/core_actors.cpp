@@ -50,6 +50,7 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
         ShardSummary s{core->rows(),         core->table_bytes(), st.pulls_deferred,
                        st.rows_not_admitted, st.updates_dropped,  st.rows_evicted};
         s.memory_bytes = core->store().memory_bytes();
+        s.pushes_lost = st.pushes_lost;
         return s;
       },
   };

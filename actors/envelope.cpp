@@ -539,6 +539,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setDenseWeightDecay(j.dense_weight_decay);
   w.setDenseMomentum(j.dense_momentum);
   w.setDenseSyncEvery(j.dense_sync_every);
+  w.setDurability(j.durability);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -635,6 +636,8 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (j.dense_sync_every < 1 || j.dense_sync_every > control_dense_sync_every_max)
     return Status::invalid_input(fmt::format("dense sync every {} steps, outside 1..{}",
                                              j.dense_sync_every, control_dense_sync_every_max));
+  j.durability = r.getDurability();
+  if (j.durability > 3) return Status::invalid_input(fmt::format("durability {}", j.durability));
   return Status();
 }
 
@@ -811,7 +814,8 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       auto x = r.getShardSummary();
       m.body = ShardSummary{x.getTableRows(),       x.getTableBytes(),     x.getPullsDeferred(),
                             x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted(),
-                            x.getBadMessages(),     x.getMemoryBytes(),    x.getCpuSeconds()};
+                            x.getBadMessages(),     x.getMemoryBytes(),    x.getCpuSeconds(),
+                            x.getPushesLost()};
       return Status();
     }
     case wire::Control::SHARDS_CHECKPOINTED: {
@@ -920,6 +924,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           x.setBadMessages(b.bad_messages);
           x.setMemoryBytes(b.memory_bytes);
           x.setCpuSeconds(b.cpu_seconds);
+          x.setPushesLost(b.pushes_lost);
         } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
           write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
         } else if constexpr (std::is_same_v<T, CheckpointComplete>) {

@@ -206,6 +206,16 @@ class Member {
           p_.inbox.push_checkpoint(*step, std::move(copy.value()));
         };
       }
+      // The job says what an acknowledgement promises; a store that cannot keep it is refused.
+      StoreSpec store_spec = o_.store;
+      if (job.durability)
+        if (Status s = set_durability(store_spec, Durability(job.durability - 1)); !s.ok())
+          return s;
+      if (job.durability || store_spec.kind != StoreKind::memory)
+        log_(fmt::format("durability {}: {}", to_string(store_spec.durability),
+                         store_spec.durability == Durability::none
+                             ? "acknowledged pushes live in memory until written back"
+                             : "every push is on disk before it is acknowledged"));
       for (NodeId n : local) {
         const ShardConfig sc = shard_config(job, layout, n);
         auto row_floats = ShardCore::row_floats(sc);
@@ -227,8 +237,15 @@ class Member {
         const StoreIdentity identity{
             fmt::format("cluster-{} {}", o_.cluster_id, store_fingerprint(fingerprinted)), n,
             w.map.shards, *row_floats};
-        auto store = open_shard_store(o_.store, identity);
+        auto store = open_shard_store(store_spec, identity);
         if (!store) return store.status();
+        if (const StoreStats st = (*store)->stats();
+            st.log_records_replayed || st.log_bytes_dropped)
+          log_(fmt::format(
+              "shard {}: replayed {} pushes from its push log{}", n, st.log_records_replayed,
+              st.log_bytes_dropped
+                  ? fmt::format(" and cut off its torn tail ({} bytes)", st.log_bytes_dropped)
+                  : std::string()));
         identities_.push_back(identity);
         auto core = ShardCore::make(sc, std::move(store.value()));
         if (!core) return core.status();

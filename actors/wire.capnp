@@ -134,6 +134,7 @@ struct JobSpec {
   denseWeightDecay @26 :Float32;
   denseMomentum @27 :Float32 = 0.9;
   denseSyncEvery @28 :UInt32 = 1;
+  durability @29 :UInt8;  # 0: each ps store's default; 1 none, 2 log, 3 fsync
 }
 struct MemberInfo {
   role @0 :UInt8;
@@ -214,6 +215,7 @@ struct ShardSummary {
   badMessages @6 :UInt64;
   memoryBytes @7 :UInt64;
   cpuSeconds @8 :Float64;
+  pushesLost @9 :UInt64;
 }
 struct ShardCheckpoint {
   shard @0 :UInt32;

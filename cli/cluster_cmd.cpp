@@ -100,6 +100,7 @@ struct CoordinatorArgs {
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
   uint64_t seed = 1, skip_bad_lines = 0;
   uint32_t admit_after = 0, evict_after = 0, checkpoint_every = 0;
+  std::string durability;
   bool no_cache = false, require_all = false;
   std::optional<DataFormat> format;  // of the test file
   // `colony train` flags that belong to the ps or worker daemons, or to train alone: given to
@@ -178,6 +179,10 @@ Runner add_coordinator(CLI::App& app) {
                   "Checkpoint every shard every N steps (0: never); each ps writes under its "
                   "--checkpoint-dir")
       ->capture_default_str();
+  cmd->add_option("--durability", a->durability,
+                  "What a shard's acknowledgement of a push promises: none (memory only), log (on "
+                  "disk: survives a crash of the ps process) or fsync (synced: survives a crash of "
+                  "its machine); default: each ps store's, none for memory and log on disk");
   static const std::pair<const char*, const char*> not_here[] = {
       {"--data", "give each `colony worker` its --data"},
       {"--store", "give each `colony ps` its --store"},
@@ -279,6 +284,11 @@ Runner add_coordinator(CLI::App& app) {
     j.admit_after = a->admit_after;
     j.evict_after = a->evict_after;
     j.checkpoint_every = a->checkpoint_every;
+    if (!a->durability.empty()) {
+      auto d = parse_durability(a->durability);
+      if (!d) return fail(d.status());
+      j.durability = uint8_t(1 + int(*d));
+    }
     if (Status s = check_daemon_dense_state(j, 0); !s.ok()) return fail(s);
     DaemonSignals signals;
     install_signal_handlers(signals);
@@ -353,9 +363,12 @@ Runner add_coordinator(CLI::App& app) {
         {"admit_after", j.admit_after},
         {"evict_after", j.evict_after},
         {"checkpoints", r->totals.checkpoints},
-        // A durable ps commits a push before acknowledging it, and losing a ps with a memory
-        // store fails the job: an acknowledged update is never lost without the job failing.
-        {"updates_lost", 0},
+        {"durability", j.durability ? to_string(Durability(j.durability - 1))
+                                    : "default (none for memory, log on disk)"},
+        // The daemons count what a restarted ps lacked in steps (pushes_lost), not in rows:
+        // losing a ps with a memory store fails the job.
+        {"updates_lost", nullptr},
+        {"pushes_lost", r->totals.shards.pushes_lost},
         {"per_epoch", nlohmann::json::array({{{"epoch", j.epochs},
                                               {"train_logloss", r->train_logloss},
                                               {"test_logloss", optional_number(r->test_logloss)},

@@ -25,6 +25,7 @@ struct TrainArgs {
   std::string store = "memory";
   size_t cache_bytes = 0;
   std::string eviction = "lfu";
+  std::string durability;
   std::string engine = "cluster";
   std::string device = "cpu";
   std::string consistency = "bsp";
@@ -73,6 +74,10 @@ Runner add_train(CLI::App& app) {
       "--cache-bytes", a->cache_bytes,
       "With rocksdb:DIR: keep hot rows in this many bytes of memory (all shards together) "
       "over RocksDB, writing rows back when evicted (tiered store)");
+  cmd->add_option("--durability", a->durability,
+                  "What a shard's acknowledgement of a push promises: none (memory only), log (on "
+                  "disk: survives a crash of the process) or fsync (synced: survives a crash of "
+                  "the machine); default none for --store memory, log for rocksdb:DIR");
   cmd->add_option("--admit-after", a->cluster.admit_after,
                   "Feature admission: a key gets a row once pulled this many times (counted in a "
                   "count-min sketch); until then pulls see its initial value and pushes to it are "
@@ -163,6 +168,11 @@ Runner add_train(CLI::App& app) {
     if (!store) return fail(store.status());
     cluster.store = *store;
     cluster.store.policy = parse_eviction_policy(a->eviction).value();
+    if (!a->durability.empty()) {
+      auto d = parse_durability(a->durability);
+      if (!d) return fail(d.status());
+      if (Status s = set_durability(cluster.store, *d); !s.ok()) return fail(s);
+    }
     if (a->engine == "local" && cluster.admit_after > 1)
       return fail(Status::invalid_input(
           "--admit-after: feature admission runs in the PS shards; use --engine cluster"));
@@ -302,6 +312,7 @@ Runner add_train(CLI::App& app) {
       rep["pulls_deferred"] = r.pulls_deferred;
       rep["replies_dropped"] = r.counters.replies_dropped;
       rep["store"] = to_string(cluster.store);
+      rep["durability"] = to_string(cluster.store.durability);
       rep["admit_after"] = cluster.admit_after;
       rep["updates_dropped"] = r.updates_dropped;
       rep["evict_after"] = cluster.evict_after;

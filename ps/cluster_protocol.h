@@ -64,6 +64,9 @@ struct JobSpec {
   // step; K > 1, each replica steps on its own gradients and the replicas average their
   // parameters every K steps and once more when they finish (DenseReduce).
   uint32_t dense_sync_every = 1;
+  // What a shard's acknowledgement of a push promises (storage/store_spec.h Durability, as
+  // 1 + its value; 0: each ps store's default, none for memory and log on disk).
+  uint8_t durability = 0;
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -216,6 +219,7 @@ struct ShardSummary {
       0;  // messages the ps process dropped as malformed, misaddressed or forged
   uint64_t memory_bytes = 0;  // memory the stores hold for the rows (tables, indexes, caches)
   double cpu_seconds = 0.0;   // user + system CPU of the ps process so far
+  uint64_t pushes_lost = 0;   // acknowledged steps its restarted shards lacked (ShardStats)
   ShardSummary& operator+=(const ShardSummary& o) {
     table_rows += o.table_rows;
     table_bytes += o.table_bytes;
@@ -226,6 +230,7 @@ struct ShardSummary {
     bad_messages += o.bad_messages;
     memory_bytes += o.memory_bytes;
     cpu_seconds += o.cpu_seconds;
+    pushes_lost += o.pushes_lost;
     return *this;
   }
   bool operator==(const ShardSummary&) const = default;

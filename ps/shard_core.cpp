@@ -167,7 +167,12 @@ bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
       // The store holds this sender's pushes up to its committed clock: those it re-sends are
       // duplicates, acknowledged and not applied again (exactly once).
       auto d = durable_clocks_.find(h.sender);
-      it->second = d == durable_clocks_.end() ? clock->clock : std::max(clock->clock, d->second);
+      const uint32_t committed = d == durable_clocks_.end() ? 0 : d->second;
+      // The resync's clock is the sender's last acknowledged step: what the store lacks of it
+      // was lost.
+      if (clock->clock != clock_done && clock->clock > committed)
+        stats_.pushes_lost += clock->clock - committed;
+      it->second = std::max(clock->clock, committed);
     }
     release_waiting(out);
     return false;  // handled
@@ -356,6 +361,11 @@ void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
   if (r.resync && !clocks_.count(r.header.sender)) return;
   bool duplicate = false;
   if (!advance(r.header, r.clock, duplicate, out)) return;
+  if (!duplicate) {
+    // Committed like a push's clock, so that a restart knows the step was acknowledged.
+    store_->stage_clock(r.header.sender, r.clock);
+    if (!store_ok(store_->commit())) return;
+  }
   release_waiting(out);
 }
 

@@ -62,7 +62,8 @@ struct ShardConfig {
   uint32_t evict_after = 0;
   // A store holding rows only in memory (tiered) writes them back every this many steps of the
   // slowest sender's clock (0: only at checkpoints and when its process ends), bounding what a
-  // crash of the process loses to the updates of the last `write_back_every` steps.
+  // crash of the process loses without a push log to the updates of the last `write_back_every`
+  // steps, and how long a push log grows.
   uint32_t write_back_every = 0;
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
@@ -93,6 +94,11 @@ struct ShardStats {
   // Replies sent to a shard (dropped), and pulls past shard_waiting_pulls_per_sender_max
   // (refused with a PsError): a peer's mistake or lie.
   uint64_t messages_refused = 0;
+  // Steps a restarted shard found missing: at each sender's first resync, how far its
+  // acknowledged clock is ahead of the clock the store committed for it (RowStore::
+  // committed_clocks). Zero under --durability log or fsync; under none, what the crash lost (a
+  // tiered store without a log counts from its last write-back, so at most what was lost).
+  uint64_t pushes_lost = 0;
 };
 
 class ShardCore {
@@ -163,10 +169,11 @@ class ShardCore {
   // had applied but not acknowledged come again. Over a store that commits each sender's clock
   // with its rows (RowStore::stage_clock: RocksDB), a sender's first resync sets its clock to
   // the later of the resync's and the committed one, so those pushes are acknowledged as
-  // duplicates and applied exactly once; over the tiered store they are applied again (at most
-  // the pushes a sender had in flight). A later resync is an ordinary clock advance (it never
-  // moves a clock back). Once every sender is done, pulls from anyone
-  // are answered (the coordinator's evaluation). Call before the first message.
+  // duplicates and applied exactly once (a clock advance without rows is committed too). A
+  // resync ahead of the committed clock names acknowledged steps the store lost (stats().
+  // pushes_lost: a store that is not durable, or a tiered store without its push log). A later
+  // resync is an ordinary clock advance (it never moves a clock back). Once every sender is done,
+  // pulls from anyone are answered (the coordinator's evaluation). Call before the first message.
   void begin_resync();
   // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
   RowStore& store() { return *store_; }

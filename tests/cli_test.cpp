@@ -93,6 +93,25 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   BOOST_TEST(run("train --help").code == 0);
 }
 
+// Issue 14: --durability asks what a store can promise; what it cannot is refused before any
+// work, naming the flag (train) or before the coordinator listens.
+BOOST_AUTO_TEST_CASE(durabilities_a_store_cannot_give_are_refused_naming_the_flag) {
+  Run r = run("train --durability log --rows 100 --test-rows 10");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(
+      r.err.find("--durability log: the memory store keeps nothing on disk") != std::string::npos,
+      r.err);
+  BOOST_TEST(r.out.empty(), r.out);  // nothing trained
+  r = run("train --durability replicated:2 --store rocksdb:/nonexistent/x --rows 100");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("shard replication is not in this version") != std::string::npos, r.err);
+  r = run("coordinator --listen tcp://127.0.0.1:1 --insecure --durability always");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(
+      r.err.find("--durability \"always\": expected none, log or fsync") != std::string::npos,
+      r.err);
+}
+
 // --device: a bad value, and a CUDA device this machine cannot give (built without CUDA, no
 // device, or fewer devices), are refused before any work, naming the flag; so is a deep model off
 // the CPU, and the same flag of `colony worker`.

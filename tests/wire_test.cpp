@@ -454,7 +454,7 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
                              rng.next()}},
       {from, ShardSummaryRequest{}},
       {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
-                          rng.next(), rng.next(), double(rng.next() % 1000) / 7.0}},
+                          rng.next(), rng.next(), double(rng.next() % 1000) / 7.0, rng.next()}},
       {from, ShardsCheckpointed{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
       {from, CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
   };

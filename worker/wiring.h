@@ -37,8 +37,9 @@ std::string dense_shape(const JobSpec& job);
 Status check_daemon_dense_state(const JobSpec& job, uint64_t rows_in_store);
 
 // How often a tiered store's shard writes the rows it holds only in memory back to RocksDB, in
-// steps (ShardConfig::write_back_every): what a crash of a ps process can lose beyond what its
-// last checkpoint or exit wrote. The other stores hold nothing only in memory.
+// steps (ShardConfig::write_back_every): under --durability none, what a crash of a ps process
+// can lose beyond what its last checkpoint or exit wrote; under log or fsync, how long its push
+// log grows before it is emptied. The other stores hold nothing only in memory.
 inline constexpr uint32_t tiered_write_back_steps = 20;
 
 // The shard at node `shard` (a shard node of `layout`): its optimizer, row initialisation,
