@@ -486,6 +486,81 @@ int bench_cluster(const BenchArgs& a) {
   return 0;
 }
 
+// The embedded cluster (2 shards, 2 workers, SSP(2), hierarchical push) on the same data over
+// every store and durability, in one run: samples/s as a ratio to the memory store's.
+int bench_durability(const BenchArgs& a) {
+  namespace fs = std::filesystem;
+  const fs::path dir = data_dir(a);
+  auto gen = generate_bench_data(a, "durability", 20000);
+  if (!gen) return fail(gen.status());
+  TrainJobOptions o;
+  o.data = gen->train_path;
+  o.test = gen->test_path;
+  o.trainer.model = {ModelKind::fm, 8};
+  o.trainer.optimizer = default_optimizer_config(OptimizerKind::ftrl);
+  if (auto warm = run_train_job(o, nullptr); !warm) return fail(warm.status());
+  struct Run {
+    const char* store;
+    Durability durability;
+  };
+  // The tiered store's cache: 16 MiB for both shards, about a quarter of the rows of 500k
+  // generated samples.
+  const size_t cache_bytes = size_t{16} << 20;
+  const Run runs[] = {{"memory", Durability::none}, {"rocksdb", Durability::none},
+                      {"rocksdb", Durability::log}, {"rocksdb", Durability::fsync},
+                      {"tiered", Durability::none}, {"tiered", Durability::log},
+                      {"tiered", Durability::fsync}};
+  nlohmann::json rep = {{"suite", "durability"},
+                        {"rows", a.rows},
+                        {"shards", 2},
+                        {"workers", 2},
+                        {"consistency", "ssp:2"},
+                        {"push", "hierarchical"},
+                        {"tiered_cache_bytes", cache_bytes}};
+  nlohmann::json figures = nlohmann::json::array();
+  std::printf("%-10s %-11s %12s %12s %12s\n", "store", "durability", "samples/s", "of memory",
+              "test logloss");
+  double memory_sps = 0.0;
+  for (const Run& run : runs) {
+    double best = 0.0, loss = 0.0;
+    for (int r = 0; r < a.repeats; ++r) {
+      const fs::path store_dir = dir / fmt::format("store-{}", r);
+      fs::remove_all(store_dir);
+      ClusterOptions c;
+      c.shards = 2;
+      c.workers = 2;
+      c.consistency = {ConsistencyKind::ssp, 2};
+      c.push = PushMode::hierarchical;
+      if (std::string(run.store) != "memory") {
+        auto spec = parse_store_spec("rocksdb:" + store_dir.string(),
+                                     std::string(run.store) == "tiered" ? cache_bytes : 0);
+        if (!spec) return fail(spec.status());
+        c.store = *spec;
+      }
+      if (Status st = set_durability(c.store, run.durability); !st.ok()) return fail(st);
+      auto res = run_cluster_train_job(o, c, nullptr);
+      fs::remove_all(store_dir);
+      if (!res) return fail(res.status());
+      best = std::max(best, double(res->counters.samples) / res->train_seconds);
+      loss = res->test_logloss;
+    }
+    if (memory_sps == 0.0) memory_sps = best;
+    std::printf("%-10s %-11s %12.0f %12.2f %12.5f\n", run.store, to_string(run.durability), best,
+                best / memory_sps, loss);
+    figures.push_back({{"store", run.store},
+                       {"durability", to_string(run.durability)},
+                       {"samples_per_sec", best},
+                       {"ratio_to_memory", best / memory_sps},
+                       {"test_logloss", loss}});
+  }
+  std::printf("best of %d runs each; the ratio is to the memory store in the same run\n",
+              a.repeats);
+  rep["figures"] = figures;
+  if (a.dir.empty()) fs::remove_all(dir);
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
 int bench_wire(const BenchArgs& a) {
   auto figures =
       run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20, a.in_flight);
@@ -568,9 +643,9 @@ Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd =
       app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
-  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster, wire, store or device")
+  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster, durability, wire, store or device")
       ->required()
-      ->check(CLI::IsMember({"train", "ps", "cluster", "wire", "store", "device"}));
+      ->check(CLI::IsMember({"train", "ps", "cluster", "durability", "wire", "store", "device"}));
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   CLI::Option* rows = cmd->add_option("--rows", a->rows,
                                       "Generated rows to train on (store: rows stored, default 1M)")
@@ -598,6 +673,7 @@ Runner add_bench(CLI::App& app) {
     if (a->suite == "store") return bench_store(*a, rows->count() > 0);
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);
+    if (a->suite == "durability") return bench_durability(*a);
     if (a->suite == "wire") return bench_wire(*a);
     if (a->suite == "device") return bench_device(*a);
     if (!a->model.empty()) return bench_train_deep(*a);
