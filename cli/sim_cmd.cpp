@@ -155,7 +155,7 @@ Runner add_sim(CLI::App& app) {
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
   cmd->add_option("--fault-site", o.force_sites,
                   "Force a fault site on: skip_ssp_gate, lose_log_tail, skip_resync, "
-                  "garble_control, forge_ps");
+                  "garble_control, forge_ps, forget_clocks");
   cmd->add_option("--ps-store", a->ps_store,
                   "Full numerics: durable (a crashed ps resumes from its store, as with --store "
                   "rocksdb:DIR) or memory (a crashed ps fails the job)")
@@ -300,6 +300,8 @@ Runner add_sim(CLI::App& app) {
       rep["ps_store"] = o.durable_ps ? "durable" : "memory";
       rep["ps_restarts"] = r.ps_restarts;
       rep["clients_resynced"] = r.resyncs;
+      rep["acked_commits_lost"] = r.acked_commits_lost;
+      rep["pushes_applied_twice"] = r.pushes_applied_twice;
       rep["control_messages_garbled"] = r.control_faults;
       rep["ps_messages_forged"] = r.ps_forged;
       rep["bad_messages"] = r.bad_messages;

@@ -155,12 +155,12 @@ Status FullSim::build_host(uint32_t host, bool resume) {
     c.index = index;
     c.busy_until = now();
     if (role == Role::shard) {
-      auto core = ShardCore::make(shard_configs_[n], open_sim_store(durable_[n]));
+      auto core = ShardCore::make(shard_configs_[n], open_sim_store(durable_[n], forget_clocks_));
       if (!core) return core.status();
       c.shard = std::move(core.value());
       if (resume) {
         c.shard->begin_resync();
-        shadows_[n].restart();
+        shadows_[n].restart(durable_[n]->clocks());
       }
     } else if (role == Role::worker) {
       auto core = WorkerCore::make(worker_configs_[n]);
@@ -286,6 +286,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   for (const std::string& s : result_.sites_enabled) {
     skip_gate_ |= s == "skip_ssp_gate";
     lose_log_tail_ |= s == "lose_log_tail";
+    forget_clocks_ |= s == "forget_clocks";
     skip_resync_ |= s == "skip_resync";
     garble_control_ |= s == "garble_control";
     forge_ps_ |= s == "forge_ps";

@@ -71,9 +71,11 @@ struct ShardShadow {
   bool resyncing = false;
   std::unordered_map<NodeId, bool> resynced;
   void reset(const std::vector<NodeId>& senders);
-  // A restart over the durable store: the clocks start over (the senders resync them), the
-  // versions the rows hold stay.
-  void restart();
+  // A restart over the durable store: the clocks start over (the senders resync them, each to
+  // the later of its resync and `committed`, the store's clock of it), the versions the rows
+  // hold stay.
+  void restart(const std::map<uint64_t, uint32_t>& committed);
+  std::map<uint64_t, uint32_t> committed;
   uint32_t min_clock() const;
   // Applies a push or clock advance by the protocol's rule (next clock, or clock_done; a
   // resync sets the clock while restarting).
@@ -193,6 +195,8 @@ class FullSim {
   void check_shard_output(Core& c, const PsMessage& in, const Outbox& out);
   // A shard's durable store restarts: every acknowledged push must be in it.
   void check_durable(uint32_t shard);
+  // No push committed twice to a shard's store (DurableRows::take_applied_twice).
+  void check_applied_once(uint32_t shard);
   void check_membership();
   // Every core's end: failed, finished, or excused; progress after the last fault; the
   // workers' compute into `compute`.
@@ -230,7 +234,7 @@ class FullSim {
   VirtualNanos step_ns_ = 0;
   VirtualNanos overhead_ns_ = 0;  // a worker's CPU per step beyond its compute
   VirtualNanos last_heal_ = 0;
-  bool skip_gate_ = false, lose_log_tail_ = false, skip_resync_ = false;
+  bool skip_gate_ = false, lose_log_tail_ = false, skip_resync_ = false, forget_clocks_ = false;
   bool garble_control_ = false, forge_ps_ = false;
   // Coordinated runs (not --colocate: the embedded cluster has no coordinator): the real
   // coordinator core on a host of its own, after the ps hosts.

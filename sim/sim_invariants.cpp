@@ -15,7 +15,8 @@ void ShardShadow::reset(const std::vector<NodeId>& senders) {
   for (NodeId s : senders) clocks[s] = 0;
 }
 
-void ShardShadow::restart() {
+void ShardShadow::restart(const std::map<uint64_t, uint32_t>& store_clocks) {
+  committed = store_clocks;
   for (auto& [sender, clock] : clocks) clock = 0;
   resynced.clear();
   resyncing = true;
@@ -37,7 +38,9 @@ void ShardShadow::apply(const PsMessage& m) {
     // A restarted shard: a sender's first resync sets its clock; nothing else of it counts
     // before, and a later resync is an ordinary clock advance.
     if (advance && advance->resync && !resynced[sender]) {
-      it->second = advance->clock;
+      // The pushes its store committed are acknowledged as duplicates when they come again.
+      auto c = committed.find(sender);
+      it->second = std::max(advance->clock, c == committed.end() ? 0u : c->second);
       resynced[sender] = true;
       return;
     }
@@ -57,6 +60,7 @@ void ShardShadow::apply(const PsMessage& m) {
 }
 
 void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out) {
+  check_applied_once(c.index);
   const ShardShadow& shadow = shadows_[c.index];
   for (const Outgoing& o : out) {
     if (auto* reply = std::get_if<PullReply>(&o.message)) {
@@ -99,13 +103,25 @@ void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out
   }
 }
 
+void FullSim::check_applied_once(uint32_t shard) {
+  for (auto [sender, clock] : durable_[shard]->take_applied_twice()) {
+    ++result_.pushes_applied_twice;
+    violation(fmt::format(
+        "push applied twice: shard {} committed node {}'s step {} at t={:.6f}s, which its store "
+        "already held",
+        shard, sender, clock, double(now()) / 1e9));
+  }
+}
+
 void FullSim::check_durable(uint32_t shard) {
   const uint64_t held = durable_[shard]->commits(), acked = acked_commits_[shard];
-  if (held < acked)
+  if (held < acked) {
+    result_.acked_commits_lost += acked - held;
     violation(fmt::format(
         "acknowledged push lost: shard {} crashed at t={:.6f}s with {} commits in its store "
         "but had acknowledged a push of commit {}",
         shard, double(now()) / 1e9, held, acked));
+  }
   acked_commits_[shard] = std::min(acked, held);
 }
 

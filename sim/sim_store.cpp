@@ -2,19 +2,31 @@
 
 namespace colony::sim {
 
-void DurableRows::write(std::unordered_map<uint64_t, std::vector<float>>& batch) {
+void DurableRows::write(std::unordered_map<uint64_t, std::vector<float>>& batch,
+                        const std::vector<std::pair<uint64_t, uint32_t>>& clocks) {
   Undo undo;
-  undo.reserve(batch.size());
+  undo.rows.reserve(batch.size());
   for (auto& [key, row] : batch) {
     auto it = rows_.find(key);
     if (it == rows_.end()) {
-      undo.emplace_back(key, std::nullopt);
+      undo.rows.emplace_back(key, std::nullopt);
       rows_.emplace(key, std::move(row));
     } else {
-      undo.emplace_back(key, std::move(it->second));
+      undo.rows.emplace_back(key, std::move(it->second));
       it->second = std::move(row);
     }
   }
+  for (auto [sender, clock] : clocks) {
+    auto it = clocks_.find(sender);
+    if (it != clocks_.end() && clock <= it->second) applied_twice_.emplace_back(sender, clock);
+    undo.clocks.emplace_back(
+        sender, it == clocks_.end() ? std::nullopt : std::optional<uint32_t>(it->second));
+    clocks_[sender] = clock;
+  }
+  remember(std::move(undo));
+}
+
+void DurableRows::remember(Undo undo) {
   ++commits_;
   undo_.push_back(std::move(undo));
   if (undo_.size() > undo_max) undo_.pop_front();
@@ -23,7 +35,7 @@ void DurableRows::write(std::unordered_map<uint64_t, std::vector<float>>& batch)
 void DurableRows::erase(uint64_t key, Undo& undo) {
   auto it = rows_.find(key);
   if (it == rows_.end()) return;
-  undo.emplace_back(key, std::move(it->second));
+  undo.rows.emplace_back(key, std::move(it->second));
   rows_.erase(it);
 }
 
@@ -31,11 +43,17 @@ uint64_t DurableRows::lose_tail(uint64_t n) {
   uint64_t undone = 0;
   for (; undone < n && !undo_.empty(); ++undone) {
     Undo& u = undo_.back();
-    for (auto it = u.rbegin(); it != u.rend(); ++it) {
+    for (auto it = u.rows.rbegin(); it != u.rows.rend(); ++it) {
       if (it->second)
         rows_[it->first] = std::move(*it->second);
       else
         rows_.erase(it->first);
+    }
+    for (auto it = u.clocks.rbegin(); it != u.clocks.rend(); ++it) {
+      if (it->second)
+        clocks_[it->first] = *it->second;
+      else
+        clocks_.erase(it->first);
     }
     undo_.pop_back();
     --commits_;
@@ -45,7 +63,8 @@ uint64_t DurableRows::lose_tail(uint64_t n) {
 
 class SimRowStore final : public RowStore {
  public:
-  explicit SimRowStore(std::shared_ptr<DurableRows> rows) : rows_(std::move(rows)) {}
+  SimRowStore(std::shared_ptr<DurableRows> rows, bool forget_clocks)
+      : rows_(std::move(rows)), forget_clocks_(forget_clocks) {}
   float* find(uint64_t key) override {
     if (auto it = batch_.find(key); it != batch_.end()) return it->second.data();
     auto it = rows_->rows_.find(key);
@@ -79,24 +98,31 @@ class SimRowStore final : public RowStore {
       rows_->erase(k, undo);
     }
     // An erase is a commit of its own: it survives a crash.
-    ++rows_->commits_;
-    rows_->undo_.push_back(std::move(undo));
-    if (rows_->undo_.size() > DurableRows::undo_max) rows_->undo_.pop_front();
+    rows_->remember(std::move(undo));
     return {};
   }
   Status commit() override {
-    if (!batch_.empty()) rows_->write(batch_);
+    if (!batch_.empty() || !staged_clocks_.empty()) rows_->write(batch_, staged_clocks_);
     batch_.clear();
+    staged_clocks_.clear();
     return {};
+  }
+  void stage_clock(uint64_t sender, uint32_t clock) override {
+    staged_clocks_.emplace_back(sender, clock);
+  }
+  std::map<uint64_t, uint32_t> committed_clocks() const override {
+    return forget_clocks_ ? std::map<uint64_t, uint32_t>{} : rows_->clocks();
   }
 
  private:
   std::shared_ptr<DurableRows> rows_;
+  const bool forget_clocks_;
   std::unordered_map<uint64_t, std::vector<float>> batch_;  // handed out since the last commit
+  std::vector<std::pair<uint64_t, uint32_t>> staged_clocks_;
 };
 
-std::unique_ptr<RowStore> open_sim_store(std::shared_ptr<DurableRows> rows) {
-  return std::make_unique<SimRowStore>(std::move(rows));
+std::unique_ptr<RowStore> open_sim_store(std::shared_ptr<DurableRows> rows, bool forget_clocks) {
+  return std::make_unique<SimRowStore>(std::move(rows), forget_clocks);
 }
 
 }  // namespace colony::sim

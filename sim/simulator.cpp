@@ -16,8 +16,8 @@ constexpr uint32_t gpus_max = 64;
 constexpr uint32_t steps_max = 10'000'000;
 constexpr uint32_t batch_max = 1u << 24;
 constexpr double days_max = 3650;
-const char* const fault_sites[] = {"skip_ssp_gate", "lose_log_tail", "skip_resync",
-                                   "garble_control", "forge_ps"};
+const char* const fault_sites[] = {"skip_ssp_gate",  "lose_log_tail", "skip_resync",
+                                   "garble_control", "forge_ps",      "forget_clocks"};
 }  // namespace
 
 Status validate(const SimOptions& o) {
@@ -74,7 +74,7 @@ Status validate(const SimOptions& o) {
     if (std::find(std::begin(fault_sites), std::end(fault_sites), s) == std::end(fault_sites))
       return Status::invalid_input("--fault-site " + s +
                                    ": not one of skip_ssp_gate, lose_log_tail, skip_resync, "
-                                   "garble_control, forge_ps");
+                                   "garble_control, forge_ps, forget_clocks");
   if (o.numerics == Numerics::full && o.days == 0 && uint64_t{o.nodes} * o.gpus_per_node > 4096)
     return Status::invalid_input(
         "--numerics full runs the real cores: at most 4096 workers (use modelled)");

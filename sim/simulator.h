@@ -95,7 +95,8 @@ struct SimOptions {
   // Seeded fault sites (BUGGIFY): each is switched on for a run with probability 1/2 drawn
   // from the seed when `buggify` is set, or forced on by name.
   bool buggify = false;
-  // "skip_ssp_gate", "lose_log_tail", "skip_resync", "garble_control", "forge_ps"
+  // "skip_ssp_gate", "lose_log_tail", "skip_resync", "garble_control", "forge_ps",
+  // "forget_clocks"
   std::vector<std::string> force_sites;
   // A live worker must complete a step within this long after the last fault heals (0: a
   // bound derived from the step time).
@@ -166,6 +167,11 @@ struct SimResult {
   // ShardCore::begin_resync, KvClient::resync on ShardsRestarted).
   uint32_t ps_restarts = 0;
   uint64_t resyncs = 0;
+  // What the invariants count across ps crashes (each is a violation too): store commits a
+  // shard had acknowledged pushes of and its store did not hold at the crash, and pushes a
+  // restarted shard committed a second time (a re-sent one its store already held).
+  uint64_t acked_commits_lost = 0;
+  uint64_t pushes_applied_twice = 0;
   // The garble_control and forge_ps sites: control messages duplicated, replayed, garbled or
   // sent in another member's name; ps messages forged in another member's name. Every forged or
   // garbled one must be refused: bad_messages counts what the coordinator, the member cores and
