@@ -217,7 +217,8 @@ class Member {
                              ? "acknowledged pushes live in memory until written back"
                              : "every push is on disk before it is acknowledged"));
       for (NodeId n : local) {
-        const ShardConfig sc = shard_config(job, layout, n);
+        ShardConfig sc = shard_config(job, layout, n);
+        sc.write_back_every = write_back_steps(store_spec);
         auto row_floats = ShardCore::row_floats(sc);
         if (!row_floats) return row_floats.status();
         if (w.resume) {

@@ -388,6 +388,8 @@ Status TieredRowStore::commit() {
   }
   for (auto [sender, clock] : staged_clocks_) clocks_[sender] = clock;
   staged_clocks_.clear();
+  if (log_ && log_->bytes() > options_.log_bytes_max)
+    if (Status s = write_back(); !s.ok()) return s;
   return evict_to(capacity_);
 }
 

@@ -117,6 +117,9 @@ struct TieredOptions {
                        << 20;  // rows kept in memory, counting row bytes and per-row overhead
   EvictionPolicy policy = EvictionPolicy::lfu;
   uint64_t seed = 1;  // for sampling eviction candidates
+  // With a push log: once it holds more than this many bytes, commit() writes every dirty row
+  // back and empties it, so the log, and the time to replay it, stay bounded.
+  uint64_t log_bytes_max = uint64_t{64} << 20;
 };
 
 class TieredRowStore final : public RowStore {
@@ -134,7 +137,8 @@ class TieredRowStore final : public RowStore {
   Status erase(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
   // With a push log, appends the rows handed out by find_or_insert since the last commit and the
-  // staged clocks to it; then evicts down to the budget, writing dirty victims back in one batch.
+  // staged clocks to it (and writes back when the log passes options.log_bytes_max); then evicts
+  // down to the budget, writing dirty victims back in one batch.
   Status commit() override;
   // Writes every dirty cached row to the table (write_back) and flushes it.
   Status flush() override;

@@ -282,6 +282,23 @@ BOOST_AUTO_TEST_CASE(a_tiered_store_with_a_push_log_loses_nothing_committed_when
     BOOST_TEST((*again)->stats().log_records_replayed == 52u);  // 50 batches, 1 erasure, 1 more
     BOOST_TEST(fs::exists(fs::path(dir.sub("s")) / "shard-0" / push_log_file_name));
   }
+  // The log is emptied once it passes log_bytes_max: its rows are written back on their own.
+  {
+    TempDir dir;
+    TieredOptions t;
+    t.cache_bytes = 1 << 20;
+    t.log_bytes_max = 4096;
+    TieredRowStore store(open_table(dir.sub("db")), t);
+    auto log = PushLog::open(dir.sub("log"), rf, false);
+    BOOST_REQUIRE(log.ok());
+    PushLog* raw = log->get();
+    BOOST_REQUIRE(store.attach_log(std::move(log.value()), true).ok());
+    std::map<uint64_t, std::vector<float>> expect;
+    exercise(store, expect, 8, 100, 1000);
+    BOOST_TEST(raw->bytes() <= 4096u);
+    BOOST_TEST(store.table().rows() > 0u);  // written back without a flush
+    BOOST_TEST(store.stats().write_batches > 0u);
+  }
   // A store opened without a log replays the one its folder holds, then removes it.
   TempDir dir;
   auto spec = parse_store_spec("rocksdb:" + dir.sub("s"), 1 << 20);

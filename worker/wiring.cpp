@@ -94,8 +94,13 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
   sc.admit_after = job.admit_after;
   sc.checkpoint_every = job.checkpoint_every;
   sc.evict_after = job.evict_after;
-  sc.write_back_every = tiered_write_back_steps;
   return sc;
+}
+
+uint32_t write_back_steps(const StoreSpec& store) {
+  return store.kind == StoreKind::tiered && store.durability == Durability::none
+             ? tiered_write_back_steps
+             : 0;
 }
 
 WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, NodeId replica) {

@@ -10,6 +10,7 @@
 #include "models/model.h"
 #include "ps/cluster_layout.h"
 #include "ps/shard_core.h"
+#include "storage/store_spec.h"
 #include "worker/aggregator_core.h"
 #include "worker/worker_core.h"
 
@@ -37,14 +38,18 @@ std::string dense_shape(const JobSpec& job);
 Status check_daemon_dense_state(const JobSpec& job, uint64_t rows_in_store);
 
 // How often a tiered store's shard writes the rows it holds only in memory back to RocksDB, in
-// steps (ShardConfig::write_back_every): under --durability none, what a crash of a ps process
-// can lose beyond what its last checkpoint or exit wrote; under log or fsync, how long its push
-// log grows before it is emptied. The other stores hold nothing only in memory.
+// steps, under --durability none: what a crash of a ps process can lose beyond what its last
+// checkpoint or exit wrote. The other stores hold nothing only in memory.
 inline constexpr uint32_t tiered_write_back_steps = 20;
+// ShardConfig::write_back_every for a shard over `store`: tiered_write_back_steps for a tiered
+// store under --durability none; 0 otherwise (under log and fsync the tiered store loses nothing
+// and empties its push log itself, TieredOptions::log_bytes_max).
+uint32_t write_back_steps(const StoreSpec& store);
 
 // The shard at node `shard` (a shard node of `layout`): its optimizer, row initialisation,
 // consistency, senders (every aggregator under hierarchical push, else every replica), map,
-// admission, eviction and checkpoint policies, all from `job`.
+// admission, eviction and checkpoint policies, all from `job` (write_back_every: 0, see
+// write_back_steps).
 ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId shard);
 // The worker replica at node `replica`: its aggregator when its member has one; a deep model's
 // dense optimizer, seed and sync interval.
