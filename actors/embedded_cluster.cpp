@@ -247,6 +247,8 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};
     auto store = open_shard_store(c.store, identity);
     if (!store) return store.status();
+    // This job's senders count their clocks from 0: an earlier run's must not stand for theirs.
+    if (Status cleared = (*store)->clear_clocks(); !cleared.ok()) return cleared;
     shard_configs.push_back(sc);
     identities.push_back(identity);
     auto core = ShardCore::make(sc, std::move(store.value()));

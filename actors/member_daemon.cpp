@@ -240,6 +240,10 @@ class Member {
             w.map.shards, *row_floats};
         auto store = open_shard_store(store_spec, identity);
         if (!store) return store.status();
+        // A new job's senders count their clocks from 0: an earlier job's must not stand for
+        // theirs (a ps resumed mid-job keeps them: they are this job's).
+        if (!w.resume)
+          if (Status cleared = (*store)->clear_clocks(); !cleared.ok()) return cleared;
         if (const StoreStats st = (*store)->stats();
             st.log_records_replayed || st.log_bytes_dropped)
           log_(fmt::format(

@@ -272,6 +272,21 @@ Status RocksTable::read_clocks() {
   return {};
 }
 
+Status RocksTable::clear_clocks() {
+  if (clocks_.empty()) return {};
+  if (!injected_write_failure_.ok()) return injected_write_failure_;
+  rocksdb::WriteBatch b;
+  for (const auto& [sender, clock] : clocks_)
+    b.Delete(meta_, clock_key_prefix + std::to_string(sender));
+  rocksdb::WriteOptions wo;
+  wo.sync = options_.sync_writes;
+  wo.disableWAL = !options_.write_ahead_log;
+  rocksdb::Status s = db_->Write(wo, &b);
+  if (!s.ok()) return error("cannot delete the senders' clocks", s.ToString());
+  clocks_.clear();
+  return {};
+}
+
 Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> rows,
                          uint64_t rows_added,
                          std::span<const std::pair<uint64_t, uint32_t>> clocks) {

@@ -86,6 +86,9 @@ class RocksTable {
   // Every sender's clock written with the rows (write's `clocks`), read when the table opened
   // and kept since: the last push of that sender the rows hold.
   const std::map<uint64_t, uint32_t>& sender_clocks() const { return clocks_; }
+  // Deletes every sender's clock (a new job starts over the rows: its senders count from 0).
+  // Fails with io_error.
+  Status clear_clocks();
   // Deletes the rows of `keys`, all of which are stored, in one atomic batch (with the row
   // count). Fails with io_error.
   Status erase(std::span<const uint64_t> keys);

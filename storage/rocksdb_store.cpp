@@ -429,6 +429,12 @@ Status TieredRowStore::write_back() {
   return log_ ? log_->truncate() : Status();
 }
 
+Status TieredRowStore::clear_clocks() {
+  if (Status s = write_back(); !s.ok()) return s;
+  clocks_.clear();
+  return table_->clear_clocks();
+}
+
 Status TieredRowStore::for_each_in_range(
     uint64_t begin, uint64_t end, const std::function<void(uint64_t, const float*)>& f) const {
   // The table's rows in order, with cached values in place of stale ones, merged with the

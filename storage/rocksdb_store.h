@@ -73,6 +73,7 @@ class RocksRowStore final : public RowStore {
     staged_clocks_.emplace_back(sender, clock);
   }
   std::map<uint64_t, uint32_t> committed_clocks() const override { return table_->sender_clocks(); }
+  Status clear_clocks() override { return table_->clear_clocks(); }
   Status flush() override { return table_->flush(); }
   // RocksDB's Checkpoint of the table (its own identity; `identity` is not used).
   Status checkpoint(const std::string& dir, const StoreIdentity&) override {
@@ -154,6 +155,8 @@ class TieredRowStore final : public RowStore {
   std::map<uint64_t, uint32_t> committed_clocks() const override {
     return log_ ? clocks_ : table_->sender_clocks();
   }
+  // Writes back first (the push log holds clocks too), then forgets them.
+  Status clear_clocks() override;
   // Replays `log` (rows as they were after each logged push, erasures, clocks), writes
   // everything back to the table, empties the log and keeps appending to it from now on; or,
   // with `keep` false, deletes it after the replay (a store opened without a log over a folder

@@ -98,6 +98,10 @@ class RowStore {
     (void)clock;
   }
   virtual std::map<uint64_t, uint32_t> committed_clocks() const { return {}; }
+  // Forgets every committed clock: a new job over the rows of an earlier one (its senders start
+  // again from clock 0, and an earlier job's clocks would make a restarted shard take their
+  // pushes for duplicates). Between batches. Fails with io_error.
+  virtual Status clear_clocks() { return {}; }
   // Writes the rows held only in memory (a tiered store's dirty cached rows) to disk, without
   // flush()'s other work; between batches. Fails with io_error when the write fails.
   virtual Status write_back() { return {}; }
