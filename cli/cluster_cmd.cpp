@@ -189,6 +189,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--cache-bytes", "give each `colony ps` its --cache-bytes"},
       {"--eviction", "the tiered store's policy is not a daemon option yet"},
       {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir"},
+      {"--resume", "give each `colony ps` whose store another job wrote its --resume"},
       {"--replicas-per-node", "start one `colony worker --replicas R` per node"},
       {"--threads", "give each `colony ps` and `colony worker` its --threads"},
       {"--device", "give each `colony worker` its --device"},
@@ -198,11 +199,13 @@ Runner add_coordinator(CLI::App& app) {
       {"--valid-fraction", "hold out validation rows in a file of their own for the daemons"},
       {"--patience", "the daemons do not stop early; `colony train` does"},
   };
-  for (const auto& [flag, where] : not_here)
-    a->elsewhere.push_back(
-        {cmd->add_option(flag, "Not a coordinator option (refused, saying where it goes)")
-             ->group(""),
-         flag, where});
+  for (const auto& [flag, where] : not_here) {
+    const std::string help = "Not a coordinator option (refused, saying where it goes)";
+    // --resume is a flag elsewhere: it takes no value here either.
+    CLI::Option* option = std::string_view(flag) == "--resume" ? cmd->add_flag(flag, help)
+                                                               : cmd->add_option(flag, help);
+    a->elsewhere.push_back({option->group(""), flag, where});
+  }
   add_common(cmd, a->common);
   return [a]() {
     const DaemonLog log = make_log("coordinator");
@@ -405,6 +408,7 @@ struct MemberArgs {
   MemberDaemonOptions options;
   std::string store = "memory";
   size_t cache_bytes = 0;
+  bool resume = false;  // ps: continue another job's store
   std::string device = "cpu";
 };
 
@@ -443,6 +447,10 @@ Runner add_member(CLI::App& app, MemberRole role) {
         "--checkpoint-dir", o.checkpoint_dir,
         "Where this ps writes its shards' checkpoints when the job has --checkpoint-every "
         "(default with rocksdb:DIR: DIR/checkpoints)");
+    cmd->add_flag("--resume", a->resume,
+                  "Continue the rows of a store another job wrote (same shard, shard count, row "
+                  "size and optimizer), which becomes this job's; without it such a store is "
+                  "refused");
   } else {
     cmd->add_option("--data", o.data, "Training file (libsvm, Criteo TSV or a binary cache)")
         ->required();
@@ -465,6 +473,7 @@ Runner add_member(CLI::App& app, MemberRole role) {
       auto store = parse_store_spec(a->store, a->cache_bytes);
       if (!store) return fail(store.status());
       o.store = *store;
+      if (Status s = set_resume(o.store, a->resume); !s.ok()) return fail(s);
     } else {
       auto device = parse_device(a->device);
       if (!device) return fail(device.status());

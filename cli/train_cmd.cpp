@@ -26,6 +26,7 @@ struct TrainArgs {
   size_t cache_bytes = 0;
   std::string eviction = "lfu";
   std::string durability;
+  bool resume = false;
   std::string engine = "cluster";
   std::string device = "cpu";
   std::string consistency = "bsp";
@@ -74,6 +75,10 @@ Runner add_train(CLI::App& app) {
       "--cache-bytes", a->cache_bytes,
       "With rocksdb:DIR: keep hot rows in this many bytes of memory (all shards together) "
       "over RocksDB, writing rows back when evicted (tiered store)");
+  cmd->add_flag("--resume", a->resume,
+                "With rocksdb:DIR: continue the rows of a store another job wrote (same shard "
+                "count, row size and optimizer), which becomes this job's; without it such a "
+                "store is refused");
   cmd->add_option("--durability", a->durability,
                   "What a shard's acknowledgement of a push promises: none (memory only), log (on "
                   "disk: survives a crash of the process) or fsync (synced: survives a crash of "
@@ -173,6 +178,7 @@ Runner add_train(CLI::App& app) {
       if (!d) return fail(d.status());
       if (Status s = set_durability(cluster.store, *d); !s.ok()) return fail(s);
     }
+    if (Status s = set_resume(cluster.store, a->resume); !s.ok()) return fail(s);
     if (a->engine == "local" && cluster.admit_after > 1)
       return fail(Status::invalid_input(
           "--admit-after: feature admission runs in the PS shards; use --engine cluster"));

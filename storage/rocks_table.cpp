@@ -156,14 +156,35 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   stored.row_floats = size_t(n);
   if (Status e = read_number(key_rows, t->rows_); !e.ok()) return e;
   if (Status e = t->read_clocks(); !e.ok()) return e;
-  if (stored.cluster_id != identity.cluster_id || stored.shard_index != identity.shard_index ||
-      stored.shards != identity.shards || stored.row_floats != identity.row_floats)
-    return Status::invalid_input(
-        fmt::format("{}: this store was written by {}; this job is {}. Refusing to train on it: "
-                    "point the store "
-                    "elsewhere, or remove the folder to start from scratch",
-                    options.path, describe(stored), describe(identity)));
-  t->identity_ = stored;
+  // The optimizer named in a job fingerprint (actors/embedded_cluster.h store_fingerprint):
+  // rows of the same size may hold another optimizer's state, which --resume must not take.
+  auto optimizer_of = [](const std::string& id) {
+    const size_t at = id.find("optimizer=");
+    return at == std::string::npos ? std::string() : id.substr(at, id.find(' ', at) - at);
+  };
+  const bool same_layout = stored.shard_index == identity.shard_index &&
+                           stored.shards == identity.shards &&
+                           stored.row_floats == identity.row_floats &&
+                           optimizer_of(stored.cluster_id) == optimizer_of(identity.cluster_id);
+  if (same_layout && stored.cluster_id == identity.cluster_id) {
+    t->identity_ = stored;
+    return t;
+  }
+  if (!same_layout || !options.adopt)
+    return Status::invalid_input(fmt::format(
+        "{}: this store was written by {}; this job is {}. Refusing to train on it: point the "
+        "store elsewhere, remove the folder to start from scratch{}",
+        options.path, describe(stored), describe(identity),
+        !same_layout ? std::string(" (--resume continues another job's rows only with the same "
+                                   "shard, shard count, row size and optimizer)")
+                     : std::string(", or give --resume to continue its rows in this job")));
+  // --resume: the rows become this job's, and so does the store.
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  s = t->db_->Put(wo, t->meta_, key_cluster, identity.cluster_id);
+  if (!s.ok()) return t->error("cannot write the store's new identity", s.ToString());
+  t->adopted_from_ = stored.cluster_id;
+  t->identity_ = identity;
   return t;
 }
 

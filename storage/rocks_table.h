@@ -50,13 +50,18 @@ struct RocksTableOptions {
   bool create_if_missing = true;  // false: a missing database is not_found
   bool sync_writes = false;
   bool write_ahead_log = true;  // false: writes reach the disk only when the memtables flush
+  // `--resume`: a store another job wrote, with the same shard, shard count and row size (and the
+  // same `optimizer=` in the identity, when both name one), is continued and becomes this job's
+  // (its identity is rewritten) instead of being refused.
+  bool adopt = false;
 };
 
 class RocksTable {
  public:
   // Opens (or creates) the database at options.path for `identity`. Fails with
   // invalid_input when it was written by another cluster, shard, shard count or row size
-  // (the message names the path and both identities), not_found when it is missing and
+  // (the message names the path and both identities; with options.adopt only another shard,
+  // shard count, row size or optimizer is refused), not_found when it is missing and
   // !create_if_missing, io_error when RocksDB cannot open it (corruption, permissions, a
   // lock held by another process).
   static Expected<std::unique_ptr<RocksTable>> open(const RocksTableOptions& options,
@@ -67,6 +72,8 @@ class RocksTable {
 
   const std::string& path() const { return options_.path; }
   const StoreIdentity& identity() const { return identity_; }
+  // The cluster id (job) that wrote the store before options.adopt took it over; empty if none.
+  const std::string& adopted_from() const { return adopted_from_; }
   size_t row_floats() const { return identity_.row_floats; }
   uint64_t rows() const { return rows_; }
 
@@ -113,6 +120,7 @@ class RocksTable {
 
   RocksTableOptions options_;
   StoreIdentity identity_;
+  std::string adopted_from_;
   uint64_t rows_ = 0;
   std::map<uint64_t, uint32_t> clocks_;
   std::unique_ptr<rocksdb::DB> db_;

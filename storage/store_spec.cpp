@@ -50,6 +50,15 @@ const char* to_string(Durability durability) {
   return "?";
 }
 
+Status set_resume(StoreSpec& spec, bool resume) {
+  if (resume && spec.kind == StoreKind::memory)
+    return Status::invalid_input(
+        "--resume: the memory store holds no earlier rows; it continues a store on disk "
+        "(--store rocksdb:DIR)");
+  spec.resume = resume;
+  return {};
+}
+
 Status set_durability(StoreSpec& spec, Durability durability) {
   if (spec.kind == StoreKind::memory && durability != Durability::none)
     return Status::invalid_input(fmt::format(
@@ -85,6 +94,7 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   o.path = shard_store_path(spec.dir, identity.shard_index);
   o.block_cache_bytes = spec.block_cache_bytes;
   o.sync_writes = spec.durability == Durability::fsync;
+  o.adopt = spec.resume;
   // The tiered store's write-backs keep RocksDB's log: they are what its push log relies on.
   o.write_ahead_log = spec.kind == StoreKind::tiered || spec.durability != Durability::none;
   auto table = RocksTable::open(o, identity);

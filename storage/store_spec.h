@@ -47,6 +47,7 @@ struct StoreSpec {
   EvictionPolicy policy = EvictionPolicy::lfu;
   size_t block_cache_bytes = size_t{64} << 20;  // per shard
   Durability durability = Durability::none;     // parse_store_spec sets the store's default
+  bool resume = false;  // `--resume`: continue another job's rows (RocksTableOptions::adopt)
 };
 
 // Parses the `--store` text ("memory" or "rocksdb:DIR") with `--cache-bytes` (0 = not given).
@@ -59,6 +60,9 @@ std::string to_string(const StoreSpec& spec);
 // is named as not available in this version).
 Expected<Durability> parse_durability(const std::string& text);
 const char* to_string(Durability durability);
+// `--resume`: lets `spec` continue a store another job wrote (StoreSpec::resume). Fails with
+// invalid_input naming --resume for the memory store, which holds no earlier rows.
+Status set_resume(StoreSpec& spec, bool resume);
 // Gives `spec` the job's durability. Fails with invalid_input naming --durability when the store
 // cannot give it (log or fsync of the memory store, which keeps nothing on disk).
 Status set_durability(StoreSpec& spec, Durability durability);

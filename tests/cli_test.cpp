@@ -9,6 +9,7 @@
 #include <string>
 
 #include "tests/cli_fixture.h"
+#include "tests/temp_dir.h"
 #include "worker/train_job.h"
 
 namespace fs = std::filesystem;
@@ -110,6 +111,31 @@ BOOST_AUTO_TEST_CASE(durabilities_a_store_cannot_give_are_refused_naming_the_fla
   BOOST_TEST(
       r.err.find("--durability \"always\": expected none, log or fsync") != std::string::npos,
       r.err);
+}
+
+// Issue 14: a store another job wrote (here another --seed) is refused naming --resume; with
+// --resume it is continued and becomes the new job's; the memory store and the coordinator
+// refuse the flag, saying where it goes.
+BOOST_AUTO_TEST_CASE(another_jobs_store_is_continued_only_with_resume) {
+  colony::testing::TempDir dir("cli-resume");
+  const std::string store = " --rows 3000 --test-rows 500 --store rocksdb:" + dir.sub("s");
+  BOOST_REQUIRE(run("train --seed 1" + store).code == 0);
+  Run r = run("train --seed 2" + store);
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("give --resume to continue its rows") != std::string::npos, r.err);
+  r = run("train --seed 2 --resume" + store);
+  BOOST_TEST(r.code == 0, r.err);
+  r = run("train --seed 2" + store);  // the store is the second job's now
+  BOOST_TEST(r.code == 0, r.err);
+  r = run("train --resume --rows 100 --test-rows 10");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--resume: the memory store holds no earlier rows") != std::string::npos,
+             r.err);
+  r = run("coordinator --listen tcp://127.0.0.1:1 --insecure --resume");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("give each `colony ps` whose store another job wrote its --resume") !=
+                 std::string::npos,
+             r.err);
 }
 
 // --device: a bad value, and a CUDA device this machine cannot give (built without CUDA, no

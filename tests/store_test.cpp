@@ -393,6 +393,49 @@ BOOST_AUTO_TEST_CASE(a_store_of_another_cluster_shard_or_row_size_is_refused_nam
   BOOST_TEST(RocksTable::open(o, ident).ok());  // and the rightful owner still opens it
 }
 
+// Issue 14: --resume (RocksTableOptions::adopt) continues another job's rows, with the same
+// layout and optimizer, and makes the store that job's; it never takes rows of another size, shard
+// count or optimizer.
+BOOST_AUTO_TEST_CASE(resume_continues_another_jobs_store_of_the_same_layout_and_makes_it_its_own) {
+  TempDir dir;
+  const StoreIdentity first{"colony-train model=fm width=2 optimizer=ftrl seed=1", 0, 1, rf};
+  const StoreIdentity second{"colony-train model=fm width=2 optimizer=ftrl seed=2", 0, 1, rf};
+  {
+    auto t = open_table(dir.sub("db"), first);
+    const uint64_t key[] = {7};
+    const float row[rf] = {1, 2, 3, 4};
+    BOOST_REQUIRE(t->write(key, row, 1).ok());
+  }
+  RocksTableOptions o;
+  o.path = dir.sub("db");
+  auto refused = RocksTable::open(o, second);
+  BOOST_REQUIRE(!refused.ok());
+  BOOST_TEST(refused.status().message().find("give --resume") != std::string::npos,
+             refused.status().message());
+  for (StoreIdentity other :
+       {StoreIdentity{"colony-train model=fm width=2 optimizer=adam seed=2", 0, 1, rf},
+        StoreIdentity{second.cluster_id, 0, 2, rf},
+        StoreIdentity{second.cluster_id, 0, 1, rf + 1}}) {
+    o.adopt = true;
+    auto t = RocksTable::open(o, other);
+    BOOST_REQUIRE(!t.ok());
+    BOOST_TEST(t.status().message().find("only with the same") != std::string::npos,
+               t.status().message());
+  }
+  {
+    auto t = RocksTable::open(o, second);
+    BOOST_REQUIRE(t.ok());
+    BOOST_TEST((*t)->adopted_from() == first.cluster_id);
+    BOOST_TEST((*t)->rows() == 1u);
+    std::vector<float> got(rf);
+    BOOST_TEST((*t)->get(7, got.data()).value());
+    BOOST_TEST((got == std::vector<float>{1, 2, 3, 4}));
+  }
+  o.adopt = false;
+  BOOST_TEST(RocksTable::open(o, second).ok());  // now the second job's, without --resume
+  BOOST_TEST(!RocksTable::open(o, first).ok());
+}
+
 BOOST_AUTO_TEST_CASE(a_missing_store_is_not_found_when_it_must_exist) {
   TempDir dir;
   RocksTableOptions o;
