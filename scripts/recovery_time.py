@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""How long a killed ps keeps a loopback daemon cluster from training.
+
+Runs the same job twice on 127.0.0.1 (one coordinator, two ps, two workers, --insecure):
+uninterrupted, then with ps 1 killed with SIGKILL partway and started again at once with the same
+flags (what systemd does). Prints, for each --store given, the time from the kill to the
+coordinator's "has resumed shards", and the wall time the crash added to the job, both also as a
+fraction of the uninterrupted job's wall time measured in the same run.
+
+    scripts/recovery_time.py [--colony build/colony] [--rows 200000] [--epochs 4]
+                             [--store rocksdb] [--store tiered]
+
+Timings are of this machine at this moment: compare the fractions, not the seconds.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def start(argv, log):
+    return subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+
+
+def await_line(log, pattern, proc=None, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    rx = re.compile(pattern)
+    while time.monotonic() < deadline:
+        with open(log) as f:
+            m = rx.search(f.read())
+        if m:
+            return m
+        if proc is not None and proc.poll() is not None:
+            sys.exit(f"{log}: exited ({proc.returncode}) before /{pattern}/")
+        time.sleep(0.005)
+    sys.exit(f"{log}: no /{pattern}/ within {timeout} s")
+
+
+def run_job(colony, work, data, store, epochs, kill_after):
+    """Returns (wall seconds, seconds from kill to resumed or None)."""
+    tag = f"{store}-{'kill' if kill_after else 'plain'}"
+    logs = os.path.join(work, tag)
+    os.makedirs(logs)
+    store_root = os.path.join(logs, "store")
+    coord = start([colony, "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure",
+                   "--shards", "2", "--workers", "2", "--epochs", str(epochs), "--no-cache",
+                   "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000",
+                   "--test", os.path.join(data, "test.libsvm")], os.path.join(logs, "c.log"))
+    endpoint = await_line(os.path.join(logs, "c.log"),
+                          r"coordinator listening on (tcp://[0-9.]+:[0-9]+)", coord).group(1)
+    began = time.monotonic()
+
+    def ps_argv(i, listen):
+        a = [colony, "ps", "--coordinator", endpoint, "--listen", listen, "--insecure",
+             "--store", f"rocksdb:{store_root}-{i}"]
+        if store == "tiered":
+            a += ["--cache-bytes", "100000000"]
+        return a
+
+    ps = [start(ps_argv(i, "tcp://127.0.0.1:*"), os.path.join(logs, f"ps{i}.log"))
+          for i in range(2)]
+    ps1_endpoint = await_line(os.path.join(logs, "ps1.log"),
+                              r"ps listening on (tcp://[0-9.]+:[0-9]+)", ps[1]).group(1)
+    workers = [start([colony, "worker", "--coordinator", endpoint, "--listen", "tcp://127.0.0.1:*",
+                      "--insecure", "--data", os.path.join(data, "train.libsvm")],
+                     os.path.join(logs, f"w{i}.log")) for i in range(2)]
+    resumed = None
+    if kill_after:
+        await_line(os.path.join(logs, "w0.log"), "training starts", workers[0])
+        time.sleep(kill_after)
+        killed = time.monotonic()
+        ps[1].send_signal(signal.SIGKILL)
+        ps[1].wait()
+        ps[1] = start(ps_argv(1, ps1_endpoint), os.path.join(logs, "ps1-again.log"))
+        await_line(os.path.join(logs, "c.log"), "has resumed shards", coord)
+        resumed = time.monotonic() - killed
+    for p in [coord] + ps + workers:
+        if p.wait(timeout=600) != 0:
+            sys.exit(f"{tag}: a process failed; logs in {logs}")
+    return time.monotonic() - began, resumed
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--colony", default="build/colony")
+    ap.add_argument("--rows", type=int, default=200000)
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--kill-after", type=float, default=1.0,
+                    help="seconds of training before the kill")
+    ap.add_argument("--store", action="append", choices=["rocksdb", "tiered"])
+    a = ap.parse_args()
+    stores = a.store or ["rocksdb", "tiered"]
+    colony = os.path.abspath(a.colony)
+    work = tempfile.mkdtemp(prefix="colony-recovery-")
+    data = os.path.join(work, "data")
+    subprocess.run([colony, "gen", "--rows", str(a.rows), "--test-rows", "20000", "--seed", "1",
+                    "--out", data], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    print(f"{'store':8} {'kill to resumed':>16} {'of job':>8} {'time added':>11} {'of job':>8}")
+    for store in stores:
+        plain, _ = run_job(colony, work, data, store, a.epochs, 0)
+        killed, resumed = run_job(colony, work, data, store, a.epochs, a.kill_after)
+        print(f"{store:8} {resumed:15.3f}s {resumed / plain:8.3f} {killed - plain:10.3f}s "
+              f"{(killed - plain) / plain:8.3f}")
+    print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps, 2 workers, loopback); "
+          "'of job' is a fraction of the uninterrupted job's wall time in the same run")
+    shutil.rmtree(work, ignore_errors=True)  # kept, with every log, when a run fails
+
+
+if __name__ == "__main__":
+    main()
