@@ -89,6 +89,9 @@ struct MemberDaemonOptions {
   // ps: where its shards' checkpoints go when the job asks for them (--checkpoint-every);
   // empty: DIR/checkpoints for a rocksdb:DIR store (a memory store must be given one).
   std::string checkpoint_dir;
+  // ps (`--resume-from`): a checkpoint step folder (storage/checkpoint.h checkpoint_step) of the
+  // same job; each shard starts from its copy there (restore_shard_store) instead of its store.
+  std::string resume_from;
   std::string data;      // worker: the training file
   ReaderOptions reader;  // worker: cache dir etc. (batch, skip-bad-lines come from the job)
   DeviceChoice device;   // worker: where its replicas' math runs (--device)

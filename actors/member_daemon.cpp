@@ -238,8 +238,17 @@ class Member {
         const StoreIdentity identity{
             fmt::format("cluster-{} {}", o_.cluster_id, store_fingerprint(fingerprinted)), n,
             w.map.shards, *row_floats};
-        auto store = open_shard_store(store_spec, identity);
+        // --resume-from: a new job starts from the checkpoint's rows (a ps resumed mid-job
+        // from its store: they are already there).
+        const std::string copy =
+            o_.resume_from.empty() || w.resume
+                ? std::string()
+                : (std::filesystem::path(o_.resume_from) / fmt::format("shard-{}", n)).string();
+        auto store = copy.empty() ? open_shard_store(store_spec, identity)
+                                  : restore_shard_store(store_spec, identity, copy);
         if (!store) return store.status();
+        if (!copy.empty())
+          log_(fmt::format("shard {}: restored {} rows from {}", n, (*store)->size(), copy));
         // A new job's senders count their clocks from 0: an earlier job's must not stand for
         // theirs (a ps resumed mid-job keeps them: they are this job's).
         if (!w.resume)

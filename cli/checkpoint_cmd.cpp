@@ -15,15 +15,6 @@ struct CheckpointArgs {
   std::string store;
 };
 
-// A step folder, or a checkpoint root whose newest complete checkpoint is meant.
-Expected<std::string> step_folder(const std::string& dir) {
-  if (auto m = read_manifest(dir)) return dir;
-  auto latest = latest_checkpoint(dir);
-  if (!latest)
-    return Status::not_found(latest.status().message() +
-                             " (and it is not a checkpoint step folder)");
-  return latest;
-}
 }  // namespace
 
 Runner add_checkpoint(CLI::App& app) {
@@ -50,7 +41,7 @@ Runner add_checkpoint(CLI::App& app) {
       if (all->empty()) std::printf("no checkpoints in %s\n", a->dir.c_str());
       return 0;
     }
-    auto step = step_folder(a->dir);
+    auto step = checkpoint_step(a->dir);
     if (!step) return fail(step.status());
     if (a->action == "verify") {
       auto rows = verify_checkpoint(*step);

@@ -190,6 +190,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--eviction", "the tiered store's policy is not a daemon option yet"},
       {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir"},
       {"--resume", "give each `colony ps` whose store another job wrote its --resume"},
+      {"--resume-from", "give each `colony ps` its --resume-from"},
       {"--replicas-per-node", "start one `colony worker --replicas R` per node"},
       {"--threads", "give each `colony ps` and `colony worker` its --threads"},
       {"--device", "give each `colony worker` its --device"},
@@ -447,6 +448,9 @@ Runner add_member(CLI::App& app, MemberRole role) {
         "--checkpoint-dir", o.checkpoint_dir,
         "Where this ps writes its shards' checkpoints when the job has --checkpoint-every "
         "(default with rocksdb:DIR: DIR/checkpoints)");
+    cmd->add_option("--resume-from", o.resume_from,
+                    "Start this ps's shards from a checkpoint of the same job: ROOT (its newest "
+                    "complete step) or ROOT/step-S, holding shard-<i> for each shard it hosts");
     cmd->add_flag("--resume", a->resume,
                   "Continue the rows of a store another job wrote (same shard, shard count, row "
                   "size and optimizer), which becomes this job's; without it such a store is "
@@ -474,6 +478,11 @@ Runner add_member(CLI::App& app, MemberRole role) {
       if (!store) return fail(store.status());
       o.store = *store;
       if (Status s = set_resume(o.store, a->resume); !s.ok()) return fail(s);
+      if (!o.resume_from.empty()) {
+        auto step = checkpoint_step(o.resume_from);
+        if (!step) return fail(Status::invalid_input("--resume-from: " + step.status().message()));
+        o.resume_from = *step;
+      }
     } else {
       auto device = parse_device(a->device);
       if (!device) return fail(device.status());

@@ -151,6 +151,15 @@ Expected<std::vector<CheckpointListing>> list_checkpoints(const std::string& roo
   return out;
 }
 
+Expected<std::string> checkpoint_step(const std::string& dir) {
+  if (auto m = read_manifest(dir)) return dir;
+  auto latest = latest_checkpoint(dir);
+  if (!latest)
+    return Status::not_found(latest.status().message() +
+                             " (and it is not a checkpoint step folder)");
+  return latest;
+}
+
 Expected<std::string> latest_checkpoint(const std::string& root) {
   auto all = list_checkpoints(root);
   if (!all) return all.status();

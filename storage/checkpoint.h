@@ -71,6 +71,9 @@ struct CheckpointListing {
 Expected<std::vector<CheckpointListing>> list_checkpoints(const std::string& root);
 // The newest step folder with a readable manifest; not_found (naming root) when there is none.
 Expected<std::string> latest_checkpoint(const std::string& root);
+// `dir` when it is a step folder (it has a readable manifest), else the newest complete
+// checkpoint under it (a root); not_found naming it when it is neither.
+Expected<std::string> checkpoint_step(const std::string& dir);
 
 // Makes ROOT/step-<step> for shard `shard`'s copy and returns ROOT/step-<step>/shard-<shard>,
 // which then does not exist: a shard folder left in a step that has no manifest (a crash while

@@ -836,6 +836,59 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_killed_mid_job_under_durability_log_loses_no_ac
   BOOST_TEST(killed["test_logloss"].get<double>() == plain["test_logloss"].get<double>());
 }
 
+// Issue 14: a daemon cluster restored from its checkpoints. A job checkpoints every 25 steps
+// (both ps into one folder); the same job started again with `colony ps --resume-from ROOT`
+// starts each shard from the newest complete checkpoint's copy, every row of it, over a fresh
+// store (here memory), and trains on.
+BOOST_AUTO_TEST_CASE(a_daemon_cluster_resumes_from_its_checkpoints) {
+  Suite& s = suite();
+  const fs::path root = s.dir / "resume-from-checkpoints";
+  auto job = [&](const std::string& name, const std::vector<std::string>& coordinator_flags,
+                 const std::vector<std::string>& ps_flags) {
+    auto [coord, endpoint] =
+        start_coordinator(name + "-coordinator",
+                          cat(cat(role_key("server"), coordinator_flags),
+                              {"--shards", "2", "--workers", "2", "--no-cache", "--test",
+                               s.test.string(), "--report", (s.dir / (name + ".json")).string()}));
+    std::vector<std::unique_ptr<Child>> members;
+    for (const char* ps : {"ps-0", "ps-1"})
+      members.push_back(start_member(name + "-" + ps, "ps", endpoint, cat(role_key(ps), ps_flags)));
+    for (const char* w : {"worker-0", "worker-1"})
+      members.push_back(start_member(name + "-" + w, "worker", endpoint, role_key(w)));
+    BOOST_TEST(coord->wait() == 0, coord->log());
+    for (auto& c : members) BOOST_TEST(c->wait() == 0, c->log());
+    return members;
+  };
+  job("checkpointed", {"--checkpoint-every", "25"}, {"--checkpoint-dir", root.string()});
+  const fs::path verify = s.dir / "resume-from-verify.log";
+  BOOST_REQUIRE_MESSAGE(
+      run(bin() + " checkpoint verify " + root.string() + " > " + verify.string() + " 2>&1") == 0,
+      slurp(verify));
+  std::smatch m;
+  const std::string verified = slurp(verify);
+  BOOST_REQUIRE(std::regex_search(verified, m, std::regex("ok, ([0-9]+) rows")));
+  const uint64_t checkpointed = std::stoull(m[1]);
+  auto resumed = job("resumed", {}, {"--resume-from", root.string()});
+  uint64_t restored = 0;
+  const std::regex line("shard [0-9]+: restored ([0-9]+) rows from");
+  for (size_t i = 0; i < 2; ++i) {
+    const std::string log = resumed[i]->log();
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), line); it != std::sregex_iterator();
+         ++it)
+      restored += std::stoull((*it)[1]);
+  }
+  BOOST_TEST_MESSAGE("resumed from " << checkpointed << " checkpointed rows: " << restored
+                                     << " restored");
+  BOOST_TEST(checkpointed > 0u);
+  BOOST_TEST(restored == checkpointed);
+  BOOST_TEST(report("resumed.json")["table_rows"].get<uint64_t>() >= checkpointed);
+  // A folder that holds no checkpoint is refused before the ps joins anything.
+  auto bad = start_member("resume-from-bad", "ps", "tcp://127.0.0.1:1",
+                          cat(role_key("ps-0"), {"--resume-from", (s.dir / "nowhere").string()}));
+  BOOST_TEST(bad->wait() == 2);
+  BOOST_TEST(bad->log().find("--resume-from: ") != std::string::npos, bad->log());
+}
+
 // Issue 14: a ps store remembers the job that wrote it (model, width, optimizer, seed), not only
 // the cluster id: another job over it, here under the same default cluster id, is refused naming
 // the store, never silently continued. Runs after the test above, whose store it reuses.
