@@ -297,6 +297,7 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     set_header(w, m->header);
     w.setClock(m->clock);
     w.setResync(m->resync);
+    w.setAckedPush(m->acked_push);
   } else if (auto* m = std::get_if<ShardMapUpdate>(&message)) {
     auto w = ps.initShardMapUpdate();
     set_header(w, m->header);
@@ -413,7 +414,7 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       break;
     case wire::PsMessage::CLOCK_ADVANCE: {
       auto r = ps.getClockAdvance();
-      out = ClockAdvance{get_header(r.getHeader()), r.getClock(), r.getResync()};
+      out = ClockAdvance{get_header(r.getHeader()), r.getClock(), r.getResync(), r.getAckedPush()};
       break;
     }
     case wire::PsMessage::SHARD_MAP_UPDATE: {

@@ -215,7 +215,9 @@ class Member {
         log_(fmt::format("durability {}: {}", to_string(store_spec.durability),
                          store_spec.durability == Durability::none
                              ? "acknowledged pushes live in memory until written back"
-                             : "every push is on disk before it is acknowledged"));
+                         : store_spec.durability == Durability::log
+                             ? "every push is in a log before it is acknowledged"
+                             : "every push is in a log synced to disk before it is acknowledged"));
       for (NodeId n : local) {
         ShardConfig sc = shard_config(job, layout, n);
         sc.write_back_every = write_back_steps(store_spec);

@@ -42,7 +42,7 @@ typename Inspector::result_type inspect(Inspector& f, PushAck& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ClockAdvance& x) {
-  return f(caf::meta::type_name("ClockAdvance"), x.header, x.clock, x.resync);
+  return f(caf::meta::type_name("ClockAdvance"), x.header, x.clock, x.resync, x.acked_push);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardMapUpdate& x) {

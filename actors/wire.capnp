@@ -48,6 +48,7 @@ struct ClockAdvance {
   header @0 :Header;
   clock @1 :UInt32;
   resync @2 :Bool;
+  ackedPush @3 :UInt32;  # with resync: the sender's last acknowledged push to the shard
 }
 struct ShardMapUpdate {
   header @0 :Header;

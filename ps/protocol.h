@@ -66,6 +66,9 @@ struct ClockAdvance {
   // To a shard that restarted (see ShardCore::begin_resync): "my messages start over here;
   // count me at `clock`", followed by the sender's unacknowledged pushes and open pulls.
   bool resync = false;
+  // With resync: the clock of the sender's last push this shard acknowledged (0: none). A store
+  // whose committed clock is behind it lost acknowledged pushes (ShardStats::pushes_lost).
+  uint32_t acked_push = 0;
 };
 
 // Sent in answer to a request made under an old map: the sender adopts the map and retries.

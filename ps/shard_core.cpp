@@ -168,10 +168,10 @@ bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
       // duplicates, acknowledged and not applied again (exactly once).
       auto d = durable_clocks_.find(h.sender);
       const uint32_t committed = d == durable_clocks_.end() ? 0 : d->second;
-      // The resync's clock is the sender's last acknowledged step: what the store lacks of it
-      // was lost.
-      if (clock->clock != clock_done && clock->clock > committed)
-        stats_.pushes_lost += clock->clock - committed;
+      // The sender's last acknowledged push is not in the store: it was lost, with at most every
+      // step between (some may have been clock advances).
+      if (clock->acked_push != clock_done && clock->acked_push > committed)
+        stats_.pushes_lost += clock->acked_push - committed;
       it->second = std::max(clock->clock, committed);
     }
     release_waiting(out);

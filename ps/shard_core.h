@@ -94,10 +94,10 @@ struct ShardStats {
   // Replies sent to a shard (dropped), and pulls past shard_waiting_pulls_per_sender_max
   // (refused with a PsError): a peer's mistake or lie.
   uint64_t messages_refused = 0;
-  // Steps a restarted shard found missing: at each sender's first resync, how far its
-  // acknowledged clock is ahead of the clock the store committed for it (RowStore::
-  // committed_clocks). Zero under --durability log or fsync; under none, what the crash lost (a
-  // tiered store without a log counts from its last write-back, so at most what was lost).
+  // Acknowledged pushes a restarted shard found missing: at each sender's first resync, how far
+  // the clock of its last acknowledged push (ClockAdvance::acked_push) is ahead of the clock the
+  // store committed for it (RowStore::committed_clocks), in steps: at most the pushes lost (some
+  // of those steps may have been clock advances). Zero under --durability log or fsync.
   uint64_t pushes_lost = 0;
 };
 

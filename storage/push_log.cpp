@@ -60,6 +60,11 @@ Expected<std::unique_ptr<PushLog>> PushLog::open(const std::string& path, size_t
   struct stat st {};
   if (::fstat(fd, &st) != 0) return log->fail("stat it");
   log->bytes_ = uint64_t(st.st_size);
+  // Shorter than its header: a crash while the log was being created, before any record.
+  if (log->bytes_ < header_bytes) {
+    if (::ftruncate(fd, 0) != 0) return log->fail("start it again");
+    log->bytes_ = 0;
+  }
   if (log->bytes_ == 0) {
     std::string h(magic, sizeof magic);
     put(h, uint32_t(row_floats));
@@ -70,8 +75,7 @@ Expected<std::unique_ptr<PushLog>> PushLog::open(const std::string& path, size_t
     return log;
   }
   char h[header_bytes];
-  if (log->bytes_ < header_bytes || ::pread(fd, h, sizeof h, 0) != ssize_t(sizeof h) ||
-      std::memcmp(h, magic, sizeof magic) != 0)
+  if (::pread(fd, h, sizeof h, 0) != ssize_t(sizeof h) || std::memcmp(h, magic, sizeof magic) != 0)
     return Status::invalid_input(fmt::format("{}: not a Colony push log", path));
   const uint32_t width = get<uint32_t>(h + 8);
   if (width != row_floats)

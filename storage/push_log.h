@@ -50,8 +50,9 @@ class PushLog {
     uint64_t dropped_bytes = 0;  // a torn or damaged tail, cut off
   };
 
-  // Opens the log at `path`, creating it (with its header) when missing; `sync`: every append
-  // and truncate is followed by fdatasync. Fails as the header says.
+  // Opens the log at `path`, creating it (with its header) when missing or shorter than its
+  // header (a crash while it was created); `sync`: every append and truncate is followed by
+  // fdatasync. Fails as the header says.
   static Expected<std::unique_ptr<PushLog>> open(const std::string& path, size_t row_floats,
                                                  bool sync);
   ~PushLog();

@@ -238,6 +238,11 @@ BOOST_AUTO_TEST_CASE(a_push_log_replays_whole_records_in_order_and_cuts_a_torn_t
   BOOST_TEST(other.status().message().find(path) != std::string::npos);
   { std::ofstream(dir.sub("text")) << "not a log at all"; }
   BOOST_TEST(!PushLog::open(dir.sub("text"), rf, false).ok());
+  // Shorter than a header: a crash while the log was created; it starts again, empty.
+  { std::ofstream(dir.sub("short")) << "COLO"; }
+  auto fresh = PushLog::open(dir.sub("short"), rf, false);
+  BOOST_REQUIRE(fresh.ok());
+  BOOST_TEST((*fresh)->bytes() == 16u);
 }
 
 // Issue 14: a tiered store under --durability log or fsync appends every committed batch to its

@@ -240,6 +240,8 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                   random_floats(rng, n * width)},
       PushAck{random_header(rng)},
       ClockAdvance{random_header(rng), clock_done},
+      ClockAdvance{random_header(rng), static_cast<uint32_t>(rng.next()), true,
+                   static_cast<uint32_t>(rng.next())},
       ShardMapUpdate{random_header(rng), rng.next(), static_cast<uint32_t>(rng.next()),
                      static_cast<uint32_t>(rng.next()), rng.next()},
       PsError{random_header(rng), PsErrorCode::out_of_order, std::string(rng.next() % 50, 'x')},

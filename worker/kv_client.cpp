@@ -20,7 +20,8 @@ KvClient::KvClient(const Options& options, ShardMap map)
     : options_(options),
       map_(std::move(map)),
       sent_(map_.shards()),
-      last_clock_(map_.shards(), 0) {}
+      last_clock_(map_.shards(), 0),
+      acked_push_(map_.shards(), 0) {}
 
 void KvClient::log_sent(uint32_t shard, Sent sent) {
   last_clock_[shard] = sent.clock;
@@ -128,7 +129,9 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
   const NodeId node = options_.shard_nodes[shard];
   auto& log = sent_[shard];
   const uint32_t base = log.empty() ? last_clock_[shard] : log.front().clock - 1;
-  out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, base, true}});
+  out.push_back(
+      {node, ClockAdvance{
+                 {options_.id, next_request_++, map_.version()}, base, true, acked_push_[shard]}});
   for (Sent& s : log) {
     if (!s.is_push) {
       out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
@@ -208,7 +211,10 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     if (options_.keep_for_resync && ticket != 0) {
       auto& log = sent_[shard];
       for (Sent& s : log)
-        if (s.is_push && s.request_id == ack->header.request_id) s.acked = true;
+        if (s.is_push && s.request_id == ack->header.request_id) {
+          s.acked = true;
+          acked_push_[shard] = std::max(acked_push_[shard], s.clock);
+        }
       while (!log.empty() && (!log.front().is_push || log.front().acked)) log.pop_front();
     }
     auto it = open_.find(ticket);

@@ -124,6 +124,7 @@ class KvClient {
   uint64_t pushes_resent_ = 0;
   std::vector<std::deque<Sent>> sent_;  // per shard (keep_for_resync)
   std::vector<uint32_t> last_clock_;    // per shard: the clock of the latest push or advance
+  std::vector<uint32_t> acked_push_;    // per shard: the clock of the latest acknowledged push
   Status error_;
 };
 
