@@ -1,17 +1,20 @@
 #!/usr/bin/env python3
-"""How long a killed ps keeps a loopback daemon cluster from training.
+"""How long a killed ps keeps a loopback daemon cluster from training, and what durability costs.
 
-Runs the same job twice on 127.0.0.1 (one coordinator, two ps, two workers, --insecure):
-uninterrupted, then with ps 1 killed with SIGKILL partway and started again at once with the same
-flags (what systemd does). Prints, for each --store given, the time from the kill to the
-coordinator's "has resumed shards", and the wall time the crash added to the job, both also as a
+Runs the same job on 127.0.0.1 (one coordinator, two ps, two workers, --insecure) over each store:
+memory (the baseline), rocksdb and tiered (both under the default --durability log). For each it
+prints the uninterrupted job's samples/s as a ratio to the memory store's on the same daemons;
+for rocksdb and tiered it runs the job again with ps 1 killed with SIGKILL partway and started
+again at once with the same flags (what systemd does), and prints the time from the kill to the
+coordinator's "has resumed shards" and the wall time the crash added to the job, both also as a
 fraction of the uninterrupted job's wall time measured in the same run.
 
     scripts/recovery_time.py [--colony build/colony] [--rows 200000] [--epochs 4]
-                             [--store rocksdb] [--store tiered]
+                             [--store memory] [--store rocksdb] [--store tiered]
 
-Timings are of this machine at this moment: compare the fractions, not the seconds.
+Timings are of this machine at this moment: compare the ratios, not the seconds.
 """
+import json
 import argparse
 import os
 import re
@@ -42,7 +45,7 @@ def await_line(log, pattern, proc=None, timeout=120.0):
 
 
 def run_job(colony, work, data, store, epochs, kill_after):
-    """Returns (wall seconds, seconds from kill to resumed or None)."""
+    """Returns (wall seconds, seconds from kill to resumed or None, samples/s reported)."""
     tag = f"{store}-{'kill' if kill_after else 'plain'}"
     logs = os.path.join(work, tag)
     os.makedirs(logs)
@@ -50,14 +53,15 @@ def run_job(colony, work, data, store, epochs, kill_after):
     coord = start([colony, "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure",
                    "--shards", "2", "--workers", "2", "--epochs", str(epochs), "--no-cache",
                    "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000",
-                   "--test", os.path.join(data, "test.libsvm")], os.path.join(logs, "c.log"))
+                   "--test", os.path.join(data, "test.libsvm"),
+                   "--report", os.path.join(logs, "report.json")], os.path.join(logs, "c.log"))
     endpoint = await_line(os.path.join(logs, "c.log"),
                           r"coordinator listening on (tcp://[0-9.]+:[0-9]+)", coord).group(1)
     began = time.monotonic()
 
     def ps_argv(i, listen):
         a = [colony, "ps", "--coordinator", endpoint, "--listen", listen, "--insecure",
-             "--store", f"rocksdb:{store_root}-{i}"]
+             "--store", "memory" if store == "memory" else f"rocksdb:{store_root}-{i}"]
         if store == "tiered":
             a += ["--cache-bytes", "100000000"]
         return a
@@ -82,7 +86,9 @@ def run_job(colony, work, data, store, epochs, kill_after):
     for p in [coord] + ps + workers:
         if p.wait(timeout=600) != 0:
             sys.exit(f"{tag}: a process failed; logs in {logs}")
-    return time.monotonic() - began, resumed
+    with open(os.path.join(logs, "report.json")) as f:
+        sps = json.load(f)["samples_per_sec"]
+    return time.monotonic() - began, resumed, sps
 
 
 def main():
@@ -92,21 +98,29 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--kill-after", type=float, default=1.0,
                     help="seconds of training before the kill")
-    ap.add_argument("--store", action="append", choices=["rocksdb", "tiered"])
+    ap.add_argument("--store", action="append", choices=["memory", "rocksdb", "tiered"])
     a = ap.parse_args()
-    stores = a.store or ["rocksdb", "tiered"]
+    stores = a.store or ["memory", "rocksdb", "tiered"]
     colony = os.path.abspath(a.colony)
     work = tempfile.mkdtemp(prefix="colony-recovery-")
     data = os.path.join(work, "data")
     subprocess.run([colony, "gen", "--rows", str(a.rows), "--test-rows", "20000", "--seed", "1",
                     "--out", data], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    print(f"{'store':8} {'kill to resumed':>16} {'of job':>8} {'time added':>11} {'of job':>8}")
+    print(f"{'store':8} {'samples/s':>10} {'of memory':>10} {'kill to resumed':>16} {'of job':>8} "
+          f"{'time added':>11} {'of job':>8}")
+    memory_sps = None
     for store in stores:
-        plain, _ = run_job(colony, work, data, store, a.epochs, 0)
-        killed, resumed = run_job(colony, work, data, store, a.epochs, a.kill_after)
-        print(f"{store:8} {resumed:15.3f}s {resumed / plain:8.3f} {killed - plain:10.3f}s "
-              f"{(killed - plain) / plain:8.3f}")
+        plain, _, sps = run_job(colony, work, data, store, a.epochs, 0)
+        if store == "memory":
+            memory_sps = sps
+        ratio = f"{sps / memory_sps:10.3f}" if memory_sps else f"{'-':>10}"
+        if store == "memory":  # a memory ps that dies takes its rows with it: the job fails
+            print(f"{store:8} {sps:10.0f} {ratio}")
+            continue
+        killed, resumed, _ = run_job(colony, work, data, store, a.epochs, a.kill_after)
+        print(f"{store:8} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "
+              f"{killed - plain:10.3f}s {(killed - plain) / plain:8.3f}")
     print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps, 2 workers, loopback); "
           "'of job' is a fraction of the uninterrupted job's wall time in the same run")
     shutil.rmtree(work, ignore_errors=True)  # kept, with every log, when a run fails
