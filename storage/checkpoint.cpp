@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "storage/dense_file.h"
+#include "storage/push_log.h"
 #include "storage/rocks_table.h"
 #include "storage/store_spec.h"
 
@@ -310,6 +311,12 @@ Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats,
   uint64_t rows = 0;
   uint32_t row_floats = 0;
   for (const std::string& d : shard_dirs) {
+    if (push_log_pending(d))
+      return Status::invalid_input(fmt::format(
+          "{}: its push log ({}) holds pushes not written back yet (the ps or job that had the "
+          "store open did not exit cleanly): run the job that wrote it once more, or start its "
+          "ps again, which replays the log; then export",
+          d, push_log_file_name));
     auto t = RocksTable::open_read_only(d);
     if (!t) return t.status();
     if (row_floats == 0) row_floats = uint32_t((*t)->row_floats());

@@ -108,7 +108,9 @@ Status restore_checkpoint(const std::string& step_dir, const std::string& store_
 //   shards one after another.
 // A serving system needs the first value_floats of each row. `dir` is a checkpoint's step
 // folder (value_floats 0: take it from the manifest) or a store folder (value_floats needed).
-// Returns the rows written. The output is written to a temporary name and renamed.
+// Returns the rows written. The output is written to a temporary name and renamed. A store folder
+// whose push log holds pushes not written back yet (storage/push_log.h) is refused
+// (invalid_input naming it): its table alone would miss them.
 Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats,
                                const std::string& out);
 

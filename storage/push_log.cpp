@@ -47,6 +47,12 @@ Status write_all(int fd, const char* p, size_t n) {
 }
 }  // namespace
 
+bool push_log_pending(const std::string& store_dir) {
+  struct stat st {};
+  const std::string path = store_dir + "/" + push_log_file_name;
+  return ::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) > header_bytes;
+}
+
 Status PushLog::fail(const char* what) const {
   return Status::io_error(fmt::format("{}: cannot {}: {}", path_, what, std::strerror(errno)));
 }

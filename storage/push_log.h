@@ -35,6 +35,11 @@ namespace colony {
 
 inline constexpr const char* push_log_file_name = "COLONY-PUSH-LOG";
 
+// True when the shard store folder `store_dir` has a push log holding records: pushes its table
+// may not hold yet (the ps or job that had it open did not exit cleanly). Opening the store
+// (open_shard_store) replays them; readers of the table alone (export) must not go on without.
+bool push_log_pending(const std::string& store_dir);
+
 class PushLog {
  public:
   enum class Kind : uint32_t { rows = 1, erase = 2 };
