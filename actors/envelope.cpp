@@ -540,7 +540,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setDenseWeightDecay(j.dense_weight_decay);
   w.setDenseMomentum(j.dense_momentum);
   w.setDenseSyncEvery(j.dense_sync_every);
-  w.setDurability(j.durability);
+  w.setDurability(j.durability ? uint8_t(1 + int(*j.durability)) : 0);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -637,8 +637,9 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (j.dense_sync_every < 1 || j.dense_sync_every > control_dense_sync_every_max)
     return Status::invalid_input(fmt::format("dense sync every {} steps, outside 1..{}",
                                              j.dense_sync_every, control_dense_sync_every_max));
-  j.durability = r.getDurability();
-  if (j.durability > 3) return Status::invalid_input(fmt::format("durability {}", j.durability));
+  const uint8_t durability = r.getDurability();
+  if (durability > 3) return Status::invalid_input(fmt::format("durability {}", durability));
+  j.durability = durability ? std::optional(Durability(durability - 1)) : std::nullopt;
   return Status();
 }
 

@@ -209,8 +209,7 @@ class Member {
       // The job says what an acknowledgement promises; a store that cannot keep it is refused.
       StoreSpec store_spec = o_.store;
       if (job.durability)
-        if (Status s = set_durability(store_spec, Durability(job.durability - 1)); !s.ok())
-          return s;
+        if (Status s = set_durability(store_spec, *job.durability); !s.ok()) return s;
       if (job.durability || store_spec.kind != StoreKind::memory)
         log_(fmt::format("durability {}: {}", to_string(store_spec.durability),
                          store_spec.durability == Durability::none

@@ -291,7 +291,7 @@ Runner add_coordinator(CLI::App& app) {
     if (!a->durability.empty()) {
       auto d = parse_durability(a->durability);
       if (!d) return fail(d.status());
-      j.durability = uint8_t(1 + int(*d));
+      j.durability = *d;
     }
     if (Status s = check_daemon_dense_state(j, 0); !s.ok()) return fail(s);
     DaemonSignals signals;
@@ -367,8 +367,8 @@ Runner add_coordinator(CLI::App& app) {
         {"admit_after", j.admit_after},
         {"evict_after", j.evict_after},
         {"checkpoints", r->totals.checkpoints},
-        {"durability", j.durability ? to_string(Durability(j.durability - 1))
-                                    : "default (none for memory, log on disk)"},
+        {"durability",
+         j.durability ? to_string(*j.durability) : "default (none for memory, log on disk)"},
         // The daemons count what a restarted ps lacked in steps (pushes_lost), not in rows:
         // losing a ps with a memory store fails the job.
         {"updates_lost", nullptr},

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "ps/protocol.h"
 #include "ps/shard_map.h"
 #include "storage/checkpoint.h"
+#include "storage/store_spec.h"
 
 namespace colony {
 
@@ -64,9 +66,9 @@ struct JobSpec {
   // step; K > 1, each replica steps on its own gradients and the replicas average their
   // parameters every K steps and once more when they finish (DenseReduce).
   uint32_t dense_sync_every = 1;
-  // What a shard's acknowledgement of a push promises (storage/store_spec.h Durability, as
-  // 1 + its value; 0: each ps store's default, none for memory and log on disk).
-  uint8_t durability = 0;
+  // What a shard's acknowledgement of a push promises (--durability); none given: each ps
+  // store's default, none for memory and log on disk.
+  std::optional<Durability> durability{};
   bool operator==(const JobSpec&) const = default;
 };
 

@@ -107,7 +107,7 @@ Status PushLog::append(const Record& r) {
   put(buf_, uint64_t(r.keys.size()));
   for (auto [sender, clock] : r.clocks) {
     put(buf_, sender);
-    put(buf_, clock);
+    put(buf_, uint64_t(clock));
   }
   buf_.append(reinterpret_cast<const char*>(r.keys.data()), r.keys.size() * sizeof(uint64_t));
   if (r.kind == Kind::rows) buf_.append(reinterpret_cast<const char*>(r.rows.data()), row_bytes);
@@ -139,7 +139,7 @@ Status PushLog::replay(const std::function<Status(const Record&)>& f, Replayed& 
     if (n <= 0) return fail("read it");
     got += size_t(n);
   }
-  std::vector<std::pair<uint64_t, uint64_t>> clocks;
+  std::vector<std::pair<uint64_t, uint32_t>> clocks;
   std::vector<uint64_t> keys;
   std::vector<float> rows;
   size_t at = 0;
@@ -161,8 +161,13 @@ Status PushLog::replay(const std::function<Status(const Record&)>& f, Replayed& 
       break;
     p += 16;
     clocks.clear();
-    for (uint64_t i = 0; i < n_clocks; ++i, p += 16)
-      clocks.emplace_back(get<uint64_t>(p), get<uint64_t>(p + 8));
+    bool clocks_fit = true;
+    for (uint64_t i = 0; i < n_clocks; ++i, p += 16) {
+      const uint64_t clock = get<uint64_t>(p + 8);
+      clocks_fit &= clock <= UINT32_MAX;
+      clocks.emplace_back(get<uint64_t>(p), uint32_t(clock));
+    }
+    if (!clocks_fit) break;
     keys.resize(n_keys);
     std::memcpy(keys.data(), p, n_keys * 8);
     p += n_keys * 8;

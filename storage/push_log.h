@@ -45,7 +45,7 @@ class PushLog {
   enum class Kind : uint32_t { rows = 1, erase = 2 };
   struct Record {
     Kind kind = Kind::rows;
-    std::span<const std::pair<uint64_t, uint64_t>> clocks;  // (sender, clock)
+    std::span<const std::pair<uint64_t, uint32_t>> clocks;  // (sender, clock)
     std::span<const uint64_t> keys;
     std::span<const float> rows;  // keys.size() x row_floats (rows); empty (erase)
   };

@@ -176,7 +176,7 @@ Status TieredRowStore::attach_log(std::unique_ptr<PushLog> log, bool keep) {
   PushLog::Replayed replayed;
   Status s = log->replay(
       [&](const PushLog::Record& r) -> Status {
-        for (auto [sender, clock] : r.clocks) clocks_[sender] = uint32_t(clock);
+        for (auto [sender, clock] : r.clocks) clocks_[sender] = clock;
         if (r.kind == PushLog::Kind::erase) return erase(r.keys);
         if (Status st = load(r.keys); !st.ok()) return st;
         for (size_t i = 0; i < r.keys.size(); ++i)
@@ -378,8 +378,7 @@ Status TieredRowStore::commit() {
     rows_buf_.resize(written_.size() * rf);
     for (size_t i = 0; i < written_.size(); ++i)
       std::memcpy(&rows_buf_[i * rf], arena_.row(index_.at(written_[i])), rf * sizeof(float));
-    log_clocks_.assign(staged_clocks_.begin(), staged_clocks_.end());
-    Status s = log_->append({PushLog::Kind::rows, log_clocks_, written_, rows_buf_});
+    Status s = log_->append({PushLog::Kind::rows, staged_clocks_, written_, rows_buf_});
     written_.clear();
     if (!s.ok()) {
       staged_clocks_.clear();

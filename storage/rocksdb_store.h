@@ -209,7 +209,6 @@ class TieredRowStore final : public RowStore {
   std::vector<uint64_t> written_;  // keys handed out by find_or_insert in this batch
   std::vector<std::pair<uint64_t, uint32_t>> staged_clocks_;
   std::map<uint64_t, uint32_t> clocks_;  // every sender's last committed clock
-  std::vector<std::pair<uint64_t, uint64_t>> log_clocks_;
   std::vector<uint64_t> keys_buf_;
   std::vector<float> rows_buf_;
   std::vector<uint8_t> found_buf_;

@@ -171,7 +171,7 @@ BOOST_AUTO_TEST_CASE(a_senders_clock_is_committed_with_its_rows_and_kept_across_
 BOOST_AUTO_TEST_CASE(a_push_log_replays_whole_records_in_order_and_cuts_a_torn_tail) {
   TempDir dir;
   const std::string path = dir.sub("log");
-  const std::vector<std::pair<uint64_t, uint64_t>> c1{{7, 1}}, c3{{7, 2}, {8, 1}};
+  const std::vector<std::pair<uint64_t, uint32_t>> c1{{7, 1}}, c3{{7, 2}, {8, 1}};
   const std::vector<uint64_t> k1{3, 4}, k2{4}, k3{5};
   const std::vector<float> r1{1, 2, 3, 4, 5, 6, 7, 8}, r3{9, 10, 11, 12};
   uint64_t whole = 0;
@@ -186,7 +186,7 @@ BOOST_AUTO_TEST_CASE(a_push_log_replays_whole_records_in_order_and_cuts_a_torn_t
   fs::resize_file(path, fs::file_size(path) - 5);  // the crash tore the last record
   struct Got {
     PushLog::Kind kind;
-    std::vector<std::pair<uint64_t, uint64_t>> clocks;
+    std::vector<std::pair<uint64_t, uint32_t>> clocks;
     std::vector<uint64_t> keys;
     std::vector<float> rows;
   };

@@ -398,6 +398,7 @@ JobSpec random_job(SplitMix64& rng) {
   j.dense_weight_decay = static_cast<float>(rng.next() % 1000) / 1e4f;
   j.dense_momentum = static_cast<float>(rng.next() % 1000) / 1e3f;
   j.dense_sync_every = 1 + static_cast<uint32_t>(rng.next() % control_dense_sync_every_max);
+  if (const uint64_t d = rng.next() % 4) j.durability = Durability(d - 1);
   return j;
 }
 
@@ -687,10 +688,11 @@ std::vector<uint8_t> raw_ps(uint64_t cluster_id,
 
 }  // namespace
 
-// A JobSpec written without the deep-model fields (as before they existed) reads as the
-// defaults of JobSpec: an LR or FM job, which passes the decoder's checks.
-BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) {
-  const auto bytes = raw_control(1, [](wire::Control::Builder c) {
+namespace {
+// A Welcome of one ps member and an FM job with only the fields an LR or FM job needs set, as a
+// peer that knows no other fields writes it; `more` sets others.
+std::vector<uint8_t> raw_welcome(const std::function<void(wire::JobSpec::Builder)>& more) {
+  return raw_control(1, [&](wire::Control::Builder c) {
     auto w = c.initWelcome();
     auto member = w.initMembers(1)[0];
     member.setCount(1);
@@ -700,9 +702,17 @@ BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) 
     job.setBatch(32);
     job.setEpochs(1);
     job.setMaxInflight(1);
+    more(job);
     w.setHeartbeatMs(100);
     w.setHeartbeatTimeoutMs(1000);
   });
+}
+}  // namespace
+
+// A JobSpec written without the deep-model fields (as before they existed) reads as the
+// defaults of JobSpec: an LR or FM job, which passes the decoder's checks.
+BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) {
+  const auto bytes = raw_welcome([](wire::JobSpec::Builder) {});
   auto back = decode_wire_message(bytes, 1);
   BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
   const JobSpec& j = std::get<Welcome>(back->control.body).job;
@@ -720,6 +730,16 @@ BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) 
   BOOST_TEST(j.dense_weight_decay == defaults.dense_weight_decay);
   BOOST_TEST(j.dense_momentum == defaults.dense_momentum);
   BOOST_TEST(j.dense_sync_every == defaults.dense_sync_every);
+  BOOST_TEST(!j.durability.has_value());  // each ps store's default
+}
+
+// Issue 14: a job's durability off the wire is one the stores know, or the Welcome is refused.
+BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_durability_is_refused) {
+  const auto bytes = raw_welcome([](wire::JobSpec::Builder job) { job.setDurability(4); });
+  auto back = decode_wire_message(bytes, 1);
+  BOOST_REQUIRE(!back.ok());
+  BOOST_TEST(back.status().message().find("durability 4") != std::string::npos,
+             back.status().message());
 }
 
 BOOST_AUTO_TEST_CASE(dense_floats_that_are_not_whole_floats_are_refused) {
