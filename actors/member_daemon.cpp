@@ -127,6 +127,8 @@ class Member {
       for (ControlBody& body : e.control) {
         const bool join = std::holds_alternative<Join>(body);
         fill_counters(body);
+        if (std::holds_alternative<ShardSummary>(body))
+          if (Status s = report_checkpoints_now(); !s.ok() && !e.exit) return s;
         // A Join is not waited for: with no connection yet there is no queue, and the loop must
         // keep its deadlines. An unsent Join is simply sent again next time.
         Status s = send(std::move(body), /*wait=*/!join);
@@ -159,6 +161,18 @@ class Member {
     } else if (auto* h = std::get_if<Heartbeat>(&body)) {
       h->samples = p_.shared->samples.load();
     }
+  }
+
+  // Ahead of a ShardSummary: the checkpoints its shards copied before they answered it (the
+  // last step's, often), so that the coordinator has them before the job ends.
+  Status report_checkpoints_now() {
+    auto copies = p_.inbox.take_checkpoints();
+    if (copies.empty()) return Status();
+    MemberEffects now;
+    core_->checkpointed(std::move(copies), now);
+    for (ControlBody& report : now.control)
+      if (Status s = send(std::move(report)); !s.ok()) return s;
+    return Status();
   }
 
   Status send(ControlBody body, bool wait = true) {
