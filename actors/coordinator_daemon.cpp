@@ -39,6 +39,12 @@ class Coordinator {
     cc.heartbeat_ms = o_.heartbeat_ms;
     cc.heartbeat_timeout_ms = o_.heartbeat_timeout_ms;
     cc.require_all_workers = o_.require_all_workers;
+    cc.dense_shape = dense_shape(o_.job);
+    if (!cc.dense_shape.empty()) {
+      auto model = Model::make(model_spec(o_.job));
+      if (!model) return model.status();
+      cc.dense_params = (*model)->dense_params();
+    }
     for (const AuthorizedKey& k : keys_.authorized) {
       if (k.role == KeyRole::coordinator || k.public_z85 == keys_.server_public) continue;
       cc.key_roles[k.public_z85] = k.role == KeyRole::ps ? std::optional<MemberRole>(MemberRole::ps)

@@ -50,8 +50,10 @@ class Inbox {
   // Waits up to timeout_ms for something; returns the control messages that came.
   std::deque<ControlMessage> wait(uint64_t timeout_ms) {
     std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                 [&] { return !control_.empty() || !done_.empty() || !checkpoints_.empty(); });
+    cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+      return !control_.empty() || !done_.empty() || !checkpoints_.empty() ||
+             !dense_checkpoints_.empty();
+    });
     std::deque<ControlMessage> out;
     out.swap(control_);
     return out;
@@ -69,6 +71,20 @@ class Inbox {
     out.swap(checkpoints_);
     return out;
   }
+  // A deep model's dense layers of a checkpoint step, from the first worker replica's actor.
+  void push_dense_checkpoint(DenseState d) {
+    {
+      std::lock_guard lock(mu_);
+      dense_checkpoints_.push_back(std::move(d));
+    }
+    cv_.notify_one();
+  }
+  std::vector<DenseState> take_dense_checkpoints() {
+    std::lock_guard lock(mu_);
+    std::vector<DenseState> out;
+    out.swap(dense_checkpoints_);
+    return out;
+  }
   std::vector<std::pair<NodeId, Status>> take_done() {
     std::lock_guard lock(mu_);
     std::vector<std::pair<NodeId, Status>> out;
@@ -82,6 +98,7 @@ class Inbox {
   std::deque<ControlMessage> control_;
   std::vector<std::pair<NodeId, Status>> done_;
   std::vector<std::pair<uint32_t, ShardCheckpoint>> checkpoints_;
+  std::vector<DenseState> dense_checkpoints_;
 };
 
 struct Keys {

@@ -643,6 +643,48 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   return Status();
 }
 
+// A float32 blob: a whole number of floats, at most `max` of them.
+Status read_floats(capnp::Data::Reader blob, std::vector<float>& out, size_t max,
+                   const char* what) {
+  if (blob.size() % sizeof(float) != 0)
+    return Status::invalid_input(
+        fmt::format("{} of {} bytes are not a whole number of floats", what, blob.size()));
+  if (blob.size() / sizeof(float) > max)
+    return Status::invalid_input(
+        fmt::format("{} of {} bytes, over {} floats", what, blob.size(), max));
+  out.resize(blob.size() / sizeof(float));
+  if (!out.empty()) std::memcpy(out.data(), blob.begin(), blob.size());
+  return Status();
+}
+
+Status read_dense_state(wire::DenseState::Reader r, DenseState& d) {
+  if (r.getShape().size() > dense_shape_max)
+    return Status::invalid_input(
+        fmt::format("dense shape of {} bytes exceeds {}", r.getShape().size(), dense_shape_max));
+  d.shape.assign(r.getShape().cStr(), r.getShape().size());
+  d.step = r.getStep();
+  if (Status s = read_floats(r.getParams(), d.params, wire_dense_floats_max, "dense parameters");
+      !s.ok())
+    return s;
+  // Adam keeps two moments per parameter; no dense optimizer keeps more.
+  if (Status s = read_floats(r.getOptimizerState(), d.optimizer_state, 2 * wire_dense_floats_max,
+                             "dense optimizer state");
+      !s.ok())
+    return s;
+  d.optimizer_steps = r.getOptimizerSteps();
+  return Status();
+}
+
+void write_dense_state(wire::DenseState::Builder w, const DenseState& d) {
+  w.setShape(d.shape);
+  w.setStep(d.step);
+  w.setParams(kj::arrayPtr(reinterpret_cast<const kj::byte*>(d.params.data()),
+                           d.params.size() * sizeof(float)));
+  w.setOptimizerState(kj::arrayPtr(reinterpret_cast<const kj::byte*>(d.optimizer_state.data()),
+                                   d.optimizer_state.size() * sizeof(float)));
+  w.setOptimizerSteps(d.optimizer_steps);
+}
+
 Status read_checkpointed(wire::Checkpointed::Reader r, uint32_t& step,
                          std::vector<ShardCheckpoint>& shards) {
   step = r.getStep();
@@ -749,16 +791,10 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.counters.cpu_seconds = d.getCpuSeconds();
       x.read_from_cache = d.getReadFromCache();
       x.dense_steps = d.getDenseSteps();
-      auto dense = d.getDense();
-      if (dense.size() % sizeof(float) != 0)
-        return Status::invalid_input(fmt::format(
-            "done's dense parameters of {} bytes are not a whole number of floats", dense.size()));
-      if (dense.size() / sizeof(float) > wire_dense_floats_max)
-        return Status::invalid_input(
-            fmt::format("done's dense parameters of {} bytes, over {} floats", dense.size(),
-                        wire_dense_floats_max));
-      x.dense.resize(dense.size() / sizeof(float));
-      if (dense.size() > 0) std::memcpy(x.dense.data(), dense.begin(), dense.size());
+      if (Status s =
+              read_floats(d.getDense(), x.dense, wire_dense_floats_max, "done's dense parameters");
+          !s.ok())
+        return s;
       m.body = std::move(x);
       return Status();
     }
@@ -829,8 +865,24 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
     }
     case wire::Control::CHECKPOINT_COMPLETE: {
       CheckpointComplete x;
-      if (Status s = read_checkpointed(r.getCheckpointComplete(), x.step, x.shards); !s.ok())
-        return s;
+      auto c = r.getCheckpointComplete();
+      if (Status s = read_checkpointed(c, x.step, x.shards); !s.ok()) return s;
+      if (c.getHasDense()) {
+        x.dense.emplace();
+        if (Status s = read_dense_state(c.getDense(), *x.dense); !s.ok()) return s;
+      }
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::DENSE_CHECKPOINTED: {
+      DenseCheckpointed x;
+      if (Status s = read_dense_state(r.getDenseCheckpointed(), x.state); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::DENSE_START: {
+      DenseStart x;
+      if (Status s = read_dense_state(r.getDenseStart(), x.state); !s.ok()) return s;
       m.body = std::move(x);
       return Status();
     }
@@ -930,7 +982,14 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
         } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
           write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
         } else if constexpr (std::is_same_v<T, CheckpointComplete>) {
-          write_checkpointed(c.initCheckpointComplete(), b.step, b.shards);
+          auto w = c.initCheckpointComplete();
+          write_checkpointed(w, b.step, b.shards);
+          w.setHasDense(b.dense.has_value());
+          if (b.dense) write_dense_state(w.initDense(), *b.dense);
+        } else if constexpr (std::is_same_v<T, DenseCheckpointed>) {
+          write_dense_state(c.initDenseCheckpointed(), b.state);
+        } else if constexpr (std::is_same_v<T, DenseStart>) {
+          write_dense_state(c.initDenseStart(), b.state);
         } else {
           static_assert(std::is_same_v<T, Joined>);
           c.setJoined(b.status);

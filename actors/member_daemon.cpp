@@ -88,7 +88,13 @@ class Member {
       if (Status e = p_.first_error(); !e.ok()) core_->fail(e, fx);
       if (auto copies = p_.inbox.take_checkpoints(); !copies.empty())
         core_->checkpointed(std::move(copies), fx);
-      for (auto& [id, error] : p_.inbox.take_done()) core_->node_done(id, error, fx);
+      // A replica hands in a checkpoint's dense layers before it reports done: taken after the
+      // done reports, they go out ahead of MemberDone, so the coordinator has them before the
+      // job ends.
+      auto done = p_.inbox.take_done();
+      for (DenseState& d : p_.inbox.take_dense_checkpoints())
+        core_->dense_checkpointed(std::move(d), fx);
+      for (auto& [id, error] : done) core_->node_done(id, error, fx);
       if (now_ms() >= core_->next_deadline()) core_->on_timer(now_ms(), fx);
       if (auto exit = carry_out(fx)) return *exit;
       const uint64_t now = now_ms(), deadline = core_->next_deadline();
@@ -103,7 +109,17 @@ class Member {
     while (true) {
       MemberEffects e = std::exchange(fx, MemberEffects{});
       for (const std::string& line : e.log) log_(line);
-      if (e.build) core_->built(build(*e.build), now_ms(), fx);
+      if (e.build) {
+        const Status built = build(*e.build);
+        core_->built(built, now_ms(), fx, std::exchange(resumed_dense_, std::nullopt));
+      }
+      // Before the replicas start: no message has reached their cores yet (they send nothing
+      // before start, and the member core takes no DenseStart after Start).
+      if (e.dense_start)
+        if (Status s = start_dense(*e.dense_start); !s.ok()) {
+          core_->fail(s, fx);
+          e.start = false;
+        }
       if (e.start) {
         for (auto& a : worker_actors_) caf::anon_send(a, start_atom::value);
       }
@@ -195,6 +211,13 @@ class Member {
       local.push_back(n);
     }
     if (o_.role == MemberRole::ps) {
+      // A deep model started from a checkpoint continues its dense layers too: the coordinator
+      // hands them to the workers (MemberCore::built).
+      if (!o_.resume_from.empty() && !w.resume && !dense_shape(job).empty()) {
+        auto dense = resumed_dense(job);
+        if (!dense) return dense.status();
+        resumed_dense_ = std::move(dense.value());
+      }
       if (job.checkpoint_every) {
         checkpoint_root_ = o_.checkpoint_dir;
         if (checkpoint_root_.empty() && o_.store.kind == StoreKind::memory)
@@ -278,7 +301,11 @@ class Member {
         identities_.push_back(identity);
         auto core = ShardCore::make(sc, std::move(store.value()));
         if (!core) return core.status();
-        if (Status st = check_daemon_dense_state(w.job, w.resume ? 0 : (*core)->rows()); !st.ok())
+        // Rows of this job (resumed mid-job) or of a checkpoint (with its dense layers) are not
+        // an earlier run's.
+        if (Status st =
+                check_daemon_dense_state(w.job, w.resume || !copy.empty() ? 0 : (*core)->rows());
+            !st.ok())
           return st;
         if (w.resume) (*core)->begin_resync();
         shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(core.value())));
@@ -328,9 +355,20 @@ class Member {
         };
       });
       p_.extra.push_back(caf::actor_cast<caf::actor>(reporter));
+      // A deep model's checkpoints: the cluster's first replica keeps its dense layers of each
+      // checkpoint step, and the loop sends them to the coordinator (the replicas' are equal).
+      const std::string shape = dense_shape(job);
+      if (!shape.empty() && job.checkpoint_every)
+        p_.shared->after_worker_message = [this, shape](WorkerCore& core) {
+          while (auto state = core.take_dense_checkpoint()) {
+            state->shape = shape;
+            p_.inbox.push_dense_checkpoint(std::move(*state));
+          }
+        };
       for (NodeId n : local) {
         WorkerConfig wc = worker_config(job, layout, n);
         wc.model.device = o_.device;
+        if (!shape.empty() && n == first_worker) wc.dense_checkpoint_every = job.checkpoint_every;
         auto core = WorkerCore::make(wc);
         if (!core) return core.status();
         workers_.push_back(std::shared_ptr<WorkerCore>(std::move(core.value())));
@@ -384,18 +422,61 @@ class Member {
     return c;
   }
 
-  // Every shard has checkpointed `c.step`: this ps writes the step's manifest beside its copies.
+  // Every shard has checkpointed `c.step`: this ps writes the step's dense.bin (a deep model's)
+  // and manifest beside its copies.
   Status write_checkpoint_manifest(const CheckpointComplete& c) {
     const StoreIdentity& id = identities_.front();
-    CheckpointManifest m{c.step,
-                         id.cluster_id,
-                         core_->layout()->shards(),
-                         id.row_floats,
-                         model_spec(core_->welcome().job).width(),
-                         c.shards};
+    const JobSpec& job = core_->welcome().job;
+    CheckpointManifest m{c.step,        id.cluster_id,           core_->layout()->shards(),
+                         id.row_floats, model_spec(job).width(), c.shards};
+    const std::string shape = dense_shape(job);
+    if (shape.empty() != !c.dense || (c.dense && c.dense->shape != shape))
+      return Status::invalid_input(fmt::format(
+          "the coordinator completed the checkpoint of step {} with {}, this job's are \"{}\"",
+          c.step,
+          c.dense ? fmt::format("the dense layers \"{}\"", c.dense->shape)
+                  : std::string("no dense layers"),
+          shape));
+    if (c.dense) {
+      m.dense_shape = c.dense->shape;
+      m.dense_params = c.dense->params.size();
+      const std::string path =
+          (std::filesystem::path(checkpoint_step_dir(checkpoint_root_, c.step)) / dense_file_name)
+              .string();
+      if (Status s = write_dense_state(path, *c.dense); !s.ok()) return s;
+    }
     if (Status s = write_manifest(checkpoint_root_, m); !s.ok()) return s;
     log_(fmt::format("checkpoint of step {} complete: wrote {}", c.step,
                      checkpoint_step_dir(checkpoint_root_, c.step)));
+    return Status();
+  }
+
+  // --resume-from of a deep model: the checkpoint's dense layers, which must be this job's.
+  Expected<DenseState> resumed_dense(const JobSpec& job) const {
+    const std::string path = (std::filesystem::path(o_.resume_from) / dense_file_name).string();
+    const std::string shape = dense_shape(job);
+    auto saved = read_dense_state(path);
+    if (!saved)
+      return Status::invalid_input(
+          fmt::format("--resume-from {}: --model {} needs the checkpoint's dense layers: {}",
+                      o_.resume_from, to_string(model_spec(job).kind), saved.status().message()));
+    if (saved->shape != shape)
+      return Status::invalid_input(
+          fmt::format("--resume-from: {} holds the dense layers of \"{}\"; this job's are \"{}\"",
+                      path, saved->shape, shape));
+    log_(fmt::format("the dense layers of step {} come from {}", saved->step, path));
+    return saved;
+  }
+
+  // A worker: its replicas start from `state` (the coordinator's DenseStart).
+  Status start_dense(const DenseState& state) {
+    const std::string shape = dense_shape(core_->welcome().job);
+    if (state.shape != shape)
+      return Status::invalid_input(fmt::format(
+          "the coordinator sent the dense layers of \"{}\" to start from; this job's are \"{}\"",
+          state.shape, shape));
+    for (const auto& w : workers_)
+      if (Status s = w->restore_dense(state); !s.ok()) return s;
     return Status();
   }
 
@@ -482,8 +563,9 @@ class Member {
   Keys keys_;
   MemberInfo me_;
   std::optional<MemberCore> core_;
-  std::vector<StoreIdentity> identities_;  // of this ps's shards, in node order
-  std::string checkpoint_root_;            // with checkpoints: where they go
+  std::vector<StoreIdentity> identities_;    // of this ps's shards, in node order
+  std::string checkpoint_root_;              // with checkpoints: where they go
+  std::optional<DenseState> resumed_dense_;  // a ps's --resume-from dense layers, until Ready
   const double cpu_start_ = cpu_seconds();
   std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
   std::vector<std::shared_ptr<ShardCore>> shard_cores_;

@@ -203,8 +203,18 @@ struct Control {
     shardSummary @15 :ShardSummary;
     shardsCheckpointed @16 :Checkpointed;
     checkpointComplete @17 :Checkpointed;
+    denseCheckpointed @19 :DenseState;
+    denseStart @20 :DenseState;
   }
   epoch @18 :UInt64;          # nodesLost and shardsRestarted: the coordinator's count of them
+}
+# A deep model's dense layers and their optimizer's state (storage/dense_file.h DenseState).
+struct DenseState {
+  shape @0 :Text;
+  step @1 :UInt32;
+  params @2 :Data;          # float32 blob
+  optimizerState @3 :Data;  # float32 blob
+  optimizerSteps @4 :UInt64;
 }
 struct ShardSummary {
   tableRows @0 :UInt64;
@@ -228,6 +238,8 @@ struct ShardCheckpoint {
 struct Checkpointed {
   step @0 :UInt32;
   shards @1 :List(ShardCheckpoint);
+  hasDense @2 :Bool;        # checkpointComplete of a deep model: `dense` holds its dense layers
+  dense @3 :DenseState;
 }
 struct NodesLost {
   nodes @0 :List(UInt32);

@@ -293,7 +293,6 @@ Runner add_coordinator(CLI::App& app) {
       if (!d) return fail(d.status());
       j.durability = *d;
     }
-    if (Status s = check_daemon_dense_state(j, 0); !s.ok()) return fail(s);
     DaemonSignals signals;
     install_signal_handlers(signals);
     const auto start = std::chrono::steady_clock::now();

@@ -20,6 +20,7 @@
 #include "ps/protocol.h"
 #include "ps/shard_map.h"
 #include "storage/checkpoint.h"
+#include "storage/dense_file.h"
 #include "storage/store_spec.h"
 
 namespace colony {
@@ -246,17 +247,34 @@ struct ShardsCheckpointed {
   std::vector<ShardCheckpoint> shards;
 };
 
-// To every ps member once every shard has checkpointed `step`: the step is complete, and each
-// writes its manifest (storage/checkpoint.h) listing every shard.
+// To every ps member once every shard has checkpointed `step` (and, for a deep model, the first
+// worker replica has handed in its dense layers of that step): the step is complete, and each
+// writes the step's dense.bin (a deep model's) and then its manifest (storage/checkpoint.h)
+// listing every shard.
 struct CheckpointComplete {
   uint32_t step = 0;
   std::vector<ShardCheckpoint> shards;  // by shard index, one per shard of the job
+  std::optional<DenseState> dense{};    // a deep model's dense layers of `step`; none for LR, FM
+};
+
+// From the worker member that hosts the cluster's first worker replica, for a deep model whose
+// job checkpoints: that replica's dense layers and their optimizer state at checkpoint step
+// `state.step` (the replicas' dense layers are equal then: WorkerConfig::dense_checkpoint_every).
+struct DenseCheckpointed {
+  DenseState state;
+};
+
+// A deep model's dense layers to start from. From a ps member started with --resume-from, before
+// its Ready: the checkpoint's dense.bin. From the coordinator to every worker member, before
+// Start, once every ps member named the same one: each replica starts from them.
+struct DenseStart {
+  DenseState state;
 };
 
 using ControlBody =
     std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown,
                  Refuse, Joined, ShardsRestarted, ShardSummaryRequest, ShardSummary,
-                 ShardsCheckpointed, CheckpointComplete>;
+                 ShardsCheckpointed, CheckpointComplete, DenseCheckpointed, DenseStart>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

@@ -1,6 +1,7 @@
 #include "ps/coordinator_core.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ps/cluster_layout.h"
 
@@ -95,7 +96,9 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
                            std::holds_alternative<MemberDone>(message.body) ||
                            std::holds_alternative<ShardSummary>(message.body) ||
                            std::holds_alternative<Leave>(message.body) ||
-                           std::holds_alternative<ShardsCheckpointed>(message.body);
+                           std::holds_alternative<ShardsCheckpointed>(message.body) ||
+                           std::holds_alternative<DenseCheckpointed>(message.body) ||
+                           std::holds_alternative<DenseStart>(message.body);
   if (!from_member)
     return reject(
         fmt::format("a message of kind {} from member {}: only the coordinator sends that",
@@ -139,14 +142,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     }
     if (phase_ != CoordinatorPhase::starting || st.ready) return;
     st.ready = true;
-    if (std::all_of(state_.begin(), state_.end(), [](const MemberState& s) { return s.ready; })) {
-      phase_ = CoordinatorPhase::running;
-      out.log.push_back(fmt::format("all {} members are ready: training starts", members_.size()));
-      for (size_t w = 0; w < members_.size(); ++w)
-        if (members_[w].role == MemberRole::worker)
-          out.control.push_back(
-              {members_[w].endpoint, members_[w].public_key, {control_from_coordinator, Start{}}});
-    }
+    if (std::all_of(state_.begin(), state_.end(), [](const MemberState& s) { return s.ready; }))
+      start_training(out);
   } else if (auto* done = std::get_if<MemberDone>(&message.body)) {
     if (m.role != MemberRole::worker || st.finished) return;
     st.finished = true;
@@ -177,6 +174,10 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     if (m.role != MemberRole::ps)
       return reject(fmt::format("a checkpoint report from worker member {}", i), now_ms, out);
     on_checkpointed(i, *c, now_ms, out);
+  } else if (auto* d = std::get_if<DenseCheckpointed>(&message.body)) {
+    on_dense_checkpointed(i, std::move(d->state), now_ms, out);
+  } else if (auto* d = std::get_if<DenseStart>(&message.body)) {
+    on_dense_start(i, std::move(d->state), now_ms, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     if (m.role == MemberRole::ps)
@@ -271,19 +272,134 @@ void CoordinatorCore::on_checkpointed(uint32_t i, const ShardsCheckpointed& c, u
                     checkpoints_pending_.begin()->first));
     checkpoints_pending_.erase(checkpoints_pending_.begin());
   }
-  auto done = checkpoints_pending_.find(c.step);
+  maybe_complete(c.step, out);
+}
+
+std::string CoordinatorCore::dense_mismatch(const DenseState& state) const {
+  if (config_.dense_shape.empty()) return "the job's model has no dense layers";
+  if (state.shape != config_.dense_shape)
+    return fmt::format("dense layers \"{}\", not the job's \"{}\"", state.shape,
+                       config_.dense_shape);
+  if (state.params.size() != config_.dense_params)
+    return fmt::format("{} dense parameters, not the job's {}", state.params.size(),
+                       config_.dense_params);
+  if (!std::all_of(state.params.begin(), state.params.end(),
+                   [](float x) { return std::isfinite(x); }))
+    return "dense parameters that are not finite";
+  return {};
+}
+
+uint32_t CoordinatorCore::first_replica_member() const {
+  uint32_t first = control_from_unknown;
+  for (uint32_t i = 0; i < members_.size(); ++i)
+    if (members_[i].role == MemberRole::worker &&
+        (first == control_from_unknown || members_[i].first_node < members_[first].first_node))
+      first = i;
+  return first;
+}
+
+void CoordinatorCore::on_dense_checkpointed(uint32_t i, DenseState state, uint64_t now_ms,
+                                            CoordinatorEffects& out) {
+  const uint32_t every = config_.job.checkpoint_every;
+  if (i != first_replica_member())
+    return reject(fmt::format("dense layers of a checkpoint from member {}, which does not host "
+                              "the first worker replica",
+                              i),
+                  now_ms, out);
+  if (!every) return reject("dense layers of a checkpoint: the job takes none", now_ms, out);
+  if (state.step == 0 || state.step % every != 0 ||
+      (state.step <= totals_.last_checkpoint_step && totals_.checkpoints > 0))
+    return reject(fmt::format("dense layers of step {}: not a pending checkpoint step (every {}, "
+                              "the last complete {})",
+                              state.step, every, totals_.last_checkpoint_step),
+                  now_ms, out);
+  if (std::string why = dense_mismatch(state); !why.empty())
+    return reject(fmt::format("dense layers of a checkpoint from member {}: {}", i, why), now_ms,
+                  out);
+  const uint32_t step = state.step;
+  dense_pending_[step] = std::move(state);
+  if (dense_pending_.size() > checkpoint_steps_pending_max)
+    dense_pending_.erase(dense_pending_.begin());
+  maybe_complete(step, out);
+}
+
+void CoordinatorCore::maybe_complete(uint32_t step, CoordinatorEffects& out) {
+  auto done = checkpoints_pending_.find(step);
   if (done == checkpoints_pending_.end() || done->second.size() < config_.shards) return;
-  CheckpointComplete complete{c.step, {}};
+  auto dense = dense_pending_.find(step);
+  const bool deep = !config_.dense_shape.empty();
+  if (deep && dense == dense_pending_.end()) return;
+  CheckpointComplete complete{step, {}};
   for (auto& [shard, copy] : done->second) complete.shards.push_back(copy);
+  if (deep) complete.dense = std::move(dense->second);
   checkpoints_pending_.erase(checkpoints_pending_.begin(), std::next(done));
+  dense_pending_.erase(dense_pending_.begin(), dense_pending_.upper_bound(step));
   ++totals_.checkpoints;
-  totals_.last_checkpoint_step = c.step;
-  out.log.push_back(
-      fmt::format("checkpoint of step {} complete: every shard has its copy", c.step));
+  totals_.last_checkpoint_step = step;
+  out.log.push_back(fmt::format("checkpoint of step {} complete: every shard has its copy{}", step,
+                                deep ? ", and the dense layers are in" : ""));
   for (size_t p = 0; p < members_.size(); ++p)
     if (members_[p].role == MemberRole::ps && !state_[p].gone)
       out.control.push_back(
           {members_[p].endpoint, members_[p].public_key, {control_from_coordinator, complete}});
+}
+
+void CoordinatorCore::on_dense_start(uint32_t i, DenseState state, uint64_t now_ms,
+                                     CoordinatorEffects& out) {
+  if (members_[i].role != MemberRole::ps || phase_ != CoordinatorPhase::starting || state_[i].ready)
+    return reject(fmt::format("dense layers to start from, from member {}: only a ps member "
+                              "sends them, before it is ready",
+                              i),
+                  now_ms, out);
+  if (std::string why = dense_mismatch(state); !why.empty())
+    return fail(fmt::format("ps member {} at {} resumed from {}: start it from a checkpoint of "
+                            "this job",
+                            i, members_[i].endpoint, why),
+                out);
+  dense_starts_[i] = std::move(state);
+}
+
+void CoordinatorCore::start_training(CoordinatorEffects& out) {
+  // The dense layers to start from: those every ps member resumed from, or none.
+  std::optional<uint32_t> with, without;
+  for (uint32_t p = 0; p < members_.size(); ++p) {
+    if (members_[p].role != MemberRole::ps) continue;
+    auto it = dense_starts_.find(p);
+    if (it == dense_starts_.end()) {
+      if (!without) without = p;
+      continue;
+    }
+    if (!with) {
+      with = p;
+      continue;
+    }
+    const DenseState& a = dense_starts_.at(*with);
+    if (!(it->second == a))
+      return fail(fmt::format("ps members {} and {} resumed from different dense layers (of step "
+                              "{} and of step {}): give every ps the same --resume-from",
+                              *with, p, a.step, it->second.step),
+                  out);
+  }
+  if (with && without)
+    return fail(fmt::format("ps member {} resumed from a checkpoint's dense layers (step {}) and "
+                            "ps member {} from none: give every ps the same --resume-from",
+                            *with, dense_starts_.at(*with).step, *without),
+                out);
+  phase_ = CoordinatorPhase::running;
+  out.log.push_back(fmt::format(
+      "all {} members are ready: training starts{}", members_.size(),
+      with ? fmt::format(" from the dense layers of step {}", dense_starts_.at(*with).step)
+           : std::string()));
+  for (size_t w = 0; w < members_.size(); ++w) {
+    if (members_[w].role != MemberRole::worker) continue;
+    if (with)
+      out.control.push_back({members_[w].endpoint,
+                             members_[w].public_key,
+                             {control_from_coordinator, DenseStart{dense_starts_.at(*with)}}});
+    out.control.push_back(
+        {members_[w].endpoint, members_[w].public_key, {control_from_coordinator, Start{}}});
+  }
+  dense_starts_.clear();
 }
 
 // A join from known member i: a retry of its join, or (another incarnation) the member restarted.
@@ -301,6 +417,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   if (phase_ == CoordinatorPhase::joining || phase_ == CoordinatorPhase::starting) {
     // Nothing has trained yet: the new process takes the old one's place and builds afresh.
     members_[i].incarnation = m.incarnation;
+    dense_starts_.erase(i);  // the new process sends its own, if it resumes from any
     members_[i].durable = m.durable;
     members_[i].data = m.data;
     st.last_heard_ms = now_ms;

@@ -32,9 +32,19 @@
 //   ended     Shutdown went to every member (also after a failure).
 //
 // Checkpoints (the job's checkpoint_every): each ps member tells which of its shards have
-// checkpointed a step (ShardsCheckpointed); once every shard has, every ps member is sent
-// CheckpointComplete with the whole list and writes the step's manifest. A report for a shard
-// the member does not host is refused; at most checkpoint_steps_pending_max steps are pending.
+// checkpointed a step (ShardsCheckpointed); for a deep model, the worker member that hosts the
+// first worker replica sends that replica's dense layers of the step (DenseCheckpointed). Once
+// every shard (and the dense layers) is in, every ps member is sent CheckpointComplete with the
+// whole list and the dense layers, and writes the step's dense.bin and manifest. A report for a
+// shard the member does not host, dense layers from another member, of another shape or of a
+// step that is no checkpoint step, are refused; at most checkpoint_steps_pending_max steps are
+// pending. (A deep model's checkpoints stop completing once the worker member hosting the first
+// replica is lost.)
+//
+// Resuming a deep model (`colony ps --resume-from`): each ps member sends the checkpoint's dense
+// layers (DenseStart) before its Ready. Once every member is ready, the coordinator checks that
+// every ps member sent the same ones, or none did (otherwise the job fails, naming two members
+// that differ), and sends them to every worker member before Start.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +74,12 @@ struct CoordinatorConfig {
   // nullopt for a key that may join as ps or worker (a `colony keygen --nodes` key). Empty (an
   // --insecure cluster): anyone reaching the socket may join, in any role.
   std::map<std::string, std::optional<MemberRole>> key_roles;
+  // A deep model's dense layers (worker/wiring.h dense_shape) and how many parameters they hold;
+  // empty and 0 for LR and FM. With job.checkpoint_every, a step's checkpoint completes only
+  // once the first worker replica's dense layers of that step are in (DenseCheckpointed), and a
+  // DenseStart must name this shape.
+  std::string dense_shape{};
+  uint64_t dense_params = 0;
 };
 
 // The most checkpoint steps the coordinator waits on at once (older ones are given up).
@@ -161,6 +177,17 @@ class CoordinatorCore {
   void reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
                        CoordinatorEffects& out);
+  void on_dense_checkpointed(uint32_t i, DenseState state, uint64_t now_ms,
+                             CoordinatorEffects& out);
+  void on_dense_start(uint32_t i, DenseState state, uint64_t now_ms, CoordinatorEffects& out);
+  // Why `state` is not this job's dense layers; empty when it is.
+  std::string dense_mismatch(const DenseState& state) const;
+  // Completes checkpoint step `step` once every shard, and a deep model's dense layers, are in.
+  void maybe_complete(uint32_t step, CoordinatorEffects& out);
+  // Every member is ready: the dense layers to start from (checked), then Start to the workers.
+  void start_training(CoordinatorEffects& out);
+  // The worker member that hosts the cluster's first worker replica (once welcomed).
+  uint32_t first_replica_member() const;
   void welcome(CoordinatorEffects& out);
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
@@ -182,9 +209,11 @@ class CoordinatorCore {
   uint64_t summary_deadline_ms_ = 0;
   CoordinatorTotals totals_;
   std::map<uint32_t, std::map<uint32_t, ShardCheckpoint>>
-      checkpoints_pending_;          // step -> shard -> its copy
-  uint64_t next_reject_log_ms_ = 0;  // rejections are logged at most once a minute
-  uint64_t membership_epoch_ = 0;    // NodesLost and ShardsRestarted sent (their epoch)
+      checkpoints_pending_;                       // step -> shard -> its copy
+  std::map<uint32_t, DenseState> dense_pending_;  // step -> the first replica's dense layers
+  std::map<uint32_t, DenseState> dense_starts_;   // ps member -> its checkpoint's dense layers
+  uint64_t next_reject_log_ms_ = 0;               // rejections are logged at most once a minute
+  uint64_t membership_epoch_ = 0;  // NodesLost and ShardsRestarted sent (their epoch)
   uint64_t rejects_unlogged_ = 0;
 };
 

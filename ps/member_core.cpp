@@ -27,7 +27,9 @@ const char* kind_name(const ControlBody& b) {
                                           "ShardSummaryRequest",
                                           "ShardSummary",
                                           "ShardsCheckpointed",
-                                          "CheckpointComplete"};
+                                          "CheckpointComplete",
+                                          "DenseCheckpointed",
+                                          "DenseStart"};
   static_assert(std::size(names) == std::variant_size_v<ControlBody>);
   return names[b.index()];
 }
@@ -183,7 +185,8 @@ Status MemberCore::take_layout(const Welcome& w) {
   return Status();
 }
 
-void MemberCore::built(const Status& status, uint64_t now_ms, MemberEffects& out) {
+void MemberCore::built(const Status& status, uint64_t now_ms, MemberEffects& out,
+                       std::optional<DenseState> dense_start) {
   if (phase_ != MemberPhase::building) return;
   if (!status.ok()) {
     send(Leave{status.message()}, out);
@@ -192,6 +195,8 @@ void MemberCore::built(const Status& status, uint64_t now_ms, MemberEffects& out
   phase_ = MemberPhase::serving;
   last_heard_ms_ = now_ms;
   next_heartbeat_ms_ = now_ms;
+  if (dense_start && config_.me.role == MemberRole::ps)
+    send(DenseStart{std::move(*dense_start)}, out);
   send(Ready{}, out);
   const MemberInfo& self = welcome_.members[you_];
   out.log.push_back(fmt::format(
@@ -233,8 +238,12 @@ Status MemberCore::check_served(const ControlMessage& m) const {
             fmt::format("CheckpointComplete's entry {} is not shard {}", s, s));
     return Status();
   }
+  if (std::holds_alternative<DenseStart>(m.body) &&
+      (config_.me.role != MemberRole::worker || started_))
+    return Status::invalid_input("DenseStart to a member that is not a worker about to start");
   const bool expected =
       std::holds_alternative<Shutdown>(m.body) || std::holds_alternative<Heartbeat>(m.body) ||
+      std::holds_alternative<DenseStart>(m.body) ||
       (config_.me.role == MemberRole::worker && std::holds_alternative<Start>(m.body)) ||
       (config_.me.role == MemberRole::ps && std::holds_alternative<ShardSummaryRequest>(m.body));
   return expected ? Status()
@@ -270,6 +279,10 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
     send(s, out);
   } else if (auto* complete = std::get_if<CheckpointComplete>(&m.body)) {
     out.manifest = *complete;
+  } else if (auto* start = std::get_if<DenseStart>(&m.body)) {
+    out.log.push_back(
+        fmt::format("the replicas start from the dense layers of step {}", start->state.step));
+    out.dense_start = std::move(start->state);
   } else if (auto* back = std::get_if<ShardsRestarted>(&m.body)) {
     if (back->nodes.empty()) return;
     out.restarted.insert(out.restarted.end(), back->nodes.begin(), back->nodes.end());
@@ -316,6 +329,11 @@ void MemberCore::node_done(NodeId node, const Status& error, MemberEffects& out)
     out.log.push_back("drained; exiting");
     end(Status(), out);
   }
+}
+
+void MemberCore::dense_checkpointed(DenseState state, MemberEffects& out) {
+  if (phase_ != MemberPhase::serving || config_.me.role != MemberRole::worker) return;
+  send(DenseCheckpointed{std::move(state)}, out);
 }
 
 void MemberCore::checkpointed(std::vector<std::pair<uint32_t, ShardCheckpoint>> copies,

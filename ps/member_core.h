@@ -68,13 +68,17 @@ struct MemberEffects {
   bool drain = false;             // SIGTERM on a ps: let the shards finish, then call drained()
   std::vector<NodeId> lost;       // drop messages to these nodes from now on
   std::vector<NodeId> restarted;  // these shards restarted: send to them again, clients resync
-  std::optional<CheckpointComplete> manifest;  // write this step's manifest (then ok or fail())
-  std::optional<Status> exit;                  // the member ends: ok, or why it failed
+  // Write this step's dense.bin (a deep model's) and manifest (then ok or fail()).
+  std::optional<CheckpointComplete> manifest;
+  // A worker: its replicas start from these dense layers (before `start`; WorkerCore checks
+  // their sizes).
+  std::optional<DenseState> dense_start;
+  std::optional<Status> exit;  // the member ends: ok, or why it failed
   std::vector<std::string> log;
   // Nothing to carry out.
   bool empty() const {
     return control.empty() && !build && !start && !stop_feeding && !drain && lost.empty() &&
-           restarted.empty() && !manifest && !exit && log.empty();
+           restarted.empty() && !manifest && !dense_start && !exit && log.empty();
   }
 };
 
@@ -92,11 +96,16 @@ class MemberCore {
   // The next time on_timer has something to do (none once ended).
   uint64_t next_deadline() const;
 
-  // After effects.build: the cores are built (Ready), or could not be (Leave, then exit).
-  void built(const Status& status, uint64_t now_ms, MemberEffects& out);
+  // After effects.build: the cores are built (Ready), or could not be (Leave, then exit). A ps
+  // started from a checkpoint of a deep model passes the checkpoint's dense layers, sent ahead
+  // of its Ready (DenseStart).
+  void built(const Status& status, uint64_t now_ms, MemberEffects& out,
+             std::optional<DenseState> dense_start = std::nullopt);
   // A local core (worker replica or aggregator) finished, or failed with `error`. Once every
   // local one has (or one failed), MemberDone is sent; a failed or drained member then ends.
   void node_done(NodeId node, const Status& error, MemberEffects& out);
+  // A worker's first replica kept its dense layers of a checkpoint step: DenseCheckpointed.
+  void dense_checkpointed(DenseState state, MemberEffects& out);
   // Shards of this ps checkpointed (step, copy) pairs: ShardsCheckpointed per step.
   void checkpointed(std::vector<std::pair<uint32_t, ShardCheckpoint>> copies, MemberEffects& out);
   // SIGTERM (or SIGINT): a ps drains (effects.drain, then drained()), a worker stops taking

@@ -4,7 +4,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -626,4 +628,137 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
   core.on_message({1, ShardsCheckpointed{5, {copy(2)}}}, 13, late);
   BOOST_TEST(late.control.empty());
   BOOST_TEST(core.totals().counters.bad_messages == 3u);
+}
+
+namespace {
+
+DenseState dense_of(uint32_t step, float value, const std::string& shape = "deepfm test") {
+  return DenseState{shape, step, {value, value, value}, {0.0f, 0.0f, 0.0f}, step};
+}
+
+// A deep job on 2 ps members (one shard each) and 2 worker members (one replica each),
+// checkpointing every 5 steps: config and the formed core (not yet ready).
+CoordinatorConfig deep_config() {
+  CoordinatorConfig c = config(2, 2);
+  c.job.checkpoint_every = 5;
+  c.dense_shape = "deepfm test";
+  c.dense_params = 3;
+  return c;
+}
+std::vector<MemberInfo> deep_members() {
+  // Member 0 is a worker that joined first, member 3 the other; the shards are nodes 0 and 1,
+  // the replicas 2 (member 0: the cluster's first replica) and 3.
+  return {member(MemberRole::worker, 1), member(MemberRole::ps, 2), member(MemberRole::ps, 3),
+          member(MemberRole::worker, 4)};
+}
+
+}  // namespace
+
+// Issue 14: a deep model's checkpoint completes only with the dense layers of its step, from the
+// member hosting the first replica, of the job's shape; CheckpointComplete carries them.
+BOOST_AUTO_TEST_CASE(a_deep_models_checkpoint_waits_for_its_dense_layers) {
+  auto core = CoordinatorCore::make(deep_config(), 0).value();
+  form(core, deep_members(), 0);
+  for (uint32_t i = 0; i < 4; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  auto copy = [](uint32_t shard) {
+    return ShardCheckpoint{shard, fmt::format("shard-{}", shard), 10, {{4, 5}}};
+  };
+  CoordinatorEffects shards;
+  core.on_message({1, ShardsCheckpointed{5, {copy(0)}}}, 1, shards);
+  core.on_message({2, ShardsCheckpointed{5, {copy(1)}}}, 1, shards);
+  BOOST_TEST(sent<CheckpointComplete>(shards).empty());  // every shard, but no dense layers yet
+  // Lies, each refused and counted: from the other worker, from a ps, of another shape, of
+  // another size, not finite, of a step that is no checkpoint step.
+  CoordinatorEffects lies;
+  DenseState nan = dense_of(5, 1.0f);
+  nan.params[1] = std::numeric_limits<float>::quiet_NaN();
+  DenseState big = dense_of(5, 1.0f);
+  big.params.push_back(1.0f);
+  core.on_message({3, DenseCheckpointed{dense_of(5, 1.0f)}}, 2, lies);
+  core.on_message({1, DenseCheckpointed{dense_of(5, 1.0f)}}, 2, lies);
+  core.on_message({0, DenseCheckpointed{dense_of(5, 1.0f, "dlrm test")}}, 2, lies);
+  core.on_message({0, DenseCheckpointed{big}}, 2, lies);
+  core.on_message({0, DenseCheckpointed{nan}}, 2, lies);
+  core.on_message({0, DenseCheckpointed{dense_of(7, 1.0f)}}, 2, lies);
+  BOOST_TEST(sent<CheckpointComplete>(lies).empty());
+  BOOST_TEST(core.totals().counters.bad_messages == 6u);
+  BOOST_TEST(core.totals().checkpoints == 0u);
+  CoordinatorEffects dense;
+  core.on_message({0, DenseCheckpointed{dense_of(5, 2.0f)}}, 3, dense);
+  const auto complete = sent<CheckpointComplete>(dense);
+  BOOST_REQUIRE_EQUAL(complete.size(), 2u);  // to both ps members
+  BOOST_REQUIRE(complete[0].second.dense.has_value());
+  BOOST_TEST((*complete[0].second.dense == dense_of(5, 2.0f)));
+  BOOST_TEST(complete[0].second.shards.size() == 2u);
+  BOOST_TEST(core.totals().checkpoints == 1u);
+  // The dense layers may come first too; a repeat of a complete step is refused.
+  CoordinatorEffects early, late;
+  core.on_message({0, DenseCheckpointed{dense_of(10, 3.0f)}}, 4, early);
+  core.on_message({0, DenseCheckpointed{dense_of(5, 2.0f)}}, 4, late);
+  BOOST_TEST(core.totals().counters.bad_messages == 7u);
+  core.on_message({1, ShardsCheckpointed{10, {copy(0)}}}, 5, early);
+  core.on_message({2, ShardsCheckpointed{10, {copy(1)}}}, 5, early);
+  BOOST_REQUIRE_EQUAL(sent<CheckpointComplete>(early).size(), 2u);
+  BOOST_TEST((*sent<CheckpointComplete>(early)[0].second.dense == dense_of(10, 3.0f)));
+}
+
+// Issue 14: ps members resumed from a deep model's checkpoint send its dense layers before their
+// Ready; the workers get them ahead of Start when every ps sent the same ones, and the job fails
+// naming the members when they differ or only some sent any.
+BOOST_AUTO_TEST_CASE(dense_layers_to_start_from_must_be_the_same_on_every_ps) {
+  auto start = [](std::optional<DenseState> a, std::optional<DenseState> b) {
+    auto core = CoordinatorCore::make(deep_config(), 0).value();
+    form(core, deep_members(), 0);
+    CoordinatorEffects fx;
+    if (a) core.on_message({1, DenseStart{*a}}, 1, fx);
+    if (b) core.on_message({2, DenseStart{*b}}, 1, fx);
+    for (uint32_t i = 0; i < 4; ++i) core.on_message({i, Ready{}}, 2, fx);
+    // Once ready, a ps may not send them any more.
+    CoordinatorEffects late;
+    core.on_message({1, DenseStart{dense_of(5, 9.0f)}}, 3, late);
+    BOOST_TEST(late.control.empty());
+    return fx;
+  };
+  const CoordinatorEffects same = start(dense_of(5, 2.0f), dense_of(5, 2.0f));
+  BOOST_TEST(same.failed.ok());
+  // To each worker member, its DenseStart ahead of its Start.
+  std::vector<std::string> order;
+  for (const ControlOut& c : same.control)
+    if (std::holds_alternative<DenseStart>(c.message.body))
+      order.push_back("dense " + c.endpoint);
+    else if (std::holds_alternative<Start>(c.message.body))
+      order.push_back("start " + c.endpoint);
+  const std::vector<std::string> expected = {
+      "dense tcp://10.0.0.1:7000", "start tcp://10.0.0.1:7000", "dense tcp://10.0.0.4:7000",
+      "start tcp://10.0.0.4:7000"};
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+  BOOST_TEST((sent<DenseStart>(same)[0].second.state == dense_of(5, 2.0f)));
+  // None sent: a fresh start, no DenseStart.
+  const CoordinatorEffects none = start(std::nullopt, std::nullopt);
+  BOOST_TEST(none.failed.ok());
+  BOOST_TEST(sent<DenseStart>(none).empty());
+  BOOST_TEST(sent<Start>(none).size() == 2u);
+  // Different ones, or only one ps: the job fails and nobody starts.
+  const CoordinatorEffects differ = start(dense_of(5, 2.0f), dense_of(10, 2.0f));
+  BOOST_TEST(!differ.failed.ok());
+  BOOST_TEST(differ.failed.message().find("ps members 1 and 2 resumed from different dense "
+                                          "layers (of step 5 and of step 10)") != std::string::npos,
+             differ.failed.message());
+  BOOST_TEST(sent<Start>(differ).empty());
+  const CoordinatorEffects one = start(std::nullopt, dense_of(5, 2.0f));
+  BOOST_TEST(!one.failed.ok());
+  BOOST_TEST(one.failed.message().find("ps member 2 resumed from a checkpoint's dense layers "
+                                       "(step 5) and ps member 1 from none") != std::string::npos,
+             one.failed.message());
+  // Another job's dense layers fail the job at once, naming the ps.
+  auto core = CoordinatorCore::make(deep_config(), 0).value();
+  form(core, deep_members(), 0);
+  CoordinatorEffects other;
+  core.on_message({2, DenseStart{dense_of(5, 2.0f, "dcn test")}}, 1, other);
+  BOOST_TEST(other.failed.message().find("ps member 2 at tcp://10.0.0.3:7000 resumed from dense "
+                                         "layers \"dcn test\"") != std::string::npos,
+             other.failed.message());
 }

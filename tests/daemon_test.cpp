@@ -889,6 +889,83 @@ BOOST_AUTO_TEST_CASE(a_daemon_cluster_resumes_from_its_checkpoints) {
   BOOST_TEST(bad->log().find("--resume-from: ") != std::string::npos, bad->log());
 }
 
+// Issue 14: a deep model's daemon checkpoints hold its dense layers. DeepFM on one ps and one
+// worker checkpoints every 10 steps: each step's dense.bin is byte for byte the one `colony
+// train` writes for the same job, and the cluster started again from the newest checkpoint
+// (`colony ps --resume-from`) ends at the very test logloss of `colony train` continuing a store
+// restored from its own checkpoint. A checkpoint without its dense.bin is refused by name.
+BOOST_AUTO_TEST_CASE(a_deep_models_daemon_checkpoints_hold_and_resume_its_dense_layers) {
+  Suite& s = suite();
+  const fs::path d = s.dir / "deep-checkpoints";
+  BOOST_REQUIRE(run(bin() + " gen --format criteo --rows 20000 --test-rows 4000 --seed 2 --out " +
+                    d.string() + " >/dev/null 2>&1") == 0);
+  const fs::path train = d / "train.criteo", test = d / "test.criteo";
+  const std::string same = " --model deepfm --batch 512 --no-cache --test " + test.string();
+  auto train_job = [&](const std::string& name, const std::string& flags) {
+    const fs::path r = d / (name + ".json");
+    BOOST_REQUIRE(run(bin() + " train --data " + train.string() + same +
+                      " --shards 1 --workers 1 " + flags + " --report " + r.string() + " > " +
+                      (d / (name + ".log")).string() + " 2>&1") == 0);
+    return nlohmann::json::parse(slurp(r))["test_logloss"].get<double>();
+  };
+  // Returns the coordinator's exit code; the members' logs stay in the suite's folder.
+  auto daemon_job = [&](const std::string& name, const std::vector<std::string>& coordinator_flags,
+                        const std::vector<std::string>& ps_flags) {
+    auto [coord, endpoint] = start_coordinator(
+        name + "-coordinator",
+        cat(cat(secure("server"), coordinator_flags),
+            {"--model", "deepfm", "--shards", "1", "--workers", "1", "--batch", "512", "--no-cache",
+             "--test", test.string(), "--report", (d / (name + ".json")).string()}));
+    auto ps = start_member(name + "-ps", "ps", endpoint, cat(secure("node-0"), ps_flags));
+    auto w = start_member(name + "-w", "worker", endpoint, secure("node-2"), {}, train);
+    const int code = coord->wait();
+    ps->wait();
+    w->wait();
+    return code;
+  };
+  const fs::path embedded = d / "E", daemons = d / "DC";
+  train_job("embedded", "--checkpoint-every 10 --store rocksdb:" + embedded.string());
+  BOOST_REQUIRE(daemon_job("checkpointed", {"--checkpoint-every", "10"},
+                           {"--checkpoint-dir", daemons.string()}) == 0);
+  // 20000 rows in batches of 512: 40 steps, a checkpoint every 10.
+  for (int step : {10, 20, 30, 40}) {
+    const std::string mine = slurp(daemons / ("step-" + std::to_string(step)) / "dense.bin");
+    const std::string train_s =
+        slurp(embedded / "checkpoints" / ("step-" + std::to_string(step)) / "dense.bin");
+    BOOST_TEST(!mine.empty(), "step " << step);
+    BOOST_TEST((mine == train_s), "step " << step << ": the daemons' dense.bin differs");
+  }
+  const fs::path verify = d / "verify.log";
+  BOOST_TEST(run(bin() + " checkpoint verify " + daemons.string() + " > " + verify.string() +
+                 " 2>&1") == 0,
+             slurp(verify));
+  // Both continue from step 40: the daemons from their checkpoint, train from a store restored
+  // from its own.
+  BOOST_REQUIRE(daemon_job("deep-resumed", {}, {"--resume-from", daemons.string()}) == 0);
+  BOOST_REQUIRE(run(bin() + " checkpoint restore " + (embedded / "checkpoints").string() +
+                    " --store rocksdb:" + (d / "R").string() + " >/dev/null 2>&1") == 0);
+  const double continued = train_job("continued", "--store rocksdb:" + (d / "R").string());
+  const double resumed = report("deep-checkpoints/deep-resumed.json")["test_logloss"].get<double>();
+  const double first = report("deep-checkpoints/checkpointed.json")["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("DeepFM resumed from step 40: daemons " << resumed << ", train " << continued
+                                                             << " (first run " << first << ")");
+  BOOST_TEST(resumed == continued);
+  BOOST_TEST(resumed != first);
+  const std::string log = slurp(s.dir / "deep-resumed-w.log");
+  BOOST_TEST(log.find("the replicas start from the dense layers of step 40") != std::string::npos,
+             log);
+  // A checkpoint that lost its dense.bin is refused, naming what is missing.
+  const fs::path bare = d / "bare";
+  fs::create_directories(bare);
+  fs::copy(daemons / "step-40", bare / "step-40", fs::copy_options::recursive);
+  fs::remove(bare / "step-40" / "dense.bin");
+  BOOST_TEST(daemon_job("deep-bare", {}, {"--resume-from", bare.string()}) != 0);
+  const std::string bare_log = slurp(s.dir / "deep-bare-ps.log");
+  BOOST_TEST(
+      bare_log.find("--model deepfm needs the checkpoint's dense layers") != std::string::npos,
+      bare_log);
+}
+
 // Issue 14: a ps store remembers the job that wrote it (model, width, optimizer, seed), not only
 // the cluster id: another job over it, here under the same default cluster id, is refused naming
 // the store, never silently continued. Runs after the test above, whose store it reuses.

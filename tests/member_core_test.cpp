@@ -179,6 +179,45 @@ BOOST_AUTO_TEST_CASE(a_serving_worker_drops_what_makes_no_sense_and_starts_once)
   BOOST_TEST(fx.exit->ok());
 }
 
+// Issue 14: a deep model's dense layers around the start. A ps built from a checkpoint sends
+// them ahead of its Ready; a worker takes them from the coordinator only before Start (a ps
+// never), and hands a checkpoint's dense layers to the coordinator.
+BOOST_AUTO_TEST_CASE(dense_layers_go_ahead_of_ready_and_come_only_before_start) {
+  const DenseState dense{"deepfm test", 40, {1.0f, 2.0f}, {0.0f, 0.0f}, 40};
+  auto ps = MemberCore::make(config(info(MemberRole::ps, 2, 2)), 0);
+  BOOST_REQUIRE(ps.ok());
+  MemberEffects fx;
+  ps->start(0, fx);
+  ps->on_message({control_from_coordinator, layout(0)}, 0, fx);
+  BOOST_REQUIRE(fx.build.has_value());
+  MemberEffects built;
+  ps->built(Status(), 1, built, dense);
+  BOOST_REQUIRE_EQUAL(built.control.size(), 2u);
+  BOOST_REQUIRE(std::holds_alternative<DenseStart>(built.control[0]));
+  BOOST_TEST((std::get<DenseStart>(built.control[0]).state == dense));
+  BOOST_TEST(std::holds_alternative<Ready>(built.control[1]));
+  MemberEffects to_ps;
+  ps->on_message({control_from_coordinator, DenseStart{dense}}, 2, to_ps);
+  BOOST_TEST(!to_ps.dense_start.has_value());
+  BOOST_TEST(ps->bad_messages() == 1u);
+
+  MemberCore worker = welcomed(info(MemberRole::worker, 3, 2), layout(1));
+  MemberEffects before;
+  worker.on_message({control_from_coordinator, DenseStart{dense}}, 10, before);
+  worker.on_message({control_from_coordinator, Start{}}, 10, before);
+  BOOST_REQUIRE(before.dense_start.has_value());
+  BOOST_TEST((*before.dense_start == dense));
+  BOOST_TEST(before.start);
+  MemberEffects after;
+  worker.on_message({control_from_coordinator, DenseStart{dense}}, 11, after);
+  BOOST_TEST(!after.dense_start.has_value());
+  BOOST_TEST(worker.bad_messages() == 1u);
+  MemberEffects checkpointed;
+  worker.dense_checkpointed(dense, checkpointed);
+  BOOST_REQUIRE_EQUAL(count_of<DenseCheckpointed>(checkpointed), 1u);
+  BOOST_TEST((std::get<DenseCheckpointed>(checkpointed.control[0]).state == dense));
+}
+
 BOOST_AUTO_TEST_CASE(a_failed_replica_reports_and_ends_the_member) {
   MemberCore core = welcomed(info(MemberRole::worker, 3, 2), layout(1));
   MemberEffects fx;

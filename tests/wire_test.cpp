@@ -414,6 +414,16 @@ std::vector<ShardCheckpoint> random_checkpoints(SplitMix64& rng) {
   return out;
 }
 
+DenseState random_dense_state(SplitMix64& rng) {
+  DenseState d;
+  d.shape = random_text(rng, 100);
+  d.step = static_cast<uint32_t>(rng.next());
+  d.params = random_floats(rng, rng.next() % 300);
+  d.optimizer_state = random_floats(rng, rng.next() % 600);
+  d.optimizer_steps = rng.next();
+  return d;
+}
+
 std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   Welcome w;
   const size_t members = 1 + rng.next() % 20;
@@ -459,7 +469,11 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
       {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
                           rng.next(), rng.next(), double(rng.next() % 1000) / 7.0, rng.next()}},
       {from, ShardsCheckpointed{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
-      {from, CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
+      {from,
+       CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng),
+                          rng.next() % 2 ? std::optional(random_dense_state(rng)) : std::nullopt}},
+      {from, DenseCheckpointed{random_dense_state(rng)}},
+      {from, DenseStart{random_dense_state(rng)}},
   };
 }
 
@@ -501,9 +515,12 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, ShardsRestarted>)
           return x.nodes == y.nodes && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, ShardSummary>) return x == y;
-        if constexpr (std::is_same_v<T, ShardsCheckpointed> ||
-                      std::is_same_v<T, CheckpointComplete>)
+        if constexpr (std::is_same_v<T, ShardsCheckpointed>)
           return x.step == y.step && same_checkpoints(x.shards, y.shards);
+        if constexpr (std::is_same_v<T, CheckpointComplete>)
+          return x.step == y.step && same_checkpoints(x.shards, y.shards) && x.dense == y.dense;
+        if constexpr (std::is_same_v<T, DenseCheckpointed> || std::is_same_v<T, DenseStart>)
+          return x.state == y.state;
         return true;  // Ready, Start, ShardSummaryRequest
       },
       a);
@@ -765,6 +782,16 @@ BOOST_AUTO_TEST_CASE(dense_floats_that_are_not_whole_floats_are_refused) {
                         c.initDone().setDense(kj::arrayPtr(six, sizeof(six)));
                       }),
           "dense parameters of 6 bytes are not a whole number of floats");
+  refused(raw_control(1,
+                      [&](wire::Control::Builder c) {
+                        c.initDenseStart().setOptimizerState(kj::arrayPtr(six, sizeof(six)));
+                      }),
+          "dense optimizer state of 6 bytes are not a whole number of floats");
+  refused(raw_control(1,
+                      [&](wire::Control::Builder c) {
+                        c.initDenseCheckpointed().setShape(std::string(5000, 'x'));
+                      }),
+          "dense shape of 5000 bytes exceeds 4096");
   // Whole floats decode, as the envelope's sender (0) is the message's.
   const kj::byte eight[8] = {};
   auto ok = decode_wire_message(

@@ -66,16 +66,11 @@ std::string dense_shape(const JobSpec& job) {
 Status check_daemon_dense_state(const JobSpec& job, uint64_t rows_in_store) {
   const ModelSpec spec = model_spec(job);
   if (!spec.deep()) return Status();
-  if (job.checkpoint_every)
-    return Status::invalid_input(fmt::format(
-        "--checkpoint-every: the daemons' checkpoints hold the rows but not the dense layers of "
-        "--model {} in this version (colony train's do)",
-        to_string(spec.kind)));
   if (rows_in_store > 0)
     return Status::invalid_input(fmt::format(
-        "--store holds {} rows of an earlier run, and the daemons do not save the dense layers "
-        "of --model {} with them in this version: start from an empty store (colony train "
-        "continues its stores)",
+        "--store holds {} rows of an earlier run, and the daemons keep the dense layers of "
+        "--model {} only in their checkpoints: start from an empty store, or from a checkpoint "
+        "(colony ps --resume-from)",
         rows_in_store, to_string(spec.kind)));
   return Status();
 }

@@ -31,10 +31,10 @@ JobSpec job_with_dense_optimizer(JobSpec job, const nn::DenseOptimizerConfig& co
 std::string dense_shape(const JobSpec& job);
 
 // What the daemons cannot do with a deep model in this version, as invalid_input naming the
-// flag: the dense layers live in the worker members, which write no checkpoint and no store, so
-// checkpoints (job.checkpoint_every) and continuing a store that holds rows (`rows_in_store` >
-// 0) are refused rather than pairing trained rows with fresh dense layers (colony train saves
-// them). Ok for LR and FM.
+// flag: its dense layers are saved in the daemons' checkpoints but not in a ps's store, so
+// continuing a store that holds rows (`rows_in_store` > 0; the driver passes 0 for rows of a
+// checkpoint or of this job) is refused rather than pairing trained rows with fresh dense
+// layers (colony train saves them with its store). Ok for LR and FM.
 Status check_daemon_dense_state(const JobSpec& job, uint64_t rows_in_store);
 
 // How often a tiered store's shard writes the rows it holds only in memory back to RocksDB, in

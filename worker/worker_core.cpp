@@ -35,19 +35,24 @@ Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& confi
     core->dense_.resize(n);
     core->dense_grads_.resize(n);
     core->model_->init_dense(core->dense_, config.seed);
-    if (const DenseState* start = config.dense_start.get()) {
-      if (start->params.size() != n)
-        return Status::invalid_input(
-            fmt::format("saved dense layers of {} parameters; this {} model has {}",
-                        start->params.size(), to_string(config.model.kind), n));
-      if (Status s =
-              core->dense_optimizer_->restore(start->optimizer_state, start->optimizer_steps);
-          !s.ok())
-        return s;
-      core->dense_ = start->params;
-    }
+    if (const DenseState* start = config.dense_start.get())
+      if (Status s = core->restore_dense(*start); !s.ok()) return s;
   }
   return core;
+}
+
+Status WorkerCore::restore_dense(const DenseState& state) {
+  if (clock_ > 0 || !steps_.empty())
+    return Status::invalid_input(
+        fmt::format("worker {}: dense layers to start from after step {}", config_.id, clock_));
+  if (state.params.size() != dense_.size() || !dense_optimizer_)
+    return Status::invalid_input(
+        fmt::format("saved dense layers of {} parameters; this {} model has {}",
+                    state.params.size(), to_string(config_.model.kind), dense_.size()));
+  if (Status s = dense_optimizer_->restore(state.optimizer_state, state.optimizer_steps); !s.ok())
+    return s;
+  dense_ = state.params;
+  return Status();
 }
 
 WorkerCore::WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv,

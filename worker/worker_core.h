@@ -113,6 +113,10 @@ class WorkerCore {
   // The dense parameters and optimizer state now, at step clock() (an empty shape: the driver
   // names it). Empty parameters for LR and FM.
   DenseState dense_state() const;
+  // Starts from saved dense layers and optimizer state instead (what WorkerConfig::dense_start
+  // does, for a driver that learns them after make()). Fails with invalid_input for sizes other
+  // than the model's, or once a step has started (then nothing changes).
+  Status restore_dense(const DenseState& state);
   // A checkpoint's copy of the dense state (WorkerConfig::dense_checkpoint_every), once; each
   // copy is handed out once, oldest first.
   std::optional<DenseState> take_dense_checkpoint();
