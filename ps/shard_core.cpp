@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/finite.h"
+
 namespace colony {
 
 Expected<std::unique_ptr<ShardCore>> ShardCore::make(const ShardConfig& config,
@@ -311,6 +313,20 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
                                   PsErrorCode::bad_request,
                                   fmt::format("push has {} keys but {} gradient floats (width {})",
                                               r.keys.size(), r.grads.size(), width_)}});
+    return;
+  }
+  // A gradient that is not finite would make its row NaN for good: the push is refused whole,
+  // before its clock counts, naming the key (the sender's client fails).
+  if (const size_t bad = first_not_finite({r.grads.data(), r.grads.size()}); bad < r.grads.size()) {
+    ++stats_.pushes_not_finite;
+    out.push_back(
+        {r.header.sender,
+         PsError{
+             {config_.id, r.header.request_id, map_.version()},
+             PsErrorCode::bad_request,
+             fmt::format("the push of step {} from node {} holds a gradient of {} for key {}: "
+                         "nothing of it was applied",
+                         r.clock, r.header.sender, r.grads.data()[bad], r.keys[bad / width_])}});
     return;
   }
   // The rows of this sender's pull for the same step, when the keys are the same: they were

@@ -14,6 +14,8 @@
 // Pushes are idempotent: a push or clock advance whose clock is not above the sender's
 // current clock is acknowledged without being applied (a retry), and one that skips a step is
 // refused with PsError{out_of_order}. So no push is applied twice, and a lost one is noticed.
+// A push holding a NaN or infinite gradient is refused whole with PsError{bad_request} naming
+// the key, before its clock counts: nothing of it reaches a row.
 #pragma once
 
 #include <cstdint>
@@ -99,6 +101,8 @@ struct ShardStats {
   // store committed for it (RowStore::committed_clocks), in steps: at most the pushes lost (some
   // of those steps may have been clock advances). Zero under --durability log or fsync.
   uint64_t pushes_lost = 0;
+  // Pushes refused because a gradient was NaN or infinite (nothing of them applied).
+  uint64_t pushes_not_finite = 0;
 };
 
 class ShardCore {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 #include "tests/cli_fixture.h"
@@ -215,6 +216,24 @@ BOOST_AUTO_TEST_CASE(skip_bad_lines_tolerates_and_counts) {
   const auto j = read_json(report);
   BOOST_TEST(j["bad_lines_skipped"].get<int>() == 2);
   BOOST_TEST(j["train_samples"].get<int>() == 3);
+}
+
+// A model that diverges stops the job at the first step that made a gradient that is not
+// finite, naming the worker, the step and the key, instead of training on to a NaN model.
+BOOST_AUTO_TEST_CASE(a_diverging_model_fails_naming_the_step_and_key) {
+  const fs::path data = dir / "diverge";
+  BOOST_REQUIRE(run("gen --rows 4000 --test-rows 500 --seed 3 --out " + data.string()).code == 0);
+  for (const char* model : {"lr", "fm"}) {
+    const Run r =
+        run("train --model " + std::string(model) + " --data " + (data / "train.libsvm").string() +
+            " --test " + (data / "test.libsvm").string() +
+            " --no-cache --optimizer sgd --lr 1e38 --batch 256");
+    BOOST_TEST(r.code == 1, model);
+    BOOST_TEST(std::regex_search(r.err, std::regex("worker [0-9]+: step [0-9]+ made a gradient of "
+                                                   "(-?nan|-?inf) for key [0-9]+ \\(the model "
+                                                   "diverged")),
+               r.err);
+  }
 }
 
 // The headline check of the foundation: generated data, trained end to end, lands close to

@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 
 #include "data/generator.h"
@@ -359,6 +360,51 @@ BOOST_AUTO_TEST_CASE(shard_refuses_out_of_order_and_ignores_duplicate_pushes) {
   out.clear();
   shard->on_message(stranger, out);
   BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::bad_request));
+}
+
+// A NaN or infinite gradient never reaches a row: the push is refused whole (its finite rows
+// too), naming the key, and its clock does not count, so the same step pushed again with finite
+// gradients is applied; the rows end as a shard's that never saw the bad pushes.
+BOOST_AUTO_TEST_CASE(a_push_with_a_gradient_that_is_not_finite_is_refused_whole) {
+  ShardMapSpec spec{1, 1, 16, 0};
+  ShardConfig sc{
+      0, 0, 2, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{}, {7}, spec};
+  auto lied_to = std::move(ShardCore::make(sc).value());
+  auto plain = std::move(ShardCore::make(sc).value());
+  const std::vector<uint64_t> keys = {make_key(1, 1), make_key(1, 2)};
+  Outbox out;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  lied_to->on_message(PushRequest{{7, 1, 1}, 1, keys, {1.0f, 2.0f, 3.0f, nan}}, out);
+  lied_to->on_message(PushRequest{{7, 2, 1}, 1, keys, {-inf, 2.0f, 3.0f, 4.0f}}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 2u);
+  const PsError& first = std::get<PsError>(out[0].message);
+  BOOST_TEST((first.code == PsErrorCode::bad_request));
+  BOOST_TEST(first.message.find("push of step 1 from node 7 holds a gradient of nan for key " +
+                                std::to_string(keys[1])) != std::string::npos,
+             first.message);
+  BOOST_TEST(
+      std::get<PsError>(out[1].message).message.find("-inf for key " + std::to_string(keys[0])) !=
+          std::string::npos,
+      std::get<PsError>(out[1].message).message);
+  BOOST_TEST(lied_to->stats().pushes_not_finite == 2u);
+  BOOST_TEST(lied_to->stats().pushes_applied == 0u);
+  const PushRequest good{{7, 3, 1}, 1, keys, {1.0f, 2.0f, 3.0f, 4.0f}};
+  for (auto* shard : {lied_to.get(), plain.get()}) {
+    out.clear();
+    shard->on_message(good, out);
+    BOOST_REQUIRE_EQUAL(out.size(), 1u);
+    BOOST_TEST(std::holds_alternative<PushAck>(out[0].message));
+    BOOST_TEST(shard->stats().pushes_applied == 1u);
+  }
+  auto rows = [&](ShardCore& shard) {
+    Outbox o;
+    shard.on_message(PullRequest{{7, 4, 1}, 1, 7, keys}, o);
+    BOOST_REQUIRE_EQUAL(o.size(), 1u);
+    const FloatBuffer& v = std::get<PullReply>(o[0].message).values;
+    return std::vector<float>(v.begin(), v.end());
+  };
+  BOOST_TEST(rows(*lied_to) == rows(*plain), boost::test_tools::per_element());
 }
 
 // What a listed key could send a shard over the wire: replies (only clients take them) are

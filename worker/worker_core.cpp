@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "common/finite.h"
 #include "common/hash.h"
 
 namespace colony {
@@ -201,7 +202,7 @@ void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
 }
 
 void WorkerCore::complete_ready_steps(Outbox& out) {
-  while (!steps_.empty() && !awaiting_dense_ && pulled(steps_.front())) {
+  while (error_.ok() && !steps_.empty() && !awaiting_dense_ && pulled(steps_.front())) {
     push(steps_.front(), out);
     steps_.pop_front();
   }
@@ -213,9 +214,21 @@ void WorkerCore::push(Step& step, Outbox& out) {
   std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
   stats_.loss_sum +=
       model_->forward_backward(step.batch, step.slots, step.rows, dense_, grads_, dense_grads_, {});
+  const uint32_t clock = step.clock + 1;
+  // A gradient that is not finite is never pushed: the shards would refuse it anyway, and here
+  // the step and the replica can be named.
+  if (const size_t bad = first_not_finite(grads_); bad < grads_.size())
+    return fail(Status::internal(fmt::format(
+        "worker {}: step {} made a gradient of {} for key {} (the model diverged: try a lower "
+        "--lr); nothing of the step was pushed",
+        config_.id, clock, grads_[bad], step.keys[bad / width_])));
+  if (const size_t bad = first_not_finite(dense_grads_); bad < dense_grads_.size())
+    return fail(Status::internal(fmt::format(
+        "worker {}: step {} made a dense gradient of {} for dense parameter {} (the model "
+        "diverged: try a lower --lr or --dense-lr); nothing of the step was pushed",
+        config_.id, clock, dense_grads_[bad], bad)));
   stats_.samples += step.batch.rows();
   ++stats_.steps;
-  const uint32_t clock = step.clock + 1;
   if (config_.aggregator) {
     // Hierarchical: the whole step's gradients go to the node aggregator in one message.
     ++unacked_pushes_;
