@@ -11,6 +11,7 @@ packages=(
   capnproto libcapnp-dev
   libboost-test-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
+  libcpp-httplib-dev    # monitor/: the /metrics endpoint
   libopenblas-dev       # dense layers of the deep models (models/layers.h)
   libthrust-dev         # gpu/: device code built for the host (Thrust CPP system)
   clang-format          # scripts/check-format.sh (CI)
