@@ -48,6 +48,8 @@ struct Bridge::Impl {
 
   std::atomic<uint64_t> received{0}, sent{0}, bad{0}, dropped{0}, refused{0};
   std::map<std::string, std::chrono::steady_clock::time_point> bad_logged;  // poller thread only
+  mutable std::mutex bad_mu;
+  std::map<std::string, uint64_t> bad_by_peer;  // guarded by bad_mu; see bad_messages_by_peer
 
   Expected<std::unique_ptr<ZmqClient>> open_client(const std::string& endpoint,
                                                    const std::string& public_key) {
@@ -102,8 +104,15 @@ struct Bridge::Impl {
     return s;
   }
 
-  void bad_message(const std::string& peer, const std::string& why) {
+  // `key`: the sender's CURVE key when the transport knows it.
+  void bad_message(const std::string& peer, const std::string& why, const std::string& key = {}) {
     ++bad;
+    {
+      std::lock_guard lock(bad_mu);
+      std::string by = !key.empty() ? key : !peer.empty() ? peer : "unknown";
+      if (!bad_by_peer.count(by) && bad_by_peer.size() >= bridge_bad_peers_max) by = "other";
+      ++bad_by_peer[by];
+    }
     const auto now = std::chrono::steady_clock::now();
     const std::string who = peer.empty() ? std::string("an unknown peer") : peer;
     auto it = bad_logged.find(who);
@@ -148,11 +157,12 @@ struct Bridge::Impl {
         } else {
           return bad_message(peer,
                              fmt::format("a message for node {} from key {}, which is no member's",
-                                         m.receiver, key));
+                                         m.receiver, key),
+                             key);
         }
       }
       if (Status s = layout->check_ps_message(m.ps, m.receiver, origin); !s.ok())
-        return bad_message(peer, s.message());
+        return bad_message(peer, s.message(), key);
     }
     caf::actor& target = shared->nodes[m.receiver];
     std::visit([&](auto& msg) { caf::anon_send(target, std::move(msg)); }, m.ps);
@@ -176,14 +186,15 @@ struct Bridge::Impl {
       ++received;
       auto m = decode_wire_message(r->frames, options.cluster_id);
       if (!m) {
-        bad_message(r->peer_address, m.status().message());
+        bad_message(r->peer_address, m.status().message(), r->peer_key);
         continue;
       }
       if (m->is_control) {
         if (!control_keys.empty() && control_keys.count(r->peer_key) == 0) {
           bad_message(r->peer_address,
                       fmt::format("a control message from key {}, which may not send them",
-                                  r->peer_key.empty() ? std::string("(none)") : r->peer_key));
+                                  r->peer_key.empty() ? std::string("(none)") : r->peer_key),
+                      r->peer_key);
           continue;
         }
         m->control.sender_key = r->peer_key;
@@ -323,6 +334,11 @@ void Bridge::mark_lost(const std::vector<NodeId>& nodes) {
 void Bridge::unmark_lost(const std::vector<NodeId>& nodes) {
   std::lock_guard lock(impl_->lost_mu);
   for (NodeId n : nodes) impl_->lost.erase(n);
+}
+
+std::vector<std::pair<std::string, uint64_t>> Bridge::bad_messages_by_peer() const {
+  std::lock_guard lock(impl_->bad_mu);
+  return {impl_->bad_by_peer.begin(), impl_->bad_by_peer.end()};
 }
 
 BridgeStats Bridge::stats() const {

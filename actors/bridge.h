@@ -45,6 +45,9 @@ namespace colony {
 // The most links (one per remote process) a bridge keeps open at once.
 inline constexpr size_t bridge_links_max = control_members_max + 1;
 
+// The most senders Bridge::bad_messages_by_peer names one by one.
+inline constexpr size_t bridge_bad_peers_max = 1024;
+
 struct BridgeOptions {
   std::string listen = "tcp://127.0.0.1:*";
   std::optional<CurveKeyPair> curve;         // nullopt: plain TCP (--insecure)
@@ -112,6 +115,10 @@ class Bridge {
   void unmark_lost(const std::vector<NodeId>& nodes);
 
   BridgeStats stats() const;
+  // stats().bad_messages by sender: its CURVE key where the transport knew it, else its address
+  // ("unknown" when neither). At most bridge_bad_peers_max senders; later ones count as
+  // "other". Any thread.
+  std::vector<std::pair<std::string, uint64_t>> bad_messages_by_peer() const;
 
   struct Impl;  // shared with the proxy actors
 

@@ -45,13 +45,19 @@ Expected<TrainJobResult> run_cluster_train_job(
   }
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = cpu_seconds();
-  auto ran = c.run([&](uint64_t samples) {
+  // The running logloss: of the samples trained since the last call (the last value when none).
+  uint64_t seen_samples = 0;
+  double seen_loss = 0.0, running = 0.0;
+  auto ran = c.run([&](uint64_t samples, double loss_sum) {
     if (!progress) return;
+    if (samples > seen_samples) running = (loss_sum - seen_loss) / double(samples - seen_samples);
+    seen_samples = samples;
+    seen_loss = loss_sum;
     const double total = double(samples_per_epoch) * o.epochs;
     const int epoch =
         samples_per_epoch ? std::min<int>(o.epochs, 1 + samples / samples_per_epoch) : 1;
     progress(TrainProgress{"train", epoch, o.epochs, samples,
-                           total > 0 ? double(samples) / total : 0.0, 0.0});
+                           total > 0 ? double(samples) / total : 0.0, running});
   });
   if (!ran) return ran.status();
   TrainJobResult r;
@@ -93,6 +99,12 @@ Expected<TrainJobResult> run_cluster_train_job(
     r.epochs.back().valid_logloss = valid->logloss;
     r.epochs.back().valid_auc = valid->auc;
     r.valid_samples = valid->samples;
+  }
+  if (progress) {
+    TrainProgress p{"evaluate",         o.epochs, o.epochs,
+                    r.counters.samples, 1.0,      r.epochs.back().train_logloss};
+    p.scored = r.epochs.back();
+    progress(p);
   }
   return r;
 }

@@ -61,6 +61,16 @@ class Coordinator {
     if (!core) return core.status();
     core_.emplace(std::move(core.value()));
     if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, false); !s.ok()) return s;
+    p_.add_metrics(o_.metrics);
+    if (o_.metrics) {
+      metrics_ = monitor::train_instruments(*o_.metrics);
+      // The coordinator learns samples from heartbeats, not the epoch or the share done.
+      metrics_->epoch->set(std::nan(""));
+      metrics_->progress->set(std::nan(""));
+      metrics_->logloss->set(std::nan(""));
+      members_ =
+          &o_.metrics->gauge("colony_cluster_members", "Members that have joined the cluster.");
+    }
     log_(
         fmt::format("coordinator listening on {} ({}, cluster id {}): waiting for {} shard{} and "
                     "{} worker replica{}",
@@ -78,7 +88,9 @@ class Coordinator {
       pump(poll_ms);
       if (!failed_.ok()) return failed_;
       progress();
+      record_metrics();
     }
+    record_metrics();
     result_.train_seconds = double(now_ms() - start_ms_) / 1000.0;
     // The ps members' summaries of their shards, before evaluation pulls add to them (the
     // core gives up on a silent one after the heartbeat timeout).
@@ -97,6 +109,10 @@ class Coordinator {
       }
       result_.test_logloss = ev->logloss;
       result_.test_auc = ev->auc;
+      if (metrics_) {
+        metrics_->test_logloss->set(ev->logloss);
+        metrics_->test_auc->set(ev->auc);
+      }
       result_.test_samples = ev->samples;
       log_(fmt::format("test logloss {:.5f}, auc {:.4f} over {} samples", ev->logloss, ev->auc,
                        ev->samples));
@@ -216,6 +232,18 @@ class Coordinator {
     p_.bridge->set_routing_ready({me});
   }
 
+  // The job's colony_train_* metrics, from the core (on this thread; scrapes read atomics).
+  void record_metrics() {
+    if (!metrics_) return;
+    members_->set(double(core_->members().size()));
+    const uint64_t samples = core_->samples_reported();
+    if (samples > samples_counted_) metrics_->samples->inc(double(samples - samples_counted_));
+    samples_counted_ = std::max(samples_counted_, samples);
+    const CoordinatorTotals& t = core_->totals();  // the members that have reported
+    if (t.counters.samples)
+      metrics_->logloss->set(t.counters.loss_sum / double(t.counters.samples));
+  }
+
   void progress() {
     const uint64_t now = now_ms();
     if (core_->phase() != CoordinatorPhase::running || now < next_progress_ms_) return;
@@ -289,6 +317,9 @@ class Coordinator {
   bool trained_ = false;
   uint64_t start_ms_ = 0;
   uint64_t next_progress_ms_ = 0;
+  std::optional<monitor::TrainInstruments> metrics_;
+  uint64_t samples_counted_ = 0;
+  monitor::Gauge* members_ = nullptr;
   ShardMapSpec map_;
   std::vector<float> dense_;  // a deep model's final dense layers (keep_dense)
   uint32_t dense_from_ = control_from_unknown;

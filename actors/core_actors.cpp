@@ -28,16 +28,72 @@ void report_once(Self* self, bool& reported, const Core& core, JobShared& shared
   }
 }
 
+// Counts a shard's request and mirrors its core's stats and size into its instruments.
+void count_request(const monitor::ShardInstruments& m, const PsMessage& message) {
+  if (std::holds_alternative<PullRequest>(message)) m.pulls->inc();
+  if (std::holds_alternative<PushRequest>(message)) m.pushes->inc();
+  if (std::holds_alternative<ClockAdvance>(message)) m.clocks->inc();
+}
+void record_shard(const monitor::ShardInstruments& m, const ShardCore& core, ShardStats& counted,
+                  size_t queued) {
+  const ShardStats& st = core.stats();
+  monitor::add_growth(m.rows_pulled, st.rows_pulled, counted.rows_pulled);
+  monitor::add_growth(m.rows_pushed, st.rows_pushed, counted.rows_pushed);
+  monitor::add_growth(m.pulls_deferred, st.pulls_deferred, counted.pulls_deferred);
+  monitor::add_growth(m.not_finite, st.pushes_not_finite, counted.pushes_not_finite);
+  monitor::add_growth(m.refused, st.messages_refused, counted.messages_refused);
+  m.rows->set(double(core.rows()));
+  m.bytes->set(double(core.table_bytes()));
+  m.queue->set(double(queued));
+}
+
+// A worker's pulls and pushes about to be sent, timed from now.
+void time_requests(worker_state& st) {
+  const auto now = std::chrono::steady_clock::now();
+  for (const Outgoing& o : st.out) {
+    if (auto* pull = std::get_if<PullRequest>(&o.message))
+      st.pulls_sent[{o.to, pull->header.request_id}] = {now, pull->clock};
+    else if (auto* push = std::get_if<PushRequest>(&o.message))
+      st.pushes_sent[{o.to, push->header.request_id}] = now;
+  }
+}
+// The latency (and for a pull, the staleness) of the request a reply answers.
+void time_reply(worker_state& st, const PsMessage& message) {
+  const auto now = std::chrono::steady_clock::now();
+  auto seconds = [&](worker_state::Since since) {
+    return std::chrono::duration<double>(now - since).count();
+  };
+  if (auto* reply = std::get_if<PullReply>(&message)) {
+    auto it = st.pulls_sent.find({reply->header.sender, reply->header.request_id});
+    if (it == st.pulls_sent.end()) return;
+    st.metrics->pull_seconds->observe(seconds(it->second.first));
+    const uint32_t clock = it->second.second;
+    st.metrics->staleness->observe(clock > reply->min_clock ? double(clock - reply->min_clock)
+                                                            : 0.0);
+    st.pulls_sent.erase(it);
+  } else if (auto* ack = std::get_if<PushAck>(&message)) {
+    auto it = st.pushes_sent.find({ack->header.sender, ack->header.request_id});
+    if (it == st.pushes_sent.end()) return;
+    st.metrics->push_seconds->observe(seconds(it->second));
+    st.pushes_sent.erase(it);
+  }
+}
+
 }  // namespace
 
 shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
                                      std::shared_ptr<ShardCore> core,
                                      std::shared_ptr<JobShared> shared) {
+  if (shared->metrics)
+    self->state.metrics = monitor::shard_instruments(*shared->metrics, core->config().shard_index);
   auto handle = [self, core, shared](PsMessage m) {
-    core->on_message(m, self->state.out);
-    route(*shared, self->state.out);
+    auto& st = self->state;
+    if (st.metrics) count_request(*st.metrics, m);
+    core->on_message(m, st.out);
+    route(*shared, st.out);
     if (!core->error().ok()) shared->fail(core->error());  // the store failed: end the job
     if (shared->after_shard_message) shared->after_shard_message(*core);
+    if (st.metrics) record_shard(*st.metrics, *core, st.counted, self->mailbox().size());
   };
   return {
       [handle](PullRequest& m) { handle(std::move(m)); },
@@ -61,6 +117,7 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
                                        std::shared_ptr<WorkerSource> source,
                                        std::shared_ptr<JobShared> shared,
                                        coordinator_actor coordinator, NodeId id) {
+  if (shared->metrics) self->state.metrics = monitor::worker_instruments(*shared->metrics);
   // After every message: hand in batches while the core wants them, send what it produced,
   // and tell the coordinator once it has finished or failed.
   auto step = [self, core, source, shared, coordinator, id]() {
@@ -80,14 +137,18 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
       }
       core->add_batch(std::move(batch), st.out);
     }
+    if (st.metrics) time_requests(st);
     route(*shared, st.out);
     if (shared->after_worker_message) shared->after_worker_message(*core);
     const uint64_t samples = core->stats().samples;
+    shared->loss_sum += core->stats().loss_sum - st.loss_reported;
+    st.loss_reported = core->stats().loss_sum;
     shared->samples += samples - st.samples_reported;
     st.samples_reported = samples;
     report_once(self, st.reported, *core, *shared, coordinator, id);
   };
   auto handle = [self, core, step](PsMessage m) {
+    if (self->state.metrics) time_reply(self->state, m);
     core->on_message(m, self->state.out);
     step();
   };

@@ -7,14 +7,19 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "actors/embedded_cluster.h"
 #include "actors/ps_actors.h"
 #include "data/reader.h"
+#include "monitor/ps_metrics.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
 #include "worker/worker_core.h"
@@ -24,13 +29,23 @@ namespace colony {
 struct shard_state {
   static inline const char* name = "colony.shard";
   Outbox out;
+  // With metrics: the instruments, and the core's stats they have counted up to.
+  std::optional<monitor::ShardInstruments> metrics;
+  ShardStats counted;
 };
 
 struct worker_state {
   static inline const char* name = "colony.worker";
   Outbox out;
   uint64_t samples_reported = 0;
+  double loss_reported = 0.0;
   bool reported = false;
+  // With metrics: the instruments, and the pulls (with their clock) and pushes in flight, by
+  // (peer, request id), since when.
+  std::optional<monitor::WorkerInstruments> metrics;
+  using Since = std::chrono::steady_clock::time_point;
+  std::map<std::pair<NodeId, uint64_t>, std::pair<Since, uint32_t>> pulls_sent;
+  std::map<std::pair<NodeId, uint64_t>, Since> pushes_sent;
 };
 
 struct aggregator_state {
@@ -48,6 +63,9 @@ struct JobShared {
   // Called by a worker's actor after each message, with its core (dense-layer checkpoints).
   std::function<void(WorkerCore&)> after_worker_message;
   std::atomic<uint64_t> samples{0};
+  std::atomic<double> loss_sum{0.0};  // the workers' progressive logloss, summed over samples
+  // Live metrics (monitor/ps_metrics.h) the actors record; null: none.
+  std::shared_ptr<monitor::Registry> metrics;
   std::mutex mutex;
   Status first_error;  // guarded by mutex
   void fail(const Status& s) {

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,10 @@
 #include "storage/store_spec.h"
 
 namespace colony {
+
+namespace monitor {
+class Registry;
+}
 
 // How a daemon authenticates: CURVE keys from a `colony keygen` directory, or none.
 struct DaemonSecurity {
@@ -56,6 +61,8 @@ struct CoordinatorDaemonOptions {
   uint32_t heartbeat_ms = 1'000;
   uint32_t heartbeat_timeout_ms = 10'000;
   bool require_all_workers = false;
+  // Live metrics (docs/monitoring.md): the job's progress and the bridge's totals; null: none.
+  std::shared_ptr<monitor::Registry> metrics;
 };
 
 struct CoordinatorResult {
@@ -97,6 +104,8 @@ struct MemberDaemonOptions {
   DeviceChoice device;   // worker: where its replicas' math runs (--device)
   uint64_t join_timeout_ms = 60'000;
   size_t threads = 0;  // actor scheduler threads; 0 = one per core
+  // Live metrics (docs/monitoring.md): the shards' or workers' and the bridge's; null: none.
+  std::shared_ptr<monitor::Registry> metrics;
 };
 
 // Runs a ps or worker member until the coordinator ends the job (OK when it ended well), the

@@ -169,6 +169,10 @@ inline bool is_loopback(const std::string& host) {
 struct Process {
   explicit Process(size_t threads) : config(threads, false), system(config) {}
   ~Process() {
+    if (metrics && bridge) {  // the bridge goes; its totals stay
+      const BridgeTotals last = snapshot(*bridge);
+      export_bridge([last] { return last; });
+    }
     bridge.reset();
     for (auto& a : shared->nodes)
       if (a) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
@@ -180,7 +184,42 @@ struct Process {
   std::unique_ptr<Bridge> bridge;
   std::vector<caf::actor> extra;  // local actors not in shared->nodes
   Inbox inbox;
+  std::shared_ptr<monitor::Registry> metrics;  // null: none
 
+ private:
+  struct BridgeTotals {
+    BridgeStats stats;
+    std::vector<std::pair<std::string, uint64_t>> bad_by_peer;
+  };
+  static BridgeTotals snapshot(const Bridge& b) { return {b.stats(), b.bad_messages_by_peer()}; }
+  // Lists the bridge's totals as `read` returns them at each scrape.
+  void export_bridge(std::function<BridgeTotals()> read) {
+    auto shared_read = std::make_shared<std::function<BridgeTotals()>>(std::move(read));
+    metrics->family_reader(
+        "colony_bad_messages_total",
+        "Messages this process dropped as undecodable, misaddressed or forged, by sender (its "
+        "CURVE key, else its address).",
+        true, [shared_read] {
+          monitor::Registry::Listing out;
+          for (const auto& [peer, n] : (*shared_read)().bad_by_peer)
+            out.push_back({{{"peer", peer}}, double(n)});
+          return out;
+        });
+    metrics->family_reader(
+        "colony_bridge_messages_total",
+        "Messages this process's bridge received and sent, by direction.", true, [shared_read] {
+          const BridgeStats s = (*shared_read)().stats;
+          return monitor::Registry::Listing{{{{"direction", "received"}}, double(s.received)},
+                                            {{{"direction", "sent"}}, double(s.sent)}};
+        });
+    metrics->family_reader(
+        "colony_refused_peers_total",
+        "Connections refused because their key is not in authorized_keys.", true, [shared_read] {
+          return monitor::Registry::Listing{{{}, double((*shared_read)().stats.refused_peers)}};
+        });
+  }
+
+ public:
   // A member takes control messages only from the coordinator's key (`control_from_server`).
   Status open_bridge(const std::string& listen, const Keys& keys, uint64_t cluster_id,
                      const DaemonLog& log, bool control_from_server) {
@@ -196,6 +235,14 @@ struct Process {
     if (!b) return b.status();
     bridge = std::move(b.value());
     return Status();
+  }
+  // Live metrics: the process's actors record into `registry` (JobShared::metrics), and the
+  // bridge's totals are listed at each scrape. Call after open_bridge.
+  void add_metrics(std::shared_ptr<monitor::Registry> registry) {
+    if (!registry) return;
+    metrics = registry;
+    shared->metrics = registry;
+    export_bridge([this] { return snapshot(*bridge); });
   }
   Status first_error() {
     std::lock_guard lock(shared->mutex);

@@ -198,6 +198,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   impl->model = std::move(model.value());
   impl->job = job;
   impl->shared->observer = job.observer;
+  impl->shared->metrics = job.cluster.metrics;
   Impl& m = *impl;
   m.map_spec = ShardMapSpec{};
   m.map_spec.shards = c.shards;
@@ -321,7 +322,8 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   return std::unique_ptr<EmbeddedCluster>(new EmbeddedCluster(std::move(impl)));
 }
 
-Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>& progress) {
+Expected<ClusterResult> EmbeddedCluster::run(
+    const std::function<void(uint64_t, double)>& progress) {
   Impl& m = *impl_;
   COLONY_ASSERT(!m.ran, "EmbeddedCluster::run called twice");
   m.ran = true;
@@ -358,7 +360,7 @@ Expected<ClusterResult> EmbeddedCluster::run(const std::function<void(uint64_t)>
         },
         caf::after(std::chrono::milliseconds(200)) >>
             [&] {
-              if (progress) progress(m.shared->samples.load());
+              if (progress) progress(m.shared->samples.load(), m.shared->loss_sum.load());
               // A shard whose store failed stops answering: end the job with its error.
               std::lock_guard<std::mutex> lock(m.shared->mutex);
               if (!m.shared->first_error.ok()) finished = true;

@@ -24,6 +24,9 @@
 
 namespace colony {
 
+namespace monitor {
+class Registry;
+}
 class WorkerCore;
 
 enum class PushMode { flat, hierarchical };
@@ -70,6 +73,9 @@ struct ClusterOptions {
   // and which actor runs next is drawn from this seed, so every interleaving the mailboxes
   // allow can come up, and each one can be replayed.
   uint64_t deterministic_seed = 0;
+  // Live metrics (monitor/ps_metrics.h): the shards' and workers' actors record into it as they
+  // run. Null: none recorded.
+  std::shared_ptr<monitor::Registry> metrics;
 };
 
 struct ClusterJob {
@@ -115,10 +121,10 @@ class EmbeddedCluster {
   static Expected<std::unique_ptr<EmbeddedCluster>> make(const ClusterJob& job);
   ~EmbeddedCluster();
 
-  // Runs the whole job; `progress(samples trained so far)` is called a few times a second from
-  // the calling thread. Fails with the first error any actor met (a reader's invalid_input
-  // naming file and line, a refused request). Call once.
-  Expected<ClusterResult> run(const std::function<void(uint64_t)>& progress);
+  // Runs the whole job; `progress(samples trained so far, their progressive logloss summed)` is
+  // called a few times a second from the calling thread. Fails with the first error any actor met
+  // (a reader's invalid_input naming file and line, a refused request). Call once.
+  Expected<ClusterResult> run(const std::function<void(uint64_t, double)>& progress);
 
   // After run: each sample's logit under the shards' final weights (and a deep model's final
   // dense layers).

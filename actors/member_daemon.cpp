@@ -38,6 +38,7 @@ class Member {
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());
     if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, true); !s.ok()) return s;
+    p_.add_metrics(o_.metrics);
     auto endpoint = advertised_endpoint(p_.bridge->endpoint(), o_.advertise);
     if (!endpoint) return endpoint.status();
     // Peers on other hosts could never reach a loopback address: say so now, not after a timeout.

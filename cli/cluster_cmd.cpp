@@ -11,6 +11,7 @@
 #include "actors/daemon.h"
 #include "actors/envelope.h"
 #include "cli/commands.h"
+#include "cli/metrics_flags.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "models/model.h"
@@ -58,6 +59,7 @@ struct CommonArgs {
   DaemonSecurity security;
   uint64_t cluster_id = 1;
   double join_timeout_s = 60;
+  MetricsFlags metrics;
 };
 
 void add_common(CLI::App* cmd, CommonArgs& a) {
@@ -74,6 +76,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
                   "Seconds to wait for the cluster to form before giving up")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  add_metrics_flags(cmd, a.metrics);
   add_config_option(cmd);
 }
 
@@ -293,6 +296,10 @@ Runner add_coordinator(CLI::App& app) {
       if (!d) return fail(d.status());
       j.durability = *d;
     }
+    a->common.metrics.dashboard = true;  // the coordinator serves the job's dashboard
+    auto endpoint = start_metrics(a->common.metrics, log);
+    if (!endpoint) return fail(endpoint.status());
+    o.metrics = endpoint->registry;
     DaemonSignals signals;
     install_signal_handlers(signals);
     const auto start = std::chrono::steady_clock::now();
@@ -491,6 +498,9 @@ Runner add_member(CLI::App& app, MemberRole role) {
     o.security = a->common.security;
     o.cluster_id = a->common.cluster_id;
     o.join_timeout_ms = static_cast<uint64_t>(a->common.join_timeout_s * 1000);
+    auto endpoint = start_metrics(a->common.metrics, log);
+    if (!endpoint) return fail(endpoint.status());
+    o.metrics = endpoint->registry;
     DaemonSignals signals;
     install_signal_handlers(signals);
     Status s = run_member(o, log, signals);

@@ -2,14 +2,17 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "actors/embedded_cluster.h"
 #include "cli/commands.h"
+#include "cli/metrics_flags.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
 #include "gpu/device.h"
+#include "monitor/ps_metrics.h"
 #include "worker/train_job.h"
 
 namespace colony::cli {
@@ -34,6 +37,8 @@ struct TrainArgs {
   ClusterOptions cluster;
   std::string report;
   bool no_cache = false;
+  MetricsFlags metrics;
+  double metrics_linger_s = 0.0;
 };
 
 }  // namespace
@@ -103,6 +108,12 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
+  add_metrics_flags(cmd, a->metrics, true);
+  cmd->add_option("--metrics-linger", a->metrics_linger_s,
+                  "With --metrics-port: keep serving for this many seconds after the job has "
+                  "ended and printed its results, so a last scrape sees the final scores")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--skip-bad-lines", j.reader.skip_bad_lines,
                   "Tolerate up to N malformed input lines (counted in the report)")
       ->capture_default_str();
@@ -204,6 +215,20 @@ Runner add_train(CLI::App& app) {
     const bool local = a->engine == "local";
     o.generate.seed = o.trainer.seed;
 
+    auto endpoint = start_metrics(
+        a->metrics, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+    if (!endpoint) return fail(endpoint.status());
+    if (a->metrics_linger_s > 0 && !endpoint->server)
+      std::fprintf(stderr, "warning: --metrics-linger has no effect without --metrics-port\n");
+    std::optional<monitor::TrainInstruments> metrics;
+    if (endpoint->registry) {
+      metrics = monitor::train_instruments(*endpoint->registry);
+      if (local)
+        std::fprintf(stderr,
+                     "note: --engine local has no shards or workers: /metrics shows the job's "
+                     "progress and scores only\n");
+    }
+    cluster.metrics = endpoint->registry;
     const std::string engine_text =
         local ? std::string("single-process trainer")
               : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
@@ -229,8 +254,11 @@ Runner add_train(CLI::App& app) {
       std::fprintf(stderr, "no --data: generating %s training and %s test rows in memory\n",
                    human_count(double(o.generate.rows)).c_str(),
                    human_count(double(o.generate.test_rows)).c_str());
+    // Live metrics: the shards' and workers' actors record into `registry`; the driver's
+    // progress below sets the colony_train_* ones.
     const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
+    uint64_t samples_counted = 0;
     bool training_started = false;
     auto on_progress = [&](const TrainProgress& p) {
       if (!training_started && std::string(p.phase) == "train") {
@@ -239,6 +267,21 @@ Runner add_train(CLI::App& app) {
         training_started = true;
       }
       const std::string phase = p.phase;
+      if (metrics && phase != "generate") {
+        metrics->samples->inc(double(p.samples - std::min(p.samples, samples_counted)));
+        samples_counted = std::max(samples_counted, p.samples);
+        if (p.running_logloss > 0) metrics->logloss->set(p.running_logloss);
+        metrics->epoch->set(p.epoch);
+        metrics->progress->set(p.fraction);
+        if (p.scored) {
+          metrics->test_logloss->set(p.scored->test_logloss);
+          metrics->test_auc->set(p.scored->test_auc);
+          if (o.valid_fraction > 0) {
+            metrics->valid_logloss->set(p.scored->valid_logloss);
+            metrics->valid_auc->set(p.scored->valid_auc);
+          }
+        }
+      }
       if (phase == "generate") {
         progress.update(p.fraction, double(p.samples), "rows", "generating data");
       } else {
@@ -374,6 +417,12 @@ Runner add_train(CLI::App& app) {
                   static_cast<unsigned long long>(r.counters.bad_lines_skipped));
     std::printf("\n");
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
+    if (endpoint->server && a->metrics_linger_s > 0) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "serving %s for %g s more (--metrics-linger)\n",
+                   endpoint->server->url().c_str(), a->metrics_linger_s);
+      std::this_thread::sleep_for(std::chrono::duration<double>(a->metrics_linger_s));
+    }
     return 0;
   };
 }

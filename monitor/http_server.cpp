@@ -19,7 +19,8 @@ struct HttpServer::Impl {
 };
 
 Expected<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host, int port,
-                                                        std::shared_ptr<const Registry> registry) {
+                                                        std::shared_ptr<const Registry> registry,
+                                                        bool dashboard) {
   if (port < 0 || port > 65535)
     return Status::invalid_input(fmt::format("--metrics-port {}: not a port (0-65535)", port));
   auto impl = std::make_unique<Impl>();
@@ -35,6 +36,10 @@ Expected<std::unique_ptr<HttpServer>> HttpServer::start(const std::string& host,
   impl->server.Get("/metrics", [reg](const httplib::Request&, httplib::Response& res) {
     res.set_content(reg->render(), "text/plain; version=0.0.4; charset=utf-8");
   });
+  if (dashboard)
+    impl->server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(dashboard_html(), "text/html; charset=utf-8");
+    });
   impl->port = port == 0 ? impl->server.bind_to_any_port(host)
                          : (impl->server.bind_to_port(host, port) ? port : -1);
   if (impl->port < 0)

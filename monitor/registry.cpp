@@ -62,7 +62,10 @@ std::string format_value(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  // Whole numbers (counts, bytes) in full; others in the shortest form that reads back exactly.
+  const auto r = v == std::trunc(v) && std::fabs(v) < 1e15
+                     ? std::to_chars(buf, buf + sizeof buf, v, std::chars_format::fixed)
+                     : std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general);
   return std::string(buf, r.ptr);
 }
 
@@ -114,7 +117,7 @@ Registry::Child& Registry::child(const std::string& name, Type type, const std::
     f.help = help;
     f.bounds = bounds;
   }
-  COLONY_ASSERT(f.type == type && f.help == help && f.bounds == bounds,
+  COLONY_ASSERT(f.type == type && f.help == help && f.bounds == bounds && !f.list,
                 "metric {} registered twice with different types, help or buckets", name);
   return f.children.try_emplace(label_text(labels), Child{labels}).first->second;
 }
@@ -150,6 +153,22 @@ void Registry::gauge_reader(const std::string& name, const std::string& help, co
   c.read = std::move(read);
 }
 
+void Registry::family_reader(const std::string& name, const std::string& help, bool counter,
+                             std::function<Listing()> list) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  COLONY_ASSERT(valid_name(name, false), "metric name '{}' is not valid", name);
+  auto [it, made] = families_.try_emplace(name);
+  Family& f = it->second;
+  if (made) {
+    f.type = counter ? Type::counter : Type::gauge;
+    f.help = help;
+  }
+  COLONY_ASSERT(
+      f.children.empty() && f.type == (counter ? Type::counter : Type::gauge) && f.help == help,
+      "metric {} registered twice with different types or help", name);
+  f.list = std::move(list);
+}
+
 std::string Registry::render() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;
@@ -157,6 +176,16 @@ std::string Registry::render() const {
     static const char* const type_names[] = {"counter", "gauge", "histogram"};
     out += "# HELP " + name + ' ' + escape(f.help, false) + '\n';
     out += "# TYPE " + name + ' ' + type_names[int(f.type)] + '\n';
+    if (f.list) {
+      std::map<std::string, double> children;  // in label order, as the other families
+      for (const auto& [labels, v] : f.list()) {
+        for (const auto& [k, _] : labels)
+          COLONY_ASSERT(valid_name(k, true) && k != "le", "label name '{}' of {} is not valid", k,
+                        name);
+        children[label_text(labels)] = v;
+      }
+      for (const auto& [labels, v] : children) out += name + labels + ' ' + format_value(v) + '\n';
+    }
     for (const auto& [labels, c] : f.children) {
       if (c.counter) {
         out += name + labels + ' ' + format_value(c.counter->value()) + '\n';

@@ -80,6 +80,14 @@ class Registry {
   void gauge_reader(const std::string& name, const std::string& help, const Labels& labels,
                     std::function<double()> read);
 
+  // A family whose children `list` names at each scrape (each a label set and its value), for
+  // totals kept elsewhere per peer or per member: called from the scraping thread, under the
+  // registry's lock. Replaces an earlier list of the same name. `counter` picks the type
+  // (counter or gauge).
+  using Listing = std::vector<std::pair<Labels, double>>;
+  void family_reader(const std::string& name, const std::string& help, bool counter,
+                     std::function<Listing()> list);
+
   // The registry in the text format: families in name order, each with # HELP and # TYPE
   // lines, children in label order; label values and help escaped as the format says.
   std::string render() const;
@@ -98,6 +106,7 @@ class Registry {
     std::string help;
     std::vector<double> bounds;
     std::map<std::string, Child> children;  // by rendered label set
+    std::function<Listing()> list{};        // instead of children (family_reader)
   };
   Child& child(const std::string& name, Type type, const std::string& help,
                const std::vector<double>& bounds, const Labels& labels);

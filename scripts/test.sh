@@ -2,7 +2,7 @@
 # Builds Colony and runs every test (ctest).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/fetch-promtool.sh
+scripts/install-test-deps.sh
 scripts/build.sh
 scripts/check-format.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"

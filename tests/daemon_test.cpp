@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
 #include <boost/test/unit_test.hpp>
 #include <chrono>
 #include <cmath>
@@ -25,96 +27,19 @@
 #include "actors/curve_keys.h"
 #include "actors/envelope.h"
 #include "actors/zmq_transport.h"
+#include "tests/child_process.h"
 #include "tests/cli_fixture.h"
-
-extern char** environ;
+#include "tests/prom_text.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
 
-// The longest any single wait here may take before the test fails (not a timing assertion: a
-// bound so that a hung daemon fails the test instead of hanging CI).
-constexpr auto wait_bound = 180s;
-
+using colony::testing::bin;
+using colony::testing::Child;
 using colony::testing::slurp;
-
-std::string bin() {
-  const char* b = std::getenv("COLONY_BIN");
-  BOOST_REQUIRE_MESSAGE(b != nullptr, "COLONY_BIN must name the colony binary (ctest sets it)");
-  return b;
-}
-
-// A child process whose stdout and stderr go to `log`.
-class Child {
- public:
-  Child(std::vector<std::string> argv, fs::path log) : log_(std::move(log)) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    std::vector<char*> args;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    const int rc = posix_spawnp(&pid_, args[0], &fa, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    BOOST_REQUIRE_MESSAGE(rc == 0, "cannot start " << argv[0]);
-  }
-  ~Child() {
-    if (pid_ > 0 && !code_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  // The exit code (128 + signal when killed); fails the test if it does not end within the bound.
-  int wait() {
-    if (code_) return *code_;
-    const auto deadline = std::chrono::steady_clock::now() + wait_bound;
-    int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        BOOST_FAIL("process did not exit; its log:\n" << slurp(log_));
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return *code_;
-  }
-  void signal(int sig) { ::kill(pid_, sig); }
-  pid_t pid() const { return pid_; }
-  std::string log() const { return slurp(log_); }
-  // Waits until the log holds `pattern` (a regex) and returns the first match's first group
-  // (or the whole match). Fails the test when the process exits first or the bound passes.
-  std::string await(const std::string& pattern) {
-    const std::regex re(pattern);
-    const auto deadline = std::chrono::steady_clock::now() + wait_bound;
-    for (;;) {
-      const std::string text = slurp(log_);
-      std::smatch m;
-      if (std::regex_search(text, m, re)) return m.size() > 1 ? m[1].str() : m[0].str();
-      int status = 0;
-      if (!code_ && ::waitpid(pid_, &status, WNOHANG) == pid_)
-        code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      const std::string after = slurp(log_);
-      if (code_ && !std::regex_search(after, m, re))
-        BOOST_FAIL("process exited (" << *code_ << ") before logging /" << pattern
-                                      << "/; its log:\n"
-                                      << slurp(log_));
-      if (std::chrono::steady_clock::now() > deadline)
-        BOOST_FAIL("no /" << pattern << "/ in the log in time; the log:\n" << slurp(log_));
-      std::this_thread::sleep_for(20ms);
-    }
-  }
-
- private:
-  pid_t pid_ = -1;
-  fs::path log_;
-  std::optional<int> code_;
-};
+using colony::testing::wait_bound;
 
 int run(const std::string& cmd) {
   const int status = std::system(cmd.c_str());
@@ -565,12 +490,15 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
   const double expected =
       embedded_report("lies-embedded", "--epochs 10")["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
-      "lies-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs",
-                                                   "10", "--no-cache", "--test", s.test.string(),
-                                                   "--report", (s.dir / "lies.json").string()}));
-  auto ps0 = start_member("lies-ps0", "ps", endpoint, role_key("ps-0"));
+      "lies-coordinator",
+      cat(role_key("server"),
+          {"--shards", "2", "--workers", "2", "--epochs", "10", "--no-cache", "--test",
+           s.test.string(), "--report", (s.dir / "lies.json").string(), "--metrics-port", "0"}));
+  auto ps0 =
+      start_member("lies-ps0", "ps", endpoint, cat(role_key("ps-0"), {"--metrics-port", "0"}));
   auto ps1 = start_member("lies-ps1", "ps", endpoint, role_key("ps-1"));
-  auto w0 = start_member("lies-w0", "worker", endpoint, role_key("worker-0"));
+  auto w0 = start_member("lies-w0", "worker", endpoint,
+                         cat(role_key("worker-0"), {"--metrics-port", "0"}));
   auto w1 = start_member("lies-w1", "worker", endpoint, role_key("worker-1"));
   const std::string ps0_endpoint = ps0->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
   const std::string w1_endpoint = w1->await("worker listening on (tcp://[0-9.]+:[0-9]+)");
@@ -589,6 +517,43 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
   send_ps(*as_w0_to_ps, PullRequest{{w0_node, 3, 0}, 0, w1_node, {1, 2, 3}},
           shard0);  // another's writer
   send_ps(*as_w0_to_ps, PullReply{{w0_node, 4, 0}, 0, {}}, shard0);
+  // Every daemon serves /metrics in the text format: the coordinator its members, a worker its
+  // requests' latencies.
+  auto scrape = [](Child& c) {
+    const int port = std::stoi(c.await("metrics: http://127\\.0\\.0\\.1:(\\d+)/metrics"));
+    auto res = httplib::Client("127.0.0.1", port).Get("/metrics");
+    BOOST_REQUIRE_MESSAGE(res && res->status == 200, "no /metrics; the log:\n" << c.log());
+    auto parsed = colony::test::parse_prom_text(res->body);
+    BOOST_REQUIRE_MESSAGE(parsed.error.empty(), parsed.error);
+    return parsed;
+  };
+  BOOST_TEST(scrape(*coord).value("colony_cluster_members") == 4);
+  double pulls_timed = 0;  // training has started; the first replies may still be on their way
+  for (auto deadline = std::chrono::steady_clock::now() + wait_bound;
+       !(pulls_timed > 0) && std::chrono::steady_clock::now() < deadline;
+       std::this_thread::sleep_for(20ms))
+    pulls_timed = scrape(*w0).value("colony_pull_seconds_count");
+  BOOST_TEST(pulls_timed > 0);
+  // ps-0's /metrics counts the lies its bridge dropped under the key that sent them.
+  {
+    const int port = std::stoi(ps0->await("metrics: http://127\\.0\\.0\\.1:(\\d+)/metrics"));
+    const std::string w0_key = read_public_key(s.role_keys.string(), "worker-0").value();
+    double counted = 0;
+    const auto deadline = std::chrono::steady_clock::now() + wait_bound;
+    while (counted < 4 && std::chrono::steady_clock::now() < deadline) {
+      httplib::Client client("127.0.0.1", port);
+      auto res = client.Get("/metrics");
+      BOOST_REQUIRE_MESSAGE(res && res->status == 200, "ps-0 stopped serving; its log:\n"
+                                                           << ps0->log());
+      const auto parsed = colony::test::parse_prom_text(res->body);
+      BOOST_REQUIRE_MESSAGE(parsed.error.empty(), parsed.error);
+      counted = parsed.value("colony_bad_messages_total", {{"peer", w0_key}});
+      if (std::isnan(counted)) counted = 0;
+      std::this_thread::sleep_for(20ms);
+    }
+    BOOST_TEST_MESSAGE("ps-0's bridge dropped " << counted << " messages from worker-0's key");
+    BOOST_TEST(counted == 4);  // all four, under the key that sent them
+  }
   // To worker-1: control messages from a key that is not the coordinator's (a Welcome whose
   // ids are far out of range, a ShardsRestarted, a Shutdown).
   auto as_w0_to_w1 = liar(w1_endpoint, "worker-1", "worker-0");

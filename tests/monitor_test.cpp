@@ -91,6 +91,25 @@ BOOST_AUTO_TEST_CASE(label_values_and_help_are_escaped_and_odd_values_spelled_as
   BOOST_TEST((verdict == "" || verdict == "ok"), verdict);
 }
 
+BOOST_AUTO_TEST_CASE(a_family_reader_lists_its_children_at_each_scrape_in_label_order) {
+  Registry r;
+  std::vector<std::pair<std::string, double>> peers = {{"b", 2}, {"a", 1}};
+  r.family_reader("colony_bad_messages_total", "Bad messages by peer.", true, [&] {
+    Registry::Listing out;
+    for (const auto& [peer, n] : peers) out.push_back({{{"peer", peer}}, n});
+    return out;
+  });
+  std::string text = r.render();
+  BOOST_TEST_INFO(text);
+  BOOST_TEST(text.find("colony_bad_messages_total{peer=\"a\"} 1\n"
+                       "colony_bad_messages_total{peer=\"b\"} 2\n") != std::string::npos);
+  peers.push_back({"c", 5});  // a peer seen later appears at the next scrape
+  const auto parsed = parse_prom_text(r.render());
+  BOOST_TEST(parsed.error == "");
+  BOOST_TEST(parsed.value("colony_bad_messages_total", {{"peer", "c"}}) == 5);
+  BOOST_TEST(parsed.types.at("colony_bad_messages_total") == "counter");
+}
+
 // The checker must be able to fail: each of these breaks one rule of the format.
 BOOST_AUTO_TEST_CASE(the_format_checker_refuses_text_that_breaks_a_rule) {
   const char* broken[] = {

@@ -257,6 +257,13 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
       valid_losses.push_back(valid->logloss);
     }
     result.epochs.push_back(er);
+    if (progress) {
+      TrainProgress p{
+          "evaluate",      epoch, o.epochs, result.counters.samples, double(epoch) / o.epochs,
+          er.train_logloss};
+      p.scored = er;
+      progress(p);
+    }
     if (stop_early(valid_losses, o.patience)) break;
   }
   result.test_logloss = result.epochs.back().test_logloss;

@@ -33,15 +33,6 @@ struct TrainJobOptions {
   int patience = 1;
 };
 
-struct TrainProgress {
-  const char* phase = "train";  // "generate", "train" or "evaluate"
-  int epoch = 0;                // 1-based
-  int epochs = 0;
-  uint64_t samples = 0;          // trained so far, over all epochs ("generate": rows made)
-  double fraction = 0.0;         // of the phase's work, 0..1 (estimated for text)
-  double running_logloss = 0.0;  // progressive logloss over recent batches
-};
-
 struct EpochResult {
   int epoch = 0;
   double train_logloss = 0.0;  // progressive: each sample scored before it was learned
@@ -49,6 +40,17 @@ struct EpochResult {
   double test_auc = 0.0;
   double valid_logloss = 0.0;  // on the held-out rows, when valid_fraction > 0
   double valid_auc = 0.0;
+};
+
+struct TrainProgress {
+  const char* phase = "train";  // "generate", "train" or "evaluate"
+  int epoch = 0;                // 1-based
+  int epochs = 0;
+  uint64_t samples = 0;          // trained so far, over all epochs ("generate": rows made)
+  double fraction = 0.0;         // of the phase's work, 0..1 (estimated for text)
+  double running_logloss = 0.0;  // progressive logloss over recent batches
+  // Set once per scored epoch ("evaluate", after the test and validation sets were scored).
+  std::optional<EpochResult> scored{};
 };
 
 struct TrainJobResult {

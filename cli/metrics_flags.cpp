@@ -1,0 +1,36 @@
+#include "cli/metrics_flags.h"
+
+#include "monitor/ps_metrics.h"
+
+namespace colony::cli {
+
+void add_metrics_flags(CLI::App* cmd, MetricsFlags& flags, bool dashboard_flag) {
+  cmd->add_option("--metrics-port", flags.port,
+                  "Serve live Prometheus metrics at http://HOST:PORT/metrics while it runs (0: a "
+                  "free port, printed; docs/monitoring.md)");
+  cmd->add_option("--metrics-host", flags.host,
+                  "The address --metrics-port listens on (0.0.0.0: every interface)")
+      ->capture_default_str();
+  if (dashboard_flag)
+    cmd->add_flag("--dashboard", flags.dashboard,
+                  "With --metrics-port: also serve a live dashboard at http://HOST:PORT/ (loss and "
+                  "throughput curves, shard load map, staleness, latencies, alerts)");
+}
+
+Expected<MetricsEndpoint> start_metrics(const MetricsFlags& flags,
+                                        const std::function<void(const std::string&)>& say) {
+  MetricsEndpoint e;
+  if (flags.dashboard && flags.port < 0)
+    return Status::invalid_input("--dashboard: give --metrics-port too (the page is served there)");
+  if (flags.port < 0) return e;
+  e.registry = std::make_shared<monitor::Registry>();
+  monitor::add_process_metrics(*e.registry);
+  auto started = monitor::HttpServer::start(flags.host, flags.port, e.registry, flags.dashboard);
+  if (!started) return started.status();
+  e.server = std::move(*started);
+  say("metrics: " + e.server->url() + "/metrics");
+  if (flags.dashboard) say("dashboard: " + e.server->url() + "/");
+  return e;
+}
+
+}  // namespace colony::cli

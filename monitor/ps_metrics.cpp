@@ -1,0 +1,87 @@
+#include "monitor/ps_metrics.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <string>
+
+namespace colony::monitor {
+
+ShardInstruments shard_instruments(Registry& r, uint32_t index) {
+  const std::string s = std::to_string(index);
+  const char* requests = "Requests a shard handled, by kind.";
+  const char* refused = "Pushes a shard refused whole, by reason.";
+  ShardInstruments in;
+  in.rows = &r.gauge("colony_shard_rows", "Rows a shard holds.", {{"shard", s}});
+  in.bytes = &r.gauge("colony_shard_bytes",
+                      "Bytes of a shard's rows: parameters and optimizer state.", {{"shard", s}});
+  in.queue = &r.gauge("colony_shard_queue_messages",
+                      "Messages waiting in a shard's mailbox after its last one.", {{"shard", s}});
+  in.pulls = &r.counter("colony_shard_requests_total", requests, {{"shard", s}, {"kind", "pull"}});
+  in.pushes = &r.counter("colony_shard_requests_total", requests, {{"shard", s}, {"kind", "push"}});
+  in.clocks =
+      &r.counter("colony_shard_requests_total", requests, {{"shard", s}, {"kind", "clock"}});
+  in.rows_pulled = &r.counter("colony_shard_rows_pulled_total",
+                              "Rows a shard sent in answer to pulls.", {{"shard", s}});
+  in.rows_pushed = &r.counter("colony_shard_rows_pushed_total", "Rows a shard updated from pushes.",
+                              {{"shard", s}});
+  in.pulls_deferred =
+      &r.counter("colony_shard_pulls_deferred_total",
+                 "Pulls a shard held back for the consistency gate.", {{"shard", s}});
+  in.not_finite = &r.counter("colony_shard_pushes_refused_total", refused,
+                             {{"shard", s}, {"reason", "not_finite"}});
+  in.refused = &r.counter("colony_shard_messages_refused_total",
+                          "Messages a shard dropped or refused: replies sent to it, pulls past "
+                          "its waiting limit.",
+                          {{"shard", s}});
+  return in;
+}
+
+WorkerInstruments worker_instruments(Registry& r) {
+  const auto latency = exponential_buckets(50e-6, 2, 16);  // 50 us .. 1.6 s
+  WorkerInstruments in;
+  in.pull_seconds =
+      &r.histogram("colony_pull_seconds", "Pull latency: request sent to reply.", latency);
+  in.push_seconds = &r.histogram("colony_push_seconds",
+                                 "Push latency: push sent to its acknowledgement.", latency);
+  in.staleness =
+      &r.histogram("colony_read_staleness_steps",
+                   "Steps the slowest sender was behind a pull's step when its rows were read.",
+                   {0, 1, 2, 4, 8, 16, 32, 64});
+  return in;
+}
+
+TrainInstruments train_instruments(Registry& r) {
+  TrainInstruments in;
+  in.samples = &r.counter("colony_train_samples_total", "Training samples trained.");
+  in.logloss = &r.gauge("colony_train_logloss",
+                        "Progressive logloss of recent training batches (each sample scored "
+                        "before it was learned).");
+  in.epoch = &r.gauge("colony_train_epoch", "The epoch being trained (1-based).");
+  in.progress = &r.gauge("colony_train_progress_ratio", "Share of the job's epochs done, 0..1.");
+  in.test_logloss = &r.gauge("colony_test_logloss", "Logloss on the test set (NaN until scored).");
+  in.test_auc = &r.gauge("colony_test_auc", "AUC on the test set (NaN until scored).");
+  in.valid_logloss =
+      &r.gauge("colony_valid_logloss", "Logloss on the held-out rows (NaN until scored).");
+  in.valid_auc = &r.gauge("colony_valid_auc", "AUC on the held-out rows (NaN until scored).");
+  for (Gauge* g : {in.test_logloss, in.test_auc, in.valid_logloss, in.valid_auc})
+    g->set(std::nan(""));
+  return in;
+}
+
+void add_process_metrics(Registry& r) {
+  r.gauge_reader("process_resident_memory_bytes", "Resident memory size in bytes.", {}, [] {
+    std::ifstream statm("/proc/self/statm");
+    double size = 0, resident = 0;
+    if (!(statm >> size >> resident)) return std::nan("");
+    return resident * double(::sysconf(_SC_PAGESIZE));
+  });
+  const double start =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  r.gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.")
+      .set(std::floor(start));
+}
+
+}  // namespace colony::monitor

@@ -1,0 +1,63 @@
+// The parameter server's live metrics, by the names Prometheus will see (docs/monitoring.md):
+// what a shard's actor and a worker's actor record as they handle messages. The actors look
+// their instruments up once, when they start, and then only touch atomics.
+#pragma once
+
+#include <cstdint>
+
+#include "monitor/registry.h"
+
+namespace colony::monitor {
+
+struct ShardInstruments {
+  Gauge* rows = nullptr;              // colony_shard_rows
+  Gauge* bytes = nullptr;             // colony_shard_bytes: rows' parameters and optimizer state
+  Gauge* queue = nullptr;             // colony_shard_queue_messages: waiting in its mailbox
+  Counter* pulls = nullptr;           // colony_shard_requests_total{kind="pull"}
+  Counter* pushes = nullptr;          // colony_shard_requests_total{kind="push"}
+  Counter* clocks = nullptr;          // colony_shard_requests_total{kind="clock"}
+  Counter* rows_pulled = nullptr;     // colony_shard_rows_pulled_total
+  Counter* rows_pushed = nullptr;     // colony_shard_rows_pushed_total
+  Counter* pulls_deferred = nullptr;  // colony_shard_pulls_deferred_total: held for the gate
+  Counter* not_finite = nullptr;      // colony_shard_pushes_refused_total{reason="not_finite"}
+  // colony_shard_messages_refused_total: replies sent to a shard, pulls past the waiting limit.
+  Counter* refused = nullptr;
+};
+// The instruments of shard `index` (label shard="<index>").
+ShardInstruments shard_instruments(Registry& registry, uint32_t index);
+
+struct WorkerInstruments {
+  Histogram* pull_seconds = nullptr;  // colony_pull_seconds: request sent to its reply
+  Histogram* push_seconds = nullptr;  // colony_push_seconds: push sent to its acknowledgement
+  // colony_read_staleness_steps: how many clocks behind the pull's step the slowest sender was
+  // when the rows were read (0 under BSP; up to k under SSP(k)).
+  Histogram* staleness = nullptr;
+};
+// One set for all the workers of a process (a histogram sums them anyway).
+WorkerInstruments worker_instruments(Registry& registry);
+
+// colony_train_*: the job's progress, from its driver (`colony train`, the coordinator).
+struct TrainInstruments {
+  Counter* samples = nullptr;      // colony_train_samples_total
+  Gauge* logloss = nullptr;        // colony_train_logloss: progressive, over recent batches
+  Gauge* epoch = nullptr;          // colony_train_epoch
+  Gauge* progress = nullptr;       // colony_train_progress_ratio: of all epochs, 0..1
+  Gauge* test_logloss = nullptr;   // colony_test_logloss (NaN until evaluated)
+  Gauge* test_auc = nullptr;       // colony_test_auc
+  Gauge* valid_logloss = nullptr;  // colony_valid_logloss
+  Gauge* valid_auc = nullptr;      // colony_valid_auc
+};
+TrainInstruments train_instruments(Registry& registry);
+
+// process_resident_memory_bytes and process_start_time_seconds, read from /proc at each scrape
+// (the names Prometheus's own clients use).
+void add_process_metrics(Registry& registry);
+
+// Adds to `counter` what a running total grew by since `last` (then `last` = `now`); a total
+// that went back (a core replaced after a restart counts from zero) adds all of `now`.
+inline void add_growth(Counter* counter, uint64_t now, uint64_t& last) {
+  counter->inc(double(now >= last ? now - last : now));
+  last = now;
+}
+
+}  // namespace colony::monitor

@@ -1,0 +1,198 @@
+// `colony train --metrics-port`: the live /metrics endpoint of a real training run, scraped over
+// loopback while the job trains, and checked against the text format's rules (and promtool's,
+// where scripts/install-test-deps.sh put it). Waits are bounded; nothing here asserts on time.
+#define BOOST_TEST_MODULE metrics_cli_test
+#include <boost/test/unit_test.hpp>
+
+#include <signal.h>
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include <httplib.h>
+
+#include "monitor/http_server.h"
+#include "monitor/registry.h"
+#include "tests/child_process.h"
+#include "tests/prom_text.h"
+
+using namespace colony;
+using colony::test::parse_prom_text;
+using colony::test::PromText;
+using colony::testing::bin;
+using colony::testing::Child;
+using colony::testing::CliFixture;
+using colony::testing::wait_bound;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+// One scrape of http://127.0.0.1:port/metrics; empty when nothing answered.
+std::string scrape(int port) {
+  httplib::Client client("127.0.0.1", port);
+  auto res = client.Get("/metrics");
+  return res && res->status == 200 ? res->body : std::string();
+}
+
+// promtool's verdict on `text` ("ok", or what it said), or "" without promtool.
+std::string promtool_verdict(const CliFixture& fx, const std::string& text) {
+  const char* tool = std::getenv("COLONY_PROMTOOL");
+  if (!tool || !*tool) return "";
+  const std::string file = (fx.dir / "metrics.txt").string();
+  std::ofstream(file) << text;
+  const std::string cmd =
+      std::string(tool) + " check metrics < " + file + " > " + file + ".out 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return rc == 0 ? "ok" : "promtool: " + colony::testing::slurp(file + ".out");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_training_job_serves_metrics_that_grow_while_it_trains) {
+  CliFixture fx("colony-metrics-cli");
+  Child job({bin(), "train", "--rows", "1000000", "--test-rows", "20000", "--batch", "256",
+             "--shards", "3", "--workers", "2", "--metrics-port", "0"},
+            fx.dir / "train.log");
+  const int port = std::stoi(job.await("metrics: http://127\\.0\\.0\\.1:(\\d+)/metrics"));
+
+  // Scrape until the shards have rows and training has counted samples, then until it has
+  // counted more: the curve gains points.
+  const auto deadline = std::chrono::steady_clock::now() + wait_bound;
+  PromText first, later;
+  std::string first_text;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string text = scrape(port);
+    BOOST_REQUIRE_MESSAGE(!text.empty(), "no answer from /metrics; the log:\n" << job.log());
+    PromText parsed = parse_prom_text(text);
+    BOOST_REQUIRE_MESSAGE(parsed.error.empty(), parsed.error << "\n" << text);
+    if (first.samples.empty()) {
+      if (parsed.value("colony_train_samples_total") > 0 &&
+          parsed.value("colony_shard_rows", {{"shard", "2"}}) > 0) {
+        first = parsed;
+        first_text = text;
+      }
+    } else if (parsed.value("colony_train_samples_total") >
+               first.value("colony_train_samples_total")) {
+      later = parsed;
+      break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  BOOST_REQUIRE_MESSAGE(!later.samples.empty(), "samples never grew; the log:\n" << job.log());
+  const std::string verdict = promtool_verdict(fx, first_text);
+  BOOST_TEST((verdict.empty() || verdict == "ok"), verdict);
+
+  // One cell of the load map per shard, each with requests; the workers' histograms fill.
+  for (const char* s : {"0", "1", "2"}) {
+    BOOST_TEST(later.value("colony_shard_rows", {{"shard", s}}) > 0);
+    BOOST_TEST(later.value("colony_shard_requests_total", {{"shard", s}, {"kind", "pull"}}) > 0);
+    BOOST_TEST(later.value("colony_shard_rows_pulled_total", {{"shard", s}}) > 0);
+  }
+  BOOST_TEST(std::isnan(later.value("colony_shard_rows", {{"shard", "3"}})));
+  BOOST_TEST(later.value("colony_pull_seconds_count") > 0);
+  BOOST_TEST(later.value("colony_push_seconds_count") > 0);
+  // BSP: no read is stale.
+  BOOST_TEST(later.value("colony_read_staleness_steps_bucket", {{"le", "0"}}) ==
+             later.value("colony_read_staleness_steps_count"));
+  BOOST_TEST(later.value("colony_train_logloss") > 0);
+  BOOST_TEST(later.value("process_resident_memory_bytes") > 0);
+  BOOST_TEST(later.types.at("colony_train_samples_total") == "counter");
+  BOOST_TEST(std::isnan(later.value("colony_test_auc")));  // not scored yet
+  BOOST_TEST(job.wait() == 0, job.log());
+}
+
+BOOST_AUTO_TEST_CASE(a_port_in_use_is_refused_before_anything_is_trained) {
+  CliFixture fx("colony-metrics-busy");
+  auto holder = monitor::HttpServer::start("127.0.0.1", 0, std::make_shared<monitor::Registry>());
+  BOOST_TEST_REQUIRE(holder.ok());
+  const std::string port = std::to_string((*holder)->port());
+  const auto r = fx.run("train --rows 2000 --metrics-port " + port);
+  BOOST_TEST(r.code == 2, r.err);
+  BOOST_TEST(r.err.find("127.0.0.1:" + port) != std::string::npos, r.err);
+  BOOST_TEST(r.out.empty(), r.out);
+  BOOST_TEST(fx.run("train --rows 2000 --metrics-port 70000").code == 2);
+}
+
+namespace {
+
+// Runs headless Chromium on `url` with `args` (--dump-dom or --screenshot=FILE) and returns
+// its stdout; its stderr (where the page's console messages go) is put in `log`.
+std::string chromium(const CliFixture& fx, const std::string& url, const std::string& args,
+                     std::string& log) {
+  const std::string out = (fx.dir / "chromium.out").string(),
+                    err = (fx.dir / "chromium.err").string();
+  // The page polls every 250 ms of virtual time; 8 s of it is about 30 polls.
+  const std::string cmd =
+      "timeout 120 chromium --headless --no-sandbox --disable-gpu "
+      "--no-first-run --user-data-dir=" +
+      (fx.dir / "chrome").string() +
+      " --enable-logging=stderr --v=0 --virtual-time-budget=8000 "
+      "--window-size=1280,1000 " +
+      args + " '" + url + "' > " + out + " 2> " + err;
+  const int rc = std::system(cmd.c_str());
+  log = colony::testing::slurp(err);
+  BOOST_REQUIRE_MESSAGE(rc == 0, "chromium failed (" << rc << "; scripts/install-test-deps.sh "
+                                                     << "installs it):\n"
+                                                     << log);
+  return colony::testing::slurp(out);
+}
+
+// The value of attribute `attr` of the element whose id is `id` in `dom`; "" when absent.
+std::string attribute(const std::string& dom, const std::string& id, const std::string& attr) {
+  std::smatch m;
+  const std::regex element("<[^>]*id=\"" + id + "\"[^>]*>");
+  if (!std::regex_search(dom, m, element)) return "";
+  const std::string tag = m[0].str();
+  const std::regex value(attr + "=\"([^\"]*)\"");
+  return std::regex_search(tag, m, value) ? m[1].str() : "";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_dashboard_draws_a_running_job_in_headless_chromium) {
+  CliFixture fx("colony-dashboard");
+  Child job({bin(), "train", "--rows", "1000000", "--test-rows", "20000", "--batch", "256",
+             "--epochs", "2", "--shards", "3", "--workers", "2", "--metrics-port", "0",
+             "--dashboard", "--metrics-linger", "600"},
+            fx.dir / "train.log");
+  const int port = std::stoi(job.await("dashboard: http://127\\.0\\.0\\.1:(\\d+)/"));
+  // Chromium starts once training is under way, so the page sees it move.
+  const auto deadline = std::chrono::steady_clock::now() + wait_bound;
+  while (!(parse_prom_text(scrape(port)).value("colony_train_samples_total") > 0) &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(50ms);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?interval=250";
+
+  std::string log;
+  const std::string dom = chromium(fx, url, "--dump-dom", log);
+  BOOST_TEST_INFO("the page as Chromium left it:\n" << dom);
+  BOOST_TEST(std::stoi("0" + attribute(dom, "chart-loss", "data-points")) >= 2);
+  // The loss curve's points span samples: they were drawn as training went on.
+  BOOST_TEST(std::stod("0" + attribute(dom, "chart-loss", "data-span")) > 0);
+  BOOST_TEST(std::stoi("0" + attribute(dom, "chart-tput", "data-points")) >= 1);
+  // One cell of the load map per shard.
+  BOOST_TEST(attribute(dom, "loadmap", "data-cells") == "3");
+  const std::regex cell("class=\"cell\" data-shard=");
+  const auto cells =
+      std::distance(std::sregex_iterator(dom.begin(), dom.end(), cell), std::sregex_iterator());
+  BOOST_TEST(cells == 3);
+  // No script error on the page, and nothing on its console.
+  const std::regex body_errors("<body[^>]*data-errors=\"0\"");
+  BOOST_TEST(std::regex_search(dom, body_errors));
+  BOOST_TEST(log.find(":CONSOLE") == std::string::npos, log);
+
+  // The screenshot, kept for people to look at.
+  const char* artifacts = std::getenv("COLONY_ARTIFACTS");
+  const fs::path dir = artifacts && *artifacts ? fs::path(artifacts) : fx.dir;
+  fs::create_directories(dir);
+  const fs::path png = dir / "dashboard.png";
+  fs::remove(png);
+  chromium(fx, url, "--screenshot=" + png.string(), log);
+  BOOST_TEST(fs::exists(png));
+  BOOST_TEST((fs::exists(png) && fs::file_size(png) > 1000));
+  BOOST_TEST_MESSAGE("dashboard screenshot: " << png.string());
+  job.signal(SIGTERM);  // it is lingering by now, or still training: either way, done
+  job.wait();
+}
