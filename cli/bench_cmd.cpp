@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <thread>
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "actors/embedded_cluster.h"
@@ -20,6 +22,8 @@
 #include "data/generator.h"
 #include "data/reader.h"
 #include "gpu/device.h"
+#include "monitor/http_server.h"
+#include "monitor/ps_metrics.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
 
@@ -486,19 +490,105 @@ int bench_cluster(const BenchArgs& a) {
   return 0;
 }
 
-// The embedded cluster (2 shards, 2 workers, SSP(2), hierarchical push) on the same data over
-// every store and durability, in one run: samples/s as a ratio to the memory store's.
-int bench_durability(const BenchArgs& a) {
-  namespace fs = std::filesystem;
-  const fs::path dir = data_dir(a);
-  auto gen = generate_bench_data(a, "durability", 20000);
-  if (!gen) return fail(gen.status());
+// The job of the cluster suites: FM dim 8 with FTRL on --rows generated rows (20k test rows),
+// after one untimed pass that builds the binary cache every timed run reads.
+Expected<TrainJobOptions> fm_bench_job(const BenchArgs& a, const char* suite) {
+  auto gen = generate_bench_data(a, suite, 20000);
+  if (!gen) return gen.status();
   TrainJobOptions o;
   o.data = gen->train_path;
   o.test = gen->test_path;
   o.trainer.model = {ModelKind::fm, 8};
   o.trainer.optimizer = default_optimizer_config(OptimizerKind::ftrl);
-  if (auto warm = run_train_job(o, nullptr); !warm) return fail(warm.status());
+  if (auto warm = run_train_job(o, nullptr); !warm) return warm.status();
+  return o;
+}
+
+// The cost of live metrics: `colony train`'s embedded cluster (2 shards, 2 workers, BSP,
+// hierarchical push, as `colony train` runs by default) with metrics off and on, in pairs
+// whose order alternates, on the same data in one run. "On" records every instrument and
+// serves /metrics while a scraper asks for it every 100 ms (Prometheus scrapes every 5-60 s):
+// the worst case. The figure is on/off samples/s per pair; the median is the result.
+int bench_metrics(const BenchArgs& a) {
+  namespace fs = std::filesystem;
+  const fs::path dir = data_dir(a);
+  auto job = fm_bench_job(a, "metrics");
+  if (!job) return fail(job.status());
+  const TrainJobOptions& o = *job;
+  auto run = [&](bool on) -> Expected<std::pair<double, uint64_t>> {
+    ClusterOptions c;
+    c.shards = 2;
+    c.workers = 2;
+    c.push = PushMode::hierarchical;
+    std::unique_ptr<monitor::HttpServer> server;
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> scrapes{0};
+    std::thread scraper;
+    if (on) {
+      c.metrics = std::make_shared<monitor::Registry>();
+      monitor::add_process_metrics(*c.metrics);
+      auto started = monitor::HttpServer::start("127.0.0.1", 0, c.metrics);
+      if (!started) return started.status();
+      server = std::move(*started);
+      scraper = std::thread([&stop, &scrapes, port = server->port()] {
+        httplib::Client client("127.0.0.1", port);
+        while (!stop.load()) {
+          if (auto res = client.Get("/metrics"); res && res->status == 200) ++scrapes;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      });
+    }
+    auto res = run_cluster_train_job(o, c, nullptr);
+    stop = true;
+    if (scraper.joinable()) scraper.join();
+    if (!res) return res.status();
+    return std::make_pair(double(res->counters.samples) / res->train_seconds, scrapes.load());
+  };
+  std::printf("%-6s %14s %14s %8s %8s\n", "pair", "off samples/s", "on samples/s", "on/off",
+              "scrapes");
+  std::vector<double> ratios;
+  nlohmann::json pairs = nlohmann::json::array();
+  for (int r = 0; r < a.repeats; ++r) {
+    const bool on_first = r % 2 == 1;
+    auto first = run(on_first);
+    if (!first) return fail(first.status());
+    auto second = run(!on_first);
+    if (!second) return fail(second.status());
+    const auto& on = on_first ? *first : *second;
+    const auto& off = on_first ? *second : *first;
+    ratios.push_back(on.first / off.first);
+    std::printf("%-6d %14.0f %14.0f %8.3f %8llu\n", r + 1, off.first, on.first, ratios.back(),
+                static_cast<unsigned long long>(on.second));
+    pairs.push_back({{"off_samples_per_sec", off.first},
+                     {"on_samples_per_sec", on.first},
+                     {"ratio", ratios.back()},
+                     {"scrapes", on.second}});
+  }
+  std::vector<double> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t mid = sorted.size() / 2;
+  const double median = sorted.size() % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+  std::printf("median on/off %.3f (min %.3f, max %.3f) over %zu pairs\n", median, sorted.front(),
+              sorted.back(), sorted.size());
+  nlohmann::json rep = {{"suite", "metrics"},
+                        {"rows", a.rows},
+                        {"pairs", pairs},
+                        {"median_ratio", median},
+                        {"min_ratio", sorted.front()},
+                        {"max_ratio", sorted.back()}};
+  if (a.dir.empty()) fs::remove_all(dir);
+  if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
+  return 0;
+}
+
+// The embedded cluster (2 shards, 2 workers, SSP(2), hierarchical push) on the same data over
+// every store and durability, in one run: samples/s as a ratio to the memory store's.
+int bench_durability(const BenchArgs& a) {
+  namespace fs = std::filesystem;
+  const fs::path dir = data_dir(a);
+  auto job = fm_bench_job(a, "durability");
+  if (!job) return fail(job.status());
+  const TrainJobOptions& o = *job;
   struct Run {
     const char* store;
     Durability durability;
@@ -643,9 +733,11 @@ Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd =
       app.add_subcommand("bench", "Measure a suite against a baseline from the same run");
-  cmd->add_option("suite", a->suite, "Suite: train, ps, cluster, durability, wire, store or device")
+  cmd->add_option("suite", a->suite,
+                  "Suite: train, ps, cluster, durability, wire, store, device or metrics")
       ->required()
-      ->check(CLI::IsMember({"train", "ps", "cluster", "durability", "wire", "store", "device"}));
+      ->check(CLI::IsMember(
+          {"train", "ps", "cluster", "durability", "wire", "store", "device", "metrics"}));
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   CLI::Option* rows = cmd->add_option("--rows", a->rows,
                                       "Generated rows to train on (store: rows stored, default 1M)")
@@ -676,6 +768,7 @@ Runner add_bench(CLI::App& app) {
     if (a->suite == "durability") return bench_durability(*a);
     if (a->suite == "wire") return bench_wire(*a);
     if (a->suite == "device") return bench_device(*a);
+    if (a->suite == "metrics") return bench_metrics(*a);
     if (!a->model.empty()) return bench_train_deep(*a);
     return bench_train(*a);
   };
