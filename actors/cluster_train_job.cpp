@@ -48,16 +48,22 @@ Expected<TrainJobResult> run_cluster_train_job(
   // The running logloss: of the samples trained since the last call (the last value when none).
   uint64_t seen_samples = 0;
   double seen_loss = 0.0, running = 0.0;
-  auto ran = c.run([&](uint64_t samples, double loss_sum) {
+  auto ran = c.run([&](const ClusterProgress& now) {
     if (!progress) return;
+    const uint64_t samples = now.samples;
+    const double loss_sum = now.loss_sum;
     if (samples > seen_samples) running = (loss_sum - seen_loss) / double(samples - seen_samples);
     seen_samples = samples;
     seen_loss = loss_sum;
     const double total = double(samples_per_epoch) * o.epochs;
     const int epoch =
         samples_per_epoch ? std::min<int>(o.epochs, 1 + samples / samples_per_epoch) : 1;
-    progress(TrainProgress{"train", epoch, o.epochs, samples,
-                           total > 0 ? double(samples) / total : 0.0, running});
+    TrainProgress p{"train", epoch, o.epochs, samples, total > 0 ? double(samples) / total : 0.0,
+                    running};
+    p.steps_skipped = now.steps_skipped;
+    p.last_skip = now.last_skip;
+    p.load = now.load;
+    progress(p);
   });
   if (!ran) return ran.status();
   TrainJobResult r;

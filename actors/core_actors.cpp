@@ -1,5 +1,7 @@
 #include "actors/core_actors.h"
 
+#include <thread>
+
 namespace colony {
 
 void route(JobShared& shared, Outbox& out) {
@@ -94,6 +96,11 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
     if (!core->error().ok()) shared->fail(core->error());  // the store failed: end the job
     if (shared->after_shard_message) shared->after_shard_message(*core);
     if (st.metrics) record_shard(*st.metrics, *core, st.counted, self->mailbox().size());
+    if (const uint32_t s = core->config().shard_index; s < shared->shard_rows.size()) {
+      shared->shard_rows[s].store(core->stats().rows_pulled + core->stats().rows_pushed,
+                                  std::memory_order_relaxed);
+      shared->shard_bytes[s].store(core->store().memory_bytes(), std::memory_order_relaxed);
+    }
   };
   return {
       [handle](PullRequest& m) { handle(std::move(m)); },
@@ -145,15 +152,41 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
     st.loss_reported = core->stats().loss_sum;
     shared->samples += samples - st.samples_reported;
     st.samples_reported = samples;
+    if (core->stats().steps_skipped > st.skips_reported) {
+      shared->skipped(core->stats().steps_skipped - st.skips_reported, core->last_skip());
+      st.skips_reported = core->stats().steps_skipped;
+    }
     report_once(self, st.reported, *core, *shared, coordinator, id);
   };
-  auto handle = [self, core, step](PsMessage m) {
-    if (self->state.metrics) time_reply(self->state, m);
-    core->on_message(m, self->state.out);
-    step();
+  if (auto it = shared->worker_slot.find(id); it != shared->worker_slot.end())
+    self->state.slot = it->second;
+  // Runs `work` (a message's handling), counting its time as busy and the steps it took, for
+  // the driver's alerts; a straggler (a test's fault) sleeps after each step it took.
+  auto timed = [self, core, shared](auto&& work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t steps_before = core->stats().steps;
+    work();
+    const std::optional<size_t> slot = self->state.slot;
+    if (!slot) return;
+    const uint64_t steps = core->stats().steps;
+    if (shared->slow_ms && *slot == shared->slow_slot && steps > steps_before)
+      std::this_thread::sleep_for(std::chrono::milliseconds(shared->slow_ms) *
+                                  (steps - steps_before));
+    const auto busy = std::chrono::steady_clock::now() - t0;
+    shared->worker_busy_ns[*slot].fetch_add(
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count()),
+        std::memory_order_relaxed);
+    shared->worker_steps[*slot].store(steps, std::memory_order_relaxed);
+  };
+  auto handle = [self, core, step, timed](PsMessage m) {
+    timed([&] {
+      if (self->state.metrics) time_reply(self->state, m);
+      core->on_message(m, self->state.out);
+      step();
+    });
   };
   return {
-      [step](start_atom) { step(); },
+      [step, timed](start_atom) { timed(step); },
       [handle](PullReply& m) { handle(std::move(m)); },
       [handle](PushAck& m) { handle(std::move(m)); },
       [handle](ShardMapUpdate& m) { handle(std::move(m)); },

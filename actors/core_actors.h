@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,6 +40,8 @@ struct worker_state {
   Outbox out;
   uint64_t samples_reported = 0;
   double loss_reported = 0.0;
+  uint64_t skips_reported = 0;
+  std::optional<size_t> slot;  // in JobShared's load arrays, when the driver keeps them
   bool reported = false;
   // With metrics: the instruments, and the pulls (with their clock) and pushes in flight, by
   // (peer, request id), since when.
@@ -63,14 +66,50 @@ struct JobShared {
   // Called by a worker's actor after each message, with its core (dense-layer checkpoints).
   std::function<void(WorkerCore&)> after_worker_message;
   std::atomic<uint64_t> samples{0};
-  std::atomic<double> loss_sum{0.0};  // the workers' progressive logloss, summed over samples
+  std::atomic<double> loss_sum{0.0};       // the workers' progressive logloss, summed over samples
+  std::atomic<uint64_t> steps_skipped{0};  // --on-nan skip
+  std::string last_skip;                   // guarded by mutex
   // Live metrics (monitor/ps_metrics.h) the actors record; null: none.
   std::shared_ptr<monitor::Registry> metrics;
+  // Load, for the driver's alerts (monitor/alerts.h), where the driver sized these before the
+  // actors started (the embedded cluster does; the daemons do not): each worker's busy
+  // nanoseconds and steps, by slot (worker_slot maps its node id), and each shard's rows served
+  // and the memory its rows hold (RowStore::memory_bytes), by shard index.
+  std::map<NodeId, size_t> worker_slot;
+  std::deque<std::atomic<uint64_t>> worker_busy_ns, worker_steps, shard_rows, shard_bytes;
+  // Tests (a straggler): the worker in this slot sleeps slow_ms after each of its steps.
+  size_t slow_slot = 0;
+  uint32_t slow_ms = 0;
   std::mutex mutex;
   Status first_error;  // guarded by mutex
   void fail(const Status& s) {
     std::lock_guard<std::mutex> lock(mutex);
     if (first_error.ok()) first_error = s;
+  }
+  // A worker skipped `count` more steps, the last of them for `why`.
+  void skipped(uint64_t count, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    last_skip = why;
+    steps_skipped += count;
+  }
+  ClusterProgress progress() {
+    ClusterProgress p;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      p.last_skip = last_skip;
+    }
+    p.samples = samples.load();
+    p.loss_sum = loss_sum.load();
+    p.steps_skipped = steps_skipped.load();
+    for (size_t w = 0; w < worker_busy_ns.size(); ++w) {
+      p.load.worker_busy_s.push_back(double(worker_busy_ns[w].load()) * 1e-9);
+      p.load.worker_steps.push_back(worker_steps[w].load());
+    }
+    for (size_t s = 0; s < shard_rows.size(); ++s) {
+      p.load.shard_rows.push_back(shard_rows[s].load());
+      p.load.rows_memory_bytes += double(shard_bytes[s].load());
+    }
+    return p;
   }
 };
 

@@ -106,6 +106,7 @@ JobSpec job_spec(const ClusterJob& job) {
   j.checkpoint_every = c.checkpoint_every;
   j = job_with_dense_optimizer(j, job.trainer.dense_optimizer);
   j.dense_sync_every = c.dense_sync_every;
+  j.skip_not_finite = job.trainer.skip_not_finite;
   return j;
 }
 
@@ -276,6 +277,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
       // The first replica trains the most batches (the others never reach a step it does not).
       if (replicas.empty() && !m.dense_shape.empty())
         wc.dense_checkpoint_every = co.checkpoint_every;
+      if (replicas.size() == co.poison_worker) wc.poison_step = co.poison_step;
       auto core = WorkerCore::make(wc);
       if (!core) return core.status();
       m.workers.push_back(std::move(core.value()));
@@ -304,6 +306,19 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
           };
   }
 
+  // Load for the driver's alerts, sized before any actor runs.
+  for (size_t w = 0; w < replicas.size(); ++w) {
+    m.shared->worker_slot[replicas[w]] = w;
+    m.shared->worker_busy_ns.emplace_back(0);
+    m.shared->worker_steps.emplace_back(0);
+  }
+  for (NodeId s = 0; s < layout->shards(); ++s) {
+    m.shared->shard_rows.emplace_back(0);
+    m.shared->shard_bytes.emplace_back(0);
+  }
+  m.shared->slow_slot = co.slow_worker;
+  m.shared->slow_ms = co.slow_ms;
+
   // Spawn: the coordinator first (workers report to it), then every core's actor.
   m.coordinator = m.system.spawn(coordinator_fun);
   for (NodeId s = 0; s < layout->shards(); ++s)
@@ -323,7 +338,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
 }
 
 Expected<ClusterResult> EmbeddedCluster::run(
-    const std::function<void(uint64_t, double)>& progress) {
+    const std::function<void(const ClusterProgress&)>& progress) {
   Impl& m = *impl_;
   COLONY_ASSERT(!m.ran, "EmbeddedCluster::run called twice");
   m.ran = true;
@@ -360,7 +375,7 @@ Expected<ClusterResult> EmbeddedCluster::run(
         },
         caf::after(std::chrono::milliseconds(200)) >>
             [&] {
-              if (progress) progress(m.shared->samples.load(), m.shared->loss_sum.load());
+              if (progress) progress(m.shared->progress());
               // A shard whose store failed stops answering: end the job with its error.
               std::lock_guard<std::mutex> lock(m.shared->mutex);
               if (!m.shared->first_error.ok()) finished = true;

@@ -69,6 +69,14 @@ struct ClusterOptions {
   // the pulls it held are handed to the new core (the workers' re-sent pulls).
   uint64_t restart_after_pushes = 0;
   uint32_t restart_shard = 0;
+  // Tests: worker `poison_worker` (0-based) makes NaN gradients at step `poison_step` (the
+  // clock its push carries; 0: never), as a diverging model would (WorkerConfig::poison_step).
+  uint32_t poison_worker = 0;
+  uint32_t poison_step = 0;
+  // Faults (`colony train --fault-slow-worker W:MS`): worker `slow_worker` (0-based) sleeps
+  // `slow_ms` milliseconds after each of its steps, a straggler (0: none).
+  uint32_t slow_worker = 0;
+  uint32_t slow_ms = 0;
   // Tests: when non-zero, no threads at all: CAF's test scheduler runs one message at a time,
   // and which actor runs next is drawn from this seed, so every interleaving the mailboxes
   // allow can come up, and each one can be replayed.
@@ -115,16 +123,25 @@ struct ClusterResult {
   std::vector<uint64_t> dense_digests{};
 };
 
+// How a running job goes, summed over its workers.
+struct ClusterProgress {
+  uint64_t samples = 0;        // trained so far
+  double loss_sum = 0.0;       // their progressive logloss, summed
+  uint64_t steps_skipped = 0;  // for a gradient that was not finite (--on-nan skip)
+  std::string last_skip{};     // what the last of those made (WorkerCore::last_skip)
+  JobLoad load{};              // for alerts
+};
+
 class EmbeddedCluster {
  public:
   // Fails with invalid_input for bad options (0 shards or workers, a bad optimizer setting).
   static Expected<std::unique_ptr<EmbeddedCluster>> make(const ClusterJob& job);
   ~EmbeddedCluster();
 
-  // Runs the whole job; `progress(samples trained so far, their progressive logloss summed)` is
-  // called a few times a second from the calling thread. Fails with the first error any actor met
-  // (a reader's invalid_input naming file and line, a refused request). Call once.
-  Expected<ClusterResult> run(const std::function<void(uint64_t, double)>& progress);
+  // Runs the whole job; `progress` is called a few times a second from the calling thread.
+  // Fails with the first error any actor met (a reader's invalid_input naming file and line, a
+  // refused request). Call once.
+  Expected<ClusterResult> run(const std::function<void(const ClusterProgress&)>& progress);
 
   // After run: each sample's logit under the shards' final weights (and a deep model's final
   // dense layers).

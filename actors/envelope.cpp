@@ -541,6 +541,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setDenseMomentum(j.dense_momentum);
   w.setDenseSyncEvery(j.dense_sync_every);
   w.setDurability(j.durability ? uint8_t(1 + int(*j.durability)) : 0);
+  w.setSkipNotFinite(j.skip_not_finite);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -640,6 +641,7 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   const uint8_t durability = r.getDurability();
   if (durability > 3) return Status::invalid_input(fmt::format("durability {}", durability));
   j.durability = durability ? std::optional(Durability(durability - 1)) : std::nullopt;
+  j.skip_not_finite = r.getSkipNotFinite();
   return Status();
 }
 
@@ -789,6 +791,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.counters.replies_dropped = d.getRepliesDropped();
       x.counters.bad_messages = d.getBadMessages();
       x.counters.cpu_seconds = d.getCpuSeconds();
+      x.counters.steps_skipped = d.getStepsSkipped();
       x.read_from_cache = d.getReadFromCache();
       x.dense_steps = d.getDenseSteps();
       if (Status s =
@@ -945,6 +948,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setRepliesDropped(b.counters.replies_dropped);
           d.setBadMessages(b.counters.bad_messages);
           d.setCpuSeconds(b.counters.cpu_seconds);
+          d.setStepsSkipped(b.counters.steps_skipped);
           d.setReadFromCache(b.read_from_cache);
           d.setDenseSteps(b.dense_steps);
           d.setDense(kj::arrayPtr(reinterpret_cast<const kj::byte*>(b.dense.data()),

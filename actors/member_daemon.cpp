@@ -6,6 +6,7 @@
 
 #include "actors/daemon_process.h"
 #include "actors/embedded_cluster.h"
+#include "common/log_cadence.h"
 #include "gpu/reduce.h"
 #include "ps/cluster_layout.h"
 #include "ps/member_core.h"
@@ -39,6 +40,8 @@ class Member {
     keys_ = std::move(keys.value());
     if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, true); !s.ok()) return s;
     p_.add_metrics(o_.metrics);
+    if (o_.metrics && o_.role == MemberRole::worker)
+      skip_alerts_ = &monitor::not_finite_alerts(*o_.metrics);
     auto endpoint = advertised_endpoint(p_.bridge->endpoint(), o_.advertise);
     if (!endpoint) return endpoint.status();
     // Peers on other hosts could never reach a loopback address: say so now, not after a timeout.
@@ -167,8 +170,10 @@ class Member {
   void fill_counters(ControlBody& body) {
     if (auto* d = std::get_if<MemberDone>(&body)) {
       add_summary(*d);
+      log_skips();
       if (d->error.empty())
-        log_(fmt::format("done: {} samples in {} steps", d->counters.samples, d->counters.steps));
+        log_(fmt::format("done: {} samples in {} steps ({} skipped)", d->counters.samples,
+                         d->counters.steps, d->counters.steps_skipped));
     } else if (auto* s = std::get_if<ShardSummary>(&body)) {
       const uint64_t own = s->bad_messages;
       *s = summarize_shards();
@@ -177,7 +182,22 @@ class Member {
                        o_.count == 1 ? "" : "s"));
     } else if (auto* h = std::get_if<Heartbeat>(&body)) {
       h->samples = p_.shared->samples.load();
+      log_skips();
     }
+  }
+
+  // --on-nan skip: the steps the replicas skipped since the last heartbeat, logged (as often as
+  // log_this_count says) and counted in colony_alerts_total.
+  void log_skips() {
+    const ClusterProgress now = p_.shared->progress();
+    if (now.steps_skipped <= skips_logged_) return;
+    if (skip_alerts_) skip_alerts_->inc(double(now.steps_skipped - skips_logged_));
+    if (log_this_count(skips_logged_, now.steps_skipped))
+      log_(
+          fmt::format("warning: {}: skipped, nothing of it applied (--on-nan skip; {} step{} "
+                      "skipped so far)",
+                      now.last_skip, now.steps_skipped, now.steps_skipped == 1 ? "" : "s"));
+    skips_logged_ = now.steps_skipped;
   }
 
   // Ahead of a ShardSummary: the checkpoints its shards copied before they answered it (the
@@ -574,6 +594,8 @@ class Member {
   std::vector<std::shared_ptr<WorkerSource>> sources_;
   std::shared_ptr<AggregatorCore> aggregator_;
   std::vector<caf::actor> worker_actors_;
+  uint64_t skips_logged_ = 0;
+  monitor::Counter* skip_alerts_ = nullptr;
   Process p_;  // last: destroyed first, before the cores its actors use
 };
 

@@ -136,6 +136,7 @@ struct JobSpec {
   denseMomentum @27 :Float32 = 0.9;
   denseSyncEvery @28 :UInt32 = 1;
   durability @29 :UInt8;  # 0: each ps store's default; 1 none, 2 log, 3 fsync
+  skipNotFinite @30 :Bool;  # --on-nan skip
 }
 struct MemberInfo {
   role @0 :UInt8;
@@ -182,6 +183,7 @@ struct MemberDone {
   readFromCache @13 :Bool;
   dense @14 :Data;          # float32 blob: a deep model's final dense parameters
   denseSteps @15 :UInt64;   # the dense all-reduces those parameters have taken in
+  stepsSkipped @16 :UInt64; # steps skipped for a gradient that was not finite (--on-nan skip)
 }
 struct Control {
   from @0 :UInt32;

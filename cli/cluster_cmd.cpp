@@ -103,7 +103,7 @@ struct CoordinatorArgs {
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
   uint64_t seed = 1, skip_bad_lines = 0;
   uint32_t admit_after = 0, evict_after = 0, checkpoint_every = 0;
-  std::string durability;
+  std::string durability, on_nan = "fail";
   bool no_cache = false, require_all = false;
   std::optional<DataFormat> format;  // of the test file
   // `colony train` flags that belong to the ps or worker daemons, or to train alone: given to
@@ -181,6 +181,12 @@ Runner add_coordinator(CLI::App& app) {
   cmd->add_option("--checkpoint-every", a->checkpoint_every,
                   "Checkpoint every shard every N steps (0: never); each ps writes under its "
                   "--checkpoint-dir")
+      ->capture_default_str();
+  cmd->add_option("--on-nan", a->on_nan,
+                  "A step whose gradient is NaN or infinite: fail (the job fails, naming the "
+                  "worker, step and key) or skip (the worker applies nothing of it, logs it, "
+                  "counts it in steps_skipped)")
+      ->check(CLI::IsMember({"fail", "skip"}))
       ->capture_default_str();
   cmd->add_option("--durability", a->durability,
                   "What a shard's acknowledgement of a push promises: none (memory only), log (on "
@@ -291,12 +297,14 @@ Runner add_coordinator(CLI::App& app) {
     j.admit_after = a->admit_after;
     j.evict_after = a->evict_after;
     j.checkpoint_every = a->checkpoint_every;
+    j.skip_not_finite = a->on_nan == "skip";
     if (!a->durability.empty()) {
       auto d = parse_durability(a->durability);
       if (!d) return fail(d.status());
       j.durability = *d;
     }
-    a->common.metrics.dashboard = true;  // the coordinator serves the job's dashboard
+    // The coordinator serves the job's dashboard wherever it serves metrics.
+    a->common.metrics.dashboard = a->common.metrics.port >= 0;
     auto endpoint = start_metrics(a->common.metrics, log);
     if (!endpoint) return fail(endpoint.status());
     o.metrics = endpoint->registry;
@@ -347,6 +355,8 @@ Runner add_coordinator(CLI::App& app) {
         {"rows_evicted", r->totals.shards.rows_evicted},
         {"ps_summaries", r->totals.shard_summaries},
         {"bad_messages", r->bad_messages},
+        {"on_nan", a->on_nan},
+        {"steps_skipped", r->totals.counters.steps_skipped},
         {"refused_peers", r->refused_peers},
         {"stopped_by_signal", r->stopped_by_signal},
         // The keys `colony train` writes, with the same meaning.

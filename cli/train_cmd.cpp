@@ -11,7 +11,9 @@
 #include "cli/metrics_flags.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
+#include "common/log_cadence.h"
 #include "gpu/device.h"
+#include "monitor/alerts.h"
 #include "monitor/ps_metrics.h"
 #include "worker/train_job.h"
 
@@ -39,6 +41,9 @@ struct TrainArgs {
   bool no_cache = false;
   MetricsFlags metrics;
   double metrics_linger_s = 0.0;
+  std::string on_nan = "fail";
+  double alert_window_s = monitor::AlertConfig{}.window_s;
+  std::string fault_slow_worker;  // W:MS
 };
 
 }  // namespace
@@ -105,6 +110,20 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
       ->check(CLI::IsMember({"lfu", "lru"}))
       ->capture_default_str();
+  cmd->add_option("--on-nan", a->on_nan,
+                  "A step whose gradient is NaN or infinite: fail (stop, naming the step and key) "
+                  "or skip (apply nothing of it, log it, count it in steps_skipped)")
+      ->check(CLI::IsMember({"fail", "skip"}))
+      ->capture_default_str();
+  cmd->add_option("--alert-window", a->alert_window_s,
+                  "Seconds over which the cluster engine's alerts (leak suspect, straggler, hot "
+                  "shard; docs/monitoring.md) measure growth and rates")
+      ->check(CLI::Range(0.5, 3600.0))
+      ->capture_default_str();
+  // A fault for tests (hidden from --help): a straggler.
+  cmd->add_option("--fault-slow-worker", a->fault_slow_worker,
+                  "Worker W (0-based) sleeps MS milliseconds after each of its steps (W:MS)")
+      ->group("");
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
@@ -178,6 +197,7 @@ Runner add_train(CLI::App& app) {
     if (a->l1 >= 0.0f) o.trainer.optimizer.l1 = a->l1;
     if (a->l2 >= 0.0f) o.trainer.optimizer.l2 = a->l2;
     o.reader.use_cache = !a->no_cache;
+    o.trainer.skip_not_finite = a->on_nan == "skip";
     ClusterOptions cluster = a->cluster;
     cluster.dense_sync_every = parsed->dense_sync_every;
     auto store = parse_store_spec(a->store, a->cache_bytes);
@@ -229,6 +249,22 @@ Runner add_train(CLI::App& app) {
                      "progress and scores only\n");
     }
     cluster.metrics = endpoint->registry;
+    if (!a->fault_slow_worker.empty()) {
+      unsigned w = 0, ms = 0;
+      char tail = 0;
+      if (std::sscanf(a->fault_slow_worker.c_str(), "%u:%u%c", &w, &ms, &tail) != 2 ||
+          w >= cluster.workers || ms == 0 || ms > 60000)
+        return fail(Status::invalid_input(
+            "--fault-slow-worker " + a->fault_slow_worker +
+            ": expected W:MS, W a worker below --workers and MS in 1..60000"));
+      cluster.slow_worker = w;
+      cluster.slow_ms = ms;
+    }
+    // Alerts beyond NaN, decided from the cluster engine's load (monitor/alerts.h).
+    monitor::AlertConfig alert_config;
+    alert_config.window_s = a->alert_window_s;
+    monitor::AlertMonitor alert_monitor(alert_config);
+    std::vector<monitor::Alert> alerts_raised;
     const std::string engine_text =
         local ? std::string("single-process trainer")
               : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
@@ -258,7 +294,7 @@ Runner add_train(CLI::App& app) {
     // progress below sets the colony_train_* ones.
     const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
-    uint64_t samples_counted = 0;
+    uint64_t samples_counted = 0, skips_logged = 0;
     bool training_started = false;
     auto on_progress = [&](const TrainProgress& p) {
       if (!training_started && std::string(p.phase) == "train") {
@@ -267,6 +303,35 @@ Runner add_train(CLI::App& app) {
         training_started = true;
       }
       const std::string phase = p.phase;
+      if (p.steps_skipped > skips_logged) {
+        if (metrics) metrics->not_finite_alerts->inc(double(p.steps_skipped - skips_logged));
+        if (log_this_count(skips_logged, p.steps_skipped)) {
+          progress.finish();
+          std::fprintf(stderr,
+                       "warning: %s: skipped, nothing of it applied (--on-nan skip; %llu step%s "
+                       "skipped so far, logged one by one up to 10, then at every power of 10)\n",
+                       p.last_skip.c_str(), static_cast<unsigned long long>(p.steps_skipped),
+                       p.steps_skipped == 1 ? "" : "s");
+        }
+        skips_logged = p.steps_skipped;
+      }
+      if (phase == "train" && !p.load.worker_steps.empty()) {
+        monitor::AlertSample sample;
+        sample.time_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        sample.rss_bytes = monitor::resident_bytes();
+        sample.rows_memory_bytes = p.load.rows_memory_bytes;
+        sample.worker_busy_s = p.load.worker_busy_s;
+        sample.worker_steps = p.load.worker_steps;
+        sample.shard_rows = p.load.shard_rows;
+        for (monitor::Alert& alert : alert_monitor.observe(std::move(sample))) {
+          progress.finish();
+          std::fprintf(stderr, "warning: alert %s: %s\n", alert.kind.c_str(),
+                       alert.message.c_str());
+          if (endpoint->registry) monitor::alerts(*endpoint->registry, alert.kind).inc();
+          alerts_raised.push_back(std::move(alert));
+        }
+      }
       if (metrics && phase != "generate") {
         metrics->samples->inc(double(p.samples - std::min(p.samples, samples_counted)));
         samples_counted = std::max(samples_counted, p.samples);
@@ -369,6 +434,13 @@ Runner add_train(CLI::App& app) {
       rep["checkpoints"] = r.checkpoints;
       rep["updates_lost"] = r.updates_lost;
     }
+    rep["on_nan"] = a->on_nan;
+    nlohmann::json alert_list = nlohmann::json::array();
+    for (const monitor::Alert& alert : alerts_raised)
+      alert_list.push_back(
+          {{"kind", alert.kind}, {"subject", alert.subject}, {"message", alert.message}});
+    rep["alerts"] = alert_list;
+    rep["steps_skipped"] = r.counters.steps_skipped;
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs) {
       nlohmann::json pe = {{"epoch", e.epoch},
@@ -416,6 +488,12 @@ Runner add_train(CLI::App& app) {
       std::printf("  bad_lines_skipped %llu",
                   static_cast<unsigned long long>(r.counters.bad_lines_skipped));
     std::printf("\n");
+    if (r.counters.steps_skipped > 0)
+      std::fprintf(stderr,
+                   "warning: %llu step%s skipped in all for a gradient that was not finite "
+                   "(--on-nan skip)\n",
+                   static_cast<unsigned long long>(r.counters.steps_skipped),
+                   r.counters.steps_skipped == 1 ? "" : "s");
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
     if (endpoint->server && a->metrics_linger_s > 0) {
       std::fflush(stdout);

@@ -53,6 +53,15 @@ WorkerInstruments worker_instruments(Registry& r) {
   return in;
 }
 
+Counter& alerts(Registry& r, const std::string& kind) {
+  return r.counter("colony_alerts_total", "Alerts raised (each also logged), by kind.",
+                   {{"kind", kind}});
+}
+
+Counter& not_finite_alerts(Registry& r) {
+  return alerts(r, "not_finite_gradient");
+}
+
 TrainInstruments train_instruments(Registry& r) {
   TrainInstruments in;
   in.samples = &r.counter("colony_train_samples_total", "Training samples trained.");
@@ -66,18 +75,22 @@ TrainInstruments train_instruments(Registry& r) {
   in.valid_logloss =
       &r.gauge("colony_valid_logloss", "Logloss on the held-out rows (NaN until scored).");
   in.valid_auc = &r.gauge("colony_valid_auc", "AUC on the held-out rows (NaN until scored).");
+  in.not_finite_alerts = &not_finite_alerts(r);
   for (Gauge* g : {in.test_logloss, in.test_auc, in.valid_logloss, in.valid_auc})
     g->set(std::nan(""));
   return in;
 }
 
+double resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  double size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return std::nan("");
+  return resident * double(::sysconf(_SC_PAGESIZE));
+}
+
 void add_process_metrics(Registry& r) {
-  r.gauge_reader("process_resident_memory_bytes", "Resident memory size in bytes.", {}, [] {
-    std::ifstream statm("/proc/self/statm");
-    double size = 0, resident = 0;
-    if (!(statm >> size >> resident)) return std::nan("");
-    return resident * double(::sysconf(_SC_PAGESIZE));
-  });
+  r.gauge_reader("process_resident_memory_bytes", "Resident memory size in bytes.", {},
+                 resident_bytes);
   const double start =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   r.gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.")

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "monitor/registry.h"
 
@@ -46,8 +47,17 @@ struct TrainInstruments {
   Gauge* test_auc = nullptr;       // colony_test_auc
   Gauge* valid_logloss = nullptr;  // colony_valid_logloss
   Gauge* valid_auc = nullptr;      // colony_valid_auc
+  // colony_alerts_total{kind="not_finite_gradient"}: steps skipped under --on-nan skip.
+  Counter* not_finite_alerts = nullptr;
 };
 TrainInstruments train_instruments(Registry& registry);
+// colony_alerts_total{kind="not_finite_gradient"} (a worker's process, `colony train`).
+Counter& not_finite_alerts(Registry& registry);
+// colony_alerts_total{kind=`kind`}: leak_suspect, straggler, hot_shard (monitor/alerts.h).
+Counter& alerts(Registry& registry, const std::string& kind);
+
+// This process's resident memory in bytes, from /proc (NaN where it cannot be read).
+double resident_bytes();
 
 // process_resident_memory_bytes and process_start_time_seconds, read from /proc at each scrape
 // (the names Prometheus's own clients use).

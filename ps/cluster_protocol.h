@@ -70,6 +70,9 @@ struct JobSpec {
   // What a shard's acknowledgement of a push promises (--durability); none given: each ps
   // store's default, none for memory and log on disk.
   std::optional<Durability> durability{};
+  // --on-nan skip: a worker skips a step whose gradients are not all finite (WorkerConfig::
+  // skip_not_finite); false: the job fails at the first.
+  bool skip_not_finite = false;
   bool operator==(const JobSpec&) const = default;
 };
 
@@ -136,6 +139,7 @@ struct WorkerCounters {
   uint64_t replies_dropped = 0;  // replies the clients could not match to a request
   uint64_t bad_messages = 0;     // messages a process dropped as malformed, misaddressed or forged
   double cpu_seconds = 0.0;      // user + system CPU of the processes while training
+  uint64_t steps_skipped = 0;    // steps skipped for a gradient that was not finite (--on-nan)
   WorkerCounters& operator+=(const WorkerCounters& o) {
     samples += o.samples;
     loss_sum += o.loss_sum;
@@ -148,6 +152,7 @@ struct WorkerCounters {
     replies_dropped += o.replies_dropped;
     bad_messages += o.bad_messages;
     cpu_seconds += o.cpu_seconds;
+    steps_skipped += o.steps_skipped;
     return *this;
   }
   bool operator==(const WorkerCounters&) const = default;

@@ -223,17 +223,39 @@ BOOST_AUTO_TEST_CASE(skip_bad_lines_tolerates_and_counts) {
 BOOST_AUTO_TEST_CASE(a_diverging_model_fails_naming_the_step_and_key) {
   const fs::path data = dir / "diverge";
   BOOST_REQUIRE(run("gen --rows 4000 --test-rows 500 --seed 3 --out " + data.string()).code == 0);
-  for (const char* model : {"lr", "fm"}) {
-    const Run r =
-        run("train --model " + std::string(model) + " --data " + (data / "train.libsvm").string() +
-            " --test " + (data / "test.libsvm").string() +
-            " --no-cache --optimizer sgd --lr 1e38 --batch 256");
-    BOOST_TEST(r.code == 1, model);
-    BOOST_TEST(std::regex_search(r.err, std::regex("worker [0-9]+: step [0-9]+ made a gradient of "
-                                                   "(-?nan|-?inf) for key [0-9]+ \\(the model "
-                                                   "diverged")),
-               r.err);
+  const std::string files = " --data " + (data / "train.libsvm").string() + " --test " +
+                            (data / "test.libsvm").string() +
+                            " --no-cache --optimizer sgd --lr 1e38 --batch 256";
+  for (const char* engine : {"cluster", "local"}) {
+    for (const char* model : {"lr", "fm"}) {
+      BOOST_TEST_CONTEXT(engine << ", " << model) {
+        const std::string args =
+            "train --engine " + std::string(engine) + " --model " + std::string(model) + files;
+        const Run r = run(args);
+        BOOST_TEST(r.code == 1);
+        BOOST_TEST(std::regex_search(r.err, std::regex("step [0-9]+ made a gradient of "
+                                                       "(-?nan|-?inf) for key [0-9]+ \\(the model "
+                                                       "diverged")),
+                   r.err);
+        // --on-nan skip: the job ends, each skipped step logged (up to 10) and counted.
+        const fs::path report = dir / "diverge.json";
+        const Run s = run(args + " --on-nan skip --report " + report.string());
+        BOOST_TEST(s.code == 0, s.err);
+        if (std::string(engine) == "local")  // the cluster's may end before its first poll
+          BOOST_TEST(std::regex_search(s.err, std::regex("warning: step [0-9]+ made a gradient "
+                                                         "of (-?nan|-?inf) for key [0-9]+: "
+                                                         "skipped")),
+                     s.err);
+        BOOST_TEST(
+            s.err.find("skipped in all for a gradient that was not finite") != std::string::npos,
+            s.err);
+        const auto rep = nlohmann::json::parse(slurp(report));
+        BOOST_TEST(rep["steps_skipped"].get<uint64_t>() > 0u);
+        BOOST_TEST(rep["on_nan"].get<std::string>() == "skip");
+      }
+    }
   }
+  BOOST_TEST(run("train --rows 100 --on-nan ignore").code == 2);
 }
 
 // The headline check of the foundation: generated data, trained end to end, lands close to

@@ -1,6 +1,7 @@
 // The embedded cluster: PS shards, workers, aggregators and the coordinator as CAF actors.
 #define BOOST_TEST_MODULE cluster_test
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -475,4 +476,115 @@ BOOST_AUTO_TEST_CASE(bad_cluster_options_are_refused) {
   BOOST_TEST(*parse_dense_sync("every:25") == 25u);
   for (const char* bad : {"every:0", "every:", "every:2x", "2", "every:-1", "every:1000001"})
     BOOST_TEST(!parse_dense_sync(bad).ok(), bad);
+}
+
+// --on-nan: a worker whose step makes a NaN gradient (injected, as a diverging model makes one)
+// stops the job naming the step (fail), or skips the step (skip): nothing of it reaches a shard,
+// the other workers' steps go on, and every row stays finite.
+BOOST_AUTO_TEST_CASE(a_nan_gradient_fails_the_job_or_is_skipped_and_never_reaches_a_row) {
+  auto data = small_data(10000);
+  std::vector<uint64_t> keys;
+  for (const Batch& b : *data) keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+  for (PushMode push : {PushMode::flat, PushMode::hierarchical}) {
+    for (bool skip : {false, true}) {
+      BOOST_TEST_CONTEXT(to_string(push) << " push, " << (skip ? "skip" : "fail")) {
+        ClusterJob j = job_on(data);
+        j.cluster.shards = 2;
+        j.cluster.workers = 2;
+        j.cluster.push = push;
+        j.cluster.poison_worker = 1;
+        j.cluster.poison_step = 3;
+        j.trainer.skip_not_finite = skip;
+        auto cluster = std::move(EmbeddedCluster::make(j).value());
+        uint64_t skipped_seen = 0;
+        std::string last_skip;
+        auto r = cluster->run([&](const ClusterProgress& p) {
+          skipped_seen = p.steps_skipped;
+          last_skip = p.last_skip;
+        });
+        if (!skip) {
+          BOOST_REQUIRE(!r.ok());
+          const std::string& m = r.status().message();
+          BOOST_TEST(m.find("step 3 made a gradient of nan for key") != std::string::npos, m);
+          BOOST_TEST(m.find("nothing of the step was pushed") != std::string::npos, m);
+          continue;
+        }
+        BOOST_REQUIRE_MESSAGE(r.ok(), (r.ok() ? std::string() : r.status().message()));
+        BOOST_TEST(r->counters.steps_skipped == 1u);
+        BOOST_TEST(r->counters.samples == 10000u - 128u);  // the skipped step's batch is untrained
+        BOOST_TEST(r->counters.steps == (10000u + 127u) / 128u);
+        std::vector<float> row(j.trainer.model.width());
+        size_t not_finite = 0;
+        for (uint64_t key : keys) {
+          cluster->row_value(key, row);
+          for (float x : row) not_finite += !std::isfinite(x);
+        }
+        BOOST_TEST(not_finite == 0u);
+        // The driver heard of it, with the step and the key (at the latest at the last poll).
+        if (skipped_seen)
+          BOOST_TEST(last_skip.find("step 3 made a gradient of nan") != std::string::npos,
+                     last_skip);
+      }
+    }
+  }
+}
+
+// A deep model under --on-nan skip: the replica that skips still takes part in the step's dense
+// all-reduce (with nothing), so every replica stays bit-identical; a step every replica skips
+// changes no dense parameter.
+BOOST_AUTO_TEST_CASE(a_skipped_step_keeps_dense_replicas_identical_and_finite) {
+  auto data = deep_data(4096, 64);
+  for (uint32_t workers : {1u, 4u}) {
+    BOOST_TEST_CONTEXT(workers << " workers") {
+      ClusterJob j = deep_job(ModelKind::deepfm, data);
+      j.cluster.shards = 2;
+      j.cluster.workers = workers;
+      j.cluster.replicas_per_node = 2;
+      j.cluster.push = PushMode::hierarchical;
+      j.cluster.poison_worker = workers - 1;
+      j.cluster.poison_step = 2;
+      j.trainer.skip_not_finite = true;
+      auto cluster = std::move(EmbeddedCluster::make(j).value());
+      const ClusterResult r = run(*cluster);
+      BOOST_TEST(r.counters.steps_skipped == 1u);
+      BOOST_TEST(r.counters.samples == 4096u - j.batch);  // the skipped step's batch
+      BOOST_REQUIRE(r.dense_digests.size() == workers);
+      for (uint64_t d : r.dense_digests) BOOST_TEST(d == r.dense_digests.front());
+      size_t not_finite = 0;
+      for (float x : r.dense) not_finite += !std::isfinite(x);
+      BOOST_TEST(not_finite == 0u);
+    }
+  }
+}
+
+// The single-process trainer: a step whose gradient is not finite (SGD with a step size of
+// 1e38 diverges in two steps) changes no row, and fails or is skipped.
+BOOST_AUTO_TEST_CASE(the_local_trainer_applies_nothing_of_a_step_with_a_gradient_not_finite) {
+  auto data = small_data(5000);
+  for (bool skip : {false, true}) {
+    BOOST_TEST_CONTEXT((skip ? "skip" : "fail")) {
+      TrainerConfig t;
+      t.model = {ModelKind::lr, 1};
+      t.optimizer = default_optimizer_config(OptimizerKind::sgd);
+      t.optimizer.lr = 1e38f;
+      t.skip_not_finite = skip;
+      auto trainer = std::move(LocalTrainer::make(t).value());
+      bool refused = false;
+      for (const Batch& b : *data) {
+        std::vector<float> before(b.keys.size()), after(b.keys.size());
+        for (size_t i = 0; i < b.keys.size(); ++i) trainer->row_value(b.keys[i], {&before[i], 1});
+        const uint64_t skipped = trainer->steps_skipped();
+        auto loss = trainer->train_batch(b);
+        if (loss.ok() && trainer->steps_skipped() == skipped) continue;  // trained
+        refused = true;
+        BOOST_TEST(loss.ok() == skip);
+        const std::string why = loss.ok() ? trainer->last_skip() : loss.status().message();
+        BOOST_TEST(why.find("a gradient of") != std::string::npos, why);
+        for (size_t i = 0; i < b.keys.size(); ++i) trainer->row_value(b.keys[i], {&after[i], 1});
+        BOOST_TEST(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)) == 0);
+        break;
+      }
+      BOOST_TEST(refused);
+    }
+  }
 }

@@ -14,11 +14,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -527,12 +529,28 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
     BOOST_REQUIRE_MESSAGE(parsed.error.empty(), parsed.error);
     return parsed;
   };
-  BOOST_TEST(scrape(*coord).value("colony_cluster_members") == 4);
+  std::set<std::string> families;  // every metric family the three daemons serve
+  auto note_families = [&families](const colony::test::PromText& t) {
+    for (const auto& [name, type] : t.types) families.insert(name);
+  };
+  const auto coord_metrics = scrape(*coord);
+  note_families(coord_metrics);
+  BOOST_TEST(coord_metrics.value("colony_cluster_members") == 4);
+  {  // and the coordinator its dashboard
+    const int port = std::stoi(coord->await("dashboard: http://127\\.0\\.0\\.1:(\\d+)/"));
+    auto page = httplib::Client("127.0.0.1", port).Get("/");
+    BOOST_REQUIRE(page);
+    BOOST_TEST(page->status == 200);
+    BOOST_TEST(page->body.find("<title>Colony job</title>") != std::string::npos);
+  }
   double pulls_timed = 0;  // training has started; the first replies may still be on their way
   for (auto deadline = std::chrono::steady_clock::now() + wait_bound;
        !(pulls_timed > 0) && std::chrono::steady_clock::now() < deadline;
-       std::this_thread::sleep_for(20ms))
-    pulls_timed = scrape(*w0).value("colony_pull_seconds_count");
+       std::this_thread::sleep_for(20ms)) {
+    const auto w0_metrics = scrape(*w0);
+    note_families(w0_metrics);
+    pulls_timed = w0_metrics.value("colony_pull_seconds_count");
+  }
   BOOST_TEST(pulls_timed > 0);
   // ps-0's /metrics counts the lies its bridge dropped under the key that sent them.
   {
@@ -546,6 +564,7 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
       BOOST_REQUIRE_MESSAGE(res && res->status == 200, "ps-0 stopped serving; its log:\n"
                                                            << ps0->log());
       const auto parsed = colony::test::parse_prom_text(res->body);
+      note_families(parsed);
       BOOST_REQUIRE_MESSAGE(parsed.error.empty(), parsed.error);
       counted = parsed.value("colony_bad_messages_total", {{"peer", w0_key}});
       if (std::isnan(counted)) counted = 0;
@@ -554,6 +573,21 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
     BOOST_TEST_MESSAGE("ps-0's bridge dropped " << counted << " messages from worker-0's key");
     BOOST_TEST(counted == 4);  // all four, under the key that sent them
   }
+  // The Grafana dashboard in docs/ asks only for metrics that the daemons serve.
+  const std::string grafana = slurp(fs::path(COLONY_SOURCE_DIR) / "docs/grafana-dashboard.json");
+  const std::regex metric_name("\\b((colony|process)_[a-z_]+)");
+  size_t asked = 0;
+  for (std::sregex_iterator it(grafana.begin(), grafana.end(), metric_name), end; it != end; ++it) {
+    std::string name = (*it)[1].str();
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (name.size() > std::strlen(suffix) &&
+          name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0 &&
+          families.count(name.substr(0, name.size() - std::strlen(suffix))))
+        name = name.substr(0, name.size() - std::strlen(suffix));
+    BOOST_TEST(families.count(name) == 1u, "the Grafana dashboard asks for " << name);
+    ++asked;
+  }
+  BOOST_TEST(asked >= 14u);
   // To worker-1: control messages from a key that is not the coordinator's (a Welcome whose
   // ids are far out of range, a ShardsRestarted, a Shutdown).
   auto as_w0_to_w1 = liar(w1_endpoint, "worker-1", "worker-0");
@@ -709,6 +743,28 @@ BOOST_AUTO_TEST_CASE(coordinator_takes_trains_job_flags_and_writes_its_report_ke
                                        << r["checkpoints"] << " checkpoints, "
                                        << r["rows_not_admitted"] << " rows not admitted");
   BOOST_TEST(std::abs(logloss / expected - 1.0) < small_run_tolerance);
+}
+
+// Issue 15: --on-nan skip over the daemons: a diverging model's steps are skipped by the worker
+// members, each logged and counted, and the job ends well with the count in its report.
+BOOST_AUTO_TEST_CASE(the_daemons_skip_steps_with_a_gradient_not_finite_under_on_nan_skip) {
+  Suite& s = suite();
+  auto [coord, endpoint] = start_coordinator(
+      "nan-coordinator",
+      cat(role_key("server"),
+          {"--shards", "1", "--workers", "1", "--no-cache", "--optimizer", "sgd", "--lr", "1e38",
+           "--on-nan", "skip", "--report", (s.dir / "nan.json").string()}));
+  auto ps0 = start_member("nan-ps0", "ps", endpoint, role_key("ps-0"));
+  auto w0 = start_member("nan-w0", "worker", endpoint, role_key("worker-0"));
+  BOOST_TEST(coord->wait() == 0, coord->log());
+  for (Child* c : {ps0.get(), w0.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  const auto r = report("nan.json");
+  BOOST_TEST(r["on_nan"].get<std::string>() == "skip");
+  BOOST_TEST(r["steps_skipped"].get<uint64_t>() > 0u, r.dump());
+  BOOST_TEST(std::regex_search(w0->log(), std::regex("warning: worker [0-9]+: step [0-9]+ made a "
+                                                     "gradient of (-?nan|-?inf) for key [0-9]+: "
+                                                     "skipped")),
+             w0->log());
 }
 
 // Issue 14: a tiered ps store (rows in memory over RocksDB) holds every row once the job has

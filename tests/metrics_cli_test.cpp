@@ -11,6 +11,7 @@
 #include <string>
 
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 
 #include "monitor/http_server.h"
 #include "monitor/registry.h"
@@ -195,4 +196,61 @@ BOOST_AUTO_TEST_CASE(the_dashboard_draws_a_running_job_in_headless_chromium) {
   BOOST_TEST_MESSAGE("dashboard screenshot: " << png.string());
   job.signal(SIGTERM);  // it is lingering by now, or still training: either way, done
   job.wait();
+}
+
+// Issue 15's straggler alert: a worker slowed by a fault flag is named in a logged warning, in
+// colony_alerts_total{kind="straggler"} and in the report's alerts; the others are not.
+BOOST_AUTO_TEST_CASE(a_slowed_worker_is_alerted_as_a_straggler) {
+  CliFixture fx("colony-straggler");
+  const fs::path report = fx.dir / "straggler.json";
+  Child job({bin(),
+             "train",
+             "--rows",
+             "200000",
+             "--test-rows",
+             "2000",
+             "--batch",
+             "256",
+             "--workers",
+             "3",
+             "--shards",
+             "2",
+             "--fault-slow-worker",
+             "1:20",
+             "--alert-window",
+             "2",
+             "--metrics-port",
+             "0",
+             "--metrics-linger",
+             "600",
+             "--report",
+             report.string()},
+            fx.dir / "train.log");
+  const int port = std::stoi(job.await("metrics: http://127\\.0\\.0\\.1:(\\d+)/metrics"));
+  job.await("warning: alert straggler: worker 1 took [0-9.]+ ms a step");
+  // The report is written before the metrics linger; then /metrics holds the count.
+  job.await("serving http://");
+  const PromText metrics = parse_prom_text(scrape(port));
+  BOOST_TEST(metrics.value("colony_alerts_total", {{"kind", "straggler"}}) == 1);
+  job.signal(SIGTERM);
+  job.wait();
+  const auto rep = nlohmann::json::parse(colony::testing::slurp(report));
+  size_t stragglers = 0;
+  for (const auto& alert : rep["alerts"]) {
+    if (alert["kind"] != "straggler") continue;
+    ++stragglers;
+    BOOST_TEST(alert["subject"].get<std::string>() == "worker 1");
+  }
+  BOOST_TEST(stragglers == 1u, rep["alerts"].dump());
+  BOOST_TEST(job.log().find("alert straggler: worker 0") == std::string::npos, job.log());
+  BOOST_TEST(job.log().find("alert straggler: worker 2") == std::string::npos, job.log());
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_fault_flag_is_refused_naming_it) {
+  CliFixture fx("colony-fault-flag");
+  for (const char* bad : {"1", "5:10", "0:0", "0:10x"}) {
+    const auto r = fx.run(std::string("train --rows 2000 --workers 2 --fault-slow-worker ") + bad);
+    BOOST_TEST(r.code == 2, bad);
+    BOOST_TEST(r.err.find("--fault-slow-worker") != std::string::npos, r.err);
+  }
 }

@@ -5,11 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <vector>
 
 #include <httplib.h>
 
+#include "common/hash.h"
+#include "monitor/alerts.h"
 #include "monitor/http_server.h"
 #include "monitor/registry.h"
 #include "tests/prom_text.h"
@@ -167,4 +170,121 @@ BOOST_AUTO_TEST_CASE(the_http_server_serves_metrics_and_refuses_a_port_in_use) {
              std::string::npos);
   BOOST_TEST(!HttpServer::start("127.0.0.1", 70000, registry).ok());
   BOOST_TEST(!HttpServer::start("203.0.113.9", 0, registry).ok());  // not this machine's
+}
+
+namespace {
+
+// A job sampled every second: `workers` workers of `step_ms` busy milliseconds a step (times
+// `slow` for worker `slow_worker`), `shards` shards serving `rows_per_s` rows a second each
+// (times `hot` for shard `hot_shard`), memory growing by `leak` bytes a second beyond rows
+// whose bytes grow by `table_growth` a second. Returns every alert raised, in order.
+struct JobShape {
+  size_t workers = 3, shards = 4;
+  double step_ms = 10.0, slow = 1.0, rows_per_s = 50000, hot = 1.0, leak = 0.0;
+  double table_growth = 2e6, jitter = 0.2;
+  size_t slow_worker = 1, hot_shard = 2;
+  int seconds = 120;
+  uint64_t seed = 1;
+};
+std::vector<colony::monitor::Alert> alerts_of(
+    const JobShape& j, const std::function<bool(int)>& slow_at = [](int) { return true; }) {
+  colony::monitor::AlertMonitor m;
+  colony::monitor::AlertSample s;
+  s.worker_busy_s.assign(j.workers, 0.0);
+  s.worker_steps.assign(j.workers, 0);
+  s.shard_rows.assign(j.shards, 0);
+  s.rss_bytes = 500e6;
+  s.rows_memory_bytes = 100e6;
+  colony::SplitMix64 rng(j.seed);
+  auto noise = [&] { return 1.0 + j.jitter * (double(rng.next() % 2001) / 1000.0 - 1.0); };
+  std::vector<colony::monitor::Alert> all;
+  for (int t = 0; t <= j.seconds; ++t) {
+    s.time_s = t;
+    for (size_t w = 0; w < j.workers; ++w) {
+      const bool slow = w == j.slow_worker && slow_at(t);
+      const double ms = j.step_ms * (slow ? j.slow : 1.0) * noise();
+      s.worker_steps[w] += 50;  // BSP: every worker takes the same steps
+      s.worker_busy_s[w] += 50 * ms / 1000.0;
+    }
+    for (size_t k = 0; k < j.shards; ++k)
+      s.shard_rows[k] += uint64_t(j.rows_per_s * (k == j.hot_shard ? j.hot : 1.0) * noise());
+    s.rows_memory_bytes += j.table_growth * noise();
+    s.rss_bytes += j.table_growth * noise() + j.leak;
+    for (auto& a : m.observe(s)) all.push_back(a);
+  }
+  return all;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_steady_job_raises_no_alert) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    JobShape j;
+    j.seed = seed;
+    const auto alerts = alerts_of(j);
+    BOOST_TEST(alerts.empty(),
+               "seed " << seed << ": " << (alerts.empty() ? "" : alerts[0].message));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(memory_the_rows_do_not_explain_raises_a_leak_suspect_once) {
+  JobShape j;
+  j.leak = 20e6;  // 20 MB a second beyond the rows
+  const auto alerts = alerts_of(j);
+  BOOST_REQUIRE(alerts.size() == 1u);
+  BOOST_TEST(alerts[0].kind == "leak_suspect");
+  BOOST_TEST(alerts[0].subject == "process");
+  BOOST_TEST(alerts[0].message.find("more than the rows did") != std::string::npos);
+  // Rows growing as fast are not a leak.
+  j.leak = 0;
+  j.table_growth = 20e6;
+  BOOST_TEST(alerts_of(j).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_worker_is_a_straggler_until_it_recovers) {
+  JobShape j;
+  j.slow = 5.0;
+  const auto alerts = alerts_of(j, [](int t) { return t >= 30 && t < 60; });
+  BOOST_REQUIRE(alerts.size() == 1u);
+  BOOST_TEST(alerts[0].kind == "straggler");
+  BOOST_TEST(alerts[0].subject == "worker 1");
+  BOOST_TEST(alerts[0].message.find("worker 1 took") != std::string::npos);
+  // Two slow spells far apart: raised twice (it cleared in between), not once per sample.
+  JobShape two = j;
+  two.seconds = 200;
+  size_t raised = 0;
+  for (const auto& a : alerts_of(two, [](int t) { return (t >= 30 && t < 60) || t >= 140; }))
+    raised += a.kind == "straggler";
+  BOOST_TEST(raised == 2u);
+  // With two workers, the other's steps are the median.
+  JobShape pair = j;
+  pair.workers = 2;
+  const auto p = alerts_of(pair);
+  BOOST_REQUIRE(p.size() == 1u);
+  BOOST_TEST(p[0].subject == "worker 1");
+}
+
+BOOST_AUTO_TEST_CASE(a_shard_serving_far_more_rows_is_hot) {
+  JobShape j;
+  j.hot = 10.0;
+  const auto alerts = alerts_of(j);
+  BOOST_REQUIRE(alerts.size() == 1u);
+  BOOST_TEST(alerts[0].kind == "hot_shard");
+  BOOST_TEST(alerts[0].subject == "shard 2");
+  // Twice the others' load is skew, not an alert.
+  j.hot = 2.0;
+  BOOST_TEST(alerts_of(j).empty());
+  // An idle job (no rows) raises nothing.
+  j.rows_per_s = 0;
+  j.hot = 10;
+  BOOST_TEST(alerts_of(j).empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_median_of_the_others_leaves_one_out) {
+  using colony::monitor::median_of_others;
+  BOOST_TEST(median_of_others({1, 2, 3, 100}, 3) == 2.0);
+  BOOST_TEST(median_of_others({1, 2, 3, 100}, 0) == 3.0);
+  BOOST_TEST(median_of_others({5, 7}, 0) == 7.0);
+  BOOST_TEST(median_of_others({5}, 0) == 0.0);
+  BOOST_TEST(median_of_others({4, 1, 3, 2}, 9) == 2.5);
 }

@@ -399,6 +399,7 @@ JobSpec random_job(SplitMix64& rng) {
   j.dense_momentum = static_cast<float>(rng.next() % 1000) / 1e3f;
   j.dense_sync_every = 1 + static_cast<uint32_t>(rng.next() % control_dense_sync_every_max);
   if (const uint64_t d = rng.next() % 4) j.durability = Durability(d - 1);
+  j.skip_not_finite = rng.next() % 2 == 1;
   return j;
 }
 
@@ -441,7 +442,7 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
                rng.next() % 2 == 0,
                WorkerCounters{rng.next(), 0.25 * double(rng.next() % 1000), rng.next(), rng.next(),
                               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
-                              rng.next(), double(rng.next() % 1000) / 3.0},
+                              rng.next(), double(rng.next() % 1000) / 3.0, rng.next()},
                rng.next() % 2 == 0,
                random_floats(rng, rng.next() % 3 == 0 ? 0 : rng.next() % 2000),
                rng.next()};

@@ -13,6 +13,7 @@ WorkerCounters core_counters(std::span<const WorkerCore* const> replicas,
     c.pull_messages += st.pull_messages;  // 0 under hierarchical push: the aggregator pulls
     c.pushes_resent += w->pushes_resent();
     c.replies_dropped += st.replies_dropped;
+    c.steps_skipped += st.steps_skipped;
     if (aggregators.empty()) {
       c.push_messages += st.push_messages;
       c.push_bytes += st.push_bytes;

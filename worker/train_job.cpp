@@ -181,6 +181,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
 
   uint64_t samples_per_epoch = 0;    // known after the first epoch (or from the cache)
   std::vector<double> valid_losses;  // per epoch, with valid_fraction
+  uint64_t steps = 0;                // over all epochs
   Batch batch;
   for (int epoch = 1; epoch <= o.epochs; ++epoch) {
     auto reader_or = open_source(o.data, data.train, ro);
@@ -194,16 +195,26 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
       auto more = reader.next(batch);
       if (!more) return more.status();
       if (!*more) break;
+      const uint64_t skipped_before = trainer.steps_skipped();
       auto trained = trainer.train_batch(batch);
+      ++steps;
+      if (!trained && trained.status().code() == Status::Code::internal)  // not finite
+        return Status::internal(fmt::format(
+            "step {} made {} (the model diverged: try a lower --lr or --dense-lr, or --on-nan "
+            "skip); nothing of the step was applied",
+            steps, trained.status().message()));
       if (!trained)
         return Status::invalid_input(fmt::format(
             "{}: {}", o.data.empty() ? "generated data" : o.data, trained.status().message()));
-      const double loss = *trained;
-      epoch_loss += loss;
-      window_loss += loss;
-      epoch_samples += batch.rows();
-      window_samples += batch.rows();
-      if (progress && ++batches % 64 == 0) {
+      const bool skipped = trainer.steps_skipped() > skipped_before;  // --on-nan skip
+      if (!skipped) {  // a skipped step was not trained on
+        const double loss = *trained;
+        epoch_loss += loss;
+        window_loss += loss;
+        epoch_samples += batch.rows();
+        window_samples += batch.rows();
+      }
+      if (progress && (skipped || ++batches % 64 == 0)) {
         const ReaderStats st = reader.stats();
         double within = 0.0;
         if (samples_per_epoch > 0)
@@ -217,7 +228,9 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
                         o.epochs,
                         result.counters.samples + epoch_samples,
                         (epoch - 1 + std::min(within, 1.0)) / o.epochs,
-                        window_loss / double(window_samples)};
+                        window_samples ? window_loss / double(window_samples) : 0.0};
+        p.steps_skipped = trainer.steps_skipped();
+        if (skipped) p.last_skip = fmt::format("step {} made {}", steps, trainer.last_skip());
         progress(p);
         window_loss = 0.0;
         window_samples = 0;
@@ -266,6 +279,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
     }
     if (stop_early(valid_losses, o.patience)) break;
   }
+  result.counters.steps_skipped = trainer.steps_skipped();
   result.test_logloss = result.epochs.back().test_logloss;
   result.test_auc = result.epochs.back().test_auc;
   result.model_rows = trainer.rows();

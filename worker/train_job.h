@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "data/generator.h"
@@ -42,6 +43,16 @@ struct EpochResult {
   double valid_auc = 0.0;
 };
 
+// A cluster's load so far, for alerts (monitor/alerts.h): each worker's seconds busy on its
+// messages and its steps, each shard's rows served (pulled and pushed), the memory all shards'
+// rows hold.
+struct JobLoad {
+  std::vector<double> worker_busy_s{};
+  std::vector<uint64_t> worker_steps{};
+  std::vector<uint64_t> shard_rows{};
+  double rows_memory_bytes = 0.0;
+};
+
 struct TrainProgress {
   const char* phase = "train";  // "generate", "train" or "evaluate"
   int epoch = 0;                // 1-based
@@ -51,6 +62,12 @@ struct TrainProgress {
   double running_logloss = 0.0;  // progressive logloss over recent batches
   // Set once per scored epoch ("evaluate", after the test and validation sets were scored).
   std::optional<EpochResult> scored{};
+  // --on-nan skip: steps skipped so far for a gradient that was not finite, and what the last
+  // one made ("worker 1: step 12 made a gradient of nan for key 77").
+  uint64_t steps_skipped = 0;
+  std::string last_skip{};
+  // The cluster engine's load, for alerts; empty for the single-process trainer.
+  JobLoad load{};
 };
 
 struct TrainJobResult {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/finite.h"
+
 namespace colony {
 
 Expected<std::unique_ptr<LocalTrainer>> LocalTrainer::make(const TrainerConfig& config) {
@@ -52,6 +54,18 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
   const double loss =
       model_->forward_backward(batch, index_.slots(), rows_, dense_, grads_, dense_grads_, {});
+  // A gradient that is not finite reaches no row (as a shard refuses it).
+  std::string bad;
+  if (const size_t i = first_not_finite(grads_); i < grads_.size())
+    bad = fmt::format("a gradient of {} for key {}", grads_[i], keys[i / width_]);
+  else if (const size_t d = first_not_finite(dense_grads_); d < dense_grads_.size())
+    bad = fmt::format("a dense gradient of {} for dense parameter {}", dense_grads_[d], d);
+  if (!bad.empty()) {
+    if (!config_.skip_not_finite) return Status::internal(bad);
+    ++steps_skipped_;
+    last_skip_ = bad;
+    return loss;
+  }
   // Push: apply the optimizer to each row with its summed gradient.
   for (size_t s = 0; s < n; ++s) {
     float* row = row_ptr_[s];

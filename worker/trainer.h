@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -31,6 +32,9 @@ struct TrainerConfig {
   nn::DenseOptimizerConfig dense_optimizer;  // deep models' dense parameters
   uint64_t seed = 1;
   float factor_init_std = 0.01f;  // FM factors start uniform with this standard deviation
+  // --on-nan: a step whose gradients are not all finite fails (false) or is skipped (true;
+  // nothing of it applied). See LocalTrainer::train_batch and WorkerConfig::skip_not_finite.
+  bool skip_not_finite = false;
 };
 
 class LocalTrainer {
@@ -41,8 +45,13 @@ class LocalTrainer {
   // One optimizer step on `batch`. Returns the batch's summed log loss under the weights
   // before the step (progressive validation: every sample is scored before it is learned).
   // Fails with invalid_input, changing nothing, when the batch does not fit the model
-  // (Model::check).
+  // (Model::check). A gradient that is not finite (a diverged model) changes nothing either: it
+  // fails the step with internal naming the key, or with config().skip_not_finite skips it
+  // (counted in steps_skipped(), described by last_skip(); the loss is still returned).
   Expected<double> train_batch(const Batch& batch);
+  uint64_t steps_skipped() const { return steps_skipped_; }
+  // "a gradient of nan for key 77" for the last skipped step; empty before any.
+  const std::string& last_skip() const { return last_skip_; }
 
   // Each sample's logit under the current weights (unseen keys use their initial rows and
   // are not inserted). `logits` is resized to batch.rows().
@@ -76,6 +85,8 @@ class LocalTrainer {
   std::vector<float*> row_ptr_;  // per slot of the current batch
   std::vector<float> rows_;      // gathered parameters, slots x width
   std::vector<float> grads_;     // summed gradients, slots x width
+  uint64_t steps_skipped_ = 0;
+  std::string last_skip_;
 };
 
 }  // namespace colony

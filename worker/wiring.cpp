@@ -114,6 +114,7 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   wc.dense_optimizer = dense_optimizer_config(job);
   wc.seed = job.seed;
   wc.dense_sync_every = job.dense_sync_every;
+  wc.skip_not_finite = job.skip_not_finite;
   uint32_t replicas = 0;
   for (const MemberInfo& w : layout.members())
     if (w.role == MemberRole::worker) replicas += w.count;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "common/finite.h"
 #include "common/hash.h"
@@ -176,8 +177,9 @@ void WorkerCore::on_message(const PsMessage& message, Outbox& out) {
 }
 
 void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
+  // 0 samples: every replica skipped the step (--on-nan skip), which only such a job can say.
   if (!awaiting_dense_ || m.step != *awaiting_dense_ || m.values.size() != dense_.size() ||
-      m.samples == 0)
+      (m.samples == 0 && !config_.skip_not_finite))
     return fail(Status::internal(fmt::format(
         "worker {}: a dense all-reduce of step {} ({} floats over {} samples) it does not wait "
         "for",
@@ -185,7 +187,7 @@ void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
   awaiting_dense_.reset();
   if (config_.dense_sync_every == 1) {
     dense_grads_.assign(m.values.begin(), m.values.end());
-    step_dense(m.samples);
+    if (m.samples > 0) step_dense(m.samples);
   } else {
     // Parameter averaging: the sum of the replicas' parameters, each weighted by `samples` in
     // all (1 each every K steps; the steps each trained, at the end).
@@ -209,54 +211,76 @@ void WorkerCore::complete_ready_steps(Outbox& out) {
   maybe_send_done(out);
 }
 
+std::string WorkerCore::not_finite_gradient(const Step& step, uint32_t clock) const {
+  if (const size_t bad = first_not_finite(grads_); bad < grads_.size())
+    return fmt::format("worker {}: step {} made a gradient of {} for key {}", config_.id, clock,
+                       grads_[bad], step.keys[bad / width_]);
+  if (const size_t bad = first_not_finite(dense_grads_); bad < dense_grads_.size())
+    return fmt::format("worker {}: step {} made a dense gradient of {} for dense parameter {}",
+                       config_.id, clock, dense_grads_[bad], bad);
+  return "";
+}
+
 void WorkerCore::push(Step& step, Outbox& out) {
   grads_.assign(step.keys.size() * width_, 0.0f);
   std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
-  stats_.loss_sum +=
+  const double loss =
       model_->forward_backward(step.batch, step.slots, step.rows, dense_, grads_, dense_grads_, {});
   const uint32_t clock = step.clock + 1;
+  if (clock == config_.poison_step && !grads_.empty()) grads_[0] = std::nanf("");
   // A gradient that is not finite is never pushed: the shards would refuse it anyway, and here
   // the step and the replica can be named.
-  if (const size_t bad = first_not_finite(grads_); bad < grads_.size())
-    return fail(Status::internal(fmt::format(
-        "worker {}: step {} made a gradient of {} for key {} (the model diverged: try a lower "
-        "--lr); nothing of the step was pushed",
-        config_.id, clock, grads_[bad], step.keys[bad / width_])));
-  if (const size_t bad = first_not_finite(dense_grads_); bad < dense_grads_.size())
-    return fail(Status::internal(fmt::format(
-        "worker {}: step {} made a dense gradient of {} for dense parameter {} (the model "
-        "diverged: try a lower --lr or --dense-lr); nothing of the step was pushed",
-        config_.id, clock, dense_grads_[bad], bad)));
-  stats_.samples += step.batch.rows();
+  const std::string bad = not_finite_gradient(step, clock);
+  if (!bad.empty() && !config_.skip_not_finite)
+    return fail(Status::internal(
+        bad +
+        " (the model diverged: try a lower --lr or --dense-lr, or --on-nan skip); nothing "
+        "of the step was pushed"));
+  const bool skipped = !bad.empty();
+  if (skipped) {
+    ++stats_.steps_skipped;
+    last_skip_ = bad;
+  } else {
+    stats_.loss_sum += loss;
+    stats_.samples += step.batch.rows();
+  }
   ++stats_.steps;
+  // A skipped step pushes no rows: the shards see its clock move, nothing else.
+  const std::span<const uint64_t> keys =
+      skipped ? std::span<const uint64_t>() : std::span<const uint64_t>(step.keys);
+  const std::span<const float> grads =
+      skipped ? std::span<const float>() : std::span<const float>(grads_);
   if (config_.aggregator) {
     // Hierarchical: the whole step's gradients go to the node aggregator in one message.
     ++unacked_pushes_;
     ++stats_.push_messages;
-    stats_.push_bytes += step.keys.size() * (sizeof(uint64_t) + width_ * sizeof(float));
+    stats_.push_bytes += keys.size() * (sizeof(uint64_t) + width_ * sizeof(float));
     out.push_back(
-        {*config_.aggregator,
-         PushRequest{
-             {config_.id, next_request_++, kv_->map().version()}, clock, step.keys, grads_}});
+        {*config_.aggregator, PushRequest{{config_.id, next_request_++, kv_->map().version()},
+                                          clock,
+                                          {keys.begin(), keys.end()},
+                                          std::vector<float>(grads.begin(), grads.end())}});
   } else {
     const uint64_t sent = kv_->messages_sent(), bytes = kv_->push_bytes();
-    push_tickets_.push_back(kv_->push(step.keys, grads_, clock, out));
+    push_tickets_.push_back(kv_->push(keys, grads, clock, out));
     stats_.push_messages += kv_->messages_sent() - sent;
     stats_.push_bytes += kv_->push_bytes() - bytes;
   }
   clock_ = clock;
-  if (!dense_.empty()) sync_dense(step, out);
+  if (!dense_.empty()) sync_dense(step, skipped, out);
 }
 
-void WorkerCore::sync_dense(const Step& step, Outbox& out) {
+void WorkerCore::sync_dense(const Step& step, bool skipped, Outbox& out) {
   const MessageHeader header{config_.id, next_request_++, kv_->map().version()};
   if (config_.dense_sync_every == 1 && config_.aggregator) {
-    out.push_back(
-        {*config_.aggregator, DenseReduce{header, step.clock, step.batch.rows(), dense_grads_}});
+    // A skipped step still takes part (the all-reduce waits for every replica), with nothing.
+    if (skipped) std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
+    out.push_back({*config_.aggregator,
+                   DenseReduce{header, step.clock, skipped ? 0 : step.batch.rows(), dense_grads_}});
     awaiting_dense_ = step.clock;
     return;
   }
-  step_dense(step.batch.rows());
+  if (!skipped) step_dense(step.batch.rows());
   if (!config_.aggregator) return dense_advanced(step.clock + 1);
   if ((step.clock + 1) % config_.dense_sync_every == 0) {
     out.push_back({*config_.aggregator, DenseReduce{header, step.clock, 1, dense_}});

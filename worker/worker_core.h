@@ -66,6 +66,15 @@ struct WorkerConfig {
   // instead of initialising from `seed`; its shape must be this model's (the driver checks
   // DenseState::shape, make() the sizes).
   std::shared_ptr<const DenseState> dense_start{};
+  // A step whose gradients (rows' or dense) are not all finite (--on-nan): false stops the
+  // core with an error naming the step and the key; true skips the step instead: its samples
+  // are not counted, its push carries no rows (the shards see only its clock), and under a
+  // gradient all-reduce it contributes nothing (0 samples). Counted in steps_skipped, described
+  // by last_skip().
+  bool skip_not_finite = false;
+  // Tests: the gradients of this step (the clock its push carries; 0: none) are made NaN, as a
+  // diverging model's would be.
+  uint32_t poison_step = 0;
 };
 
 struct WorkerStats {
@@ -78,6 +87,7 @@ struct WorkerStats {
   uint64_t pull_retries = 0;     // pulls re-sent after a shard-map update
   uint64_t replies_dropped = 0;  // replies that answered no open request (KvClient)
   uint64_t dense_syncs = 0;      // dense all-reduce results applied
+  uint64_t steps_skipped = 0;    // steps skipped for a gradient that was not finite
 };
 
 class WorkerCore {
@@ -127,6 +137,9 @@ class WorkerCore {
   size_t in_flight() const { return steps_.size(); }
   const WorkerStats& stats() const { return stats_; }
   uint64_t pushes_resent() const { return kv_->pushes_resent(); }
+  // What the last skipped step made ("worker 3: step 12 made a gradient of nan for key 77");
+  // empty before any.
+  const std::string& last_skip() const { return last_skip_; }
 
  private:
   struct Step {
@@ -148,8 +161,11 @@ class WorkerCore {
   void on_node_rows(const PullReply& m);
   bool pulled(const Step& step) const;
   void push(Step& step, Outbox& out);
-  // After a step's push: its dense gradients to the all-reduce, or stepped here.
-  void sync_dense(const Step& step, Outbox& out);
+  // After a step's push: its dense gradients to the all-reduce, or stepped here (`skipped`:
+  // the step contributes nothing).
+  void sync_dense(const Step& step, bool skipped, Outbox& out);
+  // Why the step's gradients may not be pushed (the first one not finite), or "" when they may.
+  std::string not_finite_gradient(const Step& step, uint32_t clock) const;
   void maybe_send_done(Outbox& out);
   void fail(Status status);
   void on_dense_broadcast(const DenseBroadcast& m, Outbox& out);
@@ -180,6 +196,7 @@ class WorkerCore {
   std::deque<DenseState> dense_checkpoints_;
   Status error_;
   WorkerStats stats_;
+  std::string last_skip_;
 };
 
 // Of `replicas` (non-empty), the first whose dense parameters took in the most all-reduces

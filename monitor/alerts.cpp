@@ -1,0 +1,107 @@
+#include "monitor/alerts.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/status.h"
+
+namespace colony::monitor {
+
+double median_of_others(std::vector<double> values, size_t skip) {
+  if (skip < values.size()) values.erase(values.begin() + static_cast<std::ptrdiff_t>(skip));
+  if (values.empty()) return 0.0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  const double upper = values[mid];
+  if (values.size() % 2) return upper;
+  return (*std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid)) +
+          upper) /
+         2.0;
+}
+
+AlertMonitor::AlertMonitor(AlertConfig config) : config_(config) {}
+
+void AlertMonitor::decide(bool on, const std::string& kind, const std::string& subject,
+                          const std::string& message, std::vector<Alert>& out) {
+  const std::string id = kind + "/" + subject;
+  if (!on) {
+    raised_.erase(id);
+  } else if (raised_.insert(id).second) {
+    out.push_back({kind, subject, message});
+  }
+}
+
+std::vector<Alert> AlertMonitor::observe(AlertSample sample) {
+  if (!window_.empty()) {
+    const AlertSample& last = window_.back();
+    COLONY_ASSERT(sample.time_s >= last.time_s, "alert samples out of order");
+    COLONY_ASSERT(sample.worker_busy_s.size() == last.worker_busy_s.size() &&
+                      sample.worker_steps.size() == last.worker_steps.size() &&
+                      sample.shard_rows.size() == last.shard_rows.size(),
+                  "alert samples of different sizes");
+  }
+  COLONY_ASSERT(sample.worker_busy_s.size() == sample.worker_steps.size(),
+                "busy times and steps of different workers");
+  window_.push_back(std::move(sample));
+  const AlertSample& now = window_.back();
+  while (window_.size() > 2 && now.time_s - window_[1].time_s >= config_.window_s)
+    window_.pop_front();
+  const AlertSample& then = window_.front();
+  const double span = now.time_s - then.time_s;
+  std::vector<Alert> out;
+  if (span < config_.window_s / 2) return out;
+
+  // Leak suspect: memory the rows do not explain.
+  const double unexplained =
+      (now.rss_bytes - then.rss_bytes) - (now.rows_memory_bytes - then.rows_memory_bytes);
+  decide(unexplained > config_.leak_bytes && unexplained > config_.leak_share * then.rss_bytes,
+         "leak_suspect", "process",
+         fmt::format("resident memory grew by {:.0f} MiB in {:.0f} s, {:.0f} MiB more than the "
+                     "rows did ({:.0f} MiB to {:.0f} MiB)",
+                     (now.rss_bytes - then.rss_bytes) / 1048576.0, span, unexplained / 1048576.0,
+                     then.rss_bytes / 1048576.0, now.rss_bytes / 1048576.0),
+         out);
+
+  // Straggler: busy seconds per step against the other workers' median.
+  const size_t workers = now.worker_steps.size();
+  if (workers >= 2) {
+    std::vector<double> per_step(workers);
+    for (size_t w = 0; w < workers; ++w) {
+      const double steps = double(now.worker_steps[w] - then.worker_steps[w]);
+      const double busy = now.worker_busy_s[w] - then.worker_busy_s[w];
+      // A worker busy all along without finishing a step is as slow as it gets.
+      per_step[w] = steps > 0 ? busy / steps : (busy > 0 ? INFINITY : 0.0);
+    }
+    for (size_t w = 0; w < workers; ++w) {
+      const double others = median_of_others(per_step, w);
+      decide(others > 0 && per_step[w] > config_.straggler_ratio * others, "straggler",
+             fmt::format("worker {}", w),
+             fmt::format("worker {} took {:.2f} ms a step over the last {:.0f} s, the other "
+                         "workers' median {:.2f} ms",
+                         w, 1000.0 * per_step[w], span, 1000.0 * others),
+             out);
+    }
+  }
+
+  // Hot shard: rows served against the other shards' median.
+  const size_t shards = now.shard_rows.size();
+  if (shards >= 2) {
+    std::vector<double> rows(shards);
+    for (size_t s = 0; s < shards; ++s) rows[s] = double(now.shard_rows[s] - then.shard_rows[s]);
+    for (size_t s = 0; s < shards; ++s) {
+      const double others = median_of_others(rows, s);
+      decide(rows[s] >= config_.hot_shard_min_rows &&
+                 rows[s] > config_.hot_shard_ratio * std::max(others, 1.0),
+             "hot_shard", fmt::format("shard {}", s),
+             fmt::format("shard {} served {:.0f} rows in the last {:.0f} s, the other shards' "
+                         "median {:.0f}",
+                         s, rows[s], span, others),
+             out);
+    }
+  }
+  return out;
+}
+
+}  // namespace colony::monitor

@@ -1,0 +1,72 @@
+// Alerts on a running job that no single number shows: memory growing faster than the rows
+// explain (a leak suspect), a worker whose steps take far longer than the others' (a
+// straggler), a shard serving far more rows than the others (a hot shard).
+//
+// A sans-I/O core: the driver samples the job (times, counters) and hands each sample to
+// observe(); the monitor keeps the samples of the last window and returns the alerts they
+// raise. An alert is raised once per kind and subject, and again only after its condition has
+// cleared. Decisions use the change over the window, so a job's start-up is not mistaken for
+// its steady state.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace colony::monitor {
+
+struct AlertConfig {
+  // How far back growth and rates are measured; nothing is decided on less than half of it.
+  double window_s = 20.0;
+  // Leak suspect: resident memory grew over the window by more than both of these beyond what
+  // the rows' bytes grew.
+  double leak_bytes = 256.0 * 1024 * 1024;
+  double leak_share = 0.25;  // of the resident memory at the window's start
+  // Straggler (2 workers or more): a worker whose busy seconds per step over the window are
+  // more than this many times the median of the other workers'.
+  double straggler_ratio = 3.0;
+  // Hot shard (2 shards or more): a shard that served more than this many times the rows of the
+  // median other shard over the window, and at least hot_shard_min_rows.
+  double hot_shard_ratio = 4.0;
+  double hot_shard_min_rows = 10000;
+};
+
+// One sample of the job. Counters are totals since the job started; a vector's size is the
+// number of workers or shards (it must not change between samples).
+struct AlertSample {
+  double time_s = 0.0;
+  double rss_bytes = 0.0;
+  double rows_memory_bytes = 0.0;        // memory the rows hold (their stores' memory_bytes)
+  std::vector<double> worker_busy_s{};   // seconds each worker has spent on its steps
+  std::vector<uint64_t> worker_steps{};  // steps each worker has taken
+  std::vector<uint64_t> shard_rows{};    // rows each shard has served (pulled and pushed)
+};
+
+struct Alert {
+  std::string kind;     // leak_suspect, straggler or hot_shard
+  std::string subject;  // "process", "worker 3", "shard 1"
+  std::string message;  // what was seen, with the numbers
+};
+
+class AlertMonitor {
+ public:
+  explicit AlertMonitor(AlertConfig config = {});
+  // Takes a sample (later than the last) and returns the alerts it raises.
+  std::vector<Alert> observe(AlertSample sample);
+
+ private:
+  // Raises `kind` for `subject` when `on` and it is not raised yet; clears it when not `on`.
+  void decide(bool on, const std::string& kind, const std::string& subject,
+              const std::string& message, std::vector<Alert>& out);
+
+  AlertConfig config_;
+  std::deque<AlertSample> window_;
+  std::set<std::string> raised_;  // kind/subject
+};
+
+// The median of `values` without the one at `skip` (0 when nothing is left).
+double median_of_others(std::vector<double> values, size_t skip);
+
+}  // namespace colony::monitor
