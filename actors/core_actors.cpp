@@ -49,8 +49,13 @@ void record_shard(const monitor::ShardInstruments& m, const ShardCore& core, Sha
   m.queue->set(double(queued));
 }
 
-// A worker's pulls and pushes about to be sent, timed from now.
+// A worker's pulls and pushes about to be sent, timed from now. A request never answered (one
+// re-sent under a new shard map, one to a lost shard) leaves its entry behind: past a bound the
+// entries are dropped (a few latencies go unmeasured; memory stays bounded).
 void time_requests(worker_state& st) {
+  constexpr size_t timed_requests_max = 4096;
+  if (st.pulls_sent.size() > timed_requests_max) st.pulls_sent.clear();
+  if (st.pushes_sent.size() > timed_requests_max) st.pushes_sent.clear();
   const auto now = std::chrono::steady_clock::now();
   for (const Outgoing& o : st.out) {
     if (auto* pull = std::get_if<PullRequest>(&o.message))

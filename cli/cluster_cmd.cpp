@@ -208,6 +208,10 @@ Runner add_coordinator(CLI::App& app) {
       {"--test-rows", "the daemons train on files: make them with `colony gen`"},
       {"--valid-fraction", "hold out validation rows in a file of their own for the daemons"},
       {"--patience", "the daemons do not stop early; `colony train` does"},
+      {"--alert-window", "the daemons raise no load alerts yet; `colony train` does"},
+      {"--metrics-linger", "the daemons serve their metrics until they exit"},
+      {"--dashboard", "the coordinator serves its dashboard wherever --metrics-port serves"},
+      {"--fault-slow-worker", "a fault of `colony train` only"},
   };
   for (const auto& [flag, where] : not_here) {
     const std::string help = "Not a coordinator option (refused, saying where it goes)";
@@ -356,6 +360,7 @@ Runner add_coordinator(CLI::App& app) {
         {"ps_summaries", r->totals.shard_summaries},
         {"bad_messages", r->bad_messages},
         {"on_nan", a->on_nan},
+        {"alerts", nlohmann::json::array()},  // the daemons raise no load alerts yet
         {"steps_skipped", r->totals.counters.steps_skipped},
         {"refused_peers", r->refused_peers},
         {"stopped_by_signal", r->stopped_by_signal},

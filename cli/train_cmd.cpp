@@ -235,6 +235,8 @@ Runner add_train(CLI::App& app) {
     const bool local = a->engine == "local";
     o.generate.seed = o.trainer.seed;
 
+    // Live metrics: the shards' and workers' actors record into the registry; the progress
+    // below sets the colony_train_* ones.
     auto endpoint = start_metrics(
         a->metrics, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
     if (!endpoint) return fail(endpoint.status());
@@ -290,8 +292,6 @@ Runner add_train(CLI::App& app) {
       std::fprintf(stderr, "no --data: generating %s training and %s test rows in memory\n",
                    human_count(double(o.generate.rows)).c_str(),
                    human_count(double(o.generate.test_rows)).c_str());
-    // Live metrics: the shards' and workers' actors record into `registry`; the driver's
-    // progress below sets the colony_train_* ones.
     const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
     uint64_t samples_counted = 0, skips_logged = 0;
