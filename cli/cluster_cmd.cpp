@@ -212,6 +212,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--metrics-linger", "the daemons serve their metrics until they exit"},
       {"--dashboard", "the coordinator serves its dashboard wherever --metrics-port serves"},
       {"--fault-slow-worker", "a fault of `colony train` only"},
+      {"--fault-leak-mb", "a fault of `colony train` only"},
   };
   for (const auto& [flag, where] : not_here) {
     const std::string help = "Not a coordinator option (refused, saying where it goes)";

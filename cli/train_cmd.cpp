@@ -1,6 +1,7 @@
 // colony train: train a model on one machine.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -44,6 +45,7 @@ struct TrainArgs {
   std::string on_nan = "fail";
   double alert_window_s = monitor::AlertConfig{}.window_s;
   std::string fault_slow_worker;  // W:MS
+  uint32_t fault_leak_mb = 0;
 };
 
 }  // namespace
@@ -120,9 +122,13 @@ Runner add_train(CLI::App& app) {
                   "shard; docs/monitoring.md) measure growth and rates")
       ->check(CLI::Range(0.5, 3600.0))
       ->capture_default_str();
-  // A fault for tests (hidden from --help): a straggler.
+  // Faults for tests and drills (hidden from --help): a straggler, a leak.
   cmd->add_option("--fault-slow-worker", a->fault_slow_worker,
                   "Worker W (0-based) sleeps MS milliseconds after each of its steps (W:MS)")
+      ->group("");
+  cmd->add_option("--fault-leak-mb", a->fault_leak_mb,
+                  "While training, allocate and keep N MiB more (64 MiB at each progress update)")
+      ->check(CLI::Range(0u, 65536u))
       ->group("");
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
       ->capture_default_str();
@@ -267,6 +273,8 @@ Runner add_train(CLI::App& app) {
     alert_config.window_s = a->alert_window_s;
     monitor::AlertMonitor alert_monitor(alert_config);
     std::vector<monitor::Alert> alerts_raised;
+    std::vector<std::unique_ptr<char[]>> leaked;  // --fault-leak-mb
+    size_t leaked_mb = 0;
     const std::string engine_text =
         local ? std::string("single-process trainer")
               : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
@@ -314,6 +322,12 @@ Runner add_train(CLI::App& app) {
                        p.steps_skipped == 1 ? "" : "s");
         }
         skips_logged = p.steps_skipped;
+      }
+      if (phase == "train" && leaked_mb < a->fault_leak_mb) {
+        const size_t mb = std::min<size_t>(64, a->fault_leak_mb - leaked_mb);
+        leaked.push_back(std::make_unique<char[]>(mb << 20));
+        std::memset(leaked.back().get(), 1, mb << 20);  // touched: resident
+        leaked_mb += mb;
       }
       if (phase == "train" && !p.load.worker_steps.empty()) {
         monitor::AlertSample sample;
