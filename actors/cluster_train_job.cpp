@@ -62,6 +62,9 @@ Expected<TrainJobResult> run_cluster_train_job(
                     running};
     p.steps_skipped = now.steps_skipped;
     p.last_skip = now.last_skip;
+    p.gradient_alerts = now.gradient_alerts;
+    p.last_gradient_alert_kind = now.last_gradient_alert.kind;
+    p.last_gradient_alert = now.last_gradient_alert.message;
     p.load = now.load;
     progress(p);
   });

@@ -161,6 +161,11 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
       shared->skipped(core->stats().steps_skipped - st.skips_reported, core->last_skip());
       st.skips_reported = core->stats().steps_skipped;
     }
+    if (core->stats().gradient_alerts > st.gradient_alerts_reported) {
+      shared->gradient_alerted(core->stats().gradient_alerts - st.gradient_alerts_reported,
+                               core->last_gradient_alert());
+      st.gradient_alerts_reported = core->stats().gradient_alerts;
+    }
     report_once(self, st.reported, *core, *shared, coordinator, id);
   };
   if (auto it = shared->worker_slot.find(id); it != shared->worker_slot.end())

@@ -41,6 +41,7 @@ struct worker_state {
   uint64_t samples_reported = 0;
   double loss_reported = 0.0;
   uint64_t skips_reported = 0;
+  uint64_t gradient_alerts_reported = 0;
   std::optional<size_t> slot;  // in JobShared's load arrays, when the driver keeps them
   bool reported = false;
   // With metrics: the instruments, and the pulls (with their clock) and pushes in flight, by
@@ -69,6 +70,8 @@ struct JobShared {
   std::atomic<double> loss_sum{0.0};       // the workers' progressive logloss, summed over samples
   std::atomic<uint64_t> steps_skipped{0};  // --on-nan skip
   std::string last_skip;                   // guarded by mutex
+  std::atomic<uint64_t> gradient_alerts{0};
+  GradientAlert last_gradient_alert;  // guarded by mutex
   // Live metrics (monitor/ps_metrics.h) the actors record; null: none.
   std::shared_ptr<monitor::Registry> metrics;
   // Load, for the driver's alerts (monitor/alerts.h), where the driver sized these before the
@@ -92,12 +95,20 @@ struct JobShared {
     last_skip = why;
     steps_skipped += count;
   }
+  // A worker raised `count` more gradient alerts, the last of them `alert`.
+  void gradient_alerted(uint64_t count, const GradientAlert& alert) {
+    std::lock_guard<std::mutex> lock(mutex);
+    last_gradient_alert = alert;
+    gradient_alerts += count;
+  }
   ClusterProgress progress() {
     ClusterProgress p;
     {
       std::lock_guard<std::mutex> lock(mutex);
       p.last_skip = last_skip;
+      p.last_gradient_alert = last_gradient_alert;
     }
+    p.gradient_alerts = gradient_alerts.load();
     p.samples = samples.load();
     p.loss_sum = loss_sum.load();
     p.steps_skipped = steps_skipped.load();

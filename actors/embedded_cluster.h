@@ -19,6 +19,7 @@
 #include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
 #include "storage/store_spec.h"
+#include "worker/gradient_alert.h"
 #include "worker/train_job.h"
 #include "worker/trainer.h"
 
@@ -125,11 +126,13 @@ struct ClusterResult {
 
 // How a running job goes, summed over its workers.
 struct ClusterProgress {
-  uint64_t samples = 0;        // trained so far
-  double loss_sum = 0.0;       // their progressive logloss, summed
-  uint64_t steps_skipped = 0;  // for a gradient that was not finite (--on-nan skip)
-  std::string last_skip{};     // what the last of those made (WorkerCore::last_skip)
-  JobLoad load{};              // for alerts
+  uint64_t samples = 0;                 // trained so far
+  double loss_sum = 0.0;                // their progressive logloss, summed
+  uint64_t steps_skipped = 0;           // for a gradient that was not finite (--on-nan skip)
+  std::string last_skip{};              // what the last of those made (WorkerCore::last_skip)
+  uint64_t gradient_alerts = 0;         // exploding or vanishing gradients (WorkerCore)
+  GradientAlert last_gradient_alert{};  // the last of those
+  JobLoad load{};                       // for alerts
 };
 
 class EmbeddedCluster {

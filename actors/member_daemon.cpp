@@ -186,10 +186,19 @@ class Member {
     }
   }
 
-  // --on-nan skip: the steps the replicas skipped since the last heartbeat, logged (as often as
-  // log_this_count says) and counted in colony_alerts_total.
+  // The replicas' gradient alerts since the last heartbeat (the last of them logged, all
+  // counted), and, under --on-nan skip, the steps they skipped (logged as often as
+  // log_this_count says), counted in colony_alerts_total.
   void log_skips() {
     const ClusterProgress now = p_.shared->progress();
+    if (now.gradient_alerts > gradient_alerts_logged_) {
+      log_(fmt::format("warning: alert {}: {}", now.last_gradient_alert.kind,
+                       now.last_gradient_alert.message));
+      if (o_.metrics)
+        monitor::alerts(*o_.metrics, now.last_gradient_alert.kind)
+            .inc(double(now.gradient_alerts - gradient_alerts_logged_));
+      gradient_alerts_logged_ = now.gradient_alerts;
+    }
     if (now.steps_skipped <= skips_logged_) return;
     if (skip_alerts_) skip_alerts_->inc(double(now.steps_skipped - skips_logged_));
     if (log_this_count(skips_logged_, now.steps_skipped))
@@ -594,7 +603,7 @@ class Member {
   std::vector<std::shared_ptr<WorkerSource>> sources_;
   std::shared_ptr<AggregatorCore> aggregator_;
   std::vector<caf::actor> worker_actors_;
-  uint64_t skips_logged_ = 0;
+  uint64_t skips_logged_ = 0, gradient_alerts_logged_ = 0;
   monitor::Counter* skip_alerts_ = nullptr;
   Process p_;  // last: destroyed first, before the cores its actors use
 };

@@ -302,7 +302,7 @@ Runner add_train(CLI::App& app) {
                    human_count(double(o.generate.test_rows)).c_str());
     const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
-    uint64_t samples_counted = 0, skips_logged = 0;
+    uint64_t samples_counted = 0, skips_logged = 0, gradient_alerts_logged = 0;
     bool training_started = false;
     auto on_progress = [&](const TrainProgress& p) {
       if (!training_started && std::string(p.phase) == "train") {
@@ -322,6 +322,23 @@ Runner add_train(CLI::App& app) {
                        p.steps_skipped == 1 ? "" : "s");
         }
         skips_logged = p.steps_skipped;
+      }
+      if (p.gradient_alerts > gradient_alerts_logged) {
+        // Raised once per excursion by each worker: each logged (the last, when several came
+        // between two progress updates), all counted.
+        progress.finish();
+        std::fprintf(stderr, "warning: alert %s: %s%s\n", p.last_gradient_alert_kind.c_str(),
+                     p.last_gradient_alert.c_str(),
+                     p.gradient_alerts - gradient_alerts_logged > 1
+                         ? fmt::format(" ({} more since the last update)",
+                                       p.gradient_alerts - gradient_alerts_logged - 1)
+                               .c_str()
+                         : "");
+        if (endpoint->registry)
+          monitor::alerts(*endpoint->registry, p.last_gradient_alert_kind)
+              .inc(double(p.gradient_alerts - gradient_alerts_logged));
+        alerts_raised.push_back({p.last_gradient_alert_kind, "gradients", p.last_gradient_alert});
+        gradient_alerts_logged = p.gradient_alerts;
       }
       if (phase == "train" && leaked_mb < a->fault_leak_mb) {
         const size_t mb = std::min<size_t>(64, a->fault_leak_mb - leaked_mb);

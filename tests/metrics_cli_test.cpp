@@ -319,3 +319,24 @@ BOOST_AUTO_TEST_CASE(a_key_stream_skewed_onto_one_shard_is_alerted_as_a_hot_shar
   }
   BOOST_TEST(hot == 1u, rep["alerts"].dump());
 }
+
+// The exploding-gradient alert on a real job: SGD with a step size that makes the bias row
+// diverge (each step's gradient grows about a hundredfold) is named by the worker that saw it,
+// steps before its gradients stop being finite (skipped here, --on-nan skip).
+BOOST_AUTO_TEST_CASE(an_exploding_learning_rate_raises_an_exploding_gradient_alert) {
+  CliFixture fx("colony-exploding");
+  const fs::path report = fx.dir / "exploding.json";
+  const auto r = fx.run(
+      "train --rows 100000 --test-rows 2000 --workers 2 --optimizer sgd --lr 0.005 --on-nan skip "
+      "--report " +
+      report.string());
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(std::regex_search(r.err, std::regex("warning: alert exploding_gradient: worker "
+                                                 "[0-9]+: step [0-9]+: gradient norm")),
+             r.err);
+  const auto rep = nlohmann::json::parse(colony::testing::slurp(report));
+  size_t exploding = 0;
+  for (const auto& alert : rep["alerts"]) exploding += alert["kind"] == "exploding_gradient";
+  BOOST_TEST(exploding >= 1u, rep["alerts"].dump());
+  BOOST_TEST(rep["steps_skipped"].get<uint64_t>() > 0u);
+}

@@ -221,6 +221,30 @@ std::string WorkerCore::not_finite_gradient(const Step& step, uint32_t clock) co
   return "";
 }
 
+void WorkerCore::check_gradient_norm(uint32_t clock) {
+  const double norm = stats_.grad_norm, ratio = config_.gradient_alert_ratio;
+  if (ratio > 0 && recent_norms_.size() >= gradient_window_min) {
+    std::vector<double> sorted(recent_norms_.begin(), recent_norms_.end());
+    const auto mid = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
+    std::nth_element(sorted.begin(), mid, sorted.end());
+    const double median = *mid;
+    const bool up = median > 0 && norm > ratio * median;
+    const bool down = median > 0 && norm * ratio < median;
+    if ((up && !exploding_) || (down && !vanishing_)) {
+      ++stats_.gradient_alerts;
+      last_gradient_alert_ = {
+          up ? "exploding_gradient" : "vanishing_gradient",
+          fmt::format("worker {}: step {}: gradient norm {:.3g} a sample, {:.3g} times the median "
+                      "of its last {} steps ({:.3g})",
+                      config_.id, clock, norm, norm / median, recent_norms_.size(), median)};
+    }
+    exploding_ = up;
+    vanishing_ = down;
+  }
+  recent_norms_.push_back(norm);
+  if (recent_norms_.size() > gradient_window_steps) recent_norms_.pop_front();
+}
+
 void WorkerCore::push(Step& step, Outbox& out) {
   grads_.assign(step.keys.size() * width_, 0.0f);
   std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
@@ -243,6 +267,12 @@ void WorkerCore::push(Step& step, Outbox& out) {
   } else {
     stats_.loss_sum += loss;
     stats_.samples += step.batch.rows();
+    // The norm of the step's gradient per sample (rows' and dense together), for alerts.
+    double squares = 0.0;
+    for (float g : grads_) squares += double(g) * g;
+    for (float g : dense_grads_) squares += double(g) * g;
+    stats_.grad_norm = std::sqrt(squares) / double(std::max<size_t>(step.batch.rows(), 1));
+    check_gradient_norm(clock);
   }
   ++stats_.steps;
   // A skipped step pushes no rows: the shards see its clock move, nothing else.

@@ -33,6 +33,7 @@
 #include "models/model.h"
 #include "ps/protocol.h"
 #include "storage/dense_file.h"
+#include "worker/gradient_alert.h"
 #include "worker/kv_client.h"
 
 namespace colony {
@@ -72,6 +73,11 @@ struct WorkerConfig {
   // gradient all-reduce it contributes nothing (0 samples). Counted in steps_skipped, described
   // by last_skip().
   bool skip_not_finite = false;
+  // A trained step whose gradient norm is more than this many times the median of the
+  // replica's last gradient_window_steps steps, or less than 1/this of it, raises an exploding
+  // or vanishing gradient alert (stats().gradient_alerts, last_gradient_alert()), once until
+  // the norm is back within the bounds. 0: never. Decided once gradient_window_min steps are in.
+  double gradient_alert_ratio = 100.0;
   // Tests: the gradients of this step (the clock its push carries; 0: none) are made NaN, as a
   // diverging model's would be.
   uint32_t poison_step = 0;
@@ -88,7 +94,13 @@ struct WorkerStats {
   uint64_t replies_dropped = 0;  // replies that answered no open request (KvClient)
   uint64_t dense_syncs = 0;      // dense all-reduce results applied
   uint64_t steps_skipped = 0;    // steps skipped for a gradient that was not finite
+  // The L2 norm of the last trained step's gradient (rows' and dense) over its samples.
+  double grad_norm = 0.0;
+  uint64_t gradient_alerts = 0;  // exploding or vanishing gradient alerts raised
 };
+
+inline constexpr size_t gradient_window_steps = 32;
+inline constexpr size_t gradient_window_min = 4;
 
 class WorkerCore {
  public:
@@ -140,6 +152,8 @@ class WorkerCore {
   // What the last skipped step made ("worker 3: step 12 made a gradient of nan for key 77");
   // empty before any.
   const std::string& last_skip() const { return last_skip_; }
+  // The last gradient alert raised (empty kind before any).
+  const GradientAlert& last_gradient_alert() const { return last_gradient_alert_; }
 
  private:
   struct Step {
@@ -166,6 +180,8 @@ class WorkerCore {
   void sync_dense(const Step& step, bool skipped, Outbox& out);
   // Why the step's gradients may not be pushed (the first one not finite), or "" when they may.
   std::string not_finite_gradient(const Step& step, uint32_t clock) const;
+  // A trained step's gradient norm (stats_.grad_norm) against the recent ones: raises alerts.
+  void check_gradient_norm(uint32_t clock);
   void maybe_send_done(Outbox& out);
   void fail(Status status);
   void on_dense_broadcast(const DenseBroadcast& m, Outbox& out);
@@ -197,6 +213,9 @@ class WorkerCore {
   Status error_;
   WorkerStats stats_;
   std::string last_skip_;
+  std::deque<double> recent_norms_;  // the last gradient_window_steps trained steps'
+  bool exploding_ = false, vanishing_ = false;
+  GradientAlert last_gradient_alert_;
 };
 
 // Of `replicas` (non-empty), the first whose dense parameters took in the most all-reduces
