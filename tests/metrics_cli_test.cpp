@@ -52,6 +52,15 @@ std::string promtool_verdict(const CliFixture& fx, const std::string& text) {
   return rc == 0 ? "ok" : "promtool: " + colony::testing::slurp(file + ".out");
 }
 
+// The alerts of `kind` in the `alerts` of the report at `path`.
+std::vector<nlohmann::json> alerts_in(const fs::path& path, const std::string& kind) {
+  const auto report = nlohmann::json::parse(colony::testing::slurp(path));
+  std::vector<nlohmann::json> out;
+  for (const auto& alert : report["alerts"])
+    if (alert["kind"] == kind) out.push_back(alert);
+  return out;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_training_job_serves_metrics_that_grow_while_it_trains) {
@@ -237,14 +246,10 @@ BOOST_AUTO_TEST_CASE(a_slowed_worker_is_alerted_as_a_straggler) {
   BOOST_TEST(metrics.value("colony_alerts_total", {{"kind", "straggler"}}) == 1);
   job.signal(SIGTERM);
   job.wait();
-  const auto rep = nlohmann::json::parse(colony::testing::slurp(report));
-  size_t stragglers = 0;
-  for (const auto& alert : rep["alerts"]) {
-    if (alert["kind"] != "straggler") continue;
-    ++stragglers;
+  const auto stragglers = alerts_in(report, "straggler");
+  BOOST_TEST(stragglers.size() == 1u);
+  for (const auto& alert : stragglers)
     BOOST_TEST(alert["subject"].get<std::string>() == "worker 1");
-  }
-  BOOST_TEST(stragglers == 1u, rep["alerts"].dump());
   BOOST_TEST(job.log().find("alert straggler: worker 0") == std::string::npos, job.log());
   BOOST_TEST(job.log().find("alert straggler: worker 2") == std::string::npos, job.log());
 }
@@ -273,10 +278,7 @@ BOOST_AUTO_TEST_CASE(memory_that_grows_beyond_the_rows_is_alerted_as_a_leak_susp
   BOOST_TEST(std::regex_search(r.err, std::regex("warning: alert leak_suspect: resident memory "
                                                  "grew by [0-9]+ MiB")),
              r.err);
-  const auto rep = nlohmann::json::parse(colony::testing::slurp(report));
-  size_t leaks = 0;
-  for (const auto& alert : rep["alerts"]) leaks += alert["kind"] == "leak_suspect";
-  BOOST_TEST(leaks >= 1u, rep["alerts"].dump());
+  BOOST_TEST(alerts_in(report, "leak_suspect").size() >= 1u);
 }
 
 // The hot-shard alert on a real job: a key stream skewed onto one shard (most of each row's
@@ -310,14 +312,9 @@ BOOST_AUTO_TEST_CASE(a_key_stream_skewed_onto_one_shard_is_alerted_as_a_hot_shar
   BOOST_TEST(r.code == 0, r.err);
   BOOST_TEST(std::regex_search(r.err, std::regex("warning: alert hot_shard: shard 0 served")),
              r.err);
-  const auto rep = nlohmann::json::parse(colony::testing::slurp(report));
-  size_t hot = 0;
-  for (const auto& alert : rep["alerts"]) {
-    if (alert["kind"] != "hot_shard") continue;
-    ++hot;
-    BOOST_TEST(alert["subject"].get<std::string>() == "shard 0");
-  }
-  BOOST_TEST(hot == 1u, rep["alerts"].dump());
+  const auto hot = alerts_in(report, "hot_shard");
+  BOOST_TEST(hot.size() == 1u);
+  for (const auto& alert : hot) BOOST_TEST(alert["subject"].get<std::string>() == "shard 0");
 }
 
 // The exploding-gradient alert on a real job: SGD with a step size that makes the bias row
@@ -334,9 +331,7 @@ BOOST_AUTO_TEST_CASE(an_exploding_learning_rate_raises_an_exploding_gradient_ale
   BOOST_TEST(std::regex_search(r.err, std::regex("warning: alert exploding_gradient: worker "
                                                  "[0-9]+: step [0-9]+: gradient norm")),
              r.err);
-  const auto rep = nlohmann::json::parse(colony::testing::slurp(report));
-  size_t exploding = 0;
-  for (const auto& alert : rep["alerts"]) exploding += alert["kind"] == "exploding_gradient";
-  BOOST_TEST(exploding >= 1u, rep["alerts"].dump());
-  BOOST_TEST(rep["steps_skipped"].get<uint64_t>() > 0u);
+  BOOST_TEST(alerts_in(report, "exploding_gradient").size() >= 1u);
+  BOOST_TEST(
+      nlohmann::json::parse(colony::testing::slurp(report))["steps_skipped"].get<uint64_t>() > 0u);
 }
