@@ -381,6 +381,9 @@ Expected<ClusterResult> EmbeddedCluster::run(
               if (!m.shared->first_error.ok()) finished = true;
             });
   }
+  // Once more at the end: a job shorter than the period (or what happened in its last one,
+  // such as a gradient alert) is reported too.
+  if (progress) progress(m.shared->progress());
   {
     std::lock_guard<std::mutex> lock(m.shared->mutex);
     if (!m.shared->first_error.ok()) return m.shared->first_error;

@@ -141,7 +141,8 @@ class EmbeddedCluster {
   static Expected<std::unique_ptr<EmbeddedCluster>> make(const ClusterJob& job);
   ~EmbeddedCluster();
 
-  // Runs the whole job; `progress` is called a few times a second from the calling thread.
+  // Runs the whole job; `progress` is called a few times a second from the calling thread, and
+  // once more when the workers are done.
   // Fails with the first error any actor met (a reader's invalid_input naming file and line, a
   // refused request). Call once.
   Expected<ClusterResult> run(const std::function<void(const ClusterProgress&)>& progress);
