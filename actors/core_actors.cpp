@@ -1,6 +1,9 @@
 #include "actors/core_actors.h"
 
+#include <algorithm>
 #include <thread>
+
+#include <fmt/format.h>
 
 namespace colony {
 
@@ -64,8 +67,11 @@ void time_requests(worker_state& st) {
       st.pushes_sent[{o.to, push->header.request_id}] = now;
   }
 }
-// The latency (and for a pull, the staleness) of the request a reply answers.
-void time_reply(worker_state& st, const PsMessage& message) {
+// The latency (and for a pull, the staleness) of the request a reply answers, recorded into
+// the metrics and as a span of worker `id` on the timeline: "pull" (on track 1) and "push" (on
+// track 2) are requests in flight, which overlap the worker's compute.
+void time_reply(worker_state& st, const PsMessage& message, monitor::TimelineRecorder* timeline,
+                NodeId id) {
   const auto now = std::chrono::steady_clock::now();
   auto seconds = [&](worker_state::Since since) {
     return std::chrono::duration<double>(now - since).count();
@@ -73,18 +79,66 @@ void time_reply(worker_state& st, const PsMessage& message) {
   if (auto* reply = std::get_if<PullReply>(&message)) {
     auto it = st.pulls_sent.find({reply->header.sender, reply->header.request_id});
     if (it == st.pulls_sent.end()) return;
-    st.metrics->pull_seconds->observe(seconds(it->second.first));
     const uint32_t clock = it->second.second;
-    st.metrics->staleness->observe(clock > reply->min_clock ? double(clock - reply->min_clock)
-                                                            : 0.0);
+    if (st.metrics) {
+      st.metrics->pull_seconds->observe(seconds(it->second.first));
+      st.metrics->staleness->observe(clock > reply->min_clock ? double(clock - reply->min_clock)
+                                                              : 0.0);
+    }
+    if (timeline)
+      timeline->span(fmt::format("pull {} from node {}", clock, reply->header.sender), "pull",
+                     "worker", id, 1, it->second.first, now);
     st.pulls_sent.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {
     auto it = st.pushes_sent.find({ack->header.sender, ack->header.request_id});
     if (it == st.pushes_sent.end()) return;
-    st.metrics->push_seconds->observe(seconds(it->second));
+    if (st.metrics) st.metrics->push_seconds->observe(seconds(it->second));
+    if (timeline)
+      timeline->span(fmt::format("push to node {}", ack->header.sender), "push", "worker", id, 2,
+                     it->second, now);
     st.pushes_sent.erase(it);
   }
 }
+
+// A shard's handling of one message as a span (pushes "apply", pulls "serve"), and the pulls
+// it held at the gate: one that got no reply at once is remembered, and its reply, when some
+// later message releases it, ends a "gate wait" span.
+void record_shard_spans(shard_state& st, monitor::TimelineRecorder& timeline, NodeId id,
+                        const PsMessage& m, std::chrono::steady_clock::time_point start) {
+  constexpr size_t held_pulls_max = 4096;  // pulls never answered (a lost worker) age out
+  const auto now = std::chrono::steady_clock::now();
+  for (const Outgoing& o : st.out) {
+    auto* reply = std::get_if<PullReply>(&o.message);
+    if (!reply) continue;
+    auto it = st.pulls_held.find({o.to, reply->header.request_id});
+    if (it == st.pulls_held.end()) continue;
+    timeline.span(fmt::format("pull from node {}", o.to), "gate wait", "shard", id, 1, it->second,
+                  now);
+    st.pulls_held.erase(it);
+  }
+  if (auto* pull = std::get_if<PullRequest>(&m)) {
+    timeline.span(fmt::format("pull from node {}", pull->header.sender), "serve", "shard", id, 0,
+                  start, now);
+    const bool answered = std::any_of(st.out.begin(), st.out.end(), [&](const Outgoing& o) {
+      auto* reply = std::get_if<PullReply>(&o.message);
+      return reply && o.to == pull->header.sender &&
+             reply->header.request_id == pull->header.request_id;
+    });
+    if (!answered) {
+      if (st.pulls_held.size() >= held_pulls_max) st.pulls_held.clear();
+      st.pulls_held[{pull->header.sender, pull->header.request_id}] = start;
+    }
+  } else if (auto* push = std::get_if<PushRequest>(&m)) {
+    timeline.span(fmt::format("push {} from node {}", push->clock, push->header.sender), "apply",
+                  "shard", id, 0, start, now);
+  }
+}
+
+// The kinds of PsMessage, by variant index (the aggregator's spans are named by them).
+constexpr const char* message_kinds[] = {"pull",     "pull reply",   "push",
+                                         "push ack", "clock",        "shard map",
+                                         "ps error", "dense reduce", "dense broadcast"};
+static_assert(std::size(message_kinds) == std::variant_size_v<PsMessage>);
 
 }  // namespace
 
@@ -96,7 +150,9 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
   auto handle = [self, core, shared](PsMessage m) {
     auto& st = self->state;
     if (st.metrics) count_request(*st.metrics, m);
+    const auto start = std::chrono::steady_clock::now();
     core->on_message(m, st.out);
+    if (shared->timeline) record_shard_spans(st, *shared->timeline, core->config().id, m, start);
     route(*shared, st.out);
     if (!core->error().ok()) shared->fail(core->error());  // the store failed: end the job
     if (shared->after_shard_message) shared->after_shard_message(*core);
@@ -130,13 +186,28 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
                                        std::shared_ptr<JobShared> shared,
                                        coordinator_actor coordinator, NodeId id) {
   if (shared->metrics) self->state.metrics = monitor::worker_instruments(*shared->metrics);
+  // Runs `work` (a call into the core); with a timeline, a call in which steps were computed
+  // (the model's forward and backward pass, the push built) is a "compute" span.
+  auto computing = [core, shared, id](auto&& work) {
+    if (!shared->timeline) return work();
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t steps = core->stats().steps;
+    work();
+    if (core->stats().steps > steps)
+      shared->timeline->span(fmt::format("step {}", core->stats().steps), "compute", "worker", id,
+                             0, t0, std::chrono::steady_clock::now());
+  };
   // After every message: hand in batches while the core wants them, send what it produced,
   // and tell the coordinator once it has finished or failed.
-  auto step = [self, core, source, shared, coordinator, id]() {
+  auto step = [self, core, source, shared, coordinator, id, computing]() {
     auto& st = self->state;
     while (core->error().ok() && core->wants_batch()) {
       Batch batch;
+      const auto read_start = std::chrono::steady_clock::now();
       auto more = source->next(batch);
+      if (shared->timeline)
+        shared->timeline->span("batch", "read", "worker", id, 0, read_start,
+                               std::chrono::steady_clock::now());
       if (!more) {
         shared->fail(more.status());
         if (!st.reported) self->send(coordinator, done_atom::value, id, more.status());
@@ -144,12 +215,12 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
         return;
       }
       if (!*more) {
-        core->finish(st.out);
+        computing([&] { core->finish(st.out); });
         break;
       }
-      core->add_batch(std::move(batch), st.out);
+      computing([&] { core->add_batch(std::move(batch), st.out); });
     }
-    if (st.metrics) time_requests(st);
+    if (st.metrics || shared->timeline) time_requests(st);
     route(*shared, st.out);
     if (shared->after_worker_message) shared->after_worker_message(*core);
     const uint64_t samples = core->stats().samples;
@@ -172,26 +243,44 @@ worker_actor::behavior_type worker_fun(worker_actor::stateful_pointer<worker_sta
     self->state.slot = it->second;
   // Runs `work` (a message's handling), counting its time as busy and the steps it took, for
   // the driver's alerts; a straggler (a test's fault) sleeps after each step it took.
-  auto timed = [self, core, shared](auto&& work) {
+  //
+  // With a timeline, the time between two messages is a wait: for rows ("pull wait") while
+  // pulls are out, otherwise for acknowledgements or the dense all-reduce ("push wait").
+  auto timed = [self, core, shared, id](auto&& work) {
+    auto& st = self->state;
     const auto t0 = std::chrono::steady_clock::now();
+    if (shared->timeline && st.idle_since)
+      shared->timeline->span("waiting", st.waiting_for_pulls ? "pull wait" : "push wait", "worker",
+                             id, 0, *st.idle_since, t0);
     const uint64_t steps_before = core->stats().steps;
     work();
-    const std::optional<size_t> slot = self->state.slot;
-    if (!slot) return;
     const uint64_t steps = core->stats().steps;
-    if (shared->slow_ms && *slot == shared->slow_slot && steps > steps_before)
+    const std::optional<size_t> slot = st.slot;
+    if (slot && shared->slow_ms && *slot == shared->slow_slot && steps > steps_before) {
+      const auto slept = std::chrono::steady_clock::now();
       std::this_thread::sleep_for(std::chrono::milliseconds(shared->slow_ms) *
                                   (steps - steps_before));
-    const auto busy = std::chrono::steady_clock::now() - t0;
+      if (shared->timeline)
+        shared->timeline->span("slowed (--fault-slow-worker)", "compute", "worker", id, 0, slept,
+                               std::chrono::steady_clock::now());
+    }
+    const auto end = std::chrono::steady_clock::now();
+    if (shared->timeline) {
+      st.idle_since = core->done() || !core->error().ok() ? std::nullopt : std::optional(end);
+      st.waiting_for_pulls = !st.pulls_sent.empty();
+    }
+    if (!slot) return;
+    const auto busy = end - t0;
     shared->worker_busy_ns[*slot].fetch_add(
         uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(busy).count()),
         std::memory_order_relaxed);
     shared->worker_steps[*slot].store(steps, std::memory_order_relaxed);
   };
-  auto handle = [self, core, step, timed](PsMessage m) {
+  auto handle = [self, core, shared, id, step, timed, computing](PsMessage m) {
     timed([&] {
-      if (self->state.metrics) time_reply(self->state, m);
-      core->on_message(m, self->state.out);
+      if (self->state.metrics || shared->timeline)
+        time_reply(self->state, m, shared->timeline.get(), id);
+      computing([&] { core->on_message(m, self->state.out); });
       step();
     });
   };
@@ -214,7 +303,11 @@ aggregator_actor::behavior_type aggregator_fun(
     std::shared_ptr<JobShared> shared, coordinator_actor coordinator, NodeId id) {
   auto handle = [self, core, shared, coordinator, id](PsMessage m) {
     auto& st = self->state;
+    const auto start = std::chrono::steady_clock::now();
     core->on_message(m, st.out);
+    if (shared->timeline)
+      shared->timeline->span(message_kinds[m.index()], "aggregate", "aggregator", id, 0, start,
+                             std::chrono::steady_clock::now());
     route(*shared, st.out);
     report_once(self, st.reported, *core, *shared, coordinator, id);
   };

@@ -21,6 +21,7 @@
 #include "actors/ps_actors.h"
 #include "data/reader.h"
 #include "monitor/ps_metrics.h"
+#include "monitor/timeline_recorder.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
 #include "worker/worker_core.h"
@@ -33,6 +34,8 @@ struct shard_state {
   // With metrics: the instruments, and the core's stats they have counted up to.
   std::optional<monitor::ShardInstruments> metrics;
   ShardStats counted;
+  // With a timeline: the pulls its core held (the gate), by (sender, request id), since when.
+  std::map<std::pair<NodeId, uint64_t>, std::chrono::steady_clock::time_point> pulls_held;
 };
 
 struct worker_state {
@@ -44,12 +47,16 @@ struct worker_state {
   uint64_t gradient_alerts_reported = 0;
   std::optional<size_t> slot;  // in JobShared's load arrays, when the driver keeps them
   bool reported = false;
-  // With metrics: the instruments, and the pulls (with their clock) and pushes in flight, by
-  // (peer, request id), since when.
+  // With metrics or a timeline: the pulls (with their clock) and pushes in flight, by (peer,
+  // request id), since when; with metrics, the instruments they are recorded into.
   std::optional<monitor::WorkerInstruments> metrics;
   using Since = std::chrono::steady_clock::time_point;
   std::map<std::pair<NodeId, uint64_t>, std::pair<Since, uint32_t>> pulls_sent;
   std::map<std::pair<NodeId, uint64_t>, Since> pushes_sent;
+  // With a timeline: when the last message's handling ended (none once done), and whether
+  // pulls were out then.
+  std::optional<Since> idle_since;
+  bool waiting_for_pulls = false;
 };
 
 struct aggregator_state {
@@ -74,6 +81,8 @@ struct JobShared {
   GradientAlert last_gradient_alert;  // guarded by mutex
   // Live metrics (monitor/ps_metrics.h) the actors record; null: none.
   std::shared_ptr<monitor::Registry> metrics;
+  // The timeline the actors record their spans into (`--timeline`); null: none.
+  std::shared_ptr<monitor::TimelineRecorder> timeline;
   // Load, for the driver's alerts (monitor/alerts.h), where the driver sized these before the
   // actors started (the embedded cluster does; the daemons do not): each worker's busy
   // nanoseconds and steps, by slot (worker_slot maps its node id), and each shard's rows served

@@ -200,6 +200,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   impl->job = job;
   impl->shared->observer = job.observer;
   impl->shared->metrics = job.cluster.metrics;
+  impl->shared->timeline = job.cluster.timeline;
   Impl& m = *impl;
   m.map_spec = ShardMapSpec{};
   m.map_spec.shards = c.shards;

@@ -27,7 +27,8 @@ namespace colony {
 
 namespace monitor {
 class Registry;
-}
+class TimelineRecorder;
+}  // namespace monitor
 class WorkerCore;
 
 enum class PushMode { flat, hierarchical };
@@ -85,6 +86,10 @@ struct ClusterOptions {
   // Live metrics (monitor/ps_metrics.h): the shards' and workers' actors record into it as they
   // run. Null: none recorded.
   std::shared_ptr<monitor::Registry> metrics;
+  // A timeline (`--timeline`, monitor/timeline_recorder.h): the actors record their spans into
+  // it (read, compute, pull wait and push by workers; serve, apply and gate wait by shards;
+  // aggregate by node aggregators). Null: none recorded.
+  std::shared_ptr<monitor::TimelineRecorder> timeline;
 };
 
 struct ClusterJob {

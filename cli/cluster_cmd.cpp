@@ -211,6 +211,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--alert-window", "the daemons raise no load alerts yet; `colony train` does"},
       {"--metrics-linger", "the daemons serve their metrics until they exit"},
       {"--dashboard", "the coordinator serves its dashboard wherever --metrics-port serves"},
+      {"--timeline", "the daemons record no timeline yet; `colony train --timeline` does"},
       {"--fault-slow-worker", "a fault of `colony train` only"},
       {"--fault-leak-mb", "a fault of `colony train` only"},
   };

@@ -25,6 +25,7 @@ Runner add_worker(CLI::App& app);
 Runner add_checkpoint(CLI::App& app);
 Runner add_export(CLI::App& app);
 Runner add_sim(CLI::App& app);
+Runner add_profile(CLI::App& app);
 
 // Adds `--config FILE` to a subcommand: a TOML file whose keys are the subcommand's flag names
 // without the dashes (e.g. `shards = 2`, `insecure = true`, `test = "/data/test.libsvm"`).
@@ -43,7 +44,10 @@ void add_format_option(CLI::App* cmd, std::optional<DataFormat>& format);
 int fail(const Status& status);
 // Bytes of peak resident memory of this process.
 uint64_t peak_rss_bytes();
-// Writes `json_text` to `path` (with a newline); false (and a message) when it cannot.
+// Writes `text` to `path` (with a newline); false, and a message naming `flag` and the path,
+// when it cannot.
+bool write_file(const std::string& flag, const std::string& path, const std::string& text);
+// write_file("--report", path, json_text).
 bool write_report(const std::string& path, const std::string& json_text);
 
 }  // namespace colony::cli

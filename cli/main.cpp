@@ -28,16 +28,20 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-bool write_report(const std::string& path, const std::string& json_text) {
+bool write_file(const std::string& flag, const std::string& path, const std::string& text) {
   std::ofstream out(path);
-  out << json_text << "\n";
+  out << text << "\n";
   out.close();
   if (!out) {
-    std::fprintf(stderr, "colony: error: --report %s: cannot write the report file\n",
+    std::fprintf(stderr, "colony: error: %s %s: cannot write the file\n", flag.c_str(),
                  path.c_str());
     return false;
   }
   return true;
+}
+
+bool write_report(const std::string& path, const std::string& json_text) {
+  return write_file("--report", path, json_text);
 }
 
 void add_config_option(CLI::App* cmd) {
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
   Runner checkpoint = add_checkpoint(app);
   Runner export_rows = add_export(app);
   Runner sim = add_sim(app);
+  Runner profile = add_profile(app);
   try {
     app.parse(argc, argv);
     for (CLI::App* sub : app.get_subcommands()) apply_config_file(sub);
@@ -117,5 +122,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("checkpoint")) return checkpoint();
   if (app.got_subcommand("export")) return export_rows();
   if (app.got_subcommand("sim")) return sim();
+  if (app.got_subcommand("profile")) return profile();
   return 2;
 }

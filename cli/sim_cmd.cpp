@@ -356,16 +356,8 @@ Runner add_sim(CLI::App& app) {
                 static_cast<unsigned long long>(o.seed),
                 static_cast<unsigned long long>(r.event_trace_hash));
     if (!a->report.empty() && !write_report(a->report, text)) return 1;
-    if (!a->timeline.empty()) {
-      std::ofstream out(a->timeline);
-      out << sim::timeline_json(r) << "\n";
-      out.close();
-      if (!out) {
-        std::fprintf(stderr, "colony: error: --timeline %s: cannot write the file\n",
-                     a->timeline.c_str());
-        return 1;
-      }
-    }
+    if (!a->timeline.empty() && !write_file("--timeline", a->timeline, sim::timeline_json(r)))
+      return 1;
     // Violated invariants are a failed run: scripts and CI must notice.
     return r.invariant_violations.empty() ? 0 : 1;
   };

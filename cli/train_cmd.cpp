@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "gpu/device.h"
 #include "monitor/alerts.h"
 #include "monitor/ps_metrics.h"
+#include "monitor/timeline_recorder.h"
 #include "worker/train_job.h"
 
 namespace colony::cli {
@@ -46,6 +48,7 @@ struct TrainArgs {
   double alert_window_s = monitor::AlertConfig{}.window_s;
   std::string fault_slow_worker;  // W:MS
   uint32_t fault_leak_mb = 0;
+  std::string timeline;
 };
 
 }  // namespace
@@ -133,6 +136,9 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
       ->capture_default_str();
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
+  cmd->add_option("--timeline", a->timeline,
+                  "Cluster engine: write what every worker, shard and aggregator did and when, "
+                  "as a Chrome trace (opens in Perfetto; colony profile summarises it)");
   add_metrics_flags(cmd, a->metrics, true);
   cmd->add_option("--metrics-linger", a->metrics_linger_s,
                   "With --metrics-port: keep serving for this many seconds after the job has "
@@ -240,6 +246,15 @@ Runner add_train(CLI::App& app) {
     cluster.push = *push;
     const bool local = a->engine == "local";
     o.generate.seed = o.trainer.seed;
+    if (!a->timeline.empty()) {
+      if (local)
+        return fail(Status::invalid_input(
+            "--timeline: the timeline records the cluster engine's actors; use --engine cluster"));
+      // Found out now, not after the job: a path that cannot be written.
+      if (!std::ofstream(a->timeline))
+        return fail(Status::invalid_input("--timeline " + a->timeline + ": cannot write the file"));
+      cluster.timeline = std::make_shared<monitor::TimelineRecorder>();
+    }
 
     // Live metrics: the shards' and workers' actors record into the registry; the progress
     // below sets the colony_train_* ones.
@@ -526,6 +541,14 @@ Runner add_train(CLI::App& app) {
                    static_cast<unsigned long long>(r.counters.steps_skipped),
                    r.counters.steps_skipped == 1 ? "" : "s");
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
+    if (cluster.timeline) {
+      const Timeline timeline = cluster.timeline->snapshot();
+      if (!write_file("--timeline", a->timeline, timeline_json(timeline))) return 1;
+      std::fprintf(stderr,
+                   "timeline: %zu events%s in %s (open it in Perfetto, or: colony profile %s)\n",
+                   timeline.events.size(), timeline.truncated ? " (truncated)" : "",
+                   a->timeline.c_str(), a->timeline.c_str());
+    }
     if (endpoint->server && a->metrics_linger_s > 0) {
       std::fflush(stdout);
       std::fprintf(stderr, "serving %s for %g s more (--metrics-linger)\n",

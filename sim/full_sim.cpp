@@ -56,7 +56,8 @@ void FullSim::timeline(std::string name, const char* cat, uint32_t host, uint32_
     result_.timeline_truncated = true;
     return;
   }
-  result_.timeline.push_back({std::move(name), cat, host, tid, start, duration});
+  result_.timeline.push_back(
+      {std::move(name), cat, host < o_.nodes ? "worker" : "ps", host, tid, start, duration});
 }
 
 MemberInfo FullSim::member_info(uint32_t host) const {

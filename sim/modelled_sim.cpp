@@ -176,7 +176,8 @@ class ModelledSim {
       result_.timeline_truncated = true;
       return;
     }
-    result_.timeline.push_back({name, cat, host, 0, start, duration});
+    result_.timeline.push_back(
+        {name, cat, host < o_.nodes ? "worker" : "ps", host, 0, start, duration});
   }
   void violation(std::string v) {
     if (result_.invariant_violations.size() < 100)

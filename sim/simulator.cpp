@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include <nlohmann/json.hpp>
-
 #include "common/hash.h"
 
 namespace colony::sim {
@@ -194,25 +192,7 @@ Expected<SimResult> simulate(const SimOptions& options,
 }
 
 std::string timeline_json(const SimResult& r) {
-  nlohmann::json events = nlohmann::json::array();
-  for (const TimelineEvent& e : r.timeline) {
-    nlohmann::json j = {{"name", e.name},
-                        {"cat", e.category},
-                        {"pid", e.pid},
-                        {"tid", e.tid},
-                        {"ts", double(e.start) / 1e3}};
-    if (e.duration >= 0) {
-      j["ph"] = "X";
-      j["dur"] = double(e.duration) / 1e3;
-    } else {
-      j["ph"] = "i";
-      j["s"] = "p";
-    }
-    events.push_back(std::move(j));
-  }
-  nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
-  if (r.timeline_truncated) doc["otherData"] = {{"truncated", true}};
-  return doc.dump();
+  return colony::timeline_json(Timeline{r.timeline, r.timeline_truncated});
 }
 
 }  // namespace colony::sim

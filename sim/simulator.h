@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/timeline.h"
 #include "data/generator.h"
 #include "models/model.h"
 #include "ps/protocol.h"
@@ -124,15 +125,6 @@ struct SimOptions {
 // Checks options; fails with invalid_input naming the flag.
 Status validate(const SimOptions& options);
 
-// One Chrome trace-event ("X" complete or "i" instant) on the timeline.
-struct TimelineEvent {
-  std::string name;
-  const char* category;
-  uint32_t pid;                  // host
-  uint32_t tid;                  // core on the host
-  VirtualNanos start, duration;  // duration < 0: instant
-};
-
 struct SimResult {
   double simulated_seconds = 0.0;
   uint64_t events = 0;
@@ -179,6 +171,7 @@ struct SimResult {
   uint64_t control_faults = 0;
   uint64_t ps_forged = 0;
   uint64_t bad_messages = 0;
+  // Chrome trace events (common/timeline.h): role worker or ps by host, phase as category.
   std::vector<TimelineEvent> timeline;
   bool timeline_truncated = false;
 };

@@ -1023,4 +1023,11 @@ BOOST_AUTO_TEST_CASE(coordinator_refuses_train_only_flags_naming_where_they_go) 
       c.log().find("--store is not a coordinator option: give each `colony ps` its --store") !=
           std::string::npos,
       c.log());
+  Child t({bin(), "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure", "--timeline",
+           (suite().dir / "t.json").string()},
+          suite().dir / "refuse-timeline.log");
+  BOOST_TEST(t.wait() == 2);
+  BOOST_TEST(t.log().find("--timeline is not a coordinator option: the daemons record no "
+                          "timeline yet") != std::string::npos,
+             t.log());
 }

@@ -336,3 +336,67 @@ BOOST_AUTO_TEST_CASE(an_exploding_learning_rate_raises_an_exploding_gradient_ale
   BOOST_TEST(
       nlohmann::json::parse(colony::testing::slurp(report))["steps_skipped"].get<uint64_t>() > 0u);
 }
+
+// `colony train --timeline` on a real job, and `colony profile` over what it wrote: every role
+// and the phases it records are there, the trace reads back as trace-event JSON, and the chart
+// is SVG with a bar per phase.
+BOOST_AUTO_TEST_CASE(a_real_run_writes_a_timeline_that_colony_profile_summarises) {
+  CliFixture fx("colony-timeline");
+  const fs::path trace = fx.dir / "trace.json", svg = fx.dir / "profile.svg";
+  const auto r = fx.run("train --rows 20000 --test-rows 1000 --shards 2 --workers 2 --timeline " +
+                        trace.string());
+  BOOST_TEST(r.code == 0, r.err);
+  BOOST_TEST(r.err.find("timeline: ") != std::string::npos, r.err);
+  const auto doc = nlohmann::json::parse(colony::testing::slurp(trace));
+  std::set<std::pair<std::string, std::string>> seen;  // (role, phase)
+  for (const auto& e : doc["traceEvents"]) {
+    BOOST_TEST(e["ph"] == "X");
+    BOOST_TEST(e["dur"].get<double>() >= 0.0);
+    seen.insert({e["args"]["role"].get<std::string>(), e["cat"].get<std::string>()});
+  }
+  for (const auto& want :
+       std::set<std::pair<std::string, std::string>>{{"worker", "read"},
+                                                     {"worker", "compute"},
+                                                     {"worker", "pull wait"},
+                                                     {"worker", "pull"},
+                                                     {"worker", "push"},
+                                                     {"shard", "serve"},
+                                                     {"shard", "apply"},
+                                                     {"aggregator", "aggregate"}})
+    BOOST_TEST(seen.count(want) == 1u, want.first + " " + want.second);
+
+  const auto p = fx.run("profile " + trace.string() + " --svg " + svg.string());
+  BOOST_TEST(p.code == 0, p.err);
+  BOOST_TEST(std::regex_search(p.out, std::regex("worker +compute +[0-9.]+ +[0-9.]+%")), p.out);
+  BOOST_TEST(std::regex_search(p.out, std::regex("shard +apply +[0-9.]+ +[0-9.]+%")), p.out);
+  BOOST_TEST(p.out.find("not in this timeline: serialize, network") != std::string::npos, p.out);
+  const std::string chart = colony::testing::slurp(svg);
+  BOOST_TEST(chart.rfind("<svg", 0) == 0u);
+  BOOST_TEST(chart.find("<title>worker compute:") != std::string::npos);
+
+  // The simulator's timelines profile the same way.
+  const fs::path sim_trace = fx.dir / "sim.json";
+  const auto s = fx.run("sim --nodes 4 --ps 2 --steps 20 --timeline " + sim_trace.string());
+  BOOST_TEST(s.code == 0, s.err);
+  const auto sp = fx.run("profile " + sim_trace.string());
+  BOOST_TEST(sp.code == 0, sp.err);
+  BOOST_TEST(std::regex_search(sp.out, std::regex("worker +compute")), sp.out);
+
+  // Bad input is refused naming it, nothing written.
+  std::ofstream(fx.dir / "bad.json") << R"({"traceEvents": [{"ph": "X", "ts": 1}]})";
+  const auto bad = fx.run("profile " + (fx.dir / "bad.json").string());
+  BOOST_TEST(bad.code == 2);
+  BOOST_TEST(bad.err.find("bad.json: traceEvents[0].dur: missing") != std::string::npos, bad.err);
+  const auto missing = fx.run("profile " + (fx.dir / "none.json").string());
+  BOOST_TEST(missing.code == 2);
+  BOOST_TEST(missing.err.find("none.json: cannot open") != std::string::npos, missing.err);
+  const auto local = fx.run("train --rows 2000 --engine local --timeline " + trace.string());
+  BOOST_TEST(local.code == 2);
+  BOOST_TEST(
+      local.err.find("--timeline: the timeline records the cluster engine") != std::string::npos,
+      local.err);
+  const auto unwritable =
+      fx.run("train --rows 2000 --timeline " + (fx.dir / "no/such/dir/t.json").string());
+  BOOST_TEST(unwritable.code == 2);
+  BOOST_TEST(unwritable.err.find("cannot write the file") != std::string::npos, unwritable.err);
+}

@@ -12,8 +12,10 @@
 #include <httplib.h>
 
 #include "common/hash.h"
+#include "common/timeline.h"
 #include "monitor/alerts.h"
 #include "monitor/http_server.h"
+#include "monitor/profile.h"
 #include "monitor/registry.h"
 #include "tests/prom_text.h"
 #include "tests/temp_dir.h"
@@ -287,4 +289,89 @@ BOOST_AUTO_TEST_CASE(the_median_of_the_others_leaves_one_out) {
   BOOST_TEST(median_of_others({5, 7}, 0) == 7.0);
   BOOST_TEST(median_of_others({5}, 0) == 0.0);
   BOOST_TEST(median_of_others({4, 1, 3, 2}, 9) == 2.5);
+}
+
+// Timelines and the profile read off them (common/timeline.h, monitor/profile.h).
+BOOST_AUTO_TEST_CASE(a_timeline_reads_back_to_the_events_it_was_written_from) {
+  colony::Timeline t;
+  t.events.push_back({"step 1", "compute", "worker", 3, 0, 1'000, 2'500'000});
+  t.events.push_back({"crash", "fault", "", 7, 0, 9'000, -1});
+  t.truncated = true;
+  auto back = colony::parse_timeline(colony::timeline_json(t), "t.json");
+  BOOST_REQUIRE(back.ok());
+  BOOST_REQUIRE(back->events.size() == 2u);
+  const colony::TimelineEvent& e = back->events[0];
+  BOOST_TEST(e.name == "step 1");
+  BOOST_TEST(e.category == "compute");
+  BOOST_TEST(e.role == "worker");
+  BOOST_TEST(e.pid == 3u);
+  BOOST_TEST(e.start_ns == 1'000);
+  BOOST_TEST(e.duration_ns == 2'500'000);
+  BOOST_TEST(back->events[1].duration_ns == -1);
+  BOOST_TEST(back->events[1].role.empty());
+  BOOST_TEST(back->truncated);
+}
+
+BOOST_AUTO_TEST_CASE(a_malformed_timeline_is_refused_naming_the_event_and_field) {
+  auto error = [](const std::string& text) {
+    auto t = colony::parse_timeline(text, "t.json");
+    return t.ok() ? std::string() : t.status().message();
+  };
+  BOOST_TEST(error("{").find("t.json: not JSON") != std::string::npos);
+  BOOST_TEST(error("{}").find("t.json: traceEvents") != std::string::npos);
+  BOOST_TEST(error(R"({"traceEvents": [{"ph": "X", "ts": 1, "dur": 2}, {"ph": "X", "ts": "a"}]})")
+                 .find("t.json: traceEvents[1].ts") != std::string::npos);
+  BOOST_TEST(error(R"([{"ph": "X", "ts": 1}])").find("[0].dur: missing") != std::string::npos);
+  BOOST_TEST(error(R"([{"ph": "X", "ts": 1, "dur": -4}])").find("[0].dur") != std::string::npos);
+  BOOST_TEST(error(R"([{"ph": "i", "ts": 1e300}])").find("[0].ts") != std::string::npos);
+  BOOST_TEST(error(R"([7])").find("[0]: not an object") != std::string::npos);
+  // Metadata and counter events are not spans: skipped, not refused.
+  BOOST_TEST(error(R"([{"ph": "M", "name": "process_name"}, {"ph": "C", "ts": 4}])").empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_profile_counts_each_members_overlapping_spans_once) {
+  colony::Timeline t;
+  const int64_t ms = 1'000'000;
+  // Worker 1: computes 0-4 ms and 6-8 ms; waits for two pulls at once, 4-6 and 5-6 ms.
+  t.events.push_back({"step 1", "compute", "worker", 1, 0, 0, 4 * ms});
+  t.events.push_back({"step 2", "compute", "worker", 1, 0, 6 * ms, 2 * ms});
+  t.events.push_back({"pull", "pull wait", "worker", 1, 1, 4 * ms, 2 * ms});
+  t.events.push_back({"pull", "pull wait", "worker", 1, 1, 5 * ms, 1 * ms});
+  // Worker 2 computes 0-2 ms; the shard applies 2-10 ms.
+  t.events.push_back({"step 1", "compute", "worker", 2, 0, 0, 2 * ms});
+  t.events.push_back({"push", "apply", "shard", 9, 0, 2 * ms, 8 * ms});
+  t.events.push_back({"crash", "fault", "shard", 9, 0, 3 * ms, -1});
+  const colony::monitor::Profile p = colony::monitor::profile(t);
+  BOOST_TEST(p.wall_seconds == 0.010, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(p.instants == 1u);
+  BOOST_REQUIRE(p.rows.size() == 3u);
+  auto row = [&](const std::string& role, const std::string& phase) {
+    for (const auto& r : p.rows)
+      if (r.role == role && r.phase == phase) return r;
+    BOOST_FAIL("no row " + role + " " + phase);
+    return colony::monitor::ProfileRow{};
+  };
+  const auto compute = row("worker", "compute");
+  BOOST_TEST(compute.seconds == 0.008, boost::test_tools::tolerance(1e-12));  // 4 + 2 + 2 ms
+  BOOST_TEST(compute.share == 0.4, boost::test_tools::tolerance(1e-12));      // of 2 x 10 ms
+  BOOST_TEST(compute.spans == 3u);
+  BOOST_TEST(compute.members == 2u);
+  const auto pulls = row("worker", "pull wait");
+  BOOST_TEST(pulls.seconds == 0.002, boost::test_tools::tolerance(1e-12));  // 4-6 ms once
+  BOOST_TEST(pulls.mean_span_ms == 1.5, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(row("shard", "apply").share == 0.8, boost::test_tools::tolerance(1e-12));
+  // By role, then most time first.
+  BOOST_TEST(p.rows[0].phase == "apply");
+  BOOST_TEST(p.rows[1].phase == "compute");
+  const std::string table = colony::monitor::profile_table(p);
+  BOOST_TEST(table.find("worker       compute") != std::string::npos, table);
+  BOOST_TEST(table.find("not in this timeline: read, push wait, pull, push, serve, gate wait") !=
+                 std::string::npos,
+             table);
+  const std::string svg = colony::monitor::profile_svg(p);
+  BOOST_TEST(svg.rfind("<svg", 0) == 0u);
+  BOOST_TEST(svg.find("pull wait 10.0%") != std::string::npos, svg);
+  BOOST_TEST(svg.find("apply 80.0%") != std::string::npos, svg);
+  // Nothing timed, nothing profiled.
+  BOOST_TEST(colony::monitor::profile(colony::Timeline{}).rows.empty());
 }
