@@ -35,7 +35,10 @@ void report_once(Self* self, bool& reported, const Core& core, JobShared& shared
 
 // Counts a shard's request and mirrors its core's stats and size into its instruments.
 void count_request(const monitor::ShardInstruments& m, const PsMessage& message) {
-  if (std::holds_alternative<PullRequest>(message)) m.pulls->inc();
+  if (auto* pull = std::get_if<PullRequest>(&message)) {
+    m.pulls->inc();
+    m.hot_keys->add(pull->keys);
+  }
   if (std::holds_alternative<PushRequest>(message)) m.pushes->inc();
   if (std::holds_alternative<ClockAdvance>(message)) m.clocks->inc();
 }

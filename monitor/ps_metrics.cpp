@@ -5,9 +5,21 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <string>
 
 namespace colony::monitor {
+
+namespace {
+
+// The hot-key sketches of a process's shards, listed together at each scrape.
+struct HotKeyBoard {
+  std::mutex mutex;
+  std::map<uint32_t, std::shared_ptr<HotKeys>> shards;
+};
+
+}  // namespace
 
 ShardInstruments shard_instruments(Registry& r, uint32_t index) {
   const std::string s = std::to_string(index);
@@ -36,6 +48,26 @@ ShardInstruments shard_instruments(Registry& r, uint32_t index) {
                           "Messages a shard dropped or refused: replies sent to it, pulls past "
                           "its waiting limit.",
                           {{"shard", s}});
+  auto board = std::static_pointer_cast<HotKeyBoard>(
+      r.keep("colony_shard_hot_key_pulls", [] { return std::make_shared<HotKeyBoard>(); }));
+  in.hot_keys = std::make_shared<HotKeys>(hot_keys_listed, hot_keys_sample_every);
+  {
+    std::lock_guard lock(board->mutex);
+    board->shards[index] = in.hot_keys;
+  }
+  r.family_reader(
+      "colony_shard_hot_key_pulls",
+      "Estimated pulls of each shard's most-pulled keys since it started (count-min "
+      "sketch: may count high, never low).",
+      false, [board] {
+        Registry::Listing out;
+        std::lock_guard lock(board->mutex);
+        for (const auto& [shard, sketch] : board->shards)
+          for (const auto& [key, count] : sketch->top())
+            out.push_back(
+                {{{"shard", std::to_string(shard)}, {"key", std::to_string(key)}}, double(count)});
+        return out;
+      });
   return in;
 }
 

@@ -4,11 +4,18 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "monitor/hot_keys.h"
 #include "monitor/registry.h"
 
 namespace colony::monitor {
+
+// How many of each shard's hottest keys /metrics lists, and the share of pulls counted for
+// them (one in hot_keys_sample_every; `colony bench metrics` measured counting every one).
+inline constexpr size_t hot_keys_listed = 10;
+inline constexpr uint32_t hot_keys_sample_every = 8;
 
 struct ShardInstruments {
   Gauge* rows = nullptr;              // colony_shard_rows
@@ -23,8 +30,11 @@ struct ShardInstruments {
   Counter* not_finite = nullptr;      // colony_shard_pushes_refused_total{reason="not_finite"}
   // colony_shard_messages_refused_total: replies sent to a shard, pulls past the waiting limit.
   Counter* refused = nullptr;
+  // colony_shard_hot_key_pulls{shard, key}: the shard's most-pulled keys, counted as it serves.
+  std::shared_ptr<HotKeys> hot_keys;
 };
-// The instruments of shard `index` (label shard="<index>").
+// The instruments of shard `index` (label shard="<index>"). A shard made again with the same
+// index (restarted) counts its hot keys afresh.
 ShardInstruments shard_instruments(Registry& registry, uint32_t index);
 
 struct WorkerInstruments {

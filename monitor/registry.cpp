@@ -169,6 +169,17 @@ void Registry::family_reader(const std::string& name, const std::string& help, b
   f.list = std::move(list);
 }
 
+std::shared_ptr<void> Registry::keep(const std::string& name,
+                                     const std::function<std::shared_ptr<void>()>& make) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = kept_.find(name); it != kept_.end()) return it->second;
+  }
+  std::shared_ptr<void> made = make();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return kept_.try_emplace(name, std::move(made)).first->second;  // the first one made wins
+}
+
 std::string Registry::render() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string out;

@@ -88,6 +88,12 @@ class Registry {
   void family_reader(const std::string& name, const std::string& help, bool counter,
                      std::function<Listing()> list);
 
+  // The object kept with the registry under `name`, made by `make` (called without the
+  // registry's lock) the first time: state that several instruments' readers share, such as
+  // the hot-key sketches of a process's shards. Later calls return the same object.
+  std::shared_ptr<void> keep(const std::string& name,
+                             const std::function<std::shared_ptr<void>()>& make);
+
   // The registry in the text format: families in name order, each with # HELP and # TYPE
   // lines, children in label order; label values and help escaped as the format says.
   std::string render() const;
@@ -113,6 +119,7 @@ class Registry {
 
   mutable std::mutex mutex_;
   std::map<std::string, Family> families_;
+  std::map<std::string, std::shared_ptr<void>> kept_;
   // Children's metrics never move once made (the callers keep references).
   std::deque<Counter> counters_;
   std::deque<Gauge> gauges_;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <string>
@@ -104,6 +105,19 @@ BOOST_AUTO_TEST_CASE(a_training_job_serves_metrics_that_grow_while_it_trains) {
     BOOST_TEST(later.value("colony_shard_rows_pulled_total", {{"shard", s}}) > 0);
   }
   BOOST_TEST(std::isnan(later.value("colony_shard_rows", {{"shard", "3"}})));
+  // Hot keys: each shard lists its top 10, each pulled at least once and at most as often as
+  // the shard's rows were (an estimate, read a moment apart, so against the later total).
+  std::map<std::string, int> hot_keys;
+  for (const auto& sample : first.samples) {
+    if (sample.name != "colony_shard_hot_key_pulls") continue;
+    const std::string shard = sample.labels.at("shard");
+    ++hot_keys[shard];
+    BOOST_TEST(!sample.labels.at("key").empty());
+    BOOST_TEST(sample.value >= 1.0);
+    BOOST_TEST(sample.value <= later.value("colony_shard_rows_pulled_total", {{"shard", shard}}));
+  }
+  BOOST_TEST((hot_keys == std::map<std::string, int>{{"0", 10}, {"1", 10}, {"2", 10}}));
+  BOOST_TEST(later.types.at("colony_shard_hot_key_pulls") == "gauge");
   BOOST_TEST(later.value("colony_pull_seconds_count") > 0);
   BOOST_TEST(later.value("colony_push_seconds_count") > 0);
   // BSP: no read is stale.
@@ -191,6 +205,8 @@ BOOST_AUTO_TEST_CASE(the_dashboard_draws_a_running_job_in_headless_chromium) {
   const auto cells =
       std::distance(std::sregex_iterator(dom.begin(), dom.end(), cell), std::sregex_iterator());
   BOOST_TEST(cells == 3);
+  // The hot-keys table: the 10 most-pulled keys of the 3 shards.
+  BOOST_TEST(attribute(dom, "hotkeys", "data-rows") == "10");
   // No script error on the page, and nothing on its console.
   const std::regex body_errors("<body[^>]*data-errors=\"0\"");
   BOOST_TEST(std::regex_search(dom, body_errors));

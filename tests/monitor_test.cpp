@@ -14,6 +14,7 @@
 #include "common/hash.h"
 #include "common/timeline.h"
 #include "monitor/alerts.h"
+#include "monitor/hot_keys.h"
 #include "monitor/http_server.h"
 #include "monitor/profile.h"
 #include "monitor/registry.h"
@@ -374,4 +375,47 @@ BOOST_AUTO_TEST_CASE(a_profile_counts_each_members_overlapping_spans_once) {
   BOOST_TEST(svg.find("apply 80.0%") != std::string::npos, svg);
   // Nothing timed, nothing profiled.
   BOOST_TEST(colony::monitor::profile(colony::Timeline{}).rows.empty());
+}
+
+BOOST_AUTO_TEST_CASE(hot_keys_finds_the_most_pulled_keys_among_many_cold_ones) {
+  colony::monitor::HotKeys hot(10);
+  std::vector<uint64_t> truth(51, 0);
+  std::vector<uint64_t> batch;
+  uint64_t cold = 1'000'000, rng = 7;
+  // Keys 1..50 pulled 2000/i times each, interleaved with 200,000 keys pulled once.
+  for (int round = 0; round < 2000; ++round) {
+    batch.clear();
+    for (uint64_t key = 1; key <= 50; ++key)
+      if (uint64_t(round) % key == 0) {
+        batch.push_back(key);
+        ++truth[key];
+      }
+    for (int c = 0; c < 100; ++c) batch.push_back(cold++);
+    rng = colony::mix64(rng);
+    std::swap(batch[0], batch[rng % batch.size()]);  // the hot ones not always first
+    hot.add(batch);
+  }
+  const auto top = hot.top();
+  BOOST_REQUIRE(top.size() == 10u);
+  const double slack = 2.0 * double(hot.total()) / double(1 << 14);  // count-min's bound
+  for (size_t i = 0; i < top.size(); ++i) {
+    BOOST_TEST(top[i].first == i + 1);  // keys 1..10, most first
+    BOOST_TEST(top[i].second >= truth[i + 1]);
+    BOOST_TEST(double(top[i].second) <= double(truth[i + 1]) + slack);
+  }
+  // Fewer distinct keys than k: each of them, exactly.
+  colony::monitor::HotKeys few(10);
+  const std::vector<uint64_t> keys = {5, 5, 9};
+  few.add(keys);
+  BOOST_REQUIRE(few.top().size() == 2u);
+  BOOST_TEST(few.top()[0].first == 5u);
+  BOOST_TEST(few.top()[0].second == 2u);
+  // Sampled: the first call of every 8 counts, each key 8 times.
+  colony::monitor::HotKeys sampled(10, 8);
+  const std::vector<uint64_t> seven = {7};
+  for (int call = 0; call < 9; ++call) sampled.add(call == 1 ? keys : seven);
+  BOOST_REQUIRE(sampled.top().size() == 1u);  // calls 0 and 8 counted; {5, 5, 9} was call 1
+  BOOST_TEST(sampled.top()[0].first == 7u);
+  BOOST_TEST(sampled.top()[0].second == 16u);
+  BOOST_TEST(sampled.total() == 16u);
 }
