@@ -416,3 +416,36 @@ BOOST_AUTO_TEST_CASE(a_real_run_writes_a_timeline_that_colony_profile_summarises
   BOOST_TEST(unwritable.code == 2);
   BOOST_TEST(unwritable.err.find("cannot write the file") != std::string::npos, unwritable.err);
 }
+
+// The vanishing-gradient alert on real jobs, in both engines: logistic regression with SGD
+// at a step size of 1 learns 8 batches of random labels (its weights swing wide, its gradients
+// stay large), then a stream whose labels are all 0: within a step or two every prediction is
+// exactly 0, and so is every gradient, against a window of large ones.
+BOOST_AUTO_TEST_CASE(a_stream_the_model_predicts_perfectly_raises_a_vanishing_gradient_alert) {
+  CliFixture fx("colony-vanishing");
+  std::string text;
+  uint64_t rng = 3;
+  for (int row = 0; row < 40 * 512; ++row) {
+    rng = colony::mix64(rng);
+    text += row < 8 * 512 && rng % 2 ? "1" : "0";
+    std::set<uint64_t> features;
+    while (features.size() < 10) features.insert(1 + (rng = colony::mix64(rng)) % 1000);
+    for (uint64_t f : features) text += " " + std::to_string(f) + ":1";
+    text += "\n";
+  }
+  const fs::path train = fx.write("vanishing.libsvm", text);
+  for (const std::string engine : {"local", "cluster --workers 1"}) {
+    const fs::path report = fx.dir / "vanishing.json";
+    const auto r = fx.run("train --data " + train.string() + " --test " + train.string() +
+                          " --model lr --optimizer sgd --lr 1 --batch 512 --no-cache --engine " +
+                          engine + " --report " + report.string());
+    BOOST_TEST(r.code == 0, r.err);
+    // Raised by the labels that are all 0, from step 9 on.
+    BOOST_TEST(std::regex_search(
+                   r.err, std::regex("warning: alert vanishing_gradient: (worker [0-9]+: )?step "
+                                     "(9|[1-9][0-9]+): gradient norm")),
+               engine + ": " + r.err);
+    BOOST_TEST(alerts_in(report, "vanishing_gradient").size() == 1u, engine);
+    BOOST_TEST(alerts_in(report, "exploding_gradient").empty(), engine);
+  }
+}

@@ -196,6 +196,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
       if (!more) return more.status();
       if (!*more) break;
       const uint64_t skipped_before = trainer.steps_skipped();
+      const uint64_t alerts_before = trainer.gradient_alerts();
       auto trained = trainer.train_batch(batch);
       ++steps;
       if (!trained && trained.status().code() == Status::Code::internal)  // not finite
@@ -214,7 +215,8 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
         epoch_samples += batch.rows();
         window_samples += batch.rows();
       }
-      if (progress && (skipped || ++batches % 64 == 0)) {
+      const bool alerted = trainer.gradient_alerts() > alerts_before;
+      if (progress && (skipped || alerted || ++batches % 64 == 0)) {
         const ReaderStats st = reader.stats();
         double within = 0.0;
         if (samples_per_epoch > 0)
@@ -231,6 +233,9 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
                         window_samples ? window_loss / double(window_samples) : 0.0};
         p.steps_skipped = trainer.steps_skipped();
         if (skipped) p.last_skip = fmt::format("step {} made {}", steps, trainer.last_skip());
+        p.gradient_alerts = trainer.gradient_alerts();
+        p.last_gradient_alert_kind = trainer.last_gradient_alert().kind;
+        p.last_gradient_alert = trainer.last_gradient_alert().message;
         progress(p);
         window_loss = 0.0;
         window_samples = 0;

@@ -66,8 +66,8 @@ struct TrainProgress {
   // one made ("worker 1: step 12 made a gradient of nan for key 77").
   uint64_t steps_skipped = 0;
   std::string last_skip{};
-  // The cluster engine's exploding or vanishing gradient alerts so far, and the last of them
-  // (kind and message; worker/worker_core.h GradientAlert).
+  // Exploding or vanishing gradient alerts so far (the cluster engine's replicas' summed, or
+  // the single-process trainer's), and the last of them (worker/gradient_alert.h).
   uint64_t gradient_alerts = 0;
   std::string last_gradient_alert_kind{}, last_gradient_alert{};
   // The cluster engine's load, for alerts; empty for the single-process trainer.

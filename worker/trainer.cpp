@@ -29,7 +29,8 @@ LocalTrainer::LocalTrainer(const TrainerConfig& config, std::unique_ptr<Model> m
       init_{config.seed, config.model.linear(), config.factor_init_std},
       width_(config.model.width()),
       state_(optimizer_->state_floats(width_)),
-      table_(width_ + state_) {
+      table_(width_ + state_),
+      gradient_watch_(config.gradient_alert_ratio) {
   model_->init_dense(dense_, config.seed);
 }
 
@@ -54,6 +55,7 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
   const double loss =
       model_->forward_backward(batch, index_.slots(), rows_, dense_, grads_, dense_grads_, {});
+  ++steps_;
   // A gradient that is not finite reaches no row (as a shard refuses it).
   std::string bad;
   if (const size_t i = first_not_finite(grads_); i < grads_.size())
@@ -65,6 +67,14 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
     ++steps_skipped_;
     last_skip_ = bad;
     return loss;
+  }
+  const double norm = gradient_norm_per_sample(grads_, dense_grads_, batch.rows());
+  if (auto e = gradient_watch_.observe(norm)) {
+    ++gradient_alerts_;
+    last_gradient_alert_ = {
+        e->kind, fmt::format("step {}: gradient norm {:.3g} a sample, {:.3g} times the median of "
+                             "its last {} steps ({:.3g})",
+                             steps_, norm, norm / e->median, e->window, e->median)};
   }
   // Push: apply the optimizer to each row with its summed gradient.
   for (size_t s = 0; s < n; ++s) {

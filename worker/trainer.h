@@ -23,6 +23,7 @@
 #include "ps/optimizer.h"
 #include "ps/row_init.h"
 #include "storage/row_table.h"
+#include "worker/gradient_alert.h"
 
 namespace colony {
 
@@ -35,6 +36,11 @@ struct TrainerConfig {
   // --on-nan: a step whose gradients are not all finite fails (false) or is skipped (true;
   // nothing of it applied). See LocalTrainer::train_batch and WorkerConfig::skip_not_finite.
   bool skip_not_finite = false;
+  // Exploding and vanishing gradient alerts (worker/gradient_alert.h): a step's gradient norm
+  // per sample beyond this many times, or below 1/this of, the median of the last steps.
+  // 0: none. LocalTrainer watches with it; the cluster engine's replicas with
+  // WorkerConfig::gradient_alert_ratio.
+  double gradient_alert_ratio = 100.0;
 };
 
 class LocalTrainer {
@@ -52,6 +58,10 @@ class LocalTrainer {
   uint64_t steps_skipped() const { return steps_skipped_; }
   // "a gradient of nan for key 77" for the last skipped step; empty before any.
   const std::string& last_skip() const { return last_skip_; }
+  // Exploding or vanishing gradient alerts raised by trained steps (once per excursion), and
+  // the last ("step 5: gradient norm ..."; empty kind before any).
+  uint64_t gradient_alerts() const { return gradient_alerts_; }
+  const GradientAlert& last_gradient_alert() const { return last_gradient_alert_; }
 
   // Each sample's logit under the current weights (unseen keys use their initial rows and
   // are not inserted). `logits` is resized to batch.rows().
@@ -86,6 +96,10 @@ class LocalTrainer {
   std::vector<float> rows_;      // gathered parameters, slots x width
   std::vector<float> grads_;     // summed gradients, slots x width
   uint64_t steps_skipped_ = 0;
+  uint64_t steps_ = 0;  // batches train_batch took (trained or skipped)
+  GradientWatch gradient_watch_;
+  uint64_t gradient_alerts_ = 0;
+  GradientAlert last_gradient_alert_;
   std::string last_skip_;
 };
 

@@ -59,7 +59,11 @@ Status WorkerCore::restore_dense(const DenseState& state) {
 
 WorkerCore::WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv,
                        std::unique_ptr<Model> model)
-    : config_(config), kv_(std::move(kv)), model_(std::move(model)), width_(config.model.width()) {}
+    : config_(config),
+      kv_(std::move(kv)),
+      model_(std::move(model)),
+      width_(config.model.width()),
+      gradient_watch_(config.gradient_alert_ratio) {}
 
 void WorkerCore::step_dense(uint64_t samples) {
   // As LocalTrainer: the gradient averaged over the samples, then one optimizer step.
@@ -222,27 +226,15 @@ std::string WorkerCore::not_finite_gradient(const Step& step, uint32_t clock) co
 }
 
 void WorkerCore::check_gradient_norm(uint32_t clock) {
-  const double norm = stats_.grad_norm, ratio = config_.gradient_alert_ratio;
-  if (ratio > 0 && recent_norms_.size() >= gradient_window_min) {
-    std::vector<double> sorted(recent_norms_.begin(), recent_norms_.end());
-    const auto mid = sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2);
-    std::nth_element(sorted.begin(), mid, sorted.end());
-    const double median = *mid;
-    const bool up = median > 0 && norm > ratio * median;
-    const bool down = median > 0 && norm * ratio < median;
-    if ((up && !exploding_) || (down && !vanishing_)) {
-      ++stats_.gradient_alerts;
-      last_gradient_alert_ = {
-          up ? "exploding_gradient" : "vanishing_gradient",
-          fmt::format("worker {}: step {}: gradient norm {:.3g} a sample, {:.3g} times the median "
-                      "of its last {} steps ({:.3g})",
-                      config_.id, clock, norm, norm / median, recent_norms_.size(), median)};
-    }
-    exploding_ = up;
-    vanishing_ = down;
+  const double norm = stats_.grad_norm;
+  if (auto e = gradient_watch_.observe(norm)) {
+    ++stats_.gradient_alerts;
+    last_gradient_alert_ = {
+        e->kind,
+        fmt::format("worker {}: step {}: gradient norm {:.3g} a sample, {:.3g} times the median "
+                    "of its last {} steps ({:.3g})",
+                    config_.id, clock, norm, norm / e->median, e->window, e->median)};
   }
-  recent_norms_.push_back(norm);
-  if (recent_norms_.size() > gradient_window_steps) recent_norms_.pop_front();
 }
 
 void WorkerCore::push(Step& step, Outbox& out) {
@@ -267,11 +259,7 @@ void WorkerCore::push(Step& step, Outbox& out) {
   } else {
     stats_.loss_sum += loss;
     stats_.samples += step.batch.rows();
-    // The norm of the step's gradient per sample (rows' and dense together), for alerts.
-    double squares = 0.0;
-    for (float g : grads_) squares += double(g) * g;
-    for (float g : dense_grads_) squares += double(g) * g;
-    stats_.grad_norm = std::sqrt(squares) / double(std::max<size_t>(step.batch.rows(), 1));
+    stats_.grad_norm = gradient_norm_per_sample(grads_, dense_grads_, step.batch.rows());
     check_gradient_norm(clock);
   }
   ++stats_.steps;

@@ -99,9 +99,6 @@ struct WorkerStats {
   uint64_t gradient_alerts = 0;  // exploding or vanishing gradient alerts raised
 };
 
-inline constexpr size_t gradient_window_steps = 32;
-inline constexpr size_t gradient_window_min = 4;
-
 class WorkerCore {
  public:
   // Fails with invalid_input for a bad map, a shard list that does not match it,
@@ -213,8 +210,7 @@ class WorkerCore {
   Status error_;
   WorkerStats stats_;
   std::string last_skip_;
-  std::deque<double> recent_norms_;  // the last gradient_window_steps trained steps'
-  bool exploding_ = false, vanishing_ = false;
+  GradientWatch gradient_watch_;
   GradientAlert last_gradient_alert_;
 };
 
