@@ -184,7 +184,11 @@ struct Bridge::Impl {
       }
       if (r->timed_out) continue;
       ++received;
+      const auto t0 = std::chrono::steady_clock::now();
       auto m = decode_wire_message(r->frames, options.cluster_id);
+      if (shared->timeline)
+        shared->timeline->span("from " + r->peer_address, "serialize", "bridge",
+                               bridge_timeline_pid, 0, t0, std::chrono::steady_clock::now());
       if (!m) {
         bad_message(r->peer_address, m.status().message(), r->peer_key);
         continue;
@@ -219,8 +223,17 @@ caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr
       ++bridge->dropped;
       return;
     }
+    monitor::TimelineRecorder* timeline = bridge->shared->timeline.get();
+    const auto t0 = std::chrono::steady_clock::now();
     auto frames = encode_ps_frames(std::move(m), bridge->options.cluster_id, to);
+    const auto t1 = std::chrono::steady_clock::now();
     Status s = frames ? bridge->send_frames(*link, *frames) : frames.status();
+    if (timeline) {
+      const std::string name = fmt::format("to node {}", to);
+      timeline->span(name, "serialize", "bridge", bridge_timeline_pid, to, t0, t1);
+      timeline->span(name, "network", "bridge", bridge_timeline_pid, to, t1,
+                     std::chrono::steady_clock::now());
+    }
     if (!s.ok()) {
       const Status failed =
           Status::internal(fmt::format("could not send to node {}: {}", to, s.message()));

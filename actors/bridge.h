@@ -24,6 +24,11 @@
 // does not decode, or names a node that is not local, is counted and dropped, and logged at
 // most once per peer address per minute. Connections the CURVE handshake refused are logged
 // with the peer's address and key. ZeroMQ reconnects a link whose peer restarts.
+//
+// With a timeline (JobShared::timeline) the bridge records, as pid bridge_timeline_pid and
+// role "bridge": "serialize" spans (encoding a message to node N on track N, decoding each one
+// received on track 0) and "network" spans (queueing an encoded message on its link, which
+// waits while the peer's queue is full).
 #pragma once
 
 #include <atomic>
@@ -41,6 +46,9 @@
 #include "ps/cluster_layout.h"
 
 namespace colony {
+
+// The process id the bridge's spans carry on a timeline (no node has it).
+inline constexpr uint32_t bridge_timeline_pid = 0xFFFFFFFF;
 
 // The most links (one per remote process) a bridge keeps open at once.
 inline constexpr size_t bridge_links_max = control_members_max + 1;

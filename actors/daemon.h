@@ -32,7 +32,8 @@ namespace colony {
 
 namespace monitor {
 class Registry;
-}
+class TimelineRecorder;
+}  // namespace monitor
 
 // How a daemon authenticates: CURVE keys from a `colony keygen` directory, or none.
 struct DaemonSecurity {
@@ -106,6 +107,9 @@ struct MemberDaemonOptions {
   size_t threads = 0;  // actor scheduler threads; 0 = one per core
   // Live metrics (docs/monitoring.md): the shards' or workers' and the bridge's; null: none.
   std::shared_ptr<monitor::Registry> metrics;
+  // A timeline the process's actors and bridge record their spans into (`--timeline`); null:
+  // none.
+  std::shared_ptr<monitor::TimelineRecorder> timeline;
 };
 
 // Runs a ps or worker member until the coordinator ends the job (OK when it ended well), the

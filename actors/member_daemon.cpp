@@ -38,6 +38,7 @@ class Member {
     auto keys = load_keys(o_.security);
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());
+    p_.shared->timeline = o_.timeline;  // before any actor or the bridge runs
     if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, true); !s.ok()) return s;
     p_.add_metrics(o_.metrics);
     if (o_.metrics && o_.role == MemberRole::worker)

@@ -211,7 +211,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--alert-window", "the daemons raise no load alerts yet; `colony train` does"},
       {"--metrics-linger", "the daemons serve their metrics until they exit"},
       {"--dashboard", "the coordinator serves its dashboard wherever --metrics-port serves"},
-      {"--timeline", "the daemons record no timeline yet; `colony train --timeline` does"},
+      {"--timeline", "give each `colony ps` and `colony worker` its --timeline"},
       {"--fault-slow-worker", "a fault of `colony train` only"},
       {"--fault-leak-mb", "a fault of `colony train` only"},
   };
@@ -434,6 +434,7 @@ struct MemberArgs {
   size_t cache_bytes = 0;
   bool resume = false;  // ps: continue another job's store
   std::string device = "cpu";
+  std::string timeline;
 };
 
 Runner add_member(CLI::App& app, MemberRole role) {
@@ -491,6 +492,10 @@ Runner add_member(CLI::App& app, MemberRole role) {
                     "Where the replicas' math runs: cpu, or cuda[:N] (lr and fm; a CUDA build)")
         ->capture_default_str();
   }
+  cmd->add_option("--timeline", a->timeline,
+                  "When this process exits, write what its " +
+                      std::string(ps ? "shards" : "worker replicas and aggregator") +
+                      " and its bridge did and when, as a Chrome trace (colony profile reads it)");
   add_common(cmd, a->common);
   return [a, ps]() {
     const DaemonLog log = make_log(ps ? "ps" : "worker");
@@ -518,9 +523,16 @@ Runner add_member(CLI::App& app, MemberRole role) {
     auto endpoint = start_metrics(a->common.metrics, log);
     if (!endpoint) return fail(endpoint.status());
     o.metrics = endpoint->registry;
+    if (!a->timeline.empty()) {
+      auto recorder = start_timeline(a->timeline);
+      if (!recorder) return fail(recorder.status());
+      o.timeline = *recorder;
+    }
     DaemonSignals signals;
     install_signal_handlers(signals);
     Status s = run_member(o, log, signals);
+    // Written however the job ended: a failed job's timeline is what explains it.
+    if (o.timeline && !write_timeline(a->timeline, *o.timeline, log)) return 1;
     if (!s.ok()) return fail(s);
     return 0;
   };

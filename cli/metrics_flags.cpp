@@ -1,5 +1,10 @@
 #include "cli/metrics_flags.h"
 
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
 #include "monitor/ps_metrics.h"
 
 namespace colony::cli {
@@ -31,6 +36,21 @@ Expected<MetricsEndpoint> start_metrics(const MetricsFlags& flags,
   say("metrics: " + e.server->url() + "/metrics");
   if (flags.dashboard) say("dashboard: " + e.server->url() + "/");
   return e;
+}
+
+Expected<std::shared_ptr<monitor::TimelineRecorder>> start_timeline(const std::string& path) {
+  if (!std::ofstream(path))
+    return Status::invalid_input("--timeline " + path + ": cannot write the file");
+  return std::make_shared<monitor::TimelineRecorder>();
+}
+
+bool write_timeline(const std::string& path, const monitor::TimelineRecorder& recorder,
+                    const std::function<void(const std::string&)>& say) {
+  const Timeline timeline = recorder.snapshot();
+  if (!write_file("--timeline", path, timeline_json(timeline))) return false;
+  say(fmt::format("timeline: {} events{} in {} (open it in Perfetto, or: colony profile {})",
+                  timeline.events.size(), timeline.truncated ? " (truncated)" : "", path, path));
+  return true;
 }
 
 }  // namespace colony::cli

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "monitor/http_server.h"
 #include "monitor/registry.h"
+#include "monitor/timeline_recorder.h"
 
 namespace colony::cli {
 
@@ -36,5 +37,14 @@ struct MetricsEndpoint {
 // without --metrics-port.
 Expected<MetricsEndpoint> start_metrics(const MetricsFlags& flags,
                                         const std::function<void(const std::string&)>& say);
+
+// `--timeline FILE` (colony train, ps, worker): a recorder to hand the actors, once FILE is
+// known to be writable (invalid_input naming the flag and the path when it is not: found out
+// before the job, not after it).
+Expected<std::shared_ptr<monitor::TimelineRecorder>> start_timeline(const std::string& path);
+// Writes what `recorder` holds to `path` and says so through `say` ("timeline: N events in
+// FILE ..."); false, and a message naming the path, when it cannot.
+bool write_timeline(const std::string& path, const monitor::TimelineRecorder& recorder,
+                    const std::function<void(const std::string&)>& say);
 
 }  // namespace colony::cli

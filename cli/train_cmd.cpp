@@ -2,7 +2,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -17,7 +16,6 @@
 #include "gpu/device.h"
 #include "monitor/alerts.h"
 #include "monitor/ps_metrics.h"
-#include "monitor/timeline_recorder.h"
 #include "worker/train_job.h"
 
 namespace colony::cli {
@@ -250,10 +248,9 @@ Runner add_train(CLI::App& app) {
       if (local)
         return fail(Status::invalid_input(
             "--timeline: the timeline records the cluster engine's actors; use --engine cluster"));
-      // Found out now, not after the job: a path that cannot be written.
-      if (!std::ofstream(a->timeline))
-        return fail(Status::invalid_input("--timeline " + a->timeline + ": cannot write the file"));
-      cluster.timeline = std::make_shared<monitor::TimelineRecorder>();
+      auto recorder = start_timeline(a->timeline);
+      if (!recorder) return fail(recorder.status());
+      cluster.timeline = *recorder;
     }
 
     // Live metrics: the shards' and workers' actors record into the registry; the progress
@@ -541,14 +538,11 @@ Runner add_train(CLI::App& app) {
                    static_cast<unsigned long long>(r.counters.steps_skipped),
                    r.counters.steps_skipped == 1 ? "" : "s");
     if (!a->report.empty() && !write_report(a->report, rep.dump(2))) return 1;
-    if (cluster.timeline) {
-      const Timeline timeline = cluster.timeline->snapshot();
-      if (!write_file("--timeline", a->timeline, timeline_json(timeline))) return 1;
-      std::fprintf(stderr,
-                   "timeline: %zu events%s in %s (open it in Perfetto, or: colony profile %s)\n",
-                   timeline.events.size(), timeline.truncated ? " (truncated)" : "",
-                   a->timeline.c_str(), a->timeline.c_str());
-    }
+    if (cluster.timeline &&
+        !write_timeline(a->timeline, *cluster.timeline, [](const std::string& line) {
+          std::fprintf(stderr, "%s\n", line.c_str());
+        }))
+      return 1;
     if (endpoint->server && a->metrics_linger_s > 0) {
       std::fflush(stdout);
       std::fprintf(stderr, "serving %s for %g s more (--metrics-linger)\n",

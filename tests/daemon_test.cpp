@@ -169,9 +169,12 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
                   s.intruder_keys.string(), "--key", "node-0", "--join-timeout", "3"},
                  s.dir / "intruder.log");
   coord->await("refused a connection from (127\\.0\\.0\\.1)");
-  auto ps0 = start_member("loopback-ps0", "ps", endpoint, secure("node-0"));
+  const fs::path ps_trace = s.dir / "ps0-timeline.json", worker_trace = s.dir / "w0-timeline.json";
+  auto ps0 = start_member("loopback-ps0", "ps", endpoint,
+                          cat(secure("node-0"), {"--timeline", ps_trace.string()}));
   auto ps1 = start_member("loopback-ps1", "ps", endpoint, secure("node-1"));
-  auto w0 = start_member("loopback-w0", "worker", endpoint, secure("node-2"));
+  auto w0 = start_member("loopback-w0", "worker", endpoint,
+                         cat(secure("node-2"), {"--timeline", worker_trace.string()}));
   auto w1 = start_member("loopback-w1", "worker", endpoint, secure("node-3"));
   BOOST_TEST(coord->wait() == 0, coord->log());
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
@@ -193,6 +196,27 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   const std::regex summarized("training is over: [0-9]+ rows in 1 shard");
   BOOST_TEST(std::regex_search(ps0->log(), summarized), ps0->log());
   BOOST_TEST(std::regex_search(ps1->log(), summarized), ps1->log());
+
+  // The timelines of a ps and a worker process (--timeline): each member's phases and its
+  // bridge's serialize and network spans, which `colony profile` tabulates.
+  auto phases_in = [](const fs::path& trace) {
+    std::set<std::string> seen;  // "role phase"
+    const auto doc = nlohmann::json::parse(slurp(trace));
+    for (const auto& e : doc["traceEvents"])
+      seen.insert(e["args"]["role"].get<std::string>() + " " + e["cat"].get<std::string>());
+    return seen;
+  };
+  const auto ps_phases = phases_in(ps_trace), worker_phases = phases_in(worker_trace);
+  for (const char* want : {"shard serve", "shard apply", "bridge serialize", "bridge network"})
+    BOOST_TEST(ps_phases.count(want) == 1u, want);
+  for (const char* want : {"worker read", "worker compute", "worker pull", "aggregator aggregate",
+                           "bridge serialize", "bridge network"})
+    BOOST_TEST(worker_phases.count(want) == 1u, want);
+  BOOST_TEST(ps0->log().find("timeline: ") != std::string::npos, ps0->log());
+  Child profile({bin(), "profile", worker_trace.string()}, s.dir / "profile.log");
+  BOOST_TEST(profile.wait() == 0, profile.log());
+  BOOST_TEST(std::regex_search(profile.log(), std::regex("bridge +serialize +[0-9.]+")),
+             profile.log());
 }
 
 // Hybrid training over real processes: DeepFM on Criteo-shaped data with 2 ps and 2 worker
@@ -1027,7 +1051,7 @@ BOOST_AUTO_TEST_CASE(coordinator_refuses_train_only_flags_naming_where_they_go) 
            (suite().dir / "t.json").string()},
           suite().dir / "refuse-timeline.log");
   BOOST_TEST(t.wait() == 2);
-  BOOST_TEST(t.log().find("--timeline is not a coordinator option: the daemons record no "
-                          "timeline yet") != std::string::npos,
+  BOOST_TEST(t.log().find("--timeline is not a coordinator option: give each `colony ps` and "
+                          "`colony worker` its --timeline") != std::string::npos,
              t.log());
 }
