@@ -134,7 +134,7 @@ std::string profile_svg(const Profile& p) {
       "<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n"
       "<text x=\"{}\" y=\"{}\" font-size=\"14\">colony profile: wall {:.3f} s{}</text>\n",
       width, height, margin, margin + 14, p.wall_seconds, p.truncated ? " (truncated)" : "");
-  static constexpr const char* colours[] = {"#e4572e", "#f3a712", "#a8c686", "#669bbc", "#29335c",
+  static constexpr const char* colours[] = {"#e4572e", "#f3a712", "#a8c686", "#669bbc", "#9bc1e6",
                                             "#db2b39", "#8d6a9f", "#c5d86d", "#f0a6ca", "#3c91e6"};
   int y = margin + 24;
   const double span = width - 2 * margin;
