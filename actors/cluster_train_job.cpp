@@ -65,6 +65,8 @@ Expected<TrainJobResult> run_cluster_train_job(
     p.gradient_alerts = now.gradient_alerts;
     p.last_gradient_alert_kind = now.last_gradient_alert.kind;
     p.last_gradient_alert = now.last_gradient_alert.message;
+    p.updates_not_finite = now.updates_not_finite;
+    p.last_update_not_finite = now.last_update_not_finite;
     p.load = now.load;
     progress(p);
   });

@@ -49,6 +49,7 @@ void record_shard(const monitor::ShardInstruments& m, const ShardCore& core, Sha
   monitor::add_growth(m.rows_pushed, st.rows_pushed, counted.rows_pushed);
   monitor::add_growth(m.pulls_deferred, st.pulls_deferred, counted.pulls_deferred);
   monitor::add_growth(m.not_finite, st.pushes_not_finite, counted.pushes_not_finite);
+  monitor::add_growth(m.updates_not_finite, st.updates_not_finite, counted.updates_not_finite);
   monitor::add_growth(m.refused, st.messages_refused, counted.messages_refused);
   m.rows->set(double(core.rows()));
   m.bytes->set(double(core.table_bytes()));
@@ -160,6 +161,14 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
     if (!core->error().ok()) shared->fail(core->error());  // the store failed: end the job
     if (shared->after_shard_message) shared->after_shard_message(*core);
     if (st.metrics) record_shard(*st.metrics, *core, st.counted, self->mailbox().size());
+    if (const uint64_t n = core->stats().updates_not_finite; n > st.updates_refused_reported) {
+      const RowNotFinite& last = core->last_row_not_finite();
+      shared->updates_refused(
+          n - st.updates_refused_reported,
+          fmt::format("shard {}: key {} from node {} at step {}", core->config().shard_index,
+                      last.key, last.sender, last.clock));
+      st.updates_refused_reported = n;
+    }
     if (const uint32_t s = core->config().shard_index; s < shared->shard_rows.size()) {
       shared->shard_rows[s].store(core->stats().rows_pulled + core->stats().rows_pushed,
                                   std::memory_order_relaxed);
@@ -178,6 +187,7 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
                        st.rows_not_admitted, st.updates_dropped,  st.rows_evicted};
         s.memory_bytes = core->store().memory_bytes();
         s.pushes_lost = st.pushes_lost;
+        s.updates_not_finite = st.updates_not_finite;
         return s;
       },
   };

@@ -34,6 +34,7 @@ struct shard_state {
   // With metrics: the instruments, and the core's stats they have counted up to.
   std::optional<monitor::ShardInstruments> metrics;
   ShardStats counted;
+  uint64_t updates_refused_reported = 0;  // ShardStats::updates_not_finite told JobShared
   // With a timeline: the pulls its core held (the gate), by (sender, request id), since when.
   std::map<std::pair<NodeId, uint64_t>, std::chrono::steady_clock::time_point> pulls_held;
 };
@@ -79,6 +80,8 @@ struct JobShared {
   std::string last_skip;                   // guarded by mutex
   std::atomic<uint64_t> gradient_alerts{0};
   GradientAlert last_gradient_alert;  // guarded by mutex
+  std::atomic<uint64_t> updates_not_finite{0};
+  std::string last_update_not_finite;  // guarded by mutex
   // Live metrics (monitor/ps_metrics.h) the actors record; null: none.
   std::shared_ptr<monitor::Registry> metrics;
   // The timeline the actors record their spans into (`--timeline`); null: none.
@@ -110,13 +113,21 @@ struct JobShared {
     last_gradient_alert = alert;
     gradient_alerts += count;
   }
+  // A shard refused `count` more row updates as not finite, the last of them `what`.
+  void updates_refused(uint64_t count, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    last_update_not_finite = what;
+    updates_not_finite += count;
+  }
   ClusterProgress progress() {
     ClusterProgress p;
     {
       std::lock_guard<std::mutex> lock(mutex);
       p.last_skip = last_skip;
       p.last_gradient_alert = last_gradient_alert;
+      p.last_update_not_finite = last_update_not_finite;
     }
+    p.updates_not_finite = updates_not_finite.load();
     p.gradient_alerts = gradient_alerts.load();
     p.samples = samples.load();
     p.loss_sum = loss_sum.load();

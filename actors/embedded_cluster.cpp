@@ -382,9 +382,6 @@ Expected<ClusterResult> EmbeddedCluster::run(
               if (!m.shared->first_error.ok()) finished = true;
             });
   }
-  // Once more at the end: a job shorter than the period (or what happened in its last one,
-  // such as a gradient alert) is reported too.
-  if (progress) progress(m.shared->progress());
   {
     std::lock_guard<std::mutex> lock(m.shared->mutex);
     if (!m.shared->first_error.ok()) return m.shared->first_error;
@@ -397,6 +394,9 @@ Expected<ClusterResult> EmbeddedCluster::run(
     self->request(shard, caf::infinite, quiesce_atom::value)
         .receive([](bool) {}, [](caf::error&) {});
   }
+  // Once more at the end, every shard quiet: a job shorter than the period, and what happened
+  // in its last one (a gradient alert, an update refused), is reported too.
+  if (progress) progress(m.shared->progress());
   return finish();
 }
 

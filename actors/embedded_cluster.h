@@ -137,7 +137,11 @@ struct ClusterProgress {
   std::string last_skip{};              // what the last of those made (WorkerCore::last_skip)
   uint64_t gradient_alerts = 0;         // exploding or vanishing gradients (WorkerCore)
   GradientAlert last_gradient_alert{};  // the last of those
-  JobLoad load{};                       // for alerts
+  // Row updates the shards refused as not finite (ShardStats::updates_not_finite), and the
+  // last of them ("shard 1: key 77 from node 3 at step 12").
+  uint64_t updates_not_finite = 0;
+  std::string last_update_not_finite{};
+  JobLoad load{};  // for alerts
 };
 
 class EmbeddedCluster {

@@ -853,10 +853,10 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       return Status();
     case wire::Control::SHARD_SUMMARY: {
       auto x = r.getShardSummary();
-      m.body = ShardSummary{x.getTableRows(),       x.getTableBytes(),     x.getPullsDeferred(),
-                            x.getRowsNotAdmitted(), x.getUpdatesDropped(), x.getRowsEvicted(),
-                            x.getBadMessages(),     x.getMemoryBytes(),    x.getCpuSeconds(),
-                            x.getPushesLost()};
+      m.body = ShardSummary{x.getTableRows(),       x.getTableBytes(),      x.getPullsDeferred(),
+                            x.getRowsNotAdmitted(), x.getUpdatesDropped(),  x.getRowsEvicted(),
+                            x.getBadMessages(),     x.getMemoryBytes(),     x.getCpuSeconds(),
+                            x.getPushesLost(),      x.getUpdatesNotFinite()};
       return Status();
     }
     case wire::Control::SHARDS_CHECKPOINTED: {
@@ -983,6 +983,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           x.setMemoryBytes(b.memory_bytes);
           x.setCpuSeconds(b.cpu_seconds);
           x.setPushesLost(b.pushes_lost);
+          x.setUpdatesNotFinite(b.updates_not_finite);
         } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
           write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
         } else if constexpr (std::is_same_v<T, CheckpointComplete>) {

@@ -176,6 +176,7 @@ class Member {
         log_(fmt::format("done: {} samples in {} steps ({} skipped)", d->counters.samples,
                          d->counters.steps, d->counters.steps_skipped));
     } else if (auto* s = std::get_if<ShardSummary>(&body)) {
+      log_skips();  // the shards' last refused updates
       const uint64_t own = s->bad_messages;
       *s = summarize_shards();
       s->bad_messages += own;
@@ -188,8 +189,9 @@ class Member {
   }
 
   // The replicas' gradient alerts since the last heartbeat (the last of them logged, all
-  // counted), and, under --on-nan skip, the steps they skipped (logged as often as
-  // log_this_count says), counted in colony_alerts_total.
+  // counted), the row updates the shards refused as not finite and, under --on-nan skip, the
+  // steps the replicas skipped (both logged as often as log_this_count says), counted in
+  // colony_alerts_total.
   void log_skips() {
     const ClusterProgress now = p_.shared->progress();
     if (now.gradient_alerts > gradient_alerts_logged_) {
@@ -199,6 +201,19 @@ class Member {
         monitor::alerts(*o_.metrics, now.last_gradient_alert.kind)
             .inc(double(now.gradient_alerts - gradient_alerts_logged_));
       gradient_alerts_logged_ = now.gradient_alerts;
+    }
+    if (now.updates_not_finite > updates_refused_logged_) {  // a ps member's shards
+      if (o_.metrics)
+        monitor::alerts(*o_.metrics, "not_finite_row")
+            .inc(double(now.updates_not_finite - updates_refused_logged_));
+      if (log_this_count(updates_refused_logged_, now.updates_not_finite))
+        log_(
+            fmt::format("warning: alert not_finite_row: {}: the update would have made the row "
+                        "NaN or infinite; it keeps its last finite value ({} update{} refused "
+                        "so far)",
+                        now.last_update_not_finite, now.updates_not_finite,
+                        now.updates_not_finite == 1 ? "" : "s"));
+      updates_refused_logged_ = now.updates_not_finite;
     }
     if (now.steps_skipped <= skips_logged_) return;
     if (skip_alerts_) skip_alerts_->inc(double(now.steps_skipped - skips_logged_));
@@ -604,7 +619,7 @@ class Member {
   std::vector<std::shared_ptr<WorkerSource>> sources_;
   std::shared_ptr<AggregatorCore> aggregator_;
   std::vector<caf::actor> worker_actors_;
-  uint64_t skips_logged_ = 0, gradient_alerts_logged_ = 0;
+  uint64_t skips_logged_ = 0, gradient_alerts_logged_ = 0, updates_refused_logged_ = 0;
   monitor::Counter* skip_alerts_ = nullptr;
   Process p_;  // last: destroyed first, before the cores its actors use
 };

@@ -66,7 +66,8 @@ typename Inspector::result_type inspect(Inspector& f, DenseBroadcast& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardSummary& x) {
   return f(caf::meta::type_name("ShardSummary"), x.table_rows, x.table_bytes, x.pulls_deferred,
-           x.rows_not_admitted, x.updates_dropped, x.rows_evicted, x.pushes_lost);
+           x.rows_not_admitted, x.updates_dropped, x.rows_evicted, x.pushes_lost,
+           x.updates_not_finite);
 }
 
 using start_atom = caf::atom_constant<caf::atom("start")>;

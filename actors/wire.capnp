@@ -229,6 +229,7 @@ struct ShardSummary {
   memoryBytes @7 :UInt64;
   cpuSeconds @8 :Float64;
   pushesLost @9 :UInt64;
+  updatesNotFinite @10 :UInt64;
 }
 struct ShardCheckpoint {
   shard @0 :UInt32;

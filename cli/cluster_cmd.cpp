@@ -364,6 +364,7 @@ Runner add_coordinator(CLI::App& app) {
         {"on_nan", a->on_nan},
         {"alerts", nlohmann::json::array()},  // the daemons raise no load alerts yet
         {"steps_skipped", r->totals.counters.steps_skipped},
+        {"updates_not_finite", r->totals.shards.updates_not_finite},
         {"refused_peers", r->refused_peers},
         {"stopped_by_signal", r->stopped_by_signal},
         // The keys `colony train` writes, with the same meaning.

@@ -314,7 +314,8 @@ Runner add_train(CLI::App& app) {
                    human_count(double(o.generate.test_rows)).c_str());
     const auto start = std::chrono::steady_clock::now();
     Progress progress(stderr);
-    uint64_t samples_counted = 0, skips_logged = 0, gradient_alerts_logged = 0;
+    uint64_t samples_counted = 0, skips_logged = 0, gradient_alerts_logged = 0,
+             updates_refused_logged = 0;
     bool training_started = false;
     auto on_progress = [&](const TrainProgress& p) {
       if (!training_started && std::string(p.phase) == "train") {
@@ -351,6 +352,23 @@ Runner add_train(CLI::App& app) {
               .inc(double(p.gradient_alerts - gradient_alerts_logged));
         alerts_raised.push_back({p.last_gradient_alert_kind, "gradients", p.last_gradient_alert});
         gradient_alerts_logged = p.gradient_alerts;
+      }
+      if (p.updates_not_finite > updates_refused_logged) {
+        // Counted each; logged (and listed in the report) one by one up to 10, then at every
+        // power of 10.
+        if (endpoint->registry)
+          monitor::alerts(*endpoint->registry, "not_finite_row")
+              .inc(double(p.updates_not_finite - updates_refused_logged));
+        if (log_this_count(updates_refused_logged, p.updates_not_finite)) {
+          progress.finish();
+          const std::string message = fmt::format(
+              "{}: the update would have made the row NaN or infinite; it keeps its last finite "
+              "value ({} update{} refused so far: try a lower --lr)",
+              p.last_update_not_finite, p.updates_not_finite, p.updates_not_finite == 1 ? "" : "s");
+          std::fprintf(stderr, "warning: alert not_finite_row: %s\n", message.c_str());
+          alerts_raised.push_back({"not_finite_row", "rows", message});
+        }
+        updates_refused_logged = p.updates_not_finite;
       }
       if (phase == "train" && leaked_mb < a->fault_leak_mb) {
         const size_t mb = std::min<size_t>(64, a->fault_leak_mb - leaked_mb);
@@ -484,6 +502,7 @@ Runner add_train(CLI::App& app) {
           {{"kind", alert.kind}, {"subject", alert.subject}, {"message", alert.message}});
     rep["alerts"] = alert_list;
     rep["steps_skipped"] = r.counters.steps_skipped;
+    rep["updates_not_finite"] = updates_refused_logged;
     nlohmann::json per_epoch = nlohmann::json::array();
     for (const EpochResult& e : r.epochs) {
       nlohmann::json pe = {{"epoch", e.epoch},

@@ -44,6 +44,11 @@ ShardInstruments shard_instruments(Registry& r, uint32_t index) {
                  "Pulls a shard held back for the consistency gate.", {{"shard", s}});
   in.not_finite = &r.counter("colony_shard_pushes_refused_total", refused,
                              {{"shard", s}, {"reason", "not_finite"}});
+  in.updates_not_finite = &r.counter(
+      "colony_shard_updates_refused_total",
+      "Row updates a shard refused, by reason: not_finite, a finite gradient that would have made "
+      "the row NaN or infinite (the row keeps its last finite value).",
+      {{"shard", s}, {"reason", "not_finite"}});
   in.refused = &r.counter("colony_shard_messages_refused_total",
                           "Messages a shard dropped or refused: replies sent to it, pulls past "
                           "its waiting limit.",

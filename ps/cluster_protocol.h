@@ -228,6 +228,8 @@ struct ShardSummary {
   uint64_t memory_bytes = 0;  // memory the stores hold for the rows (tables, indexes, caches)
   double cpu_seconds = 0.0;   // user + system CPU of the ps process so far
   uint64_t pushes_lost = 0;   // acknowledged steps its restarted shards lacked (ShardStats)
+  // Row updates refused because they would have made a row NaN or infinite (ShardStats).
+  uint64_t updates_not_finite = 0;
   ShardSummary& operator+=(const ShardSummary& o) {
     table_rows += o.table_rows;
     table_bytes += o.table_bytes;
@@ -239,6 +241,7 @@ struct ShardSummary {
     memory_bytes += o.memory_bytes;
     cpu_seconds += o.cpu_seconds;
     pushes_lost += o.pushes_lost;
+    updates_not_finite += o.updates_not_finite;
     return *this;
   }
   bool operator==(const ShardSummary&) const = default;

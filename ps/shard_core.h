@@ -103,6 +103,17 @@ struct ShardStats {
   uint64_t pushes_lost = 0;
   // Pushes refused because a gradient was NaN or infinite (nothing of them applied).
   uint64_t pushes_not_finite = 0;
+  // Row updates refused because, from a finite gradient, they would have made the row (or its
+  // optimizer state) NaN or infinite: an overflowing step size. The row keeps its last finite
+  // value; the rest of the push applies. last_row_not_finite names the last such update.
+  uint64_t updates_not_finite = 0;
+};
+
+// The last row update a shard refused as not finite (ShardStats::updates_not_finite).
+struct RowNotFinite {
+  uint64_t key = 0;
+  NodeId sender = 0;
+  uint32_t clock = 0;  // the push's step
 };
 
 class ShardCore {
@@ -126,6 +137,8 @@ class ShardCore {
   // The slowest sender's clock (clock_done when all have finished).
   uint32_t min_clock() const { return min_clock_; }
   const ShardStats& stats() const { return stats_; }
+  // The last update refused as not finite (meaningful once stats().updates_not_finite > 0).
+  const RowNotFinite& last_row_not_finite() const { return last_row_not_finite_; }
   size_t rows() const { return store_->size(); }
   // The rows' bytes: values, optimizer state and stamps (the report's table_bytes).
   uint64_t table_bytes() const { return uint64_t{rows()} * store_->row_floats() * sizeof(float); }
@@ -237,6 +250,8 @@ class ShardCore {
   std::unordered_map<NodeId, std::deque<AnsweredPull>> answered_;
   static constexpr size_t answered_pulls_max = 8;  // per writer
   ShardStats stats_;
+  RowNotFinite last_row_not_finite_;
+  std::vector<float> saved_row_;  // a row (and state) as it was before an update
   Status error_;
   std::unique_ptr<CountMinSketch> sketch_;  // only with admission
   uint32_t last_checkpoint_ = 0;

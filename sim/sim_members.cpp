@@ -119,6 +119,7 @@ void FullSim::fill_counters(uint32_t host, ControlBody& body) const {
       s->rows_not_admitted += c.shard->stats().rows_not_admitted;
       s->updates_dropped += c.shard->stats().updates_dropped;
       s->rows_evicted += c.shard->stats().rows_evicted;
+      s->updates_not_finite += c.shard->stats().updates_not_finite;
     }
   }
 }

@@ -449,3 +449,25 @@ BOOST_AUTO_TEST_CASE(a_stream_the_model_predicts_perfectly_raises_a_vanishing_gr
     BOOST_TEST(alerts_in(report, "exploding_gradient").empty(), engine);
   }
 }
+
+// A row that a finite gradient would overflow (logistic regression with SGD at a step size of
+// 1e37: the bias row's summed gradient makes the step infinite) keeps its last finite value, in
+// both engines: the update is refused, counted, logged as an alert and listed in the report.
+// (Rows of +-1e37 still sum to logits that are not finite: those steps are skipped.)
+BOOST_AUTO_TEST_CASE(an_update_that_would_overflow_a_row_is_refused_and_alerted) {
+  CliFixture fx("colony-overflow");
+  const fs::path report = fx.dir / "overflow.json";
+  for (const std::string engine : {"local", "cluster --workers 2"}) {
+    const auto r = fx.run(
+        "train --rows 20000 --test-rows 1000 --model lr --optimizer sgd --lr 1e37 --on-nan skip "
+        "--engine " +
+        engine + " --report " + report.string());
+    BOOST_TEST(r.code == 0, engine + ": " + r.err);
+    BOOST_TEST(std::regex_search(r.err, std::regex("warning: alert not_finite_row: .*key [0-9]+.*"
+                                                   "keeps its last finite value")),
+               engine + ": " + r.err);
+    const auto rep = nlohmann::json::parse(colony::testing::slurp(report));
+    BOOST_TEST(rep["updates_not_finite"].get<uint64_t>() > 0u, engine);
+    BOOST_TEST(alerts_in(report, "not_finite_row").size() >= 1u, engine);
+  }
+}

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 
+#include "common/finite.h"
 #include "data/generator.h"
 #include "data/reader.h"
 #include "gpu/reduce.h"
@@ -405,6 +406,40 @@ BOOST_AUTO_TEST_CASE(a_push_with_a_gradient_that_is_not_finite_is_refused_whole)
     return std::vector<float>(v.begin(), v.end());
   };
   BOOST_TEST(rows(*lied_to) == rows(*plain), boost::test_tools::per_element());
+}
+
+// A finite gradient that would overflow a row (a step size far too large) is not applied to
+// that row, which keeps its last finite value; the push's other rows are updated, the push is
+// acknowledged, and the refused update is counted and named.
+BOOST_AUTO_TEST_CASE(an_update_that_would_overflow_a_row_leaves_it_as_it_was) {
+  ShardMapSpec spec{1, 1, 16, 0};
+  OptimizerConfig huge = default_optimizer_config(OptimizerKind::sgd);
+  huge.lr = 1e37f;
+  ShardConfig sc{0, 0, 2, huge, RowInit{}, Consistency{}, {7}, spec};
+  auto shard = std::move(ShardCore::make(sc).value());
+  const std::vector<uint64_t> keys = {make_key(1, 1), make_key(1, 2)};
+  auto rows = [&] {
+    Outbox o;
+    shard->on_message(PullRequest{{7, 9, 1}, 0, 7, keys}, o);
+    BOOST_REQUIRE_EQUAL(o.size(), 1u);
+    const FloatBuffer& v = std::get<PullReply>(o[0].message).values;
+    return std::vector<float>(v.begin(), v.end());
+  };
+  const std::vector<float> before = rows();
+  Outbox out;
+  // Key 1: 1e37 x 100 overflows; key 2: 1e37 x 1e-37 is a step of 1.
+  shard->on_message(PushRequest{{7, 1, 1}, 1, keys, {100.0f, 0.0f, 1e-37f, 0.0f}}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_TEST(std::holds_alternative<PushAck>(out[0].message));
+  BOOST_TEST(shard->stats().updates_not_finite == 1u);
+  BOOST_TEST(shard->last_row_not_finite().key == keys[0]);
+  BOOST_TEST(shard->last_row_not_finite().sender == 7u);
+  BOOST_TEST(shard->last_row_not_finite().clock == 1u);
+  const std::vector<float> after = rows();
+  BOOST_TEST(after[0] == before[0]);  // kept
+  BOOST_TEST(after[1] == before[1]);
+  BOOST_TEST(after[2] == before[2] - 1.0f, boost::test_tools::tolerance(1e-6f));  // applied
+  BOOST_TEST(first_not_finite(after) == after.size());
 }
 
 // What a listed key could send a shard over the wire: replies (only clients take them) are

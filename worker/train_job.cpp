@@ -197,6 +197,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
       if (!*more) break;
       const uint64_t skipped_before = trainer.steps_skipped();
       const uint64_t alerts_before = trainer.gradient_alerts();
+      const uint64_t refused_before = trainer.updates_not_finite();
       auto trained = trainer.train_batch(batch);
       ++steps;
       if (!trained && trained.status().code() == Status::Code::internal)  // not finite
@@ -215,7 +216,8 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
         epoch_samples += batch.rows();
         window_samples += batch.rows();
       }
-      const bool alerted = trainer.gradient_alerts() > alerts_before;
+      const bool alerted = trainer.gradient_alerts() > alerts_before ||
+                           trainer.updates_not_finite() > refused_before;
       if (progress && (skipped || alerted || ++batches % 64 == 0)) {
         const ReaderStats st = reader.stats();
         double within = 0.0;
@@ -236,6 +238,8 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
         p.gradient_alerts = trainer.gradient_alerts();
         p.last_gradient_alert_kind = trainer.last_gradient_alert().kind;
         p.last_gradient_alert = trainer.last_gradient_alert().message;
+        p.updates_not_finite = trainer.updates_not_finite();
+        p.last_update_not_finite = trainer.last_update_not_finite();
         progress(p);
         window_loss = 0.0;
         window_samples = 0;

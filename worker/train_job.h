@@ -70,6 +70,10 @@ struct TrainProgress {
   // the single-process trainer's), and the last of them (worker/gradient_alert.h).
   uint64_t gradient_alerts = 0;
   std::string last_gradient_alert_kind{}, last_gradient_alert{};
+  // Row updates refused as not finite so far (ShardStats::updates_not_finite, or the
+  // single-process trainer's), and the last of them.
+  uint64_t updates_not_finite = 0;
+  std::string last_update_not_finite{};
   // The cluster engine's load, for alerts; empty for the single-process trainer.
   JobLoad load{};
 };

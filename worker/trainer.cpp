@@ -79,7 +79,14 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   // Push: apply the optimizer to each row with its summed gradient.
   for (size_t s = 0; s < n; ++s) {
     float* row = row_ptr_[s];
+    // An update that would overflow the row is undone (as a shard does).
+    saved_row_.assign(row, row + width_ + state_);
     optimizer_->apply({row, width_}, {row + width_, state_}, {&grads_[s * width_], width_});
+    if (first_not_finite({row, width_ + state_}) < width_ + state_) {
+      std::copy(saved_row_.begin(), saved_row_.end(), row);
+      ++updates_not_finite_;
+      last_update_not_finite_ = fmt::format("step {}: key {}", steps_, keys[s]);
+    }
   }
   if (!dense_.empty() && batch.rows() > 0) {
     const float scale = 1.0f / static_cast<float>(batch.rows());

@@ -61,6 +61,11 @@ class LocalTrainer {
   // Exploding or vanishing gradient alerts raised by trained steps (once per excursion), and
   // the last ("step 5: gradient norm ..."; empty kind before any).
   uint64_t gradient_alerts() const { return gradient_alerts_; }
+  // Row updates refused because, from a finite gradient, they would have made a row or its
+  // optimizer state NaN or infinite (the row keeps its last finite value, as a shard does:
+  // ShardStats::updates_not_finite), and the last of them ("step 3: key 77").
+  uint64_t updates_not_finite() const { return updates_not_finite_; }
+  const std::string& last_update_not_finite() const { return last_update_not_finite_; }
   const GradientAlert& last_gradient_alert() const { return last_gradient_alert_; }
 
   // Each sample's logit under the current weights (unseen keys use their initial rows and
@@ -100,6 +105,9 @@ class LocalTrainer {
   GradientWatch gradient_watch_;
   uint64_t gradient_alerts_ = 0;
   GradientAlert last_gradient_alert_;
+  uint64_t updates_not_finite_ = 0;
+  std::string last_update_not_finite_;
+  std::vector<float> saved_row_;  // a row and its state before an update
   std::string last_skip_;
 };
 
