@@ -8,6 +8,7 @@
 #include "actors/embedded_cluster.h"
 #include "common/log_cadence.h"
 #include "gpu/reduce.h"
+#include "monitor/alerts.h"
 #include "ps/cluster_layout.h"
 #include "ps/member_core.h"
 #include "storage/checkpoint.h"
@@ -207,12 +208,8 @@ class Member {
         monitor::alerts(*o_.metrics, "not_finite_row")
             .inc(double(now.updates_not_finite - updates_refused_logged_));
       if (log_this_count(updates_refused_logged_, now.updates_not_finite))
-        log_(
-            fmt::format("warning: alert not_finite_row: {}: the update would have made the row "
-                        "NaN or infinite; it keeps its last finite value ({} update{} refused "
-                        "so far)",
-                        now.last_update_not_finite, now.updates_not_finite,
-                        now.updates_not_finite == 1 ? "" : "s"));
+        log_("warning: alert not_finite_row: " +
+             monitor::not_finite_row_message(now.last_update_not_finite, now.updates_not_finite));
       updates_refused_logged_ = now.updates_not_finite;
     }
     if (now.steps_skipped <= skips_logged_) return;

@@ -361,10 +361,8 @@ Runner add_train(CLI::App& app) {
               .inc(double(p.updates_not_finite - updates_refused_logged));
         if (log_this_count(updates_refused_logged, p.updates_not_finite)) {
           progress.finish();
-          const std::string message = fmt::format(
-              "{}: the update would have made the row NaN or infinite; it keeps its last finite "
-              "value ({} update{} refused so far: try a lower --lr)",
-              p.last_update_not_finite, p.updates_not_finite, p.updates_not_finite == 1 ? "" : "s");
+          const std::string message =
+              monitor::not_finite_row_message(p.last_update_not_finite, p.updates_not_finite);
           std::fprintf(stderr, "warning: alert not_finite_row: %s\n", message.c_str());
           alerts_raised.push_back({"not_finite_row", "rows", message});
         }

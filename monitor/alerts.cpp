@@ -104,4 +104,11 @@ std::vector<Alert> AlertMonitor::observe(AlertSample sample) {
   return out;
 }
 
+std::string not_finite_row_message(const std::string& last, uint64_t refused) {
+  return fmt::format(
+      "{}: the update would have made the row NaN or infinite; it keeps its last finite value "
+      "({} update{} refused so far: try a lower --lr)",
+      last, refused, refused == 1 ? "" : "s");
+}
+
 }  // namespace colony::monitor

@@ -69,4 +69,8 @@ class AlertMonitor {
 // The median of `values` without the one at `skip` (0 when nothing is left).
 double median_of_others(std::vector<double> values, size_t skip);
 
+// The not_finite_row alert's text, logged by `colony train` and the ps daemons: `last` names
+// the last update refused ("shard 1: key 77 from node 3 at step 12"), `refused` counts them.
+std::string not_finite_row_message(const std::string& last, uint64_t refused);
+
 }  // namespace colony::monitor

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/finite.h"
+
 namespace colony {
 
 namespace {
@@ -157,6 +159,18 @@ OptimizerConfig default_optimizer_config(OptimizerKind kind) {
       break;
   }
   return c;
+}
+
+bool Optimizer::apply_finite(std::span<float> value, std::span<float> state,
+                             std::span<const float> grad, std::vector<float>& scratch) const {
+  scratch.assign(value.begin(), value.end());
+  scratch.insert(scratch.end(), state.begin(), state.end());
+  apply(value, state, grad);
+  if (first_not_finite(value) == value.size() && first_not_finite(state) == state.size())
+    return true;
+  std::copy(scratch.begin(), scratch.begin() + std::ptrdiff_t(value.size()), value.begin());
+  std::copy(scratch.begin() + std::ptrdiff_t(value.size()), scratch.end(), state.begin());
+  return false;
 }
 
 Expected<std::unique_ptr<Optimizer>> make_optimizer(const OptimizerConfig& c) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -52,6 +53,11 @@ class Optimizer {
   // One update of `value` (and `state`) by the summed gradient `grad` (all of size width).
   virtual void apply(std::span<float> value, std::span<float> state,
                      std::span<const float> grad) const = 0;
+  // apply, unless it would leave a parameter or the state NaN or infinite (a finite gradient
+  // still overflows a row at a step size far too large): then `value` and `state` are left as
+  // they were and it returns false. `scratch` keeps their copy meanwhile (reused across calls).
+  bool apply_finite(std::span<float> value, std::span<float> state, std::span<const float> grad,
+                    std::vector<float>& scratch) const;
 };
 
 // Fails with invalid_input when a setting is out of range (lr <= 0, l1 or l2 < 0, betas

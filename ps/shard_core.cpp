@@ -356,12 +356,9 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
         ++stats_.updates_dropped;  // not admitted: the key has no row to update
         continue;
       }
-      // A finite gradient can still overflow a row (a step size far too large): such an
-      // update is undone, the row kept at its last finite value.
-      saved_row_.assign(p, p + width_ + state_);
-      optimizer_->apply({p, width_}, {p + width_, state_}, {&r.grads[i * width_], width_});
-      if (first_not_finite({p, width_ + state_}) < width_ + state_) {
-        std::copy(saved_row_.begin(), saved_row_.end(), p);
+      // An update that would overflow the row is not made: it keeps its last finite value.
+      if (!optimizer_->apply_finite({p, width_}, {p + width_, state_},
+                                    {&r.grads[i * width_], width_}, saved_row_)) {
         ++stats_.updates_not_finite;
         last_row_not_finite_ = {r.keys[i], r.header.sender, r.clock};
         continue;

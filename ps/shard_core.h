@@ -251,7 +251,7 @@ class ShardCore {
   static constexpr size_t answered_pulls_max = 8;  // per writer
   ShardStats stats_;
   RowNotFinite last_row_not_finite_;
-  std::vector<float> saved_row_;  // a row (and state) as it was before an update
+  std::vector<float> saved_row_;  // Optimizer::apply_finite's scratch
   Status error_;
   std::unique_ptr<CountMinSketch> sketch_;  // only with admission
   uint32_t last_checkpoint_ = 0;

@@ -409,3 +409,17 @@ BOOST_AUTO_TEST_CASE(init_row_factors_have_requested_std_over_many_keys) {
     }
   }
 }
+
+// apply_finite makes an update only when it leaves the row and its state finite.
+BOOST_AUTO_TEST_CASE(apply_finite_leaves_a_row_an_update_would_overflow_as_it_was) {
+  colony::OptimizerConfig c = colony::default_optimizer_config(colony::OptimizerKind::sgd);
+  c.lr = 1e37f;
+  auto opt = std::move(colony::make_optimizer(c).value());
+  std::vector<float> row = {0.5f, -0.25f}, scratch;
+  const std::vector<float> big = {100.0f, 0.0f}, small = {1e-37f, 0.0f};
+  BOOST_TEST(!opt->apply_finite(row, {}, big, scratch));
+  BOOST_TEST(row == (std::vector<float>{0.5f, -0.25f}), boost::test_tools::per_element());
+  BOOST_TEST(opt->apply_finite(row, {}, small, scratch));
+  BOOST_TEST(row[0] == -0.5f, boost::test_tools::tolerance(1e-6f));
+  BOOST_TEST(row[1] == -0.25f);
+}

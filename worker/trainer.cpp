@@ -79,11 +79,9 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   // Push: apply the optimizer to each row with its summed gradient.
   for (size_t s = 0; s < n; ++s) {
     float* row = row_ptr_[s];
-    // An update that would overflow the row is undone (as a shard does).
-    saved_row_.assign(row, row + width_ + state_);
-    optimizer_->apply({row, width_}, {row + width_, state_}, {&grads_[s * width_], width_});
-    if (first_not_finite({row, width_ + state_}) < width_ + state_) {
-      std::copy(saved_row_.begin(), saved_row_.end(), row);
+    // An update that would overflow the row is not made (as a shard does).
+    if (!optimizer_->apply_finite({row, width_}, {row + width_, state_},
+                                  {&grads_[s * width_], width_}, saved_row_)) {
       ++updates_not_finite_;
       last_update_not_finite_ = fmt::format("step {}: key {}", steps_, keys[s]);
     }

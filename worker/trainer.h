@@ -107,7 +107,7 @@ class LocalTrainer {
   GradientAlert last_gradient_alert_;
   uint64_t updates_not_finite_ = 0;
   std::string last_update_not_finite_;
-  std::vector<float> saved_row_;  // a row and its state before an update
+  std::vector<float> saved_row_;  // Optimizer::apply_finite's scratch
   std::string last_skip_;
 };
 
