@@ -772,9 +772,16 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
     case wire::Control::START:
       m.body = Start{};
       return Status();
-    case wire::Control::HEARTBEAT:
-      m.body = Heartbeat{r.getHeartbeat()};
+    case wire::Control::HEARTBEAT: {
+      Heartbeat h{r.getHeartbeat()};
+      if (r.hasLoad()) {
+        auto l = r.getLoad();
+        h.load = MemberLoad{l.getRssBytes(), l.getRowsMemoryBytes(), read_keys(l.getBusyNs()),
+                            read_keys(l.getSteps()), read_keys(l.getRowsServed())};
+      }
+      m.body = std::move(h);
       return Status();
+    }
     case wire::Control::DONE: {
       auto d = r.getDone();
       MemberDone x;
@@ -933,6 +940,15 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           c.setStart();
         } else if constexpr (std::is_same_v<T, Heartbeat>) {
           c.setHeartbeat(b.samples);
+          if (b.load) {
+            auto l = c.initLoad();
+            l.setRssBytes(b.load->rss_bytes);
+            l.setRowsMemoryBytes(b.load->rows_memory_bytes);
+            set_keys(l.initBusyNs(static_cast<unsigned>(b.load->busy_ns.size())), b.load->busy_ns);
+            set_keys(l.initSteps(static_cast<unsigned>(b.load->steps.size())), b.load->steps);
+            set_keys(l.initRowsServed(static_cast<unsigned>(b.load->rows_served.size())),
+                     b.load->rows_served);
+          }
         } else if constexpr (std::is_same_v<T, MemberDone>) {
           auto d = c.initDone();
           d.setError(b.error);

@@ -209,6 +209,15 @@ struct Control {
     denseStart @20 :DenseState;
   }
   epoch @18 :UInt64;          # nodesLost and shardsRestarted: the coordinator's count of them
+  load @21 :MemberLoad;       # heartbeat from a member daemon: its load (unset: none)
+}
+# ps/cluster_protocol.h MemberLoad: totals since the member process started.
+struct MemberLoad {
+  rssBytes @0 :UInt64;
+  rowsMemoryBytes @1 :UInt64;
+  busyNs @2 :List(UInt64);      # a worker: by replica
+  steps @3 :List(UInt64);       # a worker: by replica
+  rowsServed @4 :List(UInt64);  # a ps: by shard
 }
 # A deep model's dense layers and their optimizer's state (storage/dense_file.h DenseState).
 struct DenseState {

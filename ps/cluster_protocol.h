@@ -118,8 +118,25 @@ struct Welcome {
 struct Ready {};
 struct Start {};
 
+// What a member process is doing, sent by `colony ps` and `colony worker` with each heartbeat
+// for the coordinator's load alerts (monitor/alerts.h). Counters are totals since the process
+// started; a worker member fills busy_ns and steps (one entry per replica it hosts), a ps member
+// rows_served and rows_memory_bytes (one entry per shard it hosts, in node order). The
+// coordinator refuses a load that does not fit the member's role and count, or whose counters
+// went down (CoordinatorCore::on_message).
+struct MemberLoad {
+  uint64_t rss_bytes = 0;               // resident memory of the process
+  uint64_t rows_memory_bytes = 0;       // a ps: memory its stores hold for the rows
+  std::vector<uint64_t> busy_ns{};      // a worker: nanoseconds each replica spent on its steps
+  std::vector<uint64_t> steps{};        // a worker: steps each replica has taken
+  std::vector<uint64_t> rows_served{};  // a ps: rows each shard has served (pulled and pushed)
+  bool operator==(const MemberLoad&) const = default;
+};
+
 struct Heartbeat {
   uint64_t samples = 0;  // a worker member's samples trained so far
+  // A member daemon's load (none from the coordinator, nor from the simulator's members).
+  std::optional<MemberLoad> load{};
 };
 
 // What worker cores did, summed over cores, processes and members: the one set of training

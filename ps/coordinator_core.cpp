@@ -104,9 +104,13 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
         fmt::format("a message of kind {} from member {}: only the coordinator sends that",
                     message.body.index(), i),
         now_ms, out);
+  if (auto* hb = std::get_if<Heartbeat>(&message.body); hb && hb->load)
+    if (std::string lie = load_refused(i, *hb->load); !lie.empty())
+      return reject(fmt::format("a heartbeat from member {}: {}", i, lie), now_ms, out);
   st.last_heard_ms = now_ms;
   if (auto* hb = std::get_if<Heartbeat>(&message.body)) {
     if (!st.finished) st.samples = hb->samples;
+    if (hb->load) take_load(i, *hb->load);
   } else if (std::holds_alternative<Ready>(message.body)) {
     if (st.rejoining) {
       st.rejoining = false;
@@ -668,6 +672,75 @@ uint64_t CoordinatorCore::next_deadline() const {
                                       : state_[i].ready_deadline_ms + 1);
   }
   return t;
+}
+
+std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) const {
+  const MemberInfo& m = members_[i];
+  if (m.role == MemberRole::worker) {
+    if (load.busy_ns.size() != m.count || load.steps.size() != m.count)
+      return fmt::format("busy times for {} and steps for {} replicas from a worker of {}",
+                         load.busy_ns.size(), load.steps.size(), m.count);
+    if (!load.rows_served.empty() || load.rows_memory_bytes)
+      return "rows served or held, from a worker";
+  } else {
+    if (load.rows_served.size() != m.count)
+      return fmt::format("rows served by {} shards from a ps of {}", load.rows_served.size(),
+                         m.count);
+    if (!load.busy_ns.empty() || !load.steps.empty()) return "busy times or steps, from a ps";
+  }
+  const MemberState& st = state_[i];
+  if (!st.load || st.load_incarnation != m.incarnation) return "";
+  auto went_down = [](const std::vector<uint64_t>& now, const std::vector<uint64_t>& before) {
+    for (size_t k = 0; k < now.size(); ++k)
+      if (now[k] < before[k]) return true;
+    return false;
+  };
+  if (went_down(load.busy_ns, st.load->busy_ns) || went_down(load.steps, st.load->steps) ||
+      went_down(load.rows_served, st.load->rows_served))
+    return "counters below those of its last heartbeat";
+  return "";
+}
+
+void CoordinatorCore::take_load(uint32_t i, const MemberLoad& load) {
+  MemberState& st = state_[i];
+  // A new incarnation counts from 0 again; what the old one counted stays in the totals.
+  if (st.load_incarnation != members_[i].incarnation) st.load.reset();
+  st.load_incarnation = members_[i].incarnation;
+  auto add = [](std::vector<uint64_t>& total, const std::vector<uint64_t>& now,
+                const std::vector<uint64_t>* before) {
+    total.resize(now.size());
+    for (size_t k = 0; k < now.size(); ++k) total[k] += now[k] - (before ? (*before)[k] : 0);
+  };
+  add(st.busy_ns_total, load.busy_ns, st.load ? &st.load->busy_ns : nullptr);
+  add(st.steps_total, load.steps, st.load ? &st.load->steps : nullptr);
+  add(st.rows_served_total, load.rows_served, st.load ? &st.load->rows_served : nullptr);
+  st.load = load;
+}
+
+ClusterLoad CoordinatorCore::load() const {
+  ClusterLoad l;
+  if (phase_ == CoordinatorPhase::joining) return l;
+  l.shard_rows.assign(config_.shards, 0);
+  for (uint32_t i = 0; i < members_.size(); ++i) {
+    const MemberInfo& m = members_[i];
+    const MemberState& st = state_[i];
+    if (st.load) l.processes.push_back({i, st.load->rss_bytes, st.load->rows_memory_bytes});
+    for (uint32_t k = 0; k < m.count; ++k) {
+      const bool counted = st.load.has_value();  // the totals have the member's count
+      if (m.role == MemberRole::worker) {
+        l.worker_nodes.push_back(m.first_node + k);
+        l.worker_members.push_back(i);
+        l.worker_busy_s.push_back(counted ? double(st.busy_ns_total[k]) * 1e-9 : 0.0);
+        l.worker_steps.push_back(counted ? st.steps_total[k] : 0);
+      } else {
+        const NodeId shard = m.first_node + k;
+        COLONY_ASSERT(shard < l.shard_rows.size(), "shard node {} beyond {} shards", shard,
+                      l.shard_rows.size());
+        l.shard_rows[shard] = counted ? st.rows_served_total[k] : 0;
+      }
+    }
+  }
+  return l;
 }
 
 uint64_t CoordinatorCore::samples_reported() const {

@@ -121,6 +121,25 @@ struct CoordinatorTotals {
   uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`
 };
 
+// The members' load as their heartbeats told it (MemberLoad), for the driver's load alerts
+// (monitor/alerts.h). Counters are totals since the job started, summed over the incarnations
+// of a restarted member; 0 for a member that has sent none.
+struct ClusterLoad {
+  // By worker replica, in member order (the replicas' node ids and members alongside).
+  std::vector<NodeId> worker_nodes;
+  std::vector<uint32_t> worker_members;
+  std::vector<double> worker_busy_s;
+  std::vector<uint64_t> worker_steps;
+  std::vector<uint64_t> shard_rows;  // by shard index: rows served (pulled and pushed)
+  // Each member that has sent a load: its latest resident memory and the memory its rows hold.
+  struct Process {
+    uint32_t member = 0;
+    uint64_t rss_bytes = 0;
+    uint64_t rows_memory_bytes = 0;
+  };
+  std::vector<Process> processes;
+};
+
 class CoordinatorCore {
  public:
   // Fails with invalid_input for zero shards or workers, zero heartbeat interval or a timeout
@@ -154,6 +173,11 @@ class CoordinatorCore {
   NodeId coordinator_node() const { return coordinator_node_; }
   const CoordinatorTotals& totals() const { return totals_; }
   uint64_t samples_reported() const;  // from the latest heartbeats and final reports
+  // Once past joining (empty before): the load the members' heartbeats reported. A heartbeat
+  // whose load does not fit its member (a worker's busy times and steps, one per replica; a
+  // ps's rows served, one per shard; nothing of the other role's) or whose counters went below
+  // its last one's is dropped whole, like any other lie (on_message).
+  ClusterLoad load() const;
   // Trained, and some ps member's ShardSummary is still awaited (until its deadline).
   bool summaries_pending() const;
 
@@ -169,6 +193,11 @@ class CoordinatorCore {
     bool rejoining = false;          // welcomed back, not Ready yet
     uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)
     bool summary_pending = false;    // a ps member asked for its ShardSummary
+    // Its load: the latest of its current incarnation (`load_incarnation`), and its counters
+    // summed over incarnations.
+    std::optional<MemberLoad> load{};
+    uint64_t load_incarnation = 0;
+    std::vector<uint64_t> busy_ns_total{}, steps_total{}, rows_served_total{};
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
   void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms,
@@ -195,6 +224,9 @@ class CoordinatorCore {
   void maybe_trained(uint64_t now_ms, CoordinatorEffects& out);
   void send_all(const ControlBody& body, CoordinatorEffects& out);
   std::string waiting_for() const;
+  // Why member i's heartbeat load is refused; empty when it is taken.
+  std::string load_refused(uint32_t i, const MemberLoad& load) const;
+  void take_load(uint32_t i, const MemberLoad& load);
   uint32_t joined(MemberRole role) const;
 
   CoordinatorConfig config_;

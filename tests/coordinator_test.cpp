@@ -762,3 +762,94 @@ BOOST_AUTO_TEST_CASE(dense_layers_to_start_from_must_be_the_same_on_every_ps) {
                                          "layers \"dcn test\"") != std::string::npos,
              other.failed.message());
 }
+
+// Issue 15: the members' heartbeats carry their load (MemberLoad); the coordinator sums it per
+// worker replica and shard for its load alerts, and drops a load that cannot be its member's
+// (the other role's counters, another count of replicas or shards, counters that went down)
+// with the whole heartbeat, counted as a lie.
+BOOST_AUTO_TEST_CASE(heartbeat_loads_add_up_and_loads_that_cannot_be_the_members_are_dropped) {
+  CoordinatorCore core = running(/*hierarchical=*/false);  // ps of 2 shards, workers at 2 and 3
+  ClusterLoad l = core.load();
+  BOOST_TEST((l.worker_nodes == std::vector<NodeId>{2, 3}));
+  BOOST_TEST((l.worker_members == std::vector<uint32_t>{1, 2}));
+  BOOST_TEST((l.worker_steps == std::vector<uint64_t>{0, 0}));
+  BOOST_TEST((l.shard_rows == std::vector<uint64_t>{0, 0}));
+  BOOST_TEST(l.processes.empty());
+
+  auto worker_load = [](uint64_t busy_ns, uint64_t steps) {
+    return MemberLoad{300u << 20, 0, {busy_ns}, {steps}, {}};
+  };
+  CoordinatorEffects fx;
+  core.on_message({0, Heartbeat{0, MemberLoad{500u << 20, 64u << 20, {}, {}, {1000, 3000}}}}, 200,
+                  fx);
+  core.on_message({1, Heartbeat{640, worker_load(2'000'000'000, 10)}}, 200, fx);
+  core.on_message({2, Heartbeat{320, worker_load(1'000'000'000, 5)}}, 200, fx);
+  BOOST_TEST(core.totals().counters.bad_messages == 0u);
+  l = core.load();
+  BOOST_TEST((l.worker_busy_s == std::vector<double>{2.0, 1.0}));
+  BOOST_TEST((l.worker_steps == std::vector<uint64_t>{10, 5}));
+  BOOST_TEST((l.shard_rows == std::vector<uint64_t>{1000, 3000}));
+  BOOST_REQUIRE_EQUAL(l.processes.size(), 3u);
+  BOOST_TEST(l.processes[0].member == 0u);
+  BOOST_TEST(l.processes[0].rows_memory_bytes == uint64_t{64} << 20);
+  BOOST_TEST(l.processes[1].rss_bytes == uint64_t{300} << 20);
+
+  // Well-formed lies, each with its sender's own key and index: dropped whole (the samples too).
+  const std::vector<std::pair<uint32_t, MemberLoad>> lies = {
+      {1, MemberLoad{1, 0, {1, 2}, {1, 2}, {}}},          // two replicas from a worker of one
+      {1, MemberLoad{1, 0, {3'000'000'000}, {11}, {5}}},  // rows served, from a worker
+      {1, MemberLoad{1, 5, {3'000'000'000}, {11}, {}}},   // rows held, from a worker
+      {1, MemberLoad{1, 0, {1'000'000'000}, {11}, {}}},   // busy time went down
+      {2, MemberLoad{1, 0, {2'000'000'000}, {4}, {}}},    // steps went down
+      {0, MemberLoad{1, 0, {}, {}, {5000}}},              // one shard from a ps of two
+      {0, MemberLoad{1, 0, {7}, {7}, {2000, 4000}}},      // steps, from a ps
+      {0, MemberLoad{1, 0, {}, {}, {999, 4000}}},         // rows served went down
+  };
+  for (const auto& [from, load] : lies) {
+    CoordinatorEffects lie;
+    core.on_message({from, Heartbeat{999'999, load}}, 300, lie);
+  }
+  BOOST_TEST(core.totals().counters.bad_messages == lies.size());
+  BOOST_TEST(core.samples_reported() == 960u);
+  l = core.load();
+  BOOST_TEST((l.worker_busy_s == std::vector<double>{2.0, 1.0}));
+  BOOST_TEST((l.worker_steps == std::vector<uint64_t>{10, 5}));
+  BOOST_TEST((l.shard_rows == std::vector<uint64_t>{1000, 3000}));
+
+  // The truth goes on adding up; a heartbeat without a load (the simulator's) changes nothing.
+  core.on_message({1, Heartbeat{700, worker_load(2'500'000'000, 12)}}, 400, fx);
+  core.on_message({2, Heartbeat{400}}, 400, fx);
+  l = core.load();
+  BOOST_TEST((l.worker_busy_s == std::vector<double>{2.5, 1.0}));
+  BOOST_TEST((l.worker_steps == std::vector<uint64_t>{12, 5}));
+  BOOST_TEST(core.totals().counters.bad_messages == lies.size());
+}
+
+// A durable ps restarted mid-job counts its shards' rows from 0 again: the coordinator's totals
+// go on from what the old process had counted.
+BOOST_AUTO_TEST_CASE(a_restarted_members_load_adds_to_what_its_last_incarnation_counted) {
+  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
+  auto core = CoordinatorCore::make(c, 0).value();
+  MemberInfo ps = member(MemberRole::ps, 1);
+  ps.durable = true;
+  ps.incarnation = 1;
+  form(core, {ps, member(MemberRole::worker, 2)}, 0);
+  for (uint32_t i = 0; i < 2; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  CoordinatorEffects fx;
+  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {5000}}}}, 100, fx);
+  BOOST_TEST(core.load().shard_rows[0] == 5000u);
+  // Restarted at once: a new incarnation joins; it counts from 0.
+  ps.incarnation = 2;
+  CoordinatorEffects back;
+  core.on_message({control_from_unknown, Join{ps}}, 200, back);
+  BOOST_REQUIRE_EQUAL(sent<Welcome>(back).size(), 1u);
+  core.on_message({0, Ready{}}, 300, back);
+  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {700}}}}, 400, back);
+  BOOST_TEST(core.totals().counters.bad_messages == 0u);
+  BOOST_TEST(core.load().shard_rows[0] == 5700u);
+  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {900}}}}, 500, back);
+  BOOST_TEST(core.load().shard_rows[0] == 5900u);
+}

@@ -452,12 +452,21 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   lost.reason = random_text(rng, 100);
   lost.epoch = rng.next();
   const uint32_t from = static_cast<uint32_t>(rng.next());
+  auto counts = [&rng](size_t n) {
+    std::vector<uint64_t> v(n);
+    for (uint64_t& x : v) x = rng.next();
+    return v;
+  };
+  MemberLoad load{rng.next(), rng.next(), counts(rng.next() % 40), counts(rng.next() % 40),
+                  counts(rng.next() % 40)};
   return {
       {from, Join{random_member(rng)}},
       {from, std::move(w)},
       {from, Ready{}},
       {from, Start{}},
       {from, Heartbeat{rng.next()}},
+      {from, Heartbeat{rng.next(), std::move(load)}},
+      {from, Heartbeat{rng.next(), MemberLoad{}}},
       {from, std::move(d)},
       {from, std::move(lost)},
       {from, Leave{random_text(rng, 300)}},
@@ -503,7 +512,8 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
                  x.coordinator_node == y.coordinator_node && x.workers_total == y.workers_total &&
                  x.split_data == y.split_data && x.heartbeat_ms == y.heartbeat_ms &&
                  x.heartbeat_timeout_ms == y.heartbeat_timeout_ms;
-        if constexpr (std::is_same_v<T, Heartbeat>) return x.samples == y.samples;
+        if constexpr (std::is_same_v<T, Heartbeat>)
+          return x.samples == y.samples && x.load == y.load;
         if constexpr (std::is_same_v<T, MemberDone>)
           return x.error == y.error && x.drained == y.drained && x.counters == y.counters &&
                  x.read_from_cache == y.read_from_cache && x.dense == y.dense &&
