@@ -52,14 +52,18 @@ std::vector<Alert> AlertMonitor::observe(AlertSample sample) {
   const double span = now.time_s - then.time_s;
   std::vector<Alert> out;
   if (span < config_.window_s / 2) return out;
+  auto name = [](const std::vector<std::string>& names, const char* what, size_t i) {
+    return i < names.size() ? names[i] : fmt::format("{} {}", what, i);
+  };
 
   // Leak suspect: memory the rows do not explain.
   const double unexplained =
       (now.rss_bytes - then.rss_bytes) - (now.rows_memory_bytes - then.rows_memory_bytes);
   decide(unexplained > config_.leak_bytes && unexplained > config_.leak_share * then.rss_bytes,
-         "leak_suspect", "process",
-         fmt::format("resident memory grew by {:.0f} MiB in {:.0f} s, {:.0f} MiB more than the "
+         "leak_suspect", now.process_name.empty() ? "process" : now.process_name,
+         fmt::format("{}resident memory grew by {:.0f} MiB in {:.0f} s, {:.0f} MiB more than the "
                      "rows did ({:.0f} MiB to {:.0f} MiB)",
+                     now.process_name.empty() ? "" : now.process_name + ": ",
                      (now.rss_bytes - then.rss_bytes) / 1048576.0, span, unexplained / 1048576.0,
                      then.rss_bytes / 1048576.0, now.rss_bytes / 1048576.0),
          out);
@@ -76,11 +80,11 @@ std::vector<Alert> AlertMonitor::observe(AlertSample sample) {
     }
     for (size_t w = 0; w < workers; ++w) {
       const double others = median_of_others(per_step, w);
-      decide(others > 0 && per_step[w] > config_.straggler_ratio * others, "straggler",
-             fmt::format("worker {}", w),
-             fmt::format("worker {} took {:.2f} ms a step over the last {:.0f} s, the other "
+      const std::string worker = name(now.worker_names, "worker", w);
+      decide(others > 0 && per_step[w] > config_.straggler_ratio * others, "straggler", worker,
+             fmt::format("{} took {:.2f} ms a step over the last {:.0f} s, the other "
                          "workers' median {:.2f} ms",
-                         w, 1000.0 * per_step[w], span, 1000.0 * others),
+                         worker, 1000.0 * per_step[w], span, 1000.0 * others),
              out);
     }
   }
@@ -94,12 +98,31 @@ std::vector<Alert> AlertMonitor::observe(AlertSample sample) {
       const double others = median_of_others(rows, s);
       decide(rows[s] >= config_.hot_shard_min_rows &&
                  rows[s] > config_.hot_shard_ratio * std::max(others, 1.0),
-             "hot_shard", fmt::format("shard {}", s),
-             fmt::format("shard {} served {:.0f} rows in the last {:.0f} s, the other shards' "
+             "hot_shard", name(now.shard_names, "shard", s),
+             fmt::format("{} served {:.0f} rows in the last {:.0f} s, the other shards' "
                          "median {:.0f}",
-                         s, rows[s], span, others),
+                         name(now.shard_names, "shard", s), rows[s], span, others),
              out);
     }
+  }
+  return out;
+}
+
+ClusterAlertMonitor::ClusterAlertMonitor(AlertConfig config) : config_(config), cluster_(config) {}
+
+std::vector<Alert> ClusterAlertMonitor::observe(AlertSample cluster,
+                                                const std::vector<Process>& processes) {
+  const double time_s = cluster.time_s;
+  cluster.rss_bytes = cluster.rows_memory_bytes = 0.0;
+  std::vector<Alert> out = cluster_.observe(std::move(cluster));
+  for (const Process& p : processes) {
+    AlertSample s;
+    s.time_s = time_s;
+    s.rss_bytes = p.rss_bytes;
+    s.rows_memory_bytes = p.rows_memory_bytes;
+    s.process_name = p.name;
+    auto it = processes_.try_emplace(p.name, config_).first;
+    for (Alert& a : it->second.observe(std::move(s))) out.push_back(std::move(a));
   }
   return out;
 }

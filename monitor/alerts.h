@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -42,11 +43,15 @@ struct AlertSample {
   std::vector<double> worker_busy_s{};   // seconds each worker has spent on its steps
   std::vector<uint64_t> worker_steps{};  // steps each worker has taken
   std::vector<uint64_t> shard_rows{};    // rows each shard has served (pulled and pushed)
+  // What the alerts call the process and each worker and shard (their subjects, and in their
+  // messages); empty: "process", "worker i", "shard i". Taken from the latest sample.
+  std::string process_name{};
+  std::vector<std::string> worker_names{}, shard_names{};
 };
 
 struct Alert {
   std::string kind;     // leak_suspect, straggler or hot_shard
-  std::string subject;  // "process", "worker 3", "shard 1"
+  std::string subject;  // "process", "worker 3", "shard 1" (or the sample's names)
   std::string message;  // what was seen, with the numbers
 };
 
@@ -64,6 +69,28 @@ class AlertMonitor {
   AlertConfig config_;
   std::deque<AlertSample> window_;
   std::set<std::string> raised_;  // kind/subject
+};
+
+// The load alerts of a cluster of processes (the coordinator's, over `colony ps` and `colony
+// worker` daemons): straggler and hot shard over every worker and shard of the cluster, and a
+// leak suspect for each process on its own.
+class ClusterAlertMonitor {
+ public:
+  explicit ClusterAlertMonitor(AlertConfig config = {});
+  struct Process {
+    std::string name;  // the leak alert's subject, e.g. "ps member 1 (tcp://10.0.0.2:7101)"
+    double rss_bytes = 0.0;
+    double rows_memory_bytes = 0.0;
+  };
+  // Takes a sample of the cluster's workers and shards (its rss and rows memory are ignored)
+  // and of each process that has reported, watched under its name (one that stops reporting is
+  // no longer sampled), at `cluster.time_s`; returns the alerts they raise.
+  std::vector<Alert> observe(AlertSample cluster, const std::vector<Process>& processes);
+
+ private:
+  AlertConfig config_;
+  AlertMonitor cluster_;
+  std::map<std::string, AlertMonitor> processes_;
 };
 
 // The median of `values` without the one at `skip` (0 when nothing is left).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -281,6 +282,45 @@ BOOST_AUTO_TEST_CASE(a_shard_serving_far_more_rows_is_hot) {
   j.rows_per_s = 0;
   j.hot = 10;
   BOOST_TEST(alerts_of(j).empty());
+}
+
+// The coordinator's monitor over a cluster of processes: each process's memory is watched on
+// its own (a leak in one names it, and only it), workers and shards by the names given.
+BOOST_AUTO_TEST_CASE(a_cluster_monitor_names_the_leaking_process_the_straggler_and_the_hot_shard) {
+  using colony::monitor::AlertSample;
+  using colony::monitor::ClusterAlertMonitor;
+  ClusterAlertMonitor m;
+  AlertSample s;
+  s.worker_busy_s.assign(3, 0.0);
+  s.worker_steps.assign(3, 0);
+  s.shard_rows.assign(2, 0);
+  s.worker_names = {"worker node 2 (member 1)", "worker node 3 (member 2)",
+                    "worker node 4 (member 3)"};
+  double leaking_rss = 400e6;
+  std::vector<colony::monitor::Alert> all;
+  for (int t = 0; t <= 60; ++t) {
+    s.time_s = t;
+    for (size_t w = 0; w < 3; ++w) {
+      s.worker_steps[w] += 50;
+      s.worker_busy_s[w] += 50 * (w == 2 ? 0.05 : 0.01);  // member 3's is five times slower
+    }
+    s.shard_rows[0] += 10000;
+    s.shard_rows[1] += 100000;  // ten times shard 0's
+    // Cluster-wide rss is ignored: only each process's own counts.
+    s.rss_bytes = 1e12 * t;
+    leaking_rss += 30e6;
+    std::vector<ClusterAlertMonitor::Process> processes = {
+        {"ps member 0 (tcp://10.0.0.1:7000)", 500e6 + 2e6 * t, 100e6 + 2e6 * t},
+        {"worker member 3 (tcp://10.0.0.4:7000)", leaking_rss, 0}};
+    for (auto& a : m.observe(s, processes)) all.push_back(a);
+  }
+  std::map<std::string, std::string> raised;  // kind -> subject
+  for (const auto& a : all) BOOST_TEST(raised.emplace(a.kind, a.subject).second, a.message);
+  BOOST_TEST(raised.size() == 3u);
+  BOOST_TEST(raised["leak_suspect"] == "worker member 3 (tcp://10.0.0.4:7000)");
+  BOOST_TEST(raised["straggler"] == "worker node 4 (member 3)");
+  BOOST_TEST(raised["hot_shard"] == "shard 1");
+  for (const auto& a : all) BOOST_TEST(a.message.find(a.subject) == 0u, a.message);
 }
 
 BOOST_AUTO_TEST_CASE(the_median_of_the_others_leaves_one_out) {
