@@ -18,6 +18,8 @@ using namespace daemon_internal;
 
 namespace {
 
+constexpr uint64_t load_sample_ms = 250;  // how often the load alerts sample the members' load
+
 class Coordinator {
  public:
   Coordinator(const CoordinatorDaemonOptions& o, const DaemonLog& log, DaemonSignals& signals)
@@ -88,8 +90,10 @@ class Coordinator {
       pump(poll_ms);
       if (!failed_.ok()) return failed_;
       progress();
+      watch_load();
       record_metrics();
     }
+    watch_load();
     record_metrics();
     result_.train_seconds = double(now_ms() - start_ms_) / 1000.0;
     // The ps members' summaries of their shards, before evaluation pulls add to them (the
@@ -244,6 +248,38 @@ class Coordinator {
       metrics_->logloss->set(t.counters.loss_sum / double(t.counters.samples));
   }
 
+  // The load alerts, from the members' heartbeats (CoordinatorCore::load), sampled every
+  // load_sample_ms while training: each logged, counted in colony_alerts_total{kind} and kept
+  // for the report.
+  void watch_load() {
+    const uint64_t now = now_ms();
+    if (core_->phase() != CoordinatorPhase::running || now < next_load_ms_) return;
+    next_load_ms_ = now + load_sample_ms;
+    const ClusterLoad load = core_->load();
+    const std::vector<MemberInfo>& members = core_->members();
+    monitor::AlertSample sample;
+    sample.time_s = double(now - start_ms_) / 1000.0;
+    sample.worker_busy_s = load.worker_busy_s;
+    sample.worker_steps = load.worker_steps;
+    sample.shard_rows = load.shard_rows;
+    for (size_t w = 0; w < load.worker_nodes.size(); ++w)
+      sample.worker_names.push_back(
+          fmt::format("worker node {} (member {})", load.worker_nodes[w], load.worker_members[w]));
+    std::vector<monitor::ClusterAlertMonitor::Process> processes;
+    for (const ClusterLoad::Process& p : load.processes) {
+      if (core_->gone(p.member)) continue;
+      const MemberInfo& m = members[p.member];
+      processes.push_back(
+          {fmt::format("{} member {} ({})", to_string(m.role), p.member, m.endpoint),
+           double(p.rss_bytes), double(p.rows_memory_bytes)});
+    }
+    for (monitor::Alert& alert : alerts_.observe(std::move(sample), processes)) {
+      log_(fmt::format("warning: alert {}: {}", alert.kind, alert.message));
+      if (o_.metrics) monitor::alerts(*o_.metrics, alert.kind).inc();
+      result_.alerts.push_back(std::move(alert));
+    }
+  }
+
   void progress() {
     const uint64_t now = now_ms();
     if (core_->phase() != CoordinatorPhase::running || now < next_progress_ms_) return;
@@ -317,6 +353,8 @@ class Coordinator {
   bool trained_ = false;
   uint64_t start_ms_ = 0;
   uint64_t next_progress_ms_ = 0;
+  monitor::ClusterAlertMonitor alerts_{o_.alerts};
+  uint64_t next_load_ms_ = 0;
   std::optional<monitor::TrainInstruments> metrics_;
   uint64_t samples_counted_ = 0;
   monitor::Gauge* members_ = nullptr;

@@ -20,10 +20,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "data/reader.h"
 #include "gpu/device.h"
+#include "monitor/alerts.h"
 #include "ps/cluster_protocol.h"
 #include "ps/coordinator_core.h"
 #include "storage/store_spec.h"
@@ -64,6 +66,9 @@ struct CoordinatorDaemonOptions {
   bool require_all_workers = false;
   // Live metrics (docs/monitoring.md): the job's progress and the bridge's totals; null: none.
   std::shared_ptr<monitor::Registry> metrics;
+  // The load alerts (straggler, hot shard, a leak suspect per member) over the members'
+  // heartbeats: their window (--alert-window).
+  monitor::AlertConfig alerts;
 };
 
 struct CoordinatorResult {
@@ -77,6 +82,7 @@ struct CoordinatorResult {
   uint64_t refused_peers = 0;
   std::string store;               // the ps members' row stores, each distinct one, "; " between
   bool stopped_by_signal = false;  // drained on SIGTERM before the job ended
+  std::vector<monitor::Alert> alerts;  // the load alerts raised, in order
 };
 
 // Runs the coordinator until the job ends. Fails with invalid_input for bad options or keys,
@@ -110,6 +116,11 @@ struct MemberDaemonOptions {
   // A timeline the process's actors and bridge record their spans into (`--timeline`); null:
   // none.
   std::shared_ptr<monitor::TimelineRecorder> timeline;
+  // Faults for tests and drills: a worker's first replica sleeps this many milliseconds after
+  // each of its steps (a straggler); once training has begun here (a step taken, a row served),
+  // the process allocates and keeps this many MiB more, 64 MiB at each heartbeat (a leak).
+  uint32_t fault_slow_ms = 0;
+  uint32_t fault_leak_mb = 0;
 };
 
 // Runs a ps or worker member until the coordinator ends the job (OK when it ended well), the

@@ -1,5 +1,7 @@
 // `colony ps` and `colony worker`: a member process joins, builds its cores from the layout,
 // serves until the coordinator ends the job (actors/daemon.h).
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -185,8 +187,48 @@ class Member {
                        o_.count == 1 ? "" : "s"));
     } else if (auto* h = std::get_if<Heartbeat>(&body)) {
       h->samples = p_.shared->samples.load();
+      leak();
+      h->load = load();
       log_skips();
     }
+  }
+
+  // This process's load for the coordinator's alerts, once its cores are built (the load
+  // arrays sized; none before).
+  std::optional<MemberLoad> load() const {
+    JobShared& sh = *p_.shared;
+    MemberLoad l;
+    if (o_.role == MemberRole::worker) {
+      if (sh.worker_busy_ns.size() != o_.count) return std::nullopt;
+      for (size_t w = 0; w < o_.count; ++w) {
+        l.busy_ns.push_back(sh.worker_busy_ns[w].load());
+        l.steps.push_back(sh.worker_steps[w].load());
+      }
+    } else {
+      if (!core_->layout() || sh.shard_rows.size() != in_layout().first_node + o_.count)
+        return std::nullopt;
+      for (size_t s = in_layout().first_node; s < sh.shard_rows.size(); ++s) {
+        l.rows_served.push_back(sh.shard_rows[s].load());
+        l.rows_memory_bytes += sh.shard_bytes[s].load();
+      }
+    }
+    l.rss_bytes = static_cast<uint64_t>(monitor::resident_bytes());
+    return l;
+  }
+
+  // --fault-leak-mb: 64 MiB more at each heartbeat once training has begun here (a step taken,
+  // a row served), up to the total.
+  void leak() {
+    if (leaked_mb_ >= o_.fault_leak_mb) return;
+    const JobShared& sh = *p_.shared;
+    auto begun = [](const std::deque<std::atomic<uint64_t>>& counts) {
+      return std::any_of(counts.begin(), counts.end(), [](const auto& n) { return n.load() > 0; });
+    };
+    if (!begun(sh.worker_steps) && !begun(sh.shard_rows)) return;
+    const size_t mb = std::min<size_t>(64, o_.fault_leak_mb - leaked_mb_);
+    leaked_.push_back(std::make_unique<char[]>(mb << 20));
+    std::memset(leaked_.back().get(), 1, mb << 20);  // touched: resident
+    leaked_mb_ += mb;
   }
 
   // The replicas' gradient alerts since the last heartbeat (the last of them logged, all
@@ -251,6 +293,19 @@ class Member {
     std::vector<NodeId> local;
     for (NodeId n = self.first_node; n < self.first_node + self.count; ++n) {
       if (n >= nodes.size()) return Status::internal(fmt::format("node {} outside the layout", n));
+      // The load the heartbeats carry (load()), counted by the actors: sized before they start.
+      JobShared& sh = *p_.shared;
+      if (o_.role == MemberRole::worker) {
+        sh.slow_ms = o_.fault_slow_ms;  // slot 0: the first replica
+        sh.worker_slot[n] = n - self.first_node;
+        sh.worker_busy_ns.emplace_back(0);
+        sh.worker_steps.emplace_back(0);
+      } else {
+        while (sh.shard_rows.size() <= n) {
+          sh.shard_rows.emplace_back(0);
+          sh.shard_bytes.emplace_back(0);
+        }
+      }
       local.push_back(n);
     }
     if (o_.role == MemberRole::ps) {
@@ -618,6 +673,8 @@ class Member {
   std::vector<caf::actor> worker_actors_;
   uint64_t skips_logged_ = 0, gradient_alerts_logged_ = 0, updates_refused_logged_ = 0;
   monitor::Counter* skip_alerts_ = nullptr;
+  std::vector<std::unique_ptr<char[]>> leaked_;  // --fault-leak-mb
+  size_t leaked_mb_ = 0;
   Process p_;  // last: destroyed first, before the cores its actors use
 };
 

@@ -116,6 +116,7 @@ struct CoordinatorArgs {
   std::vector<Elsewhere> elsewhere;
   std::string test, report, cache_dir;
   uint32_t heartbeat_ms = 1000, heartbeat_timeout_ms = 10000;
+  double alert_window_s = monitor::AlertConfig{}.window_s;
 };
 
 }  // namespace
@@ -167,6 +168,11 @@ Runner add_coordinator(CLI::App& app) {
                   "Silence after which a member is lost")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--alert-window", a->alert_window_s,
+                  "Seconds over which the load alerts (leak suspect per member, straggler, hot "
+                  "shard; docs/monitoring.md) measure growth and rates from the heartbeats")
+      ->check(CLI::Range(0.5, 3600.0))
+      ->capture_default_str();
   cmd->add_flag("--require-all-workers", a->require_all,
                 "Fail the job when a worker member is lost (default: go on with the rest; always "
                 "for a deep model, whose dense all-reduce needs every worker member)");
@@ -208,12 +214,11 @@ Runner add_coordinator(CLI::App& app) {
       {"--test-rows", "the daemons train on files: make them with `colony gen`"},
       {"--valid-fraction", "hold out validation rows in a file of their own for the daemons"},
       {"--patience", "the daemons do not stop early; `colony train` does"},
-      {"--alert-window", "the daemons raise no load alerts yet; `colony train` does"},
       {"--metrics-linger", "the daemons serve their metrics until they exit"},
       {"--dashboard", "the coordinator serves its dashboard wherever --metrics-port serves"},
       {"--timeline", "give each `colony ps` and `colony worker` its --timeline"},
-      {"--fault-slow-worker", "a fault of `colony train` only"},
-      {"--fault-leak-mb", "a fault of `colony train` only"},
+      {"--fault-slow-worker", "give the `colony worker` to slow its --fault-slow-ms"},
+      {"--fault-leak-mb", "give the `colony ps` or `colony worker` to leak its --fault-leak-mb"},
   };
   for (const auto& [flag, where] : not_here) {
     const std::string help = "Not a coordinator option (refused, saying where it goes)";
@@ -244,6 +249,7 @@ Runner add_coordinator(CLI::App& app) {
     o.heartbeat_ms = a->heartbeat_ms;
     o.heartbeat_timeout_ms = a->heartbeat_timeout_ms;
     o.require_all_workers = a->require_all;
+    o.alerts.window_s = a->alert_window_s;
     JobSpec& j = o.job;
     auto parsed = parse_model_flags(a->flags);
     if (!parsed) return fail(parsed.status());
@@ -362,7 +368,7 @@ Runner add_coordinator(CLI::App& app) {
         {"ps_summaries", r->totals.shard_summaries},
         {"bad_messages", r->bad_messages},
         {"on_nan", a->on_nan},
-        {"alerts", nlohmann::json::array()},  // the daemons raise no load alerts yet
+        {"alerts", alerts_json(r->alerts)},
         {"steps_skipped", r->totals.counters.steps_skipped},
         {"updates_not_finite", r->totals.shards.updates_not_finite},
         {"refused_peers", r->refused_peers},
@@ -493,6 +499,17 @@ Runner add_member(CLI::App& app, MemberRole role) {
                     "Where the replicas' math runs: cpu, or cuda[:N] (lr and fm; a CUDA build)")
         ->capture_default_str();
   }
+  // Faults for tests and drills (hidden from --help): a straggler, a leak.
+  if (!ps)
+    cmd->add_option("--fault-slow-ms", o.fault_slow_ms,
+                    "The first replica sleeps MS milliseconds after each of its steps")
+        ->check(CLI::Range(1u, 60000u))
+        ->group("");
+  cmd->add_option("--fault-leak-mb", o.fault_leak_mb,
+                  "Once training has begun here, allocate and keep N MiB more (64 MiB at each "
+                  "heartbeat)")
+      ->check(CLI::Range(0u, 65536u))
+      ->group("");
   cmd->add_option("--timeline", a->timeline,
                   "When this process exits, write what its " +
                       std::string(ps ? "shards" : "worker replicas and aggregator") +

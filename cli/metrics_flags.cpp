@@ -53,4 +53,11 @@ bool write_timeline(const std::string& path, const monitor::TimelineRecorder& re
   return true;
 }
 
+nlohmann::json alerts_json(const std::vector<monitor::Alert>& alerts) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const monitor::Alert& alert : alerts)
+    list.push_back({{"kind", alert.kind}, {"subject", alert.subject}, {"message", alert.message}});
+  return list;
+}
+
 }  // namespace colony::cli

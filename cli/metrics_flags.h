@@ -5,10 +5,13 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/status.h"
+#include "monitor/alerts.h"
 #include "monitor/http_server.h"
 #include "monitor/registry.h"
 #include "monitor/timeline_recorder.h"
@@ -46,5 +49,8 @@ Expected<std::shared_ptr<monitor::TimelineRecorder>> start_timeline(const std::s
 // FILE ..."); false, and a message naming the path, when it cannot.
 bool write_timeline(const std::string& path, const monitor::TimelineRecorder& recorder,
                     const std::function<void(const std::string&)>& say);
+
+// The report's "alerts": one {kind, subject, message} object per alert, in order.
+nlohmann::json alerts_json(const std::vector<monitor::Alert>& alerts);
 
 }  // namespace colony::cli

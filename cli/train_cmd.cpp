@@ -494,11 +494,7 @@ Runner add_train(CLI::App& app) {
       rep["updates_lost"] = r.updates_lost;
     }
     rep["on_nan"] = a->on_nan;
-    nlohmann::json alert_list = nlohmann::json::array();
-    for (const monitor::Alert& alert : alerts_raised)
-      alert_list.push_back(
-          {{"kind", alert.kind}, {"subject", alert.subject}, {"message", alert.message}});
-    rep["alerts"] = alert_list;
+    rep["alerts"] = alerts_json(alerts_raised);
     rep["steps_skipped"] = r.counters.steps_skipped;
     rep["updates_not_finite"] = updates_refused_logged;
     nlohmann::json per_epoch = nlohmann::json::array();

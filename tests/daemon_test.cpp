@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -32,6 +33,7 @@
 #include "tests/child_process.h"
 #include "tests/cli_fixture.h"
 #include "tests/prom_text.h"
+#include "tests/skewed_data.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -636,6 +638,14 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
   // joins as a ps (its key is a worker's).
   auto as_w0_to_coord = liar(endpoint, "server", "worker-0");
   send_control(*as_w0_to_coord, {99, Heartbeat{1'000'000'000}});
+  // And heartbeats whose load cannot be a worker member's of one replica: rows served by a
+  // shard, and busy times for three replicas. Sent in every member's name, so one of each goes
+  // with the right index and key (and is dropped for its load); the others for their key.
+  for (uint32_t member = 0; member < 4; ++member) {
+    send_control(*as_w0_to_coord,
+                 {member, Heartbeat{0, MemberLoad{1, 0, {1}, {1}, {1'000'000'000'000}}}});
+    send_control(*as_w0_to_coord, {member, Heartbeat{0, MemberLoad{1, 0, {1, 2, 3}, {1, 2, 3}}}});
+  }
   const fs::path proc = "/proc/" + std::to_string(coord->pid());
   const size_t threads_before = entries(proc / "task"), fds_before = entries(proc / "fd");
   const std::string w0_public = read_public_key(s.role_keys.string(), "worker-0").value();
@@ -662,8 +672,8 @@ BOOST_AUTO_TEST_CASE(lies_from_listed_keys_are_dropped_and_counted) {
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
   const auto r = report("lies.json");
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 600000u);
-  // 4 at ps-0, 5 at worker-1, 1 + 100 at the coordinator.
-  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 110u, r.dump());
+  // 4 at ps-0, 5 at worker-1, 1 + 8 + 100 at the coordinator.
+  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 118u, r.dump());
   BOOST_TEST(r["ps_summaries"].get<uint32_t>() == 2u);
   const double logloss = r["test_logloss"].get<double>();
   BOOST_TEST_MESSAGE("lied to " << logloss << " vs embedded " << expected << ", bad messages "
@@ -789,6 +799,62 @@ BOOST_AUTO_TEST_CASE(the_daemons_skip_steps_with_a_gradient_not_finite_under_on_
                                                      "gradient of (-?nan|-?inf) for key [0-9]+: "
                                                      "skipped")),
              w0->log());
+}
+
+// Issue 15's load alerts over daemons: the members' heartbeats carry their load, and the
+// coordinator names a worker slowed by a flag (straggler), a ps leaking by a flag (leak
+// suspect) and the shard a skewed key stream lands on (hot shard): each logged, counted in its
+// colony_alerts_total{kind} and listed in the report, and nobody else is named. The members'
+// loads are all taken (no bad messages). The job would train for long; once the alerts are in,
+// a SIGTERM ends it (the report is still written).
+BOOST_AUTO_TEST_CASE(the_coordinator_names_a_straggler_a_leaking_member_and_a_hot_shard) {
+  Suite& s = suite();
+  const fs::path skewed = s.dir / "skewed.libsvm";
+  {
+    std::ofstream out(skewed);
+    out << colony::test::skewed_libsvm(2, 20000);
+  }
+  auto [coord, endpoint] = start_coordinator(
+      "alerts-coordinator",
+      cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs", "1000", "--no-cache",
+                               "--heartbeat-ms", "200", "--alert-window", "2", "--metrics-port",
+                               "0", "--report", (s.dir / "alerts.json").string()}));
+  auto ps0 = start_member("alerts-ps0", "ps", endpoint, role_key("ps-0"));
+  auto ps1 = start_member("alerts-ps1", "ps", endpoint,
+                          cat(role_key("ps-1"), {"--fault-leak-mb", "1024"}));
+  auto w0 = start_member("alerts-w0", "worker", endpoint, role_key("worker-0"), {}, skewed);
+  auto w1 = start_member("alerts-w1", "worker", endpoint,
+                         cat(role_key("worker-1"), {"--fault-slow-ms", "20"}), {}, skewed);
+  const int port = std::stoi(coord->await("metrics: http://127\\.0\\.0\\.1:(\\d+)/metrics"));
+  const std::string ps1_endpoint = ps1->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
+  const std::string w1_node = w1->await("built my cores \\(nodes ([0-9]+)");
+  const std::string straggler = coord->await(
+      "warning: alert straggler: (worker node [0-9]+ \\(member [0-9]+\\)) took [0-9.]+ ms a step");
+  BOOST_TEST(straggler.find("worker node " + w1_node + " ") == 0u, straggler);
+  const std::string leaker = coord->await(
+      "warning: alert leak_suspect: (ps member [0-9]+ \\(tcp://[0-9.:]+\\)): resident memory grew");
+  BOOST_TEST(leaker.find(ps1_endpoint) != std::string::npos, leaker);
+  coord->await("warning: alert hot_shard: shard 0 served [0-9]+ rows");
+  // Counted where the dashboard reads its alerts.
+  auto res = httplib::Client("127.0.0.1", port).Get("/metrics");
+  BOOST_REQUIRE_MESSAGE(res && res->status == 200, "no /metrics; the log:\n" << coord->log());
+  const auto metrics = colony::test::parse_prom_text(res->body);
+  BOOST_REQUIRE_MESSAGE(metrics.error.empty(), metrics.error);
+  for (const char* kind : {"straggler", "leak_suspect", "hot_shard"})
+    BOOST_TEST(metrics.value("colony_alerts_total", {{"kind", kind}}) >= 1, kind);
+  coord->signal(SIGTERM);
+  BOOST_TEST(coord->wait() == 0, coord->log());
+  for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) c->wait();
+  const auto r = report("alerts.json");
+  BOOST_TEST_MESSAGE("the coordinator's alerts: " << r["alerts"].dump(1));
+  BOOST_TEST(r["stopped_by_signal"].get<bool>());
+  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u, r.dump());
+  std::map<std::string, std::set<std::string>> named;  // kind -> subjects
+  for (const auto& a : r["alerts"]) named[a["kind"].get<std::string>()].insert(a["subject"]);
+  BOOST_TEST(named["straggler"] == std::set<std::string>{straggler}, r["alerts"].dump());
+  BOOST_TEST(named["leak_suspect"] == std::set<std::string>{leaker}, r["alerts"].dump());
+  BOOST_TEST(named["hot_shard"] == std::set<std::string>{"shard 0"}, r["alerts"].dump());
+  BOOST_TEST(named.size() == 3u, r["alerts"].dump());
 }
 
 // Issue 14: a tiered ps store (rows in memory over RocksDB) holds every row once the job has

@@ -18,9 +18,9 @@
 #include "common/hash.h"
 #include "monitor/http_server.h"
 #include "monitor/registry.h"
-#include "ps/shard_map.h"
 #include "tests/child_process.h"
 #include "tests/prom_text.h"
+#include "tests/skewed_data.h"
 
 using namespace colony;
 using colony::test::parse_prom_text;
@@ -301,26 +301,7 @@ BOOST_AUTO_TEST_CASE(memory_that_grows_beyond_the_rows_is_alerted_as_a_leak_susp
 // features hash to shard 0 of 4) names that shard, and only it.
 BOOST_AUTO_TEST_CASE(a_key_stream_skewed_onto_one_shard_is_alerted_as_a_hot_shard) {
   CliFixture fx("colony-hot-shard");
-  ShardMapSpec spec;
-  spec.shards = 4;
-  spec.seed = 1;  // colony train's default --seed places the rows
-  const ShardMap map = ShardMap::make(spec).value();
-  std::vector<std::vector<uint64_t>> pool(4);  // libsvm indices by the shard their key is on
-  for (uint64_t index = 1; pool[0].size() < 200000 || pool[1].size() < 2000 ||
-                           pool[2].size() < 2000 || pool[3].size() < 2000;
-       ++index)
-    pool[map.shard_of(make_key(0, mix64(index)))].push_back(index);
-  SplitMix64 rng(7);
-  std::string text;
-  for (int row = 0; row < 60000; ++row) {
-    text += rng.next() % 2 ? "1" : "0";
-    std::set<uint64_t> features;  // libsvm wants each index once, in order
-    while (features.size() < 18) features.insert(pool[0][rng.next() % pool[0].size()]);
-    for (int s = 1; s <= 3; ++s) features.insert(pool[s][rng.next() % 2000]);
-    for (uint64_t f : features) text += " " + std::to_string(f) + ":1";
-    text += "\n";
-  }
-  const fs::path train = fx.write("skewed.libsvm", text);
+  const fs::path train = fx.write("skewed.libsvm", colony::test::skewed_libsvm(4, 60000));
   const fs::path report = fx.dir / "hot.json";
   const auto r =
       fx.run("train --data " + train.string() + " --test " + train.string() +
