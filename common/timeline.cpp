@@ -1,6 +1,9 @@
 #include "common/timeline.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -26,7 +29,8 @@ std::string timeline_json(const Timeline& timeline) {
     events.push_back(std::move(j));
   }
   nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
-  if (timeline.truncated) doc["otherData"] = {{"truncated", true}};
+  if (timeline.truncated) doc["otherData"]["truncated"] = true;
+  if (timeline.origin_unix_ns) doc["otherData"]["origin_unix_ns"] = timeline.origin_unix_ns;
   return doc.dump();
 }
 
@@ -45,6 +49,13 @@ Expected<Timeline> parse_timeline(const std::string& text, const std::string& na
     if (auto other = doc.find("otherData"); other != doc.end() && other->is_object()) {
       auto tr = other->find("truncated");
       t.truncated = tr != other->end() && tr->is_boolean() && tr->get<bool>();
+      if (auto origin = other->find("origin_unix_ns"); origin != other->end()) {
+        if (!origin->is_number_integer() || origin->get<int64_t>() < 0)
+          return Status::invalid_input(
+              name +
+              ": otherData.origin_unix_ns: must be a whole number of nanoseconds, 0 or more");
+        t.origin_unix_ns = origin->get<int64_t>();
+      }
     }
   } else if (!doc.is_array()) {
     return Status::invalid_input(name + ": expected a trace-event object or array");
@@ -95,6 +106,49 @@ Expected<Timeline> parse_timeline(const std::string& text, const std::string& na
     t.events.push_back(std::move(e));
   }
   return t;
+}
+
+Expected<Timeline> merge_timelines(const std::vector<Timeline>& timelines,
+                                   const std::vector<std::string>& names) {
+  COLONY_ASSERT(timelines.size() == names.size(), "{} timelines, {} names", timelines.size(),
+                names.size());
+  Timeline merged;
+  if (timelines.empty()) return merged;
+  for (size_t i = 0; i < timelines.size(); ++i)
+    if (timelines[i].origin_unix_ns <= 0)
+      return Status::invalid_input(fmt::format(
+          "{}: no otherData.origin_unix_ns (a simulator's timeline, or one from an older colony): "
+          "its clock cannot be lined up with the others'",
+          names[i]));
+  merged.origin_unix_ns = std::min_element(timelines.begin(), timelines.end(),
+                                           [](const Timeline& a, const Timeline& b) {
+                                             return a.origin_unix_ns < b.origin_unix_ns;
+                                           })
+                              ->origin_unix_ns;
+  std::set<uint32_t> taken;  // pids of the timelines merged so far
+  uint32_t next_free = 0xFFFFFFFEu;
+  for (const Timeline& t : timelines) {
+    std::set<uint32_t> own;
+    for (const TimelineEvent& e : t.events) own.insert(e.pid);
+    std::map<uint32_t, uint32_t> renamed;
+    for (uint32_t pid : own) {
+      if (!taken.count(pid)) continue;
+      while (taken.count(next_free) || own.count(next_free)) --next_free;
+      renamed[pid] = next_free--;
+    }
+    const int64_t shift = t.origin_unix_ns - merged.origin_unix_ns;
+    for (TimelineEvent e : t.events) {
+      if (auto it = renamed.find(e.pid); it != renamed.end()) e.pid = it->second;
+      e.start_ns += shift;
+      merged.events.push_back(std::move(e));
+    }
+    for (uint32_t pid : own) taken.insert(renamed.count(pid) ? renamed[pid] : pid);
+    merged.truncated = merged.truncated || t.truncated;
+  }
+  std::stable_sort(
+      merged.events.begin(), merged.events.end(),
+      [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_ns < b.start_ns; });
+  return merged;
 }
 
 }  // namespace colony

@@ -26,6 +26,10 @@ struct TimelineEvent {
 struct Timeline {
   std::vector<TimelineEvent> events;
   bool truncated = false;  // events were dropped past a bound (otherData.truncated)
+  // A real run's: the wall-clock time (nanoseconds since the Unix epoch) of its time 0, which
+  // lines up the timelines of several processes (merge_timelines); 0: none (the simulator's
+  // virtual clock). otherData.origin_unix_ns in the document.
+  int64_t origin_unix_ns = 0;
 };
 
 // The trace-event JSON document: {"traceEvents": [...], "displayTimeUnit": "ms"}, times in
@@ -37,5 +41,14 @@ std::string timeline_json(const Timeline& timeline);
 // naming `name` and the event ("trace.json: traceEvents[4].ts: must be a number") for text that
 // is not such a document.
 Expected<Timeline> parse_timeline(const std::string& text, const std::string& name);
+
+// One timeline of several processes' (each daemon of a cluster writes its own), on the clock
+// of the earliest: each one's events shifted by how much later its origin is. A pid found in
+// more than one (each daemon's bridge has the same) is a process of each: in the second and
+// later timelines it becomes a pid of its own, counting down from 0xFFFFFFFE. Fails with
+// invalid_input naming the timeline (`names[i]`) that has no origin_unix_ns: a simulator's, or
+// one written before origins were recorded.
+Expected<Timeline> merge_timelines(const std::vector<Timeline>& timelines,
+                                   const std::vector<std::string>& names);
 
 }  // namespace colony

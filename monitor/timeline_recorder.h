@@ -1,5 +1,6 @@
 // Records a real run's timeline (common/timeline.h) as its actors work: each span's start and
-// end read from the steady clock, relative to when the recorder was made. Thread-safe; past
+// end read from the steady clock, relative to when the recorder was made (whose wall-clock time
+// is the timeline's origin_unix_ns). Thread-safe; past
 // `events_max` events it drops the rest and marks the timeline truncated.
 #pragma once
 
@@ -16,7 +17,12 @@ class TimelineRecorder {
  public:
   using Clock = std::chrono::steady_clock;
   explicit TimelineRecorder(size_t events_max = 500'000)
-      : origin_(Clock::now()), events_max_(events_max) {}
+      : origin_(Clock::now()), events_max_(events_max) {
+    // The wall clock at time 0, to line this process's timeline up with others'.
+    timeline_.origin_unix_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+  }
 
   // A span of `phase` (the event's category) by member `pid` of `role`, on track `tid`.
   // An end before its start records a span of length 0.

@@ -219,6 +219,22 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   BOOST_TEST(profile.wait() == 0, profile.log());
   BOOST_TEST(std::regex_search(profile.log(), std::regex("bridge +serialize +[0-9.]+")),
              profile.log());
+  // Both processes' timelines lined up into one trace: every role of both, two bridges.
+  const fs::path merged = s.dir / "merged-timeline.json";
+  Child both(
+      {bin(), "profile", ps_trace.string(), worker_trace.string(), "--merged", merged.string()},
+      s.dir / "profile-both.log");
+  BOOST_TEST(both.wait() == 0, both.log());
+  for (const char* role : {"shard", "worker", "aggregator", "bridge"})
+    BOOST_TEST(std::regex_search(both.log(), std::regex(std::string(role) + " +[a-z]+")), role);
+  const auto merged_phases = phases_in(merged);
+  for (const auto& phase : ps_phases) BOOST_TEST(merged_phases.count(phase) == 1u, phase);
+  for (const auto& phase : worker_phases) BOOST_TEST(merged_phases.count(phase) == 1u, phase);
+  std::set<uint32_t> bridges;
+  const auto merged_doc = nlohmann::json::parse(slurp(merged));
+  for (const auto& e : merged_doc["traceEvents"])
+    if (e["args"]["role"] == "bridge") bridges.insert(e["pid"].get<uint32_t>());
+  BOOST_TEST(bridges.size() == 2u);
 }
 
 // Hybrid training over real processes: DeepFM on Criteo-shaped data with 2 ps and 2 worker

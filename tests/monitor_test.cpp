@@ -351,6 +351,48 @@ BOOST_AUTO_TEST_CASE(a_timeline_reads_back_to_the_events_it_was_written_from) {
   BOOST_TEST(back->events[1].duration_ns == -1);
   BOOST_TEST(back->events[1].role.empty());
   BOOST_TEST(back->truncated);
+  BOOST_TEST(back->origin_unix_ns == 0);
+  t.origin_unix_ns = 1'764'620'000'123'456'789;
+  BOOST_TEST(colony::parse_timeline(colony::timeline_json(t), "t.json")->origin_unix_ns ==
+             t.origin_unix_ns);
+  BOOST_TEST(colony::parse_timeline(R"({"traceEvents": [], "otherData": {"origin_unix_ns": -5}})",
+                                    "o.json")
+                 .status()
+                 .message()
+                 .find("o.json: otherData.origin_unix_ns") == 0u);
+}
+
+// Several daemons' timelines lined up into one: each shifted by its origin, a pid that two
+// share (each daemon's bridge) made two, and a timeline without an origin refused by name.
+BOOST_AUTO_TEST_CASE(daemons_timelines_line_up_by_their_origins) {
+  const uint32_t bridge = 0xFFFFFFFFu;
+  colony::Timeline ps, worker;
+  ps.origin_unix_ns = 5'000'000'000;
+  ps.events = {{"pull", "serve", "shard", 0, 0, 2'000, 1'000},
+               {"send", "network", "bridge", bridge, 2, 2'500, 500}};
+  worker.origin_unix_ns = 5'000'001'000;  // started 1 us later
+  worker.events = {{"pull", "pull wait", "worker", 2, 0, 500, 2'000},
+                   {"send", "serialize", "bridge", bridge, 0, 600, 100}};
+  worker.truncated = true;
+  auto merged = colony::merge_timelines({ps, worker}, {"ps.json", "worker.json"});
+  BOOST_REQUIRE(merged.ok());
+  BOOST_TEST(merged->origin_unix_ns == ps.origin_unix_ns);
+  BOOST_TEST(merged->truncated);
+  BOOST_REQUIRE(merged->events.size() == 4u);
+  std::map<std::string, colony::TimelineEvent> by_phase;
+  for (const auto& e : merged->events) by_phase[e.category] = e;
+  BOOST_TEST(by_phase["pull wait"].start_ns == 1'500);  // 500 ns on a clock 1 us later
+  BOOST_TEST(by_phase["serve"].start_ns == 2'000);
+  BOOST_TEST(by_phase["network"].pid == bridge);
+  BOOST_TEST(by_phase["serialize"].pid == bridge - 1);  // the worker's bridge, a process of its own
+  BOOST_TEST(by_phase["pull wait"].pid == 2u);
+  for (size_t i = 1; i < merged->events.size(); ++i)
+    BOOST_TEST(merged->events[i - 1].start_ns <= merged->events[i].start_ns);
+  colony::Timeline sim = worker;
+  sim.origin_unix_ns = 0;
+  const auto refused = colony::merge_timelines({ps, sim}, {"ps.json", "sim.json"});
+  BOOST_TEST(refused.status().message().find("sim.json: no otherData.origin_unix_ns") == 0u,
+             refused.status().message());
 }
 
 BOOST_AUTO_TEST_CASE(a_malformed_timeline_is_refused_naming_the_event_and_field) {
