@@ -273,6 +273,18 @@ class Coordinator {
           {fmt::format("{} member {} ({})", to_string(m.role), p.member, m.endpoint),
            double(p.rss_bytes), double(p.rows_memory_bytes)});
     }
+    if (o_.metrics) {  // the dashboard's load map: one cell per shard
+      for (size_t k = shard_rows_served_.size(); k < load.shard_rows.size(); ++k) {
+        shard_rows_served_.push_back(&o_.metrics->counter(
+            "colony_cluster_shard_rows_served_total",
+            "Rows each shard has served (pulled and pushed), as the ps members' heartbeats "
+            "report them.",
+            {{"shard", std::to_string(k)}}));
+        shard_rows_exported_.push_back(0);
+      }
+      for (size_t k = 0; k < load.shard_rows.size(); ++k)
+        monitor::add_growth(shard_rows_served_[k], load.shard_rows[k], shard_rows_exported_[k]);
+    }
     for (monitor::Alert& alert : alerts_.observe(std::move(sample), processes)) {
       log_(fmt::format("warning: alert {}: {}", alert.kind, alert.message));
       if (o_.metrics) monitor::alerts(*o_.metrics, alert.kind).inc();
@@ -355,6 +367,8 @@ class Coordinator {
   uint64_t next_progress_ms_ = 0;
   monitor::ClusterAlertMonitor alerts_{o_.alerts};
   uint64_t next_load_ms_ = 0;
+  std::vector<monitor::Counter*> shard_rows_served_;  // by shard, once sampled
+  std::vector<uint64_t> shard_rows_exported_;
   std::optional<monitor::TrainInstruments> metrics_;
   uint64_t samples_counted_ = 0;
   monitor::Gauge* members_ = nullptr;

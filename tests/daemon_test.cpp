@@ -31,6 +31,7 @@
 #include "actors/envelope.h"
 #include "actors/zmq_transport.h"
 #include "tests/child_process.h"
+#include "tests/chromium.h"
 #include "tests/cli_fixture.h"
 #include "tests/prom_text.h"
 #include "tests/skewed_data.h"
@@ -858,6 +859,22 @@ BOOST_AUTO_TEST_CASE(the_coordinator_names_a_straggler_a_leaking_member_and_a_ho
   BOOST_REQUIRE_MESSAGE(metrics.error.empty(), metrics.error);
   for (const char* kind : {"straggler", "leak_suspect", "hot_shard"})
     BOOST_TEST(metrics.value("colony_alerts_total", {{"kind", kind}}) >= 1, kind);
+  // The shards' load as the heartbeats report it, which the coordinator's dashboard maps.
+  const double served0 = metrics.value("colony_cluster_shard_rows_served_total", {{"shard", "0"}}),
+               served1 = metrics.value("colony_cluster_shard_rows_served_total", {{"shard", "1"}});
+  BOOST_TEST(served1 > 0);
+  BOOST_TEST(served0 > 4 * served1);
+  // Its dashboard, in headless Chromium: one cell of the load map per shard, the alerts listed,
+  // no script error and nothing on the console.
+  const int page = std::stoi(coord->await("dashboard: http://127\\.0\\.0\\.1:(\\d+)/"));
+  std::string console;
+  const std::string dom = colony::testing::chromium(
+      s.dir, "http://127.0.0.1:" + std::to_string(page) + "/?interval=250", "--dump-dom", console);
+  BOOST_TEST_INFO("the page as Chromium left it:\n" << dom);
+  BOOST_TEST(colony::testing::attribute(dom, "loadmap", "data-cells") == "2");
+  BOOST_TEST(std::stoi("0" + colony::testing::attribute(dom, "alerts", "data-count")) >= 3);
+  BOOST_TEST(std::regex_search(dom, std::regex("<body[^>]*data-errors=\"0\"")));
+  BOOST_TEST(console.find(":CONSOLE") == std::string::npos, console);
   coord->signal(SIGTERM);
   BOOST_TEST(coord->wait() == 0, coord->log());
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) c->wait();

@@ -19,14 +19,17 @@
 #include "monitor/http_server.h"
 #include "monitor/registry.h"
 #include "tests/child_process.h"
+#include "tests/chromium.h"
 #include "tests/prom_text.h"
 #include "tests/skewed_data.h"
 
 using namespace colony;
 using colony::test::parse_prom_text;
 using colony::test::PromText;
+using colony::testing::attribute;
 using colony::testing::bin;
 using colony::testing::Child;
+using colony::testing::chromium;
 using colony::testing::CliFixture;
 using colony::testing::wait_bound;
 using namespace std::chrono_literals;
@@ -142,42 +145,6 @@ BOOST_AUTO_TEST_CASE(a_port_in_use_is_refused_before_anything_is_trained) {
   BOOST_TEST(fx.run("train --rows 2000 --metrics-port 70000").code == 2);
 }
 
-namespace {
-
-// Runs headless Chromium on `url` with `args` (--dump-dom or --screenshot=FILE) and returns
-// its stdout; its stderr (where the page's console messages go) is put in `log`.
-std::string chromium(const CliFixture& fx, const std::string& url, const std::string& args,
-                     std::string& log) {
-  const std::string out = (fx.dir / "chromium.out").string(),
-                    err = (fx.dir / "chromium.err").string();
-  // The page polls every 250 ms of virtual time; 8 s of it is about 30 polls.
-  const std::string cmd =
-      "timeout 120 chromium --headless --no-sandbox --disable-gpu "
-      "--no-first-run --user-data-dir=" +
-      (fx.dir / "chrome").string() +
-      " --enable-logging=stderr --v=0 --virtual-time-budget=8000 "
-      "--window-size=1280,1000 " +
-      args + " '" + url + "' > " + out + " 2> " + err;
-  const int rc = std::system(cmd.c_str());
-  log = colony::testing::slurp(err);
-  BOOST_REQUIRE_MESSAGE(rc == 0, "chromium failed (" << rc << "; scripts/install-test-deps.sh "
-                                                     << "installs it):\n"
-                                                     << log);
-  return colony::testing::slurp(out);
-}
-
-// The value of attribute `attr` of the element whose id is `id` in `dom`; "" when absent.
-std::string attribute(const std::string& dom, const std::string& id, const std::string& attr) {
-  std::smatch m;
-  const std::regex element("<[^>]*id=\"" + id + "\"[^>]*>");
-  if (!std::regex_search(dom, m, element)) return "";
-  const std::string tag = m[0].str();
-  const std::regex value(attr + "=\"([^\"]*)\"");
-  return std::regex_search(tag, m, value) ? m[1].str() : "";
-}
-
-}  // namespace
-
 BOOST_AUTO_TEST_CASE(the_dashboard_draws_a_running_job_in_headless_chromium) {
   CliFixture fx("colony-dashboard");
   Child job({bin(), "train", "--rows", "1000000", "--test-rows", "20000", "--batch", "256",
@@ -193,7 +160,7 @@ BOOST_AUTO_TEST_CASE(the_dashboard_draws_a_running_job_in_headless_chromium) {
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/?interval=250";
 
   std::string log;
-  const std::string dom = chromium(fx, url, "--dump-dom", log);
+  const std::string dom = chromium(fx.dir, url, "--dump-dom", log);
   BOOST_TEST_INFO("the page as Chromium left it:\n" << dom);
   BOOST_TEST(std::stoi("0" + attribute(dom, "chart-loss", "data-points")) >= 2);
   // The loss curve's points span samples: they were drawn as training went on.
@@ -218,7 +185,7 @@ BOOST_AUTO_TEST_CASE(the_dashboard_draws_a_running_job_in_headless_chromium) {
   fs::create_directories(dir);
   const fs::path png = dir / "dashboard.png";
   fs::remove(png);
-  chromium(fx, url, "--screenshot=" + png.string(), log);
+  chromium(fx.dir, url, "--screenshot=" + png.string(), log);
   BOOST_TEST(fs::exists(png));
   BOOST_TEST((fs::exists(png) && fs::file_size(png) > 1000));
   BOOST_TEST_MESSAGE("dashboard screenshot: " << png.string());
