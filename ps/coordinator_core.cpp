@@ -706,10 +706,14 @@ void CoordinatorCore::take_load(uint32_t i, const MemberLoad& load) {
   // A new incarnation counts from 0 again; what the old one counted stays in the totals.
   if (st.load_incarnation != members_[i].incarnation) st.load.reset();
   st.load_incarnation = members_[i].incarnation;
+  // Saturating: a member that lied with huge counters and restarted cannot wrap a total back.
   auto add = [](std::vector<uint64_t>& total, const std::vector<uint64_t>& now,
                 const std::vector<uint64_t>* before) {
     total.resize(now.size());
-    for (size_t k = 0; k < now.size(); ++k) total[k] += now[k] - (before ? (*before)[k] : 0);
+    for (size_t k = 0; k < now.size(); ++k) {
+      const uint64_t grew = now[k] - (before ? (*before)[k] : 0);
+      total[k] = grew > UINT64_MAX - total[k] ? UINT64_MAX : total[k] + grew;
+    }
   };
   add(st.busy_ns_total, load.busy_ns, st.load ? &st.load->busy_ns : nullptr);
   add(st.steps_total, load.steps, st.load ? &st.load->steps : nullptr);

@@ -852,4 +852,11 @@ BOOST_AUTO_TEST_CASE(a_restarted_members_load_adds_to_what_its_last_incarnation_
   BOOST_TEST(core.load().shard_rows[0] == 5700u);
   core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {900}}}}, 500, back);
   BOOST_TEST(core.load().shard_rows[0] == 5900u);
+  // Counts near the top, then a restart: the total stays at the top, never wraps back.
+  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {UINT64_MAX - 10}}}}, 600, back);
+  ps.incarnation = 3;
+  core.on_message({control_from_unknown, Join{ps}}, 700, back);
+  core.on_message({0, Ready{}}, 800, back);
+  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {1'000'000}}}}, 900, back);
+  BOOST_TEST(core.load().shard_rows[0] == UINT64_MAX);
 }
