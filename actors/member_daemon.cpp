@@ -1,7 +1,6 @@
 // `colony ps` and `colony worker`: a member process joins, builds its cores from the layout,
 // serves until the coordinator ends the job (actors/daemon.h).
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -219,16 +218,12 @@ class Member {
   // --fault-leak-mb: 64 MiB more at each heartbeat once training has begun here (a step taken,
   // a row served), up to the total.
   void leak() {
-    if (leaked_mb_ >= o_.fault_leak_mb) return;
     const JobShared& sh = *p_.shared;
     auto begun = [](const std::deque<std::atomic<uint64_t>>& counts) {
       return std::any_of(counts.begin(), counts.end(), [](const auto& n) { return n.load() > 0; });
     };
     if (!begun(sh.worker_steps) && !begun(sh.shard_rows)) return;
-    const size_t mb = std::min<size_t>(64, o_.fault_leak_mb - leaked_mb_);
-    leaked_.push_back(std::make_unique<char[]>(mb << 20));
-    std::memset(leaked_.back().get(), 1, mb << 20);  // touched: resident
-    leaked_mb_ += mb;
+    leak_.grow();
   }
 
   // The replicas' gradient alerts since the last heartbeat (the last of them logged, all
@@ -673,8 +668,7 @@ class Member {
   std::vector<caf::actor> worker_actors_;
   uint64_t skips_logged_ = 0, gradient_alerts_logged_ = 0, updates_refused_logged_ = 0;
   monitor::Counter* skip_alerts_ = nullptr;
-  std::vector<std::unique_ptr<char[]>> leaked_;  // --fault-leak-mb
-  size_t leaked_mb_ = 0;
+  monitor::FaultLeak leak_{o_.fault_leak_mb};
   Process p_;  // last: destroyed first, before the cores its actors use
 };
 

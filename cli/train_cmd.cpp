@@ -1,7 +1,6 @@
 // colony train: train a model on one machine.
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -285,8 +284,7 @@ Runner add_train(CLI::App& app) {
     alert_config.window_s = a->alert_window_s;
     monitor::AlertMonitor alert_monitor(alert_config);
     std::vector<monitor::Alert> alerts_raised;
-    std::vector<std::unique_ptr<char[]>> leaked;  // --fault-leak-mb
-    size_t leaked_mb = 0;
+    monitor::FaultLeak leak(a->fault_leak_mb);
     const std::string engine_text =
         local ? std::string("single-process trainer")
               : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
@@ -368,12 +366,7 @@ Runner add_train(CLI::App& app) {
         }
         updates_refused_logged = p.updates_not_finite;
       }
-      if (phase == "train" && leaked_mb < a->fault_leak_mb) {
-        const size_t mb = std::min<size_t>(64, a->fault_leak_mb - leaked_mb);
-        leaked.push_back(std::make_unique<char[]>(mb << 20));
-        std::memset(leaked.back().get(), 1, mb << 20);  // touched: resident
-        leaked_mb += mb;
-      }
+      if (phase == "train") leak.grow();
       if (phase == "train" && !p.load.worker_steps.empty()) {
         monitor::AlertSample sample;
         sample.time_s =

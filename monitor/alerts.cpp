@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -125,6 +126,14 @@ std::vector<Alert> ClusterAlertMonitor::observe(AlertSample cluster,
     for (Alert& a : it->second.observe(std::move(s))) out.push_back(std::move(a));
   }
   return out;
+}
+
+void FaultLeak::grow() {
+  if (kept_mb_ >= total_mb_) return;
+  const size_t mb = std::min<size_t>(64, total_mb_ - kept_mb_);
+  kept_.push_back(std::make_unique<char[]>(mb << 20));
+  std::memset(kept_.back().get(), 1, mb << 20);
+  kept_mb_ += mb;
 }
 
 std::string not_finite_row_message(const std::string& last, uint64_t refused) {

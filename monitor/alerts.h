@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -91,6 +92,19 @@ class ClusterAlertMonitor {
   AlertConfig config_;
   AlertMonitor cluster_;
   std::map<std::string, AlertMonitor> processes_;
+};
+
+// A leak for tests and drills (`--fault-leak-mb`): memory allocated, touched (so it is
+// resident) and kept until the object goes, 64 MiB at a time up to `total_mb`.
+class FaultLeak {
+ public:
+  explicit FaultLeak(size_t total_mb) : total_mb_(total_mb) {}
+  // Keeps up to 64 MiB more; nothing once total_mb are kept.
+  void grow();
+
+ private:
+  size_t total_mb_ = 0, kept_mb_ = 0;
+  std::vector<std::unique_ptr<char[]>> kept_;
 };
 
 // The median of `values` without the one at `skip` (0 when nothing is left).
