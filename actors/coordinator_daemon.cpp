@@ -66,6 +66,7 @@ class Coordinator {
     p_.add_metrics(o_.metrics);
     if (o_.metrics) {
       metrics_ = monitor::train_instruments(*o_.metrics);
+      cluster_metrics_ = monitor::cluster_instruments(*o_.metrics);
       // The coordinator learns samples from heartbeats, not the epoch or the share done.
       metrics_->epoch->set(std::nan(""));
       metrics_->progress->set(std::nan(""));
@@ -273,23 +274,41 @@ class Coordinator {
           {fmt::format("{} member {} ({})", to_string(m.role), p.member, m.endpoint),
            double(p.rss_bytes), double(p.rows_memory_bytes)});
     }
-    if (o_.metrics) {  // the dashboard's load map: one cell per shard
-      for (size_t k = shard_rows_served_.size(); k < load.shard_rows.size(); ++k) {
-        shard_rows_served_.push_back(&o_.metrics->counter(
-            "colony_cluster_shard_rows_served_total",
-            "Rows each shard has served (pulled and pushed), as the ps members' heartbeats "
-            "report them.",
-            {{"shard", std::to_string(k)}}));
-        shard_rows_exported_.push_back(0);
-      }
-      for (size_t k = 0; k < load.shard_rows.size(); ++k)
-        monitor::add_growth(shard_rows_served_[k], load.shard_rows[k], shard_rows_exported_[k]);
-    }
+    if (cluster_metrics_) export_load(load);
     for (monitor::Alert& alert : alerts_.observe(std::move(sample), processes)) {
       log_(fmt::format("warning: alert {}: {}", alert.kind, alert.message));
       if (o_.metrics) monitor::alerts(*o_.metrics, alert.kind).inc();
       result_.alerts.push_back(std::move(alert));
     }
+  }
+
+  // The dashboard's cluster-wide panels (the shard load map, staleness, latency, hot keys):
+  // what the load grew by since the last export, into colony_cluster_*.
+  void export_load(const ClusterLoad& load) {
+    monitor::ClusterInstruments& m = *cluster_metrics_;
+    auto histogram = [](monitor::Histogram* h, const LoadHistogram& now, LoadHistogram& last) {
+      if (now.counts.empty()) return;
+      last.counts.resize(now.counts.size());
+      std::vector<uint64_t> grew(now.counts.size());
+      for (size_t b = 0; b < grew.size(); ++b) {
+        grew[b] = now.counts[b] >= last.counts[b] ? now.counts[b] - last.counts[b] : 0;
+        last.counts[b] = now.counts[b];
+      }
+      h->add(grew, std::max(0.0, now.sum - last.sum));
+      last.sum = std::max(last.sum, now.sum);
+    };
+    histogram(m.staleness, load.staleness, exported_.staleness);
+    histogram(m.pull_seconds, load.pull_latency, exported_.pull_latency);
+    histogram(m.push_seconds, load.push_latency, exported_.push_latency);
+    exported_.rows_served.resize(load.shard_rows.size());
+    exported_.rows_pulled.resize(load.shard_rows_pulled.size());
+    for (uint32_t k = 0; k < load.shard_rows.size(); ++k)
+      monitor::add_growth(&m.rows_served(k), load.shard_rows[k], exported_.rows_served[k]);
+    for (uint32_t k = 0; k < load.shard_rows_pulled.size(); ++k)
+      monitor::add_growth(&m.rows_pulled(k), load.shard_rows_pulled[k], exported_.rows_pulled[k]);
+    std::vector<monitor::HotKeyCount> hot;
+    for (const LoadHotKey& h : load.hot_keys) hot.push_back({h.shard, h.key, h.pulls});
+    m.list_hot_keys(std::move(hot));
   }
 
   void progress() {
@@ -367,8 +386,11 @@ class Coordinator {
   uint64_t next_progress_ms_ = 0;
   monitor::ClusterAlertMonitor alerts_{o_.alerts};
   uint64_t next_load_ms_ = 0;
-  std::vector<monitor::Counter*> shard_rows_served_;  // by shard, once sampled
-  std::vector<uint64_t> shard_rows_exported_;
+  std::optional<monitor::ClusterInstruments> cluster_metrics_;  // with metrics
+  struct {
+    LoadHistogram staleness, pull_latency, push_latency;
+    std::vector<uint64_t> rows_served, rows_pulled;  // by shard
+  } exported_;  // what export_load has added to cluster_metrics_
   std::optional<monitor::TrainInstruments> metrics_;
   uint64_t samples_counted_ = 0;
   monitor::Gauge* members_ = nullptr;

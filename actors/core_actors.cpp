@@ -172,6 +172,8 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
     if (const uint32_t s = core->config().shard_index; s < shared->shard_rows.size()) {
       shared->shard_rows[s].store(core->stats().rows_pulled + core->stats().rows_pushed,
                                   std::memory_order_relaxed);
+      // After shard_rows: a reader that loads this first reads no fewer rows served than pulled.
+      shared->shard_rows_pulled[s].store(core->stats().rows_pulled, std::memory_order_release);
       shared->shard_bytes[s].store(core->store().memory_bytes(), std::memory_order_relaxed);
     }
   };

@@ -89,9 +89,11 @@ struct JobShared {
   // Load, for the driver's alerts (monitor/alerts.h), where the driver sized these before the
   // actors started (the embedded cluster does; the daemons do not): each worker's busy
   // nanoseconds and steps, by slot (worker_slot maps its node id), and each shard's rows served
-  // and the memory its rows hold (RowStore::memory_bytes), by shard index.
+  // (pulled and pushed), rows pulled and the memory its rows hold (RowStore::memory_bytes), by
+  // shard index.
   std::map<NodeId, size_t> worker_slot;
-  std::deque<std::atomic<uint64_t>> worker_busy_ns, worker_steps, shard_rows, shard_bytes;
+  std::deque<std::atomic<uint64_t>> worker_busy_ns, worker_steps, shard_rows, shard_rows_pulled,
+      shard_bytes;
   // Tests (a straggler): the worker in this slot sleeps slow_ms after each of its steps.
   size_t slow_slot = 0;
   uint32_t slow_ms = 0;

@@ -315,6 +315,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   }
   for (NodeId s = 0; s < layout->shards(); ++s) {
     m.shared->shard_rows.emplace_back(0);
+    m.shared->shard_rows_pulled.emplace_back(0);
     m.shared->shard_bytes.emplace_back(0);
   }
   m.shared->slow_slot = co.slow_worker;

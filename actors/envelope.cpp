@@ -778,6 +778,15 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
         auto l = r.getLoad();
         h.load = MemberLoad{l.getRssBytes(), l.getRowsMemoryBytes(), read_keys(l.getBusyNs()),
                             read_keys(l.getSteps()), read_keys(l.getRowsServed())};
+        auto histogram = [](wire::LoadHistogram::Reader r) {
+          return LoadHistogram{read_keys(r.getCounts()), r.getSum()};
+        };
+        h.load->staleness = histogram(l.getStaleness());
+        h.load->pull_latency = histogram(l.getPullLatency());
+        h.load->push_latency = histogram(l.getPushLatency());
+        h.load->rows_pulled = read_keys(l.getRowsPulled());
+        for (auto k : l.getHotKeys())
+          h.load->hot_keys.push_back({k.getShard(), k.getKey(), k.getPulls()});
       }
       m.body = std::move(h);
       return Status();
@@ -948,6 +957,21 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
             set_keys(l.initSteps(static_cast<unsigned>(b.load->steps.size())), b.load->steps);
             set_keys(l.initRowsServed(static_cast<unsigned>(b.load->rows_served.size())),
                      b.load->rows_served);
+            auto histogram = [](wire::LoadHistogram::Builder w, const LoadHistogram& h) {
+              set_keys(w.initCounts(static_cast<unsigned>(h.counts.size())), h.counts);
+              w.setSum(h.sum);
+            };
+            histogram(l.initStaleness(), b.load->staleness);
+            histogram(l.initPullLatency(), b.load->pull_latency);
+            histogram(l.initPushLatency(), b.load->push_latency);
+            set_keys(l.initRowsPulled(static_cast<unsigned>(b.load->rows_pulled.size())),
+                     b.load->rows_pulled);
+            auto hot = l.initHotKeys(static_cast<unsigned>(b.load->hot_keys.size()));
+            for (unsigned k = 0; k < hot.size(); ++k) {
+              hot[k].setShard(b.load->hot_keys[k].shard);
+              hot[k].setKey(b.load->hot_keys[k].key);
+              hot[k].setPulls(b.load->hot_keys[k].pulls);
+            }
           }
         } else if constexpr (std::is_same_v<T, MemberDone>) {
           auto d = c.initDone();

@@ -42,9 +42,11 @@ class Member {
     keys_ = std::move(keys.value());
     p_.shared->timeline = o_.timeline;  // before any actor or the bridge runs
     if (Status s = p_.open_bridge(o_.listen, keys_, o_.cluster_id, log_, true); !s.ok()) return s;
-    p_.add_metrics(o_.metrics);
-    if (o_.metrics && o_.role == MemberRole::worker)
-      skip_alerts_ = &monitor::not_finite_alerts(*o_.metrics);
+    p_.add_metrics(metrics_);
+    if (o_.role == MemberRole::worker) {
+      skip_alerts_ = &monitor::not_finite_alerts(*metrics_);
+      worker_metrics_ = monitor::worker_instruments(*metrics_);
+    }
     auto endpoint = advertised_endpoint(p_.bridge->endpoint(), o_.advertise);
     if (!endpoint) return endpoint.status();
     // Peers on other hosts could never reach a loopback address: say so now, not after a timeout.
@@ -203,13 +205,31 @@ class Member {
         l.busy_ns.push_back(sh.worker_busy_ns[w].load());
         l.steps.push_back(sh.worker_steps[w].load());
       }
+      auto counts = [](const monitor::Histogram& h, size_t buckets) {
+        COLONY_ASSERT(h.bounds().size() + 1 == buckets,
+                      "a histogram of {} buckets where the protocol has {}", h.bounds().size() + 1,
+                      buckets);
+        LoadHistogram out{{}, h.sum()};
+        for (size_t b = 0; b < buckets; ++b) out.counts.push_back(h.bucket(b));
+        return out;
+      };
+      l.staleness = counts(*worker_metrics_->staleness, load_staleness_buckets);
+      l.pull_latency = counts(*worker_metrics_->pull_seconds, load_latency_buckets);
+      l.push_latency = counts(*worker_metrics_->push_seconds, load_latency_buckets);
     } else {
-      if (!core_->layout() || sh.shard_rows.size() != in_layout().first_node + o_.count)
-        return std::nullopt;
-      for (size_t s = in_layout().first_node; s < sh.shard_rows.size(); ++s) {
+      if (!core_->layout()) return std::nullopt;
+      const NodeId first = in_layout().first_node;
+      if (sh.shard_rows.size() != first + o_.count) return std::nullopt;
+      for (size_t s = first; s < sh.shard_rows.size(); ++s) {
+        // Pulled first (acquire; the shard stores it after served): never more than served.
+        l.rows_pulled.push_back(sh.shard_rows_pulled[s].load(std::memory_order_acquire));
         l.rows_served.push_back(sh.shard_rows[s].load());
         l.rows_memory_bytes += sh.shard_bytes[s].load();
       }
+      static_assert(monitor::hot_keys_listed <= load_hot_keys_per_shard_max);
+      for (const monitor::HotKeyCount& h : monitor::shard_hot_keys(*metrics_))
+        if (h.shard >= first && h.shard < first + o_.count)
+          l.hot_keys.push_back({h.shard - first, h.key, h.pulls});
     }
     l.rss_bytes = static_cast<uint64_t>(monitor::resident_bytes());
     return l;
@@ -235,15 +255,13 @@ class Member {
     if (now.gradient_alerts > gradient_alerts_logged_) {
       log_(fmt::format("warning: alert {}: {}", now.last_gradient_alert.kind,
                        now.last_gradient_alert.message));
-      if (o_.metrics)
-        monitor::alerts(*o_.metrics, now.last_gradient_alert.kind)
-            .inc(double(now.gradient_alerts - gradient_alerts_logged_));
+      monitor::alerts(*metrics_, now.last_gradient_alert.kind)
+          .inc(double(now.gradient_alerts - gradient_alerts_logged_));
       gradient_alerts_logged_ = now.gradient_alerts;
     }
     if (now.updates_not_finite > updates_refused_logged_) {  // a ps member's shards
-      if (o_.metrics)
-        monitor::alerts(*o_.metrics, "not_finite_row")
-            .inc(double(now.updates_not_finite - updates_refused_logged_));
+      monitor::alerts(*metrics_, "not_finite_row")
+          .inc(double(now.updates_not_finite - updates_refused_logged_));
       if (log_this_count(updates_refused_logged_, now.updates_not_finite))
         log_("warning: alert not_finite_row: " +
              monitor::not_finite_row_message(now.last_update_not_finite, now.updates_not_finite));
@@ -298,6 +316,7 @@ class Member {
       } else {
         while (sh.shard_rows.size() <= n) {
           sh.shard_rows.emplace_back(0);
+          sh.shard_rows_pulled.emplace_back(0);
           sh.shard_bytes.emplace_back(0);
         }
       }
@@ -669,6 +688,10 @@ class Member {
   uint64_t skips_logged_ = 0, gradient_alerts_logged_ = 0, updates_refused_logged_ = 0;
   monitor::Counter* skip_alerts_ = nullptr;
   monitor::FaultLeak leak_{o_.fault_leak_mb};
+  // The actors' metrics, served with --metrics-port; kept without, for the heartbeats' load.
+  std::shared_ptr<monitor::Registry> metrics_ =
+      o_.metrics ? o_.metrics : std::make_shared<monitor::Registry>();
+  std::optional<monitor::WorkerInstruments> worker_metrics_;  // a worker's
   Process p_;  // last: destroyed first, before the cores its actors use
 };
 

@@ -218,6 +218,21 @@ struct MemberLoad {
   busyNs @2 :List(UInt64);      # a worker: by replica
   steps @3 :List(UInt64);       # a worker: by replica
   rowsServed @4 :List(UInt64);  # a ps: by shard
+  staleness @5 :LoadHistogram;  # a worker: its replicas' reads
+  pullLatency @6 :LoadHistogram;
+  pushLatency @7 :LoadHistogram;
+  rowsPulled @8 :List(UInt64);  # a ps: by shard
+  hotKeys @9 :List(LoadHotKey);  # a ps: its shards' most-pulled keys
+}
+# ps/cluster_protocol.h LoadHistogram: per-bucket counts (the last +Inf's) and their sum.
+struct LoadHistogram {
+  counts @0 :List(UInt64);
+  sum @1 :Float64;
+}
+struct LoadHotKey {
+  shard @0 :UInt32;  # position among the member's shards
+  key @1 :UInt64;
+  pulls @2 :UInt64;
 }
 # A deep model's dense layers and their optimizer's state (storage/dense_file.h DenseState).
 struct DenseState {

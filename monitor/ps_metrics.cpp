@@ -76,18 +76,99 @@ ShardInstruments shard_instruments(Registry& r, uint32_t index) {
   return in;
 }
 
+std::vector<double> staleness_bounds() {
+  return {0, 1, 2, 4, 8, 16, 32, 64};
+}
+
+std::vector<double> latency_bounds() {
+  return exponential_buckets(50e-6, 2, 16);  // 50 us .. 1.6 s
+}
+
 WorkerInstruments worker_instruments(Registry& r) {
-  const auto latency = exponential_buckets(50e-6, 2, 16);  // 50 us .. 1.6 s
   WorkerInstruments in;
   in.pull_seconds =
-      &r.histogram("colony_pull_seconds", "Pull latency: request sent to reply.", latency);
-  in.push_seconds = &r.histogram("colony_push_seconds",
-                                 "Push latency: push sent to its acknowledgement.", latency);
+      &r.histogram("colony_pull_seconds", "Pull latency: request sent to reply.", latency_bounds());
+  in.push_seconds = &r.histogram(
+      "colony_push_seconds", "Push latency: push sent to its acknowledgement.", latency_bounds());
   in.staleness =
       &r.histogram("colony_read_staleness_steps",
                    "Steps the slowest sender was behind a pull's step when its rows were read.",
-                   {0, 1, 2, 4, 8, 16, 32, 64});
+                   staleness_bounds());
   return in;
+}
+
+std::vector<HotKeyCount> shard_hot_keys(Registry& r) {
+  auto board = std::static_pointer_cast<HotKeyBoard>(
+      r.keep("colony_shard_hot_key_pulls", [] { return std::make_shared<HotKeyBoard>(); }));
+  std::vector<HotKeyCount> out;
+  std::lock_guard lock(board->mutex);
+  for (const auto& [shard, sketch] : board->shards)
+    for (const auto& [key, count] : sketch->top()) out.push_back({shard, key, count});
+  return out;
+}
+
+namespace {
+
+struct HotKeyListing {
+  std::mutex mutex;
+  std::vector<HotKeyCount> keys;
+};
+
+}  // namespace
+
+ClusterInstruments cluster_instruments(Registry& r) {
+  ClusterInstruments in;
+  in.registry = &r;
+  in.staleness = &r.histogram(
+      "colony_cluster_read_staleness_steps",
+      "Steps the slowest sender was behind a pull's step when its rows were read, over every "
+      "worker member (from their heartbeats).",
+      staleness_bounds());
+  in.pull_seconds = &r.histogram(
+      "colony_cluster_pull_seconds",
+      "Pull latency, request sent to reply, over every worker member (from their heartbeats).",
+      latency_bounds());
+  in.push_seconds =
+      &r.histogram("colony_cluster_push_seconds",
+                   "Push latency, push sent to its acknowledgement, over every worker member "
+                   "(from their heartbeats).",
+                   latency_bounds());
+  auto listing = std::make_shared<HotKeyListing>();
+  in.hot_keys = listing;
+  r.family_reader(
+      "colony_cluster_hot_key_pulls",
+      "Estimated pulls of each shard's most-pulled keys since its process started, "
+      "as the ps members' heartbeats list them (count-min sketch: may count high, "
+      "never low).",
+      false, [listing] {
+        Registry::Listing out;
+        std::lock_guard lock(listing->mutex);
+        for (const HotKeyCount& h : listing->keys)
+          out.push_back({{{"shard", std::to_string(h.shard)}, {"key", std::to_string(h.key)}},
+                         double(h.pulls)});
+        return out;
+      });
+  return in;
+}
+
+Counter& ClusterInstruments::rows_served(uint32_t shard) {
+  return registry->counter("colony_cluster_shard_rows_served_total",
+                           "Rows each shard has served (pulled and pushed), as the ps members' "
+                           "heartbeats report them.",
+                           {{"shard", std::to_string(shard)}});
+}
+
+Counter& ClusterInstruments::rows_pulled(uint32_t shard) {
+  return registry->counter("colony_cluster_shard_rows_pulled_total",
+                           "Rows each shard has sent in answer to pulls, as the ps members' "
+                           "heartbeats report them.",
+                           {{"shard", std::to_string(shard)}});
+}
+
+void ClusterInstruments::list_hot_keys(std::vector<HotKeyCount> keys) {
+  auto listing = std::static_pointer_cast<HotKeyListing>(hot_keys);
+  std::lock_guard lock(listing->mutex);
+  listing->keys = std::move(keys);
 }
 
 Counter& alerts(Registry& r, const std::string& kind) {

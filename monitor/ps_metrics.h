@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "monitor/hot_keys.h"
 #include "monitor/registry.h"
@@ -49,6 +50,37 @@ struct WorkerInstruments {
 };
 // One set for all the workers of a process (a histogram sums them anyway).
 WorkerInstruments worker_instruments(Registry& registry);
+// The bucket bounds of colony_read_staleness_steps (8: 0, 1, 2, 4, ... 64 steps) and of the
+// latency histograms (16: 50 us doubling to 1.6 s); each histogram has a +Inf bucket more.
+std::vector<double> staleness_bounds();
+std::vector<double> latency_bounds();
+
+// One of a shard's hot keys and its estimated pulls.
+struct HotKeyCount {
+  uint32_t shard = 0;
+  uint64_t key = 0;
+  uint64_t pulls = 0;
+};
+// The hot keys colony_shard_hot_key_pulls lists now: those of every shard made in this process
+// (shard_instruments), by shard.
+std::vector<HotKeyCount> shard_hot_keys(Registry& registry);
+
+// colony_cluster_*: the load the members' heartbeats report, as the coordinator exports it for
+// its dashboard (the members' own /metrics have the same numbers per process).
+struct ClusterInstruments {
+  Histogram* staleness = nullptr;     // colony_cluster_read_staleness_steps
+  Histogram* pull_seconds = nullptr;  // colony_cluster_pull_seconds
+  Histogram* push_seconds = nullptr;  // colony_cluster_push_seconds
+  // colony_cluster_shard_rows_served_total{shard} and _pulled_total{shard}
+  Counter& rows_served(uint32_t shard);
+  Counter& rows_pulled(uint32_t shard);
+  // colony_cluster_hot_key_pulls{shard, key}: replaces what it lists with `keys`.
+  void list_hot_keys(std::vector<HotKeyCount> keys);
+
+  Registry* registry = nullptr;
+  std::shared_ptr<void> hot_keys{};  // the listing, shared with its reader
+};
+ClusterInstruments cluster_instruments(Registry& registry);
 
 // colony_train_*: the job's progress, from its driver (`colony train`, the coordinator).
 struct TrainInstruments {

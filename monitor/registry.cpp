@@ -83,6 +83,14 @@ void Histogram::observe(double v) {
   sum_.fetch_add(v, std::memory_order_relaxed);
 }
 
+void Histogram::add(std::span<const uint64_t> counts, double sum) {
+  COLONY_ASSERT(counts.size() == bounds_.size() + 1, "{} bucket counts for a histogram of {}",
+                counts.size(), bounds_.size() + 1);
+  for (size_t i = 0; i < counts.size(); ++i)
+    buckets_[i].fetch_add(counts[i], std::memory_order_relaxed);
+  sum_.fetch_add(sum, std::memory_order_relaxed);
+}
+
 uint64_t Histogram::count() const {
   uint64_t n = 0;
   for (size_t b = 0; b <= bounds_.size(); ++b) n += bucket(b);

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
+  // Adds observations counted elsewhere: counts[i] to bucket i (counts has one per bucket,
+  // +Inf's last: asserted) and `sum` to the sum. For totals that other processes report.
+  void add(std::span<const uint64_t> counts, double sum);
   const std::vector<double>& bounds() const { return bounds_; }
   // Observations in bucket i: above bounds()[i-1] (when i > 0) and at most bounds()[i] (when
   // i < bounds().size(); bucket bounds().size() is +Inf's).

@@ -118,10 +118,35 @@ struct Welcome {
 struct Ready {};
 struct Start {};
 
+// Counts of a histogram kept by a member (monitor/registry.h Histogram): observations per
+// bucket, not cumulative, the last bucket +Inf's, and the observations' sum. The bucket bounds
+// are fixed by the protocol: load_staleness_buckets and load_latency_buckets count them.
+struct LoadHistogram {
+  std::vector<uint64_t> counts{};
+  double sum = 0.0;
+  bool operator==(const LoadHistogram&) const = default;
+};
+// Read staleness: at most 0, 1, 2, 4, ..., 64 steps behind, and more (monitor/ps_metrics.h).
+inline constexpr size_t load_staleness_buckets = 9;
+// Pull and push latency: at most 50 us, 100 us, ... (16 doublings to 1.6 s), and more.
+inline constexpr size_t load_latency_buckets = 17;
+// The most hot keys a ps member lists for one of its shards.
+inline constexpr size_t load_hot_keys_per_shard_max = 16;
+
+// One of a shard's most-pulled keys, as a ps member's sketch estimates it (monitor/hot_keys.h).
+struct LoadHotKey {
+  uint32_t shard = 0;  // the shard's position among the member's shards
+  uint64_t key = 0;
+  uint64_t pulls = 0;  // estimated pulls since the process started
+  bool operator==(const LoadHotKey&) const = default;
+};
+
 // What a member process is doing, sent by `colony ps` and `colony worker` with each heartbeat
-// for the coordinator's load alerts (monitor/alerts.h). Counters are totals since the process
-// started; a worker member fills busy_ns and steps (one entry per replica it hosts), a ps member
-// rows_served and rows_memory_bytes (one entry per shard it hosts, in node order). The
+// for the coordinator's load alerts (monitor/alerts.h) and dashboard. Counters are totals since
+// the process started; a worker member fills busy_ns and steps (one entry per replica it
+// hosts) and its replicas' staleness and latency histograms, a ps member rows_served,
+// rows_pulled and rows_memory_bytes (one entry per shard it hosts, in node order) and its
+// shards' hot keys. A histogram, rows_pulled or hot_keys may be empty (nothing counted). The
 // coordinator refuses a load that does not fit the member's role and count, or whose counters
 // went down (CoordinatorCore::on_message).
 struct MemberLoad {
@@ -130,6 +155,13 @@ struct MemberLoad {
   std::vector<uint64_t> busy_ns{};      // a worker: nanoseconds each replica spent on its steps
   std::vector<uint64_t> steps{};        // a worker: steps each replica has taken
   std::vector<uint64_t> rows_served{};  // a ps: rows each shard has served (pulled and pushed)
+  // A worker, over its replicas: how many steps behind the slowest sender each read was, and
+  // the seconds from each pull and push to its reply.
+  LoadHistogram staleness{}, pull_latency{}, push_latency{};
+  std::vector<uint64_t> rows_pulled{};  // a ps: rows each shard sent in answer to pulls
+  // A ps: each shard's most-pulled keys (at most load_hot_keys_per_shard_max a shard), each
+  // a key of that shard.
+  std::vector<LoadHotKey> hot_keys{};
   bool operator==(const MemberLoad&) const = default;
 };
 

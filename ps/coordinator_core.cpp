@@ -674,29 +674,113 @@ uint64_t CoordinatorCore::next_deadline() const {
   return t;
 }
 
+namespace {
+
+// Why histogram counts cannot be a member's of `buckets` buckets; empty when they can.
+std::string histogram_refused(const char* name, const LoadHistogram& h, size_t buckets) {
+  if (h.counts.empty() && h.sum == 0.0) return "";
+  if (h.counts.size() != buckets)
+    return fmt::format("{} in {} buckets, not {}", name, h.counts.size(), buckets);
+  if (!std::isfinite(h.sum) || h.sum < 0.0) return fmt::format("{} summing to {}", name, h.sum);
+  return "";
+}
+
+bool went_down(const std::vector<uint64_t>& now, const std::vector<uint64_t>& before) {
+  if (now.size() < before.size()) return true;  // counted, then nothing
+  for (size_t k = 0; k < before.size(); ++k)
+    if (now[k] < before[k]) return true;
+  return false;
+}
+
+bool went_down(const LoadHistogram& now, const LoadHistogram& before) {
+  return went_down(now.counts, before.counts) || now.sum < before.sum;
+}
+
+// total += now - before, bucket by bucket (before: the same incarnation's last, or none),
+// saturating: a member that lied with huge counters and restarted cannot wrap a total back.
+void add_growth(std::vector<uint64_t>& total, const std::vector<uint64_t>& now,
+                const std::vector<uint64_t>* before) {
+  if (total.size() < now.size()) total.resize(now.size());
+  for (size_t k = 0; k < now.size(); ++k) {
+    const uint64_t was = before && k < before->size() ? (*before)[k] : 0;
+    const uint64_t grew = now[k] - was;
+    total[k] = grew > UINT64_MAX - total[k] ? UINT64_MAX : total[k] + grew;
+  }
+}
+
+void add_growth(LoadHistogram& total, const LoadHistogram& now, const LoadHistogram* before) {
+  add_growth(total.counts, now.counts, before ? &before->counts : nullptr);
+  total.sum += now.sum - (before ? before->sum : 0.0);
+}
+
+void add_to(LoadHistogram& total, const LoadHistogram& h) {
+  add_growth(total.counts, h.counts, nullptr);
+  total.sum += h.sum;
+}
+
+}  // namespace
+
 std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) const {
   const MemberInfo& m = members_[i];
+  const bool histograms = !load.staleness.counts.empty() || !load.pull_latency.counts.empty() ||
+                          !load.push_latency.counts.empty();
   if (m.role == MemberRole::worker) {
     if (load.busy_ns.size() != m.count || load.steps.size() != m.count)
       return fmt::format("busy times for {} and steps for {} replicas from a worker of {}",
                          load.busy_ns.size(), load.steps.size(), m.count);
-    if (!load.rows_served.empty() || load.rows_memory_bytes)
-      return "rows served or held, from a worker";
+    if (!load.rows_served.empty() || load.rows_memory_bytes || !load.rows_pulled.empty() ||
+        !load.hot_keys.empty())
+      return "rows served, pulled or held, or hot keys, from a worker";
+    for (std::string why :
+         {histogram_refused("read staleness", load.staleness, load_staleness_buckets),
+          histogram_refused("pull latency", load.pull_latency, load_latency_buckets),
+          histogram_refused("push latency", load.push_latency, load_latency_buckets)})
+      if (!why.empty()) return why;
   } else {
     if (load.rows_served.size() != m.count)
       return fmt::format("rows served by {} shards from a ps of {}", load.rows_served.size(),
                          m.count);
-    if (!load.busy_ns.empty() || !load.steps.empty()) return "busy times or steps, from a ps";
+    if (!load.busy_ns.empty() || !load.steps.empty() || histograms)
+      return "busy times, steps or read and request histograms, from a ps";
+    if (!load.rows_pulled.empty()) {
+      if (load.rows_pulled.size() != m.count)
+        return fmt::format("rows pulled from {} shards from a ps of {}", load.rows_pulled.size(),
+                           m.count);
+      for (uint32_t k = 0; k < m.count; ++k)
+        if (load.rows_pulled[k] > load.rows_served[k])
+          return fmt::format("{} rows pulled from a shard that served {}", load.rows_pulled[k],
+                             load.rows_served[k]);
+    }
+    if (!load.hot_keys.empty()) {
+      if (!shard_map_) {
+        auto map = ShardMap::make(config_.map);
+        COLONY_ASSERT(map.ok(), "the job's shard map: {}", map.status().message());
+        shard_map_ = std::make_shared<const ShardMap>(std::move(map.value()));
+      }
+      std::map<uint32_t, std::vector<uint64_t>> listed;  // by shard position
+      for (const LoadHotKey& h : load.hot_keys) {
+        if (h.shard >= m.count)
+          return fmt::format("a hot key of shard {} from a ps of {}", h.shard, m.count);
+        const NodeId shard = m.first_node + h.shard;
+        if (shard_map_->shard_of(h.key) != shard)
+          return fmt::format("hot key {} listed on shard {}, which does not hold it", h.key, shard);
+        std::vector<uint64_t>& keys = listed[h.shard];
+        if (std::find(keys.begin(), keys.end(), h.key) != keys.end())
+          return fmt::format("hot key {} listed twice", h.key);
+        if (keys.size() == load_hot_keys_per_shard_max)
+          return fmt::format("over {} hot keys for shard {}", load_hot_keys_per_shard_max, shard);
+        keys.push_back(h.key);
+      }
+    }
   }
   const MemberState& st = state_[i];
   if (!st.load || st.load_incarnation != m.incarnation) return "";
-  auto went_down = [](const std::vector<uint64_t>& now, const std::vector<uint64_t>& before) {
-    for (size_t k = 0; k < now.size(); ++k)
-      if (now[k] < before[k]) return true;
-    return false;
-  };
   if (went_down(load.busy_ns, st.load->busy_ns) || went_down(load.steps, st.load->steps) ||
-      went_down(load.rows_served, st.load->rows_served))
+      went_down(load.rows_served, st.load->rows_served) ||
+      went_down(load.rows_pulled, st.load->rows_pulled) ||
+      went_down(load.staleness, st.load->staleness) ||
+      went_down(load.pull_latency, st.load->pull_latency) ||
+      went_down(load.push_latency, st.load->push_latency))
     return "counters below those of its last heartbeat";
   return "";
 }
@@ -706,18 +790,14 @@ void CoordinatorCore::take_load(uint32_t i, const MemberLoad& load) {
   // A new incarnation counts from 0 again; what the old one counted stays in the totals.
   if (st.load_incarnation != members_[i].incarnation) st.load.reset();
   st.load_incarnation = members_[i].incarnation;
-  // Saturating: a member that lied with huge counters and restarted cannot wrap a total back.
-  auto add = [](std::vector<uint64_t>& total, const std::vector<uint64_t>& now,
-                const std::vector<uint64_t>* before) {
-    total.resize(now.size());
-    for (size_t k = 0; k < now.size(); ++k) {
-      const uint64_t grew = now[k] - (before ? (*before)[k] : 0);
-      total[k] = grew > UINT64_MAX - total[k] ? UINT64_MAX : total[k] + grew;
-    }
-  };
-  add(st.busy_ns_total, load.busy_ns, st.load ? &st.load->busy_ns : nullptr);
-  add(st.steps_total, load.steps, st.load ? &st.load->steps : nullptr);
-  add(st.rows_served_total, load.rows_served, st.load ? &st.load->rows_served : nullptr);
+  const MemberLoad* before = st.load ? &*st.load : nullptr;
+  add_growth(st.busy_ns_total, load.busy_ns, before ? &before->busy_ns : nullptr);
+  add_growth(st.steps_total, load.steps, before ? &before->steps : nullptr);
+  add_growth(st.rows_served_total, load.rows_served, before ? &before->rows_served : nullptr);
+  add_growth(st.rows_pulled_total, load.rows_pulled, before ? &before->rows_pulled : nullptr);
+  add_growth(st.staleness_total, load.staleness, before ? &before->staleness : nullptr);
+  add_growth(st.pull_latency_total, load.pull_latency, before ? &before->pull_latency : nullptr);
+  add_growth(st.push_latency_total, load.push_latency, before ? &before->push_latency : nullptr);
   st.load = load;
 }
 
@@ -725,10 +805,16 @@ ClusterLoad CoordinatorCore::load() const {
   ClusterLoad l;
   if (phase_ == CoordinatorPhase::joining) return l;
   l.shard_rows.assign(config_.shards, 0);
+  l.shard_rows_pulled.assign(config_.shards, 0);
   for (uint32_t i = 0; i < members_.size(); ++i) {
     const MemberInfo& m = members_[i];
     const MemberState& st = state_[i];
     if (st.load) l.processes.push_back({i, st.load->rss_bytes, st.load->rows_memory_bytes});
+    if (m.role == MemberRole::worker) {
+      add_to(l.staleness, st.staleness_total);
+      add_to(l.pull_latency, st.pull_latency_total);
+      add_to(l.push_latency, st.push_latency_total);
+    }
     for (uint32_t k = 0; k < m.count; ++k) {
       const bool counted = st.load.has_value();  // the totals have the member's count
       if (m.role == MemberRole::worker) {
@@ -741,9 +827,18 @@ ClusterLoad CoordinatorCore::load() const {
         COLONY_ASSERT(shard < l.shard_rows.size(), "shard node {} beyond {} shards", shard,
                       l.shard_rows.size());
         l.shard_rows[shard] = counted ? st.rows_served_total[k] : 0;
+        l.shard_rows_pulled[shard] =
+            counted && k < st.rows_pulled_total.size() ? st.rows_pulled_total[k] : 0;
       }
     }
+    // A lost ps's shards are served by its next incarnation: the hot keys it listed last stay
+    // until then.
+    if (m.role == MemberRole::ps && st.load)
+      for (const LoadHotKey& h : st.load->hot_keys)
+        l.hot_keys.push_back({m.first_node + h.shard, h.key, h.pulls});
   }
+  std::stable_sort(l.hot_keys.begin(), l.hot_keys.end(),
+                   [](const LoadHotKey& a, const LoadHotKey& b) { return a.shard < b.shard; });
   return l;
 }
 

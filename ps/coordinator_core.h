@@ -49,6 +49,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,6 +58,7 @@
 #include "common/status.h"
 #include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
+#include "ps/shard_map.h"
 
 namespace colony {
 
@@ -130,7 +132,14 @@ struct ClusterLoad {
   std::vector<uint32_t> worker_members;
   std::vector<double> worker_busy_s;
   std::vector<uint64_t> worker_steps;
-  std::vector<uint64_t> shard_rows;  // by shard index: rows served (pulled and pushed)
+  std::vector<uint64_t> shard_rows;         // by shard index: rows served (pulled and pushed)
+  std::vector<uint64_t> shard_rows_pulled;  // by shard index: rows sent in answer to pulls
+  // Over all worker members: their reads' staleness and their pulls' and pushes' latency
+  // (buckets as MemberLoad's; no counts until a worker sent some).
+  LoadHistogram staleness, pull_latency, push_latency;
+  // Each shard's most-pulled keys, as its ps member's latest heartbeat listed them (`shard` is
+  // the shard's index in the cluster), by shard.
+  std::vector<LoadHotKey> hot_keys;
   // Each member that has sent a load: its latest resident memory and the memory its rows hold.
   struct Process {
     uint32_t member = 0;
@@ -174,9 +183,11 @@ class CoordinatorCore {
   const CoordinatorTotals& totals() const { return totals_; }
   uint64_t samples_reported() const;  // from the latest heartbeats and final reports
   // Once past joining (empty before): the load the members' heartbeats reported. A heartbeat
-  // whose load does not fit its member (a worker's busy times and steps, one per replica; a
-  // ps's rows served, one per shard; nothing of the other role's) or whose counters went below
-  // its last one's is dropped whole, like any other lie (on_message).
+  // whose load does not fit its member (a worker's busy times and steps, one per replica, and
+  // histograms of the protocol's buckets; a ps's rows served and pulled, one per shard, no more
+  // pulled than served, and hot keys that are keys of their shard, no key twice and at most
+  // load_hot_keys_per_shard_max a shard; nothing of the other role's) or whose counters went
+  // below its last one's is dropped whole, like any other lie (on_message).
   ClusterLoad load() const;
   // Trained, and some ps member's ShardSummary is still awaited (until its deadline).
   bool summaries_pending() const;
@@ -197,7 +208,8 @@ class CoordinatorCore {
     // summed over incarnations.
     std::optional<MemberLoad> load{};
     uint64_t load_incarnation = 0;
-    std::vector<uint64_t> busy_ns_total{}, steps_total{}, rows_served_total{};
+    std::vector<uint64_t> busy_ns_total{}, steps_total{}, rows_served_total{}, rows_pulled_total{};
+    LoadHistogram staleness_total{}, pull_latency_total{}, push_latency_total{};
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);
   void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms,
@@ -247,6 +259,9 @@ class CoordinatorCore {
   uint64_t next_reject_log_ms_ = 0;               // rejections are logged at most once a minute
   uint64_t membership_epoch_ = 0;  // NodesLost and ShardsRestarted sent (their epoch)
   uint64_t rejects_unlogged_ = 0;
+  // The job's shard map, made when a hot key is first checked (the simulator's members send
+  // none, and a map of many shards is megabytes).
+  mutable std::shared_ptr<const ShardMap> shard_map_{};
 };
 
 }  // namespace colony

@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
@@ -859,4 +860,117 @@ BOOST_AUTO_TEST_CASE(a_restarted_members_load_adds_to_what_its_last_incarnation_
   core.on_message({0, Ready{}}, 800, back);
   core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {1'000'000}}}}, 900, back);
   BOOST_TEST(core.load().shard_rows[0] == UINT64_MAX);
+}
+
+// The dashboard's cluster panels: the workers' staleness and latency histograms add up over
+// workers, the ps's rows pulled and hot keys come through by shard; a load whose histograms,
+// rows pulled or hot keys cannot be its member's is dropped whole, counted as a lie.
+BOOST_AUTO_TEST_CASE(histograms_and_hot_keys_in_loads_add_up_and_impossible_ones_are_dropped) {
+  CoordinatorCore core = running(/*hierarchical=*/false);  // ps of shards 0 and 1, 2 workers
+  const ShardMap map = ShardMap::make(core.layout().map).value();
+  std::vector<uint64_t> keys_of[2];  // a few keys of each shard
+  for (uint64_t key = 1; keys_of[0].size() < 20 || keys_of[1].size() < 20; ++key)
+    keys_of[map.shard_of(key)].push_back(key);
+
+  auto histogram = [](size_t buckets, uint64_t in_first, double sum) {
+    LoadHistogram h{std::vector<uint64_t>(buckets, 0), sum};
+    h.counts[0] = in_first;
+    return h;
+  };
+  auto worker = [&](uint64_t reads, double latency_s) {
+    MemberLoad l{1, 0, {1000}, {1}, {}};
+    l.staleness = histogram(load_staleness_buckets, reads, 0.0);
+    l.pull_latency = histogram(load_latency_buckets, reads, latency_s);
+    l.push_latency = histogram(load_latency_buckets, reads / 2, latency_s / 2);
+    return l;
+  };
+  auto ps = [&](std::vector<LoadHotKey> hot) {
+    MemberLoad l{1, 0, {}, {}, {500, 700}};
+    l.rows_pulled = {300, 600};
+    l.hot_keys = std::move(hot);
+    return l;
+  };
+  const std::vector<LoadHotKey> hot = {
+      {0, keys_of[0][0], 90}, {0, keys_of[0][1], 40}, {1, keys_of[1][0], 70}};
+  CoordinatorEffects fx;
+  core.on_message({0, Heartbeat{0, ps(hot)}}, 200, fx);
+  core.on_message({1, Heartbeat{10, worker(40, 0.5)}}, 200, fx);
+  core.on_message({2, Heartbeat{10, worker(60, 0.25)}}, 200, fx);
+  BOOST_TEST(core.totals().counters.bad_messages == 0u);
+  ClusterLoad l = core.load();
+  BOOST_REQUIRE_EQUAL(l.staleness.counts.size(), load_staleness_buckets);
+  BOOST_TEST(l.staleness.counts[0] == 100u);
+  BOOST_TEST(l.pull_latency.counts[0] == 100u);
+  BOOST_TEST(l.pull_latency.sum == 0.75);
+  BOOST_TEST(l.push_latency.counts[0] == 50u);
+  BOOST_TEST((l.shard_rows_pulled == std::vector<uint64_t>{300, 600}));
+  BOOST_REQUIRE_EQUAL(l.hot_keys.size(), 3u);
+  BOOST_TEST((l.hot_keys[2] == LoadHotKey{1, keys_of[1][0], 70}));  // the cluster's shard index
+
+  // Well-formed lies from the members' own keys.
+  auto staleness_of = [&](size_t buckets) {
+    MemberLoad w = worker(50, 0.5);
+    w.staleness = histogram(buckets, 50, 0.0);
+    return w;
+  };
+  MemberLoad fewer_reads = worker(30, 0.5);
+  MemberLoad less_time = worker(40, 0.1);
+  MemberLoad nan_sum = worker(50, std::nan(""));
+  MemberLoad from_worker = worker(50, 0.5);
+  from_worker.hot_keys = {{0, keys_of[0][0], 1}};
+  MemberLoad from_ps = ps(hot);
+  from_ps.pull_latency = histogram(load_latency_buckets, 1, 0.1);
+  MemberLoad pulled_over_served = ps(hot);
+  pulled_over_served.rows_pulled = {501, 600};
+  MemberLoad pulled_down = ps(hot);
+  pulled_down.rows_pulled = {299, 600};
+  MemberLoad one_shard = ps(hot);
+  one_shard.rows_pulled = {300};
+  std::vector<LoadHotKey> too_many;
+  for (size_t k = 0; k <= load_hot_keys_per_shard_max; ++k)
+    too_many.push_back({0, keys_of[0][k], 1});
+  struct Lie {
+    uint32_t from;
+    MemberLoad load;
+    std::string why;  // in the log line that names the lie
+  };
+  const std::vector<Lie> lies = {
+      {1, staleness_of(load_staleness_buckets - 1), "read staleness in 8 buckets, not 9"},
+      {1, staleness_of(load_latency_buckets), "read staleness in 17 buckets, not 9"},
+      {1, fewer_reads, "counters below those of its last heartbeat"},
+      {1, less_time, "counters below those of its last heartbeat"},
+      {2, nan_sum, "pull latency summing to nan"},
+      {2, from_worker, "rows served, pulled or held, or hot keys, from a worker"},
+      {0, from_ps, "busy times, steps or read and request histograms, from a ps"},
+      {0, pulled_over_served, "501 rows pulled from a shard that served 500"},
+      {0, pulled_down, "counters below those of its last heartbeat"},
+      {0, one_shard, "rows pulled from 1 shards from a ps of 2"},
+      {0, ps({{0, keys_of[1][0], 5}}),
+       fmt::format("hot key {} listed on shard 0, which does not hold it", keys_of[1][0])},
+      {0, ps({{2, keys_of[0][0], 5}}), "a hot key of shard 2 from a ps of 2"},
+      {0, ps({{1, keys_of[1][0], 5}, {1, keys_of[1][0], 6}}),
+       fmt::format("hot key {} listed twice", keys_of[1][0])},
+      {0, ps(too_many), "over 16 hot keys for shard 0"},
+  };
+  uint64_t now = 300;
+  for (const Lie& lie : lies) {
+    CoordinatorEffects fx_lie;
+    now += 61'000;  // past the minute between logged rejections
+    core.on_message({lie.from, Heartbeat{999'999, lie.load}}, now, fx_lie);
+    BOOST_TEST(logged(fx_lie, fmt::format("a heartbeat from member {}: ", lie.from) + lie.why),
+               lie.why);
+  }
+  BOOST_TEST(core.totals().counters.bad_messages == lies.size());
+  BOOST_TEST((core.load().staleness == l.staleness));
+  BOOST_TEST((core.load().hot_keys == l.hot_keys));
+  BOOST_TEST((core.load().shard_rows_pulled == l.shard_rows_pulled));
+
+  // The truth goes on: a shard's new hot list replaces its last one.
+  core.on_message({0, Heartbeat{0, ps({{1, keys_of[1][1], 80}})}}, now, fx);
+  core.on_message({1, Heartbeat{20, worker(45, 0.75)}}, now, fx);
+  l = core.load();
+  BOOST_TEST(core.totals().counters.bad_messages == lies.size());
+  BOOST_TEST((l.hot_keys == std::vector<LoadHotKey>{{1, keys_of[1][1], 80}}));
+  BOOST_TEST(l.staleness.counts[0] == 105u);
+  BOOST_TEST(l.pull_latency.sum == 1.0);
 }

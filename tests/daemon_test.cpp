@@ -864,6 +864,21 @@ BOOST_AUTO_TEST_CASE(the_coordinator_names_a_straggler_a_leaking_member_and_a_ho
                served1 = metrics.value("colony_cluster_shard_rows_served_total", {{"shard", "1"}});
   BOOST_TEST(served1 > 0);
   BOOST_TEST(served0 > 4 * served1);
+  for (const char* shard : {"0", "1"})
+    BOOST_TEST(metrics.value("colony_cluster_shard_rows_pulled_total", {{"shard", shard}}) <=
+               metrics.value("colony_cluster_shard_rows_served_total", {{"shard", shard}}));
+  // The workers' reads and requests and the shards' hot keys, as the heartbeats report them: the
+  // hottest key is one of the skewed stream's, on shard 0.
+  for (const char* h : {"colony_cluster_read_staleness_steps_count",
+                        "colony_cluster_pull_seconds_count", "colony_cluster_push_seconds_count"})
+    BOOST_TEST(metrics.value(h) > 0, h);
+  std::map<std::string, double> hottest;  // by shard: the most pulls a listed key has
+  for (const auto& sample : metrics.samples)
+    if (sample.name == "colony_cluster_hot_key_pulls")
+      hottest[sample.labels.at("shard")] =
+          std::max(hottest[sample.labels.at("shard")], sample.value);
+  BOOST_TEST(hottest.size() == 2u);
+  BOOST_TEST(hottest["0"] > hottest["1"]);
   // Its dashboard, in headless Chromium: one cell of the load map per shard, the alerts listed,
   // no script error and nothing on the console.
   const int page = std::stoi(coord->await("dashboard: http://127\\.0\\.0\\.1:(\\d+)/"));
@@ -873,6 +888,11 @@ BOOST_AUTO_TEST_CASE(the_coordinator_names_a_straggler_a_leaking_member_and_a_ho
   BOOST_TEST_INFO("the page as Chromium left it:\n" << dom);
   BOOST_TEST(colony::testing::attribute(dom, "loadmap", "data-cells") == "2");
   BOOST_TEST(std::stoi("0" + colony::testing::attribute(dom, "alerts", "data-count")) >= 3);
+  // Staleness, latency and hot keys, from the members' heartbeats.
+  BOOST_TEST(std::stod("0" + colony::testing::attribute(dom, "staleness", "data-reads")) > 0);
+  BOOST_TEST(std::stod("0" + colony::testing::attribute(dom, "latency", "data-pulls")) > 0);
+  BOOST_TEST(std::stod("0" + colony::testing::attribute(dom, "latency", "data-pushes")) > 0);
+  BOOST_TEST(std::stoi("0" + colony::testing::attribute(dom, "hotkeys", "data-rows")) > 0);
   BOOST_TEST(std::regex_search(dom, std::regex("<body[^>]*data-errors=\"0\"")));
   BOOST_TEST(console.find(":CONSOLE") == std::string::npos, console);
   coord->signal(SIGTERM);

@@ -18,6 +18,7 @@
 #include "monitor/hot_keys.h"
 #include "monitor/http_server.h"
 #include "monitor/profile.h"
+#include "monitor/ps_metrics.h"
 #include "monitor/registry.h"
 #include "tests/prom_text.h"
 #include "tests/temp_dir.h"
@@ -115,6 +116,37 @@ BOOST_AUTO_TEST_CASE(a_family_reader_lists_its_children_at_each_scrape_in_label_
   BOOST_TEST(parsed.error == "");
   BOOST_TEST(parsed.value("colony_bad_messages_total", {{"peer", "c"}}) == 5);
   BOOST_TEST(parsed.types.at("colony_bad_messages_total") == "counter");
+}
+
+// The coordinator's colony_cluster_* families: histograms of counts the members report (added
+// bucket by bucket), per-shard row counters and the hot keys listed as last replaced.
+BOOST_AUTO_TEST_CASE(cluster_instruments_export_what_the_members_report) {
+  Registry r;
+  ClusterInstruments c = cluster_instruments(r);
+  BOOST_TEST(c.staleness->bounds() == staleness_bounds());
+  BOOST_TEST(c.pull_seconds->bounds() == latency_bounds());
+  std::vector<uint64_t> counts(staleness_bounds().size() + 1, 0);
+  counts[0] = 7;      // at most 0 steps behind
+  counts[3] = 2;      // 3 or 4 steps behind
+  counts.back() = 1;  // over 64
+  c.staleness->add(counts, 75.0);
+  c.staleness->add(counts, 75.0);
+  c.rows_pulled(1).inc(40);
+  c.list_hot_keys({{1, 77, 30}, {0, 5, 12}});
+  c.list_hot_keys({{1, 78, 31}});  // replaces the listing
+  const std::string text = r.render();
+  BOOST_TEST_INFO(text);
+  const auto parsed = parse_prom_text(text);
+  BOOST_TEST_REQUIRE(parsed.error == "");
+  BOOST_TEST(parsed.value("colony_cluster_read_staleness_steps_bucket", {{"le", "0"}}) == 14);
+  BOOST_TEST(parsed.value("colony_cluster_read_staleness_steps_bucket", {{"le", "4"}}) == 18);
+  BOOST_TEST(parsed.value("colony_cluster_read_staleness_steps_bucket", {{"le", "+Inf"}}) == 20);
+  BOOST_TEST(parsed.value("colony_cluster_read_staleness_steps_sum", {}) == 150);
+  BOOST_TEST(parsed.value("colony_cluster_shard_rows_pulled_total", {{"shard", "1"}}) == 40);
+  BOOST_TEST(parsed.value("colony_cluster_hot_key_pulls", {{"shard", "1"}, {"key", "78"}}) == 31);
+  BOOST_TEST(text.find("key=\"77\"") == std::string::npos);
+  if (const std::string verdict = promtool_verdict(text); !verdict.empty())
+    BOOST_TEST(verdict == "ok");
 }
 
 // The checker must be able to fail: each of these breaks one rule of the format.

@@ -459,6 +459,11 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   };
   MemberLoad load{rng.next(), rng.next(), counts(rng.next() % 40), counts(rng.next() % 40),
                   counts(rng.next() % 40)};
+  for (LoadHistogram* h : {&load.staleness, &load.pull_latency, &load.push_latency})
+    *h = LoadHistogram{counts(rng.next() % 20), double(rng.next() % 100000) / 7.0};
+  load.rows_pulled = counts(rng.next() % 40);
+  for (uint64_t k = rng.next() % 40; k > 0; --k)
+    load.hot_keys.push_back({static_cast<uint32_t>(rng.next()), rng.next(), rng.next()});
   return {
       {from, Join{random_member(rng)}},
       {from, std::move(w)},
