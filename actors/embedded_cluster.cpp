@@ -107,6 +107,7 @@ JobSpec job_spec(const ClusterJob& job) {
   j = job_with_dense_optimizer(j, job.trainer.dense_optimizer);
   j.dense_sync_every = c.dense_sync_every;
   j.skip_not_finite = job.trainer.skip_not_finite;
+  j.wire_format = c.wire_format;
   return j;
 }
 

@@ -65,6 +65,8 @@ struct ClusterOptions {
   // A deep model's dense layers: all-reduced every step (1) or averaged every K steps
   // (JobSpec::dense_sync_every). With more than one worker they need hierarchical push.
   uint32_t dense_sync_every = 1;
+  // How pull replies and pushes carry rows and gradients (JobSpec::wire_format).
+  ValueFormat wire_format = ValueFormat::fp32;
   // Tests (recovery): once shard `restart_shard` has applied this many pushes (0: never), its
   // core is replaced by one over the newest complete checkpoint, as after a crash and restart:
   // the updates since that checkpoint are lost (counted), the senders' clocks carry on, and

@@ -7,6 +7,7 @@
 #include <kj/exception.h>
 #include <kj/io.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <variant>
 
 #include "actors/wire.capnp.h"
+#include "common/bf16.h"
 
 namespace colony {
 
@@ -220,6 +222,45 @@ Status read_floats(capnp::Data::Reader data, const FrameWords& words, FloatBuffe
   return Status();
 }
 
+// Values in `format` (ps/protocol.h ValueFormat): fp32 as set_floats writes them; bf16 packed
+// two bytes each, the upper halves of values the cores made bf16-exact (one that is not is cut
+// toward zero: still a bf16 value).
+template <class Adopt, class Set, class Init>
+void set_values(capnp::MessageBuilder& message, const FloatBuffer& v, ValueFormat format,
+                Adopt adopt, Set set, Init init) {
+  if (format == ValueFormat::fp32) return set_floats(message, v, adopt, set);
+  capnp::Data::Builder out = init(static_cast<unsigned>(v.size() * sizeof(uint16_t)));
+  // A builder's blob starts word-aligned in its segment.
+  auto* bits = reinterpret_cast<uint16_t*>(out.begin());
+  const float* in = v.data();
+  for (size_t i = 0; i < v.size(); ++i) bits[i] = to_bf16(in[i]);
+}
+
+// Values in the wire's `format` byte, as floats; refuses an unknown format or a blob that is
+// not a whole number of values.
+Status read_values(capnp::Data::Reader data, uint8_t format, const FrameWords& words,
+                   FloatBuffer& out, const char* what) {
+  if (format == uint8_t(ValueFormat::fp32)) return read_floats(data, words, out, what);
+  if (format != uint8_t(ValueFormat::bf16))
+    return Status::invalid_input(fmt::format("{} in unknown value format {}", what, format));
+  if (data.size() % sizeof(uint16_t) != 0)
+    return Status::invalid_input(
+        fmt::format("{} blob of {} bytes is not a whole number of bf16 values", what, data.size()));
+  std::vector<float> v(data.size() / sizeof(uint16_t));
+  if (reinterpret_cast<uintptr_t>(data.begin()) % alignof(uint16_t) == 0) {
+    const auto* bits = reinterpret_cast<const uint16_t*>(data.begin());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = from_bf16(bits[i]);
+  } else {
+    for (size_t i = 0; i < v.size(); ++i) {
+      uint16_t bits = 0;
+      std::memcpy(&bits, data.begin() + i * sizeof(uint16_t), sizeof(bits));
+      v[i] = from_bf16(bits);
+    }
+  }
+  out = FloatBuffer(std::move(v));
+  return Status();
+}
+
 // A received key list: of whatever element size the sender wrote (Cap'n Proto lets a reader
 // upgrade lists), so only a list of plain 8-byte elements is copied as one block.
 std::vector<uint64_t> read_keys(capnp::List<uint64_t>::Reader list) {
@@ -279,17 +320,23 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     auto w = ps.initPullReply();
     set_header(w, m->header);
     w.setMinClock(m->min_clock);
-    set_floats(
-        builder, m->values, [&](capnp::Orphan<capnp::Data>&& o) { w.adoptValues(std::move(o)); },
-        [&](kj::ArrayPtr<const kj::byte> b) { w.setValues(b); });
+    w.setFormat(static_cast<uint8_t>(m->format));
+    set_values(
+        builder, m->values, m->format,
+        [&](capnp::Orphan<capnp::Data>&& o) { w.adoptValues(std::move(o)); },
+        [&](kj::ArrayPtr<const kj::byte> b) { w.setValues(b); },
+        [&](unsigned bytes) { return w.initValues(bytes); });
   } else if (auto* m = std::get_if<PushRequest>(&message)) {
     auto w = ps.initPushRequest();
     set_header(w, m->header);
     w.setClock(m->clock);
     set_keys(w.initKeys(m->keys.size()), m->keys);
-    set_floats(
-        builder, m->grads, [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
-        [&](kj::ArrayPtr<const kj::byte> b) { w.setGrads(b); });
+    w.setFormat(static_cast<uint8_t>(m->format));
+    set_values(
+        builder, m->grads, m->format,
+        [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
+        [&](kj::ArrayPtr<const kj::byte> b) { w.setGrads(b); },
+        [&](unsigned bytes) { return w.initGrads(bytes); });
   } else if (auto* m = std::get_if<PushAck>(&message)) {
     set_header(ps.initPushAck(), m->header);
   } else if (auto* m = std::get_if<ClockAdvance>(&message)) {
@@ -393,14 +440,16 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
     case wire::PsMessage::PULL_REPLY: {
       auto r = ps.getPullReply();
       PullReply m{get_header(r.getHeader()), r.getMinClock(), {}};
-      status = read_floats(r.getValues(), words, m.values, "pull reply values");
+      status = read_values(r.getValues(), r.getFormat(), words, m.values, "pull reply values");
+      m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
       out = std::move(m);
       break;
     }
     case wire::PsMessage::PUSH_REQUEST: {
       auto r = ps.getPushRequest();
       PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
-      status = read_floats(r.getGrads(), words, m.grads, "push gradients");
+      status = read_values(r.getGrads(), r.getFormat(), words, m.grads, "push gradients");
+      m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
       if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
         status = Status::invalid_input(
             fmt::format("push of {} keys carries {} gradient floats, not a whole "
@@ -542,6 +591,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setDenseSyncEvery(j.dense_sync_every);
   w.setDurability(j.durability ? uint8_t(1 + int(*j.durability)) : 0);
   w.setSkipNotFinite(j.skip_not_finite);
+  w.setWireFormat(static_cast<uint8_t>(j.wire_format));
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -642,6 +692,10 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (durability > 3) return Status::invalid_input(fmt::format("durability {}", durability));
   j.durability = durability ? std::optional(Durability(durability - 1)) : std::nullopt;
   j.skip_not_finite = r.getSkipNotFinite();
+  const uint8_t format = r.getWireFormat();
+  if (format > value_format_max)
+    return Status::invalid_input(fmt::format("unknown wire format {}", format));
+  j.wire_format = ValueFormat(format);
   return Status();
 }
 

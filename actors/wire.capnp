@@ -34,12 +34,14 @@ struct PullReply {
   header @0 :Header;
   minClock @1 :UInt32;
   values @2 :Data;
+  format @3 :UInt8;  # ps/protocol.h ValueFormat of values: 0 fp32 (4 bytes), 1 bf16 (2 bytes)
 }
 struct PushRequest {
   header @0 :Header;
   clock @1 :UInt32;
   keys @2 :List(UInt64);
   grads @3 :Data;
+  format @4 :UInt8;  # of grads, as PullReply's
 }
 struct PushAck {
   header @0 :Header;
@@ -137,6 +139,7 @@ struct JobSpec {
   denseSyncEvery @28 :UInt32 = 1;
   durability @29 :UInt8;  # 0: each ps store's default; 1 none, 2 log, 3 fsync
   skipNotFinite @30 :Bool;  # --on-nan skip
+  wireFormat @31 :UInt8;    # ps/protocol.h ValueFormat: 0 fp32, 1 bf16
 }
 struct MemberInfo {
   role @0 :UInt8;

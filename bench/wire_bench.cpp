@@ -12,6 +12,7 @@
 
 #include "actors/envelope.h"
 #include "actors/zmq_transport.h"
+#include "common/bf16.h"
 #include "common/hash.h"
 #include "data/zipf.h"
 #include "ps/shard_core.h"
@@ -29,7 +30,7 @@ constexpr int receive_timeout_ms = 10000;
 
 // The child: serves a shard of `width` to `workers` workers (width 0: echoes every payload
 // back) until killed.
-[[noreturn]] void serve(size_t width, size_t workers, int report_fd) {
+[[noreturn]] void serve(size_t width, size_t workers, ValueFormat format, int report_fd) {
   auto server = ZmqServer::open({});
   std::string endpoint = server ? (*server)->last_endpoint() : std::string();
   endpoint.push_back('\n');
@@ -43,6 +44,7 @@ constexpr int receive_timeout_ms = 10000;
     sc.consistency = {ConsistencyKind::asp, 0};
     for (NodeId w = 0; w < workers; ++w) sc.senders.push_back(first_worker + w);
     sc.map = ShardMapSpec{1, 1, 16, 0};
+    sc.wire_format = format;
     auto made = ShardCore::make(sc);
     if (!made) ::_exit(1);
     shard = std::move(made.value());
@@ -81,14 +83,14 @@ struct Peer {
   }
 };
 
-Status start(size_t width, size_t workers, Peer& peer) {
+Status start(size_t width, size_t workers, ValueFormat format, Peer& peer) {
   int fds[2];
   if (::pipe(fds) != 0) return Status::io_error(std::string("pipe: ") + std::strerror(errno));
   peer.pid = ::fork();
   if (peer.pid < 0) return Status::io_error(std::string("fork: ") + std::strerror(errno));
   if (peer.pid == 0) {
     ::close(fds[0]);
-    serve(width, workers, fds[1]);
+    serve(width, workers, format, fds[1]);
   }
   ::close(fds[1]);
   std::string endpoint;
@@ -153,16 +155,17 @@ Status pipelined(ZmqClient& client, uint64_t trips, size_t lanes, Send send, Ans
 
 Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
                                                  const std::vector<size_t>& keys_per_request,
-                                                 uint64_t bytes_per_figure, size_t in_flight) {
+                                                 uint64_t bytes_per_figure, size_t in_flight,
+                                                 ValueFormat format) {
   COLONY_ASSERT(in_flight >= 1 && in_flight <= wire_bench_in_flight_max, "in_flight {}", in_flight);
   using Clock = std::chrono::steady_clock;
   Peer echo;
-  if (Status s = start(0, 0, echo); !s.ok()) return s;
+  if (Status s = start(0, 0, format, echo); !s.ok()) return s;
   std::vector<WireFigure> figures;
   ZipfSampler zipf(10000000, 1.1);
   for (size_t width : widths) {
     Peer shard;
-    if (Status s = start(width, in_flight, shard); !s.ok()) return s;
+    if (Status s = start(width, in_flight, format, shard); !s.ok()) return s;
     std::vector<uint32_t> clocks(in_flight, 0);  // each worker's
     uint64_t request = 1;
     for (size_t n : keys_per_request) {
@@ -176,14 +179,18 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       // The gradients are built once and every push refers to them (a FloatBuffer view), as a
       // worker's push carries the gradients it computed: the loop measures the wire, not copies
       // of the bench's own buffers. Keys are copied into each message, as a worker's are.
-      auto grads = std::make_shared<std::vector<float>>(n * width, 1e-3f);
+      // bf16-exact, so that either format carries them whole.
+      auto grads = std::make_shared<std::vector<float>>(n * width, round_bf16(1e-3f));
       std::vector<PullRequest> pulls;
       std::vector<PushRequest> pushes;
       for (NodeId lane = 0; lane < in_flight; ++lane) {
         const NodeId worker = first_worker + lane;
         pulls.push_back({{worker, 0, 1}, 0, worker, keys});
-        pushes.push_back(
-            {{worker, 0, 1}, 0, keys, FloatBuffer::view(grads, grads->data(), grads->size())});
+        pushes.push_back({{worker, 0, 1},
+                          0,
+                          keys,
+                          FloatBuffer::view(grads, grads->data(), grads->size()),
+                          format});
       }
       // Worker `lane`'s next request of stage 0 (its pull) or 1 (its push), with id `id`.
       auto next_message = [&](int stage, size_t lane, uint64_t id) -> PsMessage {

@@ -39,8 +39,9 @@ struct BenchArgs {
   uint64_t rows = 500000;
   int repeats = 3;
   std::string dir;
-  size_t in_flight = 8;  // wire
-  std::string model;     // train: a deep model against its PyTorch peer; empty: lr and fm
+  size_t in_flight = 8;              // wire
+  std::string wire_format = "fp32";  // wire
+  std::string model;  // train: a deep model against its PyTorch peer; empty: lr and fm
   std::string peer_script;
 };
 
@@ -652,12 +653,15 @@ int bench_durability(const BenchArgs& a) {
 }
 
 int bench_wire(const BenchArgs& a) {
-  auto figures =
-      run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20, a.in_flight);
+  auto format = parse_value_format(a.wire_format);
+  if (!format) return fail(Status::invalid_input("--wire-format: " + format.status().message()));
+  auto figures = run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20,
+                                a.in_flight, *format);
   if (!figures) return fail(figures.status());
   nlohmann::json rep = {{"suite", "wire"},
                         {"transport", "zeromq tcp loopback, no CURVE"},
-                        {"in_flight", a.in_flight}};
+                        {"in_flight", a.in_flight},
+                        {"wire_format", to_string(*format)}};
   nlohmann::json list = nlohmann::json::array();
   std::printf("%-7s %-9s %14s %10s %14s %8s\n", "floats", "keys/req", "rows/s", "GB/s",
               "baseline GB/s", "ratio");
@@ -759,9 +763,14 @@ Runner add_bench(CLI::App& app) {
                   "wire: round trips in flight (workers in the client process)")
       ->check(CLI::Range(size_t{1}, wire_bench_in_flight_max))
       ->capture_default_str();
+  cmd->add_option("--wire-format", a->wire_format,
+                  "wire: how replies and pushes carry rows and gradients, fp32 or bf16")
+      ->capture_default_str();
   return [a, rows]() {
     if (!a->model.empty() && a->suite != "train" && a->suite != "cluster")
       return fail(Status::invalid_input("--model: only bench train and bench cluster take it"));
+    if (a->wire_format != "fp32" && a->suite != "wire")
+      return fail(Status::invalid_input("--wire-format: only bench wire takes it"));
     if (a->suite == "store") return bench_store(*a, rows->count() > 0);
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);

@@ -99,6 +99,7 @@ struct CoordinatorArgs {
   uint32_t shards = 1, workers = 1;
   ModelFlags flags;
   std::string optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
+  std::string wire_format = "fp32";
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
   uint64_t seed = 1, skip_bad_lines = 0;
@@ -150,6 +151,9 @@ Runner add_coordinator(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Seed for initialisation and the shard map")
       ->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
+  cmd->add_option("--wire-format", a->wire_format,
+                  "How pull replies and pushes carry rows and gradients: fp32 or bf16")
+      ->capture_default_str();
   cmd->add_option("--push", a->push, "hierarchical (one aggregator per worker member) or flat")
       ->capture_default_str();
   cmd->add_option("--max-inflight", a->max_inflight, "Steps whose pulls a worker keeps in flight")
@@ -295,6 +299,10 @@ Runner add_coordinator(CLI::App& app) {
     if (!consistency)
       return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     j.consistency = *consistency;
+    auto wire_format = parse_value_format(a->wire_format);
+    if (!wire_format)
+      return fail(Status::invalid_input("--wire-format: " + wire_format.status().message()));
+    j.wire_format = *wire_format;
     if (a->push != "flat" && a->push != "hierarchical")
       return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
     j.hierarchical = a->push == "hierarchical";
@@ -352,6 +360,7 @@ Runner add_coordinator(CLI::App& app) {
         {"pushes_resent", r->totals.counters.pushes_resent},
         {"replies_dropped", r->totals.counters.replies_dropped},
         {"consistency", to_string(j.consistency)},
+        {"wire_format", to_string(j.wire_format)},
         {"push", a->push},
         {"model", a->flags.model},
         {"optimizer", a->optimizer},

@@ -35,6 +35,7 @@ struct TrainArgs {
   std::string engine = "cluster";
   std::string device = "cpu";
   std::string consistency = "bsp";
+  std::string wire_format = "fp32";
   std::string push = "hierarchical";
   ClusterOptions cluster;
   std::string report;
@@ -162,6 +163,10 @@ Runner add_train(CLI::App& app) {
          "--push", a->push,
          "hierarchical (one push per node and shard, summed by the node's aggregator) or flat")
       ->capture_default_str();
+  cmd->add_option("--wire-format", a->wire_format,
+                  "How pull replies and pushes carry rows and gradients: fp32, or bf16 (half the "
+                  "bytes; rows rounded to the nearest, gradients stochastically)")
+      ->capture_default_str();
   cmd->add_option("--replicas-per-node", a->cluster.replicas_per_node,
                   "Workers per node for hierarchical push (0: all workers form one node)")
       ->capture_default_str();
@@ -238,6 +243,13 @@ Runner add_train(CLI::App& app) {
     if (!consistency)
       return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     cluster.consistency = *consistency;
+    auto wire_format = parse_value_format(a->wire_format);
+    if (!wire_format)
+      return fail(Status::invalid_input("--wire-format: " + wire_format.status().message()));
+    if (a->engine == "local" && *wire_format != ValueFormat::fp32)
+      return fail(Status::invalid_input(
+          "--wire-format: the local engine sends no rows or gradients; use --engine cluster"));
+    cluster.wire_format = *wire_format;
     auto push = parse_push_mode(a->push);
     if (!push) return fail(Status::invalid_input("--push: " + push.status().message()));
     cluster.push = *push;
@@ -472,6 +484,7 @@ Runner add_train(CLI::App& app) {
       rep["workers"] = cluster.workers;
       rep["consistency"] = to_string(cluster.consistency);
       rep["push"] = to_string(cluster.push);
+      rep["wire_format"] = to_string(cluster.wire_format);
       rep["pull_messages_per_sample"] = double(r.counters.pull_messages) / n;
       rep["push_messages_per_sample"] = double(r.counters.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.counters.push_bytes) / n;

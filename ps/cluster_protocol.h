@@ -73,6 +73,8 @@ struct JobSpec {
   // --on-nan skip: a worker skips a step whose gradients are not all finite (WorkerConfig::
   // skip_not_finite); false: the job fails at the first.
   bool skip_not_finite = false;
+  // How pull replies and pushes carry rows and gradients (--wire-format).
+  ValueFormat wire_format = ValueFormat::fp32;
   bool operator==(const JobSpec&) const = default;
 };
 

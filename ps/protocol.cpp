@@ -19,6 +19,16 @@ Expected<Consistency> parse_consistency(const std::string& text) {
                                "\" is not one of bsp, asp or ssp:K with K in 0..1000000");
 }
 
+Expected<ValueFormat> parse_value_format(const std::string& text) {
+  if (text == "fp32") return ValueFormat::fp32;
+  if (text == "bf16") return ValueFormat::bf16;
+  return Status::invalid_input(fmt::format("wire format '{}': expected fp32 or bf16", text));
+}
+
+std::string to_string(ValueFormat f) {
+  return f == ValueFormat::bf16 ? "bf16" : "fp32";
+}
+
 std::string to_string(const Consistency& c) {
   switch (c.kind) {
     case ConsistencyKind::bsp:

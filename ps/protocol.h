@@ -43,17 +43,33 @@ struct PullRequest {
   std::vector<uint64_t> keys;
 };
 
+// How a pull reply's rows and a push's gradients travel (the job's --wire-format): fp32, or
+// bf16 (common/bf16.h), half the bytes. A message in bf16 holds only values bf16 represents
+// exactly (the shard rounds its rows to the nearest, a client its gradients stochastically),
+// so the wire codec packs them without loss, and an embedded cluster computes what daemons do.
+enum class ValueFormat : uint8_t { fp32 = 0, bf16 = 1 };
+inline constexpr uint8_t value_format_max = 1;
+// "fp32" or "bf16"; fails with invalid_input naming the choices.
+Expected<ValueFormat> parse_value_format(const std::string& text);
+std::string to_string(ValueFormat f);
+// Bytes a value takes on the wire.
+inline size_t value_bytes(ValueFormat f) {
+  return f == ValueFormat::bf16 ? 2 : 4;
+}
+
 struct PullReply {
   MessageHeader header;    // request_id echoes the request's
   uint32_t min_clock = 0;  // the shard's minimum clock over senders when it answered
   FloatBuffer values;      // keys.size() x width, in the request's key order
+  ValueFormat format = ValueFormat::fp32;  // of `values` (bf16: each bf16-exact)
 };
 
 struct PushRequest {
   MessageHeader header;
-  uint32_t clock = 0;          // the sender's clock once this push is applied
-  std::vector<uint64_t> keys;  // unique within the push
-  FloatBuffer grads;           // keys.size() x width: gradients summed over the step
+  uint32_t clock = 0;                      // the sender's clock once this push is applied
+  std::vector<uint64_t> keys;              // unique within the push
+  FloatBuffer grads;                       // keys.size() x width: gradients summed over the step
+  ValueFormat format = ValueFormat::fp32;  // of `grads` (bf16: each bf16-exact)
 };
 
 struct PushAck {

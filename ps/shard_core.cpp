@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/bf16.h"
 #include "common/finite.h"
 
 namespace colony {
@@ -275,6 +276,10 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
           init_row(r.keys[i], config_.init, o);
       }
     }
+  }
+  if (config_.wire_format == ValueFormat::bf16) {  // the rows stay fp32 here
+    for (float& v : values) v = round_bf16(v);
+    reply.format = ValueFormat::bf16;
   }
   ++stats_.pulls_answered;
   stats_.rows_pulled += r.keys.size();

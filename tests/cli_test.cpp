@@ -67,6 +67,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --consistency ssp:-1",
                            "train --consistency bogus",
                            "train --push tree",
+                           "train --wire-format fp8",
+                           "train --engine local --wire-format bf16",
+                           "coordinator --listen tcp://127.0.0.1:1 --insecure --wire-format int4",
                            "train --engine gpu",
                            "train --max-inflight 0",
                            "train --valid-fraction 1",
@@ -84,6 +87,8 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "bench nosuchsuite",
                            "bench wire --in-flight 0",
                            "bench wire --in-flight 65",
+                           "bench wire --wire-format fp8",
+                           "bench ps --wire-format bf16",
                            "nosuchcommand"}) {
     BOOST_TEST_CONTEXT("colony " << args) {
       const Run r = run(args);
@@ -321,6 +326,36 @@ BOOST_AUTO_TEST_CASE(cluster_flags_train_and_report_messages) {
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   BOOST_TEST(read_json(local)["test_logloss"].get<double>() ==
              read_json(one)["test_logloss"].get<double>());
+}
+
+// --wire-format bf16 halves the bytes of each value a push carries and trains as well as fp32
+// (rows rounded to the nearest in replies, gradients stochastically in pushes).
+BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
+  const fs::path data = dir / "wire";
+  Run r =
+      run("gen --rows 200000 --test-rows 50000 --seed 4 --vocab-scale 0.01 --out " + data.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const std::string files =
+      " --data " + (data / "train.libsvm").string() + " --test " + (data / "test.libsvm").string();
+  std::map<std::string, nlohmann::json> got;
+  for (const char* format : {"fp32", "bf16"}) {
+    const fs::path report = dir / (std::string("wire-") + format + ".json");
+    r = run(std::string("train --shards 2 --workers 2 --wire-format ") + format + " --report " +
+            report.string() + files);
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    got[format] = read_json(report);
+    BOOST_TEST(got[format]["wire_format"].get<std::string>() == format);
+  }
+  const double fp32 = got["fp32"]["test_logloss"].get<double>(),
+               bf16 = got["bf16"]["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("test logloss fp32 " << fp32 << ", bf16 " << bf16);
+  BOOST_TEST(std::abs(bf16 - fp32) <= 0.005 * fp32);
+  BOOST_TEST(std::abs(got["bf16"]["test_auc"].get<double>() -
+                      got["fp32"]["test_auc"].get<double>()) <= 0.002);
+  // FM of dim 8: a key (8 bytes) and 9 values a row, 44 bytes in fp32 and 26 in bf16.
+  const double bytes32 = got["fp32"]["push_bytes_per_sample"].get<double>(),
+               bytes16 = got["bf16"]["push_bytes_per_sample"].get<double>();
+  BOOST_TEST(bytes16 == bytes32 * 26 / 44, boost::test_tools::tolerance(1e-9));
 }
 
 BOOST_AUTO_TEST_CASE(keygen_writes_keys_once) {

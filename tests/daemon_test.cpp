@@ -912,13 +912,16 @@ BOOST_AUTO_TEST_CASE(the_coordinator_names_a_straggler_a_leaking_member_and_a_ho
 
 // Issue 14: a tiered ps store (rows in memory over RocksDB) holds every row once the job has
 // ended: each ps writes its cached rows back before it exits, as colony train does. The cache
-// here holds every row, so before the fix the store on disk was empty.
+// here holds every row, so before the fix the store on disk was empty. The job runs with
+// --wire-format bf16: its rows and gradients cross the processes in two bytes a value, and it
+// scores as the embedded cluster does in fp32.
 BOOST_AUTO_TEST_CASE(a_tiered_ps_store_holds_every_row_after_the_job) {
   Suite& s = suite();
-  auto [coord, endpoint] = start_coordinator(
-      "tiered-coordinator",
-      cat(role_key("server"), {"--shards", "2", "--workers", "2", "--no-cache", "--test",
-                               s.test.string(), "--report", (s.dir / "tiered.json").string()}));
+  auto [coord, endpoint] =
+      start_coordinator("tiered-coordinator",
+                        cat(role_key("server"), {"--shards", "2", "--workers", "2", "--no-cache",
+                                                 "--wire-format", "bf16", "--test", s.test.string(),
+                                                 "--report", (s.dir / "tiered.json").string()}));
   const fs::path store = s.dir / "tiered-store";
   std::vector<std::unique_ptr<Child>> members;
   for (const char* ps : {"ps-0", "ps-1"})
@@ -941,7 +944,12 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_store_holds_every_row_after_the_job) {
   // The rows trained (the shards' count when training ended), and no more: the test set's
   // evaluation, which pulls through the shards afterwards, only reads (it used to give every key
   // only the test set has an initial row).
-  const uint64_t trained = report("tiered.json")["table_rows"].get<uint64_t>();
+  const auto r = report("tiered.json");
+  BOOST_TEST(r["wire_format"].get<std::string>() == "bf16");
+  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u);
+  BOOST_TEST(std::abs(r["test_logloss"].get<double>() / s.embedded_logloss - 1.0) <
+             small_run_tolerance);
+  const uint64_t trained = r["table_rows"].get<uint64_t>();
   BOOST_TEST_MESSAGE("tiered ps stores: " << trained << " rows trained, " << exported
                                           << " exported");
   BOOST_TEST(trained == s.embedded_table_rows);

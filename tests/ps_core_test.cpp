@@ -5,11 +5,13 @@
 // no push lost or applied twice.
 #define BOOST_TEST_MODULE ps_core_test
 #include <boost/test/unit_test.hpp>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
 #include <map>
 
+#include "common/bf16.h"
 #include "common/finite.h"
 #include "data/generator.h"
 #include "data/reader.h"
@@ -674,4 +676,60 @@ BOOST_AUTO_TEST_CASE(the_aggregator_refuses_pulls_out_of_protocol) {
       BOOST_TEST(agg->error().message().find("pull") != std::string::npos, agg->error().message());
     }
   }
+}
+
+// --wire-format bf16: a shard rounds the rows it sends to the nearest bf16 value but keeps them
+// fp32, so updates smaller than bf16's spacing still add up; a client rounds each gradient it
+// pushes stochastically, the same way in every run, and without bias: averaged over many steps,
+// a gradient comes back as itself.
+BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
+  ShardMapSpec spec{1, 1, 16, 0};
+  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
+  sgd.lr = 1.0f;
+  ShardConfig sc{0, 0, 1, sgd, RowInit{}, Consistency{}, {7}, spec};
+  sc.wire_format = ValueFormat::bf16;
+  auto shard = std::move(ShardCore::make(sc).value());
+  const uint64_t key = make_key(1, 1);
+  Outbox out;
+  // Ten steps of -1e-4 from 1: each far below bf16's spacing at 1 (2^-7), together 1e-3.
+  shard->on_message(PushRequest{{7, 1, 1}, 1, {key}, {-1.0f}}, out);  // the row: 0 -> 1
+  for (uint32_t c = 2; c <= 11; ++c)
+    shard->on_message(PushRequest{{7, c, 1}, c, {key}, {1e-4f}}, out);
+  out.clear();
+  shard->on_message(PullRequest{{7, 20, 1}, 11, 7, {key}}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  const auto& reply = std::get<PullReply>(out[0].message);
+  BOOST_TEST((reply.format == ValueFormat::bf16));
+  float row = 0;
+  shard->row_value(key, std::span<float>(&row, 1));
+  BOOST_TEST(row == 1.0f - 10 * 1e-4f, boost::test_tools::tolerance(1e-6f));  // kept in fp32
+  BOOST_TEST(reply.values[0] == round_bf16(row));
+  BOOST_TEST(is_bf16(reply.values[0]));
+
+  KvClient::Options o{5, spec, {0}, 3, false, ValueFormat::bf16};
+  auto client = std::move(KvClient::make(o).value());
+  auto again = std::move(KvClient::make(o).value());
+  const std::vector<float> grads = {1e-3f, -0.3f, 12345.678f};
+  double sum[3] = {};
+  const uint32_t steps = 4000;
+  for (uint32_t c = 1; c <= steps; ++c) {
+    Outbox a, b;
+    client->push(std::vector<uint64_t>{key}, grads, c, a);
+    again->push(std::vector<uint64_t>{key}, grads, c, b);
+    const auto& p = std::get<PushRequest>(a.at(0).message);
+    BOOST_REQUIRE((p.format == ValueFormat::bf16));
+    BOOST_REQUIRE((p.grads == std::get<PushRequest>(b.at(0).message).grads));  // reproducible
+    for (size_t j = 0; j < 3; ++j) {
+      BOOST_REQUIRE(is_bf16(p.grads[j]));
+      sum[j] += p.grads[j];
+    }
+  }
+  for (size_t j = 0; j < 3; ++j) {
+    // bf16's relative spacing is 2^-7; the mean of `steps` draws errs by about
+    // spacing / sqrt(steps), and at most 5 times that here.
+    const double spacing = std::abs(grads[j]) * std::ldexp(1.0, -7);
+    BOOST_TEST(std::abs(sum[j] / steps - grads[j]) < 5 * spacing / std::sqrt(double(steps)),
+               j << ": mean " << sum[j] / steps << " of " << grads[j]);
+  }
+  BOOST_TEST(client->push_bytes() == steps * (8u + 3 * 2u));  // a key and three bf16 values
 }

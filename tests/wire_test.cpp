@@ -16,6 +16,7 @@
 
 #include "actors/envelope.h"
 #include "actors/wire.capnp.h"
+#include "common/bf16.h"
 #include "common/hash.h"
 
 using namespace colony;
@@ -228,6 +229,13 @@ std::vector<float> random_floats(SplitMix64& rng, size_t n) {
   return v;
 }
 
+// Random floats that bf16 holds exactly, as a shard's or client's bf16 values are.
+std::vector<float> random_bf16s(SplitMix64& rng, size_t n) {
+  std::vector<float> v = random_floats(rng, n);
+  for (auto& x : v) x = round_bf16(x * 1e3f);
+  return v;
+}
+
 // One message of each kind with random contents.
 std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
   const size_t n = rng.next() % 300, width = 1 + rng.next() % 9;
@@ -238,6 +246,10 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                 random_floats(rng, n * width)},
       PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
                   random_floats(rng, n * width)},
+      PullReply{random_header(rng), static_cast<uint32_t>(rng.next()), random_bf16s(rng, n * width),
+                ValueFormat::bf16},
+      PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
+                  random_bf16s(rng, n * width), ValueFormat::bf16},
       PushAck{random_header(rng)},
       ClockAdvance{random_header(rng), clock_done},
       ClockAdvance{random_header(rng), static_cast<uint32_t>(rng.next()), true,
@@ -264,9 +276,10 @@ bool same(const PsMessage& a, const PsMessage& b) {
         if constexpr (std::is_same_v<T, PullRequest>)
           return x.clock == y.clock && x.writer == y.writer && x.keys == y.keys;
         if constexpr (std::is_same_v<T, PullReply>)
-          return x.min_clock == y.min_clock && x.values == y.values;
+          return x.min_clock == y.min_clock && x.values == y.values && x.format == y.format;
         if constexpr (std::is_same_v<T, PushRequest>)
-          return x.clock == y.clock && x.keys == y.keys && x.grads == y.grads;
+          return x.clock == y.clock && x.keys == y.keys && x.grads == y.grads &&
+                 x.format == y.format;
         if constexpr (std::is_same_v<T, ClockAdvance>) return x.clock == y.clock;
         if constexpr (std::is_same_v<T, ShardMapUpdate>)
           return x.version == y.version && x.shards == y.shards &&
@@ -400,6 +413,7 @@ JobSpec random_job(SplitMix64& rng) {
   j.dense_sync_every = 1 + static_cast<uint32_t>(rng.next() % control_dense_sync_every_max);
   if (const uint64_t d = rng.next() % 4) j.durability = Durability(d - 1);
   j.skip_not_finite = rng.next() % 2 == 1;
+  j.wire_format = ValueFormat(rng.next() % (value_format_max + 1));
   return j;
 }
 
@@ -722,6 +736,78 @@ std::vector<uint8_t> raw_ps(uint64_t cluster_id,
 
 }  // namespace
 
+// --wire-format bf16: a push's gradients and a reply's rows take two bytes a value, and come
+// back bit for bit.
+BOOST_AUTO_TEST_CASE(bf16_values_take_half_the_bytes_and_come_back_exactly) {
+  SplitMix64 rng(8);
+  const std::vector<uint64_t> keys = random_keys(rng, 1000);
+  const std::vector<float> grads = random_bf16s(rng, keys.size() * 8);
+  const PushRequest fp32{random_header(rng), 4, keys, grads};
+  PushRequest bf16 = fp32;
+  bf16.format = ValueFormat::bf16;
+  const auto wide = encode_ps_message(fp32, 1).value(), narrow = encode_ps_message(bf16, 1).value();
+  BOOST_TEST(wide.size() - narrow.size() >= grads.size() * 2);
+  BOOST_TEST(wide.size() - narrow.size() < grads.size() * 2 + 64);
+  const auto back = decode_ps_message(narrow, 1).value();
+  BOOST_TEST(same(bf16, back));
+}
+
+// A value blob in a format this build does not know, or not a whole number of bf16 values, is
+// refused naming it; nothing is read into floats.
+BOOST_AUTO_TEST_CASE(values_in_an_unknown_format_or_of_odd_length_are_refused) {
+  const kj::byte five[5] = {1, 2, 3, 4, 5}, eight[8] = {};
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> cases = {
+      {raw_ps(1,
+              [&](wire::PsMessage::Builder ps) {
+                auto r = ps.initPullReply();
+                r.setValues(kj::arrayPtr(eight, 8));
+                r.setFormat(2);
+              }),
+       "pull reply values in unknown value format 2"},
+      {raw_ps(1,
+              [&](wire::PsMessage::Builder ps) {
+                auto p = ps.initPushRequest();
+                p.initKeys(1).set(0, 7);
+                p.setGrads(kj::arrayPtr(five, 5));
+                p.setFormat(1);
+              }),
+       "push gradients blob of 5 bytes is not a whole number of bf16 values"},
+  };
+  for (const auto& [bytes, why] : cases) {
+    auto back = decode_ps_message(bytes, 1);
+    BOOST_REQUIRE(!back.ok());
+    BOOST_TEST(back.status().message().find(why) != std::string::npos, back.status().message());
+  }
+}
+
+// The roundings: to the nearest (ties to even) and stochastic (the mean over its random bits is
+// the value); NaN and the infinities are kept.
+BOOST_AUTO_TEST_CASE(bf16_rounding_is_nearest_or_unbiased) {
+  BOOST_TEST(round_bf16(1.0f) == 1.0f);
+  const float step = std::ldexp(1.0f, -7);  // bf16's spacing in [1, 2)
+  BOOST_TEST(round_bf16(1.0f + step * 0.49f) == 1.0f);
+  BOOST_TEST(round_bf16(1.0f + step * 0.51f) == 1.0f + step);
+  BOOST_TEST(round_bf16(1.0f + step * 0.5f) == 1.0f);                // a tie, to even
+  BOOST_TEST(round_bf16(1.0f + step * 1.5f) == 1.0f + 2 * step);     // a tie, to even
+  BOOST_TEST(round_bf16(-(1.0f + step * 0.51f)) == -(1.0f + step));  // symmetric
+  BOOST_TEST(std::isnan(round_bf16(std::nanf(""))));
+  BOOST_TEST(std::isnan(round_bf16_stochastic(std::nanf(""), 0xFFFF)));
+  BOOST_TEST(round_bf16(INFINITY) == INFINITY);
+  BOOST_TEST(round_bf16_stochastic(-INFINITY, 0xFFFF) == -INFINITY);
+  SplitMix64 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    const float v = static_cast<float>((rng.uniform() * 2 - 1) * std::pow(10.0, trial % 9 - 4));
+    double sum = 0;
+    for (uint32_t r = 0; r < 65536; ++r) {  // every random value once: the exact mean
+      const float x = round_bf16_stochastic(v, r);
+      BOOST_REQUIRE(is_bf16(x));
+      sum += x;
+    }
+    BOOST_TEST(sum / 65536 == double(v), boost::test_tools::tolerance(1e-6));
+    BOOST_TEST(to_bf16(round_bf16(v)) == to_bf16(round_bf16(from_bf16(to_bf16(round_bf16(v))))));
+  }
+}
+
 namespace {
 // A Welcome of one ps member and an FM job with only the fields an LR or FM job needs set, as a
 // peer that knows no other fields writes it; `more` sets others.
@@ -768,6 +854,14 @@ BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) 
 }
 
 // Issue 14: a job's durability off the wire is one the stores know, or the Welcome is refused.
+BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_wire_format_is_refused) {
+  const auto bytes = raw_welcome([](wire::JobSpec::Builder job) { job.setWireFormat(2); });
+  auto back = decode_wire_message(bytes, 1);
+  BOOST_REQUIRE(!back.ok());
+  BOOST_TEST(back.status().message().find("unknown wire format 2") != std::string::npos,
+             back.status().message());
+}
+
 BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_durability_is_refused) {
   const auto bytes = raw_welcome([](wire::JobSpec::Builder job) { job.setDurability(4); });
   auto back = decode_wire_message(bytes, 1);

@@ -4,6 +4,9 @@
 #include <cstring>
 #include <optional>
 
+#include "common/bf16.h"
+#include "common/hash.h"
+
 namespace colony {
 
 Expected<std::unique_ptr<KvClient>> KvClient::make(const Options& options) {
@@ -99,7 +102,20 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
       p.keys.push_back(keys[i]);
       g.insert(g.end(), &grads[size_t{i} * width], &grads[size_t{i} * width] + width);
     }
-    push_bytes_ += pos.size() * (sizeof(uint64_t) + width * sizeof(float));
+    if (options_.wire_format == ValueFormat::bf16) {
+      p.format = ValueFormat::bf16;
+      const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
+      for (size_t k = 0; k < p.keys.size(); ++k) {
+        uint64_t bits = 0;
+        for (size_t j = 0; j < width; ++j) {
+          if (j % 4 == 0) bits = mix64(p.keys[k] ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
+          float& v = g[k * width + j];
+          v = round_bf16_stochastic(v, static_cast<uint32_t>(bits));
+          bits >>= 16;
+        }
+      }
+    }
+    push_bytes_ += pos.size() * (sizeof(uint64_t) + width * value_bytes(options_.wire_format));
     if (!open) open = &open_[t];
     ++open->pending;
     requests_[p.header.request_id] = {t, shard};

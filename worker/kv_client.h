@@ -48,6 +48,10 @@ class KvClient {
     // Keep a copy of every push until it is acknowledged, so that resync() can re-send it to
     // a shard that restarted (durable stores). Off: no copies, and resync() is not allowed.
     bool keep_for_resync = false;
+    // How pushes carry gradients (the job's --wire-format): bf16 rounds each one
+    // stochastically (common/bf16.h), from random bits that are a hash of this client's id, the
+    // step, the key and the position in its row: unbiased, and the same in every run.
+    ValueFormat wire_format = ValueFormat::fp32;
   };
   // Fails with invalid_input when the map is bad or shard_nodes does not match it.
   static Expected<std::unique_ptr<KvClient>> make(const Options& options);

@@ -89,6 +89,7 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
   sc.admit_after = job.admit_after;
   sc.checkpoint_every = job.checkpoint_every;
   sc.evict_after = job.evict_after;
+  sc.wire_format = job.wire_format;
   return sc;
 }
 
@@ -115,6 +116,7 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   wc.seed = job.seed;
   wc.dense_sync_every = job.dense_sync_every;
   wc.skip_not_finite = job.skip_not_finite;
+  wc.wire_format = job.wire_format;
   uint32_t replicas = 0;
   for (const MemberInfo& w : layout.members())
     if (w.role == MemberRole::worker) replicas += w.count;
@@ -134,6 +136,7 @@ AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layo
   ac.shard_nodes = shard_nodes(layout);
   for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) ac.replicas.push_back(n);
   ac.durable_shards = layout.durable_shards();
+  ac.wire_format = job.wire_format;
   if (auto model = Model::make(model_spec(job)); model && (*model)->dense_params() > 0) {
     ac.dense_params = (*model)->dense_params();
     const NodeId root = layout.dense_root().value();

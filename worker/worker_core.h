@@ -48,6 +48,9 @@ struct WorkerConfig {
   size_t max_inflight = 2;  // steps with pulls outstanding at once (>= 1)
   // Shards may restart over durable stores: keep pushes until acknowledged (KvClient::resync).
   bool durable_shards = false;
+  // How its pushes to the shards carry gradients (KvClient::Options; under hierarchical push
+  // the aggregator's pushes do, and the gradients to it stay fp32 in memory).
+  ValueFormat wire_format = ValueFormat::fp32;
   // A deep model's dense parameters (hybrid training, docs/models.md): initialised from `seed`
   // as the single-process trainer does, stepped by `dense_optimizer`, and kept equal across
   // replicas through the aggregators' all-reduce (ps/protocol.h DenseReduce): of the gradients
