@@ -862,6 +862,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.counters.bad_messages = d.getBadMessages();
       x.counters.cpu_seconds = d.getCpuSeconds();
       x.counters.steps_skipped = d.getStepsSkipped();
+      x.counters.pull_bytes = d.getPullBytes();
       x.read_from_cache = d.getReadFromCache();
       x.dense_steps = d.getDenseSteps();
       if (Status s =
@@ -1043,6 +1044,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           d.setBadMessages(b.counters.bad_messages);
           d.setCpuSeconds(b.counters.cpu_seconds);
           d.setStepsSkipped(b.counters.steps_skipped);
+          d.setPullBytes(b.counters.pull_bytes);
           d.setReadFromCache(b.read_from_cache);
           d.setDenseSteps(b.dense_steps);
           d.setDense(kj::arrayPtr(reinterpret_cast<const kj::byte*>(b.dense.data()),

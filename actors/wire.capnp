@@ -187,6 +187,7 @@ struct MemberDone {
   dense @14 :Data;          # float32 blob: a deep model's final dense parameters
   denseSteps @15 :UInt64;   # the dense all-reduces those parameters have taken in
   stepsSkipped @16 :UInt64; # steps skipped for a gradient that was not finite (--on-nan skip)
+  pullBytes @17 :UInt64;    # keys pulled and rows received, as wire bytes
 }
 struct Control {
   from @0 :UInt32;

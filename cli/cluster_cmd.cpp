@@ -370,6 +370,9 @@ Runner add_coordinator(CLI::App& app) {
         {"bad_lines_skipped", r->totals.counters.bad_lines_skipped},
         {"table_rows", r->totals.shards.table_rows},
         {"table_bytes", r->totals.shards.table_bytes},
+        {"bytes_per_row", r->totals.shards.table_rows ? double(r->totals.shards.table_bytes) /
+                                                            double(r->totals.shards.table_rows)
+                                                      : 0.0},
         {"pulls_deferred", r->totals.shards.pulls_deferred},
         {"rows_not_admitted", r->totals.shards.rows_not_admitted},
         {"updates_dropped", r->totals.shards.updates_dropped},
@@ -402,6 +405,9 @@ Runner add_coordinator(CLI::App& app) {
         {"pull_messages_per_sample", double(r->totals.counters.pull_messages) / n},
         {"push_messages_per_sample", double(r->totals.counters.push_messages) / n},
         {"push_bytes_per_sample", double(r->totals.counters.push_bytes) / n},
+        {"pull_bytes_per_sample", double(r->totals.counters.pull_bytes) / n},
+        {"wire_bytes_per_sample",
+         double(r->totals.counters.pull_bytes + r->totals.counters.push_bytes) / n},
         {"store", r->store},
         {"admit_after", j.admit_after},
         {"evict_after", j.evict_after},

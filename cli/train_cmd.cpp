@@ -470,6 +470,7 @@ Runner add_train(CLI::App& app) {
         {"model_bytes", r.model_bytes},
         {"table_rows", r.model_rows},
         {"table_bytes", r.table_bytes},
+        {"bytes_per_row", r.model_rows ? double(r.table_bytes) / double(r.model_rows) : 0.0},
         {"read_from_cache", r.read_from_cache},
         {"engine", a->engine},
         {"device", device_text(o.trainer.model.device)},
@@ -488,6 +489,8 @@ Runner add_train(CLI::App& app) {
       rep["pull_messages_per_sample"] = double(r.counters.pull_messages) / n;
       rep["push_messages_per_sample"] = double(r.counters.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.counters.push_bytes) / n;
+      rep["pull_bytes_per_sample"] = double(r.counters.pull_bytes) / n;
+      rep["wire_bytes_per_sample"] = double(r.counters.pull_bytes + r.counters.push_bytes) / n;
       rep["pulls_deferred"] = r.pulls_deferred;
       rep["replies_dropped"] = r.counters.replies_dropped;
       rep["store"] = to_string(cluster.store);

@@ -191,6 +191,9 @@ struct WorkerCounters {
   uint64_t bad_messages = 0;     // messages a process dropped as malformed, misaddressed or forged
   double cpu_seconds = 0.0;      // user + system CPU of the processes while training
   uint64_t steps_skipped = 0;    // steps skipped for a gradient that was not finite (--on-nan)
+  // Keys in the pulls to the shards and rows in their replies (by the aggregator under
+  // hierarchical push), as bytes on the wire.
+  uint64_t pull_bytes = 0;
   WorkerCounters& operator+=(const WorkerCounters& o) {
     samples += o.samples;
     loss_sum += o.loss_sum;
@@ -198,6 +201,7 @@ struct WorkerCounters {
     pull_messages += o.pull_messages;
     push_messages += o.push_messages;
     push_bytes += o.push_bytes;
+    pull_bytes += o.pull_bytes;
     bad_lines_skipped += o.bad_lines_skipped;
     pushes_resent += o.pushes_resent;
     replies_dropped += o.replies_dropped;

@@ -356,6 +356,14 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   const double bytes32 = got["fp32"]["push_bytes_per_sample"].get<double>(),
                bytes16 = got["bf16"]["push_bytes_per_sample"].get<double>();
   BOOST_TEST(bytes16 == bytes32 * 26 / 44, boost::test_tools::tolerance(1e-9));
+  // The pulls likewise: the same keys, and their rows in half the bytes.
+  const double pulled32 = got["fp32"]["pull_bytes_per_sample"].get<double>(),
+               pulled16 = got["bf16"]["pull_bytes_per_sample"].get<double>();
+  BOOST_TEST(pulled32 > 0);
+  BOOST_TEST(pulled16 == pulled32 * 26 / 44, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(got["bf16"]["wire_bytes_per_sample"].get<double>() == pulled16 + bytes16,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(got["bf16"]["bytes_per_row"].get<double>() > 9 * 4);  // fp32 rows and their state
 }
 
 BOOST_AUTO_TEST_CASE(keygen_writes_keys_once) {

@@ -946,6 +946,12 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_store_holds_every_row_after_the_job) {
   // only the test set has an initial row).
   const auto r = report("tiered.json");
   BOOST_TEST(r["wire_format"].get<std::string>() == "bf16");
+  // The members' pull bytes reach the report (MemberDone): bf16 rows of 9 values and 8-byte keys.
+  const double pulled = r["pull_bytes_per_sample"].get<double>();
+  BOOST_TEST(pulled > 0);
+  BOOST_TEST(
+      r["wire_bytes_per_sample"].get<double>() == pulled + r["push_bytes_per_sample"].get<double>(),
+      boost::test_tools::tolerance(1e-9));
   BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u);
   BOOST_TEST(std::abs(r["test_logloss"].get<double>() / s.embedded_logloss - 1.0) <
              small_run_tolerance);

@@ -456,7 +456,7 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
                rng.next() % 2 == 0,
                WorkerCounters{rng.next(), 0.25 * double(rng.next() % 1000), rng.next(), rng.next(),
                               rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
-                              rng.next(), double(rng.next() % 1000) / 3.0, rng.next()},
+                              rng.next(), double(rng.next() % 1000) / 3.0, rng.next(), rng.next()},
                rng.next() % 2 == 0,
                random_floats(rng, rng.next() % 3 == 0 ? 0 : rng.next() % 2000),
                rng.next()};

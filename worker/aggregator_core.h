@@ -82,6 +82,7 @@ class AggregatorCore {
   // Why the last dense message counted in stats().dense_refused was refused (ok if none was).
   const Status& last_refusal() const { return last_refusal_; }
   uint64_t pushes_resent() const { return kv_->pushes_resent(); }
+  uint64_t pull_bytes() const { return kv_->pull_bytes(); }  // KvClient::pull_bytes
 
  private:
   AggregatorCore(const AggregatorConfig& config, std::unique_ptr<KvClient> kv,

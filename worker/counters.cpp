@@ -17,12 +17,14 @@ WorkerCounters core_counters(std::span<const WorkerCore* const> replicas,
     if (aggregators.empty()) {
       c.push_messages += st.push_messages;
       c.push_bytes += st.push_bytes;
+      c.pull_bytes += w->pull_bytes();
     }
   }
   for (const AggregatorCore* a : aggregators) {
     c.pull_messages += a->stats().pull_messages;
     c.push_messages += a->stats().push_messages;
     c.push_bytes += a->stats().push_bytes;
+    c.pull_bytes += a->pull_bytes();
     c.pushes_resent += a->pushes_resent();
     c.replies_dropped += a->stats().replies_dropped;
     c.bad_messages += a->stats().dense_refused;

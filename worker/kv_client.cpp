@@ -69,6 +69,7 @@ void KvClient::send_pulls(Ticket ticket, Open& open, Outbox& out) {
     requests_[p.header.request_id] = {ticket, shard};
     ++open.pending;
     ++messages_sent_;
+    pull_bytes_ += p.keys.size() * sizeof(uint64_t);
     out.push_back({options_.shard_nodes[shard], std::move(p)});
   }
 }
@@ -220,6 +221,7 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     for (size_t j = 0; j < pos.size(); ++j)
       std::memcpy(&open.values[size_t{pos[j]} * width], &reply->values[j * width],
                   width * sizeof(float));
+    pull_bytes_ += reply->values.size() * value_bytes(reply->format);
     if (open.min_clock) *open.min_clock = std::min(*open.min_clock, reply->min_clock);
     if (--open.pending == 0) open_.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {

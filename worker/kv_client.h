@@ -85,6 +85,9 @@ class KvClient {
   uint64_t replies_dropped() const { return replies_dropped_; }
   uint64_t messages_sent() const { return messages_sent_; }
   uint64_t push_bytes() const { return push_bytes_; }
+  // Keys sent in pulls (re-sent ones too) and the values of the replies taken, in the bytes
+  // they take on the wire.
+  uint64_t pull_bytes() const { return pull_bytes_; }
   const ShardMap& map() const { return map_; }
 
  private:
@@ -125,6 +128,7 @@ class KvClient {
   uint64_t replies_dropped_ = 0;
   uint64_t messages_sent_ = 0;
   uint64_t push_bytes_ = 0;
+  uint64_t pull_bytes_ = 0;
   uint64_t pushes_resent_ = 0;
   std::vector<std::deque<Sent>> sent_;  // per shard (keep_for_resync)
   std::vector<uint32_t> last_clock_;    // per shard: the clock of the latest push or advance

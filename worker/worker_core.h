@@ -149,6 +149,7 @@ class WorkerCore {
   size_t in_flight() const { return steps_.size(); }
   const WorkerStats& stats() const { return stats_; }
   uint64_t pushes_resent() const { return kv_->pushes_resent(); }
+  uint64_t pull_bytes() const { return kv_->pull_bytes(); }  // KvClient::pull_bytes
   // What the last skipped step made ("worker 3: step 12 made a gradient of nan for key 77");
   // empty before any.
   const std::string& last_skip() const { return last_skip_; }
