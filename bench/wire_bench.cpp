@@ -158,6 +158,15 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
                                                  uint64_t bytes_per_figure, size_t in_flight,
                                                  ValueFormat format) {
   COLONY_ASSERT(in_flight >= 1 && in_flight <= wire_bench_in_flight_max, "in_flight {}", in_flight);
+  // A message over the wire's limit is refused by its sender's codec: say which before starting.
+  for (size_t width : widths)
+    for (size_t n : keys_per_request)
+      if (const uint64_t push = uint64_t{n} * (sizeof(uint64_t) + width * value_bytes(format));
+          push > wire_message_bytes_max)
+        return Status::invalid_input(fmt::format(
+            "{} floats x {} keys: a push of {} bytes (a reply nearly as large) is over the {} byte "
+            "limit of one message, and requests are not streamed in parts",
+            width, n, push, wire_message_bytes_max));
   using Clock = std::chrono::steady_clock;
   Peer echo;
   if (Status s = start(0, 0, format, echo); !s.ok()) return s;

@@ -34,8 +34,10 @@ inline constexpr size_t wire_bench_in_flight_max = 64;
 // Runs every (width, keys) pair with `in_flight` (1..wire_bench_in_flight_max) round trips in
 // flight; each figure moves about `bytes_per_figure` bytes in each of ours and the baseline,
 // in alternating rounds (the figures are the medians). Rows and gradients travel in `format`
-// (the shard rounds its replies, the pushes carry bf16-exact gradients). Fails with the
-// transport's error, or internal when the shard refuses a request or a reply is missing.
+// (the shard rounds its replies, the pushes carry bf16-exact gradients). Fails with
+// invalid_input when a figure's push would be over the wire's message limit (before anything
+// runs), with the transport's error, or internal when the shard refuses a request or a reply is
+// missing.
 Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
                                                  const std::vector<size_t>& keys_per_request,
                                                  uint64_t bytes_per_figure, size_t in_flight,

@@ -39,8 +39,9 @@ struct BenchArgs {
   uint64_t rows = 500000;
   int repeats = 3;
   std::string dir;
-  size_t in_flight = 8;              // wire
-  std::string wire_format = "fp32";  // wire
+  size_t in_flight = 8;                                                  // wire
+  std::string wire_format = "fp32";                                      // wire
+  std::vector<size_t> floats{1, 8, 64}, keys{100, 1000, 10000, 100000};  // wire
   std::string model;  // train: a deep model against its PyTorch peer; empty: lr and fm
   std::string peer_script;
 };
@@ -655,8 +656,7 @@ int bench_durability(const BenchArgs& a) {
 int bench_wire(const BenchArgs& a) {
   auto format = parse_value_format(a.wire_format);
   if (!format) return fail(Status::invalid_input("--wire-format: " + format.status().message()));
-  auto figures = run_wire_bench({1, 8, 64}, {100, 1000, 10000, 100000}, uint64_t{200} << 20,
-                                a.in_flight, *format);
+  auto figures = run_wire_bench(a.floats, a.keys, uint64_t{200} << 20, a.in_flight, *format);
   if (!figures) return fail(figures.status());
   nlohmann::json rep = {{"suite", "wire"},
                         {"transport", "zeromq tcp loopback, no CURVE"},
@@ -766,11 +766,20 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--wire-format", a->wire_format,
                   "wire: how replies and pushes carry rows and gradients, fp32 or bf16")
       ->capture_default_str();
-  return [a, rows]() {
+  auto* floats = cmd->add_option("--floats", a->floats, "wire: floats a row, a list (1,8,64)")
+                     ->delimiter(',')
+                     ->check(CLI::Range(size_t{1}, size_t{4096}));
+  auto* keys =
+      cmd->add_option("--keys", a->keys, "wire: keys a request, a list (100,1000,10000,100000)")
+          ->delimiter(',')
+          ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
+  return [a, rows, floats, keys]() {
     if (!a->model.empty() && a->suite != "train" && a->suite != "cluster")
       return fail(Status::invalid_input("--model: only bench train and bench cluster take it"));
     if (a->wire_format != "fp32" && a->suite != "wire")
       return fail(Status::invalid_input("--wire-format: only bench wire takes it"));
+    if ((floats->count() > 0 || keys->count() > 0) && a->suite != "wire")
+      return fail(Status::invalid_input("--floats and --keys: only bench wire takes them"));
     if (a->suite == "store") return bench_store(*a, rows->count() > 0);
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);

@@ -89,6 +89,10 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "bench wire --in-flight 65",
                            "bench wire --wire-format fp8",
                            "bench ps --wire-format bf16",
+                           "bench ps --floats 8",
+                           "bench wire --floats 0",
+                           "bench wire --keys 10,x",
+                           "bench wire --floats 64 --keys 300000",
                            "nosuchcommand"}) {
     BOOST_TEST_CONTEXT("colony " << args) {
       const Run r = run(args);
