@@ -277,7 +277,9 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
       }
     }
   }
-  if (config_.wire_format == ValueFormat::bf16) {  // the rows stay fp32 here
+  // The rows stay fp32 here. A read after training (the test set's evaluation) gets them whole,
+  // as the embedded cluster's evaluation, which reads the shards' rows directly, does.
+  if (config_.wire_format == ValueFormat::bf16 && min_clock_ != clock_done) {
     for (float& v : values) v = round_bf16(v);
     reply.format = ValueFormat::bf16;
   }

@@ -68,7 +68,8 @@ struct ShardConfig {
   // steps, and how long a push log grows.
   uint32_t write_back_every = 0;
   // How pull replies carry the rows (the job's --wire-format): bf16 rounds each value to the
-  // nearest bf16; the rows themselves stay fp32.
+  // nearest bf16 while training (a read once every sender is done gets fp32); the rows
+  // themselves stay fp32.
   ValueFormat wire_format = ValueFormat::fp32;
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
