@@ -300,12 +300,17 @@ class Coordinator {
     histogram(m.staleness, load.staleness, exported_.staleness);
     histogram(m.pull_seconds, load.pull_latency, exported_.pull_latency);
     histogram(m.push_seconds, load.push_latency, exported_.push_latency);
-    exported_.rows_served.resize(load.shard_rows.size());
-    exported_.rows_pulled.resize(load.shard_rows_pulled.size());
-    for (uint32_t k = 0; k < load.shard_rows.size(); ++k)
-      monitor::add_growth(&m.rows_served(k), load.shard_rows[k], exported_.rows_served[k]);
-    for (uint32_t k = 0; k < load.shard_rows_pulled.size(); ++k)
-      monitor::add_growth(&m.rows_pulled(k), load.shard_rows_pulled[k], exported_.rows_pulled[k]);
+    // The shards' counters, looked up once (the shard count is the job's).
+    for (uint32_t k = exported_.served.size(); k < load.shard_rows.size(); ++k) {
+      exported_.served.push_back({&m.rows_served(k), 0});
+      exported_.pulled.push_back({&m.rows_pulled(k), 0});
+    }
+    for (size_t k = 0; k < load.shard_rows.size(); ++k) {
+      monitor::add_growth(exported_.served[k].first, load.shard_rows[k],
+                          exported_.served[k].second);
+      monitor::add_growth(exported_.pulled[k].first, load.shard_rows_pulled[k],
+                          exported_.pulled[k].second);
+    }
     std::vector<monitor::HotKeyCount> hot;
     for (const LoadHotKey& h : load.hot_keys) hot.push_back({h.shard, h.key, h.pulls});
     m.list_hot_keys(std::move(hot));
@@ -389,7 +394,8 @@ class Coordinator {
   std::optional<monitor::ClusterInstruments> cluster_metrics_;  // with metrics
   struct {
     LoadHistogram staleness, pull_latency, push_latency;
-    std::vector<uint64_t> rows_served, rows_pulled;  // by shard
+    // By shard: its rows served and pulled counters, and the totals exported into them.
+    std::vector<std::pair<monitor::Counter*, uint64_t>> served, pulled;
   } exported_;  // what export_load has added to cluster_metrics_
   std::optional<monitor::TrainInstruments> metrics_;
   uint64_t samples_counted_ = 0;

@@ -722,8 +722,6 @@ void add_to(LoadHistogram& total, const LoadHistogram& h) {
 
 std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) const {
   const MemberInfo& m = members_[i];
-  const bool histograms = !load.staleness.counts.empty() || !load.pull_latency.counts.empty() ||
-                          !load.push_latency.counts.empty();
   if (m.role == MemberRole::worker) {
     if (load.busy_ns.size() != m.count || load.steps.size() != m.count)
       return fmt::format("busy times for {} and steps for {} replicas from a worker of {}",
@@ -740,6 +738,8 @@ std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) co
     if (load.rows_served.size() != m.count)
       return fmt::format("rows served by {} shards from a ps of {}", load.rows_served.size(),
                          m.count);
+    const bool histograms = !load.staleness.counts.empty() || !load.pull_latency.counts.empty() ||
+                            !load.push_latency.counts.empty();
     if (!load.busy_ns.empty() || !load.steps.empty() || histograms)
       return "busy times, steps or read and request histograms, from a ps";
     if (!load.rows_pulled.empty()) {
