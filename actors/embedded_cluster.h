@@ -67,6 +67,8 @@ struct ClusterOptions {
   uint32_t dense_sync_every = 1;
   // How pull replies and pushes carry rows and gradients (JobSpec::wire_format).
   ValueFormat wire_format = ValueFormat::fp32;
+  // The largest part of a pull or push message (JobSpec::part_bytes).
+  size_t part_bytes = part_bytes_default;
   // Tests (recovery): once shard `restart_shard` has applied this many pushes (0: never), its
   // core is replaced by one over the newest complete checkpoint, as after a crash and restart:
   // the updates since that checkpoint are lost (counted), the senders' clocks carry on, and

@@ -332,6 +332,7 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     w.setClock(m->clock);
     set_keys(w.initKeys(m->keys.size()), m->keys);
     w.setFormat(static_cast<uint8_t>(m->format));
+    w.setMore(m->more);
     set_values(
         builder, m->grads, m->format,
         [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
@@ -450,6 +451,7 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
       status = read_values(r.getGrads(), r.getFormat(), words, m.grads, "push gradients");
       m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
+      m.more = r.getMore();
       if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
         status = Status::invalid_input(
             fmt::format("push of {} keys carries {} gradient floats, not a whole "
@@ -592,6 +594,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setDurability(j.durability ? uint8_t(1 + int(*j.durability)) : 0);
   w.setSkipNotFinite(j.skip_not_finite);
   w.setWireFormat(static_cast<uint8_t>(j.wire_format));
+  w.setPartBytes(j.part_bytes);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -696,6 +699,10 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (format > value_format_max)
     return Status::invalid_input(fmt::format("unknown wire format {}", format));
   j.wire_format = ValueFormat(format);
+  j.part_bytes = r.getPartBytes();
+  if (j.part_bytes < part_bytes_min || j.part_bytes > part_bytes_max)
+    return Status::invalid_input(fmt::format("message parts of {} bytes, outside {}..{}",
+                                             j.part_bytes, part_bytes_min, part_bytes_max));
   return Status();
 }
 

@@ -117,9 +117,10 @@ struct WireMessage {
 // a deep model's fields outside 1..255, dense features over 1024, mlp or bottom of more than
 // 16 layers or a layer outside 1..65536 units, cross layers over 16, an unknown dense
 // optimizer, a dense optimizer setting that is NaN or infinite, dense_sync_every outside
-// 1..1000000), or dense parameters (MemberDone's, a DenseState's) of more than
-// wire_dense_floats_max floats or not a whole number of floats, a dense optimizer state of more
-// than twice that, or a dense shape over dense_shape_max bytes.
+// 1..1000000, message parts outside part_bytes_min..part_bytes_max), or dense parameters
+// (MemberDone's, a DenseState's) of more than wire_dense_floats_max floats or not a whole number of
+// floats, a dense optimizer state of more than twice that, or a dense shape over dense_shape_max
+// bytes.
 Expected<WireMessage> decode_wire_message(std::span<const uint8_t> bytes, uint64_t cluster_id);
 // The same for a message received as frames (one: the flat format; 2..wire_frames_max: the
 // segments, as EncodedFrames describes). Fails with invalid_input also for no frames, too

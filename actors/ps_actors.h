@@ -34,7 +34,8 @@ typename Inspector::result_type inspect(Inspector& f, PullReply& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PushRequest& x) {
-  return f(caf::meta::type_name("PushRequest"), x.header, x.clock, x.keys, x.grads, x.format);
+  return f(caf::meta::type_name("PushRequest"), x.header, x.clock, x.keys, x.grads, x.format,
+           x.more);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PushAck& x) {

@@ -42,6 +42,7 @@ struct PushRequest {
   keys @2 :List(UInt64);
   grads @3 :Data;
   format @4 :UInt8;  # of grads, as PullReply's
+  more @5 :Bool;     # more parts of this push follow
 }
 struct PushAck {
   header @0 :Header;
@@ -140,6 +141,7 @@ struct JobSpec {
   durability @29 :UInt8;  # 0: each ps store's default; 1 none, 2 log, 3 fsync
   skipNotFinite @30 :Bool;  # --on-nan skip
   wireFormat @31 :UInt8;    # ps/protocol.h ValueFormat: 0 fp32, 1 bf16
+  partBytes @32 :UInt64 = 4194304;  # the largest part of a pull or push message
 }
 struct MemberInfo {
   role @0 :UInt8;

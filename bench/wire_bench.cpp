@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <unordered_set>
 
 #include "actors/envelope.h"
@@ -16,6 +17,7 @@
 #include "common/hash.h"
 #include "data/zipf.h"
 #include "ps/shard_core.h"
+#include "worker/kv_client.h"
 
 namespace colony {
 
@@ -27,11 +29,18 @@ constexpr double wire_bench_round_seconds_min = 0.25;
 constexpr uint64_t bench_cluster_id = 0xbe0c;
 constexpr NodeId first_worker = 1;  // the client's workers are first_worker, first_worker + 1, ...
 constexpr int receive_timeout_ms = 10000;
+// Queues as the daemons' bridges have them (actors/bridge.h): a request in many parts fills a
+// queue for a while.
+constexpr int bench_hwm = 10000;
+constexpr int bench_send_timeout_ms = 30000;
 
 // The child: serves a shard of `width` to `workers` workers (width 0: echoes every payload
 // back) until killed.
 [[noreturn]] void serve(size_t width, size_t workers, ValueFormat format, int report_fd) {
-  auto server = ZmqServer::open({});
+  ZmqServerOptions so;
+  so.send_hwm = so.receive_hwm = bench_hwm;
+  so.send_timeout_ms = bench_send_timeout_ms;
+  auto server = ZmqServer::open(so);
   std::string endpoint = server ? (*server)->last_endpoint() : std::string();
   endpoint.push_back('\n');
   if (::write(report_fd, endpoint.data(), endpoint.size()) < 0 || !server) ::_exit(1);
@@ -63,7 +72,7 @@ constexpr int receive_timeout_ms = 10000;
     if (!msg || msg->is_control) continue;  // counted nowhere: the client times out and reports it
     shard->on_message(msg->ps, out);
     for (Outgoing& o : out) {
-      auto frames = encode_ps_frames(std::move(o.message), bench_cluster_id);
+      auto frames = encode_ps_frames(std::move(o.message), bench_cluster_id, o.to);
       if (frames) (void)(*server)->send(r->identity, frames->owner, frames->frames);
     }
     out.clear();
@@ -99,11 +108,25 @@ Status start(size_t width, size_t workers, ValueFormat format, Peer& peer) {
   ::close(fds[0]);
   if (endpoint.empty())
     return Status::io_error("the bench server process could not bind a loopback port");
-  auto client = ZmqClient::open({endpoint, std::nullopt});
+  ZmqClientOptions co;
+  co.endpoint = endpoint;
+  co.send_hwm = co.receive_hwm = bench_hwm;
+  co.send_timeout_ms = bench_send_timeout_ms;
+  auto client = ZmqClient::open(co);
   if (!client) return client.status();
   peer.client = std::move(client.value());
   return Status();
 }
+
+// A worker of the client process: its own KvClient (as a real worker's: requests in parts,
+// replies copied into its rows), one round trip (its pull, then its push) in flight.
+struct Lane {
+  std::unique_ptr<KvClient> kv;
+  std::vector<float> values;  // the pulled rows
+  KvClient::Ticket ticket = 0;
+  bool pushing = false;
+  uint32_t clock = 0;
+};
 
 size_t frames_bytes(const std::vector<ReceivedBytes>& frames) {
   size_t n = 0;
@@ -111,42 +134,98 @@ size_t frames_bytes(const std::vector<ReceivedBytes>& frames) {
   return n;
 }
 
-// Runs `trips` round trips of two request/reply exchanges each over `client`, on `lanes`
-// lanes that each have one trip in flight, until `trips` are done between them. `send(stage,
-// lane)` queues the lane's request of stage 0 or 1 and returns the request's id;
-// `answered(frames)` checks a reply and returns the id of the request it answers.
-template <class Send, class Answered>
-Status pipelined(ZmqClient& client, uint64_t trips, size_t lanes, Send send, Answered answered) {
-  std::unordered_map<uint64_t, std::pair<int, size_t>> in_flight;  // id -> (stage, lane)
+// Sends what `out` holds to the shard, adding the encoded bytes to `bytes`.
+Status send_all(ZmqClient& client, Outbox& out, uint64_t& bytes) {
+  for (Outgoing& o : out) {
+    auto frames = encode_ps_frames(std::move(o.message), bench_cluster_id, o.to);
+    if (!frames) return frames.status();
+    bytes += frames->bytes();
+    if (Status s = client.send(frames->owner, frames->frames); !s.ok()) return s;
+  }
+  out.clear();
+  return Status();
+}
+
+// Runs `trips` round trips on the lanes, each with one in flight, until `trips` are done between
+// them; adds every byte sent and received to `bytes`.
+Status run_trips(ZmqClient& client, std::vector<Lane>& lanes, const std::vector<uint64_t>& keys,
+                 const std::vector<float>& grads, uint64_t trips, uint64_t& bytes) {
   uint64_t started = 0, completed = 0;
-  auto request = [&](int stage, size_t lane) -> Status {
-    auto id = send(stage, lane);
-    if (!id) return id.status();
-    in_flight[*id] = {stage, lane};
-    return Status();
+  Outbox out;
+  auto begin = [&](size_t lane) {
+    Lane& l = lanes[lane];
+    l.pushing = false;
+    l.ticket = l.kv->pull(keys, l.clock, first_worker + lane, l.values, out);
+    ++started;
+    return send_all(client, out, bytes);
   };
-  for (size_t lane = 0; lane < lanes && started < trips; ++lane, ++started)
-    if (Status s = request(0, lane); !s.ok()) return s;
+  for (size_t lane = 0; lane < lanes.size() && started < trips; ++lane)
+    if (Status s = begin(lane); !s.ok()) return s;
   while (completed < trips) {
     auto r = client.receive(receive_timeout_ms);
     if (!r) return r.status();
     if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
-    auto id = answered(r->frames);
-    if (!id) return id.status();
-    auto it = in_flight.find(*id);
-    if (it == in_flight.end())
-      return Status::internal("the bench server answered an unknown request");
-    const auto [stage, lane] = it->second;
-    in_flight.erase(it);
-    if (stage == 0) {
-      if (Status s = request(1, lane); !s.ok()) return s;
-    } else {
-      ++completed;
-      if (started < trips) {
-        ++started;
-        if (Status s = request(0, lane); !s.ok()) return s;
-      }
+    bytes += frames_bytes(r->frames);
+    auto m = decode_wire_message(r->frames, bench_cluster_id);
+    if (!m) return m.status();
+    if (m->is_control || m->receiver < first_worker || m->receiver - first_worker >= lanes.size())
+      return Status::internal("the bench server answered no worker");
+    const size_t lane = m->receiver - first_worker;
+    Lane& l = lanes[lane];
+    l.kv->on_message(m->ps, out);
+    if (!l.kv->error().ok()) return l.kv->error();
+    if (!l.kv->done(l.ticket)) continue;
+    if (!l.pushing) {
+      l.pushing = true;
+      l.ticket = l.kv->push(keys, grads, ++l.clock, out);
+      if (Status s = send_all(client, out, bytes); !s.ok()) return s;
+      continue;
     }
+    ++completed;
+    if (started < trips)
+      if (Status s = begin(lane); !s.ok()) return s;
+  }
+  return Status();
+}
+
+// The baseline: `trips` round trips of two stages each on `lanes` lanes, each with one round trip
+// in flight; a stage sends `per_stage` copies of `payload` (without copying it) and waits for all
+// of them to come back from the echo, which answers in order.
+Status run_echo(ZmqClient& client, const std::shared_ptr<std::vector<uint8_t>>& payload,
+                size_t per_stage, size_t lanes, uint64_t trips) {
+  const std::span<const uint8_t> frame(*payload);
+  std::deque<size_t> sent;                // the lane of each message not yet echoed, in order
+  std::vector<size_t> waiting(lanes, 0);  // echoes a lane's stage still waits for
+  std::vector<bool> second(lanes, false);
+  uint64_t started = 0, completed = 0;
+  auto stage = [&](size_t lane) -> Status {
+    for (size_t i = 0; i < per_stage; ++i) {
+      if (Status s = client.send(payload, std::span(&frame, 1)); !s.ok()) return s;
+      sent.push_back(lane);
+    }
+    waiting[lane] = per_stage;
+    return Status();
+  };
+  for (size_t lane = 0; lane < lanes && started < trips; ++lane, ++started)
+    if (Status s = stage(lane); !s.ok()) return s;
+  while (completed < trips) {
+    auto r = client.receive(receive_timeout_ms);
+    if (!r) return r.status();
+    if (r->timed_out) return Status::io_error("no answer from the echo within 10 s");
+    if (frames_bytes(r->frames) != payload->size() || sent.empty())
+      return Status::internal("the echo changed the payload's size");
+    const size_t lane = sent.front();
+    sent.pop_front();
+    if (--waiting[lane] > 0) continue;
+    if (!second[lane]) {
+      second[lane] = true;
+    } else {
+      second[lane] = false;
+      ++completed;
+      if (started >= trips) continue;
+      ++started;
+    }
+    if (Status s = stage(lane); !s.ok()) return s;
   }
   return Status();
 }
@@ -156,17 +235,10 @@ Status pipelined(ZmqClient& client, uint64_t trips, size_t lanes, Send send, Ans
 Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widths,
                                                  const std::vector<size_t>& keys_per_request,
                                                  uint64_t bytes_per_figure, size_t in_flight,
-                                                 ValueFormat format) {
+                                                 ValueFormat format, size_t part_bytes) {
   COLONY_ASSERT(in_flight >= 1 && in_flight <= wire_bench_in_flight_max, "in_flight {}", in_flight);
-  // A message over the wire's limit is refused by its sender's codec: say which before starting.
-  for (size_t width : widths)
-    for (size_t n : keys_per_request)
-      if (const uint64_t push = uint64_t{n} * (sizeof(uint64_t) + width * value_bytes(format));
-          push > wire_message_bytes_max)
-        return Status::invalid_input(fmt::format(
-            "{} floats x {} keys: a push of {} bytes (a reply nearly as large) is over the {} byte "
-            "limit of one message, and requests are not streamed in parts",
-            width, n, push, wire_message_bytes_max));
+  COLONY_ASSERT(part_bytes >= part_bytes_min && part_bytes <= part_bytes_max, "part_bytes {}",
+                part_bytes);
   using Clock = std::chrono::steady_clock;
   Peer echo;
   if (Status s = start(0, 0, format, echo); !s.ok()) return s;
@@ -175,8 +247,19 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
   for (size_t width : widths) {
     Peer shard;
     if (Status s = start(width, in_flight, format, shard); !s.ok()) return s;
-    std::vector<uint32_t> clocks(in_flight, 0);  // each worker's
-    uint64_t request = 1;
+    std::vector<Lane> lanes(in_flight);
+    for (size_t lane = 0; lane < in_flight; ++lane) {
+      KvClient::Options o;
+      o.id = first_worker + NodeId(lane);
+      o.map = ShardMapSpec{1, 1, 16, 0};
+      o.shard_nodes = {0};
+      o.width = width;
+      o.wire_format = format;
+      o.part_bytes = part_bytes;
+      auto kv = KvClient::make(o);
+      if (!kv) return kv.status();
+      lanes[lane].kv = std::move(kv.value());
+    }
     for (size_t n : keys_per_request) {
       SplitMix64 rng(n * 31 + width);
       std::vector<uint64_t> keys;
@@ -185,123 +268,51 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
         const uint64_t k = make_key(1, mix64(zipf(rng)));
         if (seen.insert(k).second) keys.push_back(k);
       }
-      // The gradients are built once and every push refers to them (a FloatBuffer view), as a
-      // worker's push carries the gradients it computed: the loop measures the wire, not copies
-      // of the bench's own buffers. Keys are copied into each message, as a worker's are.
+      seen = {};
       // bf16-exact, so that either format carries them whole.
-      auto grads = std::make_shared<std::vector<float>>(n * width, round_bf16(1e-3f));
-      std::vector<PullRequest> pulls;
-      std::vector<PushRequest> pushes;
-      for (NodeId lane = 0; lane < in_flight; ++lane) {
-        const NodeId worker = first_worker + lane;
-        pulls.push_back({{worker, 0, 1}, 0, worker, keys});
-        pushes.push_back({{worker, 0, 1},
-                          0,
-                          keys,
-                          FloatBuffer::view(grads, grads->data(), grads->size()),
-                          format});
-      }
-      // Worker `lane`'s next request of stage 0 (its pull) or 1 (its push), with id `id`.
-      auto next_message = [&](int stage, size_t lane, uint64_t id) -> PsMessage {
-        if (stage == 0) {
-          pulls[lane].header.request_id = id;
-          pulls[lane].clock = clocks[lane];
-          return pulls[lane];
-        }
-        pushes[lane].header.request_id = id;
-        pushes[lane].clock = ++clocks[lane];
-        return pushes[lane];
-      };
-      // A round trip's bytes: pull, reply, push, ack, as encoded (the sum of their frames).
+      const std::vector<float> grads(n * width, round_bf16(1e-3f));
+      for (Lane& l : lanes) l.values.assign(n * width, 0.0f);
+      // Warm-up: one round trip a lane creates the rows and measures a round trip's bytes.
       uint64_t bytes = 0;
-      auto exchange = [&](PsMessage&& m, auto is_reply) -> Status {
-        auto frames = encode_ps_frames(std::move(m), bench_cluster_id);
-        if (!frames) return frames.status();
-        bytes += frames->bytes();
-        if (Status s = shard.client->send(frames->owner, frames->frames); !s.ok()) return s;
-        auto r = shard.client->receive(receive_timeout_ms);
-        if (!r) return r.status();
-        if (r->timed_out) return Status::io_error("no answer from the bench server within 10 s");
-        bytes += frames_bytes(r->frames);
-        auto reply = decode_wire_message(r->frames, bench_cluster_id);
-        if (!reply) return reply.status();
-        if (reply->is_control || !is_reply(reply->ps))
-          return Status::internal("the bench shard refused a request");
-        return Status();
-      };
-      auto round_trip = [&](size_t lane) -> Status {
-        bytes = 0;
-        if (Status s =
-                exchange(next_message(0, lane, request++),
-                         [](const PsMessage& m) { return std::holds_alternative<PullReply>(m); });
-            !s.ok())
-          return s;
-        return exchange(next_message(1, lane, request++),
-                        [](const PsMessage& m) { return std::holds_alternative<PushAck>(m); });
-      };
-      for (size_t lane = 0; lane < in_flight; ++lane)  // warm-up: creates the rows
-        if (Status s = round_trip(lane); !s.ok()) return s;
+      if (Status s = run_trips(*shard.client, lanes, keys, grads, in_flight, bytes); !s.ok())
+        return s;
+      bytes /= in_flight;
       // Ours and the baseline alternate in rounds, so that both see the same noise from other
       // work on the machine; the figure is the median round. A round is as many round trips as
       // move bytes_per_figure / rounds, and at least as many as take round_seconds_min (short
       // rounds measure the scheduler more than the code).
       uint64_t trips = std::max<uint64_t>(2, bytes_per_figure / bytes / wire_bench_rounds);
       {
-        uint64_t done = 0;
+        uint64_t done = 0, ignored = 0;
         const auto start_time = Clock::now();
         while (std::chrono::duration<double>(Clock::now() - start_time).count() <
                wire_bench_round_seconds_min) {
-          if (Status s = round_trip(done % in_flight); !s.ok()) return s;
-          ++done;
+          if (Status s = run_trips(*shard.client, lanes, keys, grads, in_flight, ignored); !s.ok())
+            return s;
+          done += in_flight;
         }
         trips = std::max(trips, done);
       }
-      // Baseline: the same bytes, in the same shape (two request/reply exchanges a round trip),
-      // as raw payloads echoed back, sent without copies both ways, as ours are.
-      auto quarter = std::make_shared<std::vector<uint8_t>>(std::max<uint64_t>(8, bytes / 4), 0x5a);
-      const std::span<const uint8_t> quarter_frame(*quarter);
-      // Timed: both with `in_flight` round trips in flight; ours from as many workers, each
-      // with one in flight (a shard answers a worker's pull only once its previous push is in,
-      // so one worker's round trips follow one another).
-      auto send_ours = [&](int stage, size_t lane) -> Expected<uint64_t> {
-        const uint64_t id = request++;
-        auto frames = encode_ps_frames(next_message(stage, lane, id), bench_cluster_id);
-        if (!frames) return frames.status();
-        if (Status s = shard.client->send(frames->owner, frames->frames); !s.ok()) return s;
-        return id;
-      };
-      auto answered_ours = [&](const std::vector<ReceivedBytes>& reply) -> Expected<uint64_t> {
-        auto m = decode_wire_message(reply, bench_cluster_id);
-        if (!m) return m.status();
-        if (m->is_control ||
-            (!std::holds_alternative<PullReply>(m->ps) && !std::holds_alternative<PushAck>(m->ps)))
-          return Status::internal("the bench shard refused a request");
-        return std::visit([](const auto& x) { return x.header.request_id; }, m->ps);
-      };
-      uint64_t echo_sent = 0, echo_answered = 0;  // the echo answers in order
-      auto send_echo = [&](int, size_t) -> Expected<uint64_t> {
-        if (Status s = echo.client->send(quarter, std::span(&quarter_frame, 1)); !s.ok()) return s;
-        return echo_sent++;
-      };
-      auto answered_echo = [&](const std::vector<ReceivedBytes>& reply) -> Expected<uint64_t> {
-        if (frames_bytes(reply) != quarter->size())
-          return Status::internal("the echo changed the payload's size");
-        return echo_answered++;
-      };
+      // Baseline: the same bytes a round trip as raw payloads echoed back, sent without copies
+      // both ways, in two stages of messages no larger than our parts.
+      const size_t per_stage = std::max<size_t>(1, (bytes / 4 + part_bytes - 1) / part_bytes);
+      auto payload = std::make_shared<std::vector<uint8_t>>(
+          std::max<uint64_t>(8, bytes / 4 / per_stage), 0x5a);
+      const double echo_bytes = double(4 * per_stage * payload->size());
       std::vector<double> ours, baseline, ratios;
       for (int round = 0; round < wire_bench_rounds; ++round) {
+        uint64_t moved = 0;
         auto start_time = Clock::now();
-        if (Status s = pipelined(*shard.client, trips, in_flight, send_ours, answered_ours);
-            !s.ok())
+        if (Status s = run_trips(*shard.client, lanes, keys, grads, trips, moved); !s.ok())
           return s;
         const double seconds = std::chrono::duration<double>(Clock::now() - start_time).count();
         start_time = Clock::now();
-        if (Status s = pipelined(*echo.client, trips, in_flight, send_echo, answered_echo); !s.ok())
+        if (Status s = run_echo(*echo.client, payload, per_stage, in_flight, trips); !s.ok())
           return s;
         const double baseline_seconds =
             std::chrono::duration<double>(Clock::now() - start_time).count();
-        ours.push_back(double(bytes * trips) / seconds);
-        baseline.push_back(double(4 * quarter->size() * trips) / baseline_seconds);
+        ours.push_back(double(moved) / seconds);
+        baseline.push_back(echo_bytes * double(trips) / baseline_seconds);
         ratios.push_back(ours.back() / baseline.back());
       }
       auto median = [](std::vector<double> v) {
@@ -316,6 +327,10 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       f.baseline_bytes_per_sec = median(baseline);
       f.ratio = median(ratios);
       f.in_flight = in_flight;
+      f.messages =
+          2 *
+          ((n + part_keys(part_bytes, width, format) - 1) / part_keys(part_bytes, width, format)) *
+          2;
       figures.push_back(f);
     }
   }

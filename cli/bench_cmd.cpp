@@ -41,6 +41,7 @@ struct BenchArgs {
   std::string dir;
   size_t in_flight = 8;                                                  // wire
   std::string wire_format = "fp32";                                      // wire
+  size_t part_bytes = part_bytes_default;                                // wire
   std::vector<size_t> floats{1, 8, 64}, keys{100, 1000, 10000, 100000};  // wire
   std::string model;  // train: a deep model against its PyTorch peer; empty: lr and fm
   std::string peer_script;
@@ -656,32 +657,35 @@ int bench_durability(const BenchArgs& a) {
 int bench_wire(const BenchArgs& a) {
   auto format = parse_value_format(a.wire_format);
   if (!format) return fail(Status::invalid_input("--wire-format: " + format.status().message()));
-  auto figures = run_wire_bench(a.floats, a.keys, uint64_t{200} << 20, a.in_flight, *format);
+  auto figures =
+      run_wire_bench(a.floats, a.keys, uint64_t{200} << 20, a.in_flight, *format, a.part_bytes);
   if (!figures) return fail(figures.status());
   nlohmann::json rep = {{"suite", "wire"},
                         {"transport", "zeromq tcp loopback, no CURVE"},
                         {"in_flight", a.in_flight},
-                        {"wire_format", to_string(*format)}};
+                        {"wire_format", to_string(*format)},
+                        {"part_bytes", a.part_bytes}};
   nlohmann::json list = nlohmann::json::array();
-  std::printf("%-7s %-9s %14s %10s %14s %8s\n", "floats", "keys/req", "rows/s", "GB/s",
-              "baseline GB/s", "ratio");
+  std::printf("%-7s %-9s %9s %14s %10s %14s %8s\n", "floats", "keys/req", "messages", "rows/s",
+              "GB/s", "baseline GB/s", "ratio");
   for (const WireFigure& f : *figures) {
-    std::printf("%-7zu %-9zu %14.0f %10.3f %14.3f %8.3f\n", f.width, f.keys, f.rows_per_sec,
-                f.bytes_per_sec / 1e9, f.baseline_bytes_per_sec / 1e9, f.ratio);
+    std::printf("%-7zu %-9zu %9zu %14.0f %10.3f %14.3f %8.3f\n", f.width, f.keys, f.messages,
+                f.rows_per_sec, f.bytes_per_sec / 1e9, f.baseline_bytes_per_sec / 1e9, f.ratio);
     list.push_back({{"floats", f.width},
                     {"keys_per_request", f.keys},
+                    {"messages_per_round_trip", f.messages},
                     {"rows_per_sec", f.rows_per_sec},
                     {"bytes_per_sec", f.bytes_per_sec},
                     {"baseline_bytes_per_sec", f.baseline_bytes_per_sec},
                     {"ratio_to_baseline", f.ratio}});
   }
   std::printf(
-      "a round trip = pull + reply + push + ack between two processes; %zu workers, one round trip "
-      "in\n"
-      "flight each; baseline = ZeroMQ echo of the same bytes in two request/reply exchanges, %zu "
-      "round\n"
-      "trips in flight, measured in the same run\n",
-      a.in_flight, a.in_flight);
+      "a round trip = pull + replies + push + acks between two processes, in parts of at most %zu "
+      "bytes;\n"
+      "%zu workers, one round trip in flight each; baseline = ZeroMQ echo of the same bytes in "
+      "two stages\n"
+      "of messages no larger, %zu round trips in flight, measured in the same run\n",
+      a.part_bytes, a.in_flight, a.in_flight);
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
@@ -766,6 +770,11 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--wire-format", a->wire_format,
                   "wire: how replies and pushes carry rows and gradients, fp32 or bf16")
       ->capture_default_str();
+  auto* part_bytes =
+      cmd->add_option("--part-bytes", a->part_bytes,
+                      "wire: the largest message; a larger request travels in parts this large")
+          ->check(CLI::Range(part_bytes_min, part_bytes_max))
+          ->capture_default_str();
   auto* floats = cmd->add_option("--floats", a->floats, "wire: floats a row, a list (1,8,64)")
                      ->delimiter(',')
                      ->check(CLI::Range(size_t{1}, size_t{4096}));
@@ -773,13 +782,14 @@ Runner add_bench(CLI::App& app) {
       cmd->add_option("--keys", a->keys, "wire: keys a request, a list (100,1000,10000,100000)")
           ->delimiter(',')
           ->check(CLI::Range(size_t{1}, size_t{100'000'000}));
-  return [a, rows, floats, keys]() {
+  return [a, rows, floats, keys, part_bytes]() {
     if (!a->model.empty() && a->suite != "train" && a->suite != "cluster")
       return fail(Status::invalid_input("--model: only bench train and bench cluster take it"));
     if (a->wire_format != "fp32" && a->suite != "wire")
       return fail(Status::invalid_input("--wire-format: only bench wire takes it"));
-    if ((floats->count() > 0 || keys->count() > 0) && a->suite != "wire")
-      return fail(Status::invalid_input("--floats and --keys: only bench wire takes them"));
+    if ((floats->count() > 0 || keys->count() > 0 || part_bytes->count() > 0) && a->suite != "wire")
+      return fail(
+          Status::invalid_input("--floats, --keys and --part-bytes: only bench wire takes them"));
     if (a->suite == "store") return bench_store(*a, rows->count() > 0);
     if (a->suite == "ps") return bench_ps(*a);
     if (a->suite == "cluster") return bench_cluster(*a);

@@ -100,6 +100,7 @@ struct CoordinatorArgs {
   ModelFlags flags;
   std::string optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
   std::string wire_format = "fp32";
+  size_t part_bytes = part_bytes_default;
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
   uint64_t seed = 1, skip_bad_lines = 0;
@@ -153,6 +154,11 @@ Runner add_coordinator(CLI::App& app) {
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
   cmd->add_option("--wire-format", a->wire_format,
                   "How pull replies and pushes carry rows and gradients: fp32 or bf16")
+      ->capture_default_str();
+  cmd->add_option("--part-bytes", a->part_bytes,
+                  "The largest message of a pull or push: a larger request to a shard travels in "
+                  "parts of at most this many bytes")
+      ->check(CLI::Range(part_bytes_min, part_bytes_max))
       ->capture_default_str();
   cmd->add_option("--push", a->push, "hierarchical (one aggregator per worker member) or flat")
       ->capture_default_str();
@@ -303,6 +309,7 @@ Runner add_coordinator(CLI::App& app) {
     if (!wire_format)
       return fail(Status::invalid_input("--wire-format: " + wire_format.status().message()));
     j.wire_format = *wire_format;
+    j.part_bytes = a->part_bytes;
     if (a->push != "flat" && a->push != "hierarchical")
       return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
     j.hierarchical = a->push == "hierarchical";
@@ -361,6 +368,7 @@ Runner add_coordinator(CLI::App& app) {
         {"replies_dropped", r->totals.counters.replies_dropped},
         {"consistency", to_string(j.consistency)},
         {"wire_format", to_string(j.wire_format)},
+        {"part_bytes", j.part_bytes},
         {"push", a->push},
         {"model", a->flags.model},
         {"optimizer", a->optimizer},

@@ -36,6 +36,7 @@ struct TrainArgs {
   std::string device = "cpu";
   std::string consistency = "bsp";
   std::string wire_format = "fp32";
+  size_t part_bytes = part_bytes_default;
   std::string push = "hierarchical";
   ClusterOptions cluster;
   std::string report;
@@ -167,6 +168,11 @@ Runner add_train(CLI::App& app) {
                   "How pull replies and pushes carry rows and gradients: fp32, or bf16 (half the "
                   "bytes; rows rounded to the nearest, gradients stochastically)")
       ->capture_default_str();
+  cmd->add_option("--part-bytes", a->part_bytes,
+                  "The largest message of a pull or push: a larger request to a shard travels in "
+                  "parts of at most this many bytes")
+      ->check(CLI::Range(part_bytes_min, part_bytes_max))
+      ->capture_default_str();
   cmd->add_option("--replicas-per-node", a->cluster.replicas_per_node,
                   "Workers per node for hierarchical push (0: all workers form one node)")
       ->capture_default_str();
@@ -250,6 +256,10 @@ Runner add_train(CLI::App& app) {
       return fail(Status::invalid_input(
           "--wire-format: the local engine sends no rows or gradients; use --engine cluster"));
     cluster.wire_format = *wire_format;
+    if (a->engine == "local" && a->part_bytes != part_bytes_default)
+      return fail(Status::invalid_input(
+          "--part-bytes: the local engine sends no messages; use --engine cluster"));
+    cluster.part_bytes = a->part_bytes;
     auto push = parse_push_mode(a->push);
     if (!push) return fail(Status::invalid_input("--push: " + push.status().message()));
     cluster.push = *push;
@@ -486,6 +496,7 @@ Runner add_train(CLI::App& app) {
       rep["consistency"] = to_string(cluster.consistency);
       rep["push"] = to_string(cluster.push);
       rep["wire_format"] = to_string(cluster.wire_format);
+      rep["part_bytes"] = cluster.part_bytes;
       rep["pull_messages_per_sample"] = double(r.counters.pull_messages) / n;
       rep["push_messages_per_sample"] = double(r.counters.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.counters.push_bytes) / n;

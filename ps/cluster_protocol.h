@@ -75,6 +75,8 @@ struct JobSpec {
   bool skip_not_finite = false;
   // How pull replies and pushes carry rows and gradients (--wire-format).
   ValueFormat wire_format = ValueFormat::fp32;
+  // The largest part of a pull or push message (--part-bytes; KvClient::Options::part_bytes).
+  uint64_t part_bytes = part_bytes_default;
   bool operator==(const JobSpec&) const = default;
 };
 

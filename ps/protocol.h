@@ -57,6 +57,19 @@ inline size_t value_bytes(ValueFormat f) {
   return f == ValueFormat::bf16 ? 2 : 4;
 }
 
+// Requests in parts. A client sends a pull or push of more than `part_bytes` bytes (keys and
+// values, as they travel) in parts of at most that many (at least one key each), so that no
+// message is near the wire's 64 MiB limit and every message's buffers stay small: pulls as
+// several PullRequests, each answered on its own, pushes as PushRequest parts (`more`).
+inline constexpr size_t part_bytes_default = size_t{4} << 20;
+inline constexpr size_t part_bytes_min = 1024;
+inline constexpr size_t part_bytes_max = size_t{32} << 20;
+// The keys of a part of rows of `width` values in `format`: at least 1.
+inline size_t part_keys(size_t part_bytes, size_t width, ValueFormat format) {
+  const size_t row = sizeof(uint64_t) + width * value_bytes(format);
+  return part_bytes / row > 0 ? part_bytes / row : 1;
+}
+
 struct PullReply {
   MessageHeader header;    // request_id echoes the request's
   uint32_t min_clock = 0;  // the shard's minimum clock over senders when it answered
@@ -64,12 +77,18 @@ struct PullReply {
   ValueFormat format = ValueFormat::fp32;  // of `values` (bf16: each bf16-exact)
 };
 
+// A push may travel in parts (a request of any size, in messages of at most a few MiB): each
+// part is a PushRequest of the same clock, all but the last with `more` set, sent one after
+// another with nothing else from that sender to that shard in between. The shard acknowledges
+// each part, keeps the parts until the last one arrives, and applies them all at once, as one
+// push: the clock, exactly-once and durability rules below are the whole push's.
 struct PushRequest {
   MessageHeader header;
   uint32_t clock = 0;                      // the sender's clock once this push is applied
-  std::vector<uint64_t> keys;              // unique within the push
+  std::vector<uint64_t> keys;              // unique within the push (across its parts too)
   FloatBuffer grads;                       // keys.size() x width: gradients summed over the step
   ValueFormat format = ValueFormat::fp32;  // of `grads` (bf16: each bf16-exact)
+  bool more = false;                       // more parts of this push follow
 };
 
 struct PushAck {

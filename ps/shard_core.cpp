@@ -129,22 +129,30 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
     answer(r, out);
     return;
   }
-  // A client keeps at most max-inflight pulls open: more waiting from one sender is a peer's
-  // mistake or a lie, refused rather than held without bound.
-  const size_t held = std::count_if(waiting_.begin(), waiting_.end(), [&](const PullRequest& w) {
-    return w.header.sender == r.header.sender;
-  });
-  if (held >= shard_waiting_pulls_per_sender_max) {
+  // A client keeps at most max-inflight steps of pulls open (each in at most a few parts): more
+  // waiting from one sender is a peer's mistake or a lie, refused rather than held without bound.
+  Held& held = held_[r.header.sender];
+  if (held.pulls >= shard_waiting_pulls_per_sender_max ||
+      held.keys + r.keys.size() > config_.waiting_pull_keys_max) {
     ++stats_.messages_refused;
     out.push_back(
-        {r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()},
-                                  PsErrorCode::bad_request,
-                                  fmt::format("node {} has {} pulls waiting at shard {} already",
-                                              r.header.sender, held, config_.shard_index)}});
+        {r.header.sender,
+         PsError{{config_.id, r.header.request_id, map_.version()},
+                 PsErrorCode::bad_request,
+                 fmt::format("node {} has {} pulls of {} keys waiting at shard {} already",
+                             r.header.sender, held.pulls, held.keys, config_.shard_index)}});
+    if (held.pulls == 0) held_.erase(r.header.sender);
     return;
   }
+  ++held.pulls;
+  held.keys += r.keys.size();
   ++stats_.pulls_deferred;
   waiting_.push_back(r);
+}
+
+std::deque<PullRequest> ShardCore::take_waiting() {
+  held_.clear();
+  return std::exchange(waiting_, {});
 }
 
 void ShardCore::begin_resync() {
@@ -242,8 +250,12 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     }
     if (!store_ok(store_->commit())) return;
   } else {
+    // Kept for the pushes of the last answered_steps_max steps (a pull in parts has an entry a
+    // part), and at most answered_pulls_max entries.
     auto& recent = answered_[r.writer];
-    if (recent.size() == answered_pulls_max) recent.pop_front();
+    while (!recent.empty() && (recent.size() >= answered_pulls_max ||
+                               recent.front().clock + answered_steps_max <= r.clock))
+      recent.pop_front();
     AnsweredPull& a = recent.emplace_back(AnsweredPull{r.clock, hash_keys(r.keys), {}});
     a.rows.resize(n);
     // Look every row up first, prefetching index slots a few keys ahead, then copy: the
@@ -314,78 +326,139 @@ bool ShardCore::advance(const MessageHeader& h, uint32_t clock, bool& duplicate,
 
 void ShardCore::on_push(const PushRequest& r, Outbox& out) {
   if (stale(r.header, out)) return;
-  if (r.grads.size() != r.keys.size() * width_) {
-    out.push_back(
-        {r.header.sender, PsError{{config_.id, r.header.request_id, map_.version()},
-                                  PsErrorCode::bad_request,
-                                  fmt::format("push has {} keys but {} gradient floats (width {})",
-                                              r.keys.size(), r.grads.size(), width_)}});
-    return;
-  }
+  const NodeId sender = r.header.sender;
+  auto refuse = [&](std::string why) {
+    parts_.erase(sender);  // a push refused in any part is refused whole
+    out.push_back({sender, PsError{{config_.id, r.header.request_id, map_.version()},
+                                   PsErrorCode::bad_request,
+                                   std::move(why)}});
+  };
+  if (r.grads.size() != r.keys.size() * width_)
+    return refuse(fmt::format("push has {} keys but {} gradient floats (width {})", r.keys.size(),
+                              r.grads.size(), width_));
   // A gradient that is not finite would make its row NaN for good: the push is refused whole,
   // before its clock counts, naming the key (the sender's client fails).
   if (const size_t bad = first_not_finite({r.grads.data(), r.grads.size()}); bad < r.grads.size()) {
     ++stats_.pushes_not_finite;
-    out.push_back(
-        {r.header.sender,
-         PsError{
-             {config_.id, r.header.request_id, map_.version()},
-             PsErrorCode::bad_request,
-             fmt::format("the push of step {} from node {} holds a gradient of {} for key {}: "
-                         "nothing of it was applied",
-                         r.clock, r.header.sender, r.grads.data()[bad], r.keys[bad / width_])}});
+    return refuse(fmt::format(
+        "the push of step {} from node {} holds a gradient of {} for key {}: nothing of it was "
+        "applied",
+        r.clock, sender, r.grads.data()[bad], r.keys[bad / width_]));
+  }
+  auto open = parts_.find(sender);
+  if (open != parts_.end() && open->second.clock != r.clock)
+    return refuse(
+        fmt::format("a part of the push of step {} from node {} came while its push of "
+                    "step {} in parts was not finished",
+                    r.clock, sender, open->second.clock));
+  if (r.more) {
+    // A part: checked now, kept (a received part is a view of its message: not copied), and
+    // applied with the last one, so that a push is applied whole and once.
+    if (!clocks_.count(sender))
+      return refuse(
+          fmt::format("node {} is not a sender of shard {}", sender, config_.shard_index));
+    if (!owns_all(r.header, r.keys, out)) return (void)parts_.erase(sender);
+    PushParts& parts = parts_[sender];
+    parts.clock = r.clock;
+    parts.bytes += r.keys.size() * sizeof(uint64_t) + r.grads.size() * sizeof(float);
+    if (parts.bytes > shard_push_parts_bytes_max)
+      return refuse(fmt::format("the push of step {} from node {} in parts is over {} bytes",
+                                r.clock, sender, shard_push_parts_bytes_max));
+    parts.parts.push_back(r);
+    ++stats_.push_parts;
+    out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
     return;
   }
-  // The rows of this sender's pull for the same step, when the keys are the same: they were
-  // checked to be this shard's when that pull was answered, so they are not checked again.
-  std::vector<float*>* rows = nullptr;
-  auto it = store_->stable_rows() ? answered_.find(r.header.sender) : answered_.end();
-  if (it != answered_.end()) {
-    const uint64_t keys_hash = hash_keys(r.keys);
-    for (auto a = it->second.begin(); a != it->second.end(); ++a) {
-      if (a->clock + 1 == r.clock && a->rows.size() == r.keys.size() && a->keys_hash == keys_hash) {
-        rows = &a->rows;
-        break;
-      }
-    }
+  std::vector<PushRequest> earlier;  // the push's other parts, in order
+  if (open != parts_.end()) {
+    earlier = std::move(open->second.parts);
+    parts_.erase(open);
   }
+  // The rows of this sender's pull (or pull part) for the same step, when the keys are the same:
+  // they were checked to be this shard's when that pull was answered, so they are not checked
+  // again (the earlier parts were checked as they came).
+  auto pulled_rows = [&](const PushRequest& p) -> std::vector<float*>* {
+    auto it = store_->stable_rows() ? answered_.find(sender) : answered_.end();
+    if (it == answered_.end()) return nullptr;
+    const uint64_t keys_hash = hash_keys(p.keys);
+    for (AnsweredPull& a : it->second)
+      if (a.clock + 1 == p.clock && a.rows.size() == p.keys.size() && a.keys_hash == keys_hash)
+        return &a.rows;
+    return nullptr;
+  };
+  std::vector<float*>* rows = pulled_rows(r);
   if (!rows && !owns_all(r.header, r.keys, out)) return;
   bool duplicate = false;
   if (!advance(r.header, r.clock, duplicate, out)) return;
   if (duplicate) {
     ++stats_.pushes_duplicate;
   } else {
-    if (!rows && !store_ok(store_->load(r.keys))) return;
-    for (size_t i = 0; i < r.keys.size(); ++i) {
-      float* p = rows ? (*rows)[i] : nullptr;
-      if (!p) p = sketch_ ? existing_row(r.keys[i]) : row(r.keys[i]);
-      if (!p) {
-        ++stats_.updates_dropped;  // not admitted: the key has no row to update
-        continue;
+    // Every part with the rows of its pull, or nullptr: those are looked up, in one batch
+    // against the store.
+    std::vector<std::pair<const PushRequest*, std::vector<float*>*>> all;
+    for (const PushRequest& p : earlier) all.emplace_back(&p, pulled_rows(p));
+    all.emplace_back(&r, rows);
+    const bool batch = std::any_of(all.begin(), all.end(), [](auto& a) { return !a.second; });
+    if (batch) {
+      Status loaded;
+      if (earlier.empty()) {
+        loaded = store_->load(r.keys);
+      } else {
+        std::vector<uint64_t> keys;
+        for (const auto& [p, pulled] : all)
+          if (!pulled) keys.insert(keys.end(), p->keys.begin(), p->keys.end());
+        loaded = store_->load(keys);
       }
-      // An update that would overflow the row is not made: it keeps its last finite value.
-      if (!optimizer_->apply_finite({p, width_}, {p + width_, state_},
-                                    {&r.grads[i * width_], width_}, saved_row_)) {
-        ++stats_.updates_not_finite;
-        last_row_not_finite_ = {r.keys[i], r.header.sender, r.clock};
-        continue;
-      }
-      if (stamp_) p[width_ + state_] = float(r.clock);
+      if (!store_ok(loaded)) return;
     }
-    if (!rows) {
-      store_->stage_clock(r.header.sender, r.clock);  // in the same atomic batch as the rows
+    for (const auto& [p, pulled] : all) {
+      constexpr size_t ahead = 8;  // index slots prefetched ahead of the lookups, as answer()
+      for (size_t i = 0; i < p->keys.size(); ++i) {
+        float* row_of = nullptr;
+        if (pulled) {
+          row_of = (*pulled)[i];
+        } else {
+          if (i + ahead < p->keys.size()) store_->prefetch(p->keys[i + ahead]);
+          row_of = sketch_ ? existing_row(p->keys[i]) : row(p->keys[i]);
+        }
+        if (!row_of) {
+          ++stats_.updates_dropped;  // not admitted: the key has no row to update
+          continue;
+        }
+        // An update that would overflow the row is not made: it keeps its last finite value.
+        if (!optimizer_->apply_finite({row_of, width_}, {row_of + width_, state_},
+                                      {&p->grads[i * width_], width_}, saved_row_)) {
+          ++stats_.updates_not_finite;
+          last_row_not_finite_ = {p->keys[i], sender, r.clock};
+          continue;
+        }
+        if (stamp_) row_of[width_ + state_] = float(r.clock);
+      }
+      stats_.rows_pushed += p->keys.size();
+    }
+    if (batch) {
+      store_->stage_clock(sender, r.clock);  // in the same atomic batch as the rows
       if (!store_ok(store_->commit())) return;
+    } else {
+      ++stats_.pushes_reusing_pull_rows;
     }
-    if (rows) ++stats_.pushes_reusing_pull_rows;
     ++stats_.pushes_applied;
-    stats_.rows_pushed += r.keys.size();
   }
-  out.push_back({r.header.sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
+  out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
   release_waiting(out);
 }
 
 void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
   if (stale(r.header, out)) return;
+  if (parts_.erase(r.header.sender)) {
+    out.push_back({r.header.sender,
+                   PsError{{config_.id, r.header.request_id, map_.version()},
+                           PsErrorCode::bad_request,
+                           fmt::format("a clock advance from node {} came while its push in parts "
+                                       "was not finished: the push is dropped",
+                                       r.header.sender)}});
+    return;
+  }
   // A resync from a client that only pulls, to a shard that never restarted: nothing to set.
   if (r.resync && !clocks_.count(r.header.sender)) return;
   bool duplicate = false;
@@ -422,10 +495,16 @@ void ShardCore::release_waiting(Outbox& out) {
   // Answer, in arrival order, every waiting pull the clocks now allow.
   std::deque<PullRequest> still;
   for (PullRequest& r : waiting_) {
-    if (may_answer(r))
-      answer(r, out);
-    else
+    if (!may_answer(r)) {
       still.push_back(std::move(r));
+      continue;
+    }
+    answer(r, out);
+    auto held = held_.find(r.header.sender);
+    COLONY_ASSERT(held != held_.end() && held->second.pulls > 0, "a pull of node {} was not held",
+                  r.header.sender);
+    held->second.keys -= r.keys.size();
+    if (--held->second.pulls == 0) held_.erase(held);
   }
   waiting_.swap(still);
 }

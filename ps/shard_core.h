@@ -16,6 +16,13 @@
 // refused with PsError{out_of_order}. So no push is applied twice, and a lost one is noticed.
 // A push holding a NaN or infinite gradient is refused whole with PsError{bad_request} naming
 // the key, before its clock counts: nothing of it reaches a row.
+//
+// A push in parts (PushRequest::more) is kept, part by part, until its last part comes, and
+// then applied as one push, so the rules above hold for the whole of it (a shard that restarts
+// with parts kept has applied none of them). Each part is checked as it comes, and
+// acknowledged; a part of another step, a clock advance, or a refused part in the middle drops
+// the parts kept and is refused with PsError{bad_request}, as is more than
+// shard_push_parts_bytes_max of parts.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +78,10 @@ struct ShardConfig {
   // nearest bf16 while training (a read once every sender is done gets fp32); the rows
   // themselves stay fp32.
   ValueFormat wire_format = ValueFormat::fp32;
+  // The most keys of the pulls one sender may have waiting for the consistency gate (8 bytes
+  // each; the default, 2^27, is 1 GiB); past it, or past shard_waiting_pulls_per_sender_max
+  // pulls, a pull is refused with PsError{bad_request}.
+  uint64_t waiting_pull_keys_max = uint64_t{1} << 27;
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
   bool fault_skip_consistency_gate = false;
@@ -80,8 +91,12 @@ struct ShardConfig {
 };
 
 // The most pulls one sender may have waiting at a shard for the consistency gate: a client has
-// at most its max-inflight steps (at most 64) of pulls open.
-inline constexpr size_t shard_waiting_pulls_per_sender_max = 64;
+// at most its max-inflight steps (at most 64) of pulls open, each in parts (PushRequest::more
+// says how a request is split); ShardConfig::waiting_pull_keys_max bounds their keys.
+inline constexpr size_t shard_waiting_pulls_per_sender_max = 64 * 1024;
+// The most bytes (keys and gradients, as fp32) of the parts of one sender's push a shard keeps
+// while waiting for its last part (PushRequest::more): 4 GiB.
+inline constexpr uint64_t shard_push_parts_bytes_max = uint64_t{4} << 30;
 
 struct ShardStats {
   uint64_t pulls_answered = 0;
@@ -89,6 +104,7 @@ struct ShardStats {
   uint64_t pushes_applied = 0;
   uint64_t pushes_duplicate = 0;
   uint64_t pushes_reusing_pull_rows = 0;  // applied without looking the rows up again
+  uint64_t push_parts = 0;                // parts kept for a push's last part (PushRequest::more)
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   uint64_t stale_map_replies = 0;
@@ -97,7 +113,8 @@ struct ShardStats {
   uint64_t rows_not_admitted = 0;  // pulled rows answered with the initial row (no row yet)
   uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
   uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
-  // Replies sent to a shard (dropped), and pulls past shard_waiting_pulls_per_sender_max
+  // Replies sent to a shard (dropped), and pulls past shard_waiting_pulls_per_sender_max or
+  // waiting_pull_keys_max
   // (refused with a PsError): a peer's mistake or lie.
   uint64_t messages_refused = 0;
   // Acknowledged pushes a restarted shard found missing: at each sender's first resync, how far
@@ -178,7 +195,7 @@ class ShardCore {
   Status resume_clocks(const std::vector<std::pair<NodeId, uint32_t>>& clocks);
   // The pulls waiting for the gate, removed from the core (a restarted shard gets them
   // again: the workers re-send pulls that a crashed shard never answered).
-  std::deque<PullRequest> take_waiting() { return std::exchange(waiting_, {}); }
+  std::deque<PullRequest> take_waiting();
 
   // Restarting a shard in a new process over its durable store (a `colony ps` killed and
   // started again). Nothing the crashed process knew survives but the committed rows, so the
@@ -243,6 +260,12 @@ class ShardCore {
   std::unordered_map<NodeId, uint32_t> clocks_;
   uint32_t min_clock_ = 0;
   std::deque<PullRequest> waiting_;
+  // The pulls and keys of waiting_, by sender.
+  struct Held {
+    uint64_t pulls = 0;
+    uint64_t keys = 0;
+  };
+  std::unordered_map<NodeId, Held> held_;
   // The rows of recent pulls, by writer and step: a worker pushes exactly the keys it pulled,
   // in the same order, so the push can update those rows without looking them up again. A
   // push whose keys do not match (hash of the key sequence) is looked up key by key.
@@ -252,7 +275,8 @@ class ShardCore {
     std::vector<float*> rows;
   };
   std::unordered_map<NodeId, std::deque<AnsweredPull>> answered_;
-  static constexpr size_t answered_pulls_max = 8;  // per writer
+  static constexpr uint32_t answered_steps_max = 8;  // steps kept, per writer
+  static constexpr size_t answered_pulls_max = 512;  // entries kept (one a pull part), per writer
   ShardStats stats_;
   RowNotFinite last_row_not_finite_;
   std::vector<float> saved_row_;  // Optimizer::apply_finite's scratch
@@ -267,6 +291,13 @@ class ShardCore {
   bool resyncing_ = false;                       // see begin_resync
   std::unordered_set<NodeId> resynced_;          // nodes whose resync arrived
   std::map<uint64_t, uint32_t> durable_clocks_;  // the store's committed clocks at the restart
+  // Pushes in parts whose last part has not come, by sender (PushRequest::more).
+  struct PushParts {
+    uint32_t clock = 0;
+    uint64_t bytes = 0;
+    std::vector<PushRequest> parts;
+  };
+  std::unordered_map<NodeId, PushParts> parts_;
 };
 
 }  // namespace colony

@@ -914,14 +914,16 @@ BOOST_AUTO_TEST_CASE(the_coordinator_names_a_straggler_a_leaking_member_and_a_ho
 // ended: each ps writes its cached rows back before it exits, as colony train does. The cache
 // here holds every row, so before the fix the store on disk was empty. The job runs with
 // --wire-format bf16: its rows and gradients cross the processes in two bytes a value, and it
-// scores as the embedded cluster does in fp32.
+// scores as the embedded cluster does in fp32. And with --part-bytes 1024 (issue 16): every pull
+// and push of more than 39 rows (26 bytes each in bf16) travels in parts, the tiered stores take
+// each push's parts in one batch, and the test set's evaluation pulls in parts too.
 BOOST_AUTO_TEST_CASE(a_tiered_ps_store_holds_every_row_after_the_job) {
   Suite& s = suite();
-  auto [coord, endpoint] =
-      start_coordinator("tiered-coordinator",
-                        cat(role_key("server"), {"--shards", "2", "--workers", "2", "--no-cache",
-                                                 "--wire-format", "bf16", "--test", s.test.string(),
-                                                 "--report", (s.dir / "tiered.json").string()}));
+  auto [coord, endpoint] = start_coordinator(
+      "tiered-coordinator",
+      cat(role_key("server"),
+          {"--shards", "2", "--workers", "2", "--no-cache", "--wire-format", "bf16", "--part-bytes",
+           "1024", "--test", s.test.string(), "--report", (s.dir / "tiered.json").string()}));
   const fs::path store = s.dir / "tiered-store";
   std::vector<std::unique_ptr<Child>> members;
   for (const char* ps : {"ps-0", "ps-1"})
@@ -946,6 +948,7 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_store_holds_every_row_after_the_job) {
   // only the test set has an initial row).
   const auto r = report("tiered.json");
   BOOST_TEST(r["wire_format"].get<std::string>() == "bf16");
+  BOOST_TEST(r["part_bytes"].get<uint64_t>() == 1024u);
   // The members' pull bytes reach the report (MemberDone): bf16 rows of 9 values and 8-byte keys.
   const double pulled = r["pull_bytes_per_sample"].get<double>();
   BOOST_TEST(pulled > 0);

@@ -35,6 +35,7 @@ struct Setup {
   size_t max_inflight = 2;
   size_t batch = 64;
   uint64_t rows = 2000;
+  size_t part_bytes = part_bytes_default;  // the clients' (KvClient::Options::part_bytes)
   TrainerConfig trainer;
   // Test-only fault: the shard checker is given a weaker bound than the shards enforce, or the
   // shards a weaker one than the checker, to prove the checker can fail.
@@ -79,12 +80,14 @@ class Driver {
       WorkerConfig c{first_worker + w, s.trainer.model, spec,
                      shard_nodes,      std::nullopt,    s.max_inflight};
       if (s.hierarchical) c.aggregator = aggregator;
+      c.part_bytes = s.part_bytes;
       workers_.push_back(std::move(WorkerCore::make(c).value()));
       readers_.push_back(make_memory_reader(data_, s.batch));
       batch_index_.push_back(0);
     }
     if (s.hierarchical) {
       AggregatorConfig c{aggregator, s.trainer.model.width(), spec, shard_nodes, {}};
+      c.part_bytes = s.part_bytes;
       for (uint32_t w = 0; w < s.workers; ++w) c.replicas.push_back(first_worker + w);
       aggregator_ = std::move(AggregatorCore::make(c, make_cpu_reducer()).value());
     }
@@ -112,6 +115,7 @@ class Driver {
   const std::vector<std::unique_ptr<ShardCore>>& shards() const { return shards_; }
   const std::vector<std::unique_ptr<WorkerCore>>& workers() const { return workers_; }
   uint64_t pushes_to_shards = 0;
+  uint64_t push_parts_to_shards = 0;  // parts followed by more
 
  private:
   void feed(uint32_t w, Outbox& out) {
@@ -141,7 +145,10 @@ class Driver {
     for (Outgoing& o : out) {
       if (auto* pull = std::get_if<PullRequest>(&o.message))
         pull_clock_[{pull->header.sender, pull->header.request_id}] = pull->clock;
-      if (o.to < s_.shards && std::holds_alternative<PushRequest>(o.message)) ++pushes_to_shards;
+      if (auto* push = std::get_if<PushRequest>(&o.message); push && o.to < s_.shards) {
+        pushes_to_shards += !push->more;  // a push in parts is applied once, at its last part
+        push_parts_to_shards += push->more;
+      }
       const NodeId from = std::visit([](auto& m) { return m.header.sender; }, o.message);
       channels_[{from, o.to}].push_back(std::move(o));
     }
@@ -226,38 +233,45 @@ void check_no_push_lost_or_doubled(const Driver& d) {
 
 }  // namespace
 
+// Also with every pull and push in parts (of at most 1 KiB: several a shard and step).
 BOOST_AUTO_TEST_CASE(one_worker_bsp_matches_the_single_process_trainer_bit_for_bit) {
-  for (bool hierarchical : {false, true}) {
-    Setup s = base_setup();
-    s.workers = 1;
-    s.shards = 3;
-    s.hierarchical = hierarchical;
-    Driver d(s, 11);
-    const Violations v = d.run();
-    BOOST_TEST(v.stale_reads == 0u);
-    check_no_push_lost_or_doubled(d);
+  for (size_t part_bytes : {part_bytes_default, part_bytes_min})
+    for (bool hierarchical : {false, true}) {
+      Setup s = base_setup();
+      s.workers = 1;
+      s.shards = 3;
+      s.hierarchical = hierarchical;
+      s.part_bytes = part_bytes;
+      Driver d(s, 11);
+      const Violations v = d.run();
+      BOOST_TEST(v.stale_reads == 0u);
+      check_no_push_lost_or_doubled(d);
+      uint64_t parts = 0;
+      for (const auto& shard : d.shards()) parts += shard->stats().push_parts;
+      BOOST_TEST(parts == d.push_parts_to_shards);
+      BOOST_TEST((parts > 0) == (part_bytes == part_bytes_min));
 
-    auto trainer = std::move(LocalTrainer::make(s.trainer).value());
-    auto data = generate_in_memory(GenOptions{s.rows, 10, 7, "", "libsvm", 0.001}).train;
-    auto reader = make_memory_reader(std::make_shared<std::vector<Batch>>(data), s.batch);
-    Batch b;
-    std::vector<uint64_t> keys;
-    while (*reader->next(b)) {
-      BOOST_REQUIRE(trainer->train_batch(b).ok());
-      keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+      auto trainer = std::move(LocalTrainer::make(s.trainer).value());
+      auto data = generate_in_memory(GenOptions{s.rows, 10, 7, "", "libsvm", 0.001}).train;
+      auto reader = make_memory_reader(std::make_shared<std::vector<Batch>>(data), s.batch);
+      Batch b;
+      std::vector<uint64_t> keys;
+      while (*reader->next(b)) {
+        BOOST_REQUIRE(trainer->train_batch(b).ok());
+        keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+      }
+      keys.push_back(bias_key);
+      const size_t width = s.trainer.model.width();
+      std::vector<float> a(width), c(width);
+      ShardMap map = ShardMap::make({1, s.shards, 64, 3}).value();
+      size_t differ = 0;
+      for (uint64_t key : keys) {
+        trainer->row_value(key, a);
+        d.shards()[map.shard_of(key)]->row_value(key, c);
+        differ += std::memcmp(a.data(), c.data(), width * sizeof(float)) != 0;
+      }
+      BOOST_TEST(differ == 0u, "hierarchical=" << hierarchical << " part_bytes=" << part_bytes);
     }
-    keys.push_back(bias_key);
-    const size_t width = s.trainer.model.width();
-    std::vector<float> a(width), c(width);
-    ShardMap map = ShardMap::make({1, s.shards, 64, 3}).value();
-    size_t differ = 0;
-    for (uint64_t key : keys) {
-      trainer->row_value(key, a);
-      d.shards()[map.shard_of(key)]->row_value(key, c);
-      differ += std::memcmp(a.data(), c.data(), width * sizeof(float)) != 0;
-    }
-    BOOST_TEST(differ == 0u, "hierarchical=" << hierarchical);
-  }
 }
 
 BOOST_AUTO_TEST_CASE(consistency_bounds_hold_under_random_message_orderings) {
@@ -276,6 +290,7 @@ BOOST_AUTO_TEST_CASE(consistency_bounds_hold_under_random_message_orderings) {
       s.consistency = m.c;
       s.hierarchical = m.hierarchical;
       s.max_inflight = 1 + seed % 3;
+      s.part_bytes = seed % 2 ? part_bytes_min : part_bytes_default;  // half of them in parts
       Driver d(s, seed);
       const Violations v = d.run();
       BOOST_TEST_CONTEXT(to_string(m.c)
@@ -365,6 +380,86 @@ BOOST_AUTO_TEST_CASE(shard_refuses_out_of_order_and_ignores_duplicate_pushes) {
   BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::bad_request));
 }
 
+// A push in parts (PushRequest::more): each part is acknowledged and kept; nothing of it reaches
+// a row or a clock before its last part, and then all of it does, once (the whole push again is
+// a duplicate). A part out of protocol drops the parts kept and is refused: one of another step,
+// a clock advance in the middle, a part not finite, a part from a node that is not a sender.
+BOOST_AUTO_TEST_CASE(a_push_in_parts_is_applied_whole_at_its_last_part_and_once) {
+  ShardConfig sc{0,         0,
+                 1,         default_optimizer_config(OptimizerKind::sgd),
+                 RowInit{}, Consistency{},
+                 {7},       ShardMapSpec{1, 1, 16, 0}};
+  sc.optimizer.lr = 1.0f;
+  auto shard = std::move(ShardCore::make(sc).value());
+  const uint64_t k1 = make_key(1, 1), k2 = make_key(1, 2), k3 = make_key(1, 3);
+  auto value = [&](uint64_t key) {
+    float v = 0;
+    shard->row_value(key, {&v, 1});
+    return v;
+  };
+  const float v1 = value(k1), v2 = value(k2), v3 = value(k3);
+  auto part = [](uint64_t request, uint32_t clock, uint64_t key, float g, bool more) {
+    return PushRequest{{7, request, 1}, clock, {key}, {g}, ValueFormat::fp32, more};
+  };
+  auto refused = [](const Outbox& out, const std::string& says) {
+    if (out.empty()) return false;
+    auto* e = std::get_if<PsError>(&out.back().message);
+    return e && e->code == PsErrorCode::bad_request && e->message.find(says) != std::string::npos;
+  };
+  Outbox out;
+  shard->on_message(part(1, 1, k1, 1.0f, true), out);
+  shard->on_message(part(2, 1, k2, 2.0f, true), out);
+  BOOST_REQUIRE_EQUAL(out.size(), 2u);
+  for (const Outgoing& o : out) BOOST_TEST(std::holds_alternative<PushAck>(o.message));
+  BOOST_TEST(shard->stats().push_parts == 2u);
+  BOOST_TEST(shard->stats().pushes_applied == 0u);
+  BOOST_TEST(shard->min_clock() == 0u);
+  BOOST_TEST(value(k1) == v1);
+  shard->on_message(part(3, 1, k3, 4.0f, false), out);
+  BOOST_TEST(shard->stats().pushes_applied == 1u);
+  BOOST_TEST(shard->stats().rows_pushed == 3u);
+  BOOST_TEST(shard->min_clock() == 1u);
+  BOOST_TEST(value(k1) == v1 - 1.0f);
+  BOOST_TEST(value(k2) == v2 - 2.0f);
+  BOOST_TEST(value(k3) == v3 - 4.0f);
+  // The whole push again (a retry): acknowledged part by part, applied no more.
+  out.clear();
+  shard->on_message(part(4, 1, k1, 1.0f, true), out);
+  shard->on_message(part(5, 1, k2, 2.0f, true), out);
+  shard->on_message(part(6, 1, k3, 4.0f, false), out);
+  BOOST_TEST(out.size() == 3u);
+  BOOST_TEST(shard->stats().pushes_duplicate == 1u);
+  BOOST_TEST(value(k1) == v1 - 1.0f);
+  // A part of step 3 while the push of step 2 is in parts: refused, and step 2's part dropped.
+  out.clear();
+  shard->on_message(part(7, 2, k1, 8.0f, true), out);
+  shard->on_message(part(8, 3, k2, 8.0f, false), out);
+  BOOST_TEST(refused(out, "was not finished"));
+  shard->on_message(part(9, 2, k3, 8.0f, false), out);  // step 2 is then its last part only
+  BOOST_TEST(shard->min_clock() == 2u);
+  BOOST_TEST(value(k1) == v1 - 1.0f);
+  BOOST_TEST(value(k3) == v3 - 12.0f);
+  // A clock advance in the middle of a push in parts: refused, the parts dropped, no clock.
+  shard->on_message(part(10, 3, k1, 16.0f, true), out);
+  shard->on_message(ClockAdvance{{7, 11, 1}, 3}, out);
+  BOOST_TEST(refused(out, "was not finished"));
+  BOOST_TEST(shard->min_clock() == 2u);
+  // A part that is not finite refuses the whole push, the parts before it too.
+  shard->on_message(part(12, 3, k1, 16.0f, true), out);
+  shard->on_message(part(13, 3, k2, std::numeric_limits<float>::quiet_NaN(), true), out);
+  BOOST_TEST(refused(out, "nothing of it was applied"));
+  shard->on_message(part(14, 3, k3, 16.0f, false), out);
+  BOOST_TEST(value(k1) == v1 - 1.0f);
+  BOOST_TEST(value(k3) == v3 - 28.0f);
+  // Parts from a node that is not a sender are not kept.
+  PushRequest stranger = part(1, 1, k1, 1.0f, true);
+  stranger.header.sender = 9;
+  shard->on_message(stranger, out);
+  BOOST_TEST(refused(out, "is not a sender"));
+  BOOST_TEST(shard->stats().push_parts == 7u);
+  BOOST_TEST(shard->stats().pushes_applied == 3u);
+}
+
 // A NaN or infinite gradient never reaches a row: the push is refused whole (its finite rows
 // too), naming the key, and its clock does not count, so the same step pushed again with finite
 // gradients is applied; the rows end as a shard's that never saw the bad pushes.
@@ -452,6 +547,7 @@ BOOST_AUTO_TEST_CASE(a_shard_drops_replies_and_bounds_waiting_pulls) {
   ShardConfig sc{
       0,      0,   1, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{},
       {7, 8}, spec};
+  sc.waiting_pull_keys_max = shard_waiting_pulls_per_sender_max + 10;
   auto shard = std::move(ShardCore::make(sc).value());
   Outbox out;
   shard->on_message(PullReply{{7, 1, spec.version}, 0, {1.0f}}, out);
@@ -467,9 +563,25 @@ BOOST_AUTO_TEST_CASE(a_shard_drops_replies_and_bounds_waiting_pulls) {
   BOOST_REQUIRE_EQUAL(out.size(), 1u);
   BOOST_TEST((std::get<PsError>(out[0].message).code == PsErrorCode::bad_request));
   BOOST_TEST(shard->stats().messages_refused == 3u);
-  // Another sender's pulls still wait.
+  // Another sender's pulls still wait, up to the keys bound.
   out.clear();
   shard->on_message(PullRequest{{8, 1, spec.version}, 5, 8, {make_key(1, 1)}}, out);
+  BOOST_TEST(out.empty());
+  const std::vector<uint64_t> many(shard_waiting_pulls_per_sender_max + 10, make_key(1, 2));
+  shard->on_message(PullRequest{{8, 2, spec.version}, 5, 8, many}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_TEST(std::get<PsError>(out[0].message).message.find("1 pulls of 1 keys waiting") !=
+             std::string::npos);
+  shard->on_message(PullRequest{{8, 3, spec.version}, 5, 8, {many.begin(), many.end() - 1}}, out);
+  BOOST_TEST(out.size() == 1u);  // waits: exactly at the bound
+  // Once the gate opens, every waiting pull is answered and the bounds count from nothing.
+  out.clear();
+  for (uint32_t c = 1; c <= 5; ++c)
+    for (NodeId sender : {7, 8})
+      shard->on_message(ClockAdvance{{sender, 10000 + c, spec.version}, c}, out);
+  BOOST_TEST(out.size() == shard_waiting_pulls_per_sender_max + 2);
+  out.clear();
+  shard->on_message(PullRequest{{8, 4, spec.version}, 9, 8, many}, out);
   BOOST_TEST(out.empty());
 }
 

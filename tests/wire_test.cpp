@@ -250,6 +250,8 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                 ValueFormat::bf16},
       PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
                   random_bf16s(rng, n * width), ValueFormat::bf16},
+      PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
+                  random_floats(rng, n * width), ValueFormat::fp32, true},  // a part
       PushAck{random_header(rng)},
       ClockAdvance{random_header(rng), clock_done},
       ClockAdvance{random_header(rng), static_cast<uint32_t>(rng.next()), true,
@@ -414,6 +416,7 @@ JobSpec random_job(SplitMix64& rng) {
   if (const uint64_t d = rng.next() % 4) j.durability = Durability(d - 1);
   j.skip_not_finite = rng.next() % 2 == 1;
   j.wire_format = ValueFormat(rng.next() % (value_format_max + 1));
+  j.part_bytes = part_bytes_min + rng.next() % (part_bytes_max - part_bytes_min + 1);
   return j;
 }
 
@@ -851,6 +854,7 @@ BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) 
   BOOST_TEST(j.dense_momentum == defaults.dense_momentum);
   BOOST_TEST(j.dense_sync_every == defaults.dense_sync_every);
   BOOST_TEST(!j.durability.has_value());  // each ps store's default
+  BOOST_TEST(j.part_bytes == defaults.part_bytes);
 }
 
 // Issue 14: a job's durability off the wire is one the stores know, or the Welcome is refused.
@@ -860,6 +864,17 @@ BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_wire_format_is_refused) {
   BOOST_REQUIRE(!back.ok());
   BOOST_TEST(back.status().message().find("unknown wire format 2") != std::string::npos,
              back.status().message());
+}
+
+BOOST_AUTO_TEST_CASE(a_job_with_message_parts_out_of_range_is_refused) {
+  for (uint64_t bytes : {uint64_t{0}, uint64_t{part_bytes_min - 1}, uint64_t{part_bytes_max + 1}}) {
+    const auto raw = raw_welcome([&](wire::JobSpec::Builder job) { job.setPartBytes(bytes); });
+    auto back = decode_wire_message(raw, 1);
+    BOOST_REQUIRE(!back.ok());
+    BOOST_TEST(back.status().message().find(fmt::format("message parts of {} bytes", bytes)) !=
+                   std::string::npos,
+               back.status().message());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_durability_is_refused) {

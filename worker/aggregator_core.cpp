@@ -9,7 +9,7 @@ Expected<std::unique_ptr<AggregatorCore>> AggregatorCore::make(const AggregatorC
   if (config.replicas.empty())
     return Status::invalid_input("an aggregator needs at least one replica");
   auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.width,
-                            config.durable_shards, config.wire_format});
+                            config.durable_shards, config.wire_format, config.part_bytes});
   if (!kv) return kv.status();
   COLONY_ASSERT(reducer != nullptr);
   std::unique_ptr<AggregatorCore> core(
@@ -50,7 +50,7 @@ void AggregatorCore::on_message(const PsMessage& message, Outbox& out) {
       return fail(Status::internal(fmt::format("aggregator {}: push from unknown node {}",
                                                config_.id, push->header.sender)));
     const size_t r = it->second;
-    if (push->clock != replica_clock_[r] + 1 || replica_done_[r] ||
+    if (push->clock != replica_clock_[r] + 1 || replica_done_[r] || push->more ||
         push->grads.size() != push->keys.size() * config_.width)
       return fail(Status::internal(
           fmt::format("aggregator {}: bad push (clock {}) from replica {} at clock {}", config_.id,

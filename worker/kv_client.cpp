@@ -16,6 +16,9 @@ Expected<std::unique_ptr<KvClient>> KvClient::make(const Options& options) {
   if (options.shard_nodes.size() != map->shards())
     return Status::invalid_input(fmt::format("{} shard nodes given for a map of {} shards",
                                              options.shard_nodes.size(), map->shards()));
+  if (options.part_bytes < part_bytes_min || options.part_bytes > part_bytes_max)
+    return Status::invalid_input(fmt::format("a message part of {} bytes: it must be {} to {}",
+                                             options.part_bytes, part_bytes_min, part_bytes_max));
   return std::unique_ptr<KvClient>(new KvClient(options, std::move(map.value())));
 }
 
@@ -60,18 +63,26 @@ void KvClient::send_pulls(Ticket ticket, Open& open, Outbox& out) {
   for (uint32_t i = 0; i < open.keys.size(); ++i)
     open.positions[map_.shard_of(open.keys[i])].push_back(i);
   open.pending = 0;
+  const size_t part = part_keys(options_.part_bytes, options_.width, options_.wire_format);
   for (uint32_t shard = 0; shard < shards; ++shard) {
-    const auto& pos = open.positions[shard];
-    if (pos.empty()) continue;
-    PullRequest p{{options_.id, next_request_++, map_.version()}, open.clock, open.writer, {}};
-    p.keys.reserve(pos.size());
-    for (uint32_t i : pos) p.keys.push_back(open.keys[i]);
-    requests_[p.header.request_id] = {ticket, shard};
-    ++open.pending;
-    ++messages_sent_;
-    pull_bytes_ += p.keys.size() * sizeof(uint64_t);
-    out.push_back({options_.shard_nodes[shard], std::move(p)});
+    const uint32_t n = open.positions[shard].size();
+    for (uint32_t first = 0; first < n; first += part) {
+      send_pull(ticket, open, shard, first, std::min<uint32_t>(part, n - first), out);
+      ++open.pending;
+    }
   }
+}
+
+void KvClient::send_pull(Ticket ticket, const Open& open, uint32_t shard, uint32_t first,
+                         uint32_t count, Outbox& out) {
+  PullRequest p{{options_.id, next_request_++, map_.version()}, open.clock, open.writer, {}};
+  p.keys.reserve(count);
+  const auto& pos = open.positions[shard];
+  for (uint32_t j = first; j < first + count; ++j) p.keys.push_back(open.keys[pos[j]]);
+  requests_[p.header.request_id] = {ticket, shard, first, count};
+  ++messages_sent_;
+  pull_bytes_ += p.keys.size() * sizeof(uint64_t);
+  out.push_back({options_.shard_nodes[shard], std::move(p)});
 }
 
 KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const float> grads,
@@ -95,36 +106,47 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
                      ClockAdvance{{options_.id, next_request_++, map_.version()}, clock}});
       continue;
     }
-    PushRequest p{{options_.id, next_request_++, map_.version()}, clock, {}, {}};
-    p.keys.reserve(pos.size());
-    std::vector<float>& g = p.grads.vec();
-    g.reserve(pos.size() * width);  // appended below: no zero-fill pass first
-    for (uint32_t i : pos) {
-      p.keys.push_back(keys[i]);
-      g.insert(g.end(), &grads[size_t{i} * width], &grads[size_t{i} * width] + width);
-    }
-    if (options_.wire_format == ValueFormat::bf16) {
-      p.format = ValueFormat::bf16;
-      const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
-      for (size_t k = 0; k < p.keys.size(); ++k) {
-        uint64_t bits = 0;
-        for (size_t j = 0; j < width; ++j) {
-          if (j % 4 == 0) bits = mix64(p.keys[k] ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
-          float& v = g[k * width + j];
-          v = round_bf16_stochastic(v, static_cast<uint32_t>(bits));
-          bits >>= 16;
+    // In parts of at most `part` keys, the last one without `more`.
+    const size_t part = part_keys(options_.part_bytes, width, options_.wire_format);
+    if (!open) open = &open_[t];
+    Sent sent{clock, true, false, 0, t, {}};
+    for (size_t first = 0; first < pos.size(); first += part) {
+      const size_t count = std::min(part, pos.size() - first);
+      PushRequest p{{options_.id, next_request_++, map_.version()}, clock, {}, {}};
+      p.more = first + count < pos.size();
+      p.keys.reserve(count);
+      std::vector<float>& g = p.grads.vec();
+      g.reserve(count * width);  // appended below: no zero-fill pass first
+      for (size_t j = first; j < first + count; ++j) {
+        const size_t i = pos[j];
+        p.keys.push_back(keys[i]);
+        g.insert(g.end(), &grads[i * width], &grads[i * width] + width);
+      }
+      if (options_.wire_format == ValueFormat::bf16) {
+        p.format = ValueFormat::bf16;
+        const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
+        for (size_t k = 0; k < p.keys.size(); ++k) {
+          uint64_t bits = 0;
+          for (size_t j = 0; j < width; ++j) {
+            if (j % 4 == 0) bits = mix64(p.keys[k] ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
+            float& v = g[k * width + j];
+            v = round_bf16_stochastic(v, static_cast<uint32_t>(bits));
+            bits >>= 16;
+          }
         }
       }
+      push_bytes_ += count * (sizeof(uint64_t) + width * value_bytes(options_.wire_format));
+      ++open->pending;
+      requests_[p.header.request_id] = {t, shard};
+      if (!p.more) sent.request_id = p.header.request_id;
+      if (options_.keep_for_resync) sent.parts.push_back(p);
+      if (first > 0) ++messages_sent_;
+      out.push_back({options_.shard_nodes[shard], std::move(p)});
     }
-    push_bytes_ += pos.size() * (sizeof(uint64_t) + width * value_bytes(options_.wire_format));
-    if (!open) open = &open_[t];
-    ++open->pending;
-    requests_[p.header.request_id] = {t, shard};
     if (options_.keep_for_resync)
-      log_sent(shard, Sent{clock, true, false, p.header.request_id, t, p});
+      log_sent(shard, std::move(sent));
     else
       last_clock_[shard] = clock;
-    out.push_back({options_.shard_nodes[shard], std::move(p)});
   }
   return t;
 }
@@ -158,28 +180,35 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
       out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
       continue;
     }
-    requests_.erase(s.request_id);
-    s.request_id = s.push.header.request_id = next_request_++;
-    requests_[s.request_id] = {s.ticket, shard};
+    // Every part again, under fresh request ids: the parts acknowledged before were kept by
+    // the shard that restarted, and lost with it. The ticket waits for the new parts' acks.
+    auto open = open_.find(s.ticket);
+    COLONY_ASSERT(open != open_.end(), "an unacknowledged push of step {} has no ticket", s.clock);
+    open->second.pending -= std::erase_if(requests_, [&](const auto& r) {
+      return r.second.ticket == s.ticket && r.second.shard == shard;
+    });
+    for (PushRequest& p : s.parts) {
+      p.header.request_id = next_request_++;
+      requests_[p.header.request_id] = {s.ticket, shard};
+      ++open->second.pending;
+      ++messages_sent_;
+      out.push_back({node, p});
+    }
+    s.request_id = s.parts.back().header.request_id;
     ++pushes_resent_;
-    out.push_back({node, s.push});
   }
-  // The shard's part of every unanswered pull, under fresh request ids.
-  std::vector<std::pair<uint64_t, Ticket>> pulls;
-  for (const auto& [request, where] : requests_) {
-    if (where.second != shard) continue;
-    auto it = open_.find(where.first);
-    if (it != open_.end() && it->second.is_pull) pulls.emplace_back(request, where.first);
+  // The shard's part of every unanswered pull (each part of it), under fresh request ids.
+  std::vector<std::pair<uint64_t, Request>> pulls;
+  for (const auto& [request, r] : requests_) {
+    if (r.shard != shard) continue;
+    auto it = open_.find(r.ticket);
+    if (it != open_.end() && it->second.is_pull) pulls.emplace_back(request, r);
   }
-  std::sort(pulls.begin(), pulls.end());  // oldest first, as they were sent
-  for (const auto& [request, ticket] : pulls) {
+  std::sort(pulls.begin(), pulls.end(),  // oldest first, as they were sent
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [request, r] : pulls) {
     requests_.erase(request);
-    const Open& open = open_.at(ticket);
-    PullRequest p{{options_.id, next_request_++, map_.version()}, open.clock, open.writer, {}};
-    for (uint32_t i : open.positions[shard]) p.keys.push_back(open.keys[i]);
-    requests_[p.header.request_id] = {ticket, shard};
-    ++messages_sent_;
-    out.push_back({node, std::move(p)});
+    send_pull(r.ticket, open_.at(r.ticket), shard, r.first, r.count, out);
   }
   return true;
 }
@@ -191,41 +220,40 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
   // answers a request of the other kind (`pull`: whether a pull is expected); the request
   // then stays open.
   const NodeId from = std::visit([](const auto& m) { return m.header.sender; }, message);
-  auto find = [&](uint64_t request,
-                  std::optional<bool> pull = std::nullopt) -> std::pair<Ticket, uint32_t> {
+  auto find = [&](uint64_t request, std::optional<bool> pull = std::nullopt) -> Request {
     auto it = requests_.find(request);
-    if (it == requests_.end()) return {0, 0};
-    auto r = it->second;
-    if (options_.shard_nodes[r.second] != from) return {0, 0};
+    if (it == requests_.end()) return {};
+    const Request r = it->second;
+    if (options_.shard_nodes[r.shard] != from) return {};
     if (pull) {
-      auto o = open_.find(r.first);
-      if (o != open_.end() && o->second.is_pull != *pull) return {0, 0};
+      auto o = open_.find(r.ticket);
+      if (o != open_.end() && o->second.is_pull != *pull) return {};
     }
     requests_.erase(it);
     return r;
   };
   if (auto* reply = std::get_if<PullReply>(&message)) {
-    const auto [ticket, shard] = find(reply->header.request_id, true);
-    auto it = open_.find(ticket);
+    const Request r = find(reply->header.request_id, true);
+    auto it = open_.find(r.ticket);
     if (it == open_.end()) {  // a reply to a pull re-sent since, or to no pull
       ++replies_dropped_;
       return;
     }
     Open& open = it->second;
-    const auto& pos = open.positions[shard];
+    const uint32_t* pos = open.positions[r.shard].data() + r.first;
     const size_t width = options_.width;
-    if (reply->values.size() != pos.size() * width)
+    if (reply->values.size() != size_t{r.count} * width)
       return fail(Status::internal(
           fmt::format("shard node {} answered {} floats for {} keys of width {}",
-                      reply->header.sender, reply->values.size(), pos.size(), width)));
-    for (size_t j = 0; j < pos.size(); ++j)
+                      reply->header.sender, reply->values.size(), r.count, width)));
+    for (size_t j = 0; j < r.count; ++j)
       std::memcpy(&open.values[size_t{pos[j]} * width], &reply->values[j * width],
                   width * sizeof(float));
     pull_bytes_ += reply->values.size() * value_bytes(reply->format);
     if (open.min_clock) *open.min_clock = std::min(*open.min_clock, reply->min_clock);
     if (--open.pending == 0) open_.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {
-    const auto [ticket, shard] = find(ack->header.request_id, false);
+    const auto [ticket, shard, first, count] = find(ack->header.request_id, false);
     if (options_.keep_for_resync && ticket != 0) {
       auto& log = sent_[shard];
       for (Sent& s : log)
@@ -243,7 +271,7 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     if (--it->second.pending == 0) open_.erase(it);
   } else if (auto* update = std::get_if<ShardMapUpdate>(&message)) {
     // Not a structured binding: clang before 16 cannot capture one in the lambda below.
-    const Ticket ticket = find(update->header.request_id).first;
+    const Ticket ticket = find(update->header.request_id).ticket;
     auto it = open_.find(ticket);
     if (it == open_.end()) {
       ++replies_dropped_;
@@ -265,12 +293,12 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     }
     // Re-send all of the ticket's pulls under the current map; replies to the old ones are
     // recognised by their request ids and ignored.
-    std::erase_if(requests_, [&](const auto& r) { return r.second.first == ticket; });
+    std::erase_if(requests_, [&](const auto& r) { return r.second.ticket == ticket; });
     ++retries_;
     send_pulls(ticket, it->second, out);
   } else if (auto* err = std::get_if<PsError>(&message)) {
     // Only the shard a request went to may refuse it.
-    if (!open_.contains(find(err->header.request_id).first)) {
+    if (!open_.contains(find(err->header.request_id).ticket)) {
       ++replies_dropped_;
       return;
     }

@@ -2,7 +2,8 @@
 //
 // Modelled on ps-lite's KVWorker (Pull/Push/Wait), without its internals. A caller hands in
 // keys and buffers and gets a ticket; the client splits the keys by shard with the shard map,
-// puts one message per shard into the Outbox, and reassembles the replies fed back through
+// puts one message per shard into the Outbox (several, in parts, when one would be over
+// Options::part_bytes; see PushRequest::more), and reassembles the replies fed back through
 // on_message. done(ticket) says when a pull's values are all in place or a push is
 // acknowledged by every shard it touched. actors/ps_service.h wraps it in a blocking client
 // whose wait() returns when the ticket is done.
@@ -52,8 +53,13 @@ class KvClient {
     // stochastically (common/bf16.h), from random bits that are a hash of this client's id, the
     // step, the key and the position in its row: unbiased, and the same in every run.
     ValueFormat wire_format = ValueFormat::fp32;
+    // The most bytes of keys and rows (in wire_format) one message carries: a larger pull or
+    // push to a shard goes in parts (ps/protocol.h), each at most this large but for one key.
+    // part_bytes_min..part_bytes_max.
+    size_t part_bytes = part_bytes_default;
   };
-  // Fails with invalid_input when the map is bad or shard_nodes does not match it.
+  // Fails with invalid_input when the map is bad, shard_nodes does not match it, or part_bytes
+  // is out of its range.
   static Expected<std::unique_ptr<KvClient>> make(const Options& options);
 
   // Sends the pulls of `keys` for step `clock`, filling `values` as replies arrive.
@@ -62,7 +68,8 @@ class KvClient {
   // each reply's PullReply::min_clock: how stale the oldest shard's answer was.
   Ticket pull(std::span<const uint64_t> keys, uint32_t clock, NodeId writer,
               std::span<float> values, Outbox& out, uint32_t* min_clock = nullptr);
-  // Sends `grads` of `keys`, one push per shard (a ClockAdvance to shards without keys).
+  // Sends `grads` of `keys`, one push per shard (a ClockAdvance to shards without keys), in
+  // parts where it is over part_bytes; the ticket is done once every part is acknowledged.
   Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock,
               Outbox& out);
   // Tells every shard this client is done (no ticket: nothing is acknowledged).
@@ -102,26 +109,35 @@ class KvClient {
     uint32_t* min_clock = nullptr;
     std::vector<std::vector<uint32_t>> positions;  // per shard: indices into keys
   };
+  // An open request: its ticket and shard, and for a pull, which of positions[shard] it asks.
+  struct Request {
+    Ticket ticket = 0;
+    uint32_t shard = 0;
+    uint32_t first = 0;
+    uint32_t count = 0;
+  };
   // What this client sent a shard since its oldest unacknowledged push (keep_for_resync).
   struct Sent {
     uint32_t clock = 0;
     bool is_push = false;
     bool acked = false;
-    uint64_t request_id = 0;
+    uint64_t request_id = 0;  // a push's: its last part's
     Ticket ticket = 0;
-    PushRequest push;  // is_push only
+    std::vector<PushRequest> parts;  // is_push only
   };
   KvClient(const Options& options, ShardMap map);
   void log_sent(uint32_t shard, Sent sent);
   void send_pulls(Ticket ticket, Open& open, Outbox& out);
+  // Sends the pull of positions[shard][first, first + count) of `open`.
+  void send_pull(Ticket ticket, const Open& open, uint32_t shard, uint32_t first, uint32_t count,
+                 Outbox& out);
   void fail(Status s);
 
   Options options_;
   ShardMap map_;
   std::unordered_map<Ticket, Open> open_;
-  std::unordered_map<uint64_t, std::pair<Ticket, uint32_t>>
-      requests_;                                // request -> (ticket, shard)
-  std::vector<std::vector<uint32_t>> scratch_;  // per shard, for pushes
+  std::unordered_map<uint64_t, Request> requests_;  // by request id
+  std::vector<std::vector<uint32_t>> scratch_;      // per shard, for pushes
   uint64_t next_request_ = 1;
   Ticket next_ticket_ = 1;
   uint64_t retries_ = 0;

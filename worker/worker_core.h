@@ -51,6 +51,8 @@ struct WorkerConfig {
   // How its pushes to the shards carry gradients (KvClient::Options; under hierarchical push
   // the aggregator's pushes do, and the gradients to it stay fp32 in memory).
   ValueFormat wire_format = ValueFormat::fp32;
+  // The largest part of a pull or push to a shard (KvClient::Options::part_bytes).
+  size_t part_bytes = part_bytes_default;
   // A deep model's dense parameters (hybrid training, docs/models.md): initialised from `seed`
   // as the single-process trainer does, stepped by `dense_optimizer`, and kept equal across
   // replicas through the aggregators' all-reduce (ps/protocol.h DenseReduce): of the gradients
