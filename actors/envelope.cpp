@@ -16,6 +16,7 @@
 
 #include "actors/wire.capnp.h"
 #include "common/bf16.h"
+#include "common/int8.h"
 
 namespace colony {
 
@@ -224,23 +225,60 @@ Status read_floats(capnp::Data::Reader data, const FrameWords& words, FloatBuffe
 
 // Values in `format` (ps/protocol.h ValueFormat): fp32 as set_floats writes them; bf16 packed
 // two bytes each, the upper halves of values the cores made bf16-exact (one that is not is cut
-// toward zero: still a bf16 value).
-template <class Adopt, class Set, class Init>
+// toward zero: still a bf16 value); int8 one byte each, the code of each value under its row's
+// scale (common/int8.h), and the scales beside them (`set_scales`).
+template <class Adopt, class Set, class Init, class SetScales>
 void set_values(capnp::MessageBuilder& message, const FloatBuffer& v, ValueFormat format,
-                Adopt adopt, Set set, Init init) {
+                const std::vector<float>& scales, Adopt adopt, Set set, Init init,
+                SetScales set_scales) {
   if (format == ValueFormat::fp32) return set_floats(message, v, adopt, set);
+  const float* in = v.data();
+  if (format == ValueFormat::int8) {
+    COLONY_ASSERT(v.empty() || (!scales.empty() && v.size() % scales.size() == 0),
+                  "int8 values: {} values for {} row scales", v.size(), scales.size());
+    capnp::Data::Builder out = init(static_cast<unsigned>(v.size()));
+    const size_t width = scales.empty() ? 0 : v.size() / scales.size();
+    for (size_t row = 0; row < scales.size(); ++row) {
+      const float inverse = int8_inverse(scales[row]);
+      for (size_t j = row * width; j < (row + 1) * width; ++j)
+        out[j] = static_cast<uint8_t>(int8_code_by(in[j], inverse));
+    }
+    set_scales(kj::arrayPtr(reinterpret_cast<const kj::byte*>(scales.data()),
+                            scales.size() * sizeof(float)));
+    return;
+  }
   capnp::Data::Builder out = init(static_cast<unsigned>(v.size() * sizeof(uint16_t)));
   // A builder's blob starts word-aligned in its segment.
   auto* bits = reinterpret_cast<uint16_t*>(out.begin());
-  const float* in = v.data();
   for (size_t i = 0; i < v.size(); ++i) bits[i] = to_bf16(in[i]);
 }
 
-// Values in the wire's `format` byte, as floats; refuses an unknown format or a blob that is
-// not a whole number of values.
-Status read_values(capnp::Data::Reader data, uint8_t format, const FrameWords& words,
-                   FloatBuffer& out, const char* what) {
+// Values in the wire's `format` byte, as floats (int8: with the rows' `scales_blob`, whose
+// scales it also returns in `scales`); refuses an unknown format, a blob that is not a whole
+// number of values, or int8 values that are not a whole number of rows of `rows` rows (0: as
+// many as the scales say), or scales not a whole number of floats.
+Status read_values(capnp::Data::Reader data, uint8_t format, capnp::Data::Reader scales_blob,
+                   size_t rows, const FrameWords& words, FloatBuffer& out,
+                   std::vector<float>& scales, const char* what) {
   if (format == uint8_t(ValueFormat::fp32)) return read_floats(data, words, out, what);
+  if (format == uint8_t(ValueFormat::int8)) {
+    if (scales_blob.size() % sizeof(float) != 0)
+      return Status::invalid_input(fmt::format(
+          "{}: scales blob of {} bytes is not a whole number of floats", what, scales_blob.size()));
+    scales.resize(scales_blob.size() / sizeof(float));
+    if (!scales.empty()) std::memcpy(scales.data(), scales_blob.begin(), scales_blob.size());
+    if (rows == 0) rows = scales.size();
+    if (scales.size() != rows || (rows == 0 ? data.size() != 0 : data.size() % rows != 0))
+      return Status::invalid_input(fmt::format("{}: {} int8 values with {} row scales for {} rows",
+                                               what, data.size(), scales.size(), rows));
+    std::vector<float> v(data.size());
+    const size_t width = rows == 0 ? 0 : data.size() / rows;
+    for (size_t row = 0; row < rows; ++row)
+      for (size_t j = row * width; j < (row + 1) * width; ++j)
+        v[j] = int8_value(scales[row], static_cast<int8_t>(data[j]));
+    out = FloatBuffer(std::move(v));
+    return Status();
+  }
   if (format != uint8_t(ValueFormat::bf16))
     return Status::invalid_input(fmt::format("{} in unknown value format {}", what, format));
   if (data.size() % sizeof(uint16_t) != 0)
@@ -322,10 +360,11 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     w.setMinClock(m->min_clock);
     w.setFormat(static_cast<uint8_t>(m->format));
     set_values(
-        builder, m->values, m->format,
+        builder, m->values, m->format, m->scales,
         [&](capnp::Orphan<capnp::Data>&& o) { w.adoptValues(std::move(o)); },
         [&](kj::ArrayPtr<const kj::byte> b) { w.setValues(b); },
-        [&](unsigned bytes) { return w.initValues(bytes); });
+        [&](unsigned bytes) { return w.initValues(bytes); },
+        [&](kj::ArrayPtr<const kj::byte> b) { w.setScales(b); });
   } else if (auto* m = std::get_if<PushRequest>(&message)) {
     auto w = ps.initPushRequest();
     set_header(w, m->header);
@@ -334,10 +373,11 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     w.setFormat(static_cast<uint8_t>(m->format));
     w.setMore(m->more);
     set_values(
-        builder, m->grads, m->format,
+        builder, m->grads, m->format, m->scales,
         [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
         [&](kj::ArrayPtr<const kj::byte> b) { w.setGrads(b); },
-        [&](unsigned bytes) { return w.initGrads(bytes); });
+        [&](unsigned bytes) { return w.initGrads(bytes); },
+        [&](kj::ArrayPtr<const kj::byte> b) { w.setScales(b); });
   } else if (auto* m = std::get_if<PushAck>(&message)) {
     set_header(ps.initPushAck(), m->header);
   } else if (auto* m = std::get_if<ClockAdvance>(&message)) {
@@ -441,7 +481,8 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
     case wire::PsMessage::PULL_REPLY: {
       auto r = ps.getPullReply();
       PullReply m{get_header(r.getHeader()), r.getMinClock(), {}};
-      status = read_values(r.getValues(), r.getFormat(), words, m.values, "pull reply values");
+      status = read_values(r.getValues(), r.getFormat(), r.getScales(), 0, words, m.values,
+                           m.scales, "pull reply values");
       m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
       out = std::move(m);
       break;
@@ -449,7 +490,8 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
     case wire::PsMessage::PUSH_REQUEST: {
       auto r = ps.getPushRequest();
       PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
-      status = read_values(r.getGrads(), r.getFormat(), words, m.grads, "push gradients");
+      status = read_values(r.getGrads(), r.getFormat(), r.getScales(), m.keys.size(), words,
+                           m.grads, m.scales, "push gradients");
       m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
       m.more = r.getMore();
       if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))

@@ -30,12 +30,12 @@ typename Inspector::result_type inspect(Inspector& f, PullRequest& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PullReply& x) {
-  return f(caf::meta::type_name("PullReply"), x.header, x.min_clock, x.values, x.format);
+  return f(caf::meta::type_name("PullReply"), x.header, x.min_clock, x.values, x.format, x.scales);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PushRequest& x) {
   return f(caf::meta::type_name("PushRequest"), x.header, x.clock, x.keys, x.grads, x.format,
-           x.more);
+           x.more, x.scales);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PushAck& x) {

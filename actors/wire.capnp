@@ -34,7 +34,8 @@ struct PullReply {
   header @0 :Header;
   minClock @1 :UInt32;
   values @2 :Data;
-  format @3 :UInt8;  # ps/protocol.h ValueFormat of values: 0 fp32 (4 bytes), 1 bf16 (2 bytes)
+  format @3 :UInt8;  # ps/protocol.h ValueFormat of values: 0 fp32 (4 bytes), 1 bf16 (2 bytes), 2 int8 (1 byte)
+  scales @4 :Data;   # int8: a float32 scale a row
 }
 struct PushRequest {
   header @0 :Header;
@@ -43,6 +44,7 @@ struct PushRequest {
   grads @3 :Data;
   format @4 :UInt8;  # of grads, as PullReply's
   more @5 :Bool;     # more parts of this push follow
+  scales @6 :Data;   # int8: a float32 scale a row
 }
 struct PushAck {
   header @0 :Header;

@@ -153,7 +153,7 @@ Runner add_coordinator(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
   cmd->add_option("--wire-format", a->wire_format,
-                  "How pull replies and pushes carry rows and gradients: fp32 or bf16")
+                  "How pull replies and pushes carry rows and gradients: fp32, bf16 or int8")
       ->capture_default_str();
   cmd->add_option("--part-bytes", a->part_bytes,
                   "The largest message of a pull or push: a larger request to a shard travels in "

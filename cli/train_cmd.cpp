@@ -165,8 +165,9 @@ Runner add_train(CLI::App& app) {
          "hierarchical (one push per node and shard, summed by the node's aggregator) or flat")
       ->capture_default_str();
   cmd->add_option("--wire-format", a->wire_format,
-                  "How pull replies and pushes carry rows and gradients: fp32, or bf16 (half the "
-                  "bytes; rows rounded to the nearest, gradients stochastically)")
+                  "How pull replies and pushes carry rows and gradients: fp32; bf16 (half the "
+                  "bytes); or int8 (a byte a value and a scale a row); rows rounded to the "
+                  "nearest, gradients stochastically")
       ->capture_default_str();
   cmd->add_option("--part-bytes", a->part_bytes,
                   "The largest message of a pull or push: a larger request to a shard travels in "

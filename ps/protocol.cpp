@@ -22,11 +22,20 @@ Expected<Consistency> parse_consistency(const std::string& text) {
 Expected<ValueFormat> parse_value_format(const std::string& text) {
   if (text == "fp32") return ValueFormat::fp32;
   if (text == "bf16") return ValueFormat::bf16;
-  return Status::invalid_input(fmt::format("wire format '{}': expected fp32 or bf16", text));
+  if (text == "int8") return ValueFormat::int8;
+  return Status::invalid_input(fmt::format("wire format '{}': expected fp32, bf16 or int8", text));
 }
 
 std::string to_string(ValueFormat f) {
-  return f == ValueFormat::bf16 ? "bf16" : "fp32";
+  switch (f) {
+    case ValueFormat::bf16:
+      return "bf16";
+    case ValueFormat::int8:
+      return "int8";
+    case ValueFormat::fp32:
+      break;
+  }
+  return "fp32";
 }
 
 std::string to_string(const Consistency& c) {

@@ -43,18 +43,28 @@ struct PullRequest {
   std::vector<uint64_t> keys;
 };
 
-// How a pull reply's rows and a push's gradients travel (the job's --wire-format): fp32, or
-// bf16 (common/bf16.h), half the bytes. A message in bf16 holds only values bf16 represents
-// exactly (the shard rounds its rows to the nearest, a client its gradients stochastically),
-// so the wire codec packs them without loss, and an embedded cluster computes what daemons do.
-enum class ValueFormat : uint8_t { fp32 = 0, bf16 = 1 };
-inline constexpr uint8_t value_format_max = 1;
-// "fp32" or "bf16"; fails with invalid_input naming the choices.
+// How a pull reply's rows and a push's gradients travel (the job's --wire-format): fp32; bf16
+// (common/bf16.h), half the bytes; or int8 (common/int8.h), one byte a value and a float32 scale a
+// row. A message in bf16 or int8 holds only values that format represents exactly (the shard
+// rounds its rows to the nearest, a client its gradients stochastically; an int8 message carries
+// its rows' scales), so the wire codec packs them without loss, and an embedded cluster computes
+// what daemons do.
+enum class ValueFormat : uint8_t { fp32 = 0, bf16 = 1, int8 = 2 };
+inline constexpr uint8_t value_format_max = 2;
+// "fp32", "bf16" or "int8"; fails with invalid_input naming the choices.
 Expected<ValueFormat> parse_value_format(const std::string& text);
 std::string to_string(ValueFormat f);
-// Bytes a value takes on the wire.
-inline size_t value_bytes(ValueFormat f) {
-  return f == ValueFormat::bf16 ? 2 : 4;
+// Bytes a row of `width` values takes on the wire (int8: with its scale).
+inline size_t row_bytes(ValueFormat f, size_t width) {
+  switch (f) {
+    case ValueFormat::bf16:
+      return 2 * width;
+    case ValueFormat::int8:
+      return width + sizeof(float);
+    case ValueFormat::fp32:
+      break;
+  }
+  return 4 * width;
 }
 
 // Requests in parts. A client sends a pull or push of more than `part_bytes` bytes (keys and
@@ -66,7 +76,7 @@ inline constexpr size_t part_bytes_min = 1024;
 inline constexpr size_t part_bytes_max = size_t{32} << 20;
 // The keys of a part of rows of `width` values in `format`: at least 1.
 inline size_t part_keys(size_t part_bytes, size_t width, ValueFormat format) {
-  const size_t row = sizeof(uint64_t) + width * value_bytes(format);
+  const size_t row = sizeof(uint64_t) + row_bytes(format, width);
   return part_bytes / row > 0 ? part_bytes / row : 1;
 }
 
@@ -75,6 +85,7 @@ struct PullReply {
   uint32_t min_clock = 0;  // the shard's minimum clock over senders when it answered
   FloatBuffer values;      // keys.size() x width, in the request's key order
   ValueFormat format = ValueFormat::fp32;  // of `values` (bf16: each bf16-exact)
+  std::vector<float> scales{};             // int8: each row's (its values are scale x -127..127)
 };
 
 // A push may travel in parts (a request of any size, in messages of at most a few MiB): each
@@ -89,6 +100,7 @@ struct PushRequest {
   FloatBuffer grads;                       // keys.size() x width: gradients summed over the step
   ValueFormat format = ValueFormat::fp32;  // of `grads` (bf16: each bf16-exact)
   bool more = false;                       // more parts of this push follow
+  std::vector<float> scales{};             // int8: each row's, as PullReply's
 };
 
 struct PushAck {

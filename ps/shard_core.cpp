@@ -5,6 +5,7 @@
 
 #include "common/bf16.h"
 #include "common/finite.h"
+#include "common/int8.h"
 
 namespace colony {
 
@@ -294,6 +295,11 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
   if (config_.wire_format == ValueFormat::bf16 && min_clock_ != clock_done) {
     for (float& v : values) v = round_bf16(v);
     reply.format = ValueFormat::bf16;
+  } else if (config_.wire_format == ValueFormat::int8 && min_clock_ != clock_done) {
+    reply.scales.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      reply.scales[i] = round_int8_row({values.data() + i * width_, width_});
+    reply.format = ValueFormat::int8;
   }
   ++stats_.pulls_answered;
   stats_.rows_pulled += r.keys.size();

@@ -75,8 +75,8 @@ struct ShardConfig {
   // steps, and how long a push log grows.
   uint32_t write_back_every = 0;
   // How pull replies carry the rows (the job's --wire-format): bf16 rounds each value to the
-  // nearest bf16 while training (a read once every sender is done gets fp32); the rows
-  // themselves stay fp32.
+  // nearest bf16, int8 each row to the nearest of its scale's codes, while training (a read once
+  // every sender is done gets fp32); the rows themselves stay fp32.
   ValueFormat wire_format = ValueFormat::fp32;
   // The most keys of the pulls one sender may have waiting for the consistency gate (8 bytes
   // each; the default, 2^27, is 1 GiB); past it, or past shard_waiting_pulls_per_sender_max

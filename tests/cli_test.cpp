@@ -68,6 +68,7 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --consistency bogus",
                            "train --push tree",
                            "train --wire-format fp8",
+                           "train --wire-format int4",
                            "train --engine local --wire-format bf16",
                            "coordinator --listen tcp://127.0.0.1:1 --insecure --wire-format int4",
                            "train --engine gpu",
@@ -337,8 +338,9 @@ BOOST_AUTO_TEST_CASE(cluster_flags_train_and_report_messages) {
              read_json(one)["test_logloss"].get<double>());
 }
 
-// --wire-format bf16 halves the bytes of each value a push carries and trains as well as fp32
-// (rows rounded to the nearest in replies, gradients stochastically in pushes).
+// --wire-format bf16 halves the bytes of each value a push carries and int8 takes a quarter and a
+// scale a row; both train as well as fp32 (rows rounded to the nearest in replies, gradients
+// stochastically in pushes).
 BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   const fs::path data = dir / "wire";
   Run r =
@@ -347,7 +349,7 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   const std::string files =
       " --data " + (data / "train.libsvm").string() + " --test " + (data / "test.libsvm").string();
   std::map<std::string, nlohmann::json> got;
-  for (const char* format : {"fp32", "bf16"}) {
+  for (const char* format : {"fp32", "bf16", "int8"}) {
     const fs::path report = dir / (std::string("wire-") + format + ".json");
     r = run(std::string("train --shards 2 --workers 2 --wire-format ") + format + " --report " +
             report.string() + files);
@@ -373,6 +375,17 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   BOOST_TEST(got["bf16"]["wire_bytes_per_sample"].get<double>() == pulled16 + bytes16,
              boost::test_tools::tolerance(1e-9));
   BOOST_TEST(got["bf16"]["bytes_per_row"].get<double>() > 9 * 4);  // fp32 rows and their state
+  // int8: a byte a value and a 4-byte scale a row, 21 bytes with the key, both ways; the same
+  // quality bounds.
+  const double int8 = got["int8"]["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("test logloss int8 " << int8);
+  BOOST_TEST(std::abs(int8 - fp32) <= 0.005 * fp32);
+  BOOST_TEST(std::abs(got["int8"]["test_auc"].get<double>() -
+                      got["fp32"]["test_auc"].get<double>()) <= 0.002);
+  BOOST_TEST(got["int8"]["push_bytes_per_sample"].get<double>() == bytes32 * 21 / 44,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(got["int8"]["pull_bytes_per_sample"].get<double>() == pulled32 * 21 / 44,
+             boost::test_tools::tolerance(1e-9));
 }
 
 // Issue 16: requests of any size. A job whose every pull and push to a shard travels in parts of

@@ -13,6 +13,7 @@
 
 #include "common/bf16.h"
 #include "common/finite.h"
+#include "common/int8.h"
 #include "data/generator.h"
 #include "data/reader.h"
 #include "gpu/reduce.h"
@@ -794,6 +795,81 @@ BOOST_AUTO_TEST_CASE(the_aggregator_refuses_pulls_out_of_protocol) {
 // fp32, so updates smaller than bf16's spacing still add up; a client rounds each gradient it
 // pushes stochastically, the same way in every run, and without bias: averaged over many steps,
 // a gradient comes back as itself.
+// Pushes `grads` of one key (width 3) for steps 1..steps from two clients in `format`, checking
+// that both made the same push in that format; calls check(push) on each and returns the mean of
+// each pushed value and the bytes the client counted.
+template <class Check>
+std::pair<std::vector<double>, uint64_t> mean_pushed(ValueFormat format,
+                                                     const std::vector<float>& grads,
+                                                     uint32_t steps, Check check) {
+  KvClient::Options o{5, ShardMapSpec{1, 1, 16, 0}, {0}, 3, false, format};
+  auto client = std::move(KvClient::make(o).value());
+  auto again = std::move(KvClient::make(o).value());
+  std::vector<double> sum(grads.size());
+  for (uint32_t c = 1; c <= steps; ++c) {
+    Outbox a, b;
+    client->push(std::vector<uint64_t>{make_key(1, 1)}, grads, c, a);
+    again->push(std::vector<uint64_t>{make_key(1, 1)}, grads, c, b);
+    const auto& p = std::get<PushRequest>(a.at(0).message);
+    BOOST_REQUIRE((p.format == format));
+    BOOST_REQUIRE((p.grads == std::get<PushRequest>(b.at(0).message).grads));  // reproducible
+    check(p);
+    for (size_t j = 0; j < grads.size(); ++j) sum[j] += p.grads[j];
+  }
+  for (double& x : sum) x /= steps;
+  return {sum, client->push_bytes()};
+}
+
+// --wire-format int8: a reply's rows are each rounded to the nearest of its scale's codes, with
+// the scales beside them, while the shard's rows stay fp32 (and reads after training get them
+// whole); a client's pushed rows are rounded stochastically, reproducibly and without bias.
+BOOST_AUTO_TEST_CASE(int8_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
+  ShardMapSpec spec{1, 1, 16, 0};
+  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
+  sgd.lr = 1.0f;
+  ShardConfig sc{0, 0, 3, sgd, RowInit{}, Consistency{}, {7}, spec};
+  sc.wire_format = ValueFormat::int8;
+  auto shard = std::move(ShardCore::make(sc).value());
+  const uint64_t key = make_key(1, 1);
+  std::vector<float> init(3);
+  shard->row_value(key, init);
+  Outbox out;
+  shard->on_message(PushRequest{{7, 1, 1}, 1, {key}, {-1.0f, 0.3f, -0.0123f}}, out);
+  out.clear();
+  shard->on_message(PullRequest{{7, 2, 1}, 1, 7, {key}}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  const auto& reply = std::get<PullReply>(out[0].message);
+  BOOST_TEST((reply.format == ValueFormat::int8));
+  BOOST_REQUIRE_EQUAL(reply.scales.size(), 1u);
+  std::vector<float> row(3);
+  shard->row_value(key, row);
+  BOOST_TEST(row[2] == init[2] + 0.0123f, boost::test_tools::tolerance(1e-7f));  // kept in fp32
+  std::vector<float> rounded = row;
+  BOOST_TEST(reply.scales[0] == round_int8_row(rounded));
+  BOOST_TEST(reply.values.span()[0] == rounded[0]);
+  BOOST_TEST(reply.values.span()[2] == rounded[2]);
+  BOOST_TEST(rounded[2] != row[2]);
+  shard->on_message(ClockAdvance{{7, 3, 1}, clock_done}, out);
+  out.clear();
+  shard->on_message(PullRequest{{9, 1, 1}, 0, 9, {key}}, out);
+  BOOST_TEST((std::get<PullReply>(out.at(0).message).format == ValueFormat::fp32));
+  BOOST_TEST(std::get<PullReply>(out.at(0).message).values[2] == row[2]);
+
+  const std::vector<float> grads = {1e-3f, -0.3f, 2.5f};
+  const uint32_t steps = 4000;
+  const auto [mean, bytes] = mean_pushed(ValueFormat::int8, grads, steps, [](const PushRequest& p) {
+    BOOST_REQUIRE(p.scales == std::vector<float>{2.5f / 127});
+    for (float g : p.grads) BOOST_REQUIRE(g == int8_value(p.scales[0], int8_code(g, p.scales[0])));
+  });
+  for (size_t j = 0; j < 3; ++j) {
+    // The codes' spacing is the scale; the mean of `steps` draws errs by about
+    // scale / sqrt(steps), and at most 5 times that here.
+    BOOST_TEST(std::abs(mean[j] - grads[j]) < 5 * (2.5 / 127) / std::sqrt(double(steps)),
+               j << ": mean " << mean[j] << " of " << grads[j]);
+  }
+  BOOST_TEST(bytes == steps * (8u + 3u + 4u));  // a key, three codes, a scale
+}
+
 BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
   ShardMapSpec spec{1, 1, 16, 0};
   OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
@@ -825,30 +901,17 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_ro
   BOOST_TEST((std::get<PullReply>(out[0].message).format == ValueFormat::fp32));
   BOOST_TEST(std::get<PullReply>(out[0].message).values[0] == row);
 
-  KvClient::Options o{5, spec, {0}, 3, false, ValueFormat::bf16};
-  auto client = std::move(KvClient::make(o).value());
-  auto again = std::move(KvClient::make(o).value());
   const std::vector<float> grads = {1e-3f, -0.3f, 12345.678f};
-  double sum[3] = {};
   const uint32_t steps = 4000;
-  for (uint32_t c = 1; c <= steps; ++c) {
-    Outbox a, b;
-    client->push(std::vector<uint64_t>{key}, grads, c, a);
-    again->push(std::vector<uint64_t>{key}, grads, c, b);
-    const auto& p = std::get<PushRequest>(a.at(0).message);
-    BOOST_REQUIRE((p.format == ValueFormat::bf16));
-    BOOST_REQUIRE((p.grads == std::get<PushRequest>(b.at(0).message).grads));  // reproducible
-    for (size_t j = 0; j < 3; ++j) {
-      BOOST_REQUIRE(is_bf16(p.grads[j]));
-      sum[j] += p.grads[j];
-    }
-  }
+  const auto [mean, bytes] = mean_pushed(ValueFormat::bf16, grads, steps, [](const PushRequest& p) {
+    for (float g : p.grads) BOOST_REQUIRE(is_bf16(g));
+  });
   for (size_t j = 0; j < 3; ++j) {
     // bf16's relative spacing is 2^-7; the mean of `steps` draws errs by about
     // spacing / sqrt(steps), and at most 5 times that here.
     const double spacing = std::abs(grads[j]) * std::ldexp(1.0, -7);
-    BOOST_TEST(std::abs(sum[j] / steps - grads[j]) < 5 * spacing / std::sqrt(double(steps)),
-               j << ": mean " << sum[j] / steps << " of " << grads[j]);
+    BOOST_TEST(std::abs(mean[j] - grads[j]) < 5 * spacing / std::sqrt(double(steps)),
+               j << ": mean " << mean[j] << " of " << grads[j]);
   }
-  BOOST_TEST(client->push_bytes() == steps * (8u + 3 * 2u));  // a key and three bf16 values
+  BOOST_TEST(bytes == steps * (8u + 3 * 2u));  // a key and three bf16 values
 }

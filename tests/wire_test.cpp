@@ -18,6 +18,7 @@
 #include "actors/wire.capnp.h"
 #include "common/bf16.h"
 #include "common/hash.h"
+#include "common/int8.h"
 
 using namespace colony;
 
@@ -229,6 +230,16 @@ std::vector<float> random_floats(SplitMix64& rng, size_t n) {
   return v;
 }
 
+// `rows` random rows of `width` values rounded to int8 codes under their scales (common/int8.h),
+// as a shard's or client's int8 values are; their scales go to `scales`.
+std::vector<float> random_int8_rows(SplitMix64& rng, size_t rows, size_t width,
+                                    std::vector<float>& scales) {
+  std::vector<float> v = random_floats(rng, rows * width);
+  scales.resize(rows);
+  for (size_t i = 0; i < rows; ++i) scales[i] = round_int8_row({v.data() + i * width, width});
+  return v;
+}
+
 // Random floats that bf16 holds exactly, as a shard's or client's bf16 values are.
 std::vector<float> random_bf16s(SplitMix64& rng, size_t n) {
   std::vector<float> v = random_floats(rng, n);
@@ -237,6 +248,19 @@ std::vector<float> random_bf16s(SplitMix64& rng, size_t n) {
 }
 
 // One message of each kind with random contents.
+PullReply int8_reply(SplitMix64& rng, size_t rows, size_t width) {
+  PullReply r{random_header(rng), static_cast<uint32_t>(rng.next()), {}, ValueFormat::int8};
+  r.values = random_int8_rows(rng, rows, width, r.scales);
+  return r;
+}
+
+PushRequest int8_push(SplitMix64& rng, size_t rows, size_t width) {
+  PushRequest p{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, rows), {}};
+  p.format = ValueFormat::int8;
+  p.grads = random_int8_rows(rng, rows, width, p.scales);
+  return p;
+}
+
 std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
   const size_t n = rng.next() % 300, width = 1 + rng.next() % 9;
   return {
@@ -252,6 +276,8 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                   random_bf16s(rng, n * width), ValueFormat::bf16},
       PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
                   random_floats(rng, n * width), ValueFormat::fp32, true},  // a part
+      int8_reply(rng, n, width),
+      int8_push(rng, n, width),
       PushAck{random_header(rng)},
       ClockAdvance{random_header(rng), clock_done},
       ClockAdvance{random_header(rng), static_cast<uint32_t>(rng.next()), true,
@@ -278,10 +304,11 @@ bool same(const PsMessage& a, const PsMessage& b) {
         if constexpr (std::is_same_v<T, PullRequest>)
           return x.clock == y.clock && x.writer == y.writer && x.keys == y.keys;
         if constexpr (std::is_same_v<T, PullReply>)
-          return x.min_clock == y.min_clock && x.values == y.values && x.format == y.format;
+          return x.min_clock == y.min_clock && x.values == y.values && x.format == y.format &&
+                 x.scales == y.scales;
         if constexpr (std::is_same_v<T, PushRequest>)
           return x.clock == y.clock && x.keys == y.keys && x.grads == y.grads &&
-                 x.format == y.format;
+                 x.format == y.format && x.more == y.more && x.scales == y.scales;
         if constexpr (std::is_same_v<T, ClockAdvance>) return x.clock == y.clock;
         if constexpr (std::is_same_v<T, ShardMapUpdate>)
           return x.version == y.version && x.shards == y.shards &&
@@ -755,8 +782,24 @@ BOOST_AUTO_TEST_CASE(bf16_values_take_half_the_bytes_and_come_back_exactly) {
   BOOST_TEST(same(bf16, back));
 }
 
-// A value blob in a format this build does not know, or not a whole number of bf16 values, is
-// refused naming it; nothing is read into floats.
+// --wire-format int8: a byte a value and a float32 scale a row, and back bit for bit.
+BOOST_AUTO_TEST_CASE(int8_rows_take_a_byte_a_value_and_come_back_exactly) {
+  SplitMix64 rng(9);
+  const PushRequest int8 = int8_push(rng, 1000, 8);
+  PushRequest fp32 = int8;
+  fp32.format = ValueFormat::fp32;
+  fp32.scales.clear();
+  const auto wide = encode_ps_message(fp32, 1).value(), narrow = encode_ps_message(int8, 1).value();
+  BOOST_TEST(wide.size() - narrow.size() >= 1000u * (32 - 12));
+  BOOST_TEST(wide.size() - narrow.size() < 1000u * (32 - 12) + 64);
+  const auto back = decode_ps_message(narrow, 1).value();
+  BOOST_TEST(same(int8, back));
+  const PullReply reply = int8_reply(rng, 300, 9);
+  BOOST_TEST(same(reply, decode_ps_message(encode_ps_message(reply, 1).value(), 1).value()));
+}
+
+// A value blob in a format this build does not know, not a whole number of bf16 values, or int8
+// values whose scales do not match their rows, is refused naming it; nothing is read into floats.
 BOOST_AUTO_TEST_CASE(values_in_an_unknown_format_or_of_odd_length_are_refused) {
   const kj::byte five[5] = {1, 2, 3, 4, 5}, eight[8] = {};
   const std::vector<std::pair<std::vector<uint8_t>, std::string>> cases = {
@@ -764,9 +807,34 @@ BOOST_AUTO_TEST_CASE(values_in_an_unknown_format_or_of_odd_length_are_refused) {
               [&](wire::PsMessage::Builder ps) {
                 auto r = ps.initPullReply();
                 r.setValues(kj::arrayPtr(eight, 8));
+                r.setFormat(3);
+              }),
+       "pull reply values in unknown value format 3"},
+      {raw_ps(1,
+              [&](wire::PsMessage::Builder ps) {
+                auto r = ps.initPullReply();
+                r.setValues(kj::arrayPtr(eight, 8));
+                r.setScales(kj::arrayPtr(five, 5));
                 r.setFormat(2);
               }),
-       "pull reply values in unknown value format 2"},
+       "pull reply values: scales blob of 5 bytes is not a whole number of floats"},
+      {raw_ps(1,
+              [&](wire::PsMessage::Builder ps) {
+                auto r = ps.initPullReply();
+                r.setValues(kj::arrayPtr(five, 5));
+                r.setScales(kj::arrayPtr(eight, 8));
+                r.setFormat(2);
+              }),
+       "pull reply values: 5 int8 values with 2 row scales for 2 rows"},
+      {raw_ps(1,
+              [&](wire::PsMessage::Builder ps) {
+                auto p = ps.initPushRequest();
+                p.initKeys(1).set(0, 7);
+                p.setGrads(kj::arrayPtr(eight, 8));
+                p.setScales(kj::arrayPtr(eight, 8));
+                p.setFormat(2);
+              }),
+       "push gradients: 8 int8 values with 2 row scales for 1 rows"},
       {raw_ps(1,
               [&](wire::PsMessage::Builder ps) {
                 auto p = ps.initPushRequest();
@@ -809,6 +877,38 @@ BOOST_AUTO_TEST_CASE(bf16_rounding_is_nearest_or_unbiased) {
     BOOST_TEST(sum / 65536 == double(v), boost::test_tools::tolerance(1e-6));
     BOOST_TEST(to_bf16(round_bf16(v)) == to_bf16(round_bf16(from_bf16(to_bf16(round_bf16(v))))));
   }
+}
+
+// int8 rows: nearest rounding gives values that the codes give back; stochastic rounding's mean
+// over every random value is the value; a row not finite is all NaN, an all-zero row scale 0.
+BOOST_AUTO_TEST_CASE(int8_rounding_is_nearest_or_unbiased) {
+  std::vector<float> row = {1.0f, -0.5f, 0.3f, 127.0f};
+  const float s = round_int8_row(row);
+  BOOST_TEST(s == 1.0f);
+  BOOST_TEST(row == (std::vector<float>{1.0f, -0.0f, 0.0f, 127.0f}));  // -0.5 ties to even (0)
+  SplitMix64 rng(6);
+  for (int trial = 0; trial < 3; ++trial) {
+    const float top = static_cast<float>(std::pow(10.0, trial * 2 - 3));
+    const float v = static_cast<float>(rng.uniform() * 2 - 1) * top;
+    double sum = 0;
+    uint64_t not_codes = 0;                      // values that are not a code's
+    for (uint32_t r = 0; r < (1u << 24); ++r) {  // every random value once: the exact mean
+      float x[2] = {v, top};
+      const float scale = round_int8_row_stochastic(std::span<float>(x, 2),
+                                                    [&](size_t j) { return j == 0 ? r << 8 : 0u; });
+      not_codes += x[1] != int8_value(scale, 127);
+      not_codes += x[0] != int8_value(scale, int8_code(x[0], scale));
+      sum += x[0];
+    }
+    BOOST_TEST(not_codes == 0u);
+    BOOST_TEST(sum / (1u << 24) == double(v), boost::test_tools::tolerance(1e-5));
+  }
+  std::vector<float> zeros = {0.0f, -0.0f};
+  BOOST_TEST(round_int8_row(zeros) == 0.0f);
+  BOOST_TEST(zeros[0] == 0.0f);
+  std::vector<float> bad = {1.0f, INFINITY};
+  BOOST_TEST(std::isnan(round_int8_row(bad)));
+  BOOST_TEST((std::isnan(bad[0]) && std::isnan(bad[1])));
 }
 
 namespace {
@@ -859,10 +959,10 @@ BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) 
 
 // Issue 14: a job's durability off the wire is one the stores know, or the Welcome is refused.
 BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_wire_format_is_refused) {
-  const auto bytes = raw_welcome([](wire::JobSpec::Builder job) { job.setWireFormat(2); });
+  const auto bytes = raw_welcome([](wire::JobSpec::Builder job) { job.setWireFormat(3); });
   auto back = decode_wire_message(bytes, 1);
   BOOST_REQUIRE(!back.ok());
-  BOOST_TEST(back.status().message().find("unknown wire format 2") != std::string::npos,
+  BOOST_TEST(back.status().message().find("unknown wire format 3") != std::string::npos,
              back.status().message());
 }
 

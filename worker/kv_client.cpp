@@ -6,6 +6,7 @@
 
 #include "common/bf16.h"
 #include "common/hash.h"
+#include "common/int8.h"
 
 namespace colony {
 
@@ -122,9 +123,20 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
         p.keys.push_back(keys[i]);
         g.insert(g.end(), &grads[i * width], &grads[i * width] + width);
       }
+      const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
+      if (options_.wire_format == ValueFormat::int8) {
+        // Each row to its scale's codes, stochastically, from the same kind of random bits.
+        p.format = ValueFormat::int8;
+        p.scales.resize(count);
+        for (size_t k = 0; k < count; ++k)
+          p.scales[k] = round_int8_row_stochastic({&g[k * width], width}, [&](size_t j) {
+            // 64 random bits for two values
+            const uint64_t bits = mix64(p.keys[k] ^ step ^ ((j / 2) * 0x9e3779b97f4a7c15ULL));
+            return static_cast<uint32_t>(j % 2 ? bits >> 32 : bits);
+          });
+      }
       if (options_.wire_format == ValueFormat::bf16) {
         p.format = ValueFormat::bf16;
-        const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
         for (size_t k = 0; k < p.keys.size(); ++k) {
           uint64_t bits = 0;
           for (size_t j = 0; j < width; ++j) {
@@ -135,7 +147,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
           }
         }
       }
-      push_bytes_ += count * (sizeof(uint64_t) + width * value_bytes(options_.wire_format));
+      push_bytes_ += count * (sizeof(uint64_t) + row_bytes(options_.wire_format, width));
       ++open->pending;
       requests_[p.header.request_id] = {t, shard};
       if (!p.more) sent.request_id = p.header.request_id;
@@ -249,7 +261,7 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     for (size_t j = 0; j < r.count; ++j)
       std::memcpy(&open.values[size_t{pos[j]} * width], &reply->values[j * width],
                   width * sizeof(float));
-    pull_bytes_ += reply->values.size() * value_bytes(reply->format);
+    pull_bytes_ += r.count * row_bytes(reply->format, width);
     if (open.min_clock) *open.min_clock = std::min(*open.min_clock, reply->min_clock);
     if (--open.pending == 0) open_.erase(it);
   } else if (auto* ack = std::get_if<PushAck>(&message)) {

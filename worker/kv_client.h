@@ -50,8 +50,9 @@ class KvClient {
     // a shard that restarted (durable stores). Off: no copies, and resync() is not allowed.
     bool keep_for_resync = false;
     // How pushes carry gradients (the job's --wire-format): bf16 rounds each one
-    // stochastically (common/bf16.h), from random bits that are a hash of this client's id, the
-    // step, the key and the position in its row: unbiased, and the same in every run.
+    // stochastically (common/bf16.h), int8 each row to its scale's codes stochastically
+    // (common/int8.h), from random bits that are a hash of this client's id, the step, the key
+    // and the position in its row: unbiased, and the same in every run.
     ValueFormat wire_format = ValueFormat::fp32;
     // The most bytes of keys and rows (in wire_format) one message carries: a larger pull or
     // push to a shard goes in parts (ps/protocol.h), each at most this large but for one key.
