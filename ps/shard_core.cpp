@@ -252,13 +252,20 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     if (!store_ok(store_->commit())) return;
   } else {
     // Kept for the pushes of the last answered_steps_max steps (a pull in parts has an entry a
-    // part), and at most answered_pulls_max entries.
-    auto& recent = answered_[r.writer];
-    while (!recent.empty() && (recent.size() >= answered_pulls_max ||
-                               recent.front().clock + answered_steps_max <= r.clock))
-      recent.pop_front();
-    AnsweredPull& a = recent.emplace_back(AnsweredPull{r.clock, hash_keys(r.keys), {}});
+    // part), at most answered_pulls_max entries and answered_rows_max rows.
+    Answered& recent = answered_[r.writer];
+    const bool keep = n <= config_.answered_rows_max;
+    while (!recent.pulls.empty() && (recent.pulls.front().clock + answered_steps_max <= r.clock ||
+                                     (keep && (recent.pulls.size() >= answered_pulls_max ||
+                                               recent.rows + n > config_.answered_rows_max)))) {
+      recent.rows -= recent.pulls.front().rows.size();
+      recent.pulls.pop_front();
+    }
+    AnsweredPull unkept{r.clock, 0, {}};
+    AnsweredPull& a =
+        keep ? recent.pulls.emplace_back(AnsweredPull{r.clock, hash_keys(r.keys), {}}) : unkept;
     a.rows.resize(n);
+    if (keep) recent.rows += n;
     // Look every row up first, prefetching index slots a few keys ahead, then copy: the
     // lookups are cache misses on a large table, and this lets several be in flight at once.
     constexpr size_t ahead = 8;
@@ -387,7 +394,7 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
     auto it = store_->stable_rows() ? answered_.find(sender) : answered_.end();
     if (it == answered_.end()) return nullptr;
     const uint64_t keys_hash = hash_keys(p.keys);
-    for (AnsweredPull& a : it->second)
+    for (AnsweredPull& a : it->second.pulls)
       if (a.clock + 1 == p.clock && a.rows.size() == p.keys.size() && a.keys_hash == keys_hash)
         return &a.rows;
     return nullptr;

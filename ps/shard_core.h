@@ -82,6 +82,10 @@ struct ShardConfig {
   // each; the default, 2^27, is 1 GiB); past it, or past shard_waiting_pulls_per_sender_max
   // pulls, a pull is refused with PsError{bad_request}.
   uint64_t waiting_pull_keys_max = uint64_t{1} << 27;
+  // The most row pointers a shard keeps per writer from its recent pulls, so that their pushes
+  // need not look the rows up again (8 bytes each; the default, 2^24, is 128 MiB). A pull of
+  // more keys is answered but not kept: its push looks its rows up.
+  uint64_t answered_rows_max = uint64_t{1} << 24;
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
   bool fault_skip_consistency_gate = false;
@@ -274,7 +278,11 @@ class ShardCore {
     uint64_t keys_hash;
     std::vector<float*> rows;
   };
-  std::unordered_map<NodeId, std::deque<AnsweredPull>> answered_;
+  struct Answered {
+    std::deque<AnsweredPull> pulls;
+    uint64_t rows = 0;  // the sum of pulls' rows.size(), at most answered_rows_max
+  };
+  std::unordered_map<NodeId, Answered> answered_;
   static constexpr uint32_t answered_steps_max = 8;  // steps kept, per writer
   static constexpr size_t answered_pulls_max = 512;  // entries kept (one a pull part), per writer
   ShardStats stats_;

@@ -642,6 +642,48 @@ BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_point
   }
 }
 
+// The rows a shard keeps from a writer's pulls for their pushes are bounded in number
+// (ShardConfig::answered_rows_max): past it the oldest pulls are forgotten, a pull larger than
+// the bound is not kept at all, and their pushes look their rows up. Results do not change.
+BOOST_AUTO_TEST_CASE(shard_keeps_a_bounded_number_of_pulled_rows_per_writer) {
+  ShardConfig sc = colony::testing::small_adagrad_shard();
+  sc.answered_rows_max = 250;
+  auto bounded = std::move(ShardCore::make(sc).value());
+  auto whole = std::move(ShardCore::make(colony::testing::small_adagrad_shard()).value());
+  // Pulls of 100 keys (parts 0-2) and one of 300 keys (3), over the bound. Step 0 pulls parts
+  // 0-2 (the first is forgotten at the third), step 1 part 3, step 2 parts 0-1 (all kept); then
+  // each step pushes them back, as parts of one push.
+  std::vector<std::vector<uint64_t>> parts(4);
+  for (uint64_t p = 0; p < 3; ++p)
+    for (uint64_t i = 0; i < 100; ++i) parts[p].push_back(make_key(1, p * 100 + i));
+  for (uint64_t i = 0; i < 300; ++i) parts[3].push_back(make_key(2, i));
+  const std::vector<std::vector<size_t>> steps = {{0, 1, 2}, {3}, {0, 1}};
+  for (ShardCore* s : {bounded.get(), whole.get()}) {
+    uint64_t id = 1;
+    Outbox out;
+    for (uint32_t step = 0; step < steps.size(); ++step) {
+      for (size_t p : steps[step]) s->on_message(PullRequest{{7, id++, 1}, step, 7, parts[p]}, out);
+      for (size_t p : steps[step]) {
+        PushRequest push{
+            {7, id++, 1}, step + 1, parts[p], std::vector<float>(parts[p].size() * 3, 0.25f)};
+        push.more = p != steps[step].back();
+        s->on_message(push, out);
+      }
+    }
+    for (const auto& m : out) BOOST_TEST(!std::holds_alternative<PsError>(m.message));
+  }
+  // Pushes that found all their parts' rows kept: the last step's only, and every step's.
+  BOOST_TEST(bounded->stats().pushes_reusing_pull_rows == 1u);
+  BOOST_TEST(whole->stats().pushes_reusing_pull_rows == 3u);
+  std::vector<float> x(3), y(3);
+  for (const auto& keys : parts)
+    for (uint64_t k : keys) {
+      bounded->row_value(k, x);
+      whole->row_value(k, y);
+      BOOST_TEST(x == y);
+    }
+}
+
 // Replies that answer no open request, or a request of the other kind, come from a peer over
 // the wire: the client drops and counts them, and the requests they name stay open until their
 // own replies come.
