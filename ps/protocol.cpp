@@ -19,25 +19,6 @@ Expected<Consistency> parse_consistency(const std::string& text) {
                                "\" is not one of bsp, asp or ssp:K with K in 0..1000000");
 }
 
-Expected<ValueFormat> parse_value_format(const std::string& text) {
-  if (text == "fp32") return ValueFormat::fp32;
-  if (text == "bf16") return ValueFormat::bf16;
-  if (text == "int8") return ValueFormat::int8;
-  return Status::invalid_input(fmt::format("wire format '{}': expected fp32, bf16 or int8", text));
-}
-
-std::string to_string(ValueFormat f) {
-  switch (f) {
-    case ValueFormat::bf16:
-      return "bf16";
-    case ValueFormat::int8:
-      return "int8";
-    case ValueFormat::fp32:
-      break;
-  }
-  return "fp32";
-}
-
 std::string to_string(const Consistency& c) {
   switch (c.kind) {
     case ConsistencyKind::bsp:

@@ -18,6 +18,7 @@
 
 #include "common/float_buffer.h"
 #include "common/status.h"
+#include "common/value_format.h"
 
 namespace colony {
 
@@ -49,23 +50,7 @@ struct PullRequest {
 // rounds its rows to the nearest, a client its gradients stochastically; an int8 message carries
 // its rows' scales), so the wire codec packs them without loss, and an embedded cluster computes
 // what daemons do.
-enum class ValueFormat : uint8_t { fp32 = 0, bf16 = 1, int8 = 2 };
-inline constexpr uint8_t value_format_max = 2;
-// "fp32", "bf16" or "int8"; fails with invalid_input naming the choices.
-Expected<ValueFormat> parse_value_format(const std::string& text);
-std::string to_string(ValueFormat f);
-// Bytes a row of `width` values takes on the wire (int8: with its scale).
-inline size_t row_bytes(ValueFormat f, size_t width) {
-  switch (f) {
-    case ValueFormat::bf16:
-      return 2 * width;
-    case ValueFormat::int8:
-      return width + sizeof(float);
-    case ValueFormat::fp32:
-      break;
-  }
-  return 4 * width;
-}
+// (ValueFormat: common/value_format.h.)
 
 // Requests in parts. A client sends a pull or push of more than `part_bytes` bytes (keys and
 // values, as they travel) in parts of at most that many (at least one key each), so that no
