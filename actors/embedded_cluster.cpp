@@ -250,7 +250,17 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     auto row_floats = ShardCore::row_floats(sc);
     if (!row_floats) return row_floats.status();
     const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};
-    auto store = open_shard_store(c.store, identity);
+    if (c.row_format != ValueFormat::fp32 || c.state_format != ValueFormat::fp32) {
+      if (c.store.kind != StoreKind::memory)
+        return Status::invalid_input(fmt::format(
+            "--row-format {} --state-format {}: rows in fewer bits are kept by the memory store "
+            "only; --store {} keeps them in fp32",
+            to_string(c.row_format), to_string(c.state_format), to_string(c.store)));
+      auto parts = ShardCore::row_parts(sc, c.row_format, c.state_format);
+      if (!parts) return parts.status();
+      co.store.compact_parts = std::move(parts.value());
+    }
+    auto store = open_shard_store(co.store, identity);
     if (!store) return store.status();
     // This job's senders count their clocks from 0: an earlier run's must not stand for theirs.
     if (Status cleared = (*store)->clear_clocks(); !cleared.ok()) return cleared;

@@ -67,6 +67,10 @@ struct ClusterOptions {
   uint32_t dense_sync_every = 1;
   // How pull replies and pushes carry rows and gradients (JobSpec::wire_format).
   ValueFormat wire_format = ValueFormat::fp32;
+  // How the shards keep rows' values and optimizer state (--row-format, --state-format): not
+  // both fp32, a compact store in memory (storage/compact_store.h; the memory store only).
+  ValueFormat row_format = ValueFormat::fp32;
+  ValueFormat state_format = ValueFormat::fp32;
   // The largest part of a pull or push message (JobSpec::part_bytes).
   size_t part_bytes = part_bytes_default;
   // Tests (recovery): once shard `restart_shard` has applied this many pushes (0: never), its

@@ -36,6 +36,8 @@ struct TrainArgs {
   std::string device = "cpu";
   std::string consistency = "bsp";
   std::string wire_format = "fp32";
+  std::string row_format = "fp32";
+  std::string state_format = "fp32";
   size_t part_bytes = part_bytes_default;
   std::string push = "hierarchical";
   ClusterOptions cluster;
@@ -169,6 +171,14 @@ Runner add_train(CLI::App& app) {
                   "bytes); or int8 (a byte a value and a scale a row); rows rounded to the "
                   "nearest, gradients stochastically")
       ->capture_default_str();
+  cmd->add_option("--row-format", a->row_format,
+                  "How the shards keep rows' values: fp32; bf16 (2 bytes a value); or int8 (a "
+                  "byte a value and a scale a row); rounded stochastically (memory store only)")
+      ->capture_default_str();
+  cmd->add_option("--state-format", a->state_format,
+                  "How the shards keep the optimizer's state of a row: fp32, bf16 or int8, as "
+                  "--row-format")
+      ->capture_default_str();
   cmd->add_option("--part-bytes", a->part_bytes,
                   "The largest message of a pull or push: a larger request to a shard travels in "
                   "parts of at most this many bytes")
@@ -257,6 +267,22 @@ Runner add_train(CLI::App& app) {
       return fail(Status::invalid_input(
           "--wire-format: the local engine sends no rows or gradients; use --engine cluster"));
     cluster.wire_format = *wire_format;
+    for (auto [flag, text, format] :
+         {std::tuple{"--row-format", &a->row_format, &cluster.row_format},
+          std::tuple{"--state-format", &a->state_format, &cluster.state_format}}) {
+      auto parsed = parse_value_format(*text, flag + 2);
+      if (!parsed)
+        return fail(Status::invalid_input(std::string(flag) + ": " + parsed.status().message()));
+      if (a->engine == "local" && *parsed != ValueFormat::fp32)
+        return fail(Status::invalid_input(
+            std::string(flag) + ": the local engine keeps rows in fp32; use --engine cluster"));
+      *format = *parsed;
+      if (*parsed != ValueFormat::fp32 && cluster.store.kind != StoreKind::memory)
+        return fail(Status::invalid_input(fmt::format(
+            "{} {}: rows in fewer bits are kept by the memory store only; --store {} keeps them "
+            "in fp32",
+            flag, *text, a->store)));
+    }
     if (a->engine == "local" && a->part_bytes != part_bytes_default)
       return fail(Status::invalid_input(
           "--part-bytes: the local engine sends no messages; use --engine cluster"));
@@ -498,6 +524,8 @@ Runner add_train(CLI::App& app) {
       rep["push"] = to_string(cluster.push);
       rep["wire_format"] = to_string(cluster.wire_format);
       rep["part_bytes"] = cluster.part_bytes;
+      rep["row_format"] = to_string(cluster.row_format);
+      rep["state_format"] = to_string(cluster.state_format);
       rep["pull_messages_per_sample"] = double(r.counters.pull_messages) / n;
       rep["push_messages_per_sample"] = double(r.counters.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.counters.push_bytes) / n;

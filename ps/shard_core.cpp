@@ -44,6 +44,21 @@ Expected<size_t> ShardCore::row_floats(const ShardConfig& config) {
   return config.width + (*optimizer)->state_floats(config.width) + (config.evict_after ? 1 : 0);
 }
 
+Expected<std::vector<RowPart>> ShardCore::row_parts(const ShardConfig& config, ValueFormat values,
+                                                    ValueFormat state) {
+  auto optimizer = make_optimizer(config.optimizer);
+  if (!optimizer) return optimizer.status();
+  std::vector<RowPart> parts{{config.width, values}};
+  // The state is vectors of `width` (Adagrad's sums, FTRL's z, n and w0, Adam's m and v), each
+  // with a scale of its own, then any scalars (Adam's step count), kept exact.
+  const size_t n = (*optimizer)->state_floats(config.width);
+  for (size_t i = 0; i + config.width <= n; i += config.width)
+    parts.push_back({config.width, state, state == ValueFormat::int8});
+  if (n % config.width) parts.push_back({n % config.width, ValueFormat::fp32});
+  if (config.evict_after) parts.push_back({1, ValueFormat::fp32});
+  return parts;
+}
+
 ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optimizer, ShardMap map,
                      std::unique_ptr<RowStore> store)
     : config_(config),

@@ -41,6 +41,7 @@
 #include "ps/protocol.h"
 #include "ps/row_init.h"
 #include "ps/shard_map.h"
+#include "storage/compact_store.h"
 #include "storage/row_store.h"
 
 namespace colony {
@@ -152,6 +153,12 @@ class ShardCore {
   // state, and with evict_after the clock of the last update. Fails as make does for a bad
   // optimizer setting.
   static Expected<size_t> row_floats(const ShardConfig& config);
+  // The parts of such a row for a compact store (storage/compact_store.h): the width in
+  // `values` format; each of the optimizer's state vectors in `state` format, and its scalars
+  // (Adam's step count) in fp32; the clock (with evict_after) in fp32. Scalars and clocks stay
+  // exact. Fails as row_floats does.
+  static Expected<std::vector<RowPart>> row_parts(const ShardConfig& config, ValueFormat values,
+                                                  ValueFormat state);
 
   // Handles one message addressed to this shard; replies go to `out`. A reply kind (which only
   // clients take) is dropped and counted in stats().messages_refused. Replies go to the
@@ -165,8 +172,9 @@ class ShardCore {
   // The last update refused as not finite (meaningful once stats().updates_not_finite > 0).
   const RowNotFinite& last_row_not_finite() const { return last_row_not_finite_; }
   size_t rows() const { return store_->size(); }
-  // The rows' bytes: values, optimizer state and stamps (the report's table_bytes).
-  uint64_t table_bytes() const { return uint64_t{rows()} * store_->row_floats() * sizeof(float); }
+  // The rows' bytes: values, optimizer state and stamps, as the store keeps them (the report's
+  // table_bytes).
+  uint64_t table_bytes() const { return uint64_t{rows()} * store_->row_bytes(); }
   // The parameters of `key` (its initial row when never touched); size width. Asserts that
   // the store could read it (tests; drivers use row_values and handle the error).
   void row_value(uint64_t key, std::span<float> out);

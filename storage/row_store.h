@@ -2,8 +2,9 @@
 // never does I/O itself. A row is a fixed number of floats (parameters and optimizer state
 // together, so they are always stored, moved and checkpointed as one).
 //
-// Three stores implement it: MemoryRowStore (here), and RocksRowStore and TieredRowStore
-// (storage/rocksdb_store.h); open_row_store (storage/store_spec.h) picks one from a flag.
+// Four stores implement it: MemoryRowStore (here), CompactRowStore (storage/compact_store.h:
+// rows in memory in 16 or 8 bits), and RocksRowStore and TieredRowStore
+// (storage/rocksdb_store.h); open_shard_store (storage/store_spec.h) picks one from flags.
 //
 // The batch protocol. A store that does I/O cannot hand out pointers that stay valid for
 // ever, so a caller that uses rows works in batches:
@@ -67,6 +68,8 @@ class RowStore {
   virtual bool stable_rows() const = 0;
   virtual size_t size() const = 0;
   virtual size_t row_floats() const = 0;
+  // Bytes a row takes in the store (less than row_floats() floats in a compact store).
+  virtual size_t row_bytes() const { return row_floats() * sizeof(float); }
   virtual size_t memory_bytes() const = 0;
   // Calls f(key, row) for every row, in no particular order. Fails (io_error, naming the
   // store) when a store on disk cannot be read; f may have seen some rows by then.

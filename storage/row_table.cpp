@@ -62,6 +62,22 @@ bool RowTable::erase(uint64_t key) {
   return true;
 }
 
+void RowTable::clear() {
+  // An index for this many rows at the load factor of 1/2 (grown back as needed): one large
+  // batch does not make every later clear() sweep its whole index.
+  size_t slots = 1024;
+  while (slots < 4 * rows_) slots *= 2;
+  if (slots < index_.size()) {
+    index_.assign(slots, Slot{});
+    mask_ = slots - 1;
+  } else {
+    std::fill(index_.begin(), index_.end(), Slot{});
+  }
+  rows_ = 0;
+  next_row_ = 0;
+  free_rows_.clear();
+}
+
 void RowTable::grow() {
   std::vector<Slot> old;
   old.swap(index_);

@@ -52,6 +52,10 @@ class RowTable {
   // insert, so a pointer to it must not be used after this.
   bool erase(uint64_t key);
 
+  // Removes every row; pointers handed out before must not be used after. Keeps the arena's
+  // memory for the rows inserted next, and an index for about as many rows as were removed.
+  void clear();
+
   // Hints that `key` will be looked up soon: starts loading its index slot into cache.
   void prefetch(uint64_t key) const { __builtin_prefetch(&index_[home(key)]); }
 

@@ -72,7 +72,9 @@ Status set_durability(StoreSpec& spec, Durability durability) {
 std::string to_string(const StoreSpec& spec) {
   switch (spec.kind) {
     case StoreKind::memory:
-      return "memory";
+      if (spec.compact_parts.empty()) return "memory";
+      return fmt::format("memory ({} bytes a row)",
+                         (encoded_row_bytes(spec.compact_parts) + 3) / 4 * 4);
     case StoreKind::rocksdb:
       return "rocksdb:" + spec.dir;
     case StoreKind::tiered:
@@ -86,10 +88,24 @@ std::string shard_store_path(const std::string& dir, uint32_t shard_index) {
   return (std::filesystem::path(dir) / fmt::format("shard-{}", shard_index)).string();
 }
 
+namespace {
+
+// A new empty memory store: compact when spec.compact_parts says.
+Expected<std::unique_ptr<RowStore>> memory_store(const StoreSpec& spec, size_t row_floats) {
+  if (spec.compact_parts.empty()) return std::unique_ptr<RowStore>(new MemoryRowStore(row_floats));
+  auto store = CompactRowStore::make(spec.compact_parts);
+  if (!store) return store.status();
+  if ((*store)->row_floats() != row_floats)
+    return Status::invalid_input(fmt::format("a compact store's parts hold {} floats; rows have {}",
+                                             (*store)->row_floats(), row_floats));
+  return std::unique_ptr<RowStore>(std::move(store.value()));
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
                                                      const StoreIdentity& identity) {
-  if (spec.kind == StoreKind::memory)
-    return std::unique_ptr<RowStore>(new MemoryRowStore(identity.row_floats));
+  if (spec.kind == StoreKind::memory) return memory_store(spec, identity.row_floats);
   RocksTableOptions o;
   o.path = shard_store_path(spec.dir, identity.shard_index);
   o.block_cache_bytes = spec.block_cache_bytes;
@@ -132,12 +148,14 @@ Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
         checkpoint_dir, got.cluster_id, got.shard_index, got.shards, got.row_floats,
         identity.cluster_id, identity.shard_index, identity.shards, identity.row_floats));
   if (spec.kind == StoreKind::memory) {
-    auto store = std::make_unique<MemoryRowStore>(identity.row_floats);
+    auto store = memory_store(spec, identity.row_floats);
+    if (!store) return store.status();
     Status s = (*copy)->for_each_in_range(0, UINT64_MAX, [&](uint64_t key, const float* row) {
-      std::copy(row, row + identity.row_floats, store->find_or_insert(key).first);
+      std::copy(row, row + identity.row_floats, (*store)->find_or_insert(key).first);
     });
     if (!s.ok()) return s;
-    return std::unique_ptr<RowStore>(std::move(store));
+    if (Status c = (*store)->commit(); !c.ok()) return c;
+    return store;
   }
   copy.value().reset();
   const std::string target = shard_store_path(spec.dir, identity.shard_index);

@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
+#include "storage/compact_store.h"
 #include "storage/rocks_table.h"
 #include "storage/rocksdb_store.h"
 #include "storage/row_store.h"
@@ -48,6 +50,9 @@ struct StoreSpec {
   size_t block_cache_bytes = size_t{64} << 20;  // per shard
   Durability durability = Durability::none;     // parse_store_spec sets the store's default
   bool resume = false;  // `--resume`: continue another job's rows (RocksTableOptions::adopt)
+  // memory: the parts of a row in a compact store (storage/compact_store.h; a job's --row-format
+  // and --state-format); empty: every float in fp32 (MemoryRowStore).
+  std::vector<RowPart> compact_parts{};
 };
 
 // Parses the `--store` text ("memory" or "rocksdb:DIR") with `--cache-bytes` (0 = not given).
@@ -70,7 +75,8 @@ Status set_durability(StoreSpec& spec, Durability durability);
 // DIR/shard-<index>.
 std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 
-// Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one). The
+// Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one, compact
+// when spec.compact_parts says, whose floats must then add up to identity.row_floats). The
 // tiered store gets cache_bytes / identity.shards of the budget; under log or fsync durability it
 // keeps a push log in its folder, and whatever push log the folder holds is replayed first
 // (StoreStats::log_records_replayed). Fails as RocksTable::open does (another job's store, a

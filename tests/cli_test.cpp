@@ -70,6 +70,10 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --wire-format fp8",
                            "train --wire-format int4",
                            "train --engine local --wire-format bf16",
+                           "train --row-format int4",
+                           "train --state-format fp8",
+                           "train --engine local --row-format bf16",
+                           "train --store rocksdb:no-such-dir/x --state-format int8",
                            "coordinator --listen tcp://127.0.0.1:1 --insecure --wire-format int4",
                            "train --engine gpu",
                            "train --max-inflight 0",
@@ -386,6 +390,22 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
              boost::test_tools::tolerance(1e-9));
   BOOST_TEST(got["int8"]["pull_bytes_per_sample"].get<double>() == pulled32 * 21 / 44,
              boost::test_tools::tolerance(1e-9));
+  // Rows kept in int8 on the shards (--row-format, --state-format; storage/compact_store.h): FTRL
+  // keeps a value and three state floats a coordinate, 144 bytes a row in fp32; in int8 each of
+  // the four vectors of 9 takes 9 bytes and a scale: 52. The same quality bounds.
+  const fs::path rows = dir / "rows-int8.json";
+  r = run("train --shards 2 --workers 2 --row-format int8 --state-format int8 --report " +
+          rows.string() + files);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const nlohmann::json compact = read_json(rows);
+  BOOST_TEST(compact["row_format"].get<std::string>() == "int8");
+  BOOST_TEST(compact["state_format"].get<std::string>() == "int8");
+  BOOST_TEST(got["fp32"]["bytes_per_row"].get<double>() == 144.0);
+  BOOST_TEST(compact["bytes_per_row"].get<double>() == 52.0);
+  BOOST_TEST_MESSAGE("test logloss int8 rows " << compact["test_logloss"].get<double>());
+  BOOST_TEST(std::abs(compact["test_logloss"].get<double>() - fp32) <= 0.005 * fp32);
+  BOOST_TEST(std::abs(compact["test_auc"].get<double>() - got["fp32"]["test_auc"].get<double>()) <=
+             0.002);
 }
 
 // Issue 16: requests of any size. A job whose every pull and push to a shard travels in parts of

@@ -1,6 +1,8 @@
 #define BOOST_TEST_MODULE storage_test
 #include <boost/test/unit_test.hpp>
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <unordered_map>
@@ -11,7 +13,9 @@
 #include <fstream>
 #include <string>
 
+#include "common/bf16.h"
 #include "common/hash.h"
+#include "storage/compact_store.h"
 #include "storage/dense_file.h"
 #include "storage/row_table.h"
 #include "tests/temp_dir.h"
@@ -222,6 +226,117 @@ void put_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
 }
 }  // namespace
+
+// clear() empties the table and keeps working at any size: after a large table, a small one,
+// and again a large one.
+BOOST_AUTO_TEST_CASE(a_cleared_table_is_empty_and_fills_again) {
+  RowTable t(3);
+  for (uint64_t round = 0; round < 3; ++round) {
+    const uint64_t n = round == 1 ? 10 : 50000;
+    for (uint64_t k = 0; k < n; ++k) t.find_or_insert(mix64(k + round)).first[1] = float(k);
+    BOOST_TEST(t.size() == n);
+    for (uint64_t k = 0; k < n; k += 97) BOOST_TEST(t.find(mix64(k + round))[1] == float(k));
+    t.clear();
+    BOOST_TEST(t.size() == 0u);
+    for (uint64_t k = 0; k < n; k += 97) BOOST_TEST(t.find(mix64(k + round)) == nullptr);
+    auto [row, inserted] = t.find_or_insert(7);
+    BOOST_TEST(inserted);
+    BOOST_TEST((row[0] == 0.0f && row[1] == 0.0f && row[2] == 0.0f));
+    t.clear();
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_compact_store_refuses_rows_without_floats) {
+  BOOST_TEST(!CompactRowStore::make({}).ok());
+  BOOST_TEST(!CompactRowStore::make({{4, ValueFormat::int8}, {0, ValueFormat::fp32}}).ok());
+}
+
+// With fp32 parts only, a compact store keeps rows bit for bit, through the batch protocol: rows
+// handed out by find_or_insert are written back at commit(), writes through find() are not.
+BOOST_AUTO_TEST_CASE(a_compact_store_of_fp32_parts_keeps_rows_exactly) {
+  auto store =
+      std::move(CompactRowStore::make({{3, ValueFormat::fp32}, {2, ValueFormat::fp32}}).value());
+  BOOST_TEST(store->row_floats() == 5u);
+  BOOST_TEST(store->row_bytes() == 20u);
+  BOOST_TEST(!store->stable_rows());
+  for (uint64_t k = 0; k < 100; ++k) {
+    auto [row, inserted] = store->find_or_insert(k);
+    BOOST_TEST(inserted);
+    for (size_t j = 0; j < 5; ++j) {
+      BOOST_TEST(row[j] == 0.0f);
+      row[j] = std::bit_cast<float>(uint32_t(mix64(k * 5 + j)) & 0x7F7FFFFFu);
+    }
+  }
+  BOOST_TEST(store->commit().ok());
+  BOOST_TEST(store->size() == 100u);
+  store->find(3)[0] = 1.0f;  // read only: not kept
+  BOOST_TEST(store->commit().ok());
+  size_t seen = 0;
+  BOOST_TEST(store
+                 ->for_each([&](uint64_t k, const float* row) {
+                   ++seen;
+                   for (size_t j = 0; j < 5; ++j)
+                     BOOST_TEST(std::bit_cast<uint32_t>(row[j]) ==
+                                (uint32_t(mix64(k * 5 + j)) & 0x7F7FFFFFu));
+                 })
+                 .ok());
+  BOOST_TEST(seen == 100u);
+  const uint64_t gone[] = {3, 4, 1000};
+  BOOST_TEST(store->erase(gone).ok());
+  BOOST_TEST(store->size() == 98u);
+  BOOST_TEST(store->find(3) == nullptr);
+  BOOST_TEST(store->find(5) != nullptr);
+}
+
+// bf16 and int8 parts take 2 and 1 bytes a value (and a scale a part), and keep each value
+// within the format's step.
+BOOST_AUTO_TEST_CASE(a_compact_store_keeps_values_within_their_formats_step) {
+  auto store =
+      std::move(CompactRowStore::make(
+                    {{8, ValueFormat::int8}, {8, ValueFormat::bf16}, {1, ValueFormat::fp32}})
+                    .value());
+  BOOST_TEST(store->row_bytes() == 32u);  // 8 + 4, 16, 4
+  std::vector<std::vector<float>> written;
+  for (uint64_t k = 0; k < 200; ++k) {
+    float* row = store->find_or_insert(k).first;
+    written.emplace_back();
+    for (size_t j = 0; j < 17; ++j)
+      written.back().push_back(row[j] = float(int64_t(mix64(k * 17 + j) % 20001) - 10000) / 997);
+  }
+  BOOST_TEST(store->commit().ok());
+  for (uint64_t k = 0; k < 200; ++k) {
+    const float* row = store->find(k);
+    const std::vector<float>& w = written[k];
+    float max = 0;
+    for (size_t j = 0; j < 8; ++j) max = std::max(max, std::fabs(w[j]));
+    for (size_t j = 0; j < 8; ++j) BOOST_TEST(std::fabs(row[j] - w[j]) <= max / 127);
+    for (size_t j = 8; j < 16; ++j) {
+      BOOST_TEST(is_bf16(row[j]));
+      BOOST_TEST(std::fabs(row[j] - w[j]) <= std::fabs(w[j]) / 128);
+    }
+    BOOST_TEST(row[16] == w[16]);
+  }
+  BOOST_TEST(store->commit().ok());
+}
+
+// Rounding is stochastic and unbiased: a value between two int8 steps, written under many keys,
+// comes back as the value on average (rounding to the nearest would always give the step
+// above). Small updates to a row are not rounded away.
+BOOST_AUTO_TEST_CASE(a_compact_stores_rounding_is_unbiased) {
+  auto store = std::move(CompactRowStore::make({{2, ValueFormat::int8}}).value());
+  constexpr uint64_t n = 20000;
+  const float v = 38.57f / 127;  // between the steps 38 and 39 of a row whose largest is 1
+  for (uint64_t k = 0; k < n; ++k) {
+    float* row = store->find_or_insert(k).first;
+    row[0] = 1.0f;
+    row[1] = v;
+  }
+  BOOST_TEST(store->commit().ok());
+  double sum = 0;
+  BOOST_TEST(store->for_each([&](uint64_t, const float* row) { sum += row[1]; }).ok());
+  // The mean's standard deviation is below (1/127) * 0.5 / sqrt(n) = 2.8e-5.
+  BOOST_TEST(std::fabs(sum / n - v) < 2e-4);
+}
 
 BOOST_AUTO_TEST_CASE(dense_state_round_trips_bit_for_bit) {
   testing::TempDir dir("dense-file");
