@@ -109,6 +109,8 @@ JobSpec job_spec(const ClusterJob& job) {
   j.skip_not_finite = job.trainer.skip_not_finite;
   j.wire_format = c.wire_format;
   j.part_bytes = c.part_bytes;
+  j.row_format = c.row_format;
+  j.state_format = c.state_format;
   return j;
 }
 
@@ -251,14 +253,14 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     if (!row_floats) return row_floats.status();
     const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};
     if (c.row_format != ValueFormat::fp32 || c.state_format != ValueFormat::fp32) {
-      if (c.store.kind != StoreKind::memory)
-        return Status::invalid_input(fmt::format(
-            "--row-format {} --state-format {}: rows in fewer bits are kept by the memory store "
-            "only; --store {} keeps them in fp32",
-            to_string(c.row_format), to_string(c.state_format), to_string(c.store)));
       auto parts = ShardCore::row_parts(sc, c.row_format, c.state_format);
       if (!parts) return parts.status();
-      co.store.compact_parts = std::move(parts.value());
+      if (Status set =
+              set_compact_parts(co.store, std::move(parts.value()),
+                                fmt::format("--row-format {} --state-format {}",
+                                            to_string(c.row_format), to_string(c.state_format)));
+          !set.ok())
+        return set;
     }
     auto store = open_shard_store(co.store, identity);
     if (!store) return store.status();

@@ -16,6 +16,7 @@
 
 #include "actors/wire.capnp.h"
 #include "common/bf16.h"
+#include "common/fp16.h"
 #include "common/int8.h"
 
 namespace colony {
@@ -225,8 +226,9 @@ Status read_floats(capnp::Data::Reader data, const FrameWords& words, FloatBuffe
 
 // Values in `format` (ps/protocol.h ValueFormat): fp32 as set_floats writes them; bf16 packed
 // two bytes each, the upper halves of values the cores made bf16-exact (one that is not is cut
-// toward zero: still a bf16 value); int8 one byte each, the code of each value under its row's
-// scale (common/int8.h), and the scales beside them (`set_scales`).
+// toward zero: still a bf16 value); fp16 packed two bytes each (values the cores made
+// fp16-exact; another is rounded to the nearest); int8 one byte each, the code of each value under
+// its row's scale (common/int8.h), and the scales beside them (`set_scales`).
 template <class Adopt, class Set, class Init, class SetScales>
 void set_values(capnp::MessageBuilder& message, const FloatBuffer& v, ValueFormat format,
                 const std::vector<float>& scales, Adopt adopt, Set set, Init init,
@@ -250,6 +252,10 @@ void set_values(capnp::MessageBuilder& message, const FloatBuffer& v, ValueForma
   capnp::Data::Builder out = init(static_cast<unsigned>(v.size() * sizeof(uint16_t)));
   // A builder's blob starts word-aligned in its segment.
   auto* bits = reinterpret_cast<uint16_t*>(out.begin());
+  if (format == ValueFormat::fp16) {
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = to_fp16(in[i]);
+    return;
+  }
   for (size_t i = 0; i < v.size(); ++i) bits[i] = to_bf16(in[i]);
 }
 
@@ -279,22 +285,30 @@ Status read_values(capnp::Data::Reader data, uint8_t format, capnp::Data::Reader
     out = FloatBuffer(std::move(v));
     return Status();
   }
-  if (format != uint8_t(ValueFormat::bf16))
+  if (format != uint8_t(ValueFormat::bf16) && format != uint8_t(ValueFormat::fp16))
     return Status::invalid_input(fmt::format("{} in unknown value format {}", what, format));
+  const bool bf16 = format == uint8_t(ValueFormat::bf16);
   if (data.size() % sizeof(uint16_t) != 0)
     return Status::invalid_input(
-        fmt::format("{} blob of {} bytes is not a whole number of bf16 values", what, data.size()));
+        fmt::format("{} blob of {} bytes is not a whole number of {} values", what, data.size(),
+                    bf16 ? "bf16" : "fp16"));
   std::vector<float> v(data.size() / sizeof(uint16_t));
-  if (reinterpret_cast<uintptr_t>(data.begin()) % alignof(uint16_t) == 0) {
-    const auto* bits = reinterpret_cast<const uint16_t*>(data.begin());
-    for (size_t i = 0; i < v.size(); ++i) v[i] = from_bf16(bits[i]);
-  } else {
-    for (size_t i = 0; i < v.size(); ++i) {
-      uint16_t bits = 0;
-      std::memcpy(&bits, data.begin() + i * sizeof(uint16_t), sizeof(bits));
-      v[i] = from_bf16(bits);
+  auto convert = [&](auto from) {
+    if (reinterpret_cast<uintptr_t>(data.begin()) % alignof(uint16_t) == 0) {
+      const auto* bits = reinterpret_cast<const uint16_t*>(data.begin());
+      for (size_t i = 0; i < v.size(); ++i) v[i] = from(bits[i]);
+    } else {
+      for (size_t i = 0; i < v.size(); ++i) {
+        uint16_t bits = 0;
+        std::memcpy(&bits, data.begin() + i * sizeof(uint16_t), sizeof(bits));
+        v[i] = from(bits);
+      }
     }
-  }
+  };
+  if (bf16)
+    convert(from_bf16);
+  else
+    convert(from_fp16);
   out = FloatBuffer(std::move(v));
   return Status();
 }
@@ -637,6 +651,8 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setSkipNotFinite(j.skip_not_finite);
   w.setWireFormat(static_cast<uint8_t>(j.wire_format));
   w.setPartBytes(j.part_bytes);
+  w.setRowFormat(static_cast<uint8_t>(j.row_format));
+  w.setStateFormat(static_cast<uint8_t>(j.state_format));
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -737,10 +753,14 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (durability > 3) return Status::invalid_input(fmt::format("durability {}", durability));
   j.durability = durability ? std::optional(Durability(durability - 1)) : std::nullopt;
   j.skip_not_finite = r.getSkipNotFinite();
-  const uint8_t format = r.getWireFormat();
-  if (format > value_format_max)
-    return Status::invalid_input(fmt::format("unknown wire format {}", format));
-  j.wire_format = ValueFormat(format);
+  for (auto [what, got, format] :
+       {std::tuple{"wire format", r.getWireFormat(), &j.wire_format},
+        std::tuple{"row format", r.getRowFormat(), &j.row_format},
+        std::tuple{"state format", r.getStateFormat(), &j.state_format}}) {
+    if (got > value_format_max)
+      return Status::invalid_input(fmt::format("unknown {} {}", what, got));
+    *format = ValueFormat(got);
+  }
   j.part_bytes = r.getPartBytes();
   if (j.part_bytes < part_bytes_min || j.part_bytes > part_bytes_max)
     return Status::invalid_input(fmt::format("message parts of {} bytes, outside {}..{}",

@@ -34,7 +34,7 @@ struct PullReply {
   header @0 :Header;
   minClock @1 :UInt32;
   values @2 :Data;
-  format @3 :UInt8;  # ps/protocol.h ValueFormat of values: 0 fp32 (4 bytes), 1 bf16 (2 bytes), 2 int8 (1 byte)
+  format @3 :UInt8;  # common/value_format.h ValueFormat of values: 0 fp32 (4 bytes), 1 bf16 (2 bytes), 2 int8 (1 byte), 3 fp16 (2 bytes)
   scales @4 :Data;   # int8: a float32 scale a row
 }
 struct PushRequest {
@@ -142,8 +142,10 @@ struct JobSpec {
   denseSyncEvery @28 :UInt32 = 1;
   durability @29 :UInt8;  # 0: each ps store's default; 1 none, 2 log, 3 fsync
   skipNotFinite @30 :Bool;  # --on-nan skip
-  wireFormat @31 :UInt8;    # ps/protocol.h ValueFormat: 0 fp32, 1 bf16
+  wireFormat @31 :UInt8;    # common/value_format.h ValueFormat: 0 fp32, 1 bf16, 2 int8, 3 fp16
   partBytes @32 :UInt64 = 4194304;  # the largest part of a pull or push message
+  rowFormat @33 :UInt8;     # ValueFormat of the shards' rows (--row-format)
+  stateFormat @34 :UInt8;   # ValueFormat of their optimizer state (--state-format)
 }
 struct MemberInfo {
   role @0 :UInt8;

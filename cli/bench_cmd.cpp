@@ -768,7 +768,7 @@ Runner add_bench(CLI::App& app) {
       ->check(CLI::Range(size_t{1}, wire_bench_in_flight_max))
       ->capture_default_str();
   cmd->add_option("--wire-format", a->wire_format,
-                  "wire: how replies and pushes carry rows and gradients, fp32, bf16 or int8")
+                  "wire: how replies and pushes carry rows and gradients, fp32, bf16, fp16 or int8")
       ->capture_default_str();
   auto* part_bytes =
       cmd->add_option("--part-bytes", a->part_bytes,

@@ -100,6 +100,8 @@ struct CoordinatorArgs {
   ModelFlags flags;
   std::string optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
   std::string wire_format = "fp32";
+  std::string row_format = "fp32";
+  std::string state_format = "fp32";
   size_t part_bytes = part_bytes_default;
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
@@ -153,12 +155,19 @@ Runner add_coordinator(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
   cmd->add_option("--wire-format", a->wire_format,
-                  "How pull replies and pushes carry rows and gradients: fp32, bf16 or int8")
+                  "How pull replies and pushes carry rows and gradients: fp32, bf16, fp16 or int8")
       ->capture_default_str();
   cmd->add_option("--part-bytes", a->part_bytes,
                   "The largest message of a pull or push: a larger request to a shard travels in "
                   "parts of at most this many bytes")
       ->check(CLI::Range(part_bytes_min, part_bytes_max))
+      ->capture_default_str();
+  cmd->add_option("--row-format", a->row_format,
+                  "How the shards keep rows' values: fp32, bf16, fp16 or int8 (ps members with the "
+                  "memory store only)")
+      ->capture_default_str();
+  cmd->add_option("--state-format", a->state_format,
+                  "How the shards keep the optimizer's state: fp32, bf16, fp16 or int8")
       ->capture_default_str();
   cmd->add_option("--push", a->push, "hierarchical (one aggregator per worker member) or flat")
       ->capture_default_str();
@@ -309,6 +318,15 @@ Runner add_coordinator(CLI::App& app) {
     if (!wire_format)
       return fail(Status::invalid_input("--wire-format: " + wire_format.status().message()));
     j.wire_format = *wire_format;
+    for (auto [flag, text, format] :
+         {std::tuple{"--row-format", &a->row_format, &j.row_format},
+          std::tuple{"--state-format", &a->state_format, &j.state_format}}) {
+      auto parsed = parse_value_format(*text, flag + 2);
+      if (!parsed)
+        return fail(Status::invalid_input(std::string(flag) + ": " + parsed.status().message()));
+      *format = *parsed;
+    }
+    if (Status s = check_state_format(j.optimizer.kind, j.state_format); !s.ok()) return fail(s);
     j.part_bytes = a->part_bytes;
     if (a->push != "flat" && a->push != "hierarchical")
       return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
@@ -369,6 +387,8 @@ Runner add_coordinator(CLI::App& app) {
         {"consistency", to_string(j.consistency)},
         {"wire_format", to_string(j.wire_format)},
         {"part_bytes", j.part_bytes},
+        {"row_format", to_string(j.row_format)},
+        {"state_format", to_string(j.state_format)},
         {"push", a->push},
         {"model", a->flags.model},
         {"optimizer", a->optimizer},

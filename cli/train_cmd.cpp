@@ -167,17 +167,19 @@ Runner add_train(CLI::App& app) {
          "hierarchical (one push per node and shard, summed by the node's aggregator) or flat")
       ->capture_default_str();
   cmd->add_option("--wire-format", a->wire_format,
-                  "How pull replies and pushes carry rows and gradients: fp32; bf16 (half the "
-                  "bytes); or int8 (a byte a value and a scale a row); rows rounded to the "
-                  "nearest, gradients stochastically")
+                  "How pull replies and pushes carry rows and gradients: fp32; bf16 or fp16 (half "
+                  "the bytes; fp16 saturates at +-65504); or int8 (a byte a value and a scale a "
+                  "row); rows rounded to the nearest, gradients stochastically")
       ->capture_default_str();
   cmd->add_option("--row-format", a->row_format,
-                  "How the shards keep rows' values: fp32; bf16 (2 bytes a value); or int8 (a "
-                  "byte a value and a scale a row); rounded stochastically (memory store only)")
+                  "How the shards keep rows' values: fp32; bf16 or fp16 (2 bytes a value); or "
+                  "int8 (a byte a value and a scale a row); rounded stochastically (memory store "
+                  "only)")
       ->capture_default_str();
-  cmd->add_option("--state-format", a->state_format,
-                  "How the shards keep the optimizer's state of a row: fp32, bf16 or int8, as "
-                  "--row-format")
+  cmd->add_option(
+         "--state-format", a->state_format,
+         "How the shards keep the optimizer's state of a row: fp32, bf16, fp16 or int8, as "
+         "--row-format")
       ->capture_default_str();
   cmd->add_option("--part-bytes", a->part_bytes,
                   "The largest message of a pull or push: a larger request to a shard travels in "
@@ -277,6 +279,9 @@ Runner add_train(CLI::App& app) {
         return fail(Status::invalid_input(
             std::string(flag) + ": the local engine keeps rows in fp32; use --engine cluster"));
       *format = *parsed;
+      if (format == &cluster.state_format)
+        if (Status s = check_state_format(o.trainer.optimizer.kind, *parsed); !s.ok())
+          return fail(s);
       if (*parsed != ValueFormat::fp32 && cluster.store.kind != StoreKind::memory)
         return fail(Status::invalid_input(fmt::format(
             "{} {}: rows in fewer bits are kept by the memory store only; --store {} keeps them "

@@ -77,6 +77,10 @@ struct JobSpec {
   ValueFormat wire_format = ValueFormat::fp32;
   // The largest part of a pull or push message (--part-bytes; KvClient::Options::part_bytes).
   uint64_t part_bytes = part_bytes_default;
+  // How the shards keep rows' values and optimizer state (--row-format, --state-format): not
+  // both fp32, a compact store, which a ps member with a store on disk refuses.
+  ValueFormat row_format = ValueFormat::fp32;
+  ValueFormat state_format = ValueFormat::fp32;
   bool operator==(const JobSpec&) const = default;
 };
 

@@ -125,6 +125,14 @@ Expected<OptimizerKind> parse_optimizer(const std::string& name) {
                                "\", expected one of sgd, adagrad, ftrl, adam");
 }
 
+Status check_state_format(OptimizerKind kind, ValueFormat state) {
+  if (kind == OptimizerKind::adam && state == ValueFormat::int8)
+    return Status::invalid_input(
+        "--state-format int8: Adam's second moments round to zero in 8 bits beside first moments "
+        "that do not, and its steps diverge; use --state-format fp16 or bf16");
+  return {};
+}
+
 const char* to_string(OptimizerKind kind) {
   switch (kind) {
     case OptimizerKind::sgd:

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/value_format.h"
 
 namespace colony {
 
@@ -39,6 +40,10 @@ struct OptimizerConfig {
 // Parses "sgd", "adagrad", "ftrl" or "adam".
 Expected<OptimizerKind> parse_optimizer(const std::string& name);
 const char* to_string(OptimizerKind kind);
+// Whether `kind`'s state may be kept in `state` format (a job's --state-format). Fails with
+// invalid_input naming the flag for Adam in int8: a second moment rounded to zero beside a first
+// moment that is not divides the step by epsilon (measured: a run that diverged).
+Status check_state_format(OptimizerKind kind, ValueFormat state);
 // The defaults of each optimizer for Colony's sparse CTR models (step size, and for FTRL its
 // L1/L2 strengths), chosen by measurement on `colony gen` data (docs/benchmarks.md).
 OptimizerConfig default_optimizer_config(OptimizerKind kind);

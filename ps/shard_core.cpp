@@ -5,6 +5,7 @@
 
 #include "common/bf16.h"
 #include "common/finite.h"
+#include "common/fp16.h"
 #include "common/int8.h"
 
 namespace colony {
@@ -48,12 +49,14 @@ Expected<std::vector<RowPart>> ShardCore::row_parts(const ShardConfig& config, V
                                                     ValueFormat state) {
   auto optimizer = make_optimizer(config.optimizer);
   if (!optimizer) return optimizer.status();
+  if (Status s = check_state_format(config.optimizer.kind, state); !s.ok()) return s;
   std::vector<RowPart> parts{{config.width, values}};
   // The state is vectors of `width` (Adagrad's sums, FTRL's z, n and w0, Adam's m and v), each
   // with a scale of its own, then any scalars (Adam's step count), kept exact.
   const size_t n = (*optimizer)->state_floats(config.width);
   for (size_t i = 0; i + config.width <= n; i += config.width)
-    parts.push_back({config.width, state, state == ValueFormat::int8});
+    parts.push_back(
+        {config.width, state, state == ValueFormat::int8 || state == ValueFormat::fp16});
   if (n % config.width) parts.push_back({n % config.width, ValueFormat::fp32});
   if (config.evict_after) parts.push_back({1, ValueFormat::fp32});
   return parts;
@@ -317,6 +320,9 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
   if (config_.wire_format == ValueFormat::bf16 && min_clock_ != clock_done) {
     for (float& v : values) v = round_bf16(v);
     reply.format = ValueFormat::bf16;
+  } else if (config_.wire_format == ValueFormat::fp16 && min_clock_ != clock_done) {
+    for (float& v : values) v = round_fp16(v);
+    reply.format = ValueFormat::fp16;
   } else if (config_.wire_format == ValueFormat::int8 && min_clock_ != clock_done) {
     reply.scales.resize(n);
     for (size_t i = 0; i < n; ++i)

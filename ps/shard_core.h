@@ -154,9 +154,10 @@ class ShardCore {
   // optimizer setting.
   static Expected<size_t> row_floats(const ShardConfig& config);
   // The parts of such a row for a compact store (storage/compact_store.h): the width in
-  // `values` format; each of the optimizer's state vectors in `state` format, and its scalars
+  // `values` format; each of the optimizer's state vectors in `state` format (in int8 and fp16,
+  // as square roots: RowPart::root), and its scalars
   // (Adam's step count) in fp32; the clock (with evict_after) in fp32. Scalars and clocks stay
-  // exact. Fails as row_floats does.
+  // exact. Fails as row_floats does, and as check_state_format (ps/optimizer.h).
   static Expected<std::vector<RowPart>> row_parts(const ShardConfig& config, ValueFormat values,
                                                   ValueFormat state);
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/bf16.h"
+#include "common/fp16.h"
 #include "common/hash.h"
 #include "common/int8.h"
 
@@ -37,27 +38,33 @@ CompactRowStore::CompactRowStore(std::vector<RowPart> parts, size_t row_floats,
 void CompactRowStore::decode(const float* encoded, float* row) const {
   const auto* in = reinterpret_cast<const unsigned char*>(encoded);
   for (const RowPart& p : parts_) {
+    auto each16 = [&](float (*from)(uint16_t)) {
+      for (size_t j = 0; j < p.floats; ++j) {
+        uint16_t b;
+        std::memcpy(&b, in + 2 * j, sizeof b);
+        row[j] = from(b);
+      }
+    };
     switch (p.format) {
       case ValueFormat::fp32:
         std::memcpy(row, in, p.floats * sizeof(float));
         break;
       case ValueFormat::bf16:
-        for (size_t j = 0; j < p.floats; ++j) {
-          uint16_t b;
-          std::memcpy(&b, in + 2 * j, sizeof b);
-          row[j] = from_bf16(b);
-        }
+        each16(from_bf16);
+        break;
+      case ValueFormat::fp16:
+        each16(from_fp16);
         break;
       case ValueFormat::int8: {
         float s;
         std::memcpy(&s, in, sizeof s);
         const auto* q = reinterpret_cast<const int8_t*>(in + sizeof s);
         for (size_t j = 0; j < p.floats; ++j) row[j] = int8_value(s, q[j]);
-        if (p.root)
-          for (size_t j = 0; j < p.floats; ++j) row[j] *= std::fabs(row[j]);
         break;
       }
     }
+    if (p.root && p.format != ValueFormat::fp32)
+      for (size_t j = 0; j < p.floats; ++j) row[j] *= std::fabs(row[j]);
     in += colony::row_bytes(p.format, p.floats);
     row += p.floats;
   }
@@ -69,20 +76,26 @@ void CompactRowStore::encode(uint64_t key, float* row, float* encoded) {
   size_t first = 0;  // the part's first float in the row: with seed, its values' randomness
   for (const RowPart& p : parts_) {
     auto random = [&](size_t j) { return uint32_t(mix64(seed + first + j) >> 32); };
+    auto each16 = [&](float (*round)(float, uint32_t), uint16_t (*to)(float)) {
+      for (size_t j = 0; j < p.floats; ++j) {
+        const uint16_t b = to(round(row[j], random(j)));
+        std::memcpy(out + 2 * j, &b, sizeof b);
+      }
+    };
+    if (p.root && p.format != ValueFormat::fp32)
+      for (size_t j = 0; j < p.floats; ++j)
+        row[j] = std::copysign(std::sqrt(std::fabs(row[j])), row[j]);
     switch (p.format) {
       case ValueFormat::fp32:
         std::memcpy(out, row, p.floats * sizeof(float));
         break;
       case ValueFormat::bf16:
-        for (size_t j = 0; j < p.floats; ++j) {
-          const uint16_t b = to_bf16(round_bf16_stochastic(row[j], random(j)));
-          std::memcpy(out + 2 * j, &b, sizeof b);
-        }
+        each16(round_bf16_stochastic, to_bf16);
+        break;
+      case ValueFormat::fp16:
+        each16(round_fp16_stochastic, to_fp16);
         break;
       case ValueFormat::int8: {
-        if (p.root)
-          for (size_t j = 0; j < p.floats; ++j)
-            row[j] = std::copysign(std::sqrt(std::fabs(row[j])), row[j]);
         const float s = round_int8_row_stochastic({row, p.floats}, random);
         const float inverse = int8_inverse(s);
         std::memcpy(out, &s, sizeof s);

@@ -1,13 +1,13 @@
 // Rows in memory in fewer bytes: each row is kept encoded, part by part (its values in one
 // format, its optimizer state in another), and decoded while a batch uses it (the batch
 // protocol of storage/row_store.h). A job's --row-format and --state-format choose the parts'
-// formats (common/value_format.h): fp32, bf16 (2 bytes a value) or int8 (1 byte a value and a
-// float32 scale a part).
+// formats (common/value_format.h): fp32, bf16 or fp16 (2 bytes a value) or int8 (1 byte a value
+// and a float32 scale a part).
 //
 // Writing a row back rounds each value stochastically, to one of its two neighbours in the
 // format with the probability that makes the mean the value itself (common/bf16.h,
-// common/int8.h): small updates to a row are kept in expectation instead of being rounded
-// away. The randomness is a hash of the key and a count of the store's writes, so a run is
+// common/fp16.h, common/int8.h): small updates to a row are kept in expectation instead of being
+// rounded away. The randomness is a hash of the key and a count of the store's writes, so a run is
 // reproducible. A part in fp32 is kept bit for bit: a store of fp32 parts only gives what
 // MemoryRowStore gives.
 //
@@ -34,9 +34,10 @@ namespace colony {
 struct RowPart {
   size_t floats = 0;
   ValueFormat format = ValueFormat::fp32;
-  // int8 only: keep the codes of sign(v) sqrt(|v|) (and square them back), which spreads 127
-  // steps over a range of values 127^2 wide: optimizer state (sums of squared gradients) spans
-  // orders of magnitude within a row, which the 127 even steps of plain int8 round to 0.
+  // Keep sign(v) sqrt(|v|) in the format (and square it back; ignored in fp32). For optimizer
+  // state, whose sums of squared gradients span orders of magnitude within a row: int8's 127
+  // even steps then cover a range 127^2 wide instead of rounding the small sums to 0, and
+  // fp16's largest value, 65504, stands for 4.3e9.
   bool root = false;
 };
 

@@ -84,6 +84,15 @@ std::string to_string(const StoreSpec& spec) {
   return "?";
 }
 
+Status set_compact_parts(StoreSpec& spec, std::vector<RowPart> parts, const std::string& flags) {
+  if (spec.kind != StoreKind::memory)
+    return Status::invalid_input(fmt::format(
+        "{}: rows in fewer bits are kept by the memory store only; --store {} keeps them in fp32",
+        flags, to_string(spec)));
+  spec.compact_parts = std::move(parts);
+  return {};
+}
+
 std::string shard_store_path(const std::string& dir, uint32_t shard_index) {
   return (std::filesystem::path(dir) / fmt::format("shard-{}", shard_index)).string();
 }

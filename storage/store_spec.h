@@ -72,6 +72,11 @@ Status set_resume(StoreSpec& spec, bool resume);
 // cannot give it (log or fsync of the memory store, which keeps nothing on disk).
 Status set_durability(StoreSpec& spec, Durability durability);
 
+// Gives `spec` the row parts of a compact store (StoreSpec::compact_parts) for a job's
+// `--row-format ROWS --state-format STATE` (`flags`, as given). Fails with invalid_input naming
+// them when the store is not the memory store (rows on disk stay fp32).
+Status set_compact_parts(StoreSpec& spec, std::vector<RowPart> parts, const std::string& flags);
+
 // DIR/shard-<index>.
 std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 

@@ -74,6 +74,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --state-format fp8",
                            "train --engine local --row-format bf16",
                            "train --store rocksdb:no-such-dir/x --state-format int8",
+                           "train --optimizer adam --state-format int8",
+                           "coordinator --listen tcp://127.0.0.1:1 --insecure --optimizer adam "
+                           "--state-format int8",
                            "coordinator --listen tcp://127.0.0.1:1 --insecure --wire-format int4",
                            "train --engine gpu",
                            "train --max-inflight 0",
@@ -353,7 +356,7 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   const std::string files =
       " --data " + (data / "train.libsvm").string() + " --test " + (data / "test.libsvm").string();
   std::map<std::string, nlohmann::json> got;
-  for (const char* format : {"fp32", "bf16", "int8"}) {
+  for (const char* format : {"fp32", "bf16", "fp16", "int8"}) {
     const fs::path report = dir / (std::string("wire-") + format + ".json");
     r = run(std::string("train --shards 2 --workers 2 --wire-format ") + format + " --report " +
             report.string() + files);
@@ -379,6 +382,13 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   BOOST_TEST(got["bf16"]["wire_bytes_per_sample"].get<double>() == pulled16 + bytes16,
              boost::test_tools::tolerance(1e-9));
   BOOST_TEST(got["bf16"]["bytes_per_row"].get<double>() > 9 * 4);  // fp32 rows and their state
+  // fp16: as many bytes as bf16, the same quality bounds.
+  BOOST_TEST(got["fp16"]["push_bytes_per_sample"].get<double>() == bytes16);
+  BOOST_TEST(got["fp16"]["pull_bytes_per_sample"].get<double>() == pulled16);
+  BOOST_TEST_MESSAGE("test logloss fp16 " << got["fp16"]["test_logloss"].get<double>());
+  BOOST_TEST(std::abs(got["fp16"]["test_logloss"].get<double>() - fp32) <= 0.005 * fp32);
+  BOOST_TEST(std::abs(got["fp16"]["test_auc"].get<double>() -
+                      got["fp32"]["test_auc"].get<double>()) <= 0.002);
   // int8: a byte a value and a 4-byte scale a row, 21 bytes with the key, both ways; the same
   // quality bounds.
   const double int8 = got["int8"]["test_logloss"].get<double>();

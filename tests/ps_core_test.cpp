@@ -13,6 +13,7 @@
 
 #include "common/bf16.h"
 #include "common/finite.h"
+#include "common/fp16.h"
 #include "common/int8.h"
 #include "data/generator.h"
 #include "data/reader.h"
@@ -653,6 +654,11 @@ BOOST_AUTO_TEST_CASE(shard_over_a_compact_store_gives_the_memory_stores_rows) {
     return std::move(ShardCore::make(sc, std::move(CompactRowStore::make(parts).value())).value());
   };
   auto fp32 = compact(ValueFormat::fp32), int8 = compact(ValueFormat::int8);
+  // Adam's state is refused in int8 (check_state_format), taken in fp16.
+  ShardConfig adam = sc;
+  adam.optimizer = default_optimizer_config(OptimizerKind::adam);
+  BOOST_TEST(!ShardCore::row_parts(adam, ValueFormat::int8, ValueFormat::int8).ok());
+  BOOST_TEST(ShardCore::row_parts(adam, ValueFormat::int8, ValueFormat::fp16).value().size() == 4u);
   std::vector<uint64_t> keys;
   for (uint64_t i = 0; i < 50; ++i) keys.push_back(make_key(1 + i % 3, i));
   std::vector<float> grads(keys.size() * 3);
@@ -902,6 +908,22 @@ std::pair<std::vector<double>, uint64_t> mean_pushed(ValueFormat format,
   return {sum, client->push_bytes()};
 }
 
+// Pushes in a 2-byte `format` of relative spacing 2^spacing_log2: each `check`ed, their mean over
+// many steps the gradient (it errs by about spacing / sqrt(steps), and at most 5 times that
+// here), and a key and two bytes a value each.
+template <class Check>
+void check_pushes_unbiased(ValueFormat format, int spacing_log2, Check check) {
+  const std::vector<float> grads = {1e-3f, -0.3f, 12345.678f};
+  const uint32_t steps = 4000;
+  const auto [mean, bytes] = mean_pushed(format, grads, steps, check);
+  for (size_t j = 0; j < 3; ++j) {
+    const double spacing = std::abs(grads[j]) * std::ldexp(1.0, spacing_log2);
+    BOOST_TEST(std::abs(mean[j] - grads[j]) < 5 * spacing / std::sqrt(double(steps)),
+               j << ": mean " << mean[j] << " of " << grads[j]);
+  }
+  BOOST_TEST(bytes == steps * (8u + 3 * 2u));
+}
+
 // --wire-format int8: a reply's rows are each rounded to the nearest of its scale's codes, with
 // the scales beside them, while the shard's rows stay fp32 (and reads after training get them
 // whole); a client's pushed rows are rounded stochastically, reproducibly and without bias.
@@ -983,17 +1005,35 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_ro
   BOOST_TEST((std::get<PullReply>(out[0].message).format == ValueFormat::fp32));
   BOOST_TEST(std::get<PullReply>(out[0].message).values[0] == row);
 
-  const std::vector<float> grads = {1e-3f, -0.3f, 12345.678f};
-  const uint32_t steps = 4000;
-  const auto [mean, bytes] = mean_pushed(ValueFormat::bf16, grads, steps, [](const PushRequest& p) {
+  // bf16's relative spacing is 2^-7.
+  check_pushes_unbiased(ValueFormat::bf16, -7, [](const PushRequest& p) {
     for (float g : p.grads) BOOST_REQUIRE(is_bf16(g));
   });
-  for (size_t j = 0; j < 3; ++j) {
-    // bf16's relative spacing is 2^-7; the mean of `steps` draws errs by about
-    // spacing / sqrt(steps), and at most 5 times that here.
-    const double spacing = std::abs(grads[j]) * std::ldexp(1.0, -7);
-    BOOST_TEST(std::abs(mean[j] - grads[j]) < 5 * spacing / std::sqrt(double(steps)),
-               j << ": mean " << mean[j] << " of " << grads[j]);
-  }
-  BOOST_TEST(bytes == steps * (8u + 3 * 2u));  // a key and three bf16 values
+}
+
+// --wire-format fp16: replies rounded to the nearest fp16 (saturating at +-65504), pushes
+// stochastically (their mean is the gradient), two bytes a value; the rows stay fp32.
+BOOST_AUTO_TEST_CASE(fp16_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
+  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
+  sgd.lr = 1.0f;
+  ShardConfig sc{0, 0, 2, sgd, RowInit{}, Consistency{}, {7}, ShardMapSpec{1, 1, 16, 0}};
+  sc.wire_format = ValueFormat::fp16;
+  auto shard = std::move(ShardCore::make(sc).value());
+  const uint64_t key = make_key(1, 1);
+  Outbox out;
+  shard->on_message(PushRequest{{7, 1, 1}, 1, {key}, {-0.1f, -1e6f}}, out);  // 0 -> 0.1, 1e6
+  shard->on_message(PullRequest{{7, 2, 1}, 1, 7, {key}}, out);
+  const auto& reply = std::get<PullReply>(out.back().message);
+  BOOST_TEST((reply.format == ValueFormat::fp16));
+  BOOST_TEST(reply.values[0] == round_fp16(0.1f));
+  BOOST_TEST(reply.values[0] != 0.1f);
+  BOOST_TEST(reply.values[1] == fp16_max);  // saturated, not infinite
+  std::vector<float> row(2);
+  shard->row_value(key, row);
+  BOOST_TEST(row == (std::vector<float>{0.1f, 1e6f}));  // kept in fp32
+
+  // fp16's relative spacing is 2^-10 (normal values).
+  check_pushes_unbiased(ValueFormat::fp16, -10, [](const PushRequest& p) {
+    for (float g : p.grads) BOOST_REQUIRE(is_fp16(g));
+  });
 }

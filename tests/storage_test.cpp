@@ -14,10 +14,12 @@
 #include <string>
 
 #include "common/bf16.h"
+#include "common/fp16.h"
 #include "common/hash.h"
 #include "storage/compact_store.h"
 #include "storage/dense_file.h"
 #include "storage/row_table.h"
+#include "storage/store_spec.h"
 #include "tests/temp_dir.h"
 
 using namespace colony;
@@ -246,6 +248,23 @@ BOOST_AUTO_TEST_CASE(a_cleared_table_is_empty_and_fills_again) {
   }
 }
 
+// A compact store is a memory store: a store on disk refuses compact parts, naming the flags; a
+// memory store's parts must add up to the rows' floats.
+BOOST_AUTO_TEST_CASE(only_the_memory_store_takes_compact_rows) {
+  StoreSpec disk = parse_store_spec("rocksdb:/nonexistent/x", 0).value();
+  const Status refused = set_compact_parts(disk, {{9, ValueFormat::int8}}, "--row-format int8");
+  BOOST_TEST(!refused.ok());
+  BOOST_TEST(refused.message().find("--row-format int8: rows in fewer bits are kept by the memory "
+                                    "store only") != std::string::npos,
+             refused.message());
+  BOOST_TEST(disk.compact_parts.empty());
+  StoreSpec memory = parse_store_spec("memory", 0).value();
+  BOOST_TEST(set_compact_parts(memory, {{9, ValueFormat::int8}, {9, ValueFormat::bf16}}, "x").ok());
+  BOOST_TEST(memory.compact_parts.size() == 2u);
+  BOOST_TEST(open_shard_store(memory, StoreIdentity{"c", 0, 1, 18}).value()->row_bytes() == 32u);
+  BOOST_TEST(!open_shard_store(memory, StoreIdentity{"c", 0, 1, 19}).ok());
+}
+
 BOOST_AUTO_TEST_CASE(a_compact_store_refuses_rows_without_floats) {
   BOOST_TEST(!CompactRowStore::make({}).ok());
   BOOST_TEST(!CompactRowStore::make({{4, ValueFormat::int8}, {0, ValueFormat::fp32}}).ok());
@@ -291,17 +310,18 @@ BOOST_AUTO_TEST_CASE(a_compact_store_of_fp32_parts_keeps_rows_exactly) {
 // bf16 and int8 parts take 2 and 1 bytes a value (and a scale a part), and keep each value
 // within the format's step.
 BOOST_AUTO_TEST_CASE(a_compact_store_keeps_values_within_their_formats_step) {
-  auto store =
-      std::move(CompactRowStore::make(
-                    {{8, ValueFormat::int8}, {8, ValueFormat::bf16}, {1, ValueFormat::fp32}})
-                    .value());
-  BOOST_TEST(store->row_bytes() == 32u);  // 8 + 4, 16, 4
+  auto store = std::move(CompactRowStore::make({{8, ValueFormat::int8},
+                                                {8, ValueFormat::bf16},
+                                                {1, ValueFormat::fp32},
+                                                {4, ValueFormat::fp16}})
+                             .value());
+  BOOST_TEST(store->row_bytes() == 40u);  // 8 + 4, 16, 4, 8
   std::vector<std::vector<float>> written;
   for (uint64_t k = 0; k < 200; ++k) {
     float* row = store->find_or_insert(k).first;
     written.emplace_back();
-    for (size_t j = 0; j < 17; ++j)
-      written.back().push_back(row[j] = float(int64_t(mix64(k * 17 + j) % 20001) - 10000) / 997);
+    for (size_t j = 0; j < 21; ++j)
+      written.back().push_back(row[j] = float(int64_t(mix64(k * 21 + j) % 20001) - 10000) / 997);
   }
   BOOST_TEST(store->commit().ok());
   for (uint64_t k = 0; k < 200; ++k) {
@@ -315,6 +335,10 @@ BOOST_AUTO_TEST_CASE(a_compact_store_keeps_values_within_their_formats_step) {
       BOOST_TEST(std::fabs(row[j] - w[j]) <= std::fabs(w[j]) / 128);
     }
     BOOST_TEST(row[16] == w[16]);
+    for (size_t j = 17; j < 21; ++j) {
+      BOOST_TEST(is_fp16(row[j]));
+      BOOST_TEST(std::fabs(row[j] - w[j]) <= std::fabs(w[j]) / 1024 + 1e-7f);
+    }
   }
   BOOST_TEST(store->commit().ok());
 }

@@ -17,6 +17,7 @@
 #include "actors/envelope.h"
 #include "actors/wire.capnp.h"
 #include "common/bf16.h"
+#include "common/fp16.h"
 #include "common/hash.h"
 #include "common/int8.h"
 
@@ -247,6 +248,13 @@ std::vector<float> random_bf16s(SplitMix64& rng, size_t n) {
   return v;
 }
 
+// Random floats that fp16 holds exactly, as a shard's or client's fp16 values are.
+std::vector<float> random_fp16s(SplitMix64& rng, size_t n) {
+  std::vector<float> v = random_floats(rng, n);
+  for (auto& x : v) x = round_fp16(x * 1e3f);
+  return v;
+}
+
 // One message of each kind with random contents.
 PullReply int8_reply(SplitMix64& rng, size_t rows, size_t width) {
   PullReply r{random_header(rng), static_cast<uint32_t>(rng.next()), {}, ValueFormat::int8};
@@ -274,6 +282,10 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                 ValueFormat::bf16},
       PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
                   random_bf16s(rng, n * width), ValueFormat::bf16},
+      PullReply{random_header(rng), static_cast<uint32_t>(rng.next()), random_fp16s(rng, n * width),
+                ValueFormat::fp16},
+      PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
+                  random_fp16s(rng, n * width), ValueFormat::fp16},
       PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
                   random_floats(rng, n * width), ValueFormat::fp32, true},  // a part
       int8_reply(rng, n, width),
@@ -444,6 +456,8 @@ JobSpec random_job(SplitMix64& rng) {
   j.skip_not_finite = rng.next() % 2 == 1;
   j.wire_format = ValueFormat(rng.next() % (value_format_max + 1));
   j.part_bytes = part_bytes_min + rng.next() % (part_bytes_max - part_bytes_min + 1);
+  j.row_format = ValueFormat(rng.next() % (value_format_max + 1));
+  j.state_format = ValueFormat(rng.next() % (value_format_max + 1));
   return j;
 }
 
@@ -807,9 +821,9 @@ BOOST_AUTO_TEST_CASE(values_in_an_unknown_format_or_of_odd_length_are_refused) {
               [&](wire::PsMessage::Builder ps) {
                 auto r = ps.initPullReply();
                 r.setValues(kj::arrayPtr(eight, 8));
-                r.setFormat(3);
+                r.setFormat(4);
               }),
-       "pull reply values in unknown value format 3"},
+       "pull reply values in unknown value format 4"},
       {raw_ps(1,
               [&](wire::PsMessage::Builder ps) {
                 auto r = ps.initPullReply();
@@ -877,6 +891,53 @@ BOOST_AUTO_TEST_CASE(bf16_rounding_is_nearest_or_unbiased) {
     BOOST_TEST(sum / 65536 == double(v), boost::test_tools::tolerance(1e-6));
     BOOST_TEST(to_bf16(round_bf16(v)) == to_bf16(round_bf16(from_bf16(to_bf16(round_bf16(v))))));
   }
+}
+
+// fp16 (IEEE half): nearest rounding, ties to even; stochastic rounding's mean over its random
+// bits is the value, in the normal and the subnormal range; both saturate at +-65504 and keep NaN
+// and the infinities; the bits come back exactly.
+BOOST_AUTO_TEST_CASE(fp16_rounding_is_nearest_or_unbiased_and_saturates) {
+  const float step = std::ldexp(1.0f, -10);  // fp16's spacing in [1, 2)
+  BOOST_TEST(round_fp16(1.0f + step * 0.49f) == 1.0f);
+  BOOST_TEST(round_fp16(1.0f + step * 0.51f) == 1.0f + step);
+  BOOST_TEST(round_fp16(1.0f + step * 0.5f) == 1.0f);             // a tie, to even
+  BOOST_TEST(round_fp16(1.0f + step * 1.5f) == 1.0f + 2 * step);  // a tie, to even
+  BOOST_TEST(round_fp16(-(1.0f + step * 0.51f)) == -(1.0f + step));
+  BOOST_TEST(round_fp16(1e6f) == fp16_max);
+  BOOST_TEST(round_fp16(-70000.0f) == -fp16_max);
+  BOOST_TEST(round_fp16_stochastic(1e9f, 0xFFFFFFFFu) == fp16_max);
+  BOOST_TEST(round_fp16(INFINITY) == INFINITY);
+  BOOST_TEST(round_fp16_stochastic(-INFINITY, 7) == -INFINITY);
+  BOOST_TEST(std::isnan(round_fp16(std::nanf(""))));
+  BOOST_TEST(std::isnan(round_fp16_stochastic(std::nanf(""), 7)));
+  BOOST_TEST(round_fp16(1e-9f) == 0.0f);
+  SplitMix64 rng(15);
+  for (int trial = 0; trial < 24; ++trial) {
+    // From 1e-7 (subnormal) to 1e4.
+    const float v = static_cast<float>((rng.uniform() * 2 - 1) * std::pow(10.0, trial % 12 - 7));
+    double sum = 0;
+    constexpr uint32_t n = 1u << 16;
+    for (uint32_t r = 0; r < n; ++r) {  // random values evenly over 2^32: the mean within 2^-16
+      const float x = round_fp16_stochastic(v, r << 16);
+      BOOST_REQUIRE(is_fp16(x));
+      sum += x;
+    }
+    const float gap = std::fabs(round_fp16_stochastic(v, 0) - round_fp16_stochastic(v, ~0u));
+    BOOST_TEST(std::fabs(sum / n - double(v)) <= double(gap) * 0x1p-15 + 1e-12, v);
+    BOOST_TEST(from_fp16(to_fp16(round_fp16(v))) == round_fp16(v));
+  }
+}
+
+// --wire-format fp16: two bytes a value, and back bit for bit.
+BOOST_AUTO_TEST_CASE(fp16_values_take_half_the_bytes_and_come_back_exactly) {
+  SplitMix64 rng(16);
+  const std::vector<uint64_t> keys = random_keys(rng, 1000);
+  const PushRequest fp32{random_header(rng), 4, keys, random_fp16s(rng, keys.size() * 8)};
+  PushRequest fp16 = fp32;
+  fp16.format = ValueFormat::fp16;
+  const auto wide = encode_ps_message(fp32, 1).value(), narrow = encode_ps_message(fp16, 1).value();
+  BOOST_TEST(wide.size() - narrow.size() >= keys.size() * 8 * 2);
+  BOOST_TEST(same(fp16, decode_ps_message(narrow, 1).value()));
 }
 
 // int8 rows: nearest rounding gives values that the codes give back; stochastic rounding's mean
@@ -959,11 +1020,20 @@ BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) 
 
 // Issue 14: a job's durability off the wire is one the stores know, or the Welcome is refused.
 BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_wire_format_is_refused) {
-  const auto bytes = raw_welcome([](wire::JobSpec::Builder job) { job.setWireFormat(3); });
+  const auto bytes = raw_welcome([](wire::JobSpec::Builder job) { job.setWireFormat(4); });
   auto back = decode_wire_message(bytes, 1);
   BOOST_REQUIRE(!back.ok());
-  BOOST_TEST(back.status().message().find("unknown wire format 3") != std::string::npos,
+  BOOST_TEST(back.status().message().find("unknown wire format 4") != std::string::npos,
              back.status().message());
+  // The shards' row and state formats likewise (--row-format, --state-format).
+  back =
+      decode_wire_message(raw_welcome([](wire::JobSpec::Builder job) { job.setRowFormat(7); }), 1);
+  BOOST_REQUIRE(!back.ok());
+  BOOST_TEST(back.status().message().find("unknown row format 7") != std::string::npos);
+  back = decode_wire_message(
+      raw_welcome([](wire::JobSpec::Builder job) { job.setStateFormat(255); }), 1);
+  BOOST_REQUIRE(!back.ok());
+  BOOST_TEST(back.status().message().find("unknown state format 255") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_job_with_message_parts_out_of_range_is_refused) {

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/bf16.h"
+#include "common/fp16.h"
 #include "common/hash.h"
 #include "common/int8.h"
 
@@ -134,6 +135,18 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
             const uint64_t bits = mix64(p.keys[k] ^ step ^ ((j / 2) * 0x9e3779b97f4a7c15ULL));
             return static_cast<uint32_t>(j % 2 ? bits >> 32 : bits);
           });
+      }
+      if (options_.wire_format == ValueFormat::fp16) {
+        p.format = ValueFormat::fp16;
+        for (size_t k = 0; k < p.keys.size(); ++k)
+          for (size_t j = 0; j < width; j += 2) {
+            // 64 random bits for two values
+            const uint64_t bits = mix64(p.keys[k] ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
+            for (size_t i = j; i < std::min(j + 2, width); ++i) {
+              float& v = g[k * width + i];
+              v = round_fp16_stochastic(v, static_cast<uint32_t>(i == j ? bits : bits >> 32));
+            }
+          }
       }
       if (options_.wire_format == ValueFormat::bf16) {
         p.format = ValueFormat::bf16;
