@@ -879,6 +879,16 @@ BOOST_AUTO_TEST_CASE(the_aggregator_refuses_pulls_out_of_protocol) {
   }
 }
 
+// A shard of one map slot range for sender 7, rows of `width` floats updated by SGD at step 1
+// (a push of g subtracts g), whose pull replies travel in `wire_format`.
+std::unique_ptr<ShardCore> sgd_shard(size_t width, ValueFormat wire_format) {
+  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
+  sgd.lr = 1.0f;
+  ShardConfig sc{0, 0, width, sgd, RowInit{}, Consistency{}, {7}, ShardMapSpec{1, 1, 16, 0}};
+  sc.wire_format = wire_format;
+  return std::move(ShardCore::make(sc).value());
+}
+
 // --wire-format bf16: a shard rounds the rows it sends to the nearest bf16 value but keeps them
 // fp32, so updates smaller than bf16's spacing still add up; a client rounds each gradient it
 // pushes stochastically, the same way in every run, and without bias: averaged over many steps,
@@ -928,12 +938,7 @@ void check_pushes_unbiased(ValueFormat format, int spacing_log2, Check check) {
 // the scales beside them, while the shard's rows stay fp32 (and reads after training get them
 // whole); a client's pushed rows are rounded stochastically, reproducibly and without bias.
 BOOST_AUTO_TEST_CASE(int8_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
-  ShardMapSpec spec{1, 1, 16, 0};
-  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
-  sgd.lr = 1.0f;
-  ShardConfig sc{0, 0, 3, sgd, RowInit{}, Consistency{}, {7}, spec};
-  sc.wire_format = ValueFormat::int8;
-  auto shard = std::move(ShardCore::make(sc).value());
+  auto shard = sgd_shard(3, ValueFormat::int8);
   const uint64_t key = make_key(1, 1);
   std::vector<float> init(3);
   shard->row_value(key, init);
@@ -975,12 +980,7 @@ BOOST_AUTO_TEST_CASE(int8_on_the_wire_rounds_replies_and_pushes_but_never_the_ro
 }
 
 BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
-  ShardMapSpec spec{1, 1, 16, 0};
-  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
-  sgd.lr = 1.0f;
-  ShardConfig sc{0, 0, 1, sgd, RowInit{}, Consistency{}, {7}, spec};
-  sc.wire_format = ValueFormat::bf16;
-  auto shard = std::move(ShardCore::make(sc).value());
+  auto shard = sgd_shard(1, ValueFormat::bf16);
   const uint64_t key = make_key(1, 1);
   Outbox out;
   // Ten steps of -1e-4 from 1: each far below bf16's spacing at 1 (2^-7), together 1e-3.
@@ -1014,11 +1014,7 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_ro
 // --wire-format fp16: replies rounded to the nearest fp16 (saturating at +-65504), pushes
 // stochastically (their mean is the gradient), two bytes a value; the rows stay fp32.
 BOOST_AUTO_TEST_CASE(fp16_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
-  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
-  sgd.lr = 1.0f;
-  ShardConfig sc{0, 0, 2, sgd, RowInit{}, Consistency{}, {7}, ShardMapSpec{1, 1, 16, 0}};
-  sc.wire_format = ValueFormat::fp16;
-  auto shard = std::move(ShardCore::make(sc).value());
+  auto shard = sgd_shard(2, ValueFormat::fp16);
   const uint64_t key = make_key(1, 1);
   Outbox out;
   shard->on_message(PushRequest{{7, 1, 1}, 1, {key}, {-0.1f, -1e6f}}, out);  // 0 -> 0.1, 1e6
