@@ -14,6 +14,7 @@
 #include "cli/metrics_flags.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
+#include "cli/value_format_flags.h"
 #include "models/model.h"
 #include "worker/train_job.h"
 #include "worker/wiring.h"
@@ -99,10 +100,7 @@ struct CoordinatorArgs {
   uint32_t shards = 1, workers = 1;
   ModelFlags flags;
   std::string optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
-  std::string wire_format = "fp32";
-  std::string row_format = "fp32";
-  std::string state_format = "fp32";
-  size_t part_bytes = part_bytes_default;
+  ValueFormatFlags formats;
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
   uint32_t batch = 512, epochs = 1, max_inflight = 2;
   uint64_t seed = 1, skip_bad_lines = 0;
@@ -154,21 +152,7 @@ Runner add_coordinator(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Seed for initialisation and the shard map")
       ->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
-  cmd->add_option("--wire-format", a->wire_format,
-                  "How pull replies and pushes carry rows and gradients: fp32, bf16, fp16 or int8")
-      ->capture_default_str();
-  cmd->add_option("--part-bytes", a->part_bytes,
-                  "The largest message of a pull or push: a larger request to a shard travels in "
-                  "parts of at most this many bytes")
-      ->check(CLI::Range(part_bytes_min, part_bytes_max))
-      ->capture_default_str();
-  cmd->add_option("--row-format", a->row_format,
-                  "How the shards keep rows' values: fp32, bf16, fp16 or int8 (ps members with the "
-                  "memory store only)")
-      ->capture_default_str();
-  cmd->add_option("--state-format", a->state_format,
-                  "How the shards keep the optimizer's state: fp32, bf16, fp16 or int8")
-      ->capture_default_str();
+  add_value_format_flags(cmd, a->formats);
   cmd->add_option("--push", a->push, "hierarchical (one aggregator per worker member) or flat")
       ->capture_default_str();
   cmd->add_option("--max-inflight", a->max_inflight, "Steps whose pulls a worker keeps in flight")
@@ -314,20 +298,12 @@ Runner add_coordinator(CLI::App& app) {
     if (!consistency)
       return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     j.consistency = *consistency;
-    auto wire_format = parse_value_format(a->wire_format);
-    if (!wire_format)
-      return fail(Status::invalid_input("--wire-format: " + wire_format.status().message()));
-    j.wire_format = *wire_format;
-    for (auto [flag, text, format] :
-         {std::tuple{"--row-format", &a->row_format, &j.row_format},
-          std::tuple{"--state-format", &a->state_format, &j.state_format}}) {
-      auto parsed = parse_value_format(*text, flag + 2);
-      if (!parsed)
-        return fail(Status::invalid_input(std::string(flag) + ": " + parsed.status().message()));
-      *format = *parsed;
-    }
-    if (Status s = check_state_format(j.optimizer.kind, j.state_format); !s.ok()) return fail(s);
-    j.part_bytes = a->part_bytes;
+    auto formats = parse_value_format_flags(a->formats, j.optimizer.kind);
+    if (!formats) return fail(formats.status());
+    j.wire_format = formats->wire;
+    j.row_format = formats->row;
+    j.state_format = formats->state;
+    j.part_bytes = formats->part_bytes;
     if (a->push != "flat" && a->push != "hierarchical")
       return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
     j.hierarchical = a->push == "hierarchical";
@@ -385,10 +361,6 @@ Runner add_coordinator(CLI::App& app) {
         {"pushes_resent", r->totals.counters.pushes_resent},
         {"replies_dropped", r->totals.counters.replies_dropped},
         {"consistency", to_string(j.consistency)},
-        {"wire_format", to_string(j.wire_format)},
-        {"part_bytes", j.part_bytes},
-        {"row_format", to_string(j.row_format)},
-        {"state_format", to_string(j.state_format)},
         {"push", a->push},
         {"model", a->flags.model},
         {"optimizer", a->optimizer},
@@ -452,6 +424,7 @@ Runner add_coordinator(CLI::App& app) {
                                               {"test_auc", optional_number(r->test_auc)}}})},
     };
     report_model(rep, model_spec(j), dense_optimizer_config(j), j.dense_sync_every);
+    report_value_formats(rep, *formats);
     // As `colony train` does: data made by `colony gen` tells the best any model can do.
     if (const auto planted = a->test.empty() ? std::nullopt : read_gen_meta(a->test);
         planted && r->test_logloss) {

@@ -11,6 +11,7 @@
 #include "cli/metrics_flags.h"
 #include "cli/model_flags.h"
 #include "cli/progress.h"
+#include "cli/value_format_flags.h"
 #include "common/log_cadence.h"
 #include "gpu/device.h"
 #include "monitor/alerts.h"
@@ -35,10 +36,7 @@ struct TrainArgs {
   std::string engine = "cluster";
   std::string device = "cpu";
   std::string consistency = "bsp";
-  std::string wire_format = "fp32";
-  std::string row_format = "fp32";
-  std::string state_format = "fp32";
-  size_t part_bytes = part_bytes_default;
+  ValueFormatFlags formats;
   std::string push = "hierarchical";
   ClusterOptions cluster;
   std::string report;
@@ -166,26 +164,7 @@ Runner add_train(CLI::App& app) {
          "--push", a->push,
          "hierarchical (one push per node and shard, summed by the node's aggregator) or flat")
       ->capture_default_str();
-  cmd->add_option("--wire-format", a->wire_format,
-                  "How pull replies and pushes carry rows and gradients: fp32; bf16 or fp16 (half "
-                  "the bytes; fp16 saturates at +-65504); or int8 (a byte a value and a scale a "
-                  "row); rows rounded to the nearest, gradients stochastically")
-      ->capture_default_str();
-  cmd->add_option("--row-format", a->row_format,
-                  "How the shards keep rows' values: fp32; bf16 or fp16 (2 bytes a value); or "
-                  "int8 (a byte a value and a scale a row); rounded stochastically (memory store "
-                  "only)")
-      ->capture_default_str();
-  cmd->add_option(
-         "--state-format", a->state_format,
-         "How the shards keep the optimizer's state of a row: fp32, bf16, fp16 or int8, as "
-         "--row-format")
-      ->capture_default_str();
-  cmd->add_option("--part-bytes", a->part_bytes,
-                  "The largest message of a pull or push: a larger request to a shard travels in "
-                  "parts of at most this many bytes")
-      ->check(CLI::Range(part_bytes_min, part_bytes_max))
-      ->capture_default_str();
+  add_value_format_flags(cmd, a->formats);
   cmd->add_option("--replicas-per-node", a->cluster.replicas_per_node,
                   "Workers per node for hierarchical push (0: all workers form one node)")
       ->capture_default_str();
@@ -262,36 +241,25 @@ Runner add_train(CLI::App& app) {
     if (!consistency)
       return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     cluster.consistency = *consistency;
-    auto wire_format = parse_value_format(a->wire_format);
-    if (!wire_format)
-      return fail(Status::invalid_input("--wire-format: " + wire_format.status().message()));
-    if (a->engine == "local" && *wire_format != ValueFormat::fp32)
+    auto formats = parse_value_format_flags(a->formats, o.trainer.optimizer.kind);
+    if (!formats) return fail(formats.status());
+    if (a->engine == "local" && formats->message_flag())
+      return fail(Status::invalid_input(std::string(formats->message_flag()) +
+                                        ": the local engine sends no messages; use --engine "
+                                        "cluster"));
+    if (a->engine == "local" && formats->row_flag())
+      return fail(Status::invalid_input(std::string(formats->row_flag()) +
+                                        ": the local engine keeps rows in fp32; use --engine "
+                                        "cluster"));
+    if (formats->row_flag() && cluster.store.kind != StoreKind::memory)
       return fail(Status::invalid_input(
-          "--wire-format: the local engine sends no rows or gradients; use --engine cluster"));
-    cluster.wire_format = *wire_format;
-    for (auto [flag, text, format] :
-         {std::tuple{"--row-format", &a->row_format, &cluster.row_format},
-          std::tuple{"--state-format", &a->state_format, &cluster.state_format}}) {
-      auto parsed = parse_value_format(*text, flag + 2);
-      if (!parsed)
-        return fail(Status::invalid_input(std::string(flag) + ": " + parsed.status().message()));
-      if (a->engine == "local" && *parsed != ValueFormat::fp32)
-        return fail(Status::invalid_input(
-            std::string(flag) + ": the local engine keeps rows in fp32; use --engine cluster"));
-      *format = *parsed;
-      if (format == &cluster.state_format)
-        if (Status s = check_state_format(o.trainer.optimizer.kind, *parsed); !s.ok())
-          return fail(s);
-      if (*parsed != ValueFormat::fp32 && cluster.store.kind != StoreKind::memory)
-        return fail(Status::invalid_input(fmt::format(
-            "{} {}: rows in fewer bits are kept by the memory store only; --store {} keeps them "
-            "in fp32",
-            flag, *text, a->store)));
-    }
-    if (a->engine == "local" && a->part_bytes != part_bytes_default)
-      return fail(Status::invalid_input(
-          "--part-bytes: the local engine sends no messages; use --engine cluster"));
-    cluster.part_bytes = a->part_bytes;
+          fmt::format("{}: rows in fewer bits are kept by the memory store only; --store {} keeps "
+                      "them in fp32",
+                      formats->row_flag(), a->store)));
+    cluster.wire_format = formats->wire;
+    cluster.row_format = formats->row;
+    cluster.state_format = formats->state;
+    cluster.part_bytes = formats->part_bytes;
     auto push = parse_push_mode(a->push);
     if (!push) return fail(Status::invalid_input("--push: " + push.status().message()));
     cluster.push = *push;
@@ -527,10 +495,7 @@ Runner add_train(CLI::App& app) {
       rep["workers"] = cluster.workers;
       rep["consistency"] = to_string(cluster.consistency);
       rep["push"] = to_string(cluster.push);
-      rep["wire_format"] = to_string(cluster.wire_format);
-      rep["part_bytes"] = cluster.part_bytes;
-      rep["row_format"] = to_string(cluster.row_format);
-      rep["state_format"] = to_string(cluster.state_format);
+      report_value_formats(rep, *formats);
       rep["pull_messages_per_sample"] = double(r.counters.pull_messages) / n;
       rep["push_messages_per_sample"] = double(r.counters.push_messages) / n;
       rep["push_bytes_per_sample"] = double(r.counters.push_bytes) / n;

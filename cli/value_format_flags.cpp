@@ -1,0 +1,63 @@
+#include "cli/value_format_flags.h"
+
+#include <tuple>
+
+namespace colony::cli {
+
+void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& f) {
+  cmd->add_option("--wire-format", f.wire,
+                  "How pull replies and pushes carry rows and gradients: fp32; bf16 or fp16 (half "
+                  "the bytes; fp16 saturates at +-65504); or int8 (a byte a value and a scale a "
+                  "row); rows rounded to the nearest, gradients stochastically")
+      ->capture_default_str();
+  cmd->add_option("--row-format", f.row,
+                  "How the shards keep rows' values: fp32; bf16 or fp16 (2 bytes a value); or "
+                  "int8 (a byte a value and a scale a row); rounded stochastically (memory store "
+                  "only)")
+      ->capture_default_str();
+  cmd->add_option("--state-format", f.state,
+                  "How the shards keep the optimizer's state of a row: fp32, bf16, fp16 or int8, "
+                  "as --row-format")
+      ->capture_default_str();
+  cmd->add_option("--part-bytes", f.part_bytes,
+                  "The largest message of a pull or push: a larger request to a shard travels in "
+                  "parts of at most this many bytes")
+      ->check(CLI::Range(part_bytes_min, part_bytes_max))
+      ->capture_default_str();
+}
+
+const char* ValueFormats::message_flag() const {
+  if (wire != ValueFormat::fp32) return "--wire-format";
+  if (part_bytes != part_bytes_default) return "--part-bytes";
+  return nullptr;
+}
+
+const char* ValueFormats::row_flag() const {
+  if (row != ValueFormat::fp32) return "--row-format";
+  if (state != ValueFormat::fp32) return "--state-format";
+  return nullptr;
+}
+
+Expected<ValueFormats> parse_value_format_flags(const ValueFormatFlags& f,
+                                                OptimizerKind optimizer) {
+  ValueFormats out;
+  out.part_bytes = f.part_bytes;
+  for (auto [flag, text, format] : {std::tuple{"--wire-format", &f.wire, &out.wire},
+                                    std::tuple{"--row-format", &f.row, &out.row},
+                                    std::tuple{"--state-format", &f.state, &out.state}}) {
+    auto parsed = parse_value_format(*text, "format");
+    if (!parsed) return Status::invalid_input(std::string(flag) + ": " + parsed.status().message());
+    *format = *parsed;
+  }
+  if (Status s = check_state_format(optimizer, out.state); !s.ok()) return s;
+  return out;
+}
+
+void report_value_formats(nlohmann::json& report, const ValueFormats& f) {
+  report["wire_format"] = to_string(f.wire);
+  report["part_bytes"] = f.part_bytes;
+  report["row_format"] = to_string(f.row);
+  report["state_format"] = to_string(f.state);
+}
+
+}  // namespace colony::cli

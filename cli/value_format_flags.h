@@ -1,0 +1,46 @@
+// The flags that say how a job's rows travel and are kept, which `colony train` and
+// `colony coordinator` share: --wire-format, --row-format, --state-format and --part-bytes
+// (docs/getting-started.md, docs/storage.md).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "common/value_format.h"
+#include "ps/optimizer.h"
+#include "ps/protocol.h"
+
+namespace colony::cli {
+
+struct ValueFormatFlags {
+  std::string wire = "fp32", row = "fp32", state = "fp32";
+  size_t part_bytes = part_bytes_default;
+};
+
+// Adds the flags to `cmd`.
+void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& flags);
+
+struct ValueFormats {
+  ValueFormat wire = ValueFormat::fp32;   // pull replies and pushes
+  ValueFormat row = ValueFormat::fp32;    // the shards' rows' values
+  ValueFormat state = ValueFormat::fp32;  // their optimizer state
+  size_t part_bytes = part_bytes_default;
+  // A flag given a value other than its default that a job with no messages (the local
+  // engine) or rows kept in fp32 (a store on disk) cannot honour; nullptr when none was.
+  const char* message_flag() const;
+  const char* row_flag() const;
+};
+
+// The flags' meaning for a job trained by `optimizer`. invalid_input naming the flag for an
+// unknown format, or for a state format the optimizer cannot keep (check_state_format).
+Expected<ValueFormats> parse_value_format_flags(const ValueFormatFlags& flags,
+                                                OptimizerKind optimizer);
+
+// The report keys wire_format, part_bytes, row_format and state_format.
+void report_value_formats(nlohmann::json& report, const ValueFormats& formats);
+
+}  // namespace colony::cli
