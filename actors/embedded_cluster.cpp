@@ -108,6 +108,7 @@ JobSpec job_spec(const ClusterJob& job) {
   j.dense_sync_every = c.dense_sync_every;
   j.skip_not_finite = job.trainer.skip_not_finite;
   j.wire_format = c.wire_format;
+  j.push_format = c.push_format;
   j.part_bytes = c.part_bytes;
   j.row_format = c.row_format;
   j.state_format = c.state_format;

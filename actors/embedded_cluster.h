@@ -65,8 +65,9 @@ struct ClusterOptions {
   // A deep model's dense layers: all-reduced every step (1) or averaged every K steps
   // (JobSpec::dense_sync_every). With more than one worker they need hierarchical push.
   uint32_t dense_sync_every = 1;
-  // How pull replies and pushes carry rows and gradients (JobSpec::wire_format).
+  // How pull replies carry rows and pushes gradients (JobSpec::wire_format, push_format).
   ValueFormat wire_format = ValueFormat::fp32;
+  ValueFormat push_format = ValueFormat::fp32;
   // How the shards keep rows' values and optimizer state (--row-format, --state-format): not
   // both fp32, a compact store in memory (storage/compact_store.h; the memory store only).
   ValueFormat row_format = ValueFormat::fp32;

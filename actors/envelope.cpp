@@ -653,6 +653,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setPartBytes(j.part_bytes);
   w.setRowFormat(static_cast<uint8_t>(j.row_format));
   w.setStateFormat(static_cast<uint8_t>(j.state_format));
+  w.setPushFormat(static_cast<uint8_t>(j.push_format));
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -753,10 +754,10 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (durability > 3) return Status::invalid_input(fmt::format("durability {}", durability));
   j.durability = durability ? std::optional(Durability(durability - 1)) : std::nullopt;
   j.skip_not_finite = r.getSkipNotFinite();
-  for (auto [what, got, format] :
-       {std::tuple{"wire format", r.getWireFormat(), &j.wire_format},
-        std::tuple{"row format", r.getRowFormat(), &j.row_format},
-        std::tuple{"state format", r.getStateFormat(), &j.state_format}}) {
+  for (auto [what, got, format] : {std::tuple{"wire format", r.getWireFormat(), &j.wire_format},
+                                   std::tuple{"row format", r.getRowFormat(), &j.row_format},
+                                   std::tuple{"state format", r.getStateFormat(), &j.state_format},
+                                   std::tuple{"push format", r.getPushFormat(), &j.push_format}}) {
     if (got > value_format_max)
       return Status::invalid_input(fmt::format("unknown {} {}", what, got));
     *format = ValueFormat(got);

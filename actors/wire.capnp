@@ -146,6 +146,7 @@ struct JobSpec {
   partBytes @32 :UInt64 = 4194304;  # the largest part of a pull or push message
   rowFormat @33 :UInt8;     # ValueFormat of the shards' rows (--row-format)
   stateFormat @34 :UInt8;   # ValueFormat of their optimizer state (--state-format)
+  pushFormat @35 :UInt8;    # ValueFormat of pushes (--push-format; wireFormat is the replies')
 }
 struct MemberInfo {
   role @0 :UInt8;

@@ -254,7 +254,8 @@ Expected<std::vector<WireFigure>> run_wire_bench(const std::vector<size_t>& widt
       o.map = ShardMapSpec{1, 1, 16, 0};
       o.shard_nodes = {0};
       o.width = width;
-      o.wire_format = format;
+      o.push_format = format;
+      o.pull_format = format;
       o.part_bytes = part_bytes;
       auto kv = KvClient::make(o);
       if (!kv) return kv.status();

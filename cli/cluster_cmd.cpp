@@ -301,6 +301,7 @@ Runner add_coordinator(CLI::App& app) {
     auto formats = parse_value_format_flags(a->formats, j.optimizer.kind);
     if (!formats) return fail(formats.status());
     j.wire_format = formats->wire;
+    j.push_format = formats->push;
     j.row_format = formats->row;
     j.state_format = formats->state;
     j.part_bytes = formats->part_bytes;

@@ -257,6 +257,7 @@ Runner add_train(CLI::App& app) {
                       "them in fp32",
                       formats->row_flag(), a->store)));
     cluster.wire_format = formats->wire;
+    cluster.push_format = formats->push;
     cluster.row_format = formats->row;
     cluster.state_format = formats->state;
     cluster.part_bytes = formats->part_bytes;

@@ -10,6 +10,10 @@ void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& f) {
                   "the bytes; fp16 saturates at +-65504); or int8 (a byte a value and a scale a "
                   "row); rows rounded to the nearest, gradients stochastically")
       ->capture_default_str();
+  cmd->add_option("--push-format", f.push,
+                  "How pushes carry gradients, when not as --wire-format says: fp32, bf16, fp16 "
+                  "or int8 (e.g. --wire-format int8 --push-format bf16: rows in a byte a value, "
+                  "gradients in two)");
   cmd->add_option("--row-format", f.row,
                   "How the shards keep rows' values: fp32; bf16 or fp16 (2 bytes a value); or "
                   "int8 (a byte a value and a scale a row); rounded stochastically (memory store "
@@ -28,6 +32,7 @@ void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& f) {
 
 const char* ValueFormats::message_flag() const {
   if (wire != ValueFormat::fp32) return "--wire-format";
+  if (push != ValueFormat::fp32) return "--push-format";
   if (part_bytes != part_bytes_default) return "--part-bytes";
   return nullptr;
 }
@@ -49,12 +54,19 @@ Expected<ValueFormats> parse_value_format_flags(const ValueFormatFlags& f,
     if (!parsed) return Status::invalid_input(std::string(flag) + ": " + parsed.status().message());
     *format = *parsed;
   }
+  out.push = out.wire;
+  if (!f.push.empty()) {
+    auto parsed = parse_value_format(f.push, "format");
+    if (!parsed) return Status::invalid_input("--push-format: " + parsed.status().message());
+    out.push = *parsed;
+  }
   if (Status s = check_state_format(optimizer, out.state); !s.ok()) return s;
   return out;
 }
 
 void report_value_formats(nlohmann::json& report, const ValueFormats& f) {
   report["wire_format"] = to_string(f.wire);
+  report["push_format"] = to_string(f.push);
   report["part_bytes"] = f.part_bytes;
   report["row_format"] = to_string(f.row);
   report["state_format"] = to_string(f.state);

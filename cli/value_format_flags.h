@@ -1,5 +1,6 @@
 // The flags that say how a job's rows travel and are kept, which `colony train` and
-// `colony coordinator` share: --wire-format, --row-format, --state-format and --part-bytes
+// `colony coordinator` share: --wire-format, --push-format, --row-format, --state-format and
+// --part-bytes
 // (docs/getting-started.md, docs/storage.md).
 #pragma once
 
@@ -18,6 +19,7 @@ namespace colony::cli {
 
 struct ValueFormatFlags {
   std::string wire = "fp32", row = "fp32", state = "fp32";
+  std::string push;  // empty: as --wire-format
   size_t part_bytes = part_bytes_default;
 };
 
@@ -25,7 +27,8 @@ struct ValueFormatFlags {
 void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& flags);
 
 struct ValueFormats {
-  ValueFormat wire = ValueFormat::fp32;   // pull replies and pushes
+  ValueFormat wire = ValueFormat::fp32;   // pull replies
+  ValueFormat push = ValueFormat::fp32;   // pushes (--push-format, or --wire-format)
   ValueFormat row = ValueFormat::fp32;    // the shards' rows' values
   ValueFormat state = ValueFormat::fp32;  // their optimizer state
   size_t part_bytes = part_bytes_default;
@@ -40,7 +43,7 @@ struct ValueFormats {
 Expected<ValueFormats> parse_value_format_flags(const ValueFormatFlags& flags,
                                                 OptimizerKind optimizer);
 
-// The report keys wire_format, part_bytes, row_format and state_format.
+// The report keys wire_format, push_format, part_bytes, row_format and state_format.
 void report_value_formats(nlohmann::json& report, const ValueFormats& formats);
 
 }  // namespace colony::cli

@@ -73,8 +73,10 @@ struct JobSpec {
   // --on-nan skip: a worker skips a step whose gradients are not all finite (WorkerConfig::
   // skip_not_finite); false: the job fails at the first.
   bool skip_not_finite = false;
-  // How pull replies and pushes carry rows and gradients (--wire-format).
+  // How pull replies carry rows (--wire-format) and pushes gradients (--push-format, by default
+  // --wire-format).
   ValueFormat wire_format = ValueFormat::fp32;
+  ValueFormat push_format = ValueFormat::fp32;
   // The largest part of a pull or push message (--part-bytes; KvClient::Options::part_bytes).
   uint64_t part_bytes = part_bytes_default;
   // How the shards keep rows' values and optimizer state (--row-format, --state-format): not

@@ -70,6 +70,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --wire-format fp8",
                            "train --wire-format int4",
                            "train --engine local --wire-format bf16",
+                           "train --push-format int4",
+                           "train --engine local --push-format bf16",
+                           "coordinator --listen tcp://127.0.0.1:1 --insecure --push-format fp8",
                            "train --row-format int4",
                            "train --state-format fp8",
                            "train --engine local --row-format bf16",
@@ -400,6 +403,24 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
              boost::test_tools::tolerance(1e-9));
   BOOST_TEST(got["int8"]["pull_bytes_per_sample"].get<double>() == pulled32 * 21 / 44,
              boost::test_tools::tolerance(1e-9));
+  // --push-format: rows come in int8 (21 bytes a key) and gradients go in bf16 (26), in the
+  // same quality bounds.
+  const fs::path mixed = dir / "wire-int8-bf16.json";
+  r = run("train --shards 2 --workers 2 --wire-format int8 --push-format bf16 --report " +
+          mixed.string() + files);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const nlohmann::json m = read_json(mixed);
+  BOOST_TEST(m["wire_format"].get<std::string>() == "int8");
+  BOOST_TEST(m["push_format"].get<std::string>() == "bf16");
+  BOOST_TEST(got["int8"]["push_format"].get<std::string>() == "int8");  // as --wire-format
+  BOOST_TEST(m["push_bytes_per_sample"].get<double>() == bytes16,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(m["pull_bytes_per_sample"].get<double>() == pulled32 * 21 / 44,
+             boost::test_tools::tolerance(1e-9));
+  BOOST_TEST_MESSAGE("test logloss int8 replies, bf16 pushes " << m["test_logloss"].get<double>());
+  BOOST_TEST(std::abs(m["test_logloss"].get<double>() - fp32) <= 0.005 * fp32);
+  BOOST_TEST(std::abs(m["test_auc"].get<double>() - got["fp32"]["test_auc"].get<double>()) <=
+             0.002);
   // Rows kept in int8 on the shards (--row-format, --state-format; storage/compact_store.h): FTRL
   // keeps a value and three state floats a coordinate, 144 bytes a row in fp32; in int8 each of
   // the four vectors of 9 takes 9 bytes and a scale: 52. The same quality bounds.

@@ -458,6 +458,7 @@ JobSpec random_job(SplitMix64& rng) {
   j.part_bytes = part_bytes_min + rng.next() % (part_bytes_max - part_bytes_min + 1);
   j.row_format = ValueFormat(rng.next() % (value_format_max + 1));
   j.state_format = ValueFormat(rng.next() % (value_format_max + 1));
+  j.push_format = ValueFormat(rng.next() % (value_format_max + 1));
   return j;
 }
 
@@ -1034,6 +1035,11 @@ BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_wire_format_is_refused) {
       raw_welcome([](wire::JobSpec::Builder job) { job.setStateFormat(255); }), 1);
   BOOST_REQUIRE(!back.ok());
   BOOST_TEST(back.status().message().find("unknown state format 255") != std::string::npos);
+  // And the pushes' (--push-format).
+  back =
+      decode_wire_message(raw_welcome([](wire::JobSpec::Builder job) { job.setPushFormat(4); }), 1);
+  BOOST_REQUIRE(!back.ok());
+  BOOST_TEST(back.status().message().find("unknown push format 4") != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_job_with_message_parts_out_of_range_is_refused) {

@@ -65,7 +65,7 @@ void KvClient::send_pulls(Ticket ticket, Open& open, Outbox& out) {
   for (uint32_t i = 0; i < open.keys.size(); ++i)
     open.positions[map_.shard_of(open.keys[i])].push_back(i);
   open.pending = 0;
-  const size_t part = part_keys(options_.part_bytes, options_.width, options_.wire_format);
+  const size_t part = part_keys(options_.part_bytes, options_.width, options_.pull_format);
   for (uint32_t shard = 0; shard < shards; ++shard) {
     const uint32_t n = open.positions[shard].size();
     for (uint32_t first = 0; first < n; first += part) {
@@ -109,7 +109,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
       continue;
     }
     // In parts of at most `part` keys, the last one without `more`.
-    const size_t part = part_keys(options_.part_bytes, width, options_.wire_format);
+    const size_t part = part_keys(options_.part_bytes, width, options_.push_format);
     if (!open) open = &open_[t];
     Sent sent{clock, true, false, 0, t, {}};
     for (size_t first = 0; first < pos.size(); first += part) {
@@ -125,7 +125,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
         g.insert(g.end(), &grads[i * width], &grads[i * width] + width);
       }
       const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
-      if (options_.wire_format == ValueFormat::int8) {
+      if (options_.push_format == ValueFormat::int8) {
         // Each row to its scale's codes, stochastically, from the same kind of random bits.
         p.format = ValueFormat::int8;
         p.scales.resize(count);
@@ -136,7 +136,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
             return static_cast<uint32_t>(j % 2 ? bits >> 32 : bits);
           });
       }
-      if (options_.wire_format == ValueFormat::fp16) {
+      if (options_.push_format == ValueFormat::fp16) {
         p.format = ValueFormat::fp16;
         for (size_t k = 0; k < p.keys.size(); ++k)
           for (size_t j = 0; j < width; j += 2) {
@@ -148,7 +148,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
             }
           }
       }
-      if (options_.wire_format == ValueFormat::bf16) {
+      if (options_.push_format == ValueFormat::bf16) {
         p.format = ValueFormat::bf16;
         for (size_t k = 0; k < p.keys.size(); ++k) {
           uint64_t bits = 0;
@@ -160,7 +160,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
           }
         }
       }
-      push_bytes_ += count * (sizeof(uint64_t) + row_bytes(options_.wire_format, width));
+      push_bytes_ += count * (sizeof(uint64_t) + row_bytes(options_.push_format, width));
       ++open->pending;
       requests_[p.header.request_id] = {t, shard};
       if (!p.more) sent.request_id = p.header.request_id;

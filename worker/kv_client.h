@@ -49,15 +49,19 @@ class KvClient {
     // Keep a copy of every push until it is acknowledged, so that resync() can re-send it to
     // a shard that restarted (durable stores). Off: no copies, and resync() is not allowed.
     bool keep_for_resync = false;
-    // How pushes carry gradients (the job's --wire-format): bf16 rounds each one
-    // stochastically (common/bf16.h), int8 each row to its scale's codes stochastically
-    // (common/int8.h), from random bits that are a hash of this client's id, the step, the key
-    // and the position in its row: unbiased, and the same in every run.
-    ValueFormat wire_format = ValueFormat::fp32;
-    // The most bytes of keys and rows (in wire_format) one message carries: a larger pull or
-    // push to a shard goes in parts (ps/protocol.h), each at most this large but for one key.
-    // part_bytes_min..part_bytes_max.
+    // How pushes carry gradients (the job's --push-format, by default its --wire-format): bf16
+    // and fp16 round each one stochastically (common/bf16.h, common/fp16.h), int8 each row to
+    // its scale's codes stochastically (common/int8.h), from random bits that are a hash of this
+    // client's id, the step, the key and the position in its row: unbiased, and the same in
+    // every run.
+    ValueFormat push_format = ValueFormat::fp32;
+    // The most bytes of keys and rows (pushes in push_format, pull replies in pull_format) one
+    // message carries: a larger pull or push to a shard goes in parts (ps/protocol.h), each at
+    // most this large but for one key. part_bytes_min..part_bytes_max.
     size_t part_bytes = part_bytes_default;
+    // How the shards' pull replies carry rows (the job's --wire-format, ShardConfig::
+    // wire_format): it sizes the parts of a pull.
+    ValueFormat pull_format = ValueFormat::fp32;
   };
   // Fails with invalid_input when the map is bad, shard_nodes does not match it, or part_bytes
   // is out of its range.

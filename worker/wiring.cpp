@@ -116,7 +116,8 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   wc.seed = job.seed;
   wc.dense_sync_every = job.dense_sync_every;
   wc.skip_not_finite = job.skip_not_finite;
-  wc.wire_format = job.wire_format;
+  wc.push_format = job.push_format;
+  wc.pull_format = job.wire_format;
   wc.part_bytes = job.part_bytes;
   uint32_t replicas = 0;
   for (const MemberInfo& w : layout.members())
@@ -137,7 +138,8 @@ AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layo
   ac.shard_nodes = shard_nodes(layout);
   for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) ac.replicas.push_back(n);
   ac.durable_shards = layout.durable_shards();
-  ac.wire_format = job.wire_format;
+  ac.push_format = job.push_format;
+  ac.pull_format = job.wire_format;
   ac.part_bytes = job.part_bytes;
   if (auto model = Model::make(model_spec(job)); model && (*model)->dense_params() > 0) {
     ac.dense_params = (*model)->dense_params();

@@ -26,7 +26,8 @@ Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& confi
         "only after an averaging; give a multiple of {}",
         config.dense_checkpoint_every, config.dense_sync_every, config.dense_sync_every));
   auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.model.width(),
-                            config.durable_shards, config.wire_format, config.part_bytes});
+                            config.durable_shards, config.push_format, config.part_bytes,
+                            config.pull_format});
   if (!kv) return kv.status();
   auto core = std::unique_ptr<WorkerCore>(
       new WorkerCore(config, std::move(kv.value()), std::move(model.value())));

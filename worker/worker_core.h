@@ -49,8 +49,10 @@ struct WorkerConfig {
   // Shards may restart over durable stores: keep pushes until acknowledged (KvClient::resync).
   bool durable_shards = false;
   // How its pushes to the shards carry gradients (KvClient::Options; under hierarchical push
-  // the aggregator's pushes do, and the gradients to it stay fp32 in memory).
-  ValueFormat wire_format = ValueFormat::fp32;
+  // the aggregator's pushes do, and the gradients to it stay fp32 in memory), and how the
+  // shards' replies to its pulls carry rows.
+  ValueFormat push_format = ValueFormat::fp32;
+  ValueFormat pull_format = ValueFormat::fp32;
   // The largest part of a pull or push to a shard (KvClient::Options::part_bytes).
   size_t part_bytes = part_bytes_default;
   // A deep model's dense parameters (hybrid training, docs/models.md): initialised from `seed`
