@@ -109,6 +109,7 @@ JobSpec job_spec(const ClusterJob& job) {
   j.skip_not_finite = job.trainer.skip_not_finite;
   j.wire_format = c.wire_format;
   j.push_format = c.push_format;
+  j.error_feedback_rows = c.error_feedback_rows;
   j.part_bytes = c.part_bytes;
   j.row_format = c.row_format;
   j.state_format = c.state_format;

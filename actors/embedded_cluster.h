@@ -68,6 +68,7 @@ struct ClusterOptions {
   // How pull replies carry rows and pushes gradients (JobSpec::wire_format, push_format).
   ValueFormat wire_format = ValueFormat::fp32;
   ValueFormat push_format = ValueFormat::fp32;
+  uint64_t error_feedback_rows = 0;  // JobSpec::error_feedback_rows
   // How the shards keep rows' values and optimizer state (--row-format, --state-format): not
   // both fp32, a compact store in memory (storage/compact_store.h; the memory store only).
   ValueFormat row_format = ValueFormat::fp32;

@@ -654,6 +654,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setRowFormat(static_cast<uint8_t>(j.row_format));
   w.setStateFormat(static_cast<uint8_t>(j.state_format));
   w.setPushFormat(static_cast<uint8_t>(j.push_format));
+  w.setErrorFeedbackRows(j.error_feedback_rows);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -762,6 +763,10 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
       return Status::invalid_input(fmt::format("unknown {} {}", what, got));
     *format = ValueFormat(got);
   }
+  j.error_feedback_rows = r.getErrorFeedbackRows();
+  if (j.error_feedback_rows > error_feedback_rows_max)
+    return Status::invalid_input(fmt::format("error feedback for {} rows, over {}",
+                                             j.error_feedback_rows, error_feedback_rows_max));
   j.part_bytes = r.getPartBytes();
   if (j.part_bytes < part_bytes_min || j.part_bytes > part_bytes_max)
     return Status::invalid_input(fmt::format("message parts of {} bytes, outside {}..{}",

@@ -147,6 +147,7 @@ struct JobSpec {
   rowFormat @33 :UInt8;     # ValueFormat of the shards' rows (--row-format)
   stateFormat @34 :UInt8;   # ValueFormat of their optimizer state (--state-format)
   pushFormat @35 :UInt8;    # ValueFormat of pushes (--push-format; wireFormat is the replies')
+  errorFeedbackRows @36 :UInt64;  # rows per pusher under --error-feedback (0: none)
 }
 struct MemberInfo {
   role @0 :UInt8;

@@ -302,6 +302,7 @@ Runner add_coordinator(CLI::App& app) {
     if (!formats) return fail(formats.status());
     j.wire_format = formats->wire;
     j.push_format = formats->push;
+    j.error_feedback_rows = formats->error_feedback_rows;
     j.row_format = formats->row;
     j.state_format = formats->state;
     j.part_bytes = formats->part_bytes;

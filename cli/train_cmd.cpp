@@ -258,6 +258,7 @@ Runner add_train(CLI::App& app) {
                       formats->row_flag(), a->store)));
     cluster.wire_format = formats->wire;
     cluster.push_format = formats->push;
+    cluster.error_feedback_rows = formats->error_feedback_rows;
     cluster.row_format = formats->row;
     cluster.state_format = formats->state;
     cluster.part_bytes = formats->part_bytes;

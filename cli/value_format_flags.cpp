@@ -14,6 +14,14 @@ void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& f) {
                   "How pushes carry gradients, when not as --wire-format says: fp32, bf16, fp16 "
                   "or int8 (e.g. --wire-format int8 --push-format bf16: rows in a byte a value, "
                   "gradients in two)");
+  cmd->add_option(
+         "--error-feedback", f.error_feedback,
+         "Rows (per pushing worker or aggregator) whose rounding error is kept and added "
+         "to their next push, which then rounds to the nearest: nothing of a gradient is "
+         "lost, only delayed; 4 bytes a value of each such row. 0: none, every push rounds "
+         "stochastically. Needs a --push-format (or --wire-format) other than fp32")
+      ->check(CLI::Range(uint64_t{0}, error_feedback_rows_max))
+      ->capture_default_str();
   cmd->add_option("--row-format", f.row,
                   "How the shards keep rows' values: fp32; bf16 or fp16 (2 bytes a value); or "
                   "int8 (a byte a value and a scale a row); rounded stochastically (memory store "
@@ -34,6 +42,7 @@ const char* ValueFormats::message_flag() const {
   if (wire != ValueFormat::fp32) return "--wire-format";
   if (push != ValueFormat::fp32) return "--push-format";
   if (part_bytes != part_bytes_default) return "--part-bytes";
+  if (error_feedback_rows != 0) return "--error-feedback";
   return nullptr;
 }
 
@@ -60,6 +69,11 @@ Expected<ValueFormats> parse_value_format_flags(const ValueFormatFlags& f,
     if (!parsed) return Status::invalid_input("--push-format: " + parsed.status().message());
     out.push = *parsed;
   }
+  out.error_feedback_rows = f.error_feedback;
+  if (out.error_feedback_rows > 0 && out.push == ValueFormat::fp32)
+    return Status::invalid_input(
+        "--error-feedback: pushes in fp32 lose nothing to feed back; give --push-format or "
+        "--wire-format bf16, fp16 or int8");
   if (Status s = check_state_format(optimizer, out.state); !s.ok()) return s;
   return out;
 }
@@ -67,6 +81,7 @@ Expected<ValueFormats> parse_value_format_flags(const ValueFormatFlags& f,
 void report_value_formats(nlohmann::json& report, const ValueFormats& f) {
   report["wire_format"] = to_string(f.wire);
   report["push_format"] = to_string(f.push);
+  report["error_feedback_rows"] = f.error_feedback_rows;
   report["part_bytes"] = f.part_bytes;
   report["row_format"] = to_string(f.row);
   report["state_format"] = to_string(f.state);

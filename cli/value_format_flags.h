@@ -1,6 +1,6 @@
 // The flags that say how a job's rows travel and are kept, which `colony train` and
-// `colony coordinator` share: --wire-format, --push-format, --row-format, --state-format and
-// --part-bytes
+// `colony coordinator` share: --wire-format, --push-format, --error-feedback, --row-format,
+// --state-format and --part-bytes
 // (docs/getting-started.md, docs/storage.md).
 #pragma once
 
@@ -21,6 +21,7 @@ struct ValueFormatFlags {
   std::string wire = "fp32", row = "fp32", state = "fp32";
   std::string push;  // empty: as --wire-format
   size_t part_bytes = part_bytes_default;
+  uint64_t error_feedback = 0;
 };
 
 // Adds the flags to `cmd`.
@@ -32,6 +33,7 @@ struct ValueFormats {
   ValueFormat row = ValueFormat::fp32;    // the shards' rows' values
   ValueFormat state = ValueFormat::fp32;  // their optimizer state
   size_t part_bytes = part_bytes_default;
+  uint64_t error_feedback_rows = 0;  // per pusher (KvClient::Options)
   // A flag given a value other than its default that a job with no messages (the local
   // engine) or rows kept in fp32 (a store on disk) cannot honour; nullptr when none was.
   const char* message_flag() const;
@@ -39,11 +41,13 @@ struct ValueFormats {
 };
 
 // The flags' meaning for a job trained by `optimizer`. invalid_input naming the flag for an
-// unknown format, or for a state format the optimizer cannot keep (check_state_format).
+// unknown format, for a state format the optimizer cannot keep (check_state_format), or for
+// error feedback with fp32 pushes (which lose nothing to feed back).
 Expected<ValueFormats> parse_value_format_flags(const ValueFormatFlags& flags,
                                                 OptimizerKind optimizer);
 
-// The report keys wire_format, push_format, part_bytes, row_format and state_format.
+// The report keys wire_format, push_format, error_feedback_rows, part_bytes, row_format and
+// state_format.
 void report_value_formats(nlohmann::json& report, const ValueFormats& formats);
 
 }  // namespace colony::cli

@@ -77,6 +77,8 @@ struct JobSpec {
   // --wire-format).
   ValueFormat wire_format = ValueFormat::fp32;
   ValueFormat push_format = ValueFormat::fp32;
+  // Rows per pusher under error feedback (--error-feedback; KvClient::Options).
+  uint64_t error_feedback_rows = 0;
   // The largest part of a pull or push message (--part-bytes; KvClient::Options::part_bytes).
   uint64_t part_bytes = part_bytes_default;
   // How the shards keep rows' values and optimizer state (--row-format, --state-format): not

@@ -59,6 +59,9 @@ struct PullRequest {
 inline constexpr size_t part_bytes_default = size_t{4} << 20;
 inline constexpr size_t part_bytes_min = 1024;
 inline constexpr size_t part_bytes_max = size_t{32} << 20;
+// The most rows whose rounding error a client keeps under error feedback (--error-feedback,
+// KvClient::Options::error_feedback_rows).
+inline constexpr uint64_t error_feedback_rows_max = uint64_t{1} << 32;
 // The keys of a part of rows of `width` values in `format`: at least 1.
 inline size_t part_keys(size_t part_bytes, size_t width, ValueFormat format) {
   const size_t row = sizeof(uint64_t) + row_bytes(format, width);

@@ -72,6 +72,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --engine local --wire-format bf16",
                            "train --push-format int4",
                            "train --engine local --push-format bf16",
+                           "train --error-feedback 1000",
+                           "train --wire-format int8 --error-feedback -1",
+                           "train --engine local --wire-format int8 --error-feedback 1000",
                            "coordinator --listen tcp://127.0.0.1:1 --insecure --push-format fp8",
                            "train --row-format int4",
                            "train --state-format fp8",
@@ -420,6 +423,21 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   BOOST_TEST_MESSAGE("test logloss int8 replies, bf16 pushes " << m["test_logloss"].get<double>());
   BOOST_TEST(std::abs(m["test_logloss"].get<double>() - fp32) <= 0.005 * fp32);
   BOOST_TEST(std::abs(m["test_auc"].get<double>() - got["fp32"]["test_auc"].get<double>()) <=
+             0.002);
+  // --error-feedback: int8 pushes that round to the nearest and carry the last ones' error, in
+  // the same bytes and the same quality bounds.
+  const fs::path fed = dir / "wire-int8-feedback.json";
+  r = run("train --shards 2 --workers 2 --wire-format int8 --error-feedback 1000000 --report " +
+          fed.string() + files);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const nlohmann::json e = read_json(fed);
+  BOOST_TEST(e["error_feedback_rows"].get<uint64_t>() == 1000000u);
+  BOOST_TEST(got["int8"]["error_feedback_rows"].get<uint64_t>() == 0u);
+  BOOST_TEST(e["push_bytes_per_sample"].get<double>() ==
+             got["int8"]["push_bytes_per_sample"].get<double>());
+  BOOST_TEST_MESSAGE("test logloss int8 with error feedback " << e["test_logloss"].get<double>());
+  BOOST_TEST(std::abs(e["test_logloss"].get<double>() - fp32) <= 0.005 * fp32);
+  BOOST_TEST(std::abs(e["test_auc"].get<double>() - got["fp32"]["test_auc"].get<double>()) <=
              0.002);
   // Rows kept in int8 on the shards (--row-format, --state-format; storage/compact_store.h): FTRL
   // keeps a value and three state floats a coordinate, 144 bytes a row in fp32; in int8 each of

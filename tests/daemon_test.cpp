@@ -161,13 +161,14 @@ BOOST_AUTO_TEST_SUITE(daemons)
 // TOML config file, train to the embedded cluster's logloss; a client whose key is not listed is
 // refused (logged with its address) and the job does not notice. The rows and gradients cross
 // the processes in int8 with a scale a row (--wire-format int8, issue 16), the gradients in bf16
-// (--push-format bf16), and the ps members
+// (--push-format bf16, with error feedback), and the ps members
 // keep rows and optimizer state in int8 (--row-format, --state-format).
 BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_key) {
   Suite& s = suite();
   std::ofstream(s.dir / "coordinator.toml")
       << "shards = 2\nworkers = 2\nno-cache = true\nwire-format = \"int8\"\n"
-      << "push-format = \"bf16\"\nrow-format = \"int8\"\nstate-format = \"int8\"\n"
+      << "push-format = \"bf16\"\nerror-feedback = 100000\nrow-format = \"int8\"\nstate-format = "
+         "\"int8\"\n"
       << "test = \"" << s.test.string() << "\"\n";
   auto [coord, endpoint] =
       start_coordinator("loopback-coordinator",
@@ -193,6 +194,7 @@ BOOST_AUTO_TEST_CASE(loopback_cluster_matches_embedded_and_refuses_an_unlisted_k
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 60000u);
   BOOST_TEST(r["wire_format"].get<std::string>() == "int8");
   BOOST_TEST(r["push_format"].get<std::string>() == "bf16");
+  BOOST_TEST(r["error_feedback_rows"].get<uint64_t>() == 100000u);
   BOOST_TEST(r["row_format"].get<std::string>() == "int8");
   BOOST_TEST(r["state_format"].get<std::string>() == "int8");
   // FM dim 8 with FTRL: four vectors of 9 values (the row, z, n, w0), 9 codes and a scale each.

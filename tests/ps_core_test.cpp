@@ -4,6 +4,7 @@
 // message: no pull answered beyond its staleness bound, no worker running ahead under BSP,
 // no push lost or applied twice.
 #define BOOST_TEST_MODULE ps_core_test
+#include <array>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <cstring>
@@ -1032,4 +1033,69 @@ BOOST_AUTO_TEST_CASE(fp16_on_the_wire_rounds_replies_and_pushes_but_never_the_ro
   check_pushes_unbiased(ValueFormat::fp16, -10, [](const PushRequest& p) {
     for (float g : p.grads) BOOST_REQUIRE(is_fp16(g));
   });
+}
+
+// Pushes `grads` (width 3) of two keys for `steps` steps from a client that keeps the rounding
+// error of `feedback` rows (KvClient::Options::error_feedback_rows); returns, per key, the sum of
+// each value it pushed, and each push's values of the second key.
+struct Pushed {
+  std::array<std::vector<double>, 2> sums{std::vector<double>(3), std::vector<double>(3)};
+  std::vector<std::vector<float>> second;
+};
+Pushed push_two_rows(ValueFormat format, uint64_t feedback, const std::vector<float>& grads,
+                     uint32_t steps) {
+  KvClient::Options o{5, ShardMapSpec{1, 1, 16, 0}, {0}, 3, false, format};
+  o.error_feedback_rows = feedback;
+  auto client = std::move(KvClient::make(o).value());
+  const std::vector<uint64_t> keys = {make_key(1, 1), make_key(1, 2)};
+  std::vector<float> both = grads;
+  both.insert(both.end(), grads.begin(), grads.end());
+  Pushed out;
+  for (uint32_t c = 1; c <= steps; ++c) {
+    Outbox box;
+    client->push(keys, both, c, box);
+    const auto& p = std::get<PushRequest>(box.at(0).message);
+    BOOST_REQUIRE((p.format == format));
+    for (size_t k = 0; k < 2; ++k)
+      for (size_t j = 0; j < 3; ++j) out.sums[k][j] += p.grads[k * 3 + j];
+    out.second.emplace_back(p.grads.span().begin() + 3, p.grads.span().end());
+  }
+  return out;
+}
+
+// --error-feedback: a client keeps what rounding took from each value it pushed and adds it to
+// the row's next push, rounded to the nearest; so the sum of what it pushed stays within half a
+// rounding step of the sum of its gradients, where stochastic rounding's sum drifts by about
+// sqrt(steps) steps. Rows past the bound round stochastically, as with no error feedback.
+BOOST_AUTO_TEST_CASE(error_feedback_keeps_the_sum_of_pushes_within_a_rounding_of_the_gradients) {
+  const std::vector<float> grads = {1e-3f, -0.3f, 2.5f};
+  const uint32_t steps = 1000;
+  // Each format's rounding step at 2.5 (int8: the row's scale; the other values' steps are
+  // smaller); summing in float adds about half an ulp of 2.5 a step.
+  for (auto [format, spacing] :
+       {std::pair{ValueFormat::int8, 2.5 / 127}, std::pair{ValueFormat::bf16, std::ldexp(1.0, -6)},
+        std::pair{ValueFormat::fp16, std::ldexp(1.0, -9)}}) {
+    const Pushed fed = push_two_rows(format, 1, grads, steps);
+    const Pushed plain = push_two_rows(format, 0, grads, steps);
+    const double bound = spacing / 2 + steps * std::ldexp(2.5, -24);
+    for (size_t j = 0; j < 3; ++j) {
+      const double err = std::abs(fed.sums[0][j] - double(grads[j]) * steps);
+      BOOST_TEST(err <= bound, to_string(format) << " value " << j << ": off by " << err);
+    }
+    // The smallest value is far below a step in int8: stochastic rounding's sum strays further.
+    if (format == ValueFormat::int8)
+      BOOST_TEST(std::abs(plain.sums[0][0] - 1.0) > 10 * std::abs(fed.sums[0][0] - 1.0));
+    // The second row is past the bound of one row: its pushes are those of a client without
+    // error feedback, push for push.
+    BOOST_TEST(fed.second == plain.second);
+  }
+}
+
+// A client refuses error feedback over its bound.
+BOOST_AUTO_TEST_CASE(a_client_refuses_error_feedback_over_its_bound) {
+  KvClient::Options o{5, ShardMapSpec{1, 1, 16, 0}, {0}, 3, false, ValueFormat::int8};
+  o.error_feedback_rows = error_feedback_rows_max + 1;
+  auto client = KvClient::make(o);
+  BOOST_REQUIRE(!client.ok());
+  BOOST_TEST(client.status().message().find("error feedback") != std::string::npos);
 }

@@ -459,6 +459,7 @@ JobSpec random_job(SplitMix64& rng) {
   j.row_format = ValueFormat(rng.next() % (value_format_max + 1));
   j.state_format = ValueFormat(rng.next() % (value_format_max + 1));
   j.push_format = ValueFormat(rng.next() % (value_format_max + 1));
+  j.error_feedback_rows = rng.next() % (error_feedback_rows_max + 1);
   return j;
 }
 
@@ -1040,6 +1041,16 @@ BOOST_AUTO_TEST_CASE(a_job_with_an_unknown_wire_format_is_refused) {
       decode_wire_message(raw_welcome([](wire::JobSpec::Builder job) { job.setPushFormat(4); }), 1);
   BOOST_REQUIRE(!back.ok());
   BOOST_TEST(back.status().message().find("unknown push format 4") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_job_with_error_feedback_over_its_bound_is_refused) {
+  const auto raw = raw_welcome(
+      [](wire::JobSpec::Builder job) { job.setErrorFeedbackRows(error_feedback_rows_max + 1); });
+  auto back = decode_wire_message(raw, 1);
+  BOOST_REQUIRE(!back.ok());
+  BOOST_TEST(
+      back.status().message().find("error feedback for 4294967297 rows") != std::string::npos,
+      back.status().message());
 }
 
 BOOST_AUTO_TEST_CASE(a_job_with_message_parts_out_of_range_is_refused) {

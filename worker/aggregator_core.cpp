@@ -10,7 +10,7 @@ Expected<std::unique_ptr<AggregatorCore>> AggregatorCore::make(const AggregatorC
     return Status::invalid_input("an aggregator needs at least one replica");
   auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.width,
                             config.durable_shards, config.push_format, config.part_bytes,
-                            config.pull_format});
+                            config.pull_format, config.error_feedback_rows});
   if (!kv) return kv.status();
   COLONY_ASSERT(reducer != nullptr);
   std::unique_ptr<AggregatorCore> core(

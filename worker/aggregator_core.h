@@ -41,6 +41,7 @@ struct AggregatorConfig {
   ValueFormat push_format = ValueFormat::fp32;  // of its pushes (KvClient::Options)
   size_t part_bytes = part_bytes_default;       // its messages' largest part (KvClient::Options)
   ValueFormat pull_format = ValueFormat::fp32;  // of the replies to its pulls (KvClient::Options)
+  uint64_t error_feedback_rows = 0;             // of its pushes (KvClient::Options)
   // A deep model's dense all-reduce (worker/dense_tree.h), when dense_params > 0: this node
   // sums its replicas' dense gradients and sends them to `dense_root`, or, being the root (no
   // dense_root), also sums those of the other aggregators, `dense_peers`, and broadcasts.

@@ -1,6 +1,7 @@
 #include "worker/kv_client.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <optional>
 
@@ -21,6 +22,9 @@ Expected<std::unique_ptr<KvClient>> KvClient::make(const Options& options) {
   if (options.part_bytes < part_bytes_min || options.part_bytes > part_bytes_max)
     return Status::invalid_input(fmt::format("a message part of {} bytes: it must be {} to {}",
                                              options.part_bytes, part_bytes_min, part_bytes_max));
+  if (options.error_feedback_rows > error_feedback_rows_max)
+    return Status::invalid_input(fmt::format("error feedback for {} rows: at most {}",
+                                             options.error_feedback_rows, error_feedback_rows_max));
   return std::unique_ptr<KvClient>(new KvClient(options, std::move(map.value())));
 }
 
@@ -87,6 +91,68 @@ void KvClient::send_pull(Ticket ticket, const Open& open, uint32_t shard, uint32
   out.push_back({options_.shard_nodes[shard], std::move(p)});
 }
 
+float* KvClient::residual_of(uint64_t key) {
+  if (options_.error_feedback_rows == 0) return nullptr;
+  const auto [it, added] = residual_slot_.try_emplace(key, residual_slot_.size());
+  if (added) {
+    if (residual_slot_.size() > options_.error_feedback_rows) {
+      residual_slot_.erase(it);  // full: this row rounds stochastically
+      return nullptr;
+    }
+    residuals_.resize(residuals_.size() + options_.width, 0.0f);
+  }
+  return &residuals_[it->second * options_.width];
+}
+
+float KvClient::round_push_row(uint64_t key, uint64_t step, std::span<float> row) {
+  const ValueFormat format = options_.push_format;
+  if (float* residual = residual_of(key)) {
+    // Error feedback: what this push should carry is the gradient and what earlier rounding
+    // held back; it goes to the nearest value of the format, and the difference waits for the
+    // next push of the row.
+    for (size_t j = 0; j < row.size(); ++j) {
+      row[j] += residual[j];
+      residual[j] = row[j];
+    }
+    float scale = 0.0f;
+    if (format == ValueFormat::int8) scale = round_int8_row(row);
+    for (float& v : row) {
+      if (format == ValueFormat::bf16) v = round_bf16(v);
+      if (format == ValueFormat::fp16) v = round_fp16(v);
+    }
+    for (size_t j = 0; j < row.size(); ++j) {
+      residual[j] -= row[j];
+      // A value past fp16's range saturates: keeping what it lost would only grow.
+      if (format == ValueFormat::fp16 && std::abs(row[j]) == fp16_max) residual[j] = 0.0f;
+    }
+    return scale;
+  }
+  if (format == ValueFormat::int8)
+    // The row to its scale's codes, stochastically.
+    return round_int8_row_stochastic(row, [&](size_t j) {
+      // 64 random bits for two values
+      const uint64_t bits = mix64(key ^ step ^ ((j / 2) * 0x9e3779b97f4a7c15ULL));
+      return static_cast<uint32_t>(j % 2 ? bits >> 32 : bits);
+    });
+  if (format == ValueFormat::fp16) {
+    for (size_t j = 0; j < row.size(); j += 2) {
+      // 64 random bits for two values
+      const uint64_t bits = mix64(key ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
+      for (size_t i = j; i < std::min(j + 2, row.size()); ++i)
+        row[i] = round_fp16_stochastic(row[i], static_cast<uint32_t>(i == j ? bits : bits >> 32));
+    }
+    return 0.0f;
+  }
+  COLONY_ASSERT(format == ValueFormat::bf16, "push format {}", int(format));
+  uint64_t bits = 0;
+  for (size_t j = 0; j < row.size(); ++j) {
+    if (j % 4 == 0) bits = mix64(key ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
+    row[j] = round_bf16_stochastic(row[j], static_cast<uint32_t>(bits));
+    bits >>= 16;
+  }
+  return 0.0f;
+}
+
 KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const float> grads,
                                 uint32_t clock, Outbox& out) {
   const size_t width = options_.width;
@@ -119,46 +185,16 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
       p.keys.reserve(count);
       std::vector<float>& g = p.grads.vec();
       g.reserve(count * width);  // appended below: no zero-fill pass first
-      for (size_t j = first; j < first + count; ++j) {
-        const size_t i = pos[j];
+      const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
+      p.format = options_.push_format;
+      if (p.format == ValueFormat::int8) p.scales.resize(count);
+      for (size_t k = 0; k < count; ++k) {
+        const size_t i = pos[first + k];
         p.keys.push_back(keys[i]);
         g.insert(g.end(), &grads[i * width], &grads[i * width] + width);
-      }
-      const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
-      if (options_.push_format == ValueFormat::int8) {
-        // Each row to its scale's codes, stochastically, from the same kind of random bits.
-        p.format = ValueFormat::int8;
-        p.scales.resize(count);
-        for (size_t k = 0; k < count; ++k)
-          p.scales[k] = round_int8_row_stochastic({&g[k * width], width}, [&](size_t j) {
-            // 64 random bits for two values
-            const uint64_t bits = mix64(p.keys[k] ^ step ^ ((j / 2) * 0x9e3779b97f4a7c15ULL));
-            return static_cast<uint32_t>(j % 2 ? bits >> 32 : bits);
-          });
-      }
-      if (options_.push_format == ValueFormat::fp16) {
-        p.format = ValueFormat::fp16;
-        for (size_t k = 0; k < p.keys.size(); ++k)
-          for (size_t j = 0; j < width; j += 2) {
-            // 64 random bits for two values
-            const uint64_t bits = mix64(p.keys[k] ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
-            for (size_t i = j; i < std::min(j + 2, width); ++i) {
-              float& v = g[k * width + i];
-              v = round_fp16_stochastic(v, static_cast<uint32_t>(i == j ? bits : bits >> 32));
-            }
-          }
-      }
-      if (options_.push_format == ValueFormat::bf16) {
-        p.format = ValueFormat::bf16;
-        for (size_t k = 0; k < p.keys.size(); ++k) {
-          uint64_t bits = 0;
-          for (size_t j = 0; j < width; ++j) {
-            if (j % 4 == 0) bits = mix64(p.keys[k] ^ step ^ (j * 0x9e3779b97f4a7c15ULL));
-            float& v = g[k * width + j];
-            v = round_bf16_stochastic(v, static_cast<uint32_t>(bits));
-            bits >>= 16;
-          }
-        }
+        if (p.format == ValueFormat::fp32) continue;
+        const float scale = round_push_row(keys[i], step, {&g[k * width], width});
+        if (p.format == ValueFormat::int8) p.scales[k] = scale;
       }
       push_bytes_ += count * (sizeof(uint64_t) + row_bytes(options_.push_format, width));
       ++open->pending;

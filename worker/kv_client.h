@@ -62,9 +62,15 @@ class KvClient {
     // How the shards' pull replies carry rows (the job's --wire-format, ShardConfig::
     // wire_format): it sizes the parts of a pull.
     ValueFormat pull_format = ValueFormat::fp32;
+    // Error feedback (the job's --error-feedback): for up to this many rows (the first pushed)
+    // the client keeps what rounding to push_format took from each value, and adds it to the
+    // row's next push, which rounds to the nearest instead of stochastically; so no part of a
+    // gradient is lost, only delayed. A row past the bound rounds stochastically. Costs
+    // 4 x width bytes and a hash entry a row. 0: none (and nothing to keep with fp32 pushes).
+    uint64_t error_feedback_rows = 0;
   };
   // Fails with invalid_input when the map is bad, shard_nodes does not match it, or part_bytes
-  // is out of its range.
+  // or error_feedback_rows is out of its range.
   static Expected<std::unique_ptr<KvClient>> make(const Options& options);
 
   // Sends the pulls of `keys` for step `clock`, filling `values` as replies arrive.
@@ -137,12 +143,20 @@ class KvClient {
   void send_pull(Ticket ticket, const Open& open, uint32_t shard, uint32_t first, uint32_t count,
                  Outbox& out);
   void fail(Status s);
+  // The residual of `key`'s row under error feedback (width floats, valid until the next
+  // call), a new one at zero if the bound allows; nullptr without error feedback or past it.
+  float* residual_of(uint64_t key);
+  // Rounds `row`, the gradients `key` pushes at `step` (a hash of client id and clock), to
+  // push_format (not fp32): with error feedback or stochastically. Returns int8's row scale.
+  float round_push_row(uint64_t key, uint64_t step, std::span<float> row);
 
   Options options_;
   ShardMap map_;
   std::unordered_map<Ticket, Open> open_;
-  std::unordered_map<uint64_t, Request> requests_;  // by request id
-  std::vector<std::vector<uint32_t>> scratch_;      // per shard, for pushes
+  std::unordered_map<uint64_t, Request> requests_;      // by request id
+  std::vector<std::vector<uint32_t>> scratch_;          // per shard, for pushes
+  std::unordered_map<uint64_t, size_t> residual_slot_;  // error feedback: a key's row slot
+  std::vector<float> residuals_;                        // slot x width
   uint64_t next_request_ = 1;
   Ticket next_ticket_ = 1;
   uint64_t retries_ = 0;

@@ -118,6 +118,7 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   wc.skip_not_finite = job.skip_not_finite;
   wc.push_format = job.push_format;
   wc.pull_format = job.wire_format;
+  wc.error_feedback_rows = job.error_feedback_rows;
   wc.part_bytes = job.part_bytes;
   uint32_t replicas = 0;
   for (const MemberInfo& w : layout.members())
@@ -140,6 +141,7 @@ AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layo
   ac.durable_shards = layout.durable_shards();
   ac.push_format = job.push_format;
   ac.pull_format = job.wire_format;
+  ac.error_feedback_rows = job.error_feedback_rows;
   ac.part_bytes = job.part_bytes;
   if (auto model = Model::make(model_spec(job)); model && (*model)->dense_params() > 0) {
     ac.dense_params = (*model)->dense_params();

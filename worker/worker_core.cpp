@@ -27,7 +27,7 @@ Expected<std::unique_ptr<WorkerCore>> WorkerCore::make(const WorkerConfig& confi
         config.dense_checkpoint_every, config.dense_sync_every, config.dense_sync_every));
   auto kv = KvClient::make({config.id, config.map, config.shard_nodes, config.model.width(),
                             config.durable_shards, config.push_format, config.part_bytes,
-                            config.pull_format});
+                            config.pull_format, config.error_feedback_rows});
   if (!kv) return kv.status();
   auto core = std::unique_ptr<WorkerCore>(
       new WorkerCore(config, std::move(kv.value()), std::move(model.value())));

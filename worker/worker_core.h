@@ -53,6 +53,7 @@ struct WorkerConfig {
   // shards' replies to its pulls carry rows.
   ValueFormat push_format = ValueFormat::fp32;
   ValueFormat pull_format = ValueFormat::fp32;
+  uint64_t error_feedback_rows = 0;  // of its pushes (KvClient::Options)
   // The largest part of a pull or push to a shard (KvClient::Options::part_bytes).
   size_t part_bytes = part_bytes_default;
   // A deep model's dense parameters (hybrid training, docs/models.md): initialised from `seed`
