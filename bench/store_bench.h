@@ -9,7 +9,8 @@
 // of the same batches on the same database, no writes.
 //
 // Runs each figure for about `seconds_per_figure` (after a warm-up of as long, which for the
-// tiered store also fills its cache). Fails with the store's error (disk full, ...).
+// tiered store also fills its cache). The tiered figures put their hit rate next to Belady's
+// optimum on the same accesses. Fails with the store's error (disk full, ...).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +37,12 @@ struct StoreBenchOptions {
 struct StoreBenchFigure {
   std::string store;        // memory, rocksdb, tiered-lru, tiered-lfu, rocksdb-raw-get
   double rows_per_sec = 0;  // get+put rows (the raw baseline: gets)
-  double hit_rate = 0;      // tiered: rows found in memory
+  double hit_rate = 0;      // tiered: rows found in memory, once its cache was full
   uint64_t disk_writes = 0;
+  // tiered: the hit rate of Belady's MIN (storage/belady.h), which evicts the row used furthest
+  // in the future, replaying the same accesses (every batch the run went through) with as many
+  // rows, counted from the same batch.
+  double belady_hit_rate = 0;
 };
 
 Expected<std::vector<StoreBenchFigure>> run_store_bench(

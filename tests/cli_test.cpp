@@ -716,6 +716,27 @@ BOOST_AUTO_TEST_CASE(bench_cluster_runs_a_deep_model) {
   BOOST_TEST(r.code == 2);
 }
 
+// bench store: each store's figure, and each tiered one's hit rate next to Belady's MIN on the
+// same accesses.
+BOOST_AUTO_TEST_CASE(bench_store_puts_the_tiered_hit_rate_next_to_beladys) {
+  const fs::path report = dir / "bench-store.json";
+  Run r = run("bench store --rows 20000 --report " + report.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(r.out.find("belady hits") != std::string::npos, r.out);
+  const auto j = read_json(report);
+  int tiered = 0;
+  for (const auto& f : j["figures"]) {
+    if (f["store"].get<std::string>().rfind("tiered", 0) != 0) continue;
+    ++tiered;
+    const double hit = f["hit_rate"].get<double>(), best = f["belady_hit_rate"].get<double>();
+    BOOST_TEST_MESSAGE(f["store"].get<std::string>() << " hit rate " << hit << ", Belady " << best);
+    BOOST_TEST(hit > 0.0);
+    BOOST_TEST(best > 0.0);
+    BOOST_TEST(best <= 1.0);
+  }
+  BOOST_TEST(tiered == 2);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_CASE(stop_early_after_patience_epochs_without_a_better_loss) {
