@@ -733,8 +733,8 @@ int bench_store(const BenchArgs& a, bool rows_given) {
       "rows/s = rows read and written back (load, update, commit) in batches of %zu unique "
       "Zipf(%.1f) keys;\n"
       "raw get = one RocksDB Get per key of the same batches on the same database, no writes;\n"
-      "belady hits = the hit rate of the best possible eviction (Belady's MIN) on the same "
-      "accesses\n",
+      "belady hits = Belady's MIN (evicts the row used furthest ahead) replaying the same "
+      "accesses with as many rows\n",
       o.batch_keys, o.zipf_exponent);
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
