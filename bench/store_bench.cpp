@@ -164,9 +164,16 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(
       const auto& keys = batches[b % batches.size()];
       trace.insert(trace.end(), keys.begin(), keys.end());
     }
-    const CacheCounts best = belady_min(trace, store.capacity_rows(), warm_at * o.batch_keys);
-    figures.push_back({fmt::format("tiered-{}", to_string(policy)), *r,
-                       hits / std::max(1.0, hits + misses), after.writes, best.hit_rate()});
+    const size_t from = warm_at * o.batch_keys;
+    StoreBenchFigure f{fmt::format("tiered-{}", to_string(policy)), *r,
+                       hits / std::max(1.0, hits + misses), after.writes,
+                       belady_min(trace, store.capacity_rows(), from).hit_rate()};
+    for (size_t k : o.lookahead_batches)
+      f.lookahead_hit_rates.emplace_back(
+          k, lookahead_min(trace, store.capacity_rows(), k * o.batch_keys,
+                           policy == EvictionPolicy::lru ? Fallback::lru : Fallback::lfu, from)
+                 .hit_rate());
+    figures.push_back(std::move(f));
   }
   fs::remove_all(path, ec);
   return figures;

@@ -32,6 +32,7 @@ struct StoreBenchOptions {
   size_t block_cache_bytes = size_t{16} << 20;
   double seconds_per_figure = 2.0;
   uint64_t seed = 1;
+  std::vector<size_t> lookahead_batches = {1, 4, 16};
 };
 
 struct StoreBenchFigure {
@@ -43,6 +44,10 @@ struct StoreBenchFigure {
   // in the future, replaying the same accesses (every batch the run went through) with as many
   // rows, counted from the same batch.
   double belady_hit_rate = 0;
+  // tiered: the same replay by a cache that sees the next K batches' keys and otherwise evicts
+  // by the figure's policy (lookahead_min), for K in StoreBenchOptions::lookahead_batches: what
+  // eviction that knows the reader's window could reach.
+  std::vector<std::pair<size_t, double>> lookahead_hit_rates{};
 };
 
 Expected<std::vector<StoreBenchFigure>> run_store_bench(

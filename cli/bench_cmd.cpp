@@ -715,18 +715,27 @@ int bench_store(const BenchArgs& a, bool rows_given) {
                         {"cache_fraction", o.cache_fraction},
                         {"block_cache_bytes", o.block_cache_bytes}};
   nlohmann::json list = nlohmann::json::array();
-  std::printf("%-16s %14s %12s %10s %12s\n", "store", "rows/s", "of raw get", "hit rate",
+  std::printf("%-16s %14s %12s %10s %12s", "store", "rows/s", "of raw get", "hit rate",
               "belady hits");
+  for (size_t k : o.lookahead_batches) std::printf(" %9s", fmt::format("ahead {}", k).c_str());
+  std::printf("\n");
   for (const StoreBenchFigure& f : *figures) {
     const bool tiered = f.store.rfind("tiered", 0) == 0;
-    std::printf("%-16s %14.0f %12.3f %10s %12s\n", f.store.c_str(), f.rows_per_sec,
+    std::printf("%-16s %14.0f %12.3f %10s %12s", f.store.c_str(), f.rows_per_sec,
                 f.rows_per_sec / raw, tiered ? fmt::format("{:.3f}", f.hit_rate).c_str() : "",
                 tiered ? fmt::format("{:.3f}", f.belady_hit_rate).c_str() : "");
+    nlohmann::json ahead = nlohmann::json::object();
+    for (const auto& [k, rate] : f.lookahead_hit_rates) {
+      std::printf(" %9.3f", rate);
+      ahead[std::to_string(k)] = rate;
+    }
+    std::printf("\n");
     list.push_back({{"store", f.store},
                     {"rows_per_sec", f.rows_per_sec},
                     {"ratio_to_raw_get", f.rows_per_sec / raw},
                     {"hit_rate", f.hit_rate},
                     {"belady_hit_rate", f.belady_hit_rate},
+                    {"lookahead_hit_rates", ahead},
                     {"disk_writes", f.disk_writes}});
   }
   std::printf(
@@ -734,7 +743,9 @@ int bench_store(const BenchArgs& a, bool rows_given) {
       "Zipf(%.1f) keys;\n"
       "raw get = one RocksDB Get per key of the same batches on the same database, no writes;\n"
       "belady hits = Belady's MIN (evicts the row used furthest ahead) replaying the same "
-      "accesses with as many rows\n",
+      "accesses with as many rows;\n"
+      "ahead K = the same replay evicting rows the next K batches do not access, by the "
+      "figure's policy\n",
       o.batch_keys, o.zipf_exponent);
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;

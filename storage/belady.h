@@ -25,4 +25,16 @@ struct CacheCounts {
 // O(n log n) time and O(n) memory in the trace's length.
 CacheCounts belady_min(std::span<const uint64_t> trace, size_t capacity, size_t count_from = 0);
 
+// How lookahead_min chooses among the rows its window does not see: the least recently used, or
+// the least frequently used while cached (ties: the least recently used).
+enum class Fallback { lru, lfu };
+
+// The same replay by a cache that sees only the next `lookahead` accesses (a store that the
+// reader tells the keys of the next few batches): on a miss with the cache full it evicts, of the
+// rows not accessed within the window, the one `fallback` picks, or, when every cached row is,
+// the one whose access in it comes last. Lookahead 0 is plain LRU or LFU; a lookahead as long as
+// the trace hits as often as MIN. O(n log n).
+CacheCounts lookahead_min(std::span<const uint64_t> trace, size_t capacity, size_t lookahead,
+                          Fallback fallback, size_t count_from = 0);
+
 }  // namespace colony

@@ -733,6 +733,10 @@ BOOST_AUTO_TEST_CASE(bench_store_puts_the_tiered_hit_rate_next_to_beladys) {
     BOOST_TEST(hit > 0.0);
     BOOST_TEST(best > 0.0);
     BOOST_TEST(best <= 1.0);
+    // And with the next 1, 4 and 16 batches' keys known.
+    BOOST_REQUIRE(f["lookahead_hit_rates"].size() == 3u);
+    for (const auto& [k, rate] : f["lookahead_hit_rates"].items())
+      BOOST_TEST((rate.get<double>() > 0.0 && rate.get<double>() <= 1.0), k);
   }
   BOOST_TEST(tiered == 2);
 }

@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE storage_test
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -471,6 +472,28 @@ CacheCounts lru(const std::vector<uint64_t>& trace, size_t capacity) {
   return c;
 }
 
+// LFU (uses counted while cached; ties: the least recently used) on the same terms, for
+// capacities of at least 1.
+CacheCounts lfu(const std::vector<uint64_t>& trace, size_t capacity) {
+  CacheCounts c;
+  std::unordered_map<uint64_t, std::pair<uint64_t, size_t>> cached;  // uses, last access
+  for (size_t i = 0; i < trace.size(); ++i) {
+    auto it = cached.find(trace[i]);
+    if (it != cached.end()) {
+      ++c.hits;
+    } else {
+      ++c.misses;
+      if (cached.size() == capacity)
+        cached.erase(std::min_element(cached.begin(), cached.end(),
+                                      [](auto& a, auto& b) { return a.second < b.second; }));
+      it = cached.emplace(trace[i], std::pair<uint64_t, size_t>{0, 0}).first;
+    }
+    ++it->second.first;
+    it->second.second = i;
+  }
+  return c;
+}
+
 }  // namespace
 
 // Belady's MIN (storage/belady.h) gets as many hits as the best of every eviction choice, on
@@ -512,4 +535,42 @@ BOOST_AUTO_TEST_CASE(belady_min_hits_at_least_as_often_as_lru) {
     lru_total += l;
   }
   BOOST_TEST(belady_total > lru_total + lru_total / 10);
+}
+
+// A cache that sees the next `lookahead` accesses (lookahead_min) is LRU or LFU with none and
+// hits as often as MIN with the whole trace; in between it never beats MIN, and on skewed traces
+// it beats its fallback.
+BOOST_AUTO_TEST_CASE(lookahead_min_goes_from_lru_or_lfu_to_min_as_its_window_grows) {
+  uint64_t windowed_total = 0, lru_total = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SplitMix64 rng(seed);
+    std::vector<uint64_t> trace(20000);
+    for (uint64_t& k : trace) k = rng.next() % (1 + rng.next() % 2000);
+    const size_t capacity = 10 + rng.next() % 200;
+    const uint64_t l = lru(trace, capacity).hits, best = belady_min(trace, capacity).hits;
+    for (Fallback f : {Fallback::lru, Fallback::lfu})
+      BOOST_TEST(lookahead_min(trace, capacity, trace.size(), f).hits == best, "seed " << seed);
+    BOOST_TEST(lookahead_min(trace, capacity, 0, Fallback::lru).hits == l, "seed " << seed);
+    BOOST_TEST(lookahead_min(trace, capacity, 0, Fallback::lfu).hits == lfu(trace, capacity).hits,
+               "seed " << seed);
+    const CacheCounts windowed = lookahead_min(trace, capacity, 4 * capacity, Fallback::lru);
+    BOOST_TEST(windowed.hits + windowed.misses == trace.size());
+    BOOST_TEST(windowed.hits <= best, "seed " << seed);
+    windowed_total += windowed.hits;
+    lru_total += l;
+  }
+  BOOST_TEST(windowed_total > lru_total + lru_total / 20);
+  // Short traces: within every choice's best, counted from anywhere.
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SplitMix64 rng(seed);
+    std::vector<uint64_t> trace(1 + rng.next() % 11);
+    const uint64_t keys = 1 + rng.next() % 5;
+    for (uint64_t& k : trace) k = rng.next() % keys;
+    const size_t capacity = rng.next() % 4, lookahead = rng.next() % 6;
+    const size_t count_from = rng.next() % (trace.size() + 1);
+    const CacheCounts got = lookahead_min(trace, capacity, lookahead,
+                                          seed % 2 ? Fallback::lru : Fallback::lfu, count_from);
+    BOOST_TEST(got.hits + got.misses == trace.size() - count_from);
+    BOOST_TEST(got.hits <= best_hits(trace, 0, {}, capacity, count_from), "seed " << seed);
+  }
 }
