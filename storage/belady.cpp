@@ -1,5 +1,6 @@
 #include "storage/belady.h"
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -33,6 +34,7 @@ CacheCounts lookahead_min(std::span<const uint64_t> trace, size_t capacity, size
     counts.misses = count_from < n ? n - count_from : 0;
     return counts;
   }
+  lookahead = std::min(lookahead, n);  // a longer window sees no more (and i + lookahead fits)
   const std::vector<size_t> next = next_accesses(trace);
   // A cached row is either accessed within the window (in_window, by that access) or not
   // (beyond, by its uses under LFU and then its last access).

@@ -33,7 +33,7 @@ enum class Fallback { lru, lfu };
 // reader tells the keys of the next few batches): on a miss with the cache full it evicts, of the
 // rows not accessed within the window, the one `fallback` picks, or, when every cached row is,
 // the one whose access in it comes last. Lookahead 0 is plain LRU or LFU; a lookahead as long as
-// the trace hits as often as MIN. O(n log n).
+// the trace (or longer) hits as often as MIN. O(n log n).
 CacheCounts lookahead_min(std::span<const uint64_t> trace, size_t capacity, size_t lookahead,
                           Fallback fallback, size_t count_from = 0);
 

@@ -548,8 +548,10 @@ BOOST_AUTO_TEST_CASE(lookahead_min_goes_from_lru_or_lfu_to_min_as_its_window_gro
     for (uint64_t& k : trace) k = rng.next() % (1 + rng.next() % 2000);
     const size_t capacity = 10 + rng.next() % 200;
     const uint64_t l = lru(trace, capacity).hits, best = belady_min(trace, capacity).hits;
-    for (Fallback f : {Fallback::lru, Fallback::lfu})
+    for (Fallback f : {Fallback::lru, Fallback::lfu}) {
       BOOST_TEST(lookahead_min(trace, capacity, trace.size(), f).hits == best, "seed " << seed);
+      BOOST_TEST(lookahead_min(trace, capacity, SIZE_MAX, f).hits == best, "seed " << seed);
+    }
     BOOST_TEST(lookahead_min(trace, capacity, 0, Fallback::lru).hits == l, "seed " << seed);
     BOOST_TEST(lookahead_min(trace, capacity, 0, Fallback::lfu).hits == lfu(trace, capacity).hits,
                "seed " << seed);
