@@ -334,8 +334,8 @@ class Coordinator {
     for (uint32_t s = 0; s < o_.shards; ++s) shards[s] = s;
     const ModelSpec model = model_spec(o_.job);
     // Replies come in fp32 once training is over (ShardConfig::wire_format), in the job's parts.
-    auto kv = KvClient::make(
-        {me, map_, shards, model.width(), false, ValueFormat::fp32, size_t(o_.job.part_bytes)});
+    auto kv = KvClient::make({me, map_, shards, model.width(), false, ValueFormat::fp32,
+                              size_t(o_.job.formats.part_bytes)});
     if (!kv) return kv.status();
     auto scorer = Model::make(model);
     if (!scorer) return scorer.status();

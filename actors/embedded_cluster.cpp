@@ -107,12 +107,7 @@ JobSpec job_spec(const ClusterJob& job) {
   j = job_with_dense_optimizer(j, job.trainer.dense_optimizer);
   j.dense_sync_every = c.dense_sync_every;
   j.skip_not_finite = job.trainer.skip_not_finite;
-  j.wire_format = c.wire_format;
-  j.push_format = c.push_format;
-  j.error_feedback_rows = c.error_feedback_rows;
-  j.part_bytes = c.part_bytes;
-  j.row_format = c.row_format;
-  j.state_format = c.state_format;
+  j.formats = c.formats;
   return j;
 }
 
@@ -254,13 +249,13 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     auto row_floats = ShardCore::row_floats(sc);
     if (!row_floats) return row_floats.status();
     const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};
-    if (c.row_format != ValueFormat::fp32 || c.state_format != ValueFormat::fp32) {
-      auto parts = ShardCore::row_parts(sc, c.row_format, c.state_format);
+    if (c.formats.row != ValueFormat::fp32 || c.formats.state != ValueFormat::fp32) {
+      auto parts = ShardCore::row_parts(sc, c.formats.row, c.formats.state);
       if (!parts) return parts.status();
       if (Status set =
               set_compact_parts(co.store, std::move(parts.value()),
                                 fmt::format("--row-format {} --state-format {}",
-                                            to_string(c.row_format), to_string(c.state_format)));
+                                            to_string(c.formats.row), to_string(c.formats.state)));
           !set.ok())
         return set;
     }

@@ -65,16 +65,9 @@ struct ClusterOptions {
   // A deep model's dense layers: all-reduced every step (1) or averaged every K steps
   // (JobSpec::dense_sync_every). With more than one worker they need hierarchical push.
   uint32_t dense_sync_every = 1;
-  // How pull replies carry rows and pushes gradients (JobSpec::wire_format, push_format).
-  ValueFormat wire_format = ValueFormat::fp32;
-  ValueFormat push_format = ValueFormat::fp32;
-  uint64_t error_feedback_rows = 0;  // JobSpec::error_feedback_rows
-  // How the shards keep rows' values and optimizer state (--row-format, --state-format): not
-  // both fp32, a compact store in memory (storage/compact_store.h; the memory store only).
-  ValueFormat row_format = ValueFormat::fp32;
-  ValueFormat state_format = ValueFormat::fp32;
-  // The largest part of a pull or push message (JobSpec::part_bytes).
-  size_t part_bytes = part_bytes_default;
+  // How rows travel and are kept (JobSpec::formats): a row or state format other than fp32
+  // needs the memory store (storage/compact_store.h).
+  ValueFormats formats{};
   // Tests (recovery): once shard `restart_shard` has applied this many pushes (0: never), its
   // core is replaced by one over the newest complete checkpoint, as after a crash and restart:
   // the updates since that checkpoint are lost (counted), the senders' clocks carry on, and

@@ -649,12 +649,12 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setDenseSyncEvery(j.dense_sync_every);
   w.setDurability(j.durability ? uint8_t(1 + int(*j.durability)) : 0);
   w.setSkipNotFinite(j.skip_not_finite);
-  w.setWireFormat(static_cast<uint8_t>(j.wire_format));
-  w.setPartBytes(j.part_bytes);
-  w.setRowFormat(static_cast<uint8_t>(j.row_format));
-  w.setStateFormat(static_cast<uint8_t>(j.state_format));
-  w.setPushFormat(static_cast<uint8_t>(j.push_format));
-  w.setErrorFeedbackRows(j.error_feedback_rows);
+  w.setWireFormat(static_cast<uint8_t>(j.formats.wire));
+  w.setPartBytes(j.formats.part_bytes);
+  w.setRowFormat(static_cast<uint8_t>(j.formats.row));
+  w.setStateFormat(static_cast<uint8_t>(j.formats.state));
+  w.setPushFormat(static_cast<uint8_t>(j.formats.push));
+  w.setErrorFeedbackRows(j.formats.error_feedback_rows);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -755,22 +755,23 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (durability > 3) return Status::invalid_input(fmt::format("durability {}", durability));
   j.durability = durability ? std::optional(Durability(durability - 1)) : std::nullopt;
   j.skip_not_finite = r.getSkipNotFinite();
-  for (auto [what, got, format] : {std::tuple{"wire format", r.getWireFormat(), &j.wire_format},
-                                   std::tuple{"row format", r.getRowFormat(), &j.row_format},
-                                   std::tuple{"state format", r.getStateFormat(), &j.state_format},
-                                   std::tuple{"push format", r.getPushFormat(), &j.push_format}}) {
+  for (auto [what, got, format] : {std::tuple{"wire format", r.getWireFormat(), &j.formats.wire},
+                                   std::tuple{"row format", r.getRowFormat(), &j.formats.row},
+                                   std::tuple{"state format", r.getStateFormat(), &j.formats.state},
+                                   std::tuple{"push format", r.getPushFormat(), &j.formats.push}}) {
     if (got > value_format_max)
       return Status::invalid_input(fmt::format("unknown {} {}", what, got));
     *format = ValueFormat(got);
   }
-  j.error_feedback_rows = r.getErrorFeedbackRows();
-  if (j.error_feedback_rows > error_feedback_rows_max)
+  j.formats.error_feedback_rows = r.getErrorFeedbackRows();
+  if (j.formats.error_feedback_rows > error_feedback_rows_max)
     return Status::invalid_input(fmt::format("error feedback for {} rows, over {}",
-                                             j.error_feedback_rows, error_feedback_rows_max));
-  j.part_bytes = r.getPartBytes();
-  if (j.part_bytes < part_bytes_min || j.part_bytes > part_bytes_max)
+                                             j.formats.error_feedback_rows,
+                                             error_feedback_rows_max));
+  j.formats.part_bytes = r.getPartBytes();
+  if (j.formats.part_bytes < part_bytes_min || j.formats.part_bytes > part_bytes_max)
     return Status::invalid_input(fmt::format("message parts of {} bytes, outside {}..{}",
-                                             j.part_bytes, part_bytes_min, part_bytes_max));
+                                             j.formats.part_bytes, part_bytes_min, part_bytes_max));
   return Status();
 }
 

@@ -371,13 +371,13 @@ class Member {
         sc.write_back_every = write_back_steps(store_spec);
         auto row_floats = ShardCore::row_floats(sc);
         if (!row_floats) return row_floats.status();
-        if (job.row_format != ValueFormat::fp32 || job.state_format != ValueFormat::fp32) {
-          auto parts = ShardCore::row_parts(sc, job.row_format, job.state_format);
+        if (job.formats.row != ValueFormat::fp32 || job.formats.state != ValueFormat::fp32) {
+          auto parts = ShardCore::row_parts(sc, job.formats.row, job.formats.state);
           if (!parts) return parts.status();
           if (Status set = set_compact_parts(
                   store_spec, std::move(parts.value()),
                   fmt::format("the job's --row-format {} --state-format {}",
-                              to_string(job.row_format), to_string(job.state_format)));
+                              to_string(job.formats.row), to_string(job.formats.state)));
               !set.ok())
             return set;
         }

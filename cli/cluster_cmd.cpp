@@ -300,12 +300,7 @@ Runner add_coordinator(CLI::App& app) {
     j.consistency = *consistency;
     auto formats = parse_value_format_flags(a->formats, j.optimizer.kind);
     if (!formats) return fail(formats.status());
-    j.wire_format = formats->wire;
-    j.push_format = formats->push;
-    j.error_feedback_rows = formats->error_feedback_rows;
-    j.row_format = formats->row;
-    j.state_format = formats->state;
-    j.part_bytes = formats->part_bytes;
+    j.formats = *formats;
     if (a->push != "flat" && a->push != "hierarchical")
       return fail(Status::invalid_input("--push " + a->push + ": expected flat or hierarchical"));
     j.hierarchical = a->push == "hierarchical";

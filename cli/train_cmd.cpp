@@ -243,25 +243,20 @@ Runner add_train(CLI::App& app) {
     cluster.consistency = *consistency;
     auto formats = parse_value_format_flags(a->formats, o.trainer.optimizer.kind);
     if (!formats) return fail(formats.status());
-    if (a->engine == "local" && formats->message_flag())
-      return fail(Status::invalid_input(std::string(formats->message_flag()) +
+    if (a->engine == "local" && message_flag(*formats))
+      return fail(Status::invalid_input(std::string(message_flag(*formats)) +
                                         ": the local engine sends no messages; use --engine "
                                         "cluster"));
-    if (a->engine == "local" && formats->row_flag())
-      return fail(Status::invalid_input(std::string(formats->row_flag()) +
+    if (a->engine == "local" && row_flag(*formats))
+      return fail(Status::invalid_input(std::string(row_flag(*formats)) +
                                         ": the local engine keeps rows in fp32; use --engine "
                                         "cluster"));
-    if (formats->row_flag() && cluster.store.kind != StoreKind::memory)
+    if (row_flag(*formats) && cluster.store.kind != StoreKind::memory)
       return fail(Status::invalid_input(
           fmt::format("{}: rows in fewer bits are kept by the memory store only; --store {} keeps "
                       "them in fp32",
-                      formats->row_flag(), a->store)));
-    cluster.wire_format = formats->wire;
-    cluster.push_format = formats->push;
-    cluster.error_feedback_rows = formats->error_feedback_rows;
-    cluster.row_format = formats->row;
-    cluster.state_format = formats->state;
-    cluster.part_bytes = formats->part_bytes;
+                      row_flag(*formats), a->store)));
+    cluster.formats = *formats;
     auto push = parse_push_mode(a->push);
     if (!push) return fail(Status::invalid_input("--push: " + push.status().message()));
     cluster.push = *push;

@@ -38,17 +38,17 @@ void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& f) {
       ->capture_default_str();
 }
 
-const char* ValueFormats::message_flag() const {
-  if (wire != ValueFormat::fp32) return "--wire-format";
-  if (push != ValueFormat::fp32) return "--push-format";
-  if (part_bytes != part_bytes_default) return "--part-bytes";
-  if (error_feedback_rows != 0) return "--error-feedback";
+const char* message_flag(const ValueFormats& f) {
+  if (f.wire != ValueFormat::fp32) return "--wire-format";
+  if (f.push != ValueFormat::fp32) return "--push-format";
+  if (f.part_bytes != part_bytes_default) return "--part-bytes";
+  if (f.error_feedback_rows != 0) return "--error-feedback";
   return nullptr;
 }
 
-const char* ValueFormats::row_flag() const {
-  if (row != ValueFormat::fp32) return "--row-format";
-  if (state != ValueFormat::fp32) return "--state-format";
+const char* row_flag(const ValueFormats& f) {
+  if (f.row != ValueFormat::fp32) return "--row-format";
+  if (f.state != ValueFormat::fp32) return "--state-format";
   return nullptr;
 }
 

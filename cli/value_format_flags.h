@@ -20,25 +20,18 @@ namespace colony::cli {
 struct ValueFormatFlags {
   std::string wire = "fp32", row = "fp32", state = "fp32";
   std::string push;  // empty: as --wire-format
-  size_t part_bytes = part_bytes_default;
+  uint64_t part_bytes = part_bytes_default;
   uint64_t error_feedback = 0;
 };
 
 // Adds the flags to `cmd`.
 void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& flags);
 
-struct ValueFormats {
-  ValueFormat wire = ValueFormat::fp32;   // pull replies
-  ValueFormat push = ValueFormat::fp32;   // pushes (--push-format, or --wire-format)
-  ValueFormat row = ValueFormat::fp32;    // the shards' rows' values
-  ValueFormat state = ValueFormat::fp32;  // their optimizer state
-  size_t part_bytes = part_bytes_default;
-  uint64_t error_feedback_rows = 0;  // per pusher (KvClient::Options)
-  // A flag given a value other than its default that a job with no messages (the local
-  // engine) or rows kept in fp32 (a store on disk) cannot honour; nullptr when none was.
-  const char* message_flag() const;
-  const char* row_flag() const;
-};
+// A flag given a value other than its default that a job with no messages (the local engine,
+// message_flag) or rows kept in fp32 (a store on disk, row_flag) cannot honour; nullptr when
+// none was.
+const char* message_flag(const ValueFormats& formats);
+const char* row_flag(const ValueFormats& formats);
 
 // The flags' meaning for a job trained by `optimizer`. invalid_input naming the flag for an
 // unknown format, for a state format the optimizer cannot keep (check_state_format), or for

@@ -73,18 +73,9 @@ struct JobSpec {
   // --on-nan skip: a worker skips a step whose gradients are not all finite (WorkerConfig::
   // skip_not_finite); false: the job fails at the first.
   bool skip_not_finite = false;
-  // How pull replies carry rows (--wire-format) and pushes gradients (--push-format, by default
-  // --wire-format).
-  ValueFormat wire_format = ValueFormat::fp32;
-  ValueFormat push_format = ValueFormat::fp32;
-  // Rows per pusher under error feedback (--error-feedback; KvClient::Options).
-  uint64_t error_feedback_rows = 0;
-  // The largest part of a pull or push message (--part-bytes; KvClient::Options::part_bytes).
-  uint64_t part_bytes = part_bytes_default;
-  // How the shards keep rows' values and optimizer state (--row-format, --state-format): not
-  // both fp32, a compact store, which a ps member with a store on disk refuses.
-  ValueFormat row_format = ValueFormat::fp32;
-  ValueFormat state_format = ValueFormat::fp32;
+  // How rows travel and are kept: a compact row or state format is refused by a ps member with
+  // a store on disk.
+  ValueFormats formats{};
   bool operator==(const JobSpec&) const = default;
 };
 

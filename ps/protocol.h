@@ -62,6 +62,21 @@ inline constexpr size_t part_bytes_max = size_t{32} << 20;
 // The most rows whose rounding error a client keeps under error feedback (--error-feedback,
 // KvClient::Options::error_feedback_rows).
 inline constexpr uint64_t error_feedback_rows_max = uint64_t{1} << 32;
+// How a job's rows travel and are kept, as its flags chose (cli/value_format_flags.h;
+// docs/storage.md): JobSpec and ClusterOptions carry one.
+struct ValueFormats {
+  ValueFormat wire = ValueFormat::fp32;   // pull replies (--wire-format)
+  ValueFormat push = ValueFormat::fp32;   // pushes (--push-format, by default --wire-format)
+  ValueFormat row = ValueFormat::fp32;    // the shards' rows' values (--row-format)
+  ValueFormat state = ValueFormat::fp32;  // their optimizer state (--state-format)
+  // The largest part of a pull or push message (--part-bytes; KvClient::Options::part_bytes):
+  // part_bytes_min..part_bytes_max.
+  uint64_t part_bytes = part_bytes_default;
+  // Rows per pusher under error feedback (--error-feedback; KvClient::Options): at most
+  // error_feedback_rows_max.
+  uint64_t error_feedback_rows = 0;
+  bool operator==(const ValueFormats&) const = default;
+};
 // The keys of a part of rows of `width` values in `format`: at least 1.
 inline size_t part_keys(size_t part_bytes, size_t width, ValueFormat format) {
   const size_t row = sizeof(uint64_t) + row_bytes(format, width);

@@ -454,12 +454,12 @@ JobSpec random_job(SplitMix64& rng) {
   j.dense_sync_every = 1 + static_cast<uint32_t>(rng.next() % control_dense_sync_every_max);
   if (const uint64_t d = rng.next() % 4) j.durability = Durability(d - 1);
   j.skip_not_finite = rng.next() % 2 == 1;
-  j.wire_format = ValueFormat(rng.next() % (value_format_max + 1));
-  j.part_bytes = part_bytes_min + rng.next() % (part_bytes_max - part_bytes_min + 1);
-  j.row_format = ValueFormat(rng.next() % (value_format_max + 1));
-  j.state_format = ValueFormat(rng.next() % (value_format_max + 1));
-  j.push_format = ValueFormat(rng.next() % (value_format_max + 1));
-  j.error_feedback_rows = rng.next() % (error_feedback_rows_max + 1);
+  j.formats.wire = ValueFormat(rng.next() % (value_format_max + 1));
+  j.formats.part_bytes = part_bytes_min + rng.next() % (part_bytes_max - part_bytes_min + 1);
+  j.formats.row = ValueFormat(rng.next() % (value_format_max + 1));
+  j.formats.state = ValueFormat(rng.next() % (value_format_max + 1));
+  j.formats.push = ValueFormat(rng.next() % (value_format_max + 1));
+  j.formats.error_feedback_rows = rng.next() % (error_feedback_rows_max + 1);
   return j;
 }
 
@@ -1017,7 +1017,7 @@ BOOST_AUTO_TEST_CASE(a_job_without_the_deep_model_fields_reads_as_the_defaults) 
   BOOST_TEST(j.dense_momentum == defaults.dense_momentum);
   BOOST_TEST(j.dense_sync_every == defaults.dense_sync_every);
   BOOST_TEST(!j.durability.has_value());  // each ps store's default
-  BOOST_TEST(j.part_bytes == defaults.part_bytes);
+  BOOST_TEST(j.formats.part_bytes == defaults.formats.part_bytes);
 }
 
 // Issue 14: a job's durability off the wire is one the stores know, or the Welcome is refused.

@@ -89,7 +89,7 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
   sc.admit_after = job.admit_after;
   sc.checkpoint_every = job.checkpoint_every;
   sc.evict_after = job.evict_after;
-  sc.wire_format = job.wire_format;
+  sc.wire_format = job.formats.wire;
   return sc;
 }
 
@@ -116,10 +116,10 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   wc.seed = job.seed;
   wc.dense_sync_every = job.dense_sync_every;
   wc.skip_not_finite = job.skip_not_finite;
-  wc.push_format = job.push_format;
-  wc.pull_format = job.wire_format;
-  wc.error_feedback_rows = job.error_feedback_rows;
-  wc.part_bytes = job.part_bytes;
+  wc.push_format = job.formats.push;
+  wc.pull_format = job.formats.wire;
+  wc.error_feedback_rows = job.formats.error_feedback_rows;
+  wc.part_bytes = job.formats.part_bytes;
   uint32_t replicas = 0;
   for (const MemberInfo& w : layout.members())
     if (w.role == MemberRole::worker) replicas += w.count;
@@ -139,10 +139,10 @@ AggregatorConfig aggregator_config(const JobSpec& job, const ClusterLayout& layo
   ac.shard_nodes = shard_nodes(layout);
   for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) ac.replicas.push_back(n);
   ac.durable_shards = layout.durable_shards();
-  ac.push_format = job.push_format;
-  ac.pull_format = job.wire_format;
-  ac.error_feedback_rows = job.error_feedback_rows;
-  ac.part_bytes = job.part_bytes;
+  ac.push_format = job.formats.push;
+  ac.pull_format = job.formats.wire;
+  ac.error_feedback_rows = job.formats.error_feedback_rows;
+  ac.part_bytes = job.formats.part_bytes;
   if (auto model = Model::make(model_spec(job)); model && (*model)->dense_params() > 0) {
     ac.dense_params = (*model)->dense_params();
     const NodeId root = layout.dense_root().value();
