@@ -166,6 +166,9 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
   ++held.pulls;
   held.keys += r.keys.size();
   ++stats_.pulls_deferred;
+  // Its rows are read while it waits for the slowest sender (RowStore::read_ahead), so that the
+  // answer finds them in memory.
+  store_->read_ahead(r.keys);
   waiting_.push_back(r);
 }
 

@@ -5,7 +5,9 @@
 // gates pulls by the consistency model: a pull for step t is answered only when the slowest
 // sender's clock is at least t - k (BSP: k = 0; ASP: not bounded), and in every model once
 // the puller's own writes of step t - 1 have arrived (read-my-writes; see PullRequest::writer).
-// Pulls that must wait are queued and answered, in arrival order, as soon as clocks allow.
+// Pulls that must wait are queued and answered, in arrival order, as soon as clocks allow; their
+// keys go to the store's read-ahead meanwhile (RowStore::read_ahead: a tiered store reads the
+// rows it does not hold off the shard's thread, so the answer finds them in memory).
 //
 // It takes messages and returns messages (into an Outbox): no threads, clocks, sockets or
 // storage calls of its own. The driver (an actor, the simulator, a test) delivers messages

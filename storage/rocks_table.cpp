@@ -234,16 +234,16 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::stri
 }
 
 Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>& out,
-                             std::vector<uint8_t>& found) {
+                             std::vector<uint8_t>& found) const {
   const size_t n = keys.size(), rf = identity_.row_floats;
   out.resize(n * rf);
   found.assign(n, 0);
   if (n == 0) return {};
-  key_bytes_.resize(n);
+  std::vector<std::string> key_bytes(n);
   std::vector<rocksdb::Slice> slices(n);
   for (size_t i = 0; i < n; ++i) {
-    key_bytes_[i] = encode_key(keys[i]);
-    slices[i] = key_bytes_[i];
+    key_bytes[i] = encode_key(keys[i]);
+    slices[i] = key_bytes[i];
   }
   std::vector<rocksdb::PinnableSlice> values(n);
   std::vector<rocksdb::Status> statuses(n);

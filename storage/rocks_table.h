@@ -16,7 +16,8 @@
 // Errors: RocksDB's statuses become ours (io_error; invalid_input for a refused identity or a
 // malformed row), each naming the path and, where there is one, the key.
 //
-// Thread-safety: none; one shard (one store over it) owns a table.
+// Thread-safety: one shard (one store over it) owns a table. multi_get alone may also run on
+// another thread, concurrently with any call but the destructor (the tiered store's read-ahead).
 #pragma once
 
 #include <cstdint>
@@ -79,9 +80,10 @@ class RocksTable {
 
   // Reads the rows of `keys` into out[i * row_floats ...] and sets found[i] (out and found
   // are resized). Fails with io_error, or invalid_input for a stored value of the wrong size,
-  // naming path and key.
+  // naming path and key. A row written concurrently (another thread) is read as it was before
+  // the write or after it, whole.
   Status multi_get(std::span<const uint64_t> keys, std::vector<float>& out,
-                   std::vector<uint8_t>& found);
+                   std::vector<uint8_t>& found) const;
   // One plain point lookup (DB::Get) into out[0 .. row_floats); false when the key has no
   // row. The baseline `colony bench store` compares the stores with. Fails as multi_get.
   Expected<bool> get(uint64_t key, float* out);
@@ -127,8 +129,6 @@ class RocksTable {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;  // the default family, owned by db_
   rocksdb::ColumnFamilyHandle* rows_cf_ = nullptr;
   Status injected_write_failure_;
-  // Reused buffers.
-  std::vector<std::string> key_bytes_;
 };
 
 // The 8 big-endian bytes of a key, and back.

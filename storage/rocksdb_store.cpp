@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -170,6 +174,111 @@ TieredRowStore::TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOp
   index_.reserve(capacity_ + capacity_ / 4);
 }
 
+namespace {
+// `keys` without repeats, in key order, into `out`.
+void sorted_unique(std::span<const uint64_t> keys, std::vector<uint64_t>& out) {
+  out.assign(keys.begin(), keys.end());
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+}
+}  // namespace
+
+// The read-ahead thread: takes lists of keys in order and reads each with one MultiGet
+// (RocksTable::multi_get may run beside the owner's calls). Only this struct's fields are
+// shared, under `mu`.
+struct TieredRowStore::Reader {
+  struct Read {
+    std::vector<uint64_t> keys;
+    std::vector<float> rows;
+    std::vector<uint8_t> found;
+    Status status;
+  };
+  explicit Reader(const RocksTable& table) : thread([this, &table] { run(table); }) {}
+  ~Reader() {
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+  void run(const RocksTable& table) {
+    std::unique_lock lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || !queue.empty(); });
+      if (stop) return;
+      Read r{std::move(queue.front()), {}, {}, {}};
+      queue.pop_front();
+      busy = true;
+      lock.unlock();
+      r.status = table.multi_get(r.keys, r.rows, r.found);
+      lock.lock();
+      done.push_back(std::move(r));
+      busy = false;
+      cv.notify_all();
+    }
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::vector<uint64_t>> queue;  // handed out, not started
+  std::vector<Read> done;                   // read, not installed
+  bool busy = false;                        // a read is under way
+  bool stop = false;
+  std::thread thread;  // last: starts once the fields above exist
+};
+
+TieredRowStore::~TieredRowStore() {
+  reader_.reset();
+}
+
+void TieredRowStore::read_ahead(std::span<const uint64_t> keys) {
+  if (!options_.read_ahead) return;
+  sorted_unique(keys, hint_buf_);
+  if (awaited_.size() + hint_buf_.size() > capacity_ / 2) return;  // past the window's bound
+  std::vector<uint64_t> missing;
+  for (uint64_t k : hint_buf_) {
+    ++awaited_[k];
+    if (!index_.count(k) && !reading_.count(k) && !known_absent_.count(k)) {
+      missing.push_back(k);
+      reading_.insert(k);
+    }
+  }
+  if (missing.empty()) return;
+  if (!reader_) reader_ = std::make_unique<Reader>(*table_);
+  {
+    std::lock_guard lock(reader_->mu);
+    reader_->queue.push_back(std::move(missing));
+  }
+  reader_->cv.notify_all();
+}
+
+void TieredRowStore::take_read_ahead(bool all) {
+  if (!reader_ || reading_.empty()) return;
+  std::vector<Reader::Read> done;
+  {
+    std::unique_lock lock(reader_->mu);
+    if (all) reader_->cv.wait(lock, [&] { return reader_->queue.empty() && !reader_->busy; });
+    done.swap(reader_->done);
+  }
+  const size_t rf = table_->row_floats();
+  for (Reader::Read& r : done) {
+    for (size_t i = 0; i < r.keys.size(); ++i) {
+      const uint64_t k = r.keys[i];
+      reading_.erase(k);
+      // A key being read is not cached (load() waits for its read), so the read is its row.
+      COLONY_ASSERT(!index_.count(k), "key {:#x} was cached while being read ahead", k);
+      if (!r.status.ok()) continue;  // load() reads it again and reports the error
+      if (r.found[i]) {
+        ++stats_.read_ahead_rows;
+        insert(k, &r.rows[i * rf], true);
+      } else {
+        known_absent_.insert(k);
+      }
+    }
+  }
+}
+
 Status TieredRowStore::attach_log(std::unique_ptr<PushLog> log, bool keep) {
   COLONY_ASSERT(!log_ && index_.empty(), "attach_log after the store was used");
   const size_t rf = table_->row_floats();
@@ -243,9 +352,27 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
   ++batch_;
   absent_.clear();
   keys_buf_.clear();
+  if (!reading_.empty()) {
+    take_read_ahead(false);
+    bool waits = false;
+    for (uint64_t k : keys) waits = waits || reading_.count(k);
+    if (waits) take_read_ahead(true);
+  }
+  if (!awaited_.empty()) {
+    sorted_unique(keys, hint_buf_);
+    for (uint64_t k : hint_buf_) {
+      auto it = awaited_.find(k);
+      if (it != awaited_.end() && --it->second == 0) awaited_.erase(it);
+    }
+  }
   for (uint64_t k : keys) {
     auto it = index_.find(k);
     if (it == index_.end()) {
+      if (!known_absent_.empty() && known_absent_.erase(k)) {
+        ++stats_.cache_misses;  // a new row: read ahead, found on disk by no one
+        absent_.insert(k);
+        continue;
+      }
       keys_buf_.push_back(k);
     } else {
       // Count the batch's use now, so that eviction sees it even if the caller only reads.
@@ -306,7 +433,7 @@ uint32_t TieredRowStore::pick_victim() {
     rng_ = mix64(rng_);
     const uint32_t id = uint32_t(rng_ % slots_.size());
     const Slot& s = slots_[id];
-    if (!s.used) continue;
+    if (!s.used || spared(s.key)) continue;
     if (best == UINT32_MAX) {
       best = id;
       continue;
@@ -317,9 +444,14 @@ uint32_t TieredRowStore::pick_victim() {
                             : (s.freq < b.freq || (s.freq == b.freq && s.last_used < b.last_used));
     if (better) best = id;
   }
-  if (best == UINT32_MAX) {  // sampling kept landing on free slots: scan
-    for (uint32_t id = 0; id < slots_.size(); ++id)
-      if (slots_[id].used) return id;
+  if (best == UINT32_MAX) {  // sampling kept landing on free or spared slots: scan
+    uint32_t any = UINT32_MAX;
+    for (uint32_t id = 0; id < slots_.size(); ++id) {
+      if (!slots_[id].used) continue;
+      if (!spared(slots_[id].key)) return id;
+      if (any == UINT32_MAX) any = id;
+    }
+    return any;  // every cached row is awaited
   }
   return best;
 }
@@ -459,6 +591,8 @@ Status TieredRowStore::for_each(const std::function<void(uint64_t, const float*)
 }
 
 Status TieredRowStore::erase(std::span<const uint64_t> keys) {
+  // A row being read ahead is installed first, so that erasing it below leaves no old image.
+  take_read_ahead(true);
   // Logged first: a replay must not bring back older images of these rows.
   if (log_)
     if (Status s = log_->append({PushLog::Kind::erase, {}, keys, {}}); !s.ok()) return s;

@@ -121,11 +121,16 @@ struct TieredOptions {
   // With a push log: once it holds more than this many bytes, commit() writes every dirty row
   // back and empties it, so the log, and the time to replay it, stay bounded.
   uint64_t log_bytes_max = uint64_t{64} << 20;
+  // read_ahead() reads ahead (colony train --read-ahead); false: it is ignored. Off by default:
+  // on the machine measured it gained no end-to-end throughput (docs/benchmarks.md).
+  bool read_ahead = false;
 };
 
 class TieredRowStore final : public RowStore {
  public:
   TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOptions& options);
+  // Stops the read-ahead thread (waiting for the read it is doing) before the table closes.
+  ~TieredRowStore() override;
 
   float* find(uint64_t key) override;
   std::pair<float*, bool> find_or_insert(uint64_t key) override;
@@ -136,6 +141,14 @@ class TieredRowStore final : public RowStore {
   size_t memory_bytes() const override;
   Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
   Status erase(std::span<const uint64_t> keys) override;
+  // Read-ahead: the keys neither cached nor already being read are handed, as one MultiGet, to
+  // the store's I/O thread (started by the first call); the next load() installs the rows read
+  // so far in the cache, and a load() of a key still being read waits for it rather than reading
+  // it again. Until a load() of theirs, the hinted keys' cached rows are spared by eviction (what
+  // the window knows of the future; at most half the cache's rows: a hint beyond that is
+  // ignored). A failed read ahead is dropped: the load that needs the rows reads them itself and
+  // fails there. stats().read_ahead_rows counts the rows installed.
+  void read_ahead(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
   // With a push log, appends the rows handed out by find_or_insert since the last commit and the
   // staged clocks to it (and writes back when the log passes options.log_bytes_max); then evicts
@@ -186,8 +199,12 @@ class TieredRowStore final : public RowStore {
     bool dirty = false;
     bool on_disk = false;
   };
+  struct Reader;  // the read-ahead I/O thread (rocksdb_store.cpp)
   float* touch(uint32_t id, bool write);
   uint32_t insert(uint64_t key, const float* row, bool on_disk);
+  // Installs the reads ahead done so far; with `all`, waits for every one handed out first.
+  void take_read_ahead(bool all);
+  bool spared(uint64_t key) const { return !awaited_.empty() && awaited_.count(key) > 0; }
   uint32_t pick_victim();
   Status evict_to(size_t rows);
 
@@ -212,6 +229,15 @@ class TieredRowStore final : public RowStore {
   std::vector<uint64_t> keys_buf_;
   std::vector<float> rows_buf_;
   std::vector<uint8_t> found_buf_;
+  // Read-ahead. A key is in reading_ from its hint until its read is installed (it is then not
+  // cached, so nothing writes it to disk meanwhile); in known_absent_ once its read found no row
+  // and until a load() takes that; in awaited_ (with the number of hints naming it) until as
+  // many load()s of it.
+  std::unordered_set<uint64_t> reading_;
+  std::unordered_set<uint64_t> known_absent_;
+  std::unordered_map<uint64_t, uint32_t> awaited_;
+  std::vector<uint64_t> hint_buf_;
+  std::unique_ptr<Reader> reader_;  // after table_: destroyed (joined) before it
 };
 
 }  // namespace colony

@@ -51,6 +51,7 @@ struct StoreStats {
   uint64_t evicted_dirty = 0;         // tiered: of those, rows written back first
   uint64_t log_records_replayed = 0;  // tiered: push log records replayed when it opened
   uint64_t log_bytes_dropped = 0;     // tiered: a torn tail of the push log, cut off then
+  uint64_t read_ahead_rows = 0;       // tiered: rows read ahead of their load (read_ahead)
 };
 
 class RowStore {
@@ -80,6 +81,11 @@ class RowStore {
   // must not be used after. Outside a batch (between commit and load). Fails with io_error.
   virtual Status erase(std::span<const uint64_t> keys) = 0;
 
+  // A hint, outside a batch, that a coming batch will load `keys` (any order, repeats allowed):
+  // a store on disk may start reading them now, off the caller's thread, so that its load()
+  // finds them in memory. Nothing else changes: rows read ahead are the rows on disk. The
+  // stores in memory ignore it.
+  virtual void read_ahead(std::span<const uint64_t> keys) { (void)keys; }
   // Step 1 of the batch protocol: reads the rows of `keys` (any order, repeats allowed).
   // Fails with io_error (naming the store's path) when the disk read fails.
   virtual Status load(std::span<const uint64_t> keys) {

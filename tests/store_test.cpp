@@ -40,13 +40,21 @@ std::unique_ptr<RocksTable> open_table(const std::string& path, const StoreIdent
 }
 
 // Applies `steps` batches of random reads and writes to `store` and to a map of what it
-// should hold; each batch follows the load / find_or_insert / commit protocol.
+// should hold; each batch follows the load / find_or_insert / commit protocol. With `ahead`,
+// each batch first hands the keys of the batch `ahead` steps later to store.read_ahead.
 void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, uint64_t seed,
-              int steps, uint64_t key_space) {
+              int steps, uint64_t key_space, int ahead = 0) {
   SplitMix64 rng(seed);
-  for (int step = 0; step < steps; ++step) {
-    std::vector<uint64_t> keys;
+  auto batches = std::vector<std::vector<uint64_t>>(size_t(steps));
+  for (auto& keys : batches)
     for (int i = 0; i < 16; ++i) keys.push_back(rng.next() % key_space);
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<uint64_t>& keys = batches[size_t(step)];
+    if (ahead > 0) {
+      if (step == 0)
+        for (int i = 0; i < std::min(ahead, steps); ++i) store.read_ahead(batches[size_t(i)]);
+      if (step + ahead < steps) store.read_ahead(batches[size_t(step + ahead)]);
+    }
     BOOST_REQUIRE(store.load(keys).ok());
     for (uint64_t k : keys) {
       if (rng.next() % 2) {
@@ -354,6 +362,83 @@ BOOST_AUTO_TEST_CASE(tiered_store_matches_the_model_with_a_cache_far_smaller_tha
     BOOST_TEST(plain.size() == expect.size());
     check_contents(plain, expect);
   }
+}
+
+BOOST_AUTO_TEST_CASE(
+    a_tiered_store_reading_ahead_matches_the_model_through_evictions_and_erasures) {
+  // Rows read ahead on the store's thread while the owner writes others back, evicts and erases:
+  // every batch must still see exactly the rows the model holds.
+  for (uint64_t seed = 1; seed <= 12; ++seed) {
+    for (int ahead : {1, 3, 8}) {
+      TempDir dir;
+      std::map<uint64_t, std::vector<float>> expect;
+      TieredOptions o;
+      o.cache_bytes = 60 * (rf * sizeof(float) + 64);
+      o.policy = seed % 2 ? EvictionPolicy::lru : EvictionPolicy::lfu;
+      o.read_ahead = true;
+      TieredRowStore store(open_table(dir.sub("db")), o);
+      SplitMix64 rng(seed);
+      for (int round = 0; round < 6; ++round) {
+        exercise(store, expect, seed * 100 + uint64_t(round), 30, 400, ahead);
+        std::vector<uint64_t> gone;
+        for (int i = 0; i < 20; ++i) gone.push_back(rng.next() % 420);  // some never stored
+        store.read_ahead(gone);  // erased while (maybe) being read
+        BOOST_REQUIRE(store.erase(gone).ok());
+        for (uint64_t k : gone) expect.erase(k);
+        BOOST_REQUIRE_EQUAL(store.size(), expect.size());
+      }
+      BOOST_TEST(store.stats().read_ahead_rows > 0u);
+      BOOST_TEST(store.cached_rows() <= 60u + 30u);  // the cache and at most half of it ahead
+      check_contents(store, expect);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_load_after_a_read_ahead_reads_nothing_itself_and_eviction_spares_its_rows) {
+  TempDir dir;
+  TieredOptions o;
+  o.cache_bytes = 40 * (rf * sizeof(float) + 64);
+  o.read_ahead = true;
+  TieredRowStore store(open_table(dir.sub("db")), o);
+  auto batch = [](uint64_t first, uint64_t n) {
+    std::vector<uint64_t> keys;
+    for (uint64_t k = first; k < first + n; ++k) keys.push_back(k);
+    return keys;
+  };
+  auto write = [&](const std::vector<uint64_t>& keys) {
+    BOOST_REQUIRE(store.load(keys).ok());
+    for (uint64_t k : keys) store.find_or_insert(k).first[0] = float(k);
+    BOOST_REQUIRE(store.commit().ok());
+  };
+  for (uint64_t first = 0; first < 400; first += 40) write(batch(first, 40));
+  BOOST_REQUIRE(store.flush().ok());
+  // Rows 0..19 were evicted long ago: read ahead, the load finds them all in memory.
+  const auto ahead = batch(0, 20);
+  store.read_ahead(ahead);
+  StoreStats before = store.stats();
+  BOOST_REQUIRE(store.load(ahead).ok());
+  for (uint64_t k : ahead) BOOST_TEST(store.find(k)[0] == float(k));
+  BOOST_REQUIRE(store.commit().ok());
+  StoreStats after = store.stats();
+  BOOST_TEST(after.read_ahead_rows - before.read_ahead_rows == 20u);
+  BOOST_TEST(after.reads == before.reads);  // no read of its own
+  BOOST_TEST(after.cache_hits - before.cache_hits == 20u);
+  // Hinted again, the same rows outlive a batch of 40 others that overflows the cache: eviction
+  // spares what the window still awaits.
+  store.read_ahead(ahead);
+  write(batch(1000, 40));
+  before = store.stats();
+  BOOST_REQUIRE(store.load(ahead).ok());
+  BOOST_REQUIRE(store.commit().ok());
+  after = store.stats();
+  BOOST_TEST(after.cache_hits - before.cache_hits == 20u);
+  BOOST_TEST(after.cache_misses == before.cache_misses);
+  // A hint past half the cache is ignored: nothing is read ahead.
+  before = store.stats();
+  store.read_ahead(batch(2000, 21));
+  BOOST_REQUIRE(store.load(batch(2000, 21)).ok());
+  BOOST_REQUIRE(store.commit().ok());
+  BOOST_TEST(store.stats().read_ahead_rows == before.read_ahead_rows);
 }
 
 BOOST_AUTO_TEST_CASE(every_store_erases_rows_between_batches) {
