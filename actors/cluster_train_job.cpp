@@ -83,6 +83,9 @@ Expected<TrainJobResult> run_cluster_train_job(
   r.table_bytes = ran->table_bytes;
   r.updates_dropped = ran->updates_dropped;
   r.rows_evicted = ran->rows_evicted;
+  r.cache_hits = ran->cache_hits;
+  r.cache_misses = ran->cache_misses;
+  r.rows_read_ahead = ran->rows_read_ahead;
   r.checkpoints = ran->checkpoints;
   r.updates_lost = ran->updates_lost;
   r.pulls_deferred = ran->pulls_deferred;

@@ -447,6 +447,10 @@ ClusterResult EmbeddedCluster::collect() const {
     r.table_bytes += s->table_bytes();
     r.updates_dropped += s->stats().updates_dropped;
     r.rows_evicted += s->stats().rows_evicted;
+    const StoreStats store = s->store().stats();
+    r.cache_hits += store.cache_hits;
+    r.cache_misses += store.cache_misses;
+    r.rows_read_ahead += store.read_ahead_rows;
   }
   r.checkpoints = m.keeper->checkpoints();
   r.last_checkpoint_step = m.keeper->last_step();

@@ -122,7 +122,11 @@ struct ClusterResult {
   uint64_t table_bytes = 0;      // rows times a row's bytes (parameters and optimizer state)
   uint64_t updates_dropped = 0;  // pushed rows dropped: key not admitted yet
   uint64_t rows_evicted = 0;     // rows removed for not being updated for evict_after steps
-  uint64_t checkpoints = 0;      // complete checkpoints (manifests written)
+  // The stores' (StoreStats; tiered: rows found in memory or not, and rows read ahead).
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t rows_read_ahead = 0;
+  uint64_t checkpoints = 0;  // complete checkpoints (manifests written)
   uint32_t last_checkpoint_step = 0;
   uint64_t shard_restarts = 0;
   uint64_t updates_lost = 0;  // pushed rows applied after the checkpoint a restart went back to

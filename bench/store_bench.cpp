@@ -130,13 +130,24 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(
     if (!r) return r.status();
     figures.push_back({"rocksdb", *r, 0.0, store.stats().writes});
   }
-  for (EvictionPolicy policy : {EvictionPolicy::lru, EvictionPolicy::lfu}) {
-    log(fmt::format("tiered store, {}", to_string(policy)));
+  std::vector<std::pair<EvictionPolicy, size_t>> runs = {{EvictionPolicy::lru, 0},
+                                                         {EvictionPolicy::lfu, 0}};
+  if (o.read_ahead_batches > 0)
+    for (EvictionPolicy policy : {EvictionPolicy::lru, EvictionPolicy::lfu})
+      runs.emplace_back(policy, o.read_ahead_batches);
+  for (const auto& run : runs) {
+    const EvictionPolicy policy = run.first;
+    const size_t ahead = run.second;  // a plain variable: lambdas below capture it
+    const std::string name =
+        fmt::format("tiered-{}{}", to_string(policy), ahead > 0 ? "-ahead" : "");
+    log(fmt::format("tiered store, {}{}", to_string(policy),
+                    ahead > 0 ? fmt::format(", reading {} batches ahead", ahead) : ""));
     auto table = RocksTable::open(to, id);
     if (!table) return table.status();
     TieredOptions t;
     t.policy = policy;
     t.seed = o.seed;
+    t.read_ahead = ahead > 0;
     // cache_fraction of the rows, counting each cached row's overhead as the store does.
     t.cache_bytes = size_t(double(o.rows) * o.cache_fraction) * (o.row_floats * sizeof(float) + 64);
     TieredRowStore store(std::move(table.value()), t);
@@ -148,6 +159,12 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(
         warm = true;
         warm_at = ran;
         before = store.stats();
+      }
+      if (ahead > 0) {
+        // timed() runs the batches in order from the first: batch `ran` is batches[ran % size].
+        if (ran == 0)
+          for (size_t b = 0; b < ahead; ++b) store.read_ahead(batches[b % batches.size()]);
+        store.read_ahead(batches[(ran + ahead) % batches.size()]);
       }
       ++ran;
       return get_and_put(store, keys);
@@ -165,9 +182,10 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(
       trace.insert(trace.end(), keys.begin(), keys.end());
     }
     const size_t from = warm_at * o.batch_keys;
-    StoreBenchFigure f{fmt::format("tiered-{}", to_string(policy)), *r,
-                       hits / std::max(1.0, hits + misses), after.writes,
+    StoreBenchFigure f{name, *r, hits / std::max(1.0, hits + misses), after.writes,
                        belady_min(trace, store.capacity_rows(), from).hit_rate()};
+    f.read_ahead_share =
+        double(after.read_ahead_rows - before.read_ahead_rows) / std::max(1.0, hits + misses);
     for (size_t k : o.lookahead_batches)
       f.lookahead_hit_rates.emplace_back(
           k, lookahead_min(trace, store.capacity_rows(), k * o.batch_keys,

@@ -10,7 +10,8 @@
 //
 // Runs each figure for about `seconds_per_figure` (after a warm-up of as long, which for the
 // tiered store also fills its cache). The tiered figures put their hit rate next to Belady's
-// optimum on the same accesses. Fails with the store's error (disk full, ...).
+// optimum on the same accesses; the "-ahead" ones hand each batch's keys to the store's
+// read-ahead a few batches early. Fails with the store's error (disk full, ...).
 #pragma once
 
 #include <cstdint>
@@ -33,10 +34,14 @@ struct StoreBenchOptions {
   double seconds_per_figure = 2.0;
   uint64_t seed = 1;
   std::vector<size_t> lookahead_batches = {1, 4, 16};
+  // The "-ahead" tiered figures: before each batch, the keys of the batch this many later go to
+  // the store's read-ahead (RowStore::read_ahead), as a reader that knows them would hand them.
+  size_t read_ahead_batches = 4;
 };
 
 struct StoreBenchFigure {
-  std::string store;        // memory, rocksdb, tiered-lru, tiered-lfu, rocksdb-raw-get
+  // memory, rocksdb, rocksdb-raw-get, tiered-lru, tiered-lfu, tiered-lru-ahead, tiered-lfu-ahead
+  std::string store;
   double rows_per_sec = 0;  // get+put rows (the raw baseline: gets)
   double hit_rate = 0;      // tiered: rows found in memory, once its cache was full
   uint64_t disk_writes = 0;
@@ -48,6 +53,8 @@ struct StoreBenchFigure {
   // by the figure's policy (lookahead_min), for K in StoreBenchOptions::lookahead_batches: what
   // eviction that knows the reader's window could reach.
   std::vector<std::pair<size_t, double>> lookahead_hit_rates{};
+  // tiered-*-ahead: of the rows loaded (after warm-up), those read ahead on the store's thread.
+  double read_ahead_share = 0;
 };
 
 Expected<std::vector<StoreBenchFigure>> run_store_bench(

@@ -715,14 +715,16 @@ int bench_store(const BenchArgs& a, bool rows_given) {
                         {"cache_fraction", o.cache_fraction},
                         {"block_cache_bytes", o.block_cache_bytes}};
   nlohmann::json list = nlohmann::json::array();
-  std::printf("%-16s %14s %12s %10s %12s", "store", "rows/s", "of raw get", "hit rate",
-              "belady hits");
+  std::printf("%-18s %14s %12s %10s %11s %12s", "store", "rows/s", "of raw get", "hit rate",
+              "read ahead", "belady hits");
   for (size_t k : o.lookahead_batches) std::printf(" %9s", fmt::format("ahead {}", k).c_str());
   std::printf("\n");
   for (const StoreBenchFigure& f : *figures) {
     const bool tiered = f.store.rfind("tiered", 0) == 0;
-    std::printf("%-16s %14.0f %12.3f %10s %12s", f.store.c_str(), f.rows_per_sec,
+    const bool read_ahead = f.store.ends_with("-ahead");
+    std::printf("%-18s %14.0f %12.3f %10s %11s %12s", f.store.c_str(), f.rows_per_sec,
                 f.rows_per_sec / raw, tiered ? fmt::format("{:.3f}", f.hit_rate).c_str() : "",
+                read_ahead ? fmt::format("{:.3f}", f.read_ahead_share).c_str() : "",
                 tiered ? fmt::format("{:.3f}", f.belady_hit_rate).c_str() : "");
     nlohmann::json ahead = nlohmann::json::object();
     for (const auto& [k, rate] : f.lookahead_hit_rates) {
@@ -735,6 +737,7 @@ int bench_store(const BenchArgs& a, bool rows_given) {
                     {"ratio_to_raw_get", f.rows_per_sec / raw},
                     {"hit_rate", f.hit_rate},
                     {"belady_hit_rate", f.belady_hit_rate},
+                    {"read_ahead_share", f.read_ahead_share},
                     {"lookahead_hit_rates", ahead},
                     {"disk_writes", f.disk_writes}});
   }
@@ -745,8 +748,11 @@ int bench_store(const BenchArgs& a, bool rows_given) {
       "belady hits = Belady's MIN (evicts the row used furthest ahead) replaying the same "
       "accesses with as many rows;\n"
       "ahead K = the same replay evicting rows the next K batches do not access, by the "
-      "figure's policy\n",
-      o.batch_keys, o.zipf_exponent);
+      "figure's policy;\n"
+      "-ahead = each batch's keys handed to the store's read-ahead %zu batches early; read ahead "
+      "= the share of the rows loaded that it had read\n",
+      o.batch_keys, o.zipf_exponent, o.read_ahead_batches);
+  rep["read_ahead_batches"] = o.read_ahead_batches;
   rep["figures"] = list;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;

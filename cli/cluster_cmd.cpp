@@ -206,6 +206,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--store", "give each `colony ps` its --store"},
       {"--cache-bytes", "give each `colony ps` its --cache-bytes"},
       {"--eviction", "the tiered store's policy is not a daemon option yet"},
+      {"--read-ahead", "the tiered store's read-ahead is not a daemon option yet"},
       {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir"},
       {"--resume", "give each `colony ps` whose store another job wrote its --resume"},
       {"--resume-from", "give each `colony ps` its --resume-from"},
@@ -225,9 +226,11 @@ Runner add_coordinator(CLI::App& app) {
   };
   for (const auto& [flag, where] : not_here) {
     const std::string help = "Not a coordinator option (refused, saying where it goes)";
-    // --resume is a flag elsewhere: it takes no value here either.
-    CLI::Option* option = std::string_view(flag) == "--resume" ? cmd->add_flag(flag, help)
-                                                               : cmd->add_option(flag, help);
+    // --resume and --read-ahead are flags elsewhere: they take no value here either.
+    const std::string_view name = flag;
+    CLI::Option* option = name == "--resume" || name == "--read-ahead"
+                              ? cmd->add_flag(flag, help)
+                              : cmd->add_option(flag, help);
     a->elsewhere.push_back({option->group(""), flag, where});
   }
   add_common(cmd, a->common);

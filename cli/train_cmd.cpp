@@ -31,6 +31,7 @@ struct TrainArgs {
   std::string store = "memory";
   size_t cache_bytes = 0;
   std::string eviction = "lfu";
+  bool read_ahead = false;
   std::string durability;
   bool resume = false;
   std::string engine = "cluster";
@@ -114,6 +115,9 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
       ->check(CLI::IsMember({"lfu", "lru"}))
       ->capture_default_str();
+  cmd->add_flag("--read-ahead", a->read_ahead,
+                "Tiered store: read the rows of pulls waiting for slower workers on an I/O thread "
+                "while they wait (docs/storage.md)");
   cmd->add_option("--on-nan", a->on_nan,
                   "A step whose gradient is NaN or infinite: fail (stop, naming the step and key) "
                   "or skip (apply nothing of it, log it, count it in steps_skipped)")
@@ -216,6 +220,10 @@ Runner add_train(CLI::App& app) {
     if (!store) return fail(store.status());
     cluster.store = *store;
     cluster.store.policy = parse_eviction_policy(a->eviction).value();
+    if (a->read_ahead && cluster.store.kind != StoreKind::tiered)
+      return fail(Status::invalid_input(
+          "--read-ahead: only the tiered store (--store rocksdb:DIR --cache-bytes N) reads ahead"));
+    cluster.store.read_ahead = a->read_ahead;
     if (!a->durability.empty()) {
       auto d = parse_durability(a->durability);
       if (!d) return fail(d.status());
@@ -502,6 +510,13 @@ Runner add_train(CLI::App& app) {
       rep["replies_dropped"] = r.counters.replies_dropped;
       rep["store"] = to_string(cluster.store);
       rep["durability"] = to_string(cluster.store.durability);
+      if (cluster.store.kind == StoreKind::tiered) {
+        // Of the rows the shards loaded, those found in memory (rows read ahead count: they were
+        // there when their pull was answered).
+        rep["cache_hit_rate"] =
+            double(r.cache_hits) / double(std::max<uint64_t>(1, r.cache_hits + r.cache_misses));
+        rep["rows_read_ahead"] = r.rows_read_ahead;
+      }
       rep["admit_after"] = cluster.admit_after;
       rep["updates_dropped"] = r.updates_dropped;
       rep["evict_after"] = cluster.evict_after;

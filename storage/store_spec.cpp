@@ -78,8 +78,8 @@ std::string to_string(const StoreSpec& spec) {
     case StoreKind::rocksdb:
       return "rocksdb:" + spec.dir;
     case StoreKind::tiered:
-      return fmt::format("tiered ({} bytes in memory, {}) over rocksdb:{}", spec.cache_bytes,
-                         to_string(spec.policy), spec.dir);
+      return fmt::format("tiered ({} bytes in memory, {}{}) over rocksdb:{}", spec.cache_bytes,
+                         to_string(spec.policy), spec.read_ahead ? ", read-ahead" : "", spec.dir);
   }
   return "?";
 }
@@ -129,6 +129,7 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   TieredOptions t;
   t.cache_bytes = spec.cache_bytes / std::max<uint32_t>(identity.shards, 1);
   t.policy = spec.policy;
+  t.read_ahead = spec.read_ahead;
   t.seed = identity.shard_index + 1;
   auto store = std::make_unique<TieredRowStore>(std::move(table.value()), t);
   const std::string log_path = (std::filesystem::path(o.path) / push_log_file_name).string();

@@ -47,6 +47,7 @@ struct StoreSpec {
   std::string dir;         // rocksdb and tiered: the folder holding shard-<i>/
   size_t cache_bytes = 0;  // tiered: memory budget for rows, across all shards of the process
   EvictionPolicy policy = EvictionPolicy::lfu;
+  bool read_ahead = false;                      // tiered: TieredOptions::read_ahead (--read-ahead)
   size_t block_cache_bytes = size_t{64} << 20;  // per shard
   Durability durability = Durability::none;     // parse_store_spec sets the store's default
   bool resume = false;  // `--resume`: continue another job's rows (RocksTableOptions::adopt)

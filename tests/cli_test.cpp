@@ -53,6 +53,9 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --store disk",
                            "train --store rocksdb:",
                            "train --cache-bytes 1000",
+                           "train --read-ahead",
+                           "train --store rocksdb:no-such-dir/x --read-ahead",
+                           "coordinator --listen tcp://127.0.0.1:1 --insecure --read-ahead",
                            "train --admit-after 300",
                            "train --checkpoint-every 5",
                            "train --engine local --store rocksdb:no-such-dir/x",
@@ -718,18 +721,47 @@ BOOST_AUTO_TEST_CASE(bench_cluster_runs_a_deep_model) {
 
 // bench store: each store's figure, and each tiered one's hit rate next to Belady's MIN on the
 // same accesses.
+BOOST_AUTO_TEST_CASE(a_tiered_store_reading_ahead_trains_the_same_model) {
+  // Rows read ahead on the store's thread are the rows on disk: the job is bit-identical.
+  std::map<std::string, nlohmann::json> got;
+  for (std::string flag : {"", " --read-ahead"}) {
+    const fs::path store = dir / ("tiered-store" + std::to_string(got.size()));
+    const fs::path report = dir / ("tiered" + std::to_string(got.size()) + ".json");
+    fs::remove_all(store);
+    Run r =
+        run("train --rows 20000 --test-rows 5000 --shards 2 --workers 2 --no-cache --store "
+            "rocksdb:" +
+            store.string() + " --cache-bytes 3000000" + flag + " --report " + report.string());
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    got[flag] = read_json(report);
+  }
+  const auto& plain = got[""];
+  const auto& ahead = got[" --read-ahead"];
+  BOOST_TEST(ahead["store"].get<std::string>().find("read-ahead") != std::string::npos);
+  BOOST_TEST(plain["store"].get<std::string>().find("read-ahead") == std::string::npos);
+  BOOST_TEST(ahead["rows_read_ahead"].get<uint64_t>() > 0u);
+  BOOST_TEST(plain["rows_read_ahead"].get<uint64_t>() == 0u);
+  BOOST_TEST(ahead["cache_hit_rate"].get<double>() > plain["cache_hit_rate"].get<double>());
+  BOOST_TEST(ahead["test_logloss"].get<double>() == plain["test_logloss"].get<double>());
+  BOOST_TEST(ahead["table_rows"].get<uint64_t>() == plain["table_rows"].get<uint64_t>());
+}
+
 BOOST_AUTO_TEST_CASE(bench_store_puts_the_tiered_hit_rate_next_to_beladys) {
   const fs::path report = dir / "bench-store.json";
-  Run r = run("bench store --rows 20000 --report " + report.string());
+  // 100k rows: a cache of 10k holds the 4 batches' keys that read-ahead awaits at most.
+  Run r = run("bench store --rows 100000 --report " + report.string());
   BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
   BOOST_TEST(r.out.find("belady hits") != std::string::npos, r.out);
   const auto j = read_json(report);
-  int tiered = 0;
+  BOOST_TEST(j["read_ahead_batches"].get<size_t>() == 4u);
+  std::map<std::string, double> hit_rate;
   for (const auto& f : j["figures"]) {
-    if (f["store"].get<std::string>().rfind("tiered", 0) != 0) continue;
-    ++tiered;
+    const std::string store = f["store"].get<std::string>();
+    if (store.rfind("tiered", 0) != 0) continue;
     const double hit = f["hit_rate"].get<double>(), best = f["belady_hit_rate"].get<double>();
-    BOOST_TEST_MESSAGE(f["store"].get<std::string>() << " hit rate " << hit << ", Belady " << best);
+    hit_rate[store] = hit;
+    BOOST_TEST_MESSAGE(store << " hit rate " << hit << ", Belady " << best << ", read ahead "
+                             << f["read_ahead_share"].get<double>());
     BOOST_TEST(hit > 0.0);
     BOOST_TEST(best > 0.0);
     BOOST_TEST(best <= 1.0);
@@ -737,8 +769,15 @@ BOOST_AUTO_TEST_CASE(bench_store_puts_the_tiered_hit_rate_next_to_beladys) {
     BOOST_REQUIRE(f["lookahead_hit_rates"].size() == 3u);
     for (const auto& [k, rate] : f["lookahead_hit_rates"].items())
       BOOST_TEST((rate.get<double>() > 0.0 && rate.get<double>() <= 1.0), k);
+    const bool ahead = store.ends_with("-ahead");
+    BOOST_TEST((f["read_ahead_share"].get<double>() > 0.0) == ahead, store);
   }
-  BOOST_TEST(tiered == 2);
+  BOOST_REQUIRE(hit_rate.size() == 4u);
+  // Rows read ahead are in memory when their batch loads them.
+  for (const char* policy : {"lru", "lfu"})
+    BOOST_TEST(hit_rate[std::string("tiered-") + policy + "-ahead"] >
+                   hit_rate[std::string("tiered-") + policy] + 0.05,
+               policy);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -94,6 +94,10 @@ struct TrainJobResult {
   uint64_t table_bytes = 0;      // rows times a row's bytes (parameters and optimizer state)
   uint64_t updates_dropped = 0;  // pushed rows dropped by feature admission (cluster only)
   uint64_t rows_evicted = 0;     // rows removed by --evict-after (cluster only)
+  // The tiered stores' rows found in memory or not, and rows read ahead (cluster only).
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t rows_read_ahead = 0;
   uint64_t checkpoints = 0;      // complete checkpoints written (cluster only)
   uint64_t updates_lost = 0;     // pushed rows lost to shard restarts (cluster only)
   bool read_from_cache = false;  // the last training epoch read the binary cache
