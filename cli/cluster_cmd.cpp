@@ -205,8 +205,8 @@ Runner add_coordinator(CLI::App& app) {
       {"--data", "give each `colony worker` its --data"},
       {"--store", "give each `colony ps` its --store"},
       {"--cache-bytes", "give each `colony ps` its --cache-bytes"},
-      {"--eviction", "the tiered store's policy is not a daemon option yet"},
-      {"--read-ahead", "the tiered store's read-ahead is not a daemon option yet"},
+      {"--eviction", "give each `colony ps` its --eviction"},
+      {"--read-ahead", "give each `colony ps` its --read-ahead"},
       {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir"},
       {"--resume", "give each `colony ps` whose store another job wrote its --resume"},
       {"--resume-from", "give each `colony ps` its --resume-from"},
@@ -455,7 +455,9 @@ struct MemberArgs {
   MemberDaemonOptions options;
   std::string store = "memory";
   size_t cache_bytes = 0;
-  bool resume = false;  // ps: continue another job's store
+  std::string eviction = "lfu";  // ps: the tiered store's
+  bool read_ahead = false;       // ps: the tiered store's
+  bool resume = false;           // ps: continue another job's store
   std::string device = "cpu";
   std::string timeline;
 };
@@ -491,6 +493,7 @@ Runner add_member(CLI::App& app, MemberRole role) {
     cmd->add_option(
         "--cache-bytes", a->cache_bytes,
         "With rocksdb: keep hot rows in this many bytes of memory over RocksDB (tiered store)");
+    add_tiered_store_flags(cmd, a->eviction, a->read_ahead);
     cmd->add_option(
         "--checkpoint-dir", o.checkpoint_dir,
         "Where this ps writes its shards' checkpoints when the job has --checkpoint-every "
@@ -539,6 +542,8 @@ Runner add_member(CLI::App& app, MemberRole role) {
       auto store = parse_store_spec(a->store, a->cache_bytes);
       if (!store) return fail(store.status());
       o.store = *store;
+      if (Status s = set_tiered_store_flags(o.store, a->eviction, a->read_ahead); !s.ok())
+        return fail(s);
       if (Status s = set_resume(o.store, a->resume); !s.ok()) return fail(s);
       if (!o.resume_from.empty()) {
         auto step = checkpoint_step(o.resume_from);

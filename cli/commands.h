@@ -5,11 +5,13 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "common/status.h"
 #include "data/reader.h"
+#include "storage/store_spec.h"
 
 namespace colony::cli {
 
@@ -39,6 +41,13 @@ void apply_config_file(CLI::App* cmd);
 // Adds `--format auto|libsvm|libffm|criteo` (the input files' text format; auto: detected from
 // the content and a .libffm name) to a subcommand, setting `format` (ReaderOptions::format).
 void add_format_option(CLI::App* cmd, std::optional<DataFormat>& format);
+
+// Adds the tiered store's `--eviction lfu|lru` and `--read-ahead` to a subcommand (colony train,
+// colony ps), setting `eviction` and `read_ahead`.
+void add_tiered_store_flags(CLI::App* cmd, std::string& eviction, bool& read_ahead);
+// Gives `store` those flags' values (StoreSpec::policy, set_read_ahead). Fails with invalid_input
+// naming --read-ahead when the store is not tiered.
+Status set_tiered_store_flags(StoreSpec& store, const std::string& eviction, bool read_ahead);
 
 // Prints "colony: error: <message>" and returns the exit code for the Status.
 int fail(const Status& status);

@@ -17,6 +17,22 @@ void add_format_option(CLI::App* cmd, std::optional<DataFormat>& format) {
       ->check(CLI::IsMember({"auto", "libsvm", "libffm", "criteo"}));
 }
 
+void add_tiered_store_flags(CLI::App* cmd, std::string& eviction, bool& read_ahead) {
+  cmd->add_option("--eviction", eviction, "Tiered store's eviction policy: lfu or lru")
+      ->check(CLI::IsMember({"lfu", "lru"}))
+      ->capture_default_str();
+  cmd->add_flag("--read-ahead", read_ahead,
+                "Tiered store: read the rows of pulls waiting for slower workers on an I/O thread "
+                "while they wait (docs/storage.md)");
+}
+
+Status set_tiered_store_flags(StoreSpec& store, const std::string& eviction, bool read_ahead) {
+  auto policy = parse_eviction_policy(eviction);
+  if (!policy) return policy.status();
+  store.policy = *policy;
+  return set_read_ahead(store, read_ahead);
+}
+
 int fail(const Status& status) {
   std::fprintf(stderr, "colony: error: %s\n", status.message().c_str());
   return status.is_user_error() ? 2 : 1;

@@ -112,12 +112,7 @@ Runner add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--checkpoint-dir", a->cluster.checkpoint_dir,
                   "Where checkpoints go (default with rocksdb:DIR: DIR/checkpoints)");
-  cmd->add_option("--eviction", a->eviction, "Tiered store's eviction policy: lfu or lru")
-      ->check(CLI::IsMember({"lfu", "lru"}))
-      ->capture_default_str();
-  cmd->add_flag("--read-ahead", a->read_ahead,
-                "Tiered store: read the rows of pulls waiting for slower workers on an I/O thread "
-                "while they wait (docs/storage.md)");
+  add_tiered_store_flags(cmd, a->eviction, a->read_ahead);
   cmd->add_option("--on-nan", a->on_nan,
                   "A step whose gradient is NaN or infinite: fail (stop, naming the step and key) "
                   "or skip (apply nothing of it, log it, count it in steps_skipped)")
@@ -219,11 +214,8 @@ Runner add_train(CLI::App& app) {
     auto store = parse_store_spec(a->store, a->cache_bytes);
     if (!store) return fail(store.status());
     cluster.store = *store;
-    cluster.store.policy = parse_eviction_policy(a->eviction).value();
-    if (a->read_ahead && cluster.store.kind != StoreKind::tiered)
-      return fail(Status::invalid_input(
-          "--read-ahead: only the tiered store (--store rocksdb:DIR --cache-bytes N) reads ahead"));
-    cluster.store.read_ahead = a->read_ahead;
+    if (Status s = set_tiered_store_flags(cluster.store, a->eviction, a->read_ahead); !s.ok())
+      return fail(s);
     if (!a->durability.empty()) {
       auto d = parse_durability(a->durability);
       if (!d) return fail(d.status());

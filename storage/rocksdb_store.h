@@ -121,8 +121,9 @@ struct TieredOptions {
   // With a push log: once it holds more than this many bytes, commit() writes every dirty row
   // back and empties it, so the log, and the time to replay it, stay bounded.
   uint64_t log_bytes_max = uint64_t{64} << 20;
-  // read_ahead() reads ahead (colony train --read-ahead); false: it is ignored. Off by default:
-  // on the machine measured it gained no end-to-end throughput (docs/benchmarks.md).
+  // read_ahead() reads ahead (--read-ahead of colony train and colony ps); false: it is ignored.
+  // Off by default: on the machine measured it gained no end-to-end throughput
+  // (docs/benchmarks.md).
   bool read_ahead = false;
 };
 

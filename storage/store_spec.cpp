@@ -50,6 +50,14 @@ const char* to_string(Durability durability) {
   return "?";
 }
 
+Status set_read_ahead(StoreSpec& spec, bool read_ahead) {
+  if (read_ahead && spec.kind != StoreKind::tiered)
+    return Status::invalid_input(
+        "--read-ahead: only the tiered store (--store rocksdb:DIR --cache-bytes N) reads ahead");
+  spec.read_ahead = read_ahead;
+  return {};
+}
+
 Status set_resume(StoreSpec& spec, bool resume) {
   if (resume && spec.kind == StoreKind::memory)
     return Status::invalid_input(

@@ -69,6 +69,9 @@ const char* to_string(Durability durability);
 // `--resume`: lets `spec` continue a store another job wrote (StoreSpec::resume). Fails with
 // invalid_input naming --resume for the memory store, which holds no earlier rows.
 Status set_resume(StoreSpec& spec, bool resume);
+// `--read-ahead`: the tiered store reads the rows of waiting pulls ahead (StoreSpec::read_ahead).
+// Fails with invalid_input naming --read-ahead for a store that is not tiered.
+Status set_read_ahead(StoreSpec& spec, bool read_ahead);
 // Gives `spec` the job's durability. Fails with invalid_input naming --durability when the store
 // cannot give it (log or fsync of the memory store, which keeps nothing on disk).
 Status set_durability(StoreSpec& spec, Durability durability);

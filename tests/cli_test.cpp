@@ -56,6 +56,8 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --read-ahead",
                            "train --store rocksdb:no-such-dir/x --read-ahead",
                            "coordinator --listen tcp://127.0.0.1:1 --insecure --read-ahead",
+                           "ps --coordinator tcp://127.0.0.1:1 --insecure --read-ahead",
+                           "ps --coordinator tcp://127.0.0.1:1 --insecure --eviction mru",
                            "train --admit-after 300",
                            "train --checkpoint-every 5",
                            "train --engine local --store rocksdb:no-such-dir/x",

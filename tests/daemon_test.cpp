@@ -994,9 +994,16 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_killed_mid_job_under_durability_log_loses_no_ac
             {"--shards", "2", "--workers", "1", "--epochs", "4", "--durability", "log",
              "--no-cache", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--test",
              s.test.string(), "--report", (s.dir / (name + ".json")).string()}));
-    const std::vector<std::string> ps_flags = {
-        "--shards",      "2",      "--store", "rocksdb:" + (s.dir / (name + "-store")).string(),
-        "--cache-bytes", "2000000"};
+    // With read-ahead and LRU: rows read on the store's thread must change nothing either.
+    const std::vector<std::string> ps_flags = {"--shards",
+                                               "2",
+                                               "--store",
+                                               "rocksdb:" + (s.dir / (name + "-store")).string(),
+                                               "--cache-bytes",
+                                               "2000000",
+                                               "--read-ahead",
+                                               "--eviction",
+                                               "lru"};
     auto ps = start_member(name + "-ps", "ps", endpoint, cat(role_key("ps-0"), ps_flags));
     const std::string ps_endpoint = ps->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
     auto w = start_member(name + "-w", "worker", endpoint, role_key("worker-0"));
@@ -1022,6 +1029,8 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_killed_mid_job_under_durability_log_loses_no_ac
   const auto killed = job("durable-killed", true);
   BOOST_TEST(killed["ps_restarts"].get<int>() == 1);
   BOOST_TEST(killed["durability"].get<std::string>() == "log");
+  BOOST_TEST(killed["store"].get<std::string>().find("lru, read-ahead") != std::string::npos,
+             killed["store"]);
   BOOST_TEST(killed["pushes_lost"].get<uint64_t>() == 0u);
   BOOST_TEST(killed["train_samples"].get<uint64_t>() == 240000u);
   BOOST_TEST_MESSAGE("tiered ps killed under --durability log: logloss "
