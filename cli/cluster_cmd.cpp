@@ -201,37 +201,43 @@ Runner add_coordinator(CLI::App& app) {
                   "What a shard's acknowledgement of a push promises: none (memory only), log (on "
                   "disk: survives a crash of the ps process) or fsync (synced: survives a crash of "
                   "its machine); default: each ps store's, none for memory and log on disk");
-  static const std::pair<const char*, const char*> not_here[] = {
-      {"--data", "give each `colony worker` its --data"},
-      {"--store", "give each `colony ps` its --store"},
-      {"--cache-bytes", "give each `colony ps` its --cache-bytes"},
-      {"--eviction", "give each `colony ps` its --eviction"},
-      {"--read-ahead", "give each `colony ps` its --read-ahead"},
-      {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir"},
-      {"--resume", "give each `colony ps` whose store another job wrote its --resume"},
-      {"--resume-from", "give each `colony ps` its --resume-from"},
-      {"--replicas-per-node", "start one `colony worker --replicas R` per node"},
-      {"--threads", "give each `colony ps` and `colony worker` its --threads"},
-      {"--device", "give each `colony worker` its --device"},
-      {"--engine", "the daemons are a cluster; `colony train --engine local` trains in one thread"},
-      {"--rows", "the daemons train on files: make them with `colony gen`"},
-      {"--test-rows", "the daemons train on files: make them with `colony gen`"},
-      {"--valid-fraction", "hold out validation rows in a file of their own for the daemons"},
-      {"--patience", "the daemons do not stop early; `colony train` does"},
-      {"--metrics-linger", "the daemons serve their metrics until they exit"},
-      {"--dashboard", "the coordinator serves its dashboard wherever --metrics-port serves"},
-      {"--timeline", "give each `colony ps` and `colony worker` its --timeline"},
-      {"--fault-slow-worker", "give the `colony worker` to slow its --fault-slow-ms"},
-      {"--fault-leak-mb", "give the `colony ps` or `colony worker` to leak its --fault-leak-mb"},
+  // The train flags the coordinator refuses, saying where each goes; `flag`: it takes no value in
+  // `colony train`, so it takes none here either.
+  struct NotHere {
+    const char* name;
+    const char* where;
+    bool flag;
   };
-  for (const auto& [flag, where] : not_here) {
+  static const NotHere not_here[] = {
+      {"--data", "give each `colony worker` its --data", false},
+      {"--store", "give each `colony ps` its --store", false},
+      {"--cache-bytes", "give each `colony ps` its --cache-bytes", false},
+      {"--eviction", "give each `colony ps` its --eviction", false},
+      {"--read-ahead", "give each `colony ps` its --read-ahead", true},
+      {"--checkpoint-dir", "give each `colony ps` its --checkpoint-dir", false},
+      {"--resume", "give each `colony ps` whose store another job wrote its --resume", true},
+      {"--resume-from", "give each `colony ps` its --resume-from", false},
+      {"--replicas-per-node", "start one `colony worker --replicas R` per node", false},
+      {"--threads", "give each `colony ps` and `colony worker` its --threads", false},
+      {"--device", "give each `colony worker` its --device", false},
+      {"--engine", "the daemons are a cluster; `colony train --engine local` trains in one thread",
+       false},
+      {"--rows", "the daemons train on files: make them with `colony gen`", false},
+      {"--test-rows", "the daemons train on files: make them with `colony gen`", false},
+      {"--valid-fraction", "hold out validation rows in a file of their own for the daemons",
+       false},
+      {"--patience", "the daemons do not stop early; `colony train` does", false},
+      {"--metrics-linger", "the daemons serve their metrics until they exit", false},
+      {"--dashboard", "the coordinator serves its dashboard wherever --metrics-port serves", true},
+      {"--timeline", "give each `colony ps` and `colony worker` its --timeline", false},
+      {"--fault-slow-worker", "give the `colony worker` to slow its --fault-slow-ms", false},
+      {"--fault-leak-mb", "give the `colony ps` or `colony worker` to leak its --fault-leak-mb",
+       false},
+  };
+  for (const NotHere& n : not_here) {
     const std::string help = "Not a coordinator option (refused, saying where it goes)";
-    // --resume and --read-ahead are flags elsewhere: they take no value here either.
-    const std::string_view name = flag;
-    CLI::Option* option = name == "--resume" || name == "--read-ahead"
-                              ? cmd->add_flag(flag, help)
-                              : cmd->add_option(flag, help);
-    a->elsewhere.push_back({option->group(""), flag, where});
+    CLI::Option* option = n.flag ? cmd->add_flag(n.name, help) : cmd->add_option(n.name, help);
+    a->elsewhere.push_back({option->group(""), n.name, n.where});
   }
   add_common(cmd, a->common);
   return [a]() {

@@ -126,6 +126,12 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   }
   BOOST_TEST(run("--help").code == 0);
   BOOST_TEST(run("train --help").code == 0);
+  // A train flag that takes no value is refused by the coordinator as such, saying where it goes.
+  for (const char* flag : {"--dashboard", "--read-ahead", "--resume"}) {
+    const Run r = run(std::string("coordinator --listen tcp://127.0.0.1:1 --insecure ") + flag);
+    BOOST_TEST(r.err.find(std::string(flag) + " is not a coordinator option") != std::string::npos,
+               r.err);
+  }
 }
 
 // Issue 14: --durability asks what a store can promise; what it cannot is refused before any
