@@ -170,9 +170,7 @@ TieredRowStore::TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOp
                                                            cached_row_overhead_bytes))),
       arena_(table_->row_floats()),
       rng_(options.seed),
-      clocks_(table_->sender_clocks()) {
-  index_.reserve(capacity_ + capacity_ / 4);
-}
+      clocks_(table_->sender_clocks()) {}
 
 namespace {
 // `keys` without repeats, in key order, into `out`.
@@ -239,7 +237,7 @@ void TieredRowStore::read_ahead(std::span<const uint64_t> keys) {
   std::vector<uint64_t> missing;
   for (uint64_t k : hint_buf_) {
     ++awaited_[k];
-    if (!index_.count(k) && !reading_.count(k) && !known_absent_.count(k)) {
+    if (!index_.contains(k) && !reading_.count(k) && !known_absent_.count(k)) {
       missing.push_back(k);
       reading_.insert(k);
     }
@@ -267,7 +265,7 @@ void TieredRowStore::take_read_ahead(bool all) {
       const uint64_t k = r.keys[i];
       reading_.erase(k);
       // A key being read is not cached (load() waits for its read), so the read is its row.
-      COLONY_ASSERT(!index_.count(k), "key {:#x} was cached while being read ahead", k);
+      COLONY_ASSERT(!index_.contains(k), "key {:#x} was cached while being read ahead", k);
       if (!r.status.ok()) continue;  // load() reads it again and reports the error
       if (r.found[i]) {
         ++stats_.read_ahead_rows;
@@ -343,7 +341,7 @@ uint32_t TieredRowStore::insert(uint64_t key, const float* row, bool on_disk) {
     std::memcpy(arena_.row(id), row, rf * sizeof(float));
   else
     std::memset(arena_.row(id), 0, rf * sizeof(float));
-  index_.emplace(key, id);
+  index_.insert(key, id);
   if (!on_disk) ++cache_only_;
   return id;
 }
@@ -366,8 +364,8 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
     }
   }
   for (uint64_t k : keys) {
-    auto it = index_.find(k);
-    if (it == index_.end()) {
+    const uint64_t id = index_.get(k);
+    if (id == KeyIndex::missing) {
       if (!known_absent_.empty() && known_absent_.erase(k)) {
         ++stats_.cache_misses;  // a new row: read ahead, found on disk by no one
         absent_.insert(k);
@@ -377,7 +375,7 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
     } else {
       // Count the batch's use now, so that eviction sees it even if the caller only reads.
       ++stats_.cache_hits;
-      touch(it->second, false);
+      touch(uint32_t(id), false);
     }
   }
   std::sort(keys_buf_.begin(), keys_buf_.end());
@@ -401,27 +399,27 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
 }
 
 float* TieredRowStore::find(uint64_t key) {
-  auto it = index_.find(key);
-  if (it != index_.end()) return arena_.row(it->second);
+  uint64_t id = index_.get(key);
+  if (id != KeyIndex::missing) return arena_.row(uint32_t(id));
   if (absent_.count(key)) return nullptr;
   const uint64_t one[1] = {key};
   if (Status s = load(one); !s.ok()) return nullptr;
-  it = index_.find(key);
-  return it == index_.end() ? nullptr : arena_.row(it->second);
+  id = index_.get(key);
+  return id == KeyIndex::missing ? nullptr : arena_.row(uint32_t(id));
 }
 
 std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
   if (log_) written_.push_back(key);
-  auto it = index_.find(key);
-  if (it == index_.end() && !absent_.count(key)) {
+  uint64_t id = index_.get(key);
+  if (id == KeyIndex::missing && !absent_.count(key)) {
     const uint64_t one[1] = {key};
     if (Status s = load(one); !s.ok()) {
       // A scratch row: not cached as clean data, the next commit fails.
       return {arena_.row(insert(key, nullptr, false)), true};
     }
-    it = index_.find(key);
+    id = index_.get(key);
   }
-  if (it != index_.end()) return {touch(it->second, true), false};
+  if (id != KeyIndex::missing) return {touch(uint32_t(id), true), false};
   absent_.erase(key);
   return {touch(insert(key, nullptr, false), true), true};
 }
@@ -509,7 +507,8 @@ Status TieredRowStore::commit() {
     const size_t rf = table_->row_floats();
     rows_buf_.resize(written_.size() * rf);
     for (size_t i = 0; i < written_.size(); ++i)
-      std::memcpy(&rows_buf_[i * rf], arena_.row(index_.at(written_[i])), rf * sizeof(float));
+      std::memcpy(&rows_buf_[i * rf], arena_.row(uint32_t(index_.get(written_[i]))),
+                  rf * sizeof(float));
     Status s = log_->append({PushLog::Kind::rows, staged_clocks_, written_, rows_buf_});
     written_.clear();
     if (!s.ok()) {
@@ -571,15 +570,16 @@ Status TieredRowStore::for_each_in_range(
   // The table's rows in order, with cached values in place of stale ones, merged with the
   // rows that exist only in memory.
   std::vector<std::pair<uint64_t, uint32_t>> only;
-  for (const auto& [key, id] : index_)
-    if (!slots_[id].on_disk && key >= begin && key < end) only.emplace_back(key, id);
+  index_.for_each([&](uint64_t key, uint64_t id) {
+    if (!slots_[id].on_disk && key >= begin && key < end) only.emplace_back(key, uint32_t(id));
+  });
   std::sort(only.begin(), only.end());
   auto& arena = const_cast<RowArena&>(arena_);
   size_t j = 0;
   Status s = table_->for_each_in_range(begin, end, [&](uint64_t key, const float* row) {
     for (; j < only.size() && only[j].first < key; ++j) f(only[j].first, arena.row(only[j].second));
-    auto it = index_.find(key);
-    f(key, it == index_.end() ? row : arena.row(it->second));
+    const uint64_t id = index_.get(key);
+    f(key, id == KeyIndex::missing ? row : arena.row(uint32_t(id)));
   });
   if (!s.ok()) return s;
   for (; j < only.size(); ++j) f(only[j].first, arena.row(only[j].second));
@@ -599,19 +599,18 @@ Status TieredRowStore::erase(std::span<const uint64_t> keys) {
   std::vector<uint64_t> on_disk;
   std::vector<uint64_t> unknown;
   for (uint64_t k : keys) {
-    auto it = index_.find(k);
-    if (it == index_.end()) {
+    const uint64_t id = index_.erase(k);
+    if (id == KeyIndex::missing) {
       unknown.push_back(k);
       continue;
     }
-    Slot& s = slots_[it->second];
+    Slot& s = slots_[id];
     if (s.on_disk)
       on_disk.push_back(k);
     else
       --cache_only_;
     s.used = false;
-    free_.push_back(it->second);
-    index_.erase(it);
+    free_.push_back(uint32_t(id));
   }
   return erase_held(*table_, on_disk, unknown, rows_buf_, found_buf_);
 }

@@ -27,6 +27,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "storage/key_index.h"
 #include "storage/push_log.h"
 #include "storage/rocks_table.h"
 #include "storage/row_store.h"
@@ -213,7 +214,7 @@ class TieredRowStore final : public RowStore {
   TieredOptions options_;
   size_t capacity_;
   RowArena arena_;
-  std::unordered_map<uint64_t, uint32_t> index_;  // key -> slot
+  KeyIndex index_;  // key -> slot
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
   std::unordered_set<uint64_t> absent_;  // loaded in this batch and not on disk

@@ -1,8 +1,8 @@
 // An in-memory table of fixed-width float rows keyed by uint64: the memory row store.
 //
-// Open addressing (linear probing) over a compact index of {key, row id}; rows live in an
-// arena of fixed-size chunks, so a row pointer stays valid until the table is destroyed,
-// however many rows are added after it. No per-row allocation.
+// A KeyIndex (storage/key_index.h: open addressing) of key -> row id; rows live in an arena of
+// fixed-size chunks, so a row pointer stays valid until the table is destroyed, however many
+// rows are added after it. No per-row allocation.
 //
 // Thread-safety: none. One thread (one shard core, one trainer) owns a table.
 #pragma once
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "storage/key_index.h"
 
 namespace colony {
 
@@ -24,13 +25,8 @@ class RowTable {
 
   // The row stored under `key`, or nullptr when there is none.
   float* find(uint64_t key) {
-    size_t pos = home(key);
-    while (true) {
-      const Slot& s = index_[pos];
-      if (s.row_plus_one == 0) return nullptr;
-      if (s.key == key) return row(s.row_plus_one - 1);
-      pos = (pos + 1) & mask_;
-    }
+    const uint64_t id = index_.get(key);
+    return id == KeyIndex::missing ? nullptr : row(id);
   }
   const float* find(uint64_t key) const { return const_cast<RowTable*>(this)->find(key); }
 
@@ -38,14 +34,8 @@ class RowTable {
   // says whether it was inserted (the caller then initialises it). The pointer stays valid
   // for the table's lifetime.
   std::pair<float*, bool> find_or_insert(uint64_t key) {
-    size_t pos = home(key);
-    while (true) {
-      Slot& s = index_[pos];
-      if (s.row_plus_one == 0) break;
-      if (s.key == key) return {row(s.row_plus_one - 1), false};
-      pos = (pos + 1) & mask_;
-    }
-    return {insert_at(pos, key), true};
+    auto [id, inserted] = index_.find_or_insert(key, [this] { return new_row(); });
+    return {row(id), inserted};
   }
 
   // Removes `key`'s row; false when there is none. Its row's memory is reused by a later
@@ -57,9 +47,9 @@ class RowTable {
   void clear();
 
   // Hints that `key` will be looked up soon: starts loading its index slot into cache.
-  void prefetch(uint64_t key) const { __builtin_prefetch(&index_[home(key)]); }
+  void prefetch(uint64_t key) const { index_.prefetch(key); }
 
-  size_t size() const { return rows_; }
+  size_t size() const { return index_.size(); }
   size_t row_floats() const { return row_floats_; }
   // Bytes held by the index and the arena.
   size_t memory_bytes() const;
@@ -67,37 +57,23 @@ class RowTable {
   // Calls f(key, const float* row) for every row, in no particular order.
   template <class F>
   void for_each(F&& f) const {
-    for (const Slot& s : index_)
-      if (s.row_plus_one != 0) f(s.key, row(s.row_plus_one - 1));
+    index_.for_each([&](uint64_t key, uint64_t id) { f(key, static_cast<const float*>(row(id))); });
   }
 
  private:
-  struct Slot {
-    uint64_t key = 0;
-    uint64_t row_plus_one = 0;  // 0 marks an empty slot
-  };
   static constexpr size_t chunk_rows_log2 = 14;
   static constexpr size_t chunk_rows = size_t{1} << chunk_rows_log2;
 
-  size_t home(uint64_t key) const { return mix(key) & mask_; }
-  static uint64_t mix(uint64_t k) {
-    k ^= k >> 33;
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return k;
-  }
   float* row(uint64_t id) const {
     return chunks_[id >> chunk_rows_log2].get() + (id & (chunk_rows - 1)) * row_floats_;
   }
-  float* insert_at(size_t pos, uint64_t key);
-  void grow();
+  // A zero-filled arena row for a new key.
+  uint64_t new_row();
 
   size_t row_floats_;
-  size_t rows_ = 0;
   uint64_t next_row_ = 0;            // arena rows handed out so far
   std::vector<uint64_t> free_rows_;  // arena rows of erased keys, reused first
-  size_t mask_ = 0;
-  std::vector<Slot> index_;
+  KeyIndex index_;                   // key -> arena row
   std::vector<std::unique_ptr<float[]>> chunks_;
 };
 

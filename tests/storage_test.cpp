@@ -22,6 +22,7 @@
 #include "storage/belady.h"
 #include "storage/compact_store.h"
 #include "storage/dense_file.h"
+#include "storage/key_index.h"
 #include "storage/row_table.h"
 #include "storage/store_spec.h"
 #include "tests/temp_dir.h"
@@ -205,6 +206,70 @@ BOOST_AUTO_TEST_CASE(matches_unordered_map_over_random_operations) {
       auto it = ref.find(key);
       if (it == ref.end() || std::memcmp(row, it->second.data(), width * sizeof(float)) != 0)
         ++mismatches;
+    });
+    BOOST_TEST(visited == ref.size());
+    BOOST_TEST(mismatches == 0u, "seed " << seed << " after for_each");
+  }
+}
+
+// KeyIndex, which RowTable and the tiered store's cache index stand on: its values, erasures
+// (backward shift, also of probe runs that wrap around the array's end), growth and clear(),
+// against std::unordered_map over random operations.
+BOOST_AUTO_TEST_CASE(a_key_index_matches_unordered_map_over_random_operations) {
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    SplitMix64 rng(seed);
+    KeyIndex index;
+    std::unordered_map<uint64_t, uint64_t> ref;
+    // Small key spaces collide and erase often; the last seeds use full 64-bit keys.
+    const uint64_t space = seed <= 4 ? 300 * seed : 0;
+    size_t mismatches = 0;
+    for (int op = 0; op < 60000; ++op) {
+      uint64_t k = space ? rng.next() % space : rng.next();
+      if (op % 97 == 0) k = op % 2 ? 0 : UINT64_MAX;
+      const uint64_t v = rng.next() % (uint64_t{1} << 40);
+      switch (rng.next() % 8) {
+        case 0:
+        case 1:
+        case 2: {
+          auto it = ref.find(k);
+          if (index.get(k) != (it == ref.end() ? KeyIndex::missing : it->second)) ++mismatches;
+          if (index.contains(k) != (it != ref.end())) ++mismatches;
+          break;
+        }
+        case 3:
+        case 4: {
+          bool called = false;
+          auto [got, inserted] = index.find_or_insert(k, [&] {
+            called = true;
+            return v;
+          });
+          auto [it, ref_inserted] = ref.try_emplace(k, v);
+          if (inserted != ref_inserted || called != inserted || got != it->second) ++mismatches;
+          break;
+        }
+        case 5:
+        case 6: {
+          auto it = ref.find(k);
+          const uint64_t want = it == ref.end() ? KeyIndex::missing : it->second;
+          if (it != ref.end()) ref.erase(it);
+          if (index.erase(k) != want) ++mismatches;
+          break;
+        }
+        case 7:
+          if (op % 5000 == 7) {  // now and then, start again
+            index.clear();
+            ref.clear();
+          }
+          break;
+      }
+      if (index.size() != ref.size() || index.empty() != ref.empty()) ++mismatches;
+    }
+    BOOST_TEST(mismatches == 0u, "seed " << seed);
+    size_t visited = 0;
+    index.for_each([&](uint64_t key, uint64_t value) {
+      ++visited;
+      auto it = ref.find(key);
+      if (it == ref.end() || it->second != value) ++mismatches;
     });
     BOOST_TEST(visited == ref.size());
     BOOST_TEST(mismatches == 0u, "seed " << seed << " after for_each");
