@@ -1,5 +1,6 @@
 #include "storage/rocks_table.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -316,8 +317,15 @@ Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> 
                 rows.size(), rf);
   if (keys.empty() && rows_added == 0 && clocks.empty()) return {};
   if (!injected_write_failure_.ok()) return injected_write_failure_;
+  // Put in key order (encode_key is big-endian, so byte order is key order); stable, so that a
+  // repeated key's last row is put last and wins.
+  std::vector<uint32_t> order(keys.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (!std::is_sorted(keys.begin(), keys.end()))
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
   rocksdb::WriteBatch b;
-  for (size_t i = 0; i < keys.size(); ++i) {
+  for (uint32_t i : order) {
     const std::string k = encode_key(keys[i]);
     b.Put(rows_cf_, k,
           rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
