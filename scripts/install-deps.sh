@@ -8,6 +8,7 @@ packages=(
   libcaf-dev            # CAF 0.17 actors
   libzmq3-dev cppzmq-dev
   librocksdb-dev
+  libxxhash-dev         # storage/push_log.cpp: record checksums
   capnproto libcapnp-dev
   libboost-test-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev

@@ -8,13 +8,15 @@
 // row it names is in the table (TieredRowStore::write_back), which bounds its length.
 //
 // File layout (little-endian), in the store's folder (push_log_file_name):
-//   header: 8 bytes "COLONYL1", u32 row_floats, u32 zero
+//   header: 8 bytes "COLONYL2", u32 row_floats, u32 zero
 //   record: u32 kind (1 rows, 2 erase), u32 zero, u64 payload bytes, u64 checksum
-//           (FNV-1a 64 of the payload), payload:
+//           (XXH3-64 of the payload, seed 0), payload:
 //           u64 clocks, u64 keys, clocks x (u64 sender, u64 clock), keys x u64,
 //           rows: keys x row_floats x f32 (kind 1 only)
 // A record is complete or it is the torn tail of a crash: replay() stops at the first record that
 // is short or fails its checksum, cuts the file there and says how many bytes it dropped.
+// A log of version 1 ("COLONYL1": the same records, checksummed with FNV-1a 64), left by an
+// earlier Colony, is replayed and appended to as it is; truncate() starts it again as version 2.
 //
 // Errors: io_error naming the file (open, write, sync, truncate), invalid_input for a file that
 // is not a push log or was written for another row width (nothing is replayed then).
@@ -67,11 +69,12 @@ class PushLog {
   // Calls f for every whole record in the order they were appended, then cuts off a torn tail.
   // Fails with io_error when the file cannot be read or cut, or with f's first failure.
   Status replay(const std::function<Status(const Record&)>& f, Replayed& out);
-  // Appends one record (one write, then fdatasync when `sync`). A record with no keys and no
+  // Appends one record (one writev, then fdatasync when `sync`). A record with no keys and no
   // clocks writes nothing. Fails with io_error; the log may then end in a torn record, which
   // replay() cuts off.
   Status append(const Record& record);
-  // Empties the log (keeps the header). Call only when every row it names is in the table.
+  // Empties the log (keeps the header; a version-1 log gets a version-2 one). Call only when every
+  // row it names is in the table.
   Status truncate();
   // Bytes in the file now, header included.
   uint64_t bytes() const { return bytes_; }
@@ -81,12 +84,15 @@ class PushLog {
   PushLog(std::string path, int fd, size_t row_floats, bool sync)
       : path_(std::move(path)), fd_(fd), row_floats_(row_floats), sync_(sync) {}
   Status fail(const char* what) const;
+  // The record checksum of this log's version over `pieces` in order.
+  uint64_t checksum(std::span<const std::span<const char>> pieces) const;
 
   std::string path_;
   int fd_ = -1;
   size_t row_floats_ = 0;
   bool sync_ = false;
   uint64_t bytes_ = 0;
+  int version_ = 2;  // of the file's format (header magic)
   std::string buf_;
 };
 

@@ -254,6 +254,69 @@ BOOST_AUTO_TEST_CASE(a_push_log_replays_whole_records_in_order_and_cuts_a_torn_t
   BOOST_TEST((*fresh)->bytes() == 16u);
 }
 
+// A push log of version 1 (FNV-1a checksums), as an earlier Colony left it at a crash: its
+// records replay, an append checks out on the next replay, and truncate() starts it again as
+// version 2, whose records replay too.
+BOOST_AUTO_TEST_CASE(a_push_log_of_version_1_replays_and_is_started_again_as_version_2) {
+  TempDir dir;
+  const std::string path = dir.sub("log");
+  auto put = [](std::string& out, auto v) {
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  };
+  {
+    std::string file("COLONYL1");
+    put(file, uint32_t(rf));
+    put(file, uint32_t(0));
+    std::string payload;
+    put(payload, uint64_t(1));  // one clock
+    put(payload, uint64_t(1));  // one key
+    put(payload, uint64_t(7));  // sender 7 ...
+    put(payload, uint64_t(3));  // ... at clock 3
+    put(payload, uint64_t(42));
+    for (float x : {1.f, 2.f, 3.f, 4.f}) put(payload, x);
+    put(file, uint32_t(1));
+    put(file, uint32_t(0));
+    put(file, uint64_t(payload.size()));
+    put(file, fnv1a64(payload.data(), payload.size()));
+    std::ofstream(path, std::ios::binary) << file + payload;
+  }
+  auto keys_replayed = [&] {
+    auto log = PushLog::open(path, rf, false);
+    BOOST_REQUIRE(log.ok());
+    std::vector<uint64_t> keys;
+    PushLog::Replayed r;
+    BOOST_REQUIRE((*log)
+                      ->replay(
+                          [&](const PushLog::Record& rec) {
+                            keys.insert(keys.end(), rec.keys.begin(), rec.keys.end());
+                            return Status();
+                          },
+                          r)
+                      .ok());
+    BOOST_TEST(r.dropped_bytes == 0u);
+    return keys;
+  };
+  BOOST_TEST(keys_replayed() == std::vector<uint64_t>{42});
+  const std::vector<uint64_t> k{43};
+  const std::vector<float> row{5, 6, 7, 8};
+  {
+    auto log = std::move(PushLog::open(path, rf, false).value());
+    BOOST_REQUIRE(log->append({PushLog::Kind::rows, {}, k, row}).ok());
+  }
+  BOOST_TEST((keys_replayed() == std::vector<uint64_t>{42, 43}));
+  {
+    auto log = std::move(PushLog::open(path, rf, false).value());
+    BOOST_REQUIRE(log->truncate().ok());
+    BOOST_TEST(log->bytes() == 16u);
+    BOOST_REQUIRE(log->append({PushLog::Kind::rows, {}, k, row}).ok());
+  }
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, 8);
+  BOOST_TEST(std::string(magic, 8) == "COLONYL2");
+  BOOST_TEST(keys_replayed() == std::vector<uint64_t>{43});
+}
+
 // Issue 14: a tiered store under --durability log or fsync appends every committed batch to its
 // push log, so the death of its process (the store dropped without a flush) loses no committed
 // row, erasure or clock; under none the same death loses the rows that were dirty in memory.
