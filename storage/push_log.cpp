@@ -41,19 +41,6 @@ T get(const char* p) {
   return v;
 }
 
-Status write_all(int fd, const char* p, size_t n) {
-  while (n) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::io_error(std::strerror(errno));
-    }
-    p += w;
-    n -= size_t(w);
-  }
-  return {};
-}
-
 // Writes the pieces in order, with as few system calls as the kernel allows.
 Status write_all(int fd, std::span<iovec> pieces) {
   while (!pieces.empty()) {
@@ -72,6 +59,11 @@ Status write_all(int fd, std::span<iovec> pieces) {
     while (!pieces.empty() && pieces.front().iov_len == 0) pieces = pieces.subspan(1);
   }
   return {};
+}
+
+Status write_all(int fd, const char* p, size_t n) {
+  iovec one{const_cast<char*>(p), n};
+  return write_all(fd, std::span<iovec>(&one, 1));
 }
 
 std::string header(size_t row_floats) {
@@ -137,13 +129,18 @@ uint64_t PushLog::checksum(std::span<const std::span<const char>> pieces) const 
     for (std::span<const char> p : pieces) h = fnv1a64(p.data(), p.size(), h);
     return h;
   }
-  // The state's layout is the library's own (not in its public header): made by it.
-  const std::unique_ptr<XXH3_state_t, XXH_errorcode (*)(XXH3_state_t*)> state(XXH3_createState(),
-                                                                              XXH3_freeState);
-  COLONY_ASSERT(state, "out of memory for an XXH3 state");
-  XXH3_64bits_reset(state.get());
-  for (std::span<const char> p : pieces) XXH3_64bits_update(state.get(), p.data(), p.size());
-  return XXH3_64bits_digest(state.get());
+  if (!hash_state_) {
+    hash_state_.reset(XXH3_createState());
+    COLONY_ASSERT(hash_state_, "out of memory for an XXH3 state");
+  }
+  XXH3_state_t* state = hash_state_.get();
+  XXH3_64bits_reset(state);
+  for (std::span<const char> p : pieces) XXH3_64bits_update(state, p.data(), p.size());
+  return XXH3_64bits_digest(state);
+}
+
+void PushLog::HashStateFree::operator()(XXH3_state_s* s) const {
+  XXH3_freeState(s);
 }
 
 Status PushLog::append(const Record& r) {

@@ -33,6 +33,8 @@
 
 #include "common/status.h"
 
+struct XXH3_state_s;  // xxhash.h
+
 namespace colony {
 
 inline constexpr const char* push_log_file_name = "COLONY-PUSH-LOG";
@@ -93,6 +95,11 @@ class PushLog {
   bool sync_ = false;
   uint64_t bytes_ = 0;
   int version_ = 2;  // of the file's format (header magic)
+  struct HashStateFree {
+    void operator()(XXH3_state_s* s) const;
+  };
+  // The XXH3 state checksum() reuses (its layout is the library's own, so the library makes it).
+  mutable std::unique_ptr<XXH3_state_s, HashStateFree> hash_state_;
   std::string buf_;
 };
 
