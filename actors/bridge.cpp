@@ -251,6 +251,7 @@ caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr
       [forward](PsError& m) { forward(PsMessage(std::move(m))); },
       [forward](DenseReduce& m) { forward(PsMessage(std::move(m))); },
       [forward](DenseBroadcast& m) { forward(PsMessage(std::move(m))); },
+      [forward](PullHint& m) { forward(PsMessage(std::move(m))); },
   };
 }
 

@@ -86,6 +86,7 @@ Expected<TrainJobResult> run_cluster_train_job(
   r.cache_hits = ran->cache_hits;
   r.cache_misses = ran->cache_misses;
   r.rows_read_ahead = ran->rows_read_ahead;
+  r.pull_hints = ran->pull_hints;
   r.checkpoints = ran->checkpoints;
   r.updates_lost = ran->updates_lost;
   r.pulls_deferred = ran->pulls_deferred;

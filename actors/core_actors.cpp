@@ -139,9 +139,9 @@ void record_shard_spans(shard_state& st, monitor::TimelineRecorder& timeline, No
 }
 
 // The kinds of PsMessage, by variant index (the aggregator's spans are named by them).
-constexpr const char* message_kinds[] = {"pull",     "pull reply",   "push",
-                                         "push ack", "clock",        "shard map",
-                                         "ps error", "dense reduce", "dense broadcast"};
+constexpr const char* message_kinds[] = {
+    "pull",      "pull reply", "push",         "push ack",        "clock",
+    "shard map", "ps error",   "dense reduce", "dense broadcast", "pull hint"};
 static_assert(std::size(message_kinds) == std::variant_size_v<PsMessage>);
 
 }  // namespace
@@ -181,6 +181,7 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [handle](PullRequest& m) { handle(std::move(m)); },
       [handle](PushRequest& m) { handle(std::move(m)); },
       [handle](ClockAdvance& m) { handle(std::move(m)); },
+      [handle](PullHint& m) { handle(std::move(m)); },
       [](quiesce_atom) { return true; },
       [core](flush_atom) { return core->store().flush(); },
       [core](summary_atom) {

@@ -99,6 +99,7 @@ JobSpec job_spec(const ClusterJob& job) {
   j.consistency = c.consistency;
   j.hierarchical = c.push == PushMode::hierarchical;
   j.max_inflight = static_cast<uint32_t>(c.max_inflight);
+  j.read_ahead_batches = c.read_ahead_batches;
   j.skip_bad_lines = job.reader.skip_bad_lines;
   j.use_cache = job.reader.use_cache;
   j.admit_after = c.admit_after;
@@ -186,6 +187,9 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   if (c.shards < 1) return Status::invalid_input("--shards must be at least 1");
   if (c.workers < 1) return Status::invalid_input("--workers must be at least 1");
   if (c.max_inflight < 1) return Status::invalid_input("max in-flight steps must be at least 1");
+  if (c.read_ahead_batches > read_ahead_batches_max)
+    return Status::invalid_input(fmt::format("--read-ahead-batches {} is over {}",
+                                             c.read_ahead_batches, read_ahead_batches_max));
   if (job.epochs < 1) return Status::invalid_input("--epochs must be at least 1");
   if (job.batch < 1) return Status::invalid_input("--batch must be at least 1");
   if (c.dense_sync_every < 1) return Status::invalid_input("--dense-sync every:K needs K >= 1");
@@ -451,6 +455,7 @@ ClusterResult EmbeddedCluster::collect() const {
     r.cache_hits += store.cache_hits;
     r.cache_misses += store.cache_misses;
     r.rows_read_ahead += store.read_ahead_rows;
+    r.pull_hints += s->stats().hints;
   }
   r.checkpoints = m.keeper->checkpoints();
   r.last_checkpoint_step = m.keeper->last_step();

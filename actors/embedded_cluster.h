@@ -46,7 +46,10 @@ struct ClusterOptions {
   PushMode push = PushMode::flat;
   uint32_t replicas_per_node = 0;  // hierarchical group size; 0 = all workers form one node
   size_t max_inflight = 2;         // steps with pulls outstanding per worker
-  size_t threads = 0;              // CAF scheduler threads; 0 = one per core
+  // Batches each worker hints to the shards ahead of its pulls (WorkerConfig::
+  // read_ahead_batches): 0..read_ahead_batches_max.
+  uint32_t read_ahead_batches = 0;
+  size_t threads = 0;  // CAF scheduler threads; 0 = one per core
   // Where the shards keep their rows (memory, or DIR/shard-<i> on RocksDB, tiered with a
   // cache). A store left by an earlier run of the same job is continued; one written by
   // another job (see store_fingerprint) is refused. A deep model's dense layers and their
@@ -126,6 +129,7 @@ struct ClusterResult {
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
   uint64_t rows_read_ahead = 0;
+  uint64_t pull_hints = 0;   // workers' PullHints the shards took (ShardStats::hints)
   uint64_t checkpoints = 0;  // complete checkpoints (manifests written)
   uint32_t last_checkpoint_step = 0;
   uint64_t shard_restarts = 0;

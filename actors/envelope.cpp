@@ -347,7 +347,7 @@ void set_dense(capnp::MessageBuilder& builder, W w, const M& m) {
 
 // Every alternative of PsMessage has its branch in build_ps and read_ps (and a name in
 // ClusterLayout's checks): a new message must be added to each.
-static_assert(std::variant_size_v<PsMessage> == 9, "a ps message kind without a wire encoding");
+static_assert(std::variant_size_v<PsMessage> == 10, "a ps message kind without a wire encoding");
 
 // Builds the envelope of a ps message; float arrays become external segments where they can
 // (`message` must outlive `builder`).
@@ -416,6 +416,10 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     set_dense(builder, ps.initDenseReduce(), *m);
   } else if (auto* m = std::get_if<DenseBroadcast>(&message)) {
     set_dense(builder, ps.initDenseBroadcast(), *m);
+  } else if (auto* m = std::get_if<PullHint>(&message)) {
+    auto w = ps.initPullHint();
+    set_header(w, m->header);
+    set_keys(w.initKeys(m->keys.size()), m->keys);
   }
 }
 
@@ -552,6 +556,11 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       out = std::move(m);
       break;
     }
+    case wire::PsMessage::PULL_HINT: {
+      auto r = ps.getPullHint();
+      out = PullHint{get_header(r.getHeader()), read_keys(r.getKeys())};
+      break;
+    }
     default:
       return Status::invalid_input("message holds no parameter-server message");
   }
@@ -655,6 +664,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setStateFormat(static_cast<uint8_t>(j.formats.state));
   w.setPushFormat(static_cast<uint8_t>(j.formats.push));
   w.setErrorFeedbackRows(j.formats.error_feedback_rows);
+  w.setReadAheadBatches(j.read_ahead_batches);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -768,6 +778,10 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
     return Status::invalid_input(fmt::format("error feedback for {} rows, over {}",
                                              j.formats.error_feedback_rows,
                                              error_feedback_rows_max));
+  j.read_ahead_batches = r.getReadAheadBatches();
+  if (j.read_ahead_batches > read_ahead_batches_max)
+    return Status::invalid_input(fmt::format("read-ahead of {} batches, over {}",
+                                             j.read_ahead_batches, read_ahead_batches_max));
   j.formats.part_bytes = r.getPartBytes();
   if (j.formats.part_bytes < part_bytes_min || j.formats.part_bytes > part_bytes_max)
     return Status::invalid_input(fmt::format("message parts of {} bytes, outside {}..{}",

@@ -65,6 +65,11 @@ typename Inspector::result_type inspect(Inspector& f, DenseBroadcast& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PullHint& x) {
+  return f(caf::meta::type_name("PullHint"), x.header, x.keys);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardSummary& x) {
   return f(caf::meta::type_name("ShardSummary"), x.table_rows, x.table_bytes, x.pulls_deferred,
            x.rows_not_admitted, x.updates_dropped, x.rows_evicted, x.pushes_lost,
@@ -79,15 +84,15 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 
-// A parameter-server shard: pulls, pushes and clocks in; replies go out to the senders.
+// A parameter-server shard: pulls, pushes, clocks and pull hints in; replies go out to the
+// senders.
 // `quiesce` answers once everything queued before it has been handled; `flush` writes the rows
 // its store holds only in memory (a tiered store's cache) to disk and answers how that went;
 // `summary` answers with the shard's table size and counters (a ShardSummary of this one shard).
-using shard_actor =
-    caf::typed_actor<caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>,
-                     caf::reacts_to<ClockAdvance>, caf::replies_to<quiesce_atom>::with<bool>,
-                     caf::replies_to<flush_atom>::with<Status>,
-                     caf::replies_to<summary_atom>::with<ShardSummary>>;
+using shard_actor = caf::typed_actor<
+    caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
+    caf::reacts_to<PullHint>, caf::replies_to<quiesce_atom>::with<bool>,
+    caf::replies_to<flush_atom>::with<Status>, caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
 // `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.

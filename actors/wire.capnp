@@ -81,6 +81,12 @@ struct DenseBroadcast {
   values @3 :Data;
 }
 
+# The keys a worker will pull a few steps from now (read-ahead; never answered).
+struct PullHint {
+  header @0 :Header;
+  keys @1 :List(UInt64);
+}
+
 struct PsMessage {
   union {
     none @0 :Void;
@@ -93,6 +99,7 @@ struct PsMessage {
     psError @7 :PsError;
     denseReduce @8 :DenseReduce;
     denseBroadcast @9 :DenseBroadcast;
+    pullHint @10 :PullHint;
   }
 }
 
@@ -148,6 +155,7 @@ struct JobSpec {
   stateFormat @34 :UInt8;   # ValueFormat of their optimizer state (--state-format)
   pushFormat @35 :UInt8;    # ValueFormat of pushes (--push-format; wireFormat is the replies')
   errorFeedbackRows @36 :UInt64;  # rows per pusher under --error-feedback (0: none)
+  readAheadBatches @37 :UInt32;   # batches a worker hints ahead of its pulls (--read-ahead-batches)
 }
 struct MemberInfo {
   role @0 :UInt8;

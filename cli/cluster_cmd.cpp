@@ -102,7 +102,7 @@ struct CoordinatorArgs {
   std::string optimizer = "ftrl", consistency = "bsp", push = "hierarchical";
   ValueFormatFlags formats;
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
-  uint32_t batch = 512, epochs = 1, max_inflight = 2;
+  uint32_t batch = 512, epochs = 1, max_inflight = 2, read_ahead_batches = 0;
   uint64_t seed = 1, skip_bad_lines = 0;
   uint32_t admit_after = 0, evict_after = 0, checkpoint_every = 0;
   std::string durability, on_nan = "fail";
@@ -157,6 +157,12 @@ Runner add_coordinator(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-inflight", a->max_inflight, "Steps whose pulls a worker keeps in flight")
       ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
+  cmd->add_option(
+         "--read-ahead-batches", a->read_ahead_batches,
+         "Batches each worker reads beyond --max-inflight and hints to the shards before "
+         "pulling them, so that a ps with --read-ahead reads their rows in first (0: none)")
+      ->check(CLI::Range(0u, read_ahead_batches_max))
       ->capture_default_str();
   cmd->add_option("--skip-bad-lines", a->skip_bad_lines,
                   "Malformed input lines each worker tolerates")
@@ -319,6 +325,7 @@ Runner add_coordinator(CLI::App& app) {
           "its dense layers",
           to_string(spec.kind), a->workers)));
     j.max_inflight = a->max_inflight;
+    j.read_ahead_batches = a->read_ahead_batches;
     j.skip_bad_lines = a->skip_bad_lines;
     j.use_cache = !a->no_cache;
     j.admit_after = a->admit_after;

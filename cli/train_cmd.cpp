@@ -172,6 +172,13 @@ Runner add_train(CLI::App& app) {
          "Steps whose pulls a worker keeps in flight (2: pull batch i+1 while computing i)")
       ->check(CLI::Range(size_t{1}, size_t{64}))
       ->capture_default_str();
+  cmd->add_option("--read-ahead-batches", a->cluster.read_ahead_batches,
+                  "With --read-ahead: batches each worker reads beyond --max-inflight and hints to "
+                  "the shards before pulling them, so that the tiered store reads their rows in "
+                  "first, under any --consistency (0: only pulls waiting at the gate are read "
+                  "ahead)")
+      ->check(CLI::Range(0u, read_ahead_batches_max))
+      ->capture_default_str();
   cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
       ->capture_default_str();
   cmd->add_option("--device", a->device,
@@ -216,6 +223,10 @@ Runner add_train(CLI::App& app) {
     cluster.store = *store;
     if (Status s = set_tiered_store_flags(cluster.store, a->eviction, a->read_ahead); !s.ok())
       return fail(s);
+    if (cluster.read_ahead_batches > 0 && !a->read_ahead)
+      return fail(Status::invalid_input(
+          "--read-ahead-batches: the hints are read by a tiered store with --read-ahead, which "
+          "this job has not"));
     if (!a->durability.empty()) {
       auto d = parse_durability(a->durability);
       if (!d) return fail(d.status());
@@ -508,6 +519,7 @@ Runner add_train(CLI::App& app) {
         rep["cache_hit_rate"] =
             double(r.cache_hits) / double(std::max<uint64_t>(1, r.cache_hits + r.cache_misses));
         rep["rows_read_ahead"] = r.rows_read_ahead;
+        rep["pull_hints"] = r.pull_hints;
       }
       rep["admit_after"] = cluster.admit_after;
       rep["updates_dropped"] = r.updates_dropped;

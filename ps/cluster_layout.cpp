@@ -14,7 +14,7 @@ constexpr uint32_t member_nodes_max = 4096;
 
 bool is_request(const PsMessage& m) {
   return std::holds_alternative<PullRequest>(m) || std::holds_alternative<PushRequest>(m) ||
-         std::holds_alternative<ClockAdvance>(m);
+         std::holds_alternative<ClockAdvance>(m) || std::holds_alternative<PullHint>(m);
 }
 
 const MessageHeader& header_of(const PsMessage& m) {
@@ -28,7 +28,8 @@ bool is_dense(const PsMessage& m) {
 const char* kind_name(const PsMessage& m) {
   static constexpr const char* names[] = {"pull",     "pull reply",    "push",
                                           "push ack", "clock advance", "shard map update",
-                                          "error",    "dense reduce",  "dense broadcast"};
+                                          "error",    "dense reduce",  "dense broadcast",
+                                          "pull hint"};
   static_assert(std::size(names) == std::variant_size_v<PsMessage>, "a ps message without a name");
   return names[m.index()];
 }

@@ -84,8 +84,8 @@ class ClusterLayout {
 
   // Whether `m`, received from `origin`, may be delivered to node `receiver`. Fails with
   // invalid_input saying why not, when: the receiver or the message's sender is not a node of
-  // this layout; requests (pull, push, clock) go to a node that is not a shard, or replies
-  // (pull reply, ack, map update, error) to a shard; a request's sender is a shard, or a
+  // this layout; requests (pull, push, clock, pull hint) go to a node that is not a shard, or
+  // replies (pull reply, ack, map update, error) to a shard; a request's sender is a shard, or a
   // reply's sender is not one; a pull's writer is not a node of its sender's member (or the
   // coordinator's own node for its own pulls); a dense message does not follow an edge of the
   // all-reduce tree; or the sender's node is not the origin member's. The tree's edges: a

@@ -76,6 +76,9 @@ struct JobSpec {
   // How rows travel and are kept: a compact row or state format is refused by a ps member with
   // a store on disk.
   ValueFormats formats{};
+  // Batches each worker hints to the shards ahead of its pulls (WorkerConfig::
+  // read_ahead_batches, --read-ahead-batches): 0..read_ahead_batches_max.
+  uint32_t read_ahead_batches = 0;
   bool operator==(const JobSpec&) const = default;
 };
 

@@ -171,9 +171,23 @@ struct DenseBroadcast {
   FloatBuffer values;
 };
 
+// Read-ahead (--read-ahead-batches): the keys of a batch that a worker will pull a few steps from
+// now, sent to each shard that owns some of them as soon as the batch is read. A shard hands them
+// to its store's read-ahead (RowStore::read_ahead), so that a tiered store reads the rows it does
+// not hold off the shard's thread and the pull finds them in memory, under every consistency
+// model (a pull that waits at the gate is read ahead without one). Advisory: never answered,
+// never re-sent, and a shard drops a hint it cannot use (a stale map, a key it does not own,
+// while it resyncs) without telling the sender.
+struct PullHint {
+  MessageHeader header;
+  std::vector<uint64_t> keys;  // unique, all of the receiving shard's
+};
+// The most batches a worker hints ahead of its pulls (--read-ahead-batches).
+inline constexpr uint32_t read_ahead_batches_max = 64;
+
 // A message addressed to a core.
 using PsMessage = std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance,
-                               ShardMapUpdate, PsError, DenseReduce, DenseBroadcast>;
+                               ShardMapUpdate, PsError, DenseReduce, DenseBroadcast, PullHint>;
 struct Outgoing {
   NodeId to = 0;
   PsMessage message;

@@ -83,6 +83,7 @@ void ShardCore::on_message(const PsMessage& message, Outbox& out) {
   // A shard whose store failed may have lost rows: it answers nothing more (the driver reads
   // error() and ends the job).
   if (!error_.ok()) return;
+  if (auto* hint = std::get_if<PullHint>(&message)) return on_hint(*hint);
   if (resyncing_ && !admit_while_resyncing(message, out)) return;
   if (auto* pull = std::get_if<PullRequest>(&message)) return on_pull(*pull, out);
   if (auto* push = std::get_if<PushRequest>(&message)) return on_push(*push, out);
@@ -170,6 +171,21 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
   // answer finds them in memory.
   store_->read_ahead(r.keys);
   waiting_.push_back(r);
+}
+
+void ShardCore::on_hint(const PullHint& h) {
+  // Advisory: one this shard cannot use is dropped unanswered. A restarted shard has no use for
+  // one until every sender has resynced, nor does a shard whose job is over.
+  const bool usable =
+      !resyncing_ && min_clock_ != clock_done && h.header.map_version == map_.version() &&
+      std::all_of(h.keys.begin(), h.keys.end(),
+                  [&](uint64_t k) { return map_.shard_of(k) == config_.shard_index; });
+  if (!usable) {
+    ++stats_.hints_dropped;
+    return;
+  }
+  ++stats_.hints;
+  store_->read_ahead(h.keys);
 }
 
 std::deque<PullRequest> ShardCore::take_waiting() {

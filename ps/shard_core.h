@@ -7,7 +7,8 @@
 // the puller's own writes of step t - 1 have arrived (read-my-writes; see PullRequest::writer).
 // Pulls that must wait are queued and answered, in arrival order, as soon as clocks allow; their
 // keys go to the store's read-ahead meanwhile (RowStore::read_ahead: a tiered store reads the
-// rows it does not hold off the shard's thread, so the answer finds them in memory).
+// rows it does not hold off the shard's thread, so the answer finds them in memory), as do the
+// keys of a worker's PullHint, sent before its pull under any consistency model.
 //
 // It takes messages and returns messages (into an Outbox): no threads, clocks, sockets or
 // storage calls of its own. The driver (an actor, the simulator, a test) delivers messages
@@ -129,6 +130,10 @@ struct ShardStats {
   // store committed for it (RowStore::committed_clocks), in steps: at most the pushes lost (some
   // of those steps may have been clock advances). Zero under --durability log or fsync.
   uint64_t pushes_lost = 0;
+  // Pull hints handed to the store's read-ahead, and hints dropped (a stale map, a key of another
+  // shard, while resyncing or once the job is over): see PullHint.
+  uint64_t hints = 0;
+  uint64_t hints_dropped = 0;
   // Pushes refused because a gradient was NaN or infinite (nothing of them applied).
   uint64_t pushes_not_finite = 0;
   // Row updates refused because, from a finite gradient, they would have made the row (or its
@@ -244,6 +249,7 @@ class ShardCore {
   void on_pull(const PullRequest& r, Outbox& out);
   void on_push(const PushRequest& r, Outbox& out);
   void on_clock(const ClockAdvance& r, Outbox& out);
+  void on_hint(const PullHint& h);
   // Accepts a new clock from a sender: false (with a PsError queued) if it is out of order or
   // from an unknown sender, and sets `duplicate` when it is a retry.
   bool advance(const MessageHeader& h, uint32_t clock, bool& duplicate, Outbox& out);

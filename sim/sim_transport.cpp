@@ -23,21 +23,22 @@ constexpr int drops_max = 16;     // re-sends of one message before the model gi
 constexpr size_t sent_kept = 32;  // control messages kept per host for replays
 
 uint64_t message_bytes(const PsMessage& m) {
-  return header_bytes + std::visit(
-                            [](const auto& x) -> uint64_t {
-                              using T = std::decay_t<decltype(x)>;
-                              if constexpr (std::is_same_v<T, PullRequest>)
-                                return 8 * x.keys.size();
-                              else if constexpr (std::is_same_v<T, PullReply>)
-                                return 4 * x.values.size();
-                              else if constexpr (std::is_same_v<T, PushRequest>)
-                                return 8 * x.keys.size() + 4 * x.grads.size();
-                              else if constexpr (std::is_same_v<T, PsError>)
-                                return x.message.size();
-                              else
-                                return 0;
-                            },
-                            m);
+  return header_bytes +
+         std::visit(
+             [](const auto& x) -> uint64_t {
+               using T = std::decay_t<decltype(x)>;
+               if constexpr (std::is_same_v<T, PullRequest> || std::is_same_v<T, PullHint>)
+                 return 8 * x.keys.size();
+               else if constexpr (std::is_same_v<T, PullReply>)
+                 return 4 * x.values.size();
+               else if constexpr (std::is_same_v<T, PushRequest>)
+                 return 8 * x.keys.size() + 4 * x.grads.size();
+               else if constexpr (std::is_same_v<T, PsError>)
+                 return x.message.size();
+               else
+                 return 0;
+             },
+             m);
 }
 
 const MessageHeader& header_of(const PsMessage& m) {

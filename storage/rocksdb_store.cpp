@@ -236,7 +236,7 @@ void TieredRowStore::read_ahead(std::span<const uint64_t> keys) {
   if (awaited_.size() + hint_buf_.size() > capacity_ / 2) return;  // past the window's bound
   std::vector<uint64_t> missing;
   for (uint64_t k : hint_buf_) {
-    ++awaited_[k];
+    awaited_[k] = batch_;
     if (!index_.contains(k) && !reading_.count(k) && !known_absent_.count(k)) {
       missing.push_back(k);
       reading_.insert(k);
@@ -273,6 +273,20 @@ void TieredRowStore::take_read_ahead(bool all) {
       } else {
         known_absent_.insert(k);
       }
+    }
+  }
+}
+
+void TieredRowStore::expire_hints() {
+  next_expiry_ = batch_ + awaited_expiry_batches;
+  if (batch_ < awaited_expiry_batches) return;
+  const uint64_t oldest = batch_ - awaited_expiry_batches;
+  for (auto it = awaited_.begin(); it != awaited_.end();) {
+    if (it->second < oldest) {
+      known_absent_.erase(it->first);
+      it = awaited_.erase(it);
+    } else {
+      ++it;
     }
   }
 }
@@ -357,11 +371,8 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
     if (waits) take_read_ahead(true);
   }
   if (!awaited_.empty()) {
-    sorted_unique(keys, hint_buf_);
-    for (uint64_t k : hint_buf_) {
-      auto it = awaited_.find(k);
-      if (it != awaited_.end() && --it->second == 0) awaited_.erase(it);
-    }
+    for (uint64_t k : keys) awaited_.erase(k);
+    if (batch_ >= next_expiry_) expire_hints();
   }
   for (uint64_t k : keys) {
     const uint64_t id = index_.get(k);

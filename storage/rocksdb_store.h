@@ -110,6 +110,10 @@ class RocksRowStore final : public RowStore {
   std::vector<uint8_t> found_buf_;
 };
 
+// How many load()s a hint of TieredRowStore::read_ahead keeps its keys awaited (spared by
+// eviction) when no load() of them comes: far more than the batches a reader hints ahead.
+inline constexpr uint64_t awaited_expiry_batches = 256;
+
 enum class EvictionPolicy { lru, lfu };
 Expected<EvictionPolicy> parse_eviction_policy(const std::string& text);
 const char* to_string(EvictionPolicy policy);
@@ -146,10 +150,11 @@ class TieredRowStore final : public RowStore {
   // Read-ahead: the keys neither cached nor already being read are handed, as one MultiGet, to
   // the store's I/O thread (started by the first call); the next load() installs the rows read
   // so far in the cache, and a load() of a key still being read waits for it rather than reading
-  // it again. Until a load() of theirs, the hinted keys' cached rows are spared by eviction (what
-  // the window knows of the future; at most half the cache's rows: a hint beyond that is
-  // ignored). A failed read ahead is dropped: the load that needs the rows reads them itself and
-  // fails there. stats().read_ahead_rows counts the rows installed.
+  // it again. Until a load() of theirs, and for at most awaited_expiry_batches load()s, the
+  // hinted keys' cached rows are spared by eviction (what the window knows of the future; at most
+  // half the cache's rows: a hint beyond that is ignored). A failed read ahead is dropped: the load
+  // that needs the rows reads them itself and fails there. stats().read_ahead_rows counts the rows
+  // installed.
   void read_ahead(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
   // With a push log, appends the rows handed out by find_or_insert since the last commit and the
@@ -206,6 +211,8 @@ class TieredRowStore final : public RowStore {
   uint32_t insert(uint64_t key, const float* row, bool on_disk);
   // Installs the reads ahead done so far; with `all`, waits for every one handed out first.
   void take_read_ahead(bool all);
+  // Forgets the hints older than awaited_expiry_batches (see awaited_).
+  void expire_hints();
   bool spared(uint64_t key) const { return !awaited_.empty() && awaited_.count(key) > 0; }
   uint32_t pick_victim();
   Status evict_to(size_t rows);
@@ -233,11 +240,14 @@ class TieredRowStore final : public RowStore {
   std::vector<uint8_t> found_buf_;
   // Read-ahead. A key is in reading_ from its hint until its read is installed (it is then not
   // cached, so nothing writes it to disk meanwhile); in known_absent_ once its read found no row
-  // and until a load() takes that; in awaited_ (with the number of hints naming it) until as
-  // many load()s of it.
+  // and until a load() takes that; in awaited_ (with the batch of its latest hint) until a load()
+  // of it, or until awaited_expiry_batches batches after that hint (a hint no load follows: a
+  // node aggregator's pull of keys two replicas hinted, a worker that stopped, or a lie); then it
+  // also leaves known_absent_.
   std::unordered_set<uint64_t> reading_;
   std::unordered_set<uint64_t> known_absent_;
-  std::unordered_map<uint64_t, uint32_t> awaited_;
+  std::unordered_map<uint64_t, uint64_t> awaited_;
+  uint64_t next_expiry_ = 0;  // the batch at which awaited_ is next swept
   std::vector<uint64_t> hint_buf_;
   std::unique_ptr<Reader> reader_;  // after table_: destroyed (joined) before it
 };

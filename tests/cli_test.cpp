@@ -730,9 +730,12 @@ BOOST_AUTO_TEST_CASE(bench_cluster_runs_a_deep_model) {
 // bench store: each store's figure, and each tiered one's hit rate next to Belady's MIN on the
 // same accesses.
 BOOST_AUTO_TEST_CASE(a_tiered_store_reading_ahead_trains_the_same_model) {
-  // Rows read ahead on the store's thread are the rows on disk: the job is bit-identical.
+  // Rows read ahead on the store's thread are the rows on disk: the job is bit-identical, with
+  // the pulls waiting at the gate read ahead, and with the workers' hints of their next batches.
   std::map<std::string, nlohmann::json> got;
-  for (std::string flag : {"", " --read-ahead"}) {
+  const std::string hints = " --read-ahead --read-ahead-batches 4";
+  for (std::string flag :
+       {std::string(), std::string(" --read-ahead"), hints, " --consistency asp" + hints}) {
     const fs::path store = dir / ("tiered-store" + std::to_string(got.size()));
     const fs::path report = dir / ("tiered" + std::to_string(got.size()) + ".json");
     fs::remove_all(store);
@@ -752,6 +755,20 @@ BOOST_AUTO_TEST_CASE(a_tiered_store_reading_ahead_trains_the_same_model) {
   BOOST_TEST(ahead["cache_hit_rate"].get<double>() > plain["cache_hit_rate"].get<double>());
   BOOST_TEST(ahead["test_logloss"].get<double>() == plain["test_logloss"].get<double>());
   BOOST_TEST(ahead["table_rows"].get<uint64_t>() == plain["table_rows"].get<uint64_t>());
+  BOOST_TEST(ahead["pull_hints"].get<uint64_t>() == 0u);
+  for (const std::string& flag : {hints, " --consistency asp" + hints}) {
+    const auto& hinted = got[flag];
+    BOOST_TEST_CONTEXT(flag) {
+      BOOST_TEST(hinted["pull_hints"].get<uint64_t>() > 0u);
+      BOOST_TEST(hinted["rows_read_ahead"].get<uint64_t>() > 0u);
+      BOOST_TEST(hinted["table_rows"].get<uint64_t>() == plain["table_rows"].get<uint64_t>());
+    }
+  }
+  BOOST_TEST(got[hints]["test_logloss"].get<double>() == plain["test_logloss"].get<double>());
+  // Hints without a store that reads them are refused, naming the flag.
+  Run r = run("train --rows 2000 --read-ahead-batches 4");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--read-ahead-batches") != std::string::npos, r.err);
 }
 
 BOOST_AUTO_TEST_CASE(bench_store_puts_the_tiered_hit_rate_next_to_beladys) {

@@ -993,16 +993,18 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_store_holds_every_row_after_the_job) {
 // missing (pushes_lost), the worker's re-sent pushes are recognised as duplicates, and one BSP
 // worker ends with exactly the logloss of the same job uninterrupted: nothing lost, nothing
 // applied twice. (Under --durability none the same kill loses the steps since the last
-// write-back: pushes_lost counts them.)
+// write-back: pushes_lost counts them.) The worker hints its next 2 batches to the shards
+// (--read-ahead-batches): the hints cross the wire, pass the layout's checks (no bad message),
+// are dropped while the restarted shards resync, and change nothing.
 BOOST_AUTO_TEST_CASE(a_tiered_ps_killed_mid_job_under_durability_log_loses_no_acknowledged_push) {
   Suite& s = suite();
   auto job = [&](const std::string& name, bool kill) {
     auto [coord, endpoint] = start_coordinator(
         name + "-coordinator",
-        cat(role_key("server"),
-            {"--shards", "2", "--workers", "1", "--epochs", "4", "--durability", "log",
-             "--no-cache", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--test",
-             s.test.string(), "--report", (s.dir / (name + ".json")).string()}));
+        cat(role_key("server"), {"--shards", "2", "--workers", "1", "--epochs", "4", "--durability",
+                                 "log", "--no-cache", "--read-ahead-batches", "2", "--heartbeat-ms",
+                                 "200", "--heartbeat-timeout-ms", "3000", "--test", s.test.string(),
+                                 "--report", (s.dir / (name + ".json")).string()}));
     // With read-ahead and LRU: rows read on the store's thread must change nothing either.
     const std::vector<std::string> ps_flags = {"--shards",
                                                "2",
@@ -1042,6 +1044,7 @@ BOOST_AUTO_TEST_CASE(a_tiered_ps_killed_mid_job_under_durability_log_loses_no_ac
              killed["store"]);
   BOOST_TEST(killed["pushes_lost"].get<uint64_t>() == 0u);
   BOOST_TEST(killed["train_samples"].get<uint64_t>() == 240000u);
+  for (const auto* r : {&plain, &killed}) BOOST_TEST((*r)["bad_messages"].get<uint64_t>() == 0u);
   BOOST_TEST_MESSAGE("tiered ps killed under --durability log: logloss "
                      << killed["test_logloss"] << " vs " << plain["test_logloss"]
                      << " uninterrupted; pushes re-sent " << killed["pushes_resent"]);

@@ -193,6 +193,11 @@ BOOST_AUTO_TEST_CASE(members_speak_only_for_their_own_nodes) {
   BOOST_TEST(!l.check_ps_message(PullReply{{1, 1, 0}, 0, {}}, 5, w1).ok());
   // A receiver outside the layout.
   BOOST_TEST(!l.check_ps_message(pull(3, 3), 99, w0).ok());
+  // A pull hint is a request: from a member's own replica to a shard, and nowhere else.
+  BOOST_TEST(l.check_ps_message(PullHint{{3, 1, 0}, {1, 2}}, 0, w0).ok());
+  BOOST_TEST(!l.check_ps_message(PullHint{{5, 1, 0}, {1, 2}}, 0, w0).ok());  // another's name
+  BOOST_TEST(!l.check_ps_message(PullHint{{3, 1, 0}, {1, 2}}, 5, w0).ok());  // to a replica
+  BOOST_TEST(!l.check_ps_message(PullHint{{1, 1, 0}, {1, 2}}, 0, p1).ok());  // from a shard
 
   // The coordinator pulls as its own node, and releases lost members' clocks, nothing more.
   const auto coord = MessageOrigin::of_coordinator();

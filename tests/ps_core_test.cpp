@@ -11,6 +11,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "common/bf16.h"
 #include "common/finite.h"
@@ -39,6 +40,7 @@ struct Setup {
   size_t batch = 64;
   uint64_t rows = 2000;
   size_t part_bytes = part_bytes_default;  // the clients' (KvClient::Options::part_bytes)
+  uint32_t read_ahead_batches = 0;         // the workers' (WorkerConfig::read_ahead_batches)
   TrainerConfig trainer;
   // Test-only fault: the shard checker is given a weaker bound than the shards enforce, or the
   // shards a weaker one than the checker, to prove the checker can fail.
@@ -84,6 +86,7 @@ class Driver {
                      shard_nodes,      std::nullopt,    s.max_inflight};
       if (s.hierarchical) c.aggregator = aggregator;
       c.part_bytes = s.part_bytes;
+      c.read_ahead_batches = s.read_ahead_batches;
       workers_.push_back(std::move(WorkerCore::make(c).value()));
       readers_.push_back(make_memory_reader(data_, s.batch));
       batch_index_.push_back(0);
@@ -237,6 +240,7 @@ void check_no_push_lost_or_doubled(const Driver& d) {
 }  // namespace
 
 // Also with every pull and push in parts (of at most 1 KiB: several a shard and step).
+// And with the worker hinting 3 batches ahead of its pulls (PullHint), which changes nothing.
 BOOST_AUTO_TEST_CASE(one_worker_bsp_matches_the_single_process_trainer_bit_for_bit) {
   for (size_t part_bytes : {part_bytes_default, part_bytes_min})
     for (bool hierarchical : {false, true}) {
@@ -245,6 +249,7 @@ BOOST_AUTO_TEST_CASE(one_worker_bsp_matches_the_single_process_trainer_bit_for_b
       s.shards = 3;
       s.hierarchical = hierarchical;
       s.part_bytes = part_bytes;
+      s.read_ahead_batches = part_bytes == part_bytes_min ? 3 : 0;
       Driver d(s, 11);
       const Violations v = d.run();
       BOOST_TEST(v.stale_reads == 0u);
@@ -294,6 +299,7 @@ BOOST_AUTO_TEST_CASE(consistency_bounds_hold_under_random_message_orderings) {
       s.hierarchical = m.hierarchical;
       s.max_inflight = 1 + seed % 3;
       s.part_bytes = seed % 2 ? part_bytes_min : part_bytes_default;  // half of them in parts
+      s.read_ahead_batches = uint32_t(seed / 2 % 3);  // hints 0, 1 or 2 batches ahead of pulls
       Driver d(s, seed);
       const Violations v = d.run();
       BOOST_TEST_CONTEXT(to_string(m.c)
@@ -301,9 +307,90 @@ BOOST_AUTO_TEST_CASE(consistency_bounds_hold_under_random_message_orderings) {
         BOOST_TEST(v.stale_reads == 0u, (v.first.empty() ? "" : v.first.front()));
         BOOST_TEST(v.ran_ahead == 0u, (v.first.empty() ? "" : v.first.front()));
         check_no_push_lost_or_doubled(d);
+        uint64_t hints = 0, dropped = 0;
+        for (const auto& shard : d.shards()) {
+          hints += shard->stats().hints;
+          dropped += shard->stats().hints_dropped;
+        }
+        BOOST_TEST((hints > 0) == (s.read_ahead_batches > 0));
+        BOOST_TEST(dropped == 0u);
       }
     }
   }
+}
+
+// Read-ahead: with one step pulling at a time and two batches hinted beyond it, a worker sends
+// the pulls of its first batch and PullHints naming exactly the unique keys of the next two, each
+// to the shard that owns them; a batch's pulls go out once the step before it is pushed.
+BOOST_AUTO_TEST_CASE(a_worker_hints_the_keys_of_the_batches_beyond_its_pulls) {
+  Setup s = base_setup();
+  ShardMapSpec spec{1, 2, 64, 3};
+  const ShardMap map = ShardMap::make(spec).value();
+  WorkerConfig c{2, s.trainer.model, spec, {0, 1}, std::nullopt, 1};
+  c.read_ahead_batches = 2;
+  c.part_bytes = part_bytes_min;  // hints in parts too
+  auto w = std::move(WorkerCore::make(c).value());
+  auto data = generate_in_memory(GenOptions{400, 10, 7, "", "libsvm", 0.001}).train;
+  auto reader = make_memory_reader(std::make_shared<std::vector<Batch>>(data), 64);
+  std::vector<Batch> batches;
+  Outbox out;
+  while (w->wants_batch()) {
+    Batch b;
+    BOOST_REQUIRE(*reader->next(b));
+    batches.push_back(b);
+    w->add_batch(std::move(b), out);
+  }
+  BOOST_TEST(batches.size() == 3u);
+  BOOST_TEST(w->in_flight() == 3u);
+  std::set<uint64_t> pulled, hinted;
+  size_t hinted_keys = 0;
+  std::vector<Outgoing> pulls;
+  for (const Outgoing& o : out) {
+    if (auto* p = std::get_if<PullRequest>(&o.message)) {
+      BOOST_TEST(p->clock == 0u);
+      pulled.insert(p->keys.begin(), p->keys.end());
+      pulls.push_back(o);
+    } else {
+      const auto& h = std::get<PullHint>(o.message);
+      BOOST_TEST(h.keys.size() * sizeof(uint64_t) <= part_bytes_min);
+      for (uint64_t k : h.keys) BOOST_TEST(map.shard_of(k) == o.to);
+      hinted.insert(h.keys.begin(), h.keys.end());
+      hinted_keys += h.keys.size();
+    }
+  }
+  auto unique_keys = [&](std::initializer_list<size_t> of) {
+    std::set<uint64_t> keys{bias_key};
+    for (size_t i : of) keys.insert(batches[i].keys.begin(), batches[i].keys.end());
+    return keys;
+  };
+  BOOST_TEST((pulled == unique_keys({0})));
+  // Batches 1 and 2 were hinted one after the other: their keys, each once per batch.
+  BOOST_TEST((hinted == unique_keys({1, 2})));
+  BOOST_TEST(hinted_keys == unique_keys({1}).size() + unique_keys({2}).size());
+  BOOST_TEST(w->stats().hint_messages == out.size() - pulls.size());
+  // Answer batch 0's pulls: step 0 is pushed and batch 1's pulls go out, for step 1.
+  out.clear();
+  for (const Outgoing& o : pulls) {
+    const auto& p = std::get<PullRequest>(o.message);
+    w->on_message(PullReply{{o.to, p.header.request_id, 1},
+                            0,
+                            std::vector<float>(p.keys.size() * s.trainer.model.width(), 0.0f)},
+                  out);
+  }
+  BOOST_REQUIRE(w->error().ok());
+  std::set<uint64_t> next;
+  bool pushed = false;
+  for (const Outgoing& o : out) {
+    if (auto* p = std::get_if<PullRequest>(&o.message)) {
+      BOOST_TEST(p->clock == 1u);
+      next.insert(p->keys.begin(), p->keys.end());
+    }
+    pushed |= std::holds_alternative<PushRequest>(o.message);
+    BOOST_TEST(!std::holds_alternative<PullHint>(o.message));
+  }
+  BOOST_TEST(pushed);
+  BOOST_TEST((next == unique_keys({1})));
+  BOOST_TEST(w->wants_batch());  // room for one more batch, hinted in its turn
 }
 
 // The checker can fail: shards that enforce ASP while the job asked for BSP are caught.

@@ -504,6 +504,65 @@ BOOST_AUTO_TEST_CASE(a_load_after_a_read_ahead_reads_nothing_itself_and_eviction
   BOOST_TEST(store.stats().read_ahead_rows == before.read_ahead_rows);
 }
 
+// A worker's PullHint (--read-ahead-batches) reaches the tiered store's read-ahead under ASP,
+// where no pull waits at the gate: the pull then finds every row in memory. A hint the shard
+// cannot use (a stale map, a key of another shard) is dropped unanswered.
+BOOST_AUTO_TEST_CASE(a_pull_hint_reads_a_tiered_shards_rows_ahead_of_its_pull_under_asp) {
+  TempDir dir;
+  ShardConfig c = colony::testing::small_adagrad_shard();
+  c.consistency = Consistency{ConsistencyKind::asp, 0};
+  c.map = ShardMapSpec{1, 2, 16, 0};  // shard 0 of 2
+  const size_t floats = ShardCore::row_floats(c).value();
+  TieredOptions o;
+  o.cache_bytes = 40 * (floats * sizeof(float) + 64);
+  o.read_ahead = true;
+  auto store = std::make_unique<TieredRowStore>(
+      open_table(dir.sub("db"), StoreIdentity{"test-cluster", 0, 2, floats}), o);
+  TieredRowStore* tiered = store.get();
+  auto core = std::move(ShardCore::make(c, std::move(store)).value());
+  ShardMap map = ShardMap::make(c.map).value();
+  std::vector<uint64_t> mine, theirs;
+  for (uint64_t k = 1; mine.size() < 400 || theirs.empty(); ++k)
+    (map.shard_of(k) == 0 ? mine : theirs).push_back(k);
+  const std::vector<uint64_t> early(mine.begin(), mine.begin() + 20);
+  Outbox out;
+  uint64_t request = 1;
+  uint32_t clock = 0;
+  auto pull = [&](const std::vector<uint64_t>& keys) {
+    core->on_message(PullRequest{{7, request++, 1}, clock, 7, keys}, out);
+    BOOST_REQUIRE(out.size() == 1u && std::holds_alternative<PullReply>(out[0].message));
+    out.clear();
+  };
+  auto step = [&](std::vector<uint64_t> keys) {  // pull and push, as a worker's step
+    pull(keys);
+    core->on_message(
+        PushRequest{{7, request++, 1}, ++clock, keys, std::vector<float>(keys.size() * 3, 0.5f)},
+        out);
+    BOOST_REQUIRE(out.size() == 1u && std::holds_alternative<PushAck>(out[0].message));
+    out.clear();
+  };
+  for (size_t first = 0; first < mine.size(); first += 40)
+    step(std::vector<uint64_t>(mine.begin() + first, mine.begin() + first + 40));
+  BOOST_REQUIRE(core->store().flush().ok());
+  // The first rows were evicted long ago. Hints that cannot be used change nothing.
+  core->on_message(PullHint{{7, request++, 2}, early}, out);  // a map the shard does not have
+  core->on_message(PullHint{{7, request++, 1}, {early[0], theirs[0]}}, out);
+  BOOST_TEST(out.empty());
+  BOOST_TEST(core->stats().hints_dropped == 2u);
+  BOOST_TEST(tiered->stats().read_ahead_rows == 0u);
+  // The worker's hint, then its pull: every row is read ahead, none by the pull itself.
+  core->on_message(PullHint{{7, request++, 1}, early}, out);
+  BOOST_TEST(out.empty());
+  BOOST_TEST(core->stats().hints == 1u);
+  const StoreStats before = tiered->stats();
+  pull(early);
+  const StoreStats after = tiered->stats();
+  BOOST_TEST(after.read_ahead_rows - before.read_ahead_rows == 20u);
+  BOOST_TEST(after.reads == before.reads);
+  BOOST_TEST(after.cache_misses == before.cache_misses);
+  BOOST_TEST(core->stats().pulls_deferred == 0u);  // ASP: nothing waited, yet all was read ahead
+}
+
 BOOST_AUTO_TEST_CASE(every_store_erases_rows_between_batches) {
   TempDir dir;
   TieredOptions small;

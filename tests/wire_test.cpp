@@ -300,6 +300,7 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
       DenseReduce{random_header(rng), static_cast<uint32_t>(rng.next()), rng.next(),
                   random_floats(rng, n * width)},
       DenseBroadcast{random_header(rng), clock_done, rng.next(), random_floats(rng, n * width)},
+      PullHint{random_header(rng), random_keys(rng, n)},
   };
 }
 
@@ -315,6 +316,7 @@ bool same(const PsMessage& a, const PsMessage& b) {
         if (!h(x.header, y.header)) return false;
         if constexpr (std::is_same_v<T, PullRequest>)
           return x.clock == y.clock && x.writer == y.writer && x.keys == y.keys;
+        if constexpr (std::is_same_v<T, PullHint>) return x.keys == y.keys;
         if constexpr (std::is_same_v<T, PullReply>)
           return x.min_clock == y.min_clock && x.values == y.values && x.format == y.format &&
                  x.scales == y.scales;
@@ -431,6 +433,7 @@ JobSpec random_job(SplitMix64& rng) {
                    static_cast<uint32_t>(rng.next() % 100)};
   j.hierarchical = rng.next() % 2;
   j.max_inflight = 1 + static_cast<uint32_t>(rng.next() % 64);
+  j.read_ahead_batches = static_cast<uint32_t>(rng.next() % (read_ahead_batches_max + 1));
   j.skip_bad_lines = rng.next();
   j.use_cache = rng.next() % 2;
   j.admit_after = static_cast<uint32_t>(rng.next() % 256);
@@ -1051,6 +1054,15 @@ BOOST_AUTO_TEST_CASE(a_job_with_error_feedback_over_its_bound_is_refused) {
   BOOST_TEST(
       back.status().message().find("error feedback for 4294967297 rows") != std::string::npos,
       back.status().message());
+}
+
+BOOST_AUTO_TEST_CASE(a_job_reading_ahead_more_batches_than_its_bound_is_refused) {
+  const auto raw = raw_welcome(
+      [](wire::JobSpec::Builder job) { job.setReadAheadBatches(read_ahead_batches_max + 1); });
+  auto back = decode_wire_message(raw, 1);
+  BOOST_REQUIRE(!back.ok());
+  BOOST_TEST(back.status().message().find("read-ahead of 65 batches") != std::string::npos,
+             back.status().message());
 }
 
 BOOST_AUTO_TEST_CASE(a_job_with_message_parts_out_of_range_is_refused) {

@@ -212,6 +212,22 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
   return t;
 }
 
+void KvClient::hint(std::span<const uint64_t> keys, Outbox& out) {
+  std::vector<std::vector<uint64_t>> by_shard(options_.shard_nodes.size());
+  for (uint64_t k : keys) by_shard[map_.shard_of(k)].push_back(k);
+  const size_t per_part = std::max<size_t>(1, options_.part_bytes / sizeof(uint64_t));
+  for (uint32_t shard = 0; shard < by_shard.size(); ++shard) {
+    const std::vector<uint64_t>& ks = by_shard[shard];
+    for (size_t first = 0; first < ks.size(); first += per_part) {
+      const size_t n = std::min(per_part, ks.size() - first);
+      out.push_back({options_.shard_nodes[shard],
+                     PullHint{{options_.id, next_request_++, map_.version()},
+                              std::vector<uint64_t>(ks.begin() + first, ks.begin() + first + n)}});
+      ++hint_messages_;
+    }
+  }
+}
+
 void KvClient::finish(Outbox& out) {
   for (uint32_t shard = 0; shard < options_.shard_nodes.size(); ++shard) {
     log_sent(shard, Sent{clock_done, false, false, 0, 0, {}});

@@ -83,6 +83,10 @@ class KvClient {
   // parts where it is over part_bytes; the ticket is done once every part is acknowledged.
   Ticket push(std::span<const uint64_t> keys, std::span<const float> grads, uint32_t clock,
               Outbox& out);
+  // Read-ahead: sends `keys` (unique), which a pull of a coming step will ask for, to the shards
+  // that own them as PullHints (ps/protocol.h), in parts of at most part_bytes of keys. No
+  // ticket: nothing is answered, kept or re-sent. Counted in hint_messages().
+  void hint(std::span<const uint64_t> keys, Outbox& out);
   // Tells every shard this client is done (no ticket: nothing is acknowledged).
   void finish(Outbox& out);
 
@@ -101,7 +105,8 @@ class KvClient {
   const Status& error() const { return error_; }
   uint64_t retries() const { return retries_; }
   uint64_t replies_dropped() const { return replies_dropped_; }
-  uint64_t messages_sent() const { return messages_sent_; }
+  uint64_t messages_sent() const { return messages_sent_; }  // pulls, pushes and advances
+  uint64_t hint_messages() const { return hint_messages_; }
   uint64_t push_bytes() const { return push_bytes_; }
   // Keys sent in pulls (re-sent ones too) and the values of the replies taken, in the bytes
   // they take on the wire.
@@ -165,6 +170,7 @@ class KvClient {
   uint64_t push_bytes_ = 0;
   uint64_t pull_bytes_ = 0;
   uint64_t pushes_resent_ = 0;
+  uint64_t hint_messages_ = 0;
   std::vector<std::deque<Sent>> sent_;  // per shard (keep_for_resync)
   std::vector<uint32_t> last_clock_;    // per shard: the clock of the latest push or advance
   std::vector<uint32_t> acked_push_;    // per shard: the clock of the latest acknowledged push

@@ -98,6 +98,7 @@ struct TrainJobResult {
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
   uint64_t rows_read_ahead = 0;
+  uint64_t pull_hints = 0;       // workers' PullHints the shards took (cluster only)
   uint64_t checkpoints = 0;      // complete checkpoints written (cluster only)
   uint64_t updates_lost = 0;     // pushed rows lost to shard restarts (cluster only)
   bool read_from_cache = false;  // the last training epoch read the binary cache

@@ -111,6 +111,7 @@ WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, Node
   wc.shard_nodes = shard_nodes(layout);
   if (m.has_aggregator) wc.aggregator = m.aggregator;
   wc.max_inflight = job.max_inflight;
+  wc.read_ahead_batches = job.read_ahead_batches;
   wc.durable_shards = layout.durable_shards();
   wc.dense_optimizer = dense_optimizer_config(job);
   wc.seed = job.seed;

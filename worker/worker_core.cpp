@@ -99,7 +99,8 @@ std::optional<DenseState> WorkerCore::take_dense_checkpoint() {
 }
 
 bool WorkerCore::wants_batch() const {
-  return error_.ok() && !finishing_ && steps_.size() < config_.max_inflight;
+  return error_.ok() && !finishing_ &&
+         steps_.size() < config_.max_inflight + config_.read_ahead_batches;
 }
 
 bool WorkerCore::done() const {
@@ -124,23 +125,39 @@ void WorkerCore::add_batch(Batch batch, Outbox& out) {
   step.keys.assign(index_.unique_keys().begin(), index_.unique_keys().end());
   step.slots.assign(index_.slots().begin(), index_.slots().end());
   step.rows.resize(step.keys.size() * width_);
-  if (config_.aggregator) {
-    // Hierarchical: the node aggregator pulls for the whole node and hands the rows back.
-    step.pull = next_request_++;
-    out.push_back({*config_.aggregator, PullRequest{{config_.id, step.pull, kv_->map().version()},
-                                                    step.clock,
-                                                    *config_.aggregator,
-                                                    step.keys}});
+  if (started_ >= config_.max_inflight) {
+    // Read-ahead: the shards hear of its keys now, its pulls go out once a step is pushed.
+    const uint64_t sent = kv_->hint_messages();
+    kv_->hint(step.keys, out);
+    stats_.hint_messages += kv_->hint_messages() - sent;
     return;
   }
-  const uint64_t sent = kv_->messages_sent();
-  step.pull = kv_->pull(step.keys, step.clock, config_.id, step.rows, out);
-  stats_.pull_messages += kv_->messages_sent() - sent;
+  start_pulls(out);
+}
+
+void WorkerCore::start_pulls(Outbox& out) {
+  while (started_ < steps_.size() && started_ < config_.max_inflight) {
+    Step& step = steps_[started_++];
+    step.started = true;
+    if (config_.aggregator) {
+      // Hierarchical: the node aggregator pulls for the whole node and hands the rows back.
+      step.pull = next_request_++;
+      out.push_back({*config_.aggregator, PullRequest{{config_.id, step.pull, kv_->map().version()},
+                                                      step.clock,
+                                                      *config_.aggregator,
+                                                      step.keys}});
+      continue;
+    }
+    const uint64_t sent = kv_->messages_sent();
+    step.pull = kv_->pull(step.keys, step.clock, config_.id, step.rows, out);
+    stats_.pull_messages += kv_->messages_sent() - sent;
+  }
 }
 
 void WorkerCore::on_node_rows(const PullReply& m) {
-  auto it = std::find_if(steps_.begin(), steps_.end(),
-                         [&](const Step& s) { return s.pull == m.header.request_id && !s.pulled; });
+  auto it = std::find_if(steps_.begin(), steps_.end(), [&](const Step& s) {
+    return s.started && s.pull == m.header.request_id && !s.pulled;
+  });
   if (it == steps_.end() || m.values.size() != it->rows.size())
     return fail(Status::internal(
         fmt::format("worker {}: rows for request {} ({} floats) from its aggregator that no "
@@ -151,6 +168,7 @@ void WorkerCore::on_node_rows(const PullReply& m) {
 }
 
 bool WorkerCore::pulled(const Step& step) const {
+  if (!step.started) return false;
   return config_.aggregator ? step.pulled : kv_->done(step.pull);
 }
 
@@ -212,6 +230,8 @@ void WorkerCore::complete_ready_steps(Outbox& out) {
   while (error_.ok() && !steps_.empty() && !awaiting_dense_ && pulled(steps_.front())) {
     push(steps_.front(), out);
     steps_.pop_front();
+    --started_;
+    start_pulls(out);
   }
   maybe_send_done(out);
 }

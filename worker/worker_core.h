@@ -46,6 +46,10 @@ struct WorkerConfig {
   // Hierarchical push: pulls and gradients go here, not to the shards.
   std::optional<NodeId> aggregator;
   size_t max_inflight = 2;  // steps with pulls outstanding at once (>= 1)
+  // Read-ahead (--read-ahead-batches): batches taken beyond max_inflight. Each is hinted to the
+  // shards when it is taken (its unique keys, KvClient::hint) and pulled once fewer than
+  // max_inflight steps have pulls out, so a shard can read its rows in before the pull. 0: none.
+  uint32_t read_ahead_batches = 0;
   // Shards may restart over durable stores: keep pushes until acknowledged (KvClient::resync).
   bool durable_shards = false;
   // How its pushes to the shards carry gradients (KvClient::Options; under hierarchical push
@@ -105,6 +109,7 @@ struct WorkerStats {
   // The L2 norm of the last trained step's gradient (rows' and dense) over its samples.
   double grad_norm = 0.0;
   uint64_t gradient_alerts = 0;  // exploding or vanishing gradient alerts raised
+  uint64_t hint_messages = 0;    // PullHints sent (read_ahead_batches)
 };
 
 class WorkerCore {
@@ -115,10 +120,11 @@ class WorkerCore {
   // not a multiple of dense_sync_every, or a dense_start of other sizes than the model's.
   static Expected<std::unique_ptr<WorkerCore>> make(const WorkerConfig& config);
 
-  // True when the driver may hand in another batch (fewer than max_inflight steps in flight,
-  // not finished, no error).
+  // True when the driver may hand in another batch (fewer than max_inflight +
+  // read_ahead_batches steps taken and not pushed, not finished, no error).
   bool wants_batch() const;
-  // Starts the next step on `batch` (non-empty): sends its pulls. Precondition: wants_batch().
+  // Starts the next step on `batch` (non-empty): sends its pulls, or, with max_inflight steps
+  // pulling already, its keys as hints (the pulls go out later). Precondition: wants_batch().
   // A batch the model refuses (Model::check) stops the core with that error().
   void add_batch(Batch batch, Outbox& out);
   // No more batches: once the steps in flight are pushed, tells every receiver it is done.
@@ -151,7 +157,7 @@ class WorkerCore {
   bool finished() const { return done_sent_; }
   const Status& error() const { return error_; }
   uint32_t clock() const { return clock_; }
-  size_t in_flight() const { return steps_.size(); }
+  size_t in_flight() const { return steps_.size(); }  // steps taken and not pushed
   const WorkerStats& stats() const { return stats_; }
   uint64_t pushes_resent() const { return kv_->pushes_resent(); }
   uint64_t pull_bytes() const { return kv_->pull_bytes(); }  // KvClient::pull_bytes
@@ -168,8 +174,10 @@ class WorkerCore {
     std::vector<uint64_t> keys;   // unique keys, slot order
     std::vector<uint32_t> slots;  // per feature of the batch
     std::vector<float> rows;      // slots x width, filled by the pull
-    // The pull: a KvClient ticket, or (hierarchical) the request id of the PullRequest to the
-    // aggregator, answered with every row at once.
+    // The pull, once sent (`started`; the started steps are the oldest): a KvClient ticket, or
+    // (hierarchical) the request id of the PullRequest to the aggregator, answered with every
+    // row at once.
+    bool started = false;
     uint64_t pull = 0;
     bool pulled = false;  // hierarchical: the aggregator's rows are in
   };
@@ -177,6 +185,8 @@ class WorkerCore {
   WorkerCore(const WorkerConfig& config, std::unique_ptr<KvClient> kv,
              std::unique_ptr<Model> model);
   void complete_ready_steps(Outbox& out);
+  // Sends the pulls of the steps not started, oldest first, while fewer than max_inflight are.
+  void start_pulls(Outbox& out);
   // Hierarchical: the rows of one of this worker's pulls, from its aggregator.
   void on_node_rows(const PullReply& m);
   bool pulled(const Step& step) const;
@@ -202,6 +212,7 @@ class WorkerCore {
   size_t width_;
   BatchIndex index_;
   std::deque<Step> steps_;       // a deque: a step's rows stay put while its pull fills them
+  size_t started_ = 0;           // of steps_, the oldest ones, whose pulls went out
   uint64_t next_request_ = 1;    // for messages to the aggregator
   uint32_t clock_ = 0;           // steps pushed
   uint32_t next_step_ = 0;       // clock of the next batch handed in

@@ -482,9 +482,11 @@ PsMessage ps_message_of(Input& in, uint32_t nodes, uint64_t map_version, size_t 
                         const std::vector<uint64_t>& owned,
                         const std::vector<uint64_t>& last_pull) {
   const MessageHeader h = header_of(in, nodes, map_version);
-  switch (in.below(10)) {
+  switch (in.below(11)) {
     case 0:
       return PullRequest{h, clock_of(in), node_of(in, nodes), keys_of(in, owned)};
+    case 10:
+      return PullHint{h, keys_of(in, owned)};
     case 1:
     case 2: {
       // A worker pushes the keys it pulled, in the same order: the shard reuses the pull's rows.
@@ -526,7 +528,7 @@ MessageOrigin origin_of(Input& in, const ClusterLayout& layout) {
 
 bool is_reply(const PsMessage& m) {
   return !std::holds_alternative<PullRequest>(m) && !std::holds_alternative<PushRequest>(m) &&
-         !std::holds_alternative<ClockAdvance>(m);
+         !std::holds_alternative<ClockAdvance>(m) && !std::holds_alternative<PullHint>(m);
 }
 
 // A store that keeps the batch protocol of storage/row_store.h as the RocksDB store does: every
@@ -740,6 +742,12 @@ void fuzz_shard(Input& in) {
           require(after.messages_refused + after.dropped_before_resync ==
                       before.messages_refused + before.dropped_before_resync + 1,
                   "a reply sent to a shard was not counted");
+        }
+        if (std::holds_alternative<PullHint>(m) && !failed_before) {
+          const ShardStats& after = core.stats();
+          require(out.empty(), "a shard answered a pull hint");
+          require(after.hints + after.hints_dropped == before.hints + before.hints_dropped + 1,
+                  "a pull hint was neither taken nor counted as dropped");
         }
         break;
       }
