@@ -68,22 +68,34 @@ inline float round_int8_row(std::span<float> row) {
   return s;
 }
 
+// The code of x = v / s (finite) rounded to one of its two neighbours q, q + 1, the upper with
+// probability x - q, from 32 random `bits`; clamped to -127..127. Without branches: which way a
+// value rounds is a coin flip that a branch would mispredict half the time.
+inline int8_t int8_code_stochastic(float x, uint32_t bits) {
+  const float u = float(bits >> 8) * 0x1p-24f;  // uniform in [0, 1)
+  const float y = std::min(std::max(x + u, -int8_levels), int8_levels), r = round_small(y);
+  return static_cast<int8_t>(static_cast<int>(r) - (r > y));  // floor(y): a compare, no branch
+}
+
+// The codes of `row`, each rounded to one of its two neighbours as int8_code_stochastic does
+// (`random(j)` gives 32 random bits for value j), into `codes` (row.size() of them). Returns s.
+template <class Random>
+float int8_codes_stochastic(std::span<const float> row, Random random, int8_t* codes) {
+  const float s = int8_scale(row), inverse = int8_inverse(s);
+  for (size_t j = 0; j < row.size(); ++j)
+    codes[j] = inverse == 0.0f ? int8_t{0} : int8_code_stochastic(row[j] * inverse, random(j));
+  return s;
+}
+
 // Rounds each value of `row` to one of its two neighbours s * q, s * (q + 1), the upper with
 // probability (v / s - q): unbiased. `random(j)` gives 32 random bits for value j. Returns s.
+// Its codes are int8_codes_stochastic's with the same random bits.
 template <class Random>
 float round_int8_row_stochastic(std::span<float> row, Random random) {
   const float s = int8_scale(row), inverse = int8_inverse(s);
-  for (size_t j = 0; j < row.size(); ++j) {
-    if (inverse == 0.0f) {
-      row[j] = int8_value(s, 0);
-      continue;
-    }
-    const float x = row[j] * inverse;
-    const float u = float(random(j) >> 8) * 0x1p-24f;  // uniform in [0, 1)
-    const float y = std::clamp(x + u, -int8_levels, int8_levels), r = round_small(y);
-    const float q = r > y ? r - 1.0f : r;  // floor(y)
-    row[j] = int8_value(s, static_cast<int8_t>(q));
-  }
+  for (size_t j = 0; j < row.size(); ++j)
+    row[j] = int8_value(
+        s, inverse == 0.0f ? int8_t{0} : int8_code_stochastic(row[j] * inverse, random(j)));
   return s;
 }
 

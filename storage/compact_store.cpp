@@ -96,11 +96,11 @@ void CompactRowStore::encode(uint64_t key, float* row, float* encoded) {
         each16(round_fp16_stochastic, to_fp16);
         break;
       case ValueFormat::int8: {
-        const float s = round_int8_row_stochastic({row, p.floats}, random);
-        const float inverse = int8_inverse(s);
+        // Straight to the codes (round_int8_row_stochastic's, without making the values and
+        // coding them again).
+        const float s = int8_codes_stochastic({row, p.floats}, random,
+                                              reinterpret_cast<int8_t*>(out + sizeof(float)));
         std::memcpy(out, &s, sizeof s);
-        auto* q = reinterpret_cast<int8_t*>(out + sizeof s);
-        for (size_t j = 0; j < p.floats; ++j) q[j] = int8_code_by(row[j], inverse);
         break;
       }
     }

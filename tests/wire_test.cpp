@@ -977,6 +977,33 @@ BOOST_AUTO_TEST_CASE(int8_rounding_is_nearest_or_unbiased) {
   BOOST_TEST((std::isnan(bad[0]) && std::isnan(bad[1])));
 }
 
+// The compact store codes its int8 rows straight from the values (int8_codes_stochastic): the
+// same codes and scale as rounding the values (round_int8_row_stochastic) and coding them, for
+// rows of every magnitude, ties, the bounds, zeros and a row that is not finite.
+BOOST_AUTO_TEST_CASE(int8_codes_are_those_of_the_rounded_values) {
+  SplitMix64 rng(12);
+  uint64_t differ = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const size_t n = 1 + rng.next() % 40;
+    const float top = static_cast<float>(std::pow(10.0, double(rng.next() % 13) - 6));
+    std::vector<float> row(n);
+    for (float& v : row) v = static_cast<float>(rng.uniform() * 2 - 1) * top;
+    if (trial % 7 == 0) row[0] = top;  // a value on the bound
+    if (trial % 11 == 0) std::fill(row.begin(), row.end(), 0.0f);
+    if (trial % 13 == 0) row[n - 1] = NAN;
+    const uint64_t seed = rng.next();
+    auto random = [&](size_t j) { return uint32_t(mix64(seed + j) >> 32); };
+    std::vector<int8_t> codes(n);
+    const float s = int8_codes_stochastic(std::span<const float>(row), random, codes.data());
+    std::vector<float> rounded = row;
+    const float t = round_int8_row_stochastic(std::span<float>(rounded), random);
+    differ += std::memcmp(&s, &t, sizeof s) != 0;
+    for (size_t j = 0; j < n; ++j)
+      differ += std::isfinite(t) ? codes[j] != int8_code(rounded[j], t) : codes[j] != 0;
+  }
+  BOOST_TEST(differ == 0u);
+}
+
 namespace {
 // A Welcome of one ps member and an FM job with only the fields an LR or FM job needs set, as a
 // peer that knows no other fields writes it; `more` sets others.
