@@ -93,15 +93,15 @@ void KvClient::send_pull(Ticket ticket, const Open& open, uint32_t shard, uint32
 
 float* KvClient::residual_of(uint64_t key) {
   if (options_.error_feedback_rows == 0) return nullptr;
-  const auto [it, added] = residual_slot_.try_emplace(key, residual_slot_.size());
-  if (added) {
-    if (residual_slot_.size() > options_.error_feedback_rows) {
-      residual_slot_.erase(it);  // full: this row rounds stochastically
-      return nullptr;
-    }
+  uint64_t slot = residual_slot_.get(key);
+  if (slot == KeyIndex::missing) {
+    if (residual_slot_.size() >= options_.error_feedback_rows)
+      return nullptr;  // full: this row rounds stochastically
+    slot = residual_slot_.size();
+    residual_slot_.insert(key, slot);
     residuals_.resize(residuals_.size() + options_.width, 0.0f);
   }
-  return &residuals_[it->second * options_.width];
+  return &residuals_[slot * options_.width];
 }
 
 float KvClient::round_push_row(uint64_t key, uint64_t step, std::span<float> row) {

@@ -34,6 +34,7 @@
 
 #include "ps/protocol.h"
 #include "ps/shard_map.h"
+#include "storage/key_index.h"
 
 namespace colony {
 
@@ -158,10 +159,10 @@ class KvClient {
   Options options_;
   ShardMap map_;
   std::unordered_map<Ticket, Open> open_;
-  std::unordered_map<uint64_t, Request> requests_;      // by request id
-  std::vector<std::vector<uint32_t>> scratch_;          // per shard, for pushes
-  std::unordered_map<uint64_t, size_t> residual_slot_;  // error feedback: a key's row slot
-  std::vector<float> residuals_;                        // slot x width
+  std::unordered_map<uint64_t, Request> requests_;  // by request id
+  std::vector<std::vector<uint32_t>> scratch_;      // per shard, for pushes
+  KeyIndex residual_slot_;                          // error feedback: a key's row slot
+  std::vector<float> residuals_;                    // slot x width
   uint64_t next_request_ = 1;
   Ticket next_ticket_ = 1;
   uint64_t retries_ = 0;
