@@ -136,6 +136,12 @@ void FaultLeak::grow() {
   kept_mb_ += mb;
 }
 
+void FaultLeak::grow_at_rate(double now_s, double mb_per_s) {
+  if (!start_s_) start_s_ = now_s - 64.0 / mb_per_s;  // 64 MiB at the first call
+  const double due = std::max(0.0, now_s - *start_s_) * mb_per_s;
+  while (kept_mb_ < total_mb_ && double(kept_mb_) < due) grow();
+}
+
 std::string not_finite_row_message(const std::string& last, uint64_t refused) {
   return fmt::format(
       "{}: the update would have made the row NaN or infinite; it keeps its last finite value "

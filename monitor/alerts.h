@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -95,15 +96,21 @@ class ClusterAlertMonitor {
 };
 
 // A leak for tests and drills (`--fault-leak-mb`): memory allocated, touched (so it is
-// resident) and kept until the object goes, 64 MiB at a time up to `total_mb`.
+// resident) and kept until the object goes, in pieces of 64 MiB up to `total_mb`.
 class FaultLeak {
  public:
   explicit FaultLeak(size_t total_mb) : total_mb_(total_mb) {}
   // Keeps up to 64 MiB more; nothing once total_mb are kept.
   void grow();
+  // At `now_s` (seconds on a steady clock): keeps 64 MiB at the first call and, from then on,
+  // `mb_per_s` MiB a second more. A rate, not an amount a call, so that it leaks as fast when its
+  // caller comes late (a loaded machine) as when it comes on time.
+  void grow_at_rate(double now_s, double mb_per_s);
+  size_t kept_mb() const { return kept_mb_; }
 
  private:
   size_t total_mb_ = 0, kept_mb_ = 0;
+  std::optional<double> start_s_;
   std::vector<std::unique_ptr<char[]>> kept_;
 };
 

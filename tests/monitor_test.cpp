@@ -533,3 +533,17 @@ BOOST_AUTO_TEST_CASE(hot_keys_finds_the_most_pulled_keys_among_many_cold_ones) {
   BOOST_TEST(sampled.top()[0].second == 16u);
   BOOST_TEST(sampled.total() == 16u);
 }
+
+// --fault-leak-mb in colony train leaks at a rate: a caller that comes late (a loaded machine)
+// gets all that is due at once, so the leak grows as fast whatever the progress updates' pace.
+BOOST_AUTO_TEST_CASE(a_fault_leak_at_a_rate_keeps_what_is_due_by_then) {
+  colony::monitor::FaultLeak leak(300);
+  leak.grow_at_rate(10.0, 256.0);
+  BOOST_TEST(leak.kept_mb() == 64u);  // the first call
+  leak.grow_at_rate(10.0, 256.0);
+  BOOST_TEST(leak.kept_mb() == 64u);  // nothing more is due yet
+  leak.grow_at_rate(10.5, 256.0);     // 64 + 128 MiB due: two more pieces
+  BOOST_TEST(leak.kept_mb() == 192u);
+  leak.grow_at_rate(60.0, 256.0);
+  BOOST_TEST(leak.kept_mb() == 300u);  // the total, the last piece smaller
+}
