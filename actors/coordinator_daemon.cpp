@@ -257,6 +257,11 @@ class Coordinator {
     if (core_->phase() != CoordinatorPhase::running || now < next_load_ms_) return;
     next_load_ms_ = now + load_sample_ms;
     const ClusterLoad load = core_->load();
+    if (cluster_metrics_) export_load(load);
+    // Counters compared across members only while every member's are fresh: a heartbeat late by
+    // a second (a loaded machine) would make its member look idle over the window, and a shard
+    // with a tenth of the load look hot beside it.
+    if (now > load.oldest_load_ms + 3 * uint64_t(o_.heartbeat_ms)) return;
     const std::vector<MemberInfo>& members = core_->members();
     monitor::AlertSample sample;
     sample.time_s = double(now - start_ms_) / 1000.0;
@@ -274,7 +279,6 @@ class Coordinator {
           {fmt::format("{} member {} ({})", to_string(m.role), p.member, m.endpoint),
            double(p.rss_bytes), double(p.rows_memory_bytes)});
     }
-    if (cluster_metrics_) export_load(load);
     for (monitor::Alert& alert : alerts_.observe(std::move(sample), processes)) {
       log_(fmt::format("warning: alert {}: {}", alert.kind, alert.message));
       if (o_.metrics) monitor::alerts(*o_.metrics, alert.kind).inc();

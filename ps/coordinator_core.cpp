@@ -110,7 +110,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
   st.last_heard_ms = now_ms;
   if (auto* hb = std::get_if<Heartbeat>(&message.body)) {
     if (!st.finished) st.samples = hb->samples;
-    if (hb->load) take_load(i, *hb->load);
+    if (hb->load) take_load(i, *hb->load, now_ms);
   } else if (std::holds_alternative<Ready>(message.body)) {
     if (st.rejoining) {
       st.rejoining = false;
@@ -785,8 +785,9 @@ std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) co
   return "";
 }
 
-void CoordinatorCore::take_load(uint32_t i, const MemberLoad& load) {
+void CoordinatorCore::take_load(uint32_t i, const MemberLoad& load, uint64_t now_ms) {
   MemberState& st = state_[i];
+  st.load_ms = now_ms;
   // A new incarnation counts from 0 again; what the old one counted stays in the totals.
   if (st.load_incarnation != members_[i].incarnation) st.load.reset();
   st.load_incarnation = members_[i].incarnation;
@@ -806,9 +807,12 @@ ClusterLoad CoordinatorCore::load() const {
   if (phase_ == CoordinatorPhase::joining) return l;
   l.shard_rows.assign(config_.shards, 0);
   l.shard_rows_pulled.assign(config_.shards, 0);
+  l.oldest_load_ms = UINT64_MAX;
   for (uint32_t i = 0; i < members_.size(); ++i) {
     const MemberInfo& m = members_[i];
     const MemberState& st = state_[i];
+    if (!st.gone && !st.finished)
+      l.oldest_load_ms = std::min(l.oldest_load_ms, st.load ? st.load_ms : 0);
     if (st.load) l.processes.push_back({i, st.load->rss_bytes, st.load->rows_memory_bytes});
     if (m.role == MemberRole::worker) {
       add_to(l.staleness, st.staleness_total);
@@ -839,6 +843,7 @@ ClusterLoad CoordinatorCore::load() const {
   }
   std::stable_sort(l.hot_keys.begin(), l.hot_keys.end(),
                    [](const LoadHotKey& a, const LoadHotKey& b) { return a.shard < b.shard; });
+  if (l.oldest_load_ms == UINT64_MAX) l.oldest_load_ms = 0;  // nobody training
   return l;
 }
 

@@ -147,6 +147,11 @@ struct ClusterLoad {
     uint64_t rows_memory_bytes = 0;
   };
   std::vector<Process> processes;
+  // When the stalest counters above came: the earliest of the latest loads of the members still
+  // in the job and training (the core's clock, in ms); 0 while one of them has sent none. A driver
+  // comparing members' counters over a window compares them only while this is recent: a member
+  // whose heartbeat comes late would otherwise look idle, and the others busy beside it.
+  uint64_t oldest_load_ms = 0;
 };
 
 class CoordinatorCore {
@@ -195,6 +200,7 @@ class CoordinatorCore {
  private:
   struct MemberState {
     uint64_t last_heard_ms = 0;
+    uint64_t load_ms = 0;  // when its latest load came
     uint64_t samples = 0;
     bool ready = false;
     bool finished = false;
@@ -238,7 +244,7 @@ class CoordinatorCore {
   std::string waiting_for() const;
   // Why member i's heartbeat load is refused; empty when it is taken.
   std::string load_refused(uint32_t i, const MemberLoad& load) const;
-  void take_load(uint32_t i, const MemberLoad& load);
+  void take_load(uint32_t i, const MemberLoad& load, uint64_t now_ms);
   uint32_t joined(MemberRole role) const;
 
   CoordinatorConfig config_;

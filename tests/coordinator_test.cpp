@@ -771,6 +771,7 @@ BOOST_AUTO_TEST_CASE(dense_layers_to_start_from_must_be_the_same_on_every_ps) {
 BOOST_AUTO_TEST_CASE(heartbeat_loads_add_up_and_loads_that_cannot_be_the_members_are_dropped) {
   CoordinatorCore core = running(/*hierarchical=*/false);  // ps of 2 shards, workers at 2 and 3
   ClusterLoad l = core.load();
+  BOOST_TEST(l.oldest_load_ms == 0u);  // no member has sent a load yet
   BOOST_TEST((l.worker_nodes == std::vector<NodeId>{2, 3}));
   BOOST_TEST((l.worker_members == std::vector<uint32_t>{1, 2}));
   BOOST_TEST((l.worker_steps == std::vector<uint64_t>{0, 0}));
@@ -783,10 +784,12 @@ BOOST_AUTO_TEST_CASE(heartbeat_loads_add_up_and_loads_that_cannot_be_the_members
   CoordinatorEffects fx;
   core.on_message({0, Heartbeat{0, MemberLoad{500u << 20, 64u << 20, {}, {}, {1000, 3000}}}}, 200,
                   fx);
-  core.on_message({1, Heartbeat{640, worker_load(2'000'000'000, 10)}}, 200, fx);
+  core.on_message({1, Heartbeat{640, worker_load(2'000'000'000, 10)}}, 150, fx);
+  BOOST_TEST(core.load().oldest_load_ms == 0u);  // member 2 has sent none
   core.on_message({2, Heartbeat{320, worker_load(1'000'000'000, 5)}}, 200, fx);
   BOOST_TEST(core.totals().counters.bad_messages == 0u);
   l = core.load();
+  BOOST_TEST(l.oldest_load_ms == 150u);  // member 1's, the stalest
   BOOST_TEST((l.worker_busy_s == std::vector<double>{2.0, 1.0}));
   BOOST_TEST((l.worker_steps == std::vector<uint64_t>{10, 5}));
   BOOST_TEST((l.shard_rows == std::vector<uint64_t>{1000, 3000}));
