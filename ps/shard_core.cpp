@@ -129,17 +129,20 @@ float* ShardCore::existing_row(uint64_t key) {
   return r && !store_->stable_rows() ? row(key) : r;
 }
 
+const uint64_t* ShardCore::foreign_key(const std::vector<uint64_t>& keys) const {
+  auto it = std::find_if(keys.begin(), keys.end(),
+                         [&](uint64_t k) { return map_.shard_of(k) != config_.shard_index; });
+  return it == keys.end() ? nullptr : &*it;
+}
+
 bool ShardCore::owns_all(const MessageHeader& h, const std::vector<uint64_t>& keys, Outbox& out) {
-  for (uint64_t key : keys) {
-    if (map_.shard_of(key) != config_.shard_index) {
-      out.push_back({h.sender, PsError{{config_.id, h.request_id, map_.version()},
-                                       PsErrorCode::bad_request,
-                                       fmt::format("key {:#x} does not belong to shard {}", key,
-                                                   config_.shard_index)}});
-      return false;
-    }
-  }
-  return true;
+  const uint64_t* key = foreign_key(keys);
+  if (!key) return true;
+  out.push_back({h.sender, PsError{{config_.id, h.request_id, map_.version()},
+                                   PsErrorCode::bad_request,
+                                   fmt::format("key {:#x} does not belong to shard {}", *key,
+                                               config_.shard_index)}});
+  return false;
 }
 
 void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
@@ -176,10 +179,8 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
 void ShardCore::on_hint(const PullHint& h) {
   // Advisory: one this shard cannot use is dropped unanswered. A restarted shard has no use for
   // one until every sender has resynced, nor does a shard whose job is over.
-  const bool usable =
-      !resyncing_ && min_clock_ != clock_done && h.header.map_version == map_.version() &&
-      std::all_of(h.keys.begin(), h.keys.end(),
-                  [&](uint64_t k) { return map_.shard_of(k) == config_.shard_index; });
+  const bool usable = !resyncing_ && min_clock_ != clock_done &&
+                      h.header.map_version == map_.version() && !foreign_key(h.keys);
   if (!usable) {
     ++stats_.hints_dropped;
     return;

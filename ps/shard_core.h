@@ -254,6 +254,8 @@ class ShardCore {
   // from an unknown sender, and sets `duplicate` when it is a retry.
   bool advance(const MessageHeader& h, uint32_t clock, bool& duplicate, Outbox& out);
   bool stale(const MessageHeader& h, Outbox& out);
+  // The first of `keys` that does not belong to this shard under its map, or nullptr.
+  const uint64_t* foreign_key(const std::vector<uint64_t>& keys) const;
   // False (with a PsError queued) when a key does not belong to this shard under its map.
   bool owns_all(const MessageHeader& h, const std::vector<uint64_t>& keys, Outbox& out);
   bool may_answer(const PullRequest& r) const;

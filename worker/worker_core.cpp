@@ -138,7 +138,6 @@ void WorkerCore::add_batch(Batch batch, Outbox& out) {
 void WorkerCore::start_pulls(Outbox& out) {
   while (started_ < steps_.size() && started_ < config_.max_inflight) {
     Step& step = steps_[started_++];
-    step.started = true;
     if (config_.aggregator) {
       // Hierarchical: the node aggregator pulls for the whole node and hands the rows back.
       step.pull = next_request_++;
@@ -155,10 +154,10 @@ void WorkerCore::start_pulls(Outbox& out) {
 }
 
 void WorkerCore::on_node_rows(const PullReply& m) {
-  auto it = std::find_if(steps_.begin(), steps_.end(), [&](const Step& s) {
-    return s.started && s.pull == m.header.request_id && !s.pulled;
-  });
-  if (it == steps_.end() || m.values.size() != it->rows.size())
+  const auto started_end = steps_.begin() + std::ptrdiff_t(started_);
+  auto it = std::find_if(steps_.begin(), started_end,
+                         [&](const Step& s) { return s.pull == m.header.request_id && !s.pulled; });
+  if (it == started_end || m.values.size() != it->rows.size())
     return fail(Status::internal(
         fmt::format("worker {}: rows for request {} ({} floats) from its aggregator that no "
                     "step waits for",
@@ -168,7 +167,6 @@ void WorkerCore::on_node_rows(const PullReply& m) {
 }
 
 bool WorkerCore::pulled(const Step& step) const {
-  if (!step.started) return false;
   return config_.aggregator ? step.pulled : kv_->done(step.pull);
 }
 
@@ -227,7 +225,7 @@ void WorkerCore::on_dense_broadcast(const DenseBroadcast& m, Outbox& out) {
 }
 
 void WorkerCore::complete_ready_steps(Outbox& out) {
-  while (error_.ok() && !steps_.empty() && !awaiting_dense_ && pulled(steps_.front())) {
+  while (error_.ok() && started_ > 0 && !awaiting_dense_ && pulled(steps_.front())) {
     push(steps_.front(), out);
     steps_.pop_front();
     --started_;

@@ -174,10 +174,8 @@ class WorkerCore {
     std::vector<uint64_t> keys;   // unique keys, slot order
     std::vector<uint32_t> slots;  // per feature of the batch
     std::vector<float> rows;      // slots x width, filled by the pull
-    // The pull, once sent (`started`; the started steps are the oldest): a KvClient ticket, or
-    // (hierarchical) the request id of the PullRequest to the aggregator, answered with every
-    // row at once.
-    bool started = false;
+    // The pull, once sent (the first started_ steps): a KvClient ticket, or (hierarchical) the
+    // request id of the PullRequest to the aggregator, answered with every row at once.
     uint64_t pull = 0;
     bool pulled = false;  // hierarchical: the aggregator's rows are in
   };
@@ -189,7 +187,7 @@ class WorkerCore {
   void start_pulls(Outbox& out);
   // Hierarchical: the rows of one of this worker's pulls, from its aggregator.
   void on_node_rows(const PullReply& m);
-  bool pulled(const Step& step) const;
+  bool pulled(const Step& step) const;  // of a started step
   void push(Step& step, Outbox& out);
   // After a step's push: its dense gradients to the all-reduce, or stepped here (`skipped`:
   // the step contributes nothing).
