@@ -300,6 +300,11 @@ Runner add_coordinator(CLI::App& app) {
     j = job_with_model(j, spec);
     j = job_with_dense_optimizer(j, parsed->dense_optimizer);
     j.dense_sync_every = parsed->dense_sync_every;
+    if (a->optimizer == "auto")
+      return fail(Status::invalid_input(
+          "--optimizer auto: the daemons do not try settings; run `colony train --optimizer auto` "
+          "on the data (its report's optimizer_auto names the setting chosen) and give that "
+          "setting's --optimizer, --lr, --l1, --l2 and --dim here"));
     auto opt = parse_optimizer(a->optimizer);
     if (!opt) return fail(Status::invalid_input("--optimizer: " + opt.status().message()));
     j.optimizer = default_optimizer_config(*opt);

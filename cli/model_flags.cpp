@@ -9,9 +9,9 @@ namespace colony::cli {
 void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& fields_help) {
   cmd->add_option("--model", f.model, "lr, fm, deepfm, dlrm or dcn (deep models: docs/models.md)")
       ->capture_default_str();
-  cmd->add_option("--dim", f.spec.dim, "FM factor and embedding dimension")
-      ->check(CLI::Range(size_t{1}, max_fm_dim))
-      ->capture_default_str();
+  f.dim_option = cmd->add_option("--dim", f.spec.dim, "FM factor and embedding dimension")
+                     ->check(CLI::Range(size_t{1}, max_fm_dim))
+                     ->capture_default_str();
   f.mlp_option = cmd->add_option(
       "--mlp", f.mlp,
       "Hidden layers of the deep tower (deepfm, dcn) or DLRM's top MLP, e.g. 256,128 "

@@ -24,6 +24,7 @@ struct ModelFlags {
   std::string dense_sync = "every:1";
   // Flags that only the deep models take (refused with lr and fm, which have no dense layers).
   std::vector<CLI::Option*> deep_only;
+  CLI::Option* dim_option = nullptr;
   CLI::Option* mlp_option = nullptr;
   CLI::Option* bottom_option = nullptr;
   CLI::Option* cross_layers_option = nullptr;

@@ -62,7 +62,12 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--data", j.data, "Training file: libsvm, Criteo TSV or a Colony binary cache");
   cmd->add_option("--test", j.test, "Test file (required with --data)");
   add_model_flags(cmd, a->flags, "the first 65536 training rows");
-  cmd->add_option("--optimizer", a->optimizer, "sgd, adagrad, ftrl or adam")->capture_default_str();
+  cmd->add_option("--optimizer", a->optimizer,
+                  "sgd, adagrad, ftrl or adam; or auto: train each candidate setting (FTRL's "
+                  "alpha, L1, L2 and --dim; docs/models.md) for an epoch with the single-process "
+                  "trainer, score it on rows held out of the training data (the "
+                  "--valid-fraction, or 10%), and train with the best")
+      ->capture_default_str();
   cmd->add_option("--lr", a->lr,
                   "Step size, FTRL's alpha (default per optimizer: sgd 0.02, "
                   "adagrad 0.02, ftrl 0.05, adam 0.001)");
@@ -209,8 +214,14 @@ Runner add_train(CLI::App& app) {
     if (Status s = check_model_device(o.trainer.model); !s.ok()) return fail(s);
     // Generated data keeps Criteo's fields and dense features for the deep models.
     if (o.trainer.model.deep()) o.generate.format = "criteo";
-    auto opt = parse_optimizer(a->optimizer);
-    if (!opt) return fail(Status::invalid_input("--optimizer: " + opt.status().message()));
+    const bool auto_optimizer = a->optimizer == "auto";
+    if (auto_optimizer && (a->lr >= 0.0f || a->l1 >= 0.0f || a->l2 >= 0.0f))
+      return fail(Status::invalid_input(
+          "--optimizer auto chooses the step size and L1/L2 strengths: give --lr, --l1 and --l2 "
+          "with a named optimizer instead"));
+    auto opt = parse_optimizer(auto_optimizer ? "ftrl" : a->optimizer);
+    if (!opt)
+      return fail(Status::invalid_input("--optimizer: " + opt.status().message() + " or auto"));
     o.trainer.optimizer = default_optimizer_config(*opt);
     if (a->lr >= 0.0f) o.trainer.optimizer.lr = a->lr;
     if (a->l1 >= 0.0f) o.trainer.optimizer.l1 = a->l1;
@@ -316,6 +327,30 @@ Runner add_train(CLI::App& app) {
     monitor::AlertMonitor alert_monitor(alert_config);
     std::vector<monitor::Alert> alerts_raised;
     monitor::FaultLeak leak(a->fault_leak_mb);
+    std::optional<OptimizerChoice> choice;
+    if (auto_optimizer) {
+      const bool keep_dim = a->flags.dim_option->count() > 0;
+      auto chosen = choose_optimizer(o, keep_dim, [&](size_t i, const OptimizerTrial* t) {
+        const OptimizerCandidate c = t ? t->candidate : optimizer_candidates()[i];
+        if (!t) {
+          std::fprintf(stderr,
+                       "--optimizer auto: trying %s (ftrl lr %g l1 %g l2 %g, dim %zu) for an "
+                       "epoch, scored on the %g%% of the training rows held out\n",
+                       c.name.c_str(), c.optimizer.lr, c.optimizer.l1, c.optimizer.l2,
+                       keep_dim ? o.trainer.model.dim : c.dim,
+                       100 * (o.valid_fraction > 0 ? o.valid_fraction : choice_valid_fraction));
+          return;
+        }
+        std::fprintf(stderr, "--optimizer auto: %s: valid logloss %.5f  valid auc %.4f  (%.1f s)\n",
+                     c.name.c_str(), t->valid_logloss, t->valid_auc, t->seconds);
+      });
+      if (!chosen) return fail(chosen.status());
+      choice = *chosen;
+      const OptimizerCandidate& best = choice->trials[choice->chosen].candidate;
+      o.trainer.optimizer = best.optimizer;
+      o.trainer.model.dim = best.dim;
+      std::fprintf(stderr, "--optimizer auto: chose %s\n", best.name.c_str());
+    }
     const std::string engine_text =
         local ? std::string("single-process trainer")
               : fmt::format("{} shard{}, {} worker{}, {}, {} push, store {}", cluster.shards,
@@ -530,6 +565,21 @@ Runner add_train(CLI::App& app) {
       rep["rows_evicted"] = r.rows_evicted;
       rep["checkpoints"] = r.checkpoints;
       rep["updates_lost"] = r.updates_lost;
+    }
+    if (choice) {
+      nlohmann::json trials = nlohmann::json::array();
+      for (const OptimizerTrial& t : choice->trials)
+        trials.push_back({{"candidate", t.candidate.name},
+                          {"optimizer", to_string(t.candidate.optimizer.kind)},
+                          {"lr", t.candidate.optimizer.lr},
+                          {"l1", t.candidate.optimizer.l1},
+                          {"l2", t.candidate.optimizer.l2},
+                          {"dim", t.candidate.dim},
+                          {"valid_logloss", t.valid_logloss},
+                          {"valid_auc", t.valid_auc},
+                          {"seconds", t.seconds}});
+      rep["optimizer_auto"] = {{"trials", trials},
+                               {"chosen", choice->trials[choice->chosen].candidate.name}};
     }
     rep["on_nan"] = a->on_nan;
     rep["alerts"] = alerts_json(alerts_raised);

@@ -1,5 +1,7 @@
 // End-to-end tests of the `colony` binary: real processes, real files.
 #define BOOST_TEST_MODULE cli_test
+#include <algorithm>
+#include <array>
 #include <boost/test/unit_test.hpp>
 #include <cmath>
 #include <filesystem>
@@ -651,6 +653,105 @@ BOOST_AUTO_TEST_CASE(valid_fraction_holds_rows_out_and_stops_early) {
   BOOST_TEST(c["valid_samples"].get<uint64_t>() == held);
   BOOST_TEST(c["train_samples"].get<uint64_t>() == 10000 - held);
   BOOST_TEST(c["valid_auc"].get<double>() > 0.5);
+}
+
+namespace {
+// A libffm file whose labels come only from interactions: each row has one of 30 tags (field 0)
+// and 6 of 2,000 words (field 1), and P(1) = sigmoid(sum over its words of u_tag . v_word), with
+// 4-dimensional u and v uniform in [-1.7, 1.7]. No feature says anything alone, and each word is
+// seen about 180 times in 60,000 rows: FTRL's defaults (L1 = L2 = 20) keep the words' factors at
+// their initial values, weak regularisation learns them (as on the Debian data of
+// docs/models.md).
+void write_interaction_data(const fs::path& path, uint64_t rows, uint64_t seed) {
+  colony::SplitMix64 model(11), rng(seed);
+  auto vectors = [&](int n) {
+    std::vector<std::array<double, 4>> v(n);
+    for (auto& x : v)
+      for (double& c : x) c = (model.uniform() * 2 - 1) * 1.7;
+    return v;
+  };
+  const auto u = vectors(30), v = vectors(2000);
+  std::ofstream f(path);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t t = rng.next() % 30;
+    std::vector<uint64_t> words;
+    while (words.size() < 6) {
+      const uint64_t w = rng.next() % 2000;
+      if (std::find(words.begin(), words.end(), w) == words.end()) words.push_back(w);
+    }
+    double s = 0;
+    for (uint64_t w : words)
+      for (int c = 0; c < 4; ++c) s += u[t][c] * v[w][c];
+    f << (rng.uniform() < 1 / (1 + std::exp(-s)) ? 1 : 0) << " 0:" << t << ":1";
+    for (uint64_t w : words) f << " 1:" << w << ":1";
+    f << "\n";
+  }
+}
+}  // namespace
+
+// --optimizer auto tries each candidate for an epoch on rows held out of the training data,
+// chooses the lower validation logloss, and trains the job with it: the long-tailed defaults on
+// generated Criteo-like data, the interaction-heavy setting on data whose signal is all in
+// interactions. The job is exactly the chosen setting's (its test logloss is that of the setting
+// given by hand), a --dim given stays, and what auto chooses cannot also be given.
+BOOST_AUTO_TEST_CASE(optimizer_auto_trains_with_the_candidate_that_validates_best) {
+  const fs::path gen = dir / "auto-gen";
+  Run r =
+      run("gen --rows 60000 --test-rows 5000 --seed 3 --vocab-scale 0.01 --out " + gen.string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  const fs::path inter = dir / "auto-interactions";
+  fs::create_directories(inter);
+  write_interaction_data(inter / "train.libffm", 60000, 1);
+  write_interaction_data(inter / "test.libffm", 5000, 2);
+  struct Case {
+    fs::path train, test;
+    std::string expected, extra;
+  };
+  for (const Case& c :
+       {Case{gen / "train.libsvm", gen / "test.libsvm", "long-tailed", ""},
+        Case{inter / "train.libffm", inter / "test.libffm", "interaction-heavy", ""},
+        Case{inter / "train.libffm", inter / "test.libffm", "interaction-heavy", " --dim 4"}}) {
+    const fs::path report = dir / "auto.json";
+    const std::string files =
+        " --engine local --data " + c.train.string() + " --test " + c.test.string() + c.extra;
+    r = run("train --optimizer auto --report " + report.string() + files);
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    const nlohmann::json j = read_json(report);
+    const nlohmann::json& trials = j["optimizer_auto"]["trials"];
+    BOOST_REQUIRE(trials.size() == 2u);
+    BOOST_TEST(trials[0]["candidate"].get<std::string>() == "long-tailed");
+    BOOST_TEST(trials[1]["candidate"].get<std::string>() == "interaction-heavy");
+    const size_t best =
+        trials[1]["valid_logloss"].get<double>() < trials[0]["valid_logloss"].get<double>() ? 1 : 0;
+    BOOST_TEST(j["optimizer_auto"]["chosen"].get<std::string>() ==
+               trials[best]["candidate"].get<std::string>());
+    BOOST_TEST(j["optimizer_auto"]["chosen"].get<std::string>() == c.expected, r.err);
+    for (const char* key : {"lr", "l1", "l2", "dim"})
+      BOOST_TEST(j[key].get<double>() == trials[best][key].get<double>(), key);
+    for (const auto& t : trials) {
+      BOOST_TEST(t["valid_auc"].get<double>() > 0.0);
+      if (!c.extra.empty()) BOOST_TEST(t["dim"].get<int>() == 4);
+    }
+    BOOST_TEST(r.err.find("--optimizer auto: chose " + c.expected) != std::string::npos, r.err);
+    // The job is the chosen setting, given by hand.
+    const fs::path by_hand = dir / "auto-by-hand.json";
+    r = run(fmt::format(
+        "train --optimizer ftrl --lr {} --l1 {} --l2 {} --dim {} --report {}{}",
+        trials[best]["lr"].get<double>(), trials[best]["l1"].get<double>(),
+        trials[best]["l2"].get<double>(), trials[best]["dim"].get<int>(), by_hand.string(),
+        " --engine local --data " + c.train.string() + " --test " + c.test.string()));
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    BOOST_TEST(read_json(by_hand)["test_logloss"].get<double>() == j["test_logloss"].get<double>());
+  }
+  for (const char* args : {"train --optimizer auto --lr 0.1", "train --optimizer auto --l1 2"}) {
+    r = run(args);
+    BOOST_TEST(r.code == 2, args);
+    BOOST_TEST(r.err.find("--optimizer auto chooses the step size") != std::string::npos, r.err);
+  }
+  r = run("coordinator --listen tcp://127.0.0.1:1 --insecure --optimizer auto");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--optimizer auto: the daemons do not try settings") != std::string::npos,
+             r.err);
 }
 
 // FM is field-unaware: on the libffm form of a data set it learns what it learns from the

@@ -264,12 +264,16 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
     auto predict = [&](const Batch& b, std::vector<float>& logits) {
       return trainer.predict(b, logits);
     };
-    ReaderOptions test_ro = ro;
-    test_ro.holdout = {};
-    auto ev = evaluate(o.test, data.test, test_ro, predict);
-    if (!ev) return ev.status();
-    EpochResult er{epoch, epoch_loss / double(epoch_samples), ev->logloss, ev->auc};
-    result.test_samples = ev->samples;
+    EpochResult er{epoch, epoch_loss / double(epoch_samples), 0.0, 0.0};
+    if (o.score_test) {
+      ReaderOptions test_ro = ro;
+      test_ro.holdout = {};
+      auto ev = evaluate(o.test, data.test, test_ro, predict);
+      if (!ev) return ev.status();
+      er.test_logloss = ev->logloss;
+      er.test_auc = ev->auc;
+      result.test_samples = ev->samples;
+    }
     if (o.valid_fraction > 0) {
       auto valid = evaluate_held_out(o, data.train, predict);
       if (!valid) return valid.status();
@@ -295,6 +299,44 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
   result.model_bytes = trainer.table_bytes();
   result.table_bytes = trainer.rows() * trainer.row_floats() * sizeof(float);
   return result;
+}
+
+std::vector<OptimizerCandidate> optimizer_candidates() {
+  OptimizerConfig long_tailed = default_optimizer_config(OptimizerKind::ftrl);
+  OptimizerConfig interactions = long_tailed;
+  interactions.lr = 0.1f;
+  interactions.l1 = 1.0f;
+  interactions.l2 = 1.0f;
+  return {{"long-tailed", long_tailed, 8}, {"interaction-heavy", interactions, 16}};
+}
+
+Expected<OptimizerChoice> choose_optimizer(
+    const TrainJobOptions& job, bool keep_dim,
+    const std::function<void(size_t, const OptimizerTrial*)>& on_trial) {
+  OptimizerChoice choice;
+  const std::vector<OptimizerCandidate> candidates = optimizer_candidates();
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    OptimizerTrial trial{candidates[i]};
+    if (keep_dim) trial.candidate.dim = job.trainer.model.dim;
+    TrainJobOptions o = job;
+    o.epochs = 1;
+    o.patience = 0;
+    o.score_test = false;
+    if (o.valid_fraction == 0.0) o.valid_fraction = choice_valid_fraction;
+    o.trainer.optimizer = trial.candidate.optimizer;
+    o.trainer.model.dim = trial.candidate.dim;
+    if (on_trial) on_trial(i, nullptr);
+    const auto start = Clock::now();
+    auto r = run_train_job(o, nullptr);
+    if (!r) return r.status().with_context("--optimizer auto, candidate " + trial.candidate.name);
+    trial.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    trial.valid_logloss = r->epochs.back().valid_logloss;
+    trial.valid_auc = r->epochs.back().valid_auc;
+    choice.trials.push_back(trial);
+    if (trial.valid_logloss < choice.trials[choice.chosen].valid_logloss) choice.chosen = i;
+    if (on_trial) on_trial(i, &choice.trials.back());
+  }
+  return choice;
 }
 
 }  // namespace colony

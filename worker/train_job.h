@@ -32,6 +32,10 @@ struct TrainJobOptions {
   // With valid_fraction: the single-process trainer stops after `patience` epochs in a row
   // whose validation logloss is no better than the best before them (0: never stops early).
   int patience = 1;
+  // False: run_train_job neither reads nor scores the test set (EpochResult's test_logloss and
+  // test_auc stay 0), as in the trials that choose a job's settings (choose_optimizer), which
+  // must not see it.
+  bool score_test = true;
 };
 
 struct EpochResult {
@@ -116,6 +120,41 @@ struct TrainJobResult {
 // `progress` is called after every few batches, from the calling thread.
 Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
                                        const std::function<void(const TrainProgress&)>& progress);
+
+// `--optimizer auto` (docs/models.md, "Choosing defaults"): each candidate is a setting of the
+// sparse optimizer and the factor dimension that held best on one kind of data in the sweeps,
+// and none held on both.
+struct OptimizerCandidate {
+  std::string name;  // what data it suits, as the report and the log name it
+  OptimizerConfig optimizer;
+  size_t dim = 8;  // the FM factor and embedding dimension (unused by LR)
+};
+// The candidates, in the order they are tried: "long-tailed" (the defaults: FTRL alpha 0.05,
+// L1 = L2 = 20, dim 8; best on Criteo-like vocabularies) and "interaction-heavy" (FTRL alpha 0.1,
+// L1 = L2 = 1, dim 16; best on the Debian data, where the signal is in interactions).
+std::vector<OptimizerCandidate> optimizer_candidates();
+
+struct OptimizerTrial {
+  OptimizerCandidate candidate;  // as tried: dim is the job's when the job keeps its own
+  double valid_logloss = 0.0;
+  double valid_auc = 0.0;
+  double seconds = 0.0;  // wall time of the trial
+};
+struct OptimizerChoice {
+  std::vector<OptimizerTrial> trials;  // one per candidate, in order
+  size_t chosen = 0;                   // the trial with the lowest validation logloss
+};
+// The valid_fraction of the trials when the job has none.
+inline constexpr double choice_valid_fraction = 0.1;
+// Chooses the job's sparse optimizer: trains each candidate for one epoch with the single-process
+// trainer, on the job's training rows outside a validation hold-out (the job's valid_fraction, or
+// choice_valid_fraction), scores the hold-out, and chooses the lowest validation logloss (the
+// earlier candidate on a tie). The test set is never read. `keep_dim`: every candidate takes the
+// job's dimension (the user gave one). `on_trial(i, trial)` is called before trial i (trial
+// nullptr) and after it. Fails as run_train_job does, naming the candidate.
+Expected<OptimizerChoice> choose_optimizer(
+    const TrainJobOptions& job, bool keep_dim,
+    const std::function<void(size_t, const OptimizerTrial*)>& on_trial);
 
 // The rows a deep model's input shape is detected from (detect_input_shape).
 inline constexpr uint64_t input_shape_rows = 65536;
