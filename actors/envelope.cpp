@@ -386,6 +386,7 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     set_keys(w.initKeys(m->keys.size()), m->keys);
     w.setFormat(static_cast<uint8_t>(m->format));
     w.setMore(m->more);
+    w.setKeysOfPull(m->keys_of_pull);
     set_values(
         builder, m->grads, m->format, m->scales,
         [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
@@ -512,7 +513,15 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
                            m.grads, m.scales, "push gradients");
       m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
       m.more = r.getMore();
-      if (status.ok() && (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
+      m.keys_of_pull = r.getKeysOfPull();
+      // A push that names its pull's keys has no keys of its own, and its row count is known
+      // only to the shard that answered the pull, which checks the gradients against it.
+      if (status.ok() && m.keys_of_pull != 0 && !m.keys.empty())
+        status = Status::invalid_input(
+            fmt::format("push names the keys of pull {} and carries {} keys of its own",
+                        m.keys_of_pull, m.keys.size()));
+      else if (status.ok() && m.keys_of_pull == 0 &&
+               (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
         status = Status::invalid_input(
             fmt::format("push of {} keys carries {} gradient floats, not a whole "
                         "number of rows",
@@ -538,7 +547,8 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       auto r = ps.getPsError();
       const uint8_t code = r.getCode();
       if (code != static_cast<uint8_t>(PsErrorCode::bad_request) &&
-          code != static_cast<uint8_t>(PsErrorCode::out_of_order))
+          code != static_cast<uint8_t>(PsErrorCode::out_of_order) &&
+          code != static_cast<uint8_t>(PsErrorCode::keys_unknown))
         return Status::invalid_input(fmt::format("unknown error code {}", code));
       out = PsError{get_header(r.getHeader()), static_cast<PsErrorCode>(code),
                     std::string(r.getMessage().cStr())};

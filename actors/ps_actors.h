@@ -35,7 +35,7 @@ typename Inspector::result_type inspect(Inspector& f, PullReply& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PushRequest& x) {
   return f(caf::meta::type_name("PushRequest"), x.header, x.clock, x.keys, x.grads, x.format,
-           x.more, x.scales);
+           x.more, x.scales, x.keys_of_pull);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PushAck& x) {

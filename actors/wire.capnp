@@ -45,6 +45,7 @@ struct PushRequest {
   format @4 :UInt8;  # of grads, as PullReply's
   more @5 :Bool;     # more parts of this push follow
   scales @6 :Data;   # int8: a float32 scale a row
+  keysOfPull @7 :UInt64;  # nonzero: keys is empty; they are those of this sender's pull with this request id (ps/protocol.h)
 }
 struct PushAck {
   header @0 :Header;

@@ -96,6 +96,15 @@ struct PullReply {
 // another with nothing else from that sender to that shard in between. The shard acknowledges
 // each part, keeps the parts until the last one arrives, and applies them all at once, as one
 // push: the clock, exactly-once and durability rules below are the whole push's.
+//
+// Keys left out: a worker pushes exactly the keys it pulled for the step, in the same order, so a
+// push part may leave `keys` empty and name instead, in `keys_of_pull`, the request id of the
+// pull (or pull part) whose keys it carries: one this sender sent this shard for the step before
+// `clock`, and had answered. That saves 8 bytes a pushed row. A shard that no longer knows those
+// keys (it restarted, or dropped them: ShardConfig::answered_rows_max) refuses the part with
+// PsError{keys_unknown}, keeps none of the push's parts, and drops, unanswered, the rest of that
+// push's parts that leave their keys out; the sender then sends the whole push again with its
+// keys (KvClient does). A push leaves the keys out of all its parts to a shard or of none.
 struct PushRequest {
   MessageHeader header;
   uint32_t clock = 0;                      // the sender's clock once this push is applied
@@ -104,6 +113,7 @@ struct PushRequest {
   ValueFormat format = ValueFormat::fp32;  // of `grads` (bf16: each bf16-exact)
   bool more = false;                       // more parts of this push follow
   std::vector<float> scales{};             // int8: each row's, as PullReply's
+  uint64_t keys_of_pull = 0;  // nonzero: `keys` is empty and is the named pull's (above)
 };
 
 struct PushAck {
@@ -133,6 +143,7 @@ struct ShardMapUpdate {
 enum class PsErrorCode : uint8_t {
   bad_request = 1,  // malformed (sizes disagree, keys repeated, unknown sender)
   out_of_order,     // a push or clock that skips a step
+  keys_unknown,     // a push part names a pull whose keys the shard does not hold (keys_of_pull)
 };
 
 struct PsError {

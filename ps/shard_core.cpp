@@ -255,6 +255,42 @@ uint64_t hash_keys(const std::vector<uint64_t>& keys) {
 }
 }  // namespace
 
+ShardCore::AnsweredPull* ShardCore::remember(const PullRequest& r) {
+  // Kept for the pushes of the last answered_steps_max steps (a pull in parts has an entry a
+  // part), at most answered_pulls_max entries and answered_rows_max keys.
+  const size_t n = r.keys.size();
+  Answered& recent = answered_[r.writer];
+  const bool keep = n <= config_.answered_rows_max;
+  while (!recent.pulls.empty() && (recent.pulls.front().clock + answered_steps_max <= r.clock ||
+                                   (keep && (recent.pulls.size() >= answered_pulls_max ||
+                                             recent.rows + n > config_.answered_rows_max)))) {
+    recent.rows -= recent.pulls.front().keys.size();
+    recent.pulls.pop_front();
+  }
+  if (!keep) return nullptr;
+  recent.rows += n;
+  return &recent.pulls.emplace_back(
+      AnsweredPull{r.clock, hash_keys(r.keys), r.header.sender, r.header.request_id, r.keys, {}});
+}
+
+const ShardCore::AnsweredPull* ShardCore::pull_named_by(const PushRequest& r) const {
+  auto it = answered_.find(r.header.sender);
+  if (it == answered_.end()) return nullptr;
+  for (const AnsweredPull& a : it->second.pulls)
+    if (a.request_id == r.keys_of_pull && a.sender == r.header.sender && a.clock + 1 == r.clock)
+      return &a;
+  return nullptr;
+}
+
+const std::vector<uint64_t>* ShardCore::push_keys(const PushRequest& r) const {
+  if (r.keys_of_pull == 0) return &r.keys;
+  if (auto d = keys_dropped_.find(r.header.sender);
+      d != keys_dropped_.end() && d->second == r.clock)
+    return nullptr;
+  const AnsweredPull* pull = pull_named_by(r);
+  return pull ? &pull->keys : nullptr;
+}
+
 void ShardCore::answer(const PullRequest& r, Outbox& out) {
   PullReply reply{{config_.id, r.header.request_id, map_.version()}, min_clock_, {}};
   const size_t n = r.keys.size();
@@ -275,6 +311,7 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     }
     if (!store_->stable_rows() && !store_ok(store_->commit())) return;  // writes nothing
   } else if (!store_->stable_rows()) {
+    remember(r);  // the keys only, for a push that leaves them out (keys_of_pull)
     // One batch against the store: read the rows in one go, write the new ones back.
     if (!store_ok(store_->load(r.keys))) return;
     for (uint64_t key : r.keys) {
@@ -289,21 +326,10 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     }
     if (!store_ok(store_->commit())) return;
   } else {
-    // Kept for the pushes of the last answered_steps_max steps (a pull in parts has an entry a
-    // part), at most answered_pulls_max entries and answered_rows_max rows.
-    Answered& recent = answered_[r.writer];
-    const bool keep = n <= config_.answered_rows_max;
-    while (!recent.pulls.empty() && (recent.pulls.front().clock + answered_steps_max <= r.clock ||
-                                     (keep && (recent.pulls.size() >= answered_pulls_max ||
-                                               recent.rows + n > config_.answered_rows_max)))) {
-      recent.rows -= recent.pulls.front().rows.size();
-      recent.pulls.pop_front();
-    }
-    AnsweredPull unkept{r.clock, 0, {}};
-    AnsweredPull& a =
-        keep ? recent.pulls.emplace_back(AnsweredPull{r.clock, hash_keys(r.keys), {}}) : unkept;
-    a.rows.resize(n);
-    if (keep) recent.rows += n;
+    AnsweredPull* kept = remember(r);
+    std::vector<float*> unkept;
+    std::vector<float*>& rows = kept ? kept->rows : unkept;
+    rows.resize(n);
     // Look every row up first, prefetching index slots a few keys ahead, then copy: the
     // lookups are cache misses on a large table, and this lets several be in flight at once.
     constexpr size_t ahead = 8;
@@ -311,7 +337,7 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
     if (!sketch_) {
       for (size_t i = 0; i < n; ++i) {
         if (i + ahead < n) store_->prefetch(r.keys[i + ahead]);
-        a.rows[i] = row(r.keys[i]);
+        rows[i] = row(r.keys[i]);
       }
       // The copy, fetching whole rows a few ahead (a large reply's rows do not stay cached
       // from the lookups above).
@@ -319,17 +345,17 @@ void ShardCore::answer(const PullRequest& r, Outbox& out) {
       for (size_t i = 0; i < n; ++i) {
         if (i + ahead < n)
           for (size_t b = 0; b < row_bytes; b += 64)
-            __builtin_prefetch(reinterpret_cast<const char*>(a.rows[i + ahead]) + b);
-        values.insert(values.end(), a.rows[i], a.rows[i] + width_);
+            __builtin_prefetch(reinterpret_cast<const char*>(rows[i + ahead]) + b);
+        values.insert(values.end(), rows[i], rows[i] + width_);
       }
     } else {
       // With admission, a key without a row yet gets its initial value (and no pointer).
-      for (size_t i = 0; i < n; ++i) a.rows[i] = admitted_row(r.keys[i]);
+      for (size_t i = 0; i < n; ++i) rows[i] = admitted_row(r.keys[i]);
       values.resize(n * width_);
       for (size_t i = 0; i < n; ++i) {
         std::span<float> o(values.data() + i * width_, width_);
-        if (a.rows[i])
-          std::copy(a.rows[i], a.rows[i] + width_, o.begin());
+        if (rows[i])
+          std::copy(rows[i], rows[i] + width_, o.begin());
         else
           init_row(r.keys[i], config_.init, o);
       }
@@ -381,6 +407,39 @@ bool ShardCore::advance(const MessageHeader& h, uint32_t clock, bool& duplicate,
 void ShardCore::on_push(const PushRequest& r, Outbox& out) {
   if (stale(r.header, out)) return;
   const NodeId sender = r.header.sender;
+  if (r.keys_of_pull == 0) {
+    keys_dropped_.erase(sender);  // the sender moved on, or sends the push again with its keys
+    return apply_push(r, out);
+  }
+  if (auto d = keys_dropped_.find(sender); d != keys_dropped_.end()) {
+    if (d->second == r.clock) {  // the rest of a push refused for its keys: it comes again
+      ++stats_.push_parts_dropped;
+      return;
+    }
+    keys_dropped_.erase(d);
+  }
+  const AnsweredPull* pull = pull_named_by(r);
+  if (!pull) {
+    parts_.erase(sender);
+    keys_dropped_[sender] = r.clock;
+    ++stats_.push_keys_unknown;
+    out.push_back(
+        {sender,
+         PsError{{config_.id, r.header.request_id, map_.version()},
+                 PsErrorCode::keys_unknown,
+                 fmt::format("the push of step {} from node {} names the keys of pull {}, which "
+                             "shard {} does not hold: send the push with its keys",
+                             r.clock, sender, r.keys_of_pull, config_.shard_index)}});
+    return;
+  }
+  // The same message with the pull's keys (the gradients are shared, not copied).
+  apply_push(PushRequest{r.header, r.clock, pull->keys, r.grads, r.format, r.more, r.scales,
+                         r.keys_of_pull},
+             out);
+}
+
+void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
+  const NodeId sender = r.header.sender;
   auto refuse = [&](std::string why) {
     parts_.erase(sender);  // a push refused in any part is refused whole
     out.push_back({sender, PsError{{config_.id, r.header.request_id, map_.version()},
@@ -405,6 +464,13 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
         fmt::format("a part of the push of step {} from node {} came while its push of "
                     "step {} in parts was not finished",
                     r.clock, sender, open->second.clock));
+  if (r.keys_of_pull != 0 && open != parts_.end())
+    for (const PushRequest& p : open->second.parts)
+      if (p.keys_of_pull == r.keys_of_pull)
+        return refuse(
+            fmt::format("the push of step {} from node {} names the keys of pull {} "
+                        "twice",
+                        r.clock, sender, r.keys_of_pull));
   if (r.more) {
     // A part: checked now, kept (a received part is a view of its message: not copied), and
     // applied with the last one, so that a push is applied whole and once.
@@ -611,8 +677,10 @@ void ShardCore::evict_stale_rows() {
   if (evict_keys_.empty()) return;
   if (!store_ok(store_->erase(evict_keys_))) return;
   stats_.rows_evicted += evict_keys_.size();
-  // Pulls answered earlier may hold pointers to evicted rows: their pushes look rows up again.
-  answered_.clear();
+  // Pulls answered earlier may hold pointers to evicted rows: their pushes look rows up again
+  // (the pulls' keys stay, for pushes that leave them out).
+  for (auto& [writer, recent] : answered_)
+    for (AnsweredPull& a : recent.pulls) a.rows.clear();
 }
 
 std::vector<std::pair<NodeId, uint32_t>> ShardCore::sender_clocks() const {

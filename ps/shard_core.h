@@ -86,9 +86,10 @@ struct ShardConfig {
   // each; the default, 2^27, is 1 GiB); past it, or past shard_waiting_pulls_per_sender_max
   // pulls, a pull is refused with PsError{bad_request}.
   uint64_t waiting_pull_keys_max = uint64_t{1} << 27;
-  // The most row pointers a shard keeps per writer from its recent pulls, so that their pushes
-  // need not look the rows up again (8 bytes each; the default, 2^24, is 128 MiB). A pull of
-  // more keys is answered but not kept: its push looks its rows up.
+  // The most keys (and row pointers) a shard keeps per writer from its recent pulls, so that
+  // their pushes may leave the keys out and need not look the rows up again (16 bytes each; the
+  // default, 2^24, is 256 MiB). A pull of more keys is answered but not kept: its push must
+  // carry its keys (or is refused with PsErrorCode::keys_unknown), and looks its rows up.
   uint64_t answered_rows_max = uint64_t{1} << 24;
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
@@ -134,6 +135,10 @@ struct ShardStats {
   // shard, while resyncing or once the job is over): see PullHint.
   uint64_t hints = 0;
   uint64_t hints_dropped = 0;
+  // Push parts that left their keys out naming a pull this shard did not hold (refused with
+  // PsErrorCode::keys_unknown), and the rest of those pushes' parts, dropped (PushRequest).
+  uint64_t push_keys_unknown = 0;
+  uint64_t push_parts_dropped = 0;
   // Pushes refused because a gradient was NaN or infinite (nothing of them applied).
   uint64_t pushes_not_finite = 0;
   // Row updates refused because, from a finite gradient, they would have made the row (or its
@@ -174,6 +179,10 @@ class ShardCore {
   // (ClusterLayout::check_ps_message).
   void on_message(const PsMessage& message, Outbox& out);
 
+  // The keys a push carries: its own, or those of the pull it names (PushRequest::keys_of_pull)
+  // while this shard holds them and would take the part; nullptr when it would refuse or drop
+  // the part for its keys. For drivers that follow what the shard applies (the simulator).
+  const std::vector<uint64_t>* push_keys(const PushRequest& r) const;
   // The slowest sender's clock (clock_done when all have finished).
   uint32_t min_clock() const { return min_clock_; }
   const ShardStats& stats() const { return stats_; }
@@ -289,14 +298,25 @@ class ShardCore {
     uint64_t keys = 0;
   };
   std::unordered_map<NodeId, Held> held_;
-  // The rows of recent pulls, by writer and step: a worker pushes exactly the keys it pulled,
-  // in the same order, so the push can update those rows without looking them up again. A
-  // push whose keys do not match (hash of the key sequence) is looked up key by key.
+  // The keys and rows of recent pulls, by writer and step: a worker pushes exactly the keys it
+  // pulled, in the same order, so the push may leave the keys out (PushRequest::keys_of_pull),
+  // and can update those rows without looking them up again (a store with stable rows). A push
+  // whose keys do not match (hash of the key sequence) is looked up key by key.
   struct AnsweredPull {
     uint32_t clock;
     uint64_t keys_hash;
-    std::vector<float*> rows;
+    NodeId sender;  // who pulled (the writer's replicas may pull under its name)
+    uint64_t request_id;
+    std::vector<uint64_t> keys;
+    std::vector<float*> rows;  // empty when not kept (unstable rows, or dropped at an eviction)
   };
+  // Keeps the keys of a pull being answered for its push; the entry, to fill its rows, or
+  // nullptr when it is over answered_rows_max.
+  AnsweredPull* remember(const PullRequest& r);
+  // The answered pull a push that leaves its keys out names, or nullptr.
+  const AnsweredPull* pull_named_by(const PushRequest& r) const;
+  // A push whose keys are known: checked, kept as a part, or applied.
+  void apply_push(const PushRequest& r, Outbox& out);
   struct Answered {
     std::deque<AnsweredPull> pulls;
     uint64_t rows = 0;  // the sum of pulls' rows.size(), at most answered_rows_max
@@ -325,6 +345,9 @@ class ShardCore {
     std::vector<PushRequest> parts;
   };
   std::unordered_map<NodeId, PushParts> parts_;
+  // Senders whose push left its keys out and was refused for it (PsErrorCode::keys_unknown), and
+  // that push's clock: the rest of its parts that leave their keys out are dropped.
+  std::unordered_map<NodeId, uint32_t> keys_dropped_;
 };
 
 }  // namespace colony

@@ -216,7 +216,17 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
     const auto held = push ? shadow.clocks.find(push->header.sender) : shadow.clocks.end();
     const bool sender_done = held != shadow.clocks.end() && held->second == clock_done &&
                              (!shadow.resyncing || shadow.resynced[push->header.sender]);
-    shadow.apply(m);
+    if (push && push->keys_of_pull != 0) {
+      // A push that leaves its keys out: the shadow applies the keys the shard takes it for, or
+      // nothing when the shard will refuse or drop it for its keys.
+      if (const std::vector<uint64_t>* keys = c.shard->push_keys(*push)) {
+        PushRequest keyed = *push;
+        keyed.keys = *keys;
+        shadow.apply(keyed);
+      }
+    } else {
+      shadow.apply(m);
+    }
     const ShardStats before = c.shard->stats();
     c.shard->on_message(m, out);
     const ShardStats& after = c.shard->stats();

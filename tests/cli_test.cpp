@@ -389,11 +389,13 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   BOOST_TEST(std::abs(bf16 - fp32) <= 0.005 * fp32);
   BOOST_TEST(std::abs(got["bf16"]["test_auc"].get<double>() -
                       got["fp32"]["test_auc"].get<double>()) <= 0.002);
-  // FM of dim 8: a key (8 bytes) and 9 values a row, 44 bytes in fp32 and 26 in bf16.
+  // FM of dim 8: 9 values a row, 36 bytes in fp32 and 18 in bf16; a push leaves out the keys
+  // its worker pulled (PushRequest::keys_of_pull).
   const double bytes32 = got["fp32"]["push_bytes_per_sample"].get<double>(),
                bytes16 = got["bf16"]["push_bytes_per_sample"].get<double>();
-  BOOST_TEST(bytes16 == bytes32 * 26 / 44, boost::test_tools::tolerance(1e-9));
-  // The pulls likewise: the same keys, and their rows in half the bytes.
+  BOOST_TEST(bytes16 == bytes32 * 18 / 36, boost::test_tools::tolerance(1e-9));
+  // The pulls likewise: the same keys (8 bytes each), and their rows in half the bytes: 44 and
+  // 26 bytes a row.
   const double pulled32 = got["fp32"]["pull_bytes_per_sample"].get<double>(),
                pulled16 = got["bf16"]["pull_bytes_per_sample"].get<double>();
   BOOST_TEST(pulled32 > 0);
@@ -408,18 +410,18 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   BOOST_TEST(std::abs(got["fp16"]["test_logloss"].get<double>() - fp32) <= 0.005 * fp32);
   BOOST_TEST(std::abs(got["fp16"]["test_auc"].get<double>() -
                       got["fp32"]["test_auc"].get<double>()) <= 0.002);
-  // int8: a byte a value and a 4-byte scale a row, 21 bytes with the key, both ways; the same
-  // quality bounds.
+  // int8: a byte a value and a 4-byte scale a row: 13 bytes pushed, 21 with the key pulled; the
+  // same quality bounds.
   const double int8 = got["int8"]["test_logloss"].get<double>();
   BOOST_TEST_MESSAGE("test logloss int8 " << int8);
   BOOST_TEST(std::abs(int8 - fp32) <= 0.005 * fp32);
   BOOST_TEST(std::abs(got["int8"]["test_auc"].get<double>() -
                       got["fp32"]["test_auc"].get<double>()) <= 0.002);
-  BOOST_TEST(got["int8"]["push_bytes_per_sample"].get<double>() == bytes32 * 21 / 44,
+  BOOST_TEST(got["int8"]["push_bytes_per_sample"].get<double>() == bytes32 * 13 / 36,
              boost::test_tools::tolerance(1e-9));
   BOOST_TEST(got["int8"]["pull_bytes_per_sample"].get<double>() == pulled32 * 21 / 44,
              boost::test_tools::tolerance(1e-9));
-  // --push-format: rows come in int8 (21 bytes a key) and gradients go in bf16 (26), in the
+  // --push-format: rows come in int8 (21 bytes a key) and gradients go in bf16 (18), in the
   // same quality bounds.
   const fs::path mixed = dir / "wire-int8-bf16.json";
   r = run("train --shards 2 --workers 2 --wire-format int8 --push-format bf16 --report " +

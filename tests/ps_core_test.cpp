@@ -857,6 +857,186 @@ BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
   BOOST_TEST(ignored.empty());
 }
 
+// A push part may leave its keys out and name the pull (part) whose keys it carries
+// (PushRequest::keys_of_pull): the shard applies it as the keys of that pull, its sender's for
+// the step before. A pull it does not hold (another step's, another sender's, none) is refused
+// with keys_unknown, the rest of that push's parts that leave keys out are dropped unanswered,
+// and the push sent again with its keys is applied once: the rows end as a shard's that only
+// ever saw pushes with keys.
+BOOST_AUTO_TEST_CASE(a_push_that_leaves_its_keys_out_is_applied_as_the_keys_of_the_pull_it_names) {
+  ShardConfig sc{0,         0,
+                 1,         default_optimizer_config(OptimizerKind::sgd),
+                 RowInit{}, Consistency{},
+                 {7, 8},    ShardMapSpec{1, 1, 16, 0}};
+  sc.optimizer.lr = 1.0f;
+  auto shard = std::move(ShardCore::make(sc).value());
+  auto twin = std::move(ShardCore::make(sc).value());  // sees only pushes with keys
+  const uint64_t k1 = make_key(1, 1), k2 = make_key(1, 2), k3 = make_key(1, 3);
+  auto code = [](const Outbox& out) {
+    auto* e = out.empty() ? nullptr : std::get_if<PsError>(&out.back().message);
+    return e ? int(e->code) : 0;
+  };
+  Outbox out;
+  for (ShardCore* s : {shard.get(), twin.get()}) {
+    s->on_message(PullRequest{{7, 1, 1}, 0, 7, {k1, k2}}, out);
+    s->on_message(PullRequest{{7, 2, 1}, 0, 7, {k3}}, out);
+    s->on_message(PullRequest{{8, 1, 1}, 0, 8, {k3}}, out);
+  }
+  BOOST_TEST(out.size() == 6u);
+  out.clear();
+  PushRequest first{{7, 3, 1}, 1, {}, {1.0f, 2.0f}, ValueFormat::fp32, true};
+  first.keys_of_pull = 1;
+  PushRequest last{{7, 4, 1}, 1, {}, {4.0f}};
+  last.keys_of_pull = 2;
+  BOOST_TEST((*shard->push_keys(first) == std::vector<uint64_t>{k1, k2}));
+  shard->on_message(first, out);
+  shard->on_message(last, out);
+  twin->on_message(PushRequest{{7, 3, 1}, 1, {k1, k2}, {1.0f, 2.0f}, ValueFormat::fp32, true}, out);
+  twin->on_message(PushRequest{{7, 4, 1}, 1, {k3}, {4.0f}}, out);
+  BOOST_TEST(out.size() == 4u);
+  for (const Outgoing& o : out) BOOST_TEST(std::holds_alternative<PushAck>(o.message));
+  BOOST_TEST(shard->stats().pushes_applied == 1u);
+  BOOST_TEST(shard->stats().rows_pushed == 3u);
+  // Node 8 names node 7's pull 2 (its own pull 1 is of k3 too): not its pull, refused; then a
+  // pull of another step; then no pull at all. Each refusal drops the rest of its push.
+  out.clear();
+  PushRequest lie{{8, 5, 1}, 1, {}, {8.0f}, ValueFormat::fp32, true};
+  lie.keys_of_pull = 2;
+  BOOST_TEST(shard->push_keys(lie) == nullptr);
+  shard->on_message(lie, out);
+  BOOST_TEST(code(out) == int(PsErrorCode::keys_unknown));
+  PushRequest rest{{8, 6, 1}, 1, {}, {8.0f}};
+  rest.keys_of_pull = 1;  // would name its own pull, but its push was refused: dropped
+  BOOST_TEST(shard->push_keys(rest) == nullptr);
+  shard->on_message(rest, out);
+  BOOST_TEST(out.size() == 1u);
+  BOOST_TEST(shard->stats().push_keys_unknown == 1u);
+  BOOST_TEST(shard->stats().push_parts_dropped == 1u);
+  BOOST_TEST(shard->min_clock() == 0u);  // node 8's step 0 is not in
+  // The push again with its keys: applied once.
+  shard->on_message(PushRequest{{8, 7, 1}, 1, {k3}, {8.0f}}, out);
+  twin->on_message(PushRequest{{8, 7, 1}, 1, {k3}, {8.0f}}, out);
+  BOOST_TEST(std::holds_alternative<PushAck>(out.back().message));
+  BOOST_TEST(shard->min_clock() == 1u);
+  out.clear();
+  for (ShardCore* s : {shard.get(), twin.get()}) {
+    s->on_message(PullRequest{{7, 8, 1}, 1, 7, {k1, k2, k3}}, out);
+    s->on_message(PullRequest{{8, 8, 1}, 1, 8, {k1}}, out);
+  }
+  // A push naming one pull twice is malformed.
+  PushRequest twice{{7, 9, 1}, 2, {}, {1.0f, 1.0f, 1.0f}, ValueFormat::fp32, true};
+  twice.keys_of_pull = 8;
+  shard->on_message(twice, out);
+  twice.header.request_id = 10;
+  twice.more = false;
+  shard->on_message(twice, out);
+  BOOST_TEST(code(out) == int(PsErrorCode::bad_request));
+  BOOST_TEST(std::get<PsError>(out.back().message).message.find("twice") != std::string::npos);
+  PushRequest stale_step{{7, 11, 1}, 2, {}, {1.0f, 1.0f, 1.0f}};
+  stale_step.keys_of_pull = 1;  // node 7's pull of step 0, not 1
+  shard->on_message(stale_step, out);
+  BOOST_TEST(code(out) == int(PsErrorCode::keys_unknown));
+  PushRequest none{{8, 12, 1}, 2, {}, {1.0f}};
+  none.keys_of_pull = 12345;
+  shard->on_message(none, out);
+  BOOST_TEST(code(out) == int(PsErrorCode::keys_unknown));
+  BOOST_TEST(shard->stats().push_keys_unknown == 3u);
+  // The rows are the twin's, which never saw a push without keys.
+  for (uint64_t k : {k1, k2, k3}) {
+    float x = 0, y = 0;
+    shard->row_value(k, {&x, 1});
+    twin->row_value(k, {&y, 1});
+    BOOST_TEST(x == y);
+  }
+}
+
+// A client pushes the keys it pulled for the step before without them, in parts aligned with the
+// pull's. A shard that does not know them (one that never answered that pull) refuses a part,
+// and the client sends that shard the whole push again with its keys, which it applies once: the
+// rows end as those of the shard that answered the pull. Other keys than the pull's go with them.
+BOOST_AUTO_TEST_CASE(a_client_leaves_out_the_keys_it_pulled_and_sends_them_when_asked) {
+  const ShardMapSpec map{1, 1, 16, 0};
+  ShardConfig sc{0,   0,  2, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{},
+                 {5}, map};
+  auto make_shard = [&] { return std::move(ShardCore::make(sc).value()); };
+  KvClient::Options o{5, map, {0}, 2, false};
+  o.part_bytes = part_bytes_min;  // 1 KiB: 64 keys a pull part, in fp32
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 300; ++i) keys.push_back(make_key(2, mix64(i)));
+  std::vector<float> values(600), grads(600);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = float(i % 7) - 3.0f;
+  // Delivers `out` to `shard` and its replies back to `client` until nothing moves; returns the
+  // keys_unknown refusals seen.
+  auto deliver = [](KvClient& client, ShardCore& shard, Outbox out) {
+    size_t refused = 0;
+    while (!out.empty()) {
+      Outbox replies, next;
+      for (const Outgoing& m : out) shard.on_message(m.message, replies);
+      for (const Outgoing& m : replies) {
+        auto* e = std::get_if<PsError>(&m.message);
+        refused += e && e->code == PsErrorCode::keys_unknown;
+        client.on_message(m.message, next);
+      }
+      out = std::move(next);
+    }
+    return refused;
+  };
+  // One client's pull and push both go to `knows`; another's pull goes to `other` and its push
+  // to `asked`, which never saw the pull.
+  auto knows = make_shard(), other = make_shard(), asked = make_shard();
+  auto client = std::move(KvClient::make(o).value());
+  auto again = std::move(KvClient::make(o).value());
+  Outbox out;
+  const auto pull = client->pull(keys, 0, 5, values, out);
+  BOOST_TEST(out.size() == 5u);  // 64, 64, 64, 64, 44
+  BOOST_TEST(deliver(*client, *knows, std::move(out)) == 0u);
+  BOOST_TEST(client->done(pull));
+  out.clear();
+  const auto push = client->push(keys, grads, 1, out);
+  BOOST_REQUIRE(out.size() == 5u);
+  for (const Outgoing& m : out) {
+    const auto& p = std::get<PushRequest>(m.message);
+    BOOST_TEST(p.keys.empty());
+    BOOST_TEST(p.keys_of_pull != 0u);
+  }
+  BOOST_TEST(client->push_bytes() == 300u * 8);  // the gradients alone
+  BOOST_TEST(deliver(*client, *knows, std::move(out)) == 0u);
+  BOOST_TEST(client->done(push));
+  BOOST_TEST(client->error().ok());
+  BOOST_TEST(knows->stats().pushes_applied == 1u);
+  BOOST_TEST(knows->stats().pushes_reusing_pull_rows == 1u);
+  BOOST_TEST(client->pushes_keyed_again() == 0u);
+
+  std::vector<float> values2(600);
+  out.clear();
+  again->pull(keys, 0, 5, values2, out);
+  deliver(*again, *other, std::move(out));
+  out.clear();
+  const auto push2 = again->push(keys, grads, 1, out);
+  BOOST_TEST(deliver(*again, *asked, std::move(out)) == 1u);
+  BOOST_TEST(asked->stats().push_parts_dropped == 4u);
+  BOOST_TEST(again->pushes_keyed_again() == 1u);
+  BOOST_TEST(again->done(push2));
+  BOOST_TEST(again->error().ok());
+  BOOST_TEST(asked->stats().pushes_applied == 1u);
+  BOOST_TEST(again->push_bytes() == 300u * 8 + 300u * (8 + 8));  // then with the keys
+  for (uint64_t k : keys) {
+    float x[2], y[2];
+    knows->row_value(k, x);
+    asked->row_value(k, y);
+    BOOST_TEST(x[0] == y[0]);
+    BOOST_TEST(x[1] == y[1]);
+  }
+
+  // The same keys in another order than the pull's go with their keys.
+  out.clear();
+  client->pull(keys, 1, 5, values, out);
+  deliver(*client, *knows, std::move(out));
+  out.clear();
+  client->push(std::vector<uint64_t>(keys.rbegin(), keys.rend()), grads, 2, out);
+  for (const Outgoing& m : out) BOOST_TEST(!std::get<PushRequest>(m.message).keys.empty());
+}
+
 namespace {
 // An aggregator (node 9) for replicas 10, 11 and 12 over two shards (nodes 0 and 1), rows of 2.
 std::unique_ptr<AggregatorCore> node_aggregator() {

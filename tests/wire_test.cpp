@@ -290,7 +290,23 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                   random_floats(rng, n * width), ValueFormat::fp32, true},  // a part
       int8_reply(rng, n, width),
       int8_push(rng, n, width),
+      [&] {  // keys left out: those of a pull (PushRequest::keys_of_pull)
+        PushRequest p{random_header(rng),
+                      static_cast<uint32_t>(rng.next()),
+                      {},
+                      random_bf16s(rng, n * width),
+                      ValueFormat::bf16};
+        p.keys_of_pull = rng.next() | 1;
+        return p;
+      }(),
+      [&] {
+        PushRequest p = int8_push(rng, n, width);
+        p.keys.clear();
+        p.keys_of_pull = rng.next() | 1;
+        return p;
+      }(),
       PushAck{random_header(rng)},
+      PsError{random_header(rng), PsErrorCode::keys_unknown, "keys?"},
       ClockAdvance{random_header(rng), clock_done},
       ClockAdvance{random_header(rng), static_cast<uint32_t>(rng.next()), true,
                    static_cast<uint32_t>(rng.next())},
@@ -322,7 +338,8 @@ bool same(const PsMessage& a, const PsMessage& b) {
                  x.scales == y.scales;
         if constexpr (std::is_same_v<T, PushRequest>)
           return x.clock == y.clock && x.keys == y.keys && x.grads == y.grads &&
-                 x.format == y.format && x.more == y.more && x.scales == y.scales;
+                 x.format == y.format && x.more == y.more && x.scales == y.scales &&
+                 x.keys_of_pull == y.keys_of_pull;
         if constexpr (std::is_same_v<T, ClockAdvance>) return x.clock == y.clock;
         if constexpr (std::is_same_v<T, ShardMapUpdate>)
           return x.version == y.version && x.shards == y.shards &&
@@ -862,6 +879,14 @@ BOOST_AUTO_TEST_CASE(values_in_an_unknown_format_or_of_odd_length_are_refused) {
                 p.setFormat(1);
               }),
        "push gradients blob of 5 bytes is not a whole number of bf16 values"},
+      {raw_ps(1,
+              [&](wire::PsMessage::Builder ps) {
+                auto p = ps.initPushRequest();
+                p.initKeys(2).set(0, 7);
+                p.setGrads(kj::arrayPtr(eight, 8));
+                p.setKeysOfPull(3);
+              }),
+       "push names the keys of pull 3 and carries 2 keys of its own"},
   };
   for (const auto& [bytes, why] : cases) {
     auto back = decode_ps_message(bytes, 1);

@@ -66,6 +66,7 @@ KvClient::Ticket KvClient::pull(std::span<const uint64_t> keys, uint32_t clock, 
 void KvClient::send_pulls(Ticket ticket, Open& open, Outbox& out) {
   const uint32_t shards = map_.shards();
   open.positions.assign(shards, {});
+  open.answered.assign(shards, {});
   for (uint32_t i = 0; i < open.keys.size(); ++i)
     open.positions[map_.shard_of(open.keys[i])].push_back(i);
   open.pending = 0;
@@ -165,6 +166,14 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
   for (auto& s : scratch_) s.clear();
   for (uint32_t i = 0; i < keys.size(); ++i) scratch_[map_.shard_of(keys[i])].push_back(i);
   Open* open = nullptr;
+  const std::shared_ptr<const Pulled> pulled = pulled_for(keys, clock);
+  // Pulls of this step and before have had their push (pushes go in clock order).
+  std::erase_if(pulled_, [&](const auto& p) {
+    if (p->clock >= clock) return false;
+    pulled_keys_ -= p->keys.size();
+    return true;
+  });
+  const size_t row = row_bytes(options_.push_format, width);
   for (uint32_t shard = 0; shard < shards; ++shard) {
     const auto& pos = scratch_[shard];
     ++messages_sent_;
@@ -174,34 +183,63 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
                      ClockAdvance{{options_.id, next_request_++, map_.version()}, clock}});
       continue;
     }
-    // In parts of at most `part` keys, the last one without `more`.
-    const size_t part = part_keys(options_.part_bytes, width, options_.push_format);
+    // The parts: aligned with the pull's answered parts, leaving the keys out, where the pull
+    // covers the shard's keys and each part fits part_bytes; else of at most `part` keys.
+    std::vector<Part> parts;
+    if (pulled) {
+      parts = pulled->parts[shard];
+      size_t covered = 0;
+      for (const Part& q : parts) {
+        covered += q.count;
+        if (q.count > 1 && q.count * row > options_.part_bytes) covered = SIZE_MAX / 2;
+      }
+      if (covered != pos.size()) parts.clear();
+    }
+    const bool elide = !parts.empty();
+    if (!elide) {
+      const size_t part = part_keys(options_.part_bytes, width, options_.push_format);
+      for (size_t first = 0; first < pos.size(); first += part)
+        parts.push_back({0, uint32_t(first), uint32_t(std::min(part, pos.size() - first))});
+    }
     if (!open) open = &open_[t];
+    Elided* elided = elide ? &(open->elided[shard] = Elided{pulled, {}}) : nullptr;
     Sent sent{clock, true, false, 0, t, {}};
-    for (size_t first = 0; first < pos.size(); first += part) {
-      const size_t count = std::min(part, pos.size() - first);
+    const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
+    for (size_t n = 0; n < parts.size(); ++n) {
+      const size_t first = parts[n].first, count = parts[n].count;
       PushRequest p{{options_.id, next_request_++, map_.version()}, clock, {}, {}};
-      p.more = first + count < pos.size();
-      p.keys.reserve(count);
-      std::vector<float>& g = p.grads.vec();
-      g.reserve(count * width);  // appended below: no zero-fill pass first
-      const uint64_t step = mix64((uint64_t{options_.id} << 32) | clock);
+      p.more = n + 1 < parts.size();
+      p.keys_of_pull = parts[n].request_id;  // 0 unless elided
+      // Left out or not, the keys as they would travel (for a resync, and to round by).
+      std::vector<uint64_t> these_keys;
+      these_keys.reserve(count);
+      auto g = std::make_shared<std::vector<float>>();
+      g->reserve(count * width);  // appended below: no zero-fill pass first
       p.format = options_.push_format;
       if (p.format == ValueFormat::int8) p.scales.resize(count);
       for (size_t k = 0; k < count; ++k) {
         const size_t i = pos[first + k];
-        p.keys.push_back(keys[i]);
-        g.insert(g.end(), &grads[i * width], &grads[i * width] + width);
+        these_keys.push_back(keys[i]);
+        g->insert(g->end(), &grads[i * width], &grads[i * width] + width);
         if (p.format == ValueFormat::fp32) continue;
-        const float scale = round_push_row(keys[i], step, {&g[k * width], width});
+        const float scale = round_push_row(keys[i], step, {g->data() + k * width, width});
         if (p.format == ValueFormat::int8) p.scales[k] = scale;
       }
-      push_bytes_ += count * (sizeof(uint64_t) + row_bytes(options_.push_format, width));
+      // Shared, so that the copies kept below cost no copy of the gradients.
+      p.grads = FloatBuffer::view(g, g->data(), g->size());
+      if (!elide) p.keys = these_keys;
+      push_bytes_ += count * ((elide ? 0 : sizeof(uint64_t)) + row);
       ++open->pending;
       requests_[p.header.request_id] = {t, shard};
       if (!p.more) sent.request_id = p.header.request_id;
-      if (options_.keep_for_resync) sent.parts.push_back(p);
-      if (first > 0) ++messages_sent_;
+      if (options_.keep_for_resync) {  // a restarted shard knows no pull: the keys go along
+        PushRequest keyed = p;
+        keyed.keys = std::move(these_keys);
+        keyed.keys_of_pull = 0;
+        sent.parts.push_back(std::move(keyed));
+      }
+      if (elided) elided->parts.push_back(p);
+      if (n > 0) ++messages_sent_;
       out.push_back({options_.shard_nodes[shard], std::move(p)});
     }
     if (options_.keep_for_resync)
@@ -248,6 +286,17 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
   out.push_back(
       {node, ClockAdvance{
                  {options_.id, next_request_++, map_.version()}, base, true, acked_push_[shard]}});
+  // The restarted shard knows none of the pulls it answered before: no push to it leaves its
+  // keys out on their account.
+  for (auto& [ticket, open] : open_) {
+    open.elided.erase(shard);
+    if (open.is_pull) open.answered[shard].clear();
+  }
+  for (auto& pulled : pulled_) {
+    auto copy = std::make_shared<Pulled>(*pulled);
+    copy->parts[shard].clear();
+    pulled = std::move(copy);
+  }
   for (Sent& s : log) {
     if (!s.is_push) {
       out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
@@ -290,6 +339,49 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
   return true;
 }
 
+std::shared_ptr<const KvClient::Pulled> KvClient::pulled_for(std::span<const uint64_t> keys,
+                                                             uint32_t clock) const {
+  for (auto it = pulled_.rbegin(); it != pulled_.rend(); ++it) {
+    const Pulled& p = **it;
+    if (p.clock + 1 == clock && p.map_version == map_.version() &&
+        std::equal(keys.begin(), keys.end(), p.keys.begin(), p.keys.end()))
+      return *it;
+  }
+  return nullptr;
+}
+
+void KvClient::resend_with_keys(Ticket ticket, Open& open, uint32_t shard, Outbox& out) {
+  Elided elided = std::move(open.elided.at(shard));
+  open.elided.erase(shard);
+  // The shard dropped the push's other parts, answered or not: all of them go again.
+  open.pending -= std::erase_if(requests_, [&](const auto& r) {
+    return r.second.ticket == ticket && r.second.shard == shard;
+  });
+  const auto& pos = elided.pull->positions[shard];
+  const auto& parts = elided.pull->parts[shard];
+  COLONY_ASSERT(parts.size() == elided.parts.size(), "{} parts sent for a pull of {}",
+                elided.parts.size(), parts.size());
+  uint64_t last = 0;
+  for (size_t n = 0; n < parts.size(); ++n) {
+    PushRequest p = std::move(elided.parts[n]);
+    p.keys_of_pull = 0;
+    p.keys.reserve(parts[n].count);
+    for (uint32_t j = parts[n].first; j < parts[n].first + parts[n].count; ++j)
+      p.keys.push_back(elided.pull->keys[pos[j]]);
+    p.header.request_id = last = next_request_++;
+    requests_[last] = {ticket, shard};
+    ++open.pending;
+    ++messages_sent_;
+    push_bytes_ += p.keys.size() * sizeof(uint64_t) +
+                   p.keys.size() * row_bytes(options_.push_format, options_.width);
+    out.push_back({options_.shard_nodes[shard], std::move(p)});
+  }
+  if (options_.keep_for_resync)
+    for (Sent& s : sent_[shard])
+      if (s.is_push && s.ticket == ticket) s.request_id = last;
+  ++pushes_keyed_again_;
+}
+
 void KvClient::on_message(const PsMessage& message, Outbox& out) {
   if (!error_.ok()) return;
   // The (ticket, shard) a reply answers, taken off the open requests; {0, 0} (no ticket) when
@@ -328,7 +420,26 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
                   width * sizeof(float));
     pull_bytes_ += r.count * row_bytes(reply->format, width);
     if (open.min_clock) *open.min_clock = std::min(*open.min_clock, reply->min_clock);
-    if (--open.pending == 0) open_.erase(it);
+    open.answered[r.shard].push_back({reply->header.request_id, r.first, r.count});
+    if (--open.pending == 0) {
+      // Answered whole: kept for the push of the same keys to leave them out.
+      auto pulled = std::make_shared<Pulled>();
+      pulled->clock = open.clock;
+      pulled->map_version = map_.version();
+      pulled->keys = std::move(open.keys);
+      pulled->positions = std::move(open.positions);
+      pulled->parts = std::move(open.answered);
+      for (auto& parts : pulled->parts)
+        std::sort(parts.begin(), parts.end(),
+                  [](const Part& a, const Part& b) { return a.first < b.first; });
+      open_.erase(it);
+      pulled_keys_ += pulled->keys.size();
+      pulled_.push_back(std::move(pulled));
+      while (pulled_.size() > pulled_max || pulled_keys_ > pulled_keys_max) {
+        pulled_keys_ -= pulled_.front()->keys.size();
+        pulled_.pop_front();
+      }
+    }
   } else if (auto* ack = std::get_if<PushAck>(&message)) {
     const auto [ticket, shard, first, count] = find(ack->header.request_id, false);
     if (options_.keep_for_resync && ticket != 0) {
@@ -375,9 +486,17 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     send_pulls(ticket, it->second, out);
   } else if (auto* err = std::get_if<PsError>(&message)) {
     // Only the shard a request went to may refuse it.
-    if (!open_.contains(find(err->header.request_id).ticket)) {
+    const Request r = find(err->header.request_id);
+    auto it = open_.find(r.ticket);
+    if (it == open_.end()) {
       ++replies_dropped_;
       return;
+    }
+    // A part that left its keys out, which the shard did not know: the push again, with them.
+    if (err->code == PsErrorCode::keys_unknown && !it->second.is_pull &&
+        it->second.elided.contains(r.shard)) {
+      --it->second.pending;  // the refused part's reply came
+      return resend_with_keys(r.ticket, it->second, r.shard, out);
     }
     fail(Status::internal(fmt::format("node {} refused request {}: {}", err->header.sender,
                                       err->header.request_id, err->message)));

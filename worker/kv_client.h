@@ -16,8 +16,12 @@
 //   - clocks: pull(keys, clock) reads rows for step `clock`; push(..., clock) completes step
 //     clock - 1 (the client's clock becomes `clock`); every shard hears of every push (a
 //     ClockAdvance where the push has no key for it). See ps/protocol.h;
+//   - a push of exactly the keys of the client's pull for the step before (in the same order,
+//     under the same map, every part of it answered) leaves the keys out (PushRequest::
+//     keys_of_pull), in parts aligned with the pull's where they fit part_bytes; refused for
+//     that (PsErrorCode::keys_unknown), it is sent to that shard again with its keys;
 //   - a pull answered with a newer shard map is re-sent under that map (counted in
-//     retries()); a push answered so, or any PsError, makes error() non-ok, and no more
+//     retries()); a push answered so, or any other PsError, makes error() non-ok, and no more
 //     messages go out;
 //   - a reply that answers no open request (one to a pull since re-sent, a duplicate, a
 //     peer's mistake), one from another node than the shard the request went to, or a
@@ -101,6 +105,9 @@ class KvClient {
   // nothing, counts the notice in replies_dropped() and returns false.
   bool resync(uint32_t shard, Outbox& out);
   uint64_t pushes_resent() const { return pushes_resent_; }
+  // Pushes to a shard sent again with their keys after the shard refused one that left them out
+  // (PsErrorCode::keys_unknown).
+  uint64_t pushes_keyed_again() const { return pushes_keyed_again_; }
   bool done(Ticket ticket) const { return !open_.contains(ticket); }
   size_t open_tickets() const { return open_.size(); }
   const Status& error() const { return error_; }
@@ -115,6 +122,27 @@ class KvClient {
   const ShardMap& map() const { return map_; }
 
  private:
+  // A pull request (part) answered: which of a pull's positions[shard] it asked.
+  struct Part {
+    uint64_t request_id = 0;
+    uint32_t first = 0;
+    uint32_t count = 0;
+  };
+  // A pull whose parts were all answered, kept for its push to leave the keys out
+  // (PushRequest::keys_of_pull).
+  struct Pulled {
+    uint32_t clock = 0;
+    uint64_t map_version = 0;
+    std::vector<uint64_t> keys;
+    std::vector<std::vector<uint32_t>> positions;  // per shard: indices into keys
+    std::vector<std::vector<Part>> parts;          // per shard: by `first`, answered ones only
+  };
+  // The parts of a push sent to a shard without their keys, until acknowledged: what to send
+  // again with the keys if the shard refuses one (PsErrorCode::keys_unknown).
+  struct Elided {
+    std::shared_ptr<const Pulled> pull;
+    std::vector<PushRequest> parts;  // as sent (the gradients shared with the messages)
+  };
   struct Open {
     size_t pending = 0;  // replies still due
     bool is_pull = false;
@@ -125,6 +153,9 @@ class KvClient {
     std::span<float> values;
     uint32_t* min_clock = nullptr;
     std::vector<std::vector<uint32_t>> positions;  // per shard: indices into keys
+    std::vector<std::vector<Part>> answered;       // per shard: the parts answered so far
+    // Pushes only: by shard, the parts sent without their keys.
+    std::unordered_map<uint32_t, Elided> elided;
   };
   // An open request: its ticket and shard, and for a pull, which of positions[shard] it asks.
   struct Request {
@@ -149,6 +180,12 @@ class KvClient {
   void send_pull(Ticket ticket, const Open& open, uint32_t shard, uint32_t first, uint32_t count,
                  Outbox& out);
   void fail(Status s);
+  // The pull of step clock - 1 whose keys are `keys` (in order) under the current map, answered
+  // whole, or nullptr.
+  std::shared_ptr<const Pulled> pulled_for(std::span<const uint64_t> keys, uint32_t clock) const;
+  // Sends the push of `ticket` to `shard` again, every part with its keys (a part left them out
+  // and the shard did not know them).
+  void resend_with_keys(Ticket ticket, Open& open, uint32_t shard, Outbox& out);
   // The residual of `key`'s row under error feedback (width floats, valid until the next
   // call), a new one at zero if the bound allows; nullptr without error feedback or past it.
   float* residual_of(uint64_t key);
@@ -173,8 +210,16 @@ class KvClient {
   uint64_t pushes_resent_ = 0;
   uint64_t hint_messages_ = 0;
   std::vector<std::deque<Sent>> sent_;  // per shard (keep_for_resync)
-  std::vector<uint32_t> last_clock_;    // per shard: the clock of the latest push or advance
-  std::vector<uint32_t> acked_push_;    // per shard: the clock of the latest acknowledged push
+  // Pulls answered whole whose step has not been pushed yet, oldest first: at most pulled_max
+  // of them and pulled_keys_max keys together (12 bytes each), past which the oldest are
+  // forgotten (their pushes carry their keys).
+  std::deque<std::shared_ptr<const Pulled>> pulled_;
+  uint64_t pulled_keys_ = 0;
+  static constexpr size_t pulled_max = 66;  // the most steps in flight (64), and some
+  static constexpr uint64_t pulled_keys_max = uint64_t{1} << 22;
+  uint64_t pushes_keyed_again_ = 0;
+  std::vector<uint32_t> last_clock_;  // per shard: the clock of the latest push or advance
+  std::vector<uint32_t> acked_push_;  // per shard: the clock of the latest acknowledged push
   Status error_;
 };
 

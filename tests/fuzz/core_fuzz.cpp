@@ -494,7 +494,13 @@ PsMessage ps_message_of(Input& in, uint32_t nodes, uint64_t map_version, size_t 
       const size_t row = in.below(4) == 0 ? in.below(2 * width_max + 1) : width;
       const uint32_t clock = clock_of(in);
       FloatBuffer grads = floats_of(in, keys.size() * row);
-      return PushRequest{h, clock, std::move(keys), std::move(grads)};
+      PushRequest p{h, clock, std::move(keys), std::move(grads)};
+      if (in.below(4) == 0) {  // keys left out, naming a pull (PushRequest::keys_of_pull)
+        p.keys.clear();
+        p.keys_of_pull = in.below(16);
+        p.more = in.flag();
+      }
+      return p;
     }
     case 3:
       return PullReply{h, clock_of(in), floats_of(in, in.below(keys_max))};
@@ -627,7 +633,12 @@ PsMessage next_step_of(Input& in, const ClusterLayout& layout, const ShardCore& 
       if (last_pull.writer != sender || last_pull.clock == clock_done) break;
       std::vector<float> grads(last_pull.keys.size() * core.config().width);
       for (float& g : grads) g = in.real();
-      return PushRequest{h, last_pull.clock + 1, last_pull.keys, FloatBuffer(std::move(grads))};
+      PushRequest p{h, last_pull.clock + 1, last_pull.keys, FloatBuffer(std::move(grads))};
+      if (in.flag()) {  // the keys left out, naming the pull (or, at times, another request)
+        p.keys.clear();
+        p.keys_of_pull = in.below(4) != 0 ? last_pull.header.request_id : in.below(16);
+      }
+      return p;
     }
     case 2: {
       std::vector<uint64_t> keys = keys_of(in, owned);
@@ -799,6 +810,7 @@ void fuzz_client(Input& in) {
   // until the run ends.
   std::deque<std::vector<float>> pull_buffers;
   std::deque<SentRequest> sent;
+  std::vector<uint64_t> last_pulled;
   uint32_t clock = 0;
   bool finished = false;
   for (size_t op = 0; op < ops_max && !in.empty(); ++op) {
@@ -809,12 +821,14 @@ void fuzz_client(Input& in) {
         const std::vector<uint64_t> keys = unique_keys_of(in);
         auto& values = pull_buffers.emplace_back(keys.size() * options.width);
         (void)client.pull(keys, in.flag() ? clock : clock_of(in), options.id, values, out);
+        last_pulled = keys;
         break;
       }
       case 2:
       case 3: {
         if (finished) break;
-        const std::vector<uint64_t> keys = unique_keys_of(in);
+        // At times the keys last pulled: a push that may leave them out (keys_of_pull).
+        const std::vector<uint64_t> keys = in.flag() ? last_pulled : unique_keys_of(in);
         const FloatBuffer grads = floats_of(in, keys.size() * options.width);
         (void)client.push(keys, grads.span(), ++clock, out);
         break;
@@ -857,7 +871,8 @@ void fuzz_client(Input& in) {
             break;
           }
           case 4:
-            m = PsError{h, PsErrorCode::bad_request, in.text()};
+            m = PsError{h, in.flag() ? PsErrorCode::bad_request : PsErrorCode::keys_unknown,
+                        in.text()};
             break;
           default:
             m = ps_message_of(in, nodes, client.map().version(), options.width, {}, {});
