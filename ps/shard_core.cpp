@@ -432,6 +432,7 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
                              r.clock, sender, r.keys_of_pull, config_.shard_index)}});
     return;
   }
+  ++stats_.push_parts_keys_left_out;
   // The same message with the pull's keys (the gradients are shared, not copied).
   apply_push(PushRequest{r.header, r.clock, pull->keys, r.grads, r.format, r.more, r.scales,
                          r.keys_of_pull},

@@ -139,6 +139,7 @@ struct ShardStats {
   // PsErrorCode::keys_unknown), and the rest of those pushes' parts, dropped (PushRequest).
   uint64_t push_keys_unknown = 0;
   uint64_t push_parts_dropped = 0;
+  uint64_t push_parts_keys_left_out = 0;  // parts taken as the keys of the pull they named
   // Pushes refused because a gradient was NaN or infinite (nothing of them applied).
   uint64_t pushes_not_finite = 0;
   // Row updates refused because, from a finite gradient, they would have made the row (or its
