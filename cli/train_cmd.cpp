@@ -330,19 +330,18 @@ Runner add_train(CLI::App& app) {
     std::optional<OptimizerChoice> choice;
     if (auto_optimizer) {
       const bool keep_dim = a->flags.dim_option->count() > 0;
-      auto chosen = choose_optimizer(o, keep_dim, [&](size_t i, const OptimizerTrial* t) {
-        const OptimizerCandidate c = t ? t->candidate : optimizer_candidates()[i];
-        if (!t) {
+      auto chosen = choose_optimizer(o, keep_dim, [&](const OptimizerTrial& t, bool done) {
+        const OptimizerCandidate& c = t.candidate;
+        if (!done) {
           std::fprintf(stderr,
                        "--optimizer auto: trying %s (ftrl lr %g l1 %g l2 %g, dim %zu) for an "
                        "epoch, scored on the %g%% of the training rows held out\n",
-                       c.name.c_str(), c.optimizer.lr, c.optimizer.l1, c.optimizer.l2,
-                       keep_dim ? o.trainer.model.dim : c.dim,
+                       c.name.c_str(), c.optimizer.lr, c.optimizer.l1, c.optimizer.l2, c.dim,
                        100 * (o.valid_fraction > 0 ? o.valid_fraction : choice_valid_fraction));
           return;
         }
         std::fprintf(stderr, "--optimizer auto: %s: valid logloss %.5f  valid auc %.4f  (%.1f s)\n",
-                     c.name.c_str(), t->valid_logloss, t->valid_auc, t->seconds);
+                     c.name.c_str(), t.valid_logloss, t.valid_auc, t.seconds);
       });
       if (!chosen) return fail(chosen.status());
       choice = *chosen;

@@ -745,6 +745,13 @@ BOOST_AUTO_TEST_CASE(optimizer_auto_trains_with_the_candidate_that_validates_bes
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
     BOOST_TEST(read_json(by_hand)["test_logloss"].get<double>() == j["test_logloss"].get<double>());
   }
+  // LR has no factors: its candidates keep the job's dimension.
+  const fs::path lr = dir / "auto-lr.json";
+  r = run("train --optimizer auto --model lr --engine local --report " + lr.string() + " --data " +
+          (gen / "train.libsvm").string() + " --test " + (gen / "test.libsvm").string());
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  for (const auto& t : read_json(lr)["optimizer_auto"]["trials"])
+    BOOST_TEST(t["dim"].get<int>() == 8);
   for (const char* args : {"train --optimizer auto --lr 0.1", "train --optimizer auto --l1 2"}) {
     r = run(args);
     BOOST_TEST(r.code == 2, args);

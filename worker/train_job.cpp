@@ -312,12 +312,14 @@ std::vector<OptimizerCandidate> optimizer_candidates() {
 
 Expected<OptimizerChoice> choose_optimizer(
     const TrainJobOptions& job, bool keep_dim,
-    const std::function<void(size_t, const OptimizerTrial*)>& on_trial) {
+    const std::function<void(const OptimizerTrial&, bool)>& on_trial) {
   OptimizerChoice choice;
   const std::vector<OptimizerCandidate> candidates = optimizer_candidates();
   for (size_t i = 0; i < candidates.size(); ++i) {
     OptimizerTrial trial{candidates[i]};
-    if (keep_dim) trial.candidate.dim = job.trainer.model.dim;
+    // LR has no factors: its dimension means nothing, and stays the job's.
+    if (keep_dim || job.trainer.model.kind == ModelKind::lr)
+      trial.candidate.dim = job.trainer.model.dim;
     TrainJobOptions o = job;
     o.epochs = 1;
     o.patience = 0;
@@ -325,7 +327,7 @@ Expected<OptimizerChoice> choose_optimizer(
     if (o.valid_fraction == 0.0) o.valid_fraction = choice_valid_fraction;
     o.trainer.optimizer = trial.candidate.optimizer;
     o.trainer.model.dim = trial.candidate.dim;
-    if (on_trial) on_trial(i, nullptr);
+    if (on_trial) on_trial(trial, false);
     const auto start = Clock::now();
     auto r = run_train_job(o, nullptr);
     if (!r) return r.status().with_context("--optimizer auto, candidate " + trial.candidate.name);
@@ -334,7 +336,7 @@ Expected<OptimizerChoice> choose_optimizer(
     trial.valid_auc = r->epochs.back().valid_auc;
     choice.trials.push_back(trial);
     if (trial.valid_logloss < choice.trials[choice.chosen].valid_logloss) choice.chosen = i;
-    if (on_trial) on_trial(i, &choice.trials.back());
+    if (on_trial) on_trial(choice.trials.back(), true);
   }
   return choice;
 }

@@ -149,12 +149,13 @@ inline constexpr double choice_valid_fraction = 0.1;
 // Chooses the job's sparse optimizer: trains each candidate for one epoch with the single-process
 // trainer, on the job's training rows outside a validation hold-out (the job's valid_fraction, or
 // choice_valid_fraction), scores the hold-out, and chooses the lowest validation logloss (the
-// earlier candidate on a tie). The test set is never read. `keep_dim`: every candidate takes the
-// job's dimension (the user gave one). `on_trial(i, trial)` is called before trial i (trial
-// nullptr) and after it. Fails as run_train_job does, naming the candidate.
+// earlier candidate on a tie). The test set is never read. `keep_dim` (or LR): every candidate
+// takes the job's dimension (the user gave one). `on_trial(trial, done)` is called before each
+// trial (its candidate as tried, done false) and after it (its results, done true). Fails as
+// run_train_job does, naming the candidate.
 Expected<OptimizerChoice> choose_optimizer(
     const TrainJobOptions& job, bool keep_dim,
-    const std::function<void(size_t, const OptimizerTrial*)>& on_trial);
+    const std::function<void(const OptimizerTrial&, bool)>& on_trial);
 
 // The rows a deep model's input shape is detected from (detect_input_shape).
 inline constexpr uint64_t input_shape_rows = 65536;
