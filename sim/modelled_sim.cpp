@@ -256,10 +256,12 @@ void ModelledSim::compute(uint32_t n) {
 }
 
 void ModelledSim::push(uint32_t n) {
-  const uint64_t row_bytes = 8 + 4 * o_.model.width();
+  // A push to a shard carries its rows' gradients alone: the keys are those its pull sent
+  // (PushRequest::keys_of_pull); a replica's gradients reach its aggregator with their keys.
+  const uint64_t grad_bytes = 4 * o_.model.width(), row_bytes = 8 + grad_bytes;
   if (o_.push == PushKind::flat) {
     const uint64_t per_shard =
-        o_.gpus_per_node * (u_gpu_ * row_bytes / o_.ps + header_bytes) + pull_request_bytes();
+        o_.gpus_per_node * (u_gpu_ * grad_bytes / o_.ps + header_bytes) + pull_request_bytes();
     VirtualNanos arrival = now();
     for (uint32_t s = 0; s < o_.ps; ++s)
       arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
@@ -277,7 +279,7 @@ void ModelledSim::push(uint32_t n) {
 
 void ModelledSim::push_shards(uint32_t n) {
   const uint64_t per_shard =
-      u_node_ * (8 + 4 * o_.model.width()) / o_.ps + header_bytes + pull_request_bytes();
+      u_node_ * (4 * o_.model.width()) / o_.ps + header_bytes + pull_request_bytes();
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s)
     arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
