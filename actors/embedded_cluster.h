@@ -205,7 +205,7 @@ Expected<TrainJobResult> run_cluster_train_job(
 struct PsBenchFigure {
   double seconds = 0.0;
   uint64_t rows = 0;   // rows pulled plus rows pushed
-  uint64_t bytes = 0;  // keys and floats carried by the pulls' replies and the pushes
+  uint64_t bytes = 0;  // keys and rows the pulls carry, and the pushes' gradients
 };
 Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_request,
                                                uint64_t round_trips, uint64_t seed);

@@ -176,7 +176,9 @@ Expected<PsBenchFigure> measure_ps_round_trips(size_t width, size_t keys_per_req
   PsBenchFigure f;
   f.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   f.rows = 2 * round_trips * keys_per_request;
-  f.bytes = 2 * round_trips * keys_per_request * (sizeof(uint64_t) + width * sizeof(float));
+  // A pull sends the keys and gets the rows back; its push sends the gradients alone (the keys
+  // left out: PushRequest::keys_of_pull).
+  f.bytes = round_trips * keys_per_request * (sizeof(uint64_t) + 2 * width * sizeof(float));
   kv.finish();
   return f;
 }
