@@ -49,6 +49,7 @@ void record_shard(const monitor::ShardInstruments& m, const ShardCore& core, Sha
   monitor::add_growth(m.rows_pushed, st.rows_pushed, counted.rows_pushed);
   monitor::add_growth(m.pulls_deferred, st.pulls_deferred, counted.pulls_deferred);
   monitor::add_growth(m.not_finite, st.pushes_not_finite, counted.pushes_not_finite);
+  monitor::add_growth(m.keys_unknown, st.push_keys_unknown, counted.push_keys_unknown);
   monitor::add_growth(m.updates_not_finite, st.updates_not_finite, counted.updates_not_finite);
   monitor::add_growth(m.refused, st.messages_refused, counted.messages_refused);
   m.rows->set(double(core.rows()));

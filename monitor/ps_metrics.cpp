@@ -44,6 +44,8 @@ ShardInstruments shard_instruments(Registry& r, uint32_t index) {
                  "Pulls a shard held back for the consistency gate.", {{"shard", s}});
   in.not_finite = &r.counter("colony_shard_pushes_refused_total", refused,
                              {{"shard", s}, {"reason", "not_finite"}});
+  in.keys_unknown = &r.counter("colony_shard_pushes_refused_total", refused,
+                               {{"shard", s}, {"reason", "keys_unknown"}});
   in.updates_not_finite = &r.counter(
       "colony_shard_updates_refused_total",
       "Row updates a shard refused, by reason: not_finite, a finite gradient that would have made "

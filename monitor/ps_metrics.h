@@ -29,6 +29,9 @@ struct ShardInstruments {
   Counter* rows_pushed = nullptr;     // colony_shard_rows_pushed_total
   Counter* pulls_deferred = nullptr;  // colony_shard_pulls_deferred_total: held for the gate
   Counter* not_finite = nullptr;      // colony_shard_pushes_refused_total{reason="not_finite"}
+  // colony_shard_pushes_refused_total{reason="keys_unknown"}: push parts that left out the keys
+  // of a pull the shard did not hold (the client sends the push again with them).
+  Counter* keys_unknown = nullptr;
   // colony_shard_updates_refused_total{reason="not_finite"}: row updates from finite gradients
   // that would have made a row NaN or infinite (the row kept as it was).
   Counter* updates_not_finite = nullptr;

@@ -106,6 +106,9 @@ BOOST_AUTO_TEST_CASE(a_training_job_serves_metrics_that_grow_while_it_trains) {
     BOOST_TEST(later.value("colony_shard_rows", {{"shard", s}}) > 0);
     BOOST_TEST(later.value("colony_shard_requests_total", {{"shard", s}, {"kind", "pull"}}) > 0);
     BOOST_TEST(later.value("colony_shard_rows_pulled_total", {{"shard", s}}) > 0);
+    // Pushes leave their pulls' keys out; a healthy shard never lacks them.
+    BOOST_TEST(later.value("colony_shard_pushes_refused_total",
+                           {{"shard", s}, {"reason", "keys_unknown"}}) == 0);
   }
   BOOST_TEST(std::isnan(later.value("colony_shard_rows", {{"shard", "3"}})));
   // Hot keys: each shard lists its top 10, each pulled at least once and at most as often as
