@@ -330,7 +330,10 @@ Runner add_train(CLI::App& app) {
     std::optional<OptimizerChoice> choice;
     if (auto_optimizer) {
       const bool keep_dim = a->flags.dim_option->count() > 0;
-      auto chosen = choose_optimizer(o, keep_dim, [&](const OptimizerTrial& t, bool done) {
+      Progress bar(stderr);
+      std::string trying;
+      bool training = false;  // the trial's data generated (rates count its training only)
+      auto on_trial = [&](const OptimizerTrial& t, bool done) {
         const OptimizerCandidate& c = t.candidate;
         if (!done) {
           std::fprintf(stderr,
@@ -338,11 +341,21 @@ Runner add_train(CLI::App& app) {
                        "epoch, scored on the %g%% of the training rows held out\n",
                        c.name.c_str(), c.optimizer.lr, c.optimizer.l1, c.optimizer.l2, c.dim,
                        100 * (o.valid_fraction > 0 ? o.valid_fraction : choice_valid_fraction));
+          trying = "trying " + c.name;
+          training = false;
           return;
         }
+        bar.finish();
         std::fprintf(stderr, "--optimizer auto: %s: valid logloss %.5f  valid auc %.4f  (%.1f s)\n",
                      c.name.c_str(), t.valid_logloss, t.valid_auc, t.seconds);
-      });
+      };
+      auto on_progress = [&](const TrainProgress& p) {
+        if (std::string(p.phase) != "train") return;
+        if (!training) bar.restart();
+        training = true;
+        bar.update(p.fraction, double(p.samples), "samples", trying);
+      };
+      auto chosen = choose_optimizer(o, keep_dim, on_trial, on_progress);
       if (!chosen) return fail(chosen.status());
       choice = *chosen;
       const OptimizerCandidate& best = choice->trials[choice->chosen].candidate;

@@ -312,7 +312,8 @@ std::vector<OptimizerCandidate> optimizer_candidates() {
 
 Expected<OptimizerChoice> choose_optimizer(
     const TrainJobOptions& job, bool keep_dim,
-    const std::function<void(const OptimizerTrial&, bool)>& on_trial) {
+    const std::function<void(const OptimizerTrial&, bool)>& on_trial,
+    const std::function<void(const TrainProgress&)>& progress) {
   OptimizerChoice choice;
   const std::vector<OptimizerCandidate> candidates = optimizer_candidates();
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -329,7 +330,7 @@ Expected<OptimizerChoice> choose_optimizer(
     o.trainer.model.dim = trial.candidate.dim;
     if (on_trial) on_trial(trial, false);
     const auto start = Clock::now();
-    auto r = run_train_job(o, nullptr);
+    auto r = run_train_job(o, progress);
     if (!r) return r.status().with_context("--optimizer auto, candidate " + trial.candidate.name);
     trial.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     trial.valid_logloss = r->epochs.back().valid_logloss;

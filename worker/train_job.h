@@ -151,11 +151,13 @@ inline constexpr double choice_valid_fraction = 0.1;
 // choice_valid_fraction), scores the hold-out, and chooses the lowest validation logloss (the
 // earlier candidate on a tie). The test set is never read. `keep_dim` (or LR): every candidate
 // takes the job's dimension (the user gave one). `on_trial(trial, done)` is called before each
-// trial (its candidate as tried, done false) and after it (its results, done true). Fails as
-// run_train_job does, naming the candidate.
+// trial (its candidate as tried, done false) and after it (its results, done true), and
+// `progress` during it, as run_train_job calls it. Fails as run_train_job does, naming the
+// candidate.
 Expected<OptimizerChoice> choose_optimizer(
     const TrainJobOptions& job, bool keep_dim,
-    const std::function<void(const OptimizerTrial&, bool)>& on_trial);
+    const std::function<void(const OptimizerTrial&, bool)>& on_trial,
+    const std::function<void(const TrainProgress&)>& progress = nullptr);
 
 // The rows a deep model's input shape is detected from (detect_input_shape).
 inline constexpr uint64_t input_shape_rows = 65536;
