@@ -247,14 +247,6 @@ bool ShardCore::may_answer(const PullRequest& r) const {
   return it == clocks_.end() || it->second >= r.clock;
 }
 
-namespace {
-uint64_t hash_keys(const std::vector<uint64_t>& keys) {
-  uint64_t h = keys.size();
-  for (uint64_t k : keys) h = (h ^ k) * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
-  return h;
-}
-}  // namespace
-
 ShardCore::AnsweredPull* ShardCore::remember(const PullRequest& r) {
   // Kept for the pushes of the last answered_steps_max steps (a pull in parts has an entry a
   // part), at most answered_pulls_max entries and answered_rows_max keys.
@@ -270,7 +262,7 @@ ShardCore::AnsweredPull* ShardCore::remember(const PullRequest& r) {
   if (!keep) return nullptr;
   recent.rows += n;
   return &recent.pulls.emplace_back(
-      AnsweredPull{r.clock, hash_keys(r.keys), r.header.sender, r.header.request_id, r.keys, {}});
+      AnsweredPull{r.clock, r.header.sender, r.header.request_id, r.keys, {}});
 }
 
 const ShardCore::AnsweredPull* ShardCore::pull_named_by(const PushRequest& r) const {
@@ -501,9 +493,8 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
   auto pulled_rows = [&](const PushRequest& p) -> std::vector<float*>* {
     auto it = store_->stable_rows() ? answered_.find(sender) : answered_.end();
     if (it == answered_.end()) return nullptr;
-    const uint64_t keys_hash = hash_keys(p.keys);
     for (AnsweredPull& a : it->second.pulls)
-      if (a.clock + 1 == p.clock && a.rows.size() == p.keys.size() && a.keys_hash == keys_hash)
+      if (a.clock + 1 == p.clock && a.rows.size() == p.keys.size() && a.keys == p.keys)
         return &a.rows;
     return nullptr;
   };

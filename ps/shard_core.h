@@ -302,10 +302,9 @@ class ShardCore {
   // The keys and rows of recent pulls, by writer and step: a worker pushes exactly the keys it
   // pulled, in the same order, so the push may leave the keys out (PushRequest::keys_of_pull),
   // and can update those rows without looking them up again (a store with stable rows). A push
-  // whose keys do not match (hash of the key sequence) is looked up key by key.
+  // whose keys are not a pull's, in order, is looked up key by key.
   struct AnsweredPull {
     uint32_t clock;
-    uint64_t keys_hash;
     NodeId sender;  // who pulled (the writer's replicas may pull under its name)
     uint64_t request_id;
     std::vector<uint64_t> keys;
@@ -320,7 +319,7 @@ class ShardCore {
   void apply_push(const PushRequest& r, Outbox& out);
   struct Answered {
     std::deque<AnsweredPull> pulls;
-    uint64_t rows = 0;  // the sum of pulls' rows.size(), at most answered_rows_max
+    uint64_t rows = 0;  // the sum of pulls' keys.size(), at most answered_rows_max
   };
   std::unordered_map<NodeId, Answered> answered_;
   static constexpr uint32_t answered_steps_max = 8;  // steps kept, per writer

@@ -187,13 +187,13 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
     // covers the shard's keys and each part fits part_bytes; else of at most `part` keys.
     std::vector<Part> parts;
     if (pulled) {
-      parts = pulled->parts[shard];
       size_t covered = 0;
-      for (const Part& q : parts) {
+      bool fit = true;
+      for (const Part& q : pulled->parts[shard]) {
         covered += q.count;
-        if (q.count > 1 && q.count * row > options_.part_bytes) covered = SIZE_MAX / 2;
+        fit = fit && (q.count == 1 || q.count * row <= options_.part_bytes);
       }
-      if (covered != pos.size()) parts.clear();
+      if (fit && covered == pos.size()) parts = pulled->parts[shard];
     }
     const bool elide = !parts.empty();
     if (!elide) {
@@ -287,16 +287,13 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
       {node, ClockAdvance{
                  {options_.id, next_request_++, map_.version()}, base, true, acked_push_[shard]}});
   // The restarted shard knows none of the pulls it answered before: no push to it leaves its
-  // keys out on their account.
+  // keys out on their account (the pulls answered whole are forgotten; a restart is rare).
   for (auto& [ticket, open] : open_) {
     open.elided.erase(shard);
     if (open.is_pull) open.answered[shard].clear();
   }
-  for (auto& pulled : pulled_) {
-    auto copy = std::make_shared<Pulled>(*pulled);
-    copy->parts[shard].clear();
-    pulled = std::move(copy);
-  }
+  pulled_.clear();
+  pulled_keys_ = 0;
   for (Sent& s : log) {
     if (!s.is_push) {
       out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
