@@ -330,7 +330,7 @@ Expected<std::unique_ptr<BatchReader>> open_text(SourceFile src, const ReaderOpt
                                                  const LineLimits& limits, std::string note,
                                                  uint64_t rows_to_drop) {
   std::unique_ptr<CacheWriter> writer;
-  if (options.use_cache) {
+  if (options.use_cache && options.max_rows == 0) {
     auto w = CacheWriter::create(cache_path_for(src.path, options), src.identity);
     if (w.ok()) {
       writer = std::move(w.value());
@@ -463,6 +463,53 @@ class MemoryReader final : public BatchReader {
   ReaderStats stats_;
 };
 
+// Returns the first max_rows rows of `inner`, in its batches (the last one cut).
+class RowLimitReader final : public BatchReader {
+ public:
+  RowLimitReader(std::unique_ptr<BatchReader> inner, uint64_t max_rows)
+      : inner_(std::move(inner)), max_rows_(max_rows) {}
+
+  Expected<bool> next(Batch& out) override {
+    out.clear();
+    if (rows_ == max_rows_) return false;
+    auto more = inner_->next(in_);
+    if (!more) return more.status();
+    if (!*more) return false;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(in_.rows(), max_rows_ - rows_));
+    if (n == in_.rows()) {
+      std::swap(out, in_);
+    } else {
+      out.append_rows(in_, 0, n);
+    }
+    rows_ += n;
+    return true;
+  }
+
+  // The inner reader's, with rows_total at most max_rows and, when rows_total is unknown,
+  // bytes_total estimated as the bytes that hold max_rows rows (for progress).
+  ReaderStats stats() const override {
+    ReaderStats s = inner_->stats();
+    s.rows = rows_;
+    if (s.rows_total > 0) s.rows_total = std::min(s.rows_total, max_rows_);
+    if (s.rows_total == 0 && rows_ > 0)
+      s.bytes_total = std::min<uint64_t>(
+          s.bytes_total,
+          static_cast<uint64_t>(double(s.bytes_read) / double(rows_) * double(max_rows_)));
+    return s;
+  }
+
+ private:
+  std::unique_ptr<BatchReader> inner_;
+  uint64_t max_rows_;
+  uint64_t rows_ = 0;
+  Batch in_;
+};
+
+std::unique_ptr<BatchReader> limit_rows(std::unique_ptr<BatchReader> r, uint64_t max_rows) {
+  if (max_rows == 0) return r;
+  return std::make_unique<RowLimitReader>(std::move(r), max_rows);
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
@@ -473,7 +520,7 @@ Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
   }
   auto reader = open_unbuffered(path, options, limits);
   if (!reader.ok()) return reader;
-  std::unique_ptr<BatchReader> r = std::move(reader.value());
+  std::unique_ptr<BatchReader> r = limit_rows(std::move(reader.value()), options.max_rows);
   // The split is made on the prefetch thread, off the reader's caller.
   if (options.holdout.fraction > 0.0)
     r = make_holdout_reader(std::move(r), options.holdout, options.batch_rows);
@@ -488,8 +535,10 @@ Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
 }
 
 std::unique_ptr<BatchReader> make_memory_reader(std::shared_ptr<const std::vector<Batch>> data,
-                                                size_t batch_rows, const HoldoutSplit& holdout) {
-  std::unique_ptr<BatchReader> r = std::make_unique<MemoryReader>(std::move(data), batch_rows);
+                                                size_t batch_rows, const HoldoutSplit& holdout,
+                                                uint64_t max_rows) {
+  std::unique_ptr<BatchReader> r =
+      limit_rows(std::make_unique<MemoryReader>(std::move(data), batch_rows), max_rows);
   if (holdout.fraction > 0.0) r = make_holdout_reader(std::move(r), holdout, batch_rows);
   return r;
 }

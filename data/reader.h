@@ -68,6 +68,9 @@ struct ReaderOptions {
   // libsvm). A binary cache is read as one whatever this says.
   std::optional<DataFormat> format;
   HoldoutSplit holdout;  // which rows to return; the cache holds them all
+  // At most the source's first max_rows rows are read, before the hold-out split (0: all). A
+  // pass cut short this way writes no cache (a valid cache is still read).
+  uint64_t max_rows = 0;
 };
 
 // A --format flag: "auto" (nullopt), "libsvm", "libffm" or "criteo"; invalid_input otherwise.
@@ -106,9 +109,9 @@ Expected<std::unique_ptr<BatchReader>> open_reader(const std::string& path,
 std::string cache_path_for(const std::string& source_path, const ReaderOptions& options);
 
 // A reader over batches already in memory (generated data), re-sliced to batch_rows, returning
-// the side of `holdout` it asks for.
+// the side of `holdout` it asks for, of the first `max_rows` rows (0: all).
 std::unique_ptr<BatchReader> make_memory_reader(std::shared_ptr<const std::vector<Batch>> data,
-                                                size_t batch_rows,
-                                                const HoldoutSplit& holdout = {});
+                                                size_t batch_rows, const HoldoutSplit& holdout = {},
+                                                uint64_t max_rows = 0);
 
 }  // namespace colony

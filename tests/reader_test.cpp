@@ -631,3 +631,67 @@ BOOST_AUTO_TEST_CASE(holdout_keeps_dense_features_with_their_rows) {
   }
   BOOST_CHECK(seen > 100 && seen < 300);
 }
+
+// --trial-rows: a reader stops after the source's first max_rows rows (the hold-out split is made
+// among them), from the text, from the cache or from memory, and a pass cut short writes no
+// cache.
+BOOST_AUTO_TEST_CASE(max_rows_reads_the_first_rows_before_the_holdout_and_writes_no_cache) {
+  TempDir dir;
+  std::string path = dir.write("gen.libsvm", generated_libsvm(3000, 11));
+  const Batch all = concat(read_all(path, plain(64)));
+  BOOST_REQUIRE_EQUAL(all.rows(), 3000u);
+  auto first = [&](size_t n) {
+    Batch b;
+    b.append_rows(all, 0, std::min<size_t>(n, all.rows()));
+    return b;
+  };
+  auto mem = std::make_shared<std::vector<Batch>>(read_all(path, plain(33)));
+  auto drain = [](BatchReader& r) {
+    std::vector<Batch> got;
+    Batch b;
+    while (true) {
+      auto more = r.next(b);
+      BOOST_REQUIRE(more.ok());
+      if (!*more) break;
+      got.push_back(b);
+    }
+    return concat(got);
+  };
+  for (uint64_t max : {1u, 64u, 1000u, 2999u, 3000u, 5000u}) {
+    BOOST_TEST_CONTEXT("max_rows " << max) {
+      ReaderOptions o = plain(64);
+      o.max_rows = max;
+      o.use_cache = true;  // a valid cache would be read; a cut pass writes none
+      o.prefetch_batches = 2;
+      const Batch got = concat(read_all(path, o));
+      BOOST_CHECK(row_texts(got) == row_texts(first(max)));
+      BOOST_CHECK_EQUAL(fs::exists(cache_path_for(path, o)), false);
+      // The split among the first rows: held out and kept, exactly those rows.
+      for (bool held_out : {true, false}) {
+        ReaderOptions side = o;
+        side.holdout = HoldoutSplit{0.3, held_out};
+        const Batch s = concat(read_all(path, side));
+        const Batch f = first(max);
+        Batch expected;
+        for (size_t i = 0; i < f.rows(); ++i)
+          if (row_held_out(f, i, 0.3) == held_out) expected.append_rows(f, i, 1);
+        BOOST_CHECK(row_texts(s) == row_texts(expected));
+      }
+      auto m = make_memory_reader(mem, 19, {}, max);
+      BOOST_CHECK(row_texts(drain(*m)) == row_texts(first(max)));
+      BOOST_CHECK_EQUAL(m->stats().rows, std::min<uint64_t>(max, 3000));
+    }
+  }
+  // A full pass writes the cache; a capped read of it gives the same first rows.
+  ReaderOptions full = plain(64);
+  full.use_cache = true;
+  read_all(path, full);
+  BOOST_REQUIRE(fs::exists(cache_path_for(path, full)));
+  ReaderOptions capped = full;
+  capped.max_rows = 700;
+  auto reader = open_reader(path, capped);
+  BOOST_REQUIRE(reader.ok());
+  BOOST_CHECK(row_texts(drain(**reader)) == row_texts(first(700)));
+  BOOST_CHECK((*reader)->stats().from_cache);
+  BOOST_CHECK_EQUAL((*reader)->stats().rows_total, 700u);
+}
