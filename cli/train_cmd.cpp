@@ -26,9 +26,12 @@ namespace {
 struct TrainArgs {
   TrainJobOptions job;
   ModelFlags flags;
-  std::string optimizer = "ftrl";
+  // auto unless --lr, --l1 or --l2 is given without --optimizer (then ftrl).
+  std::string optimizer = "auto";
+  CLI::Option* optimizer_option = nullptr;
   // Negative = the optimizer's default (default_optimizer_config).
   float lr = -1.0f, l1 = -1.0f, l2 = -1.0f;
+  uint64_t trial_rows = choice_rows_default;
   std::string store = "memory";
   size_t cache_bytes = 0;
   std::string eviction = "lfu";
@@ -62,11 +65,18 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--data", j.data, "Training file: libsvm, Criteo TSV or a Colony binary cache");
   cmd->add_option("--test", j.test, "Test file (required with --data)");
   add_model_flags(cmd, a->flags, "the first 65536 training rows");
-  cmd->add_option("--optimizer", a->optimizer,
-                  "sgd, adagrad, ftrl or adam; or auto: train each candidate setting (FTRL's "
-                  "alpha, L1, L2 and --dim; docs/models.md) for an epoch with the single-process "
-                  "trainer, score it on rows held out of the training data (the "
-                  "--valid-fraction, or 10%), and train with the best")
+  a->optimizer_option =
+      cmd->add_option("--optimizer", a->optimizer,
+                      "sgd, adagrad, ftrl or adam; or auto: train each candidate setting (FTRL's "
+                      "alpha, L1, L2 and --dim; docs/models.md) for an epoch with the "
+                      "single-process trainer on the first --trial-rows training rows, score it "
+                      "on rows held out of them (the --valid-fraction, or 10%), and train with "
+                      "the best. Default: auto, or ftrl when --lr, --l1 or --l2 is given")
+          ->capture_default_str();
+  cmd->add_option(
+         "--trial-rows", a->trial_rows,
+         "--optimizer auto: the trials read the first N training rows (0: all); with fewer "
+         "than 1000 of them held out, no trial runs and the defaults (long-tailed) train")
       ->capture_default_str();
   cmd->add_option("--lr", a->lr,
                   "Step size, FTRL's alpha (default per optimizer: sgd 0.02, "
@@ -214,8 +224,10 @@ Runner add_train(CLI::App& app) {
     if (Status s = check_model_device(o.trainer.model); !s.ok()) return fail(s);
     // Generated data keeps Criteo's fields and dense features for the deep models.
     if (o.trainer.model.deep()) o.generate.format = "criteo";
+    const bool tuned_by_hand = a->lr >= 0.0f || a->l1 >= 0.0f || a->l2 >= 0.0f;
+    if (a->optimizer_option->count() == 0 && tuned_by_hand) a->optimizer = "ftrl";
     const bool auto_optimizer = a->optimizer == "auto";
-    if (auto_optimizer && (a->lr >= 0.0f || a->l1 >= 0.0f || a->l2 >= 0.0f))
+    if (auto_optimizer && tuned_by_hand)
       return fail(Status::invalid_input(
           "--optimizer auto chooses the step size and L1/L2 strengths: give --lr, --l1 and --l2 "
           "with a named optimizer instead"));
@@ -330,6 +342,9 @@ Runner add_train(CLI::App& app) {
     std::optional<OptimizerChoice> choice;
     if (auto_optimizer) {
       const bool keep_dim = a->flags.dim_option->count() > 0;
+      const std::string trial_rows_text =
+          a->trial_rows == 0 ? std::string("the training rows")
+                             : fmt::format("the first {} training rows", a->trial_rows);
       Progress bar(stderr);
       std::string trying;
       bool training = false;  // the trial's data generated (rates count its training only)
@@ -338,8 +353,9 @@ Runner add_train(CLI::App& app) {
         if (!done) {
           std::fprintf(stderr,
                        "--optimizer auto: trying %s (ftrl lr %g l1 %g l2 %g, dim %zu) for an "
-                       "epoch, scored on the %g%% of the training rows held out\n",
+                       "epoch on %s, scored on the %g%% of them held out\n",
                        c.name.c_str(), c.optimizer.lr, c.optimizer.l1, c.optimizer.l2, c.dim,
+                       trial_rows_text.c_str(),
                        100 * (o.valid_fraction > 0 ? o.valid_fraction : choice_valid_fraction));
           trying = "trying " + c.name;
           training = false;
@@ -355,13 +371,20 @@ Runner add_train(CLI::App& app) {
         training = true;
         bar.update(p.fraction, double(p.samples), "samples", trying);
       };
-      auto chosen = choose_optimizer(o, keep_dim, on_trial, on_progress);
+      auto chosen = choose_optimizer(o, keep_dim, a->trial_rows, on_trial, on_progress);
       if (!chosen) return fail(chosen.status());
       choice = *chosen;
-      const OptimizerCandidate& best = choice->trials[choice->chosen].candidate;
+      const OptimizerCandidate& best = choice->chosen;
       o.trainer.optimizer = best.optimizer;
       o.trainer.model.dim = best.dim;
-      std::fprintf(stderr, "--optimizer auto: chose %s\n", best.name.c_str());
+      if (choice->trials.empty())
+        std::fprintf(stderr,
+                     "--optimizer auto: %llu of the %llu training rows read held out, fewer than "
+                     "%llu to choose by: no trials; training with %s (the defaults)\n",
+                     (unsigned long long)choice->valid_rows, (unsigned long long)choice->rows,
+                     (unsigned long long)choice_valid_rows_min, best.name.c_str());
+      else
+        std::fprintf(stderr, "--optimizer auto: chose %s\n", best.name.c_str());
     }
     const std::string engine_text =
         local ? std::string("single-process trainer")
@@ -589,9 +612,14 @@ Runner add_train(CLI::App& app) {
                           {"dim", t.candidate.dim},
                           {"valid_logloss", t.valid_logloss},
                           {"valid_auc", t.valid_auc},
+                          {"samples", t.samples},
+                          {"valid_samples", t.valid_samples},
                           {"seconds", t.seconds}});
       rep["optimizer_auto"] = {{"trials", trials},
-                               {"chosen", choice->trials[choice->chosen].candidate.name}};
+                               {"chosen", choice->chosen.name},
+                               {"trial_rows", a->trial_rows},
+                               {"rows", choice->rows},
+                               {"valid_rows", choice->valid_rows}};
     }
     rep["on_nan"] = a->on_nan;
     rep["alerts"] = alerts_json(alerts_raised);

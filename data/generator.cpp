@@ -462,7 +462,7 @@ InMemoryData generate_in_memory(const GenOptions& o,
     test.positives += row.label;
     append(row, data.test.back());
   }
-  data.summary = summarize(test, train_positives, o.rows);
+  if (o.test_rows > 0) data.summary = summarize(test, train_positives, o.rows);
   return data;
 }
 

@@ -151,7 +151,7 @@ Expected<GenSummary> generate_dataset(const GenOptions& options,
 struct InMemoryData {
   std::vector<Batch> train;
   std::vector<Batch> test;
-  GenSummary summary;
+  GenSummary summary;  // left default when options.test_rows is 0
 };
 // `progress(done_rows, total_rows)`, when given, is called now and then.
 InMemoryData generate_in_memory(const GenOptions& options,

@@ -745,6 +745,35 @@ BOOST_AUTO_TEST_CASE(optimizer_auto_trains_with_the_candidate_that_validates_bes
     BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
     BOOST_TEST(read_json(by_hand)["test_logloss"].get<double>() == j["test_logloss"].get<double>());
   }
+  // auto is the default; the trials read the first --trial-rows rows, and with fewer than
+  // choice_valid_rows_min of them held out none runs. --lr without --optimizer: ftrl, no trials.
+  const std::string gen_files = " --engine local --data " + (gen / "train.libsvm").string() +
+                                " --test " + (gen / "test.libsvm").string();
+  const fs::path by_default = dir / "auto-default.json";
+  for (uint64_t trial_rows : {20000u, 5000u}) {
+    r = run(fmt::format("train --trial-rows {} --report {}{}", trial_rows, by_default.string(),
+                        gen_files));
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    const nlohmann::json a = read_json(by_default)["optimizer_auto"];
+    BOOST_TEST(a["rows"].get<uint64_t>() == trial_rows);
+    BOOST_TEST(a["chosen"].get<std::string>() == "long-tailed");
+    const uint64_t valid_rows = a["valid_rows"].get<uint64_t>();
+    BOOST_TEST((valid_rows < 1000) == (trial_rows == 5000u), valid_rows);  // about 10%
+    if (valid_rows < 1000) {
+      BOOST_TEST(a["trials"].empty());
+      BOOST_TEST(r.err.find("fewer than 1000 to choose by: no trials") != std::string::npos, r.err);
+      continue;
+    }
+    BOOST_REQUIRE(a["trials"].size() == 2u);
+    for (const auto& t : a["trials"]) {
+      BOOST_TEST(t["valid_samples"].get<uint64_t>() == valid_rows);
+      BOOST_TEST(t["samples"].get<uint64_t>() + valid_rows == trial_rows);
+    }
+  }
+  r = run("train --lr 0.05 --report " + by_default.string() + gen_files);
+  BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+  BOOST_TEST(!read_json(by_default).contains("optimizer_auto"));
+  BOOST_TEST(read_json(by_default)["optimizer"].get<std::string>() == "ftrl");
   // LR has no factors: its candidates keep the job's dimension.
   const fs::path lr = dir / "auto-lr.json";
   r = run("train --optimizer auto --model lr --engine local --report " + lr.string() + " --data " +

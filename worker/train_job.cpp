@@ -11,6 +11,7 @@
 
 #include "common/hash.h"
 #include "common/metrics.h"
+#include "data/holdout.h"
 
 namespace colony {
 
@@ -85,12 +86,14 @@ JobData prepare_job_data(const TrainJobOptions& o,
     return d;
   }
   if (progress) progress(TrainProgress{"generate", 0, o.epochs, 0, 0.0, 0.0});
-  auto data = std::make_shared<InMemoryData>(
-      generate_in_memory(o.generate, [&](uint64_t done, uint64_t total) {
+  GenOptions g = o.generate;
+  if (!o.score_test) g.test_rows = 0;  // not read
+  auto data =
+      std::make_shared<InMemoryData>(generate_in_memory(g, [&](uint64_t done, uint64_t total) {
         if (progress)
           progress(TrainProgress{"generate", 0, o.epochs, done, double(done) / double(total), 0.0});
       }));
-  d.planted = data->summary;
+  if (g.test_rows > 0) d.planted = data->summary;
   d.train = std::shared_ptr<const std::vector<Batch>>(data, &data->train);
   d.test = std::shared_ptr<const std::vector<Batch>>(data, &data->test);
   return d;
@@ -99,7 +102,7 @@ JobData prepare_job_data(const TrainJobOptions& o,
 Expected<std::unique_ptr<BatchReader>> open_source(
     const std::string& path, const std::shared_ptr<const std::vector<Batch>>& mem,
     const ReaderOptions& ro) {
-  if (mem) return make_memory_reader(mem, ro.batch_rows, ro.holdout);
+  if (mem) return make_memory_reader(mem, ro.batch_rows, ro.holdout, ro.max_rows);
   return open_reader(path, ro);
 }
 
@@ -161,11 +164,12 @@ Expected<ModelSpec> detect_input_shape(ModelSpec spec, const std::string& path,
   return spec;
 }
 
-Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
-                                       const std::function<void(const TrainProgress&)>& progress) {
-  if (Status s = validate(options); !s.ok()) return s;
+namespace {
+
+// run_train_job on data already prepared (validated options).
+Expected<TrainJobResult> run_on(const TrainJobOptions& options, const JobData& data,
+                                const std::function<void(const TrainProgress&)>& progress) {
   TrainJobResult result;
-  const JobData data = prepare_job_data(options, progress);
   result.planted = data.planted;
   ReaderOptions ro = options.reader;
   ro.batch_rows = options.batch;
@@ -268,6 +272,7 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
     if (o.score_test) {
       ReaderOptions test_ro = ro;
       test_ro.holdout = {};
+      test_ro.max_rows = 0;
       auto ev = evaluate(o.test, data.test, test_ro, predict);
       if (!ev) return ev.status();
       er.test_logloss = ev->logloss;
@@ -301,6 +306,36 @@ Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
   return result;
 }
 
+// The rows of the training data a job with valid_fraction holds out, and the others.
+struct SplitCount {
+  uint64_t held_out = 0, trained = 0;
+};
+Expected<SplitCount> count_split(const TrainJobOptions& o, const JobData& data) {
+  ReaderOptions ro = o.reader;
+  ro.batch_rows = o.batch;
+  ro.holdout = {};
+  auto reader = open_source(o.data, data.train, ro);
+  if (!reader) return reader.status();
+  SplitCount n;
+  Batch batch;
+  while (true) {
+    auto more = (*reader)->next(batch);
+    if (!more) return more.status();
+    if (!*more) break;
+    for (size_t i = 0; i < batch.rows(); ++i)
+      ++(row_held_out(batch, i, o.valid_fraction) ? n.held_out : n.trained);
+  }
+  return n;
+}
+
+}  // namespace
+
+Expected<TrainJobResult> run_train_job(const TrainJobOptions& options,
+                                       const std::function<void(const TrainProgress&)>& progress) {
+  if (Status s = validate(options); !s.ok()) return s;
+  return run_on(options, prepare_job_data(options, progress), progress);
+}
+
 std::vector<OptimizerCandidate> optimizer_candidates() {
   OptimizerConfig long_tailed = default_optimizer_config(OptimizerKind::ftrl);
   OptimizerConfig interactions = long_tailed;
@@ -311,34 +346,54 @@ std::vector<OptimizerCandidate> optimizer_candidates() {
 }
 
 Expected<OptimizerChoice> choose_optimizer(
-    const TrainJobOptions& job, bool keep_dim,
+    const TrainJobOptions& job, bool keep_dim, uint64_t trial_rows,
     const std::function<void(const OptimizerTrial&, bool)>& on_trial,
     const std::function<void(const TrainProgress&)>& progress) {
+  TrainJobOptions base = job;
+  base.epochs = 1;
+  base.patience = 0;
+  base.score_test = false;
+  if (base.valid_fraction == 0.0) base.valid_fraction = choice_valid_fraction;
+  base.reader.max_rows = trial_rows;
+  // Generated rows are made by index: the first trial_rows are the job's first.
+  if (base.data.empty() && trial_rows > 0)
+    base.generate.rows = std::min(base.generate.rows, trial_rows);
+  const std::string context = "choosing the optimizer (--optimizer auto)";
+  if (Status s = validate(base); !s.ok()) return s.with_context(context);
+  const JobData data = prepare_job_data(base, progress);
+  auto split = count_split(base, data);
+  if (!split) return split.status().with_context(context);
+
   OptimizerChoice choice;
-  const std::vector<OptimizerCandidate> candidates = optimizer_candidates();
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    OptimizerTrial trial{candidates[i]};
-    // LR has no factors: its dimension means nothing, and stays the job's.
-    if (keep_dim || job.trainer.model.kind == ModelKind::lr)
-      trial.candidate.dim = job.trainer.model.dim;
-    TrainJobOptions o = job;
-    o.epochs = 1;
-    o.patience = 0;
-    o.score_test = false;
-    if (o.valid_fraction == 0.0) o.valid_fraction = choice_valid_fraction;
-    o.trainer.optimizer = trial.candidate.optimizer;
-    o.trainer.model.dim = trial.candidate.dim;
+  choice.rows = split->held_out + split->trained;
+  choice.valid_rows = split->held_out;
+  std::vector<OptimizerCandidate> candidates = optimizer_candidates();
+  // LR has no factors: its dimension means nothing, and stays the job's.
+  if (keep_dim || job.trainer.model.kind == ModelKind::lr)
+    for (OptimizerCandidate& c : candidates) c.dim = job.trainer.model.dim;
+  choice.chosen = candidates.front();
+  if (split->held_out < choice_valid_rows_min || split->trained == 0) return choice;
+  for (const OptimizerCandidate& candidate : candidates) {
+    OptimizerTrial trial{candidate};
+    TrainJobOptions o = base;
+    o.trainer.optimizer = candidate.optimizer;
+    o.trainer.model.dim = candidate.dim;
     if (on_trial) on_trial(trial, false);
     const auto start = Clock::now();
-    auto r = run_train_job(o, progress);
-    if (!r) return r.status().with_context("--optimizer auto, candidate " + trial.candidate.name);
+    auto r = run_on(o, data, progress);
+    if (!r) return r.status().with_context(context + ", candidate " + candidate.name);
     trial.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     trial.valid_logloss = r->epochs.back().valid_logloss;
     trial.valid_auc = r->epochs.back().valid_auc;
+    trial.samples = r->counters.samples;
+    trial.valid_samples = r->valid_samples;
     choice.trials.push_back(trial);
-    if (trial.valid_logloss < choice.trials[choice.chosen].valid_logloss) choice.chosen = i;
-    if (on_trial) on_trial(choice.trials.back(), true);
+    if (on_trial) on_trial(trial, true);
   }
+  size_t best = 0;
+  for (size_t i = 1; i < choice.trials.size(); ++i)
+    if (choice.trials[i].valid_logloss < choice.trials[best].valid_logloss) best = i;
+  choice.chosen = choice.trials[best].candidate;
   return choice;
 }
 

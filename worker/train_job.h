@@ -138,24 +138,35 @@ struct OptimizerTrial {
   OptimizerCandidate candidate;  // as tried: dim is the job's when the job keeps its own
   double valid_logloss = 0.0;
   double valid_auc = 0.0;
+  uint64_t samples = 0;  // trained on
+  uint64_t valid_samples = 0;
   double seconds = 0.0;  // wall time of the trial
 };
 struct OptimizerChoice {
-  std::vector<OptimizerTrial> trials;  // one per candidate, in order
-  size_t chosen = 0;                   // the trial with the lowest validation logloss
+  // One per candidate, in order; none when too few rows were held out to choose by.
+  std::vector<OptimizerTrial> trials;
+  OptimizerCandidate chosen;  // as tried: the lowest validation logloss, or else the first
+  uint64_t rows = 0;          // the training rows the trials read (at most trial_rows)
+  uint64_t valid_rows = 0;    // of them, the rows held out
 };
 // The valid_fraction of the trials when the job has none.
 inline constexpr double choice_valid_fraction = 0.1;
+// The rows a trial reads when the job does not say (`colony train --trial-rows`).
+inline constexpr uint64_t choice_rows_default = 200000;
+// Fewer rows held out than this, and no trial runs: the first candidate is chosen.
+inline constexpr uint64_t choice_valid_rows_min = 1000;
 // Chooses the job's sparse optimizer: trains each candidate for one epoch with the single-process
-// trainer, on the job's training rows outside a validation hold-out (the job's valid_fraction, or
-// choice_valid_fraction), scores the hold-out, and chooses the lowest validation logloss (the
-// earlier candidate on a tie). The test set is never read. `keep_dim` (or LR): every candidate
-// takes the job's dimension (the user gave one). `on_trial(trial, done)` is called before each
-// trial (its candidate as tried, done false) and after it (its results, done true), and
+// trainer, on the training rows outside a validation hold-out (the job's valid_fraction, or
+// choice_valid_fraction) among the first `trial_rows` rows of the training data (0: all of
+// them), scores the hold-out, and chooses the lowest validation logloss (the earlier candidate on
+// a tie). With fewer than choice_valid_rows_min rows held out (or none left to train on) no
+// trial runs and the first candidate is chosen. The test set is never read. `keep_dim` (or LR):
+// every candidate takes the job's dimension (the user gave one). `on_trial(trial, done)` is called
+// before each trial (its candidate as tried, done false) and after it (its results, done true), and
 // `progress` during it, as run_train_job calls it. Fails as run_train_job does, naming the
 // candidate.
 Expected<OptimizerChoice> choose_optimizer(
-    const TrainJobOptions& job, bool keep_dim,
+    const TrainJobOptions& job, bool keep_dim, uint64_t trial_rows,
     const std::function<void(const OptimizerTrial&, bool)>& on_trial,
     const std::function<void(const TrainProgress&)>& progress = nullptr);
 
