@@ -258,19 +258,9 @@ class Coordinator {
     next_load_ms_ = now + load_sample_ms;
     const ClusterLoad load = core_->load();
     if (cluster_metrics_) export_load(load);
-    // Counters compared across members only while every member's are fresh: a heartbeat late by
-    // a second (a loaded machine) would make its member look idle over the window, and a shard
-    // with a tenth of the load look hot beside it.
-    if (now > load.oldest_load_ms + 3 * uint64_t(o_.heartbeat_ms)) return;
+    const double time_s = double(now - start_ms_) / 1000.0;
+    // Each process's memory, compared only with its own: sampled however late the others are.
     const std::vector<MemberInfo>& members = core_->members();
-    monitor::AlertSample sample;
-    sample.time_s = double(now - start_ms_) / 1000.0;
-    sample.worker_busy_s = load.worker_busy_s;
-    sample.worker_steps = load.worker_steps;
-    sample.shard_rows = load.shard_rows;
-    for (size_t w = 0; w < load.worker_nodes.size(); ++w)
-      sample.worker_names.push_back(
-          fmt::format("worker node {} (member {})", load.worker_nodes[w], load.worker_members[w]));
     std::vector<monitor::ClusterAlertMonitor::Process> processes;
     for (const ClusterLoad::Process& p : load.processes) {
       if (core_->gone(p.member)) continue;
@@ -279,7 +269,25 @@ class Coordinator {
           {fmt::format("{} member {} ({})", to_string(m.role), p.member, m.endpoint),
            double(p.rss_bytes), double(p.rows_memory_bytes)});
     }
-    for (monitor::Alert& alert : alerts_.observe(std::move(sample), processes)) {
+    raise(alerts_.observe_processes(time_s, processes));
+    // Counters compared across members only while every member's are fresh: a heartbeat late by
+    // a second (a loaded machine) would make its member look idle over the window, and a shard
+    // with a tenth of the load look hot beside it.
+    if (now > load.oldest_load_ms + 3 * uint64_t(o_.heartbeat_ms)) return;
+    monitor::AlertSample sample;
+    sample.time_s = time_s;
+    sample.worker_busy_s = load.worker_busy_s;
+    sample.worker_steps = load.worker_steps;
+    sample.shard_rows = load.shard_rows;
+    for (size_t w = 0; w < load.worker_nodes.size(); ++w)
+      sample.worker_names.push_back(
+          fmt::format("worker node {} (member {})", load.worker_nodes[w], load.worker_members[w]));
+    raise(alerts_.observe_cluster(std::move(sample)));
+  }
+
+  // Each alert logged, counted in colony_alerts_total{kind} and kept for the report.
+  void raise(std::vector<monitor::Alert> alerts) {
+    for (monitor::Alert& alert : alerts) {
       log_(fmt::format("warning: alert {}: {}", alert.kind, alert.message));
       if (o_.metrics) monitor::alerts(*o_.metrics, alert.kind).inc();
       result_.alerts.push_back(std::move(alert));

@@ -235,15 +235,15 @@ class Member {
     return l;
   }
 
-  // --fault-leak-mb: 64 MiB more at each heartbeat once training has begun here (a step taken,
-  // a row served), up to the total.
+  // --fault-leak-mb: starts the leak (monitor::fault_leak_mb_per_s, on a thread of its own) once
+  // training has begun here (a step taken, a row served).
   void leak() {
     const JobShared& sh = *p_.shared;
     auto begun = [](const std::deque<std::atomic<uint64_t>>& counts) {
       return std::any_of(counts.begin(), counts.end(), [](const auto& n) { return n.load() > 0; });
     };
     if (!begun(sh.worker_steps) && !begun(sh.shard_rows)) return;
-    leak_.grow();
+    leak_.start(monitor::fault_leak_mb_per_s);
   }
 
   // The replicas' gradient alerts since the last heartbeat (the last of them logged, all

@@ -543,8 +543,8 @@ Runner add_member(CLI::App& app, MemberRole role) {
         ->check(CLI::Range(1u, 60000u))
         ->group("");
   cmd->add_option("--fault-leak-mb", o.fault_leak_mb,
-                  "Once training has begun here, allocate and keep N MiB more (64 MiB at each "
-                  "heartbeat)")
+                  "Once training has begun here, allocate and keep N MiB more (320 MiB a "
+                  "second)")
       ->check(CLI::Range(0u, 65536u))
       ->group("");
   cmd->add_option("--timeline", a->timeline,

@@ -144,7 +144,7 @@ Runner add_train(CLI::App& app) {
                   "Worker W (0-based) sleeps MS milliseconds after each of its steps (W:MS)")
       ->group("");
   cmd->add_option("--fault-leak-mb", a->fault_leak_mb,
-                  "While training, allocate and keep N MiB more (64 MiB at each progress update)")
+                  "While training, allocate and keep N MiB more (320 MiB a second)")
       ->check(CLI::Range(0u, 65536u))
       ->group("");
   cmd->add_option("--seed", j.trainer.seed, "Seed for initialisation and generated data")
@@ -467,9 +467,7 @@ Runner add_train(CLI::App& app) {
         }
         updates_refused_logged = p.updates_not_finite;
       }
-      if (phase == "train")  // 320 MiB a second: 64 MiB an update when they come five a second
-        leak.grow_at_rate(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 320.0);
+      if (phase == "train") leak.start(monitor::fault_leak_mb_per_s);
       if (phase == "train" && !p.load.worker_steps.empty()) {
         monitor::AlertSample sample;
         sample.time_s =

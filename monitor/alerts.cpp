@@ -1,6 +1,7 @@
 #include "monitor/alerts.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -111,11 +112,14 @@ std::vector<Alert> AlertMonitor::observe(AlertSample sample) {
 
 ClusterAlertMonitor::ClusterAlertMonitor(AlertConfig config) : config_(config), cluster_(config) {}
 
-std::vector<Alert> ClusterAlertMonitor::observe(AlertSample cluster,
-                                                const std::vector<Process>& processes) {
-  const double time_s = cluster.time_s;
+std::vector<Alert> ClusterAlertMonitor::observe_cluster(AlertSample cluster) {
   cluster.rss_bytes = cluster.rows_memory_bytes = 0.0;
-  std::vector<Alert> out = cluster_.observe(std::move(cluster));
+  return cluster_.observe(std::move(cluster));
+}
+
+std::vector<Alert> ClusterAlertMonitor::observe_processes(double time_s,
+                                                          const std::vector<Process>& processes) {
+  std::vector<Alert> out;
   for (const Process& p : processes) {
     AlertSample s;
     s.time_s = time_s;
@@ -128,18 +132,37 @@ std::vector<Alert> ClusterAlertMonitor::observe(AlertSample cluster,
   return out;
 }
 
-void FaultLeak::grow() {
-  if (kept_mb_ >= total_mb_) return;
-  const size_t mb = std::min<size_t>(64, total_mb_ - kept_mb_);
-  kept_.push_back(std::make_unique<char[]>(mb << 20));
-  std::memset(kept_.back().get(), 1, mb << 20);
-  kept_mb_ += mb;
+FaultLeak::~FaultLeak() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
 }
 
-void FaultLeak::grow_at_rate(double now_s, double mb_per_s) {
-  if (!start_s_) start_s_ = now_s - 64.0 / mb_per_s;  // 64 MiB at the first call
-  const double due = std::max(0.0, now_s - *start_s_) * mb_per_s;
-  while (kept_mb_ < total_mb_ && double(kept_mb_) < due) grow();
+void FaultLeak::start(double mb_per_s) {
+  COLONY_ASSERT(mb_per_s > 0, "a leak of {} MiB a second", mb_per_s);
+  if (total_mb_ == 0 || thread_.joinable()) return;
+  thread_ = std::thread([this, mb_per_s] { run(mb_per_s); });
+}
+
+void FaultLeak::run(double mb_per_s) {
+  using clock = std::chrono::steady_clock;
+  const clock::time_point begin = clock::now();
+  size_t kept = 0;
+  while (kept < total_mb_) {
+    const size_t mb = std::min<size_t>(64, total_mb_ - kept);
+    kept_.push_back(std::make_unique_for_overwrite<char[]>(mb << 20));
+    std::memset(kept_.back().get(), 1, mb << 20);
+    kept += mb;
+    kept_mb_.store(kept);
+    // The next piece is due once `kept` MiB have been due (the first 64 at once).
+    const auto due = begin + std::chrono::duration_cast<clock::duration>(
+                                 std::chrono::duration<double>(double(kept) / mb_per_s));
+    std::unique_lock lock(mu_);
+    if (stop_cv_.wait_until(lock, due, [this] { return stop_; })) return;
+  }
 }
 
 std::string not_finite_row_message(const std::string& last, uint64_t refused) {

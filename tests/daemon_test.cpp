@@ -852,7 +852,7 @@ BOOST_AUTO_TEST_CASE(the_coordinator_names_a_straggler_a_leaking_member_and_a_ho
   auto [coord, endpoint] = start_coordinator(
       "alerts-coordinator",
       cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs", "1000", "--no-cache",
-                               "--heartbeat-ms", "200", "--alert-window", "2", "--metrics-port",
+                               "--heartbeat-ms", "200", "--alert-window", "4", "--metrics-port",
                                "0", "--report", (s.dir / "alerts.json").string()}));
   auto ps0 = start_member("alerts-ps0", "ps", endpoint, role_key("ps-0"));
   auto ps1 = start_member("alerts-ps1", "ps", endpoint,

@@ -254,8 +254,8 @@ BOOST_AUTO_TEST_CASE(a_bad_fault_flag_is_refused_naming_it) {
 BOOST_AUTO_TEST_CASE(memory_that_grows_beyond_the_rows_is_alerted_as_a_leak_suspect) {
   CliFixture fx("colony-leak");
   const fs::path report = fx.dir / "leak.json";
-  // 320 MiB a second for about 3 s (however late the progress updates come, on a loaded
-  // machine), past the 256 MiB the alert asks for over a 2 s window.
+  // 320 MiB a second for about 3 s (on a thread of its own, however late the progress updates
+  // come on a loaded machine), past the 256 MiB the alert asks for over a 2 s window.
   const auto r = fx.run(
       "train --rows 1000000 --test-rows 2000 --batch 256 --workers 2 "
       "--fault-leak-mb 1024 --alert-window 2 --report " +

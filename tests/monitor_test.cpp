@@ -1,6 +1,7 @@
 #define BOOST_TEST_MODULE monitor_test
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -344,7 +345,8 @@ BOOST_AUTO_TEST_CASE(a_cluster_monitor_names_the_leaking_process_the_straggler_a
     std::vector<ClusterAlertMonitor::Process> processes = {
         {"ps member 0 (tcp://10.0.0.1:7000)", 500e6 + 2e6 * t, 100e6 + 2e6 * t},
         {"worker member 3 (tcp://10.0.0.4:7000)", leaking_rss, 0}};
-    for (auto& a : m.observe(s, processes)) all.push_back(a);
+    for (auto& a : m.observe_cluster(s)) all.push_back(a);
+    for (auto& a : m.observe_processes(s.time_s, processes)) all.push_back(a);
   }
   std::map<std::string, std::string> raised;  // kind -> subject
   for (const auto& a : all) BOOST_TEST(raised.emplace(a.kind, a.subject).second, a.message);
@@ -353,6 +355,29 @@ BOOST_AUTO_TEST_CASE(a_cluster_monitor_names_the_leaking_process_the_straggler_a
   BOOST_TEST(raised["straggler"] == "worker node 4 (member 3)");
   BOOST_TEST(raised["hot_shard"] == "shard 1");
   for (const auto& a : all) BOOST_TEST(a.message.find(a.subject) == 0u, a.message);
+}
+
+// A process's memory sampled far apart (the coordinator's samples of it are late, its
+// heartbeats are): a leak that grew between two samples further apart than the window is named
+// all the same, and a process whose memory holds still beside it is not.
+BOOST_AUTO_TEST_CASE(a_leak_seen_through_samples_far_apart_is_still_named) {
+  using colony::monitor::ClusterAlertMonitor;
+  colony::monitor::AlertConfig config;
+  config.window_s = 2;
+  ClusterAlertMonitor m(config);
+  std::vector<colony::monitor::Alert> all;
+  double t = 0;
+  for (double leaked_mb : {0.0, 0.0, 1024.0, 1024.0}) {
+    std::vector<ClusterAlertMonitor::Process> processes = {
+        {"ps member 1 (tcp://127.0.0.1:7001)", 200e6 + leaked_mb * 1048576.0, 10e6},
+        {"ps member 0 (tcp://127.0.0.1:7000)", 200e6, 10e6}};
+    for (auto& a : m.observe_processes(t, processes)) all.push_back(a);
+    t += 0.25;
+    if (leaked_mb == 0.0 && t > 0.3) t += 5;  // five seconds with no sample while it leaks
+  }
+  BOOST_REQUIRE_EQUAL(all.size(), 1u);
+  BOOST_TEST(all[0].kind == "leak_suspect");
+  BOOST_TEST(all[0].subject == "ps member 1 (tcp://127.0.0.1:7001)");
 }
 
 BOOST_AUTO_TEST_CASE(the_median_of_the_others_leaves_one_out) {
@@ -534,16 +559,28 @@ BOOST_AUTO_TEST_CASE(hot_keys_finds_the_most_pulled_keys_among_many_cold_ones) {
   BOOST_TEST(sampled.total() == 16u);
 }
 
-// --fault-leak-mb in colony train leaks at a rate: a caller that comes late (a loaded machine)
-// gets all that is due at once, so the leak grows as fast whatever the progress updates' pace.
-BOOST_AUTO_TEST_CASE(a_fault_leak_at_a_rate_keeps_what_is_due_by_then) {
-  colony::monitor::FaultLeak leak(300);
-  leak.grow_at_rate(10.0, 256.0);
-  BOOST_TEST(leak.kept_mb() == 64u);  // the first call
-  leak.grow_at_rate(10.0, 256.0);
-  BOOST_TEST(leak.kept_mb() == 64u);  // nothing more is due yet
-  leak.grow_at_rate(10.5, 256.0);     // 64 + 128 MiB due: two more pieces
-  BOOST_TEST(leak.kept_mb() == 192u);
-  leak.grow_at_rate(60.0, 256.0);
-  BOOST_TEST(leak.kept_mb() == 300u);  // the total, the last piece smaller
+// --fault-leak-mb leaks on a thread of its own, so the thread that starts it (a daemon's
+// heartbeats) never waits on the page faults: start() comes back at once, and the leak goes on
+// to its total, resident, the last piece smaller. A leak of nothing starts nothing, and one
+// stopped halfway (the job over) goes with what it kept.
+BOOST_AUTO_TEST_CASE(a_fault_leak_keeps_its_total_resident_on_a_thread_of_its_own) {
+  const double before = colony::monitor::resident_bytes();
+  {
+    colony::monitor::FaultLeak leak(300);
+    BOOST_TEST(leak.kept_mb() == 0u);
+    leak.start(1e6);
+    leak.start(1e6);                                        // once only
+    for (int i = 0; i < 6000 && leak.kept_mb() < 300; ++i)  // up to a minute
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    BOOST_REQUIRE(leak.kept_mb() == 300u);
+    BOOST_TEST(colony::monitor::resident_bytes() - before >= 300.0 * 1048576 * 0.95);
+  }
+  colony::monitor::FaultLeak none(0);
+  none.start(1e6);
+  BOOST_TEST(none.kept_mb() == 0u);
+  colony::monitor::FaultLeak slow(1024);
+  slow.start(1.0);  // 64 MiB at once, then a MiB a second: ended by its destructor
+  for (int i = 0; i < 6000 && slow.kept_mb() < 64; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  BOOST_TEST(slow.kept_mb() == 64u);
 }
