@@ -256,12 +256,7 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     if (c.formats.row != ValueFormat::fp32 || c.formats.state != ValueFormat::fp32) {
       auto parts = ShardCore::row_parts(sc, c.formats.row, c.formats.state);
       if (!parts) return parts.status();
-      if (Status set =
-              set_compact_parts(co.store, std::move(parts.value()),
-                                fmt::format("--row-format {} --state-format {}",
-                                            to_string(c.formats.row), to_string(c.formats.state)));
-          !set.ok())
-        return set;
+      co.store.compact_parts = std::move(parts.value());
     }
     auto store = open_shard_store(co.store, identity);
     if (!store) return store.status();

@@ -374,12 +374,7 @@ class Member {
         if (job.formats.row != ValueFormat::fp32 || job.formats.state != ValueFormat::fp32) {
           auto parts = ShardCore::row_parts(sc, job.formats.row, job.formats.state);
           if (!parts) return parts.status();
-          if (Status set = set_compact_parts(
-                  store_spec, std::move(parts.value()),
-                  fmt::format("the job's --row-format {} --state-format {}",
-                              to_string(job.formats.row), to_string(job.formats.state)));
-              !set.ok())
-            return set;
+          store_spec.compact_parts = std::move(parts.value());
         }
         if (w.resume) {
           // Never a silent start from scratch: a resumed shard's store must be there.

@@ -286,11 +286,6 @@ Runner add_train(CLI::App& app) {
       return fail(Status::invalid_input(std::string(row_flag(*formats)) +
                                         ": the local engine keeps rows in fp32; use --engine "
                                         "cluster"));
-    if (row_flag(*formats) && cluster.store.kind != StoreKind::memory)
-      return fail(Status::invalid_input(
-          fmt::format("{}: rows in fewer bits are kept by the memory store only; --store {} keeps "
-                      "them in fp32",
-                      row_flag(*formats), a->store)));
     cluster.formats = *formats;
     auto push = parse_push_mode(a->push);
     if (!push) return fail(Status::invalid_input("--push: " + push.status().message()));

@@ -1,15 +1,11 @@
 // Rows in memory in fewer bytes: each row is kept encoded, part by part (its values in one
-// format, its optimizer state in another), and decoded while a batch uses it (the batch
-// protocol of storage/row_store.h). A job's --row-format and --state-format choose the parts'
-// formats (common/value_format.h): fp32, bf16 or fp16 (2 bytes a value) or int8 (1 byte a value
-// and a float32 scale a part).
+// format, its optimizer state in another: storage/row_codec.h), and decoded while a batch uses it
+// (the batch protocol of storage/row_store.h). A job's --row-format and --state-format choose the
+// parts' formats.
 //
-// Writing a row back rounds each value stochastically, to one of its two neighbours in the
-// format with the probability that makes the mean the value itself (common/bf16.h,
-// common/fp16.h, common/int8.h): small updates to a row are kept in expectation instead of being
-// rounded away. The randomness is a hash of the key and a count of the store's writes, so a run is
-// reproducible. A part in fp32 is kept bit for bit: a store of fp32 parts only gives what
-// MemoryRowStore gives.
+// Writing a row back rounds each value stochastically (RowCodec::encode); the randomness is a hash
+// of the key and a count of the store's writes, so a run is reproducible. A part in fp32 is kept
+// bit for bit: a store of fp32 parts only gives what MemoryRowStore gives.
 //
 // Memory: the encoded rows (each padded to whole floats) in a RowTable, plus the decoded rows
 // of the current batch, dropped at commit().
@@ -25,24 +21,11 @@
 
 #include "common/status.h"
 #include "common/value_format.h"
+#include "storage/row_codec.h"
 #include "storage/row_store.h"
 #include "storage/row_table.h"
 
 namespace colony {
-
-// A run of a row's floats kept in one format, with a scale of its own when int8.
-struct RowPart {
-  size_t floats = 0;
-  ValueFormat format = ValueFormat::fp32;
-  // Keep sign(v) sqrt(|v|) in the format (and square it back; ignored in fp32). For optimizer
-  // state, whose sums of squared gradients span orders of magnitude within a row: int8's 127
-  // even steps then cover a range 127^2 wide instead of rounding the small sums to 0, and
-  // fp16's largest value, 65504, stands for 4.3e9.
-  bool root = false;
-};
-
-// Bytes a row of `parts` takes encoded (before padding to whole floats).
-size_t encoded_row_bytes(std::span<const RowPart> parts);
 
 class CompactRowStore final : public RowStore {
  public:
@@ -66,16 +49,14 @@ class CompactRowStore final : public RowStore {
   Status commit() override;
 
  private:
-  CompactRowStore(std::vector<RowPart> parts, size_t row_floats, size_t encoded_floats);
-  void decode(const float* encoded, float* row) const;
-  void encode(uint64_t key, float* row, float* encoded);
+  explicit CompactRowStore(RowCodec codec);
   // The decoded row of `key` in this batch (decoding it on first use), or nullptr when the
   // store has no row; `dirty` marks it for write-back.
   float* batch_row(uint64_t key, bool dirty);
 
-  std::vector<RowPart> parts_;
+  RowCodec codec_;
   size_t row_floats_;
-  RowTable encoded_;
+  RowTable encoded_;  // each row's encoded bytes, padded to whole floats
   // The batch's decoded rows: row_floats_ values, then 1 when handed out for writing.
   RowTable batch_;
   std::vector<std::pair<uint64_t, float*>> dirty_;

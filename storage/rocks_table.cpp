@@ -12,6 +12,8 @@
 #include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
 
+#include "common/hash.h"
+
 namespace colony {
 
 namespace {
@@ -22,9 +24,15 @@ constexpr const char* key_shard = "colony.shard_index";
 constexpr const char* key_shards = "colony.shards";
 constexpr const char* key_row_floats = "colony.row_floats";
 constexpr const char* key_rows = "colony.rows";
+// The row parts (storage/row_codec.h to_string) when rows are not kept in fp32; absent: fp32.
+constexpr const char* key_row_parts = "colony.row_parts";
 // colony.clock.<sender>: the clock of that sender's last push the rows hold (exactly-once pushes
 // across a restart, ps/shard_core.h).
 constexpr const char* clock_key_prefix = "colony.clock.";
+
+std::string describe_parts(const std::vector<RowPart>& parts) {
+  return parts.empty() ? std::string("fp32") : to_string(parts);
+}
 
 std::string describe(const StoreIdentity& id) {
   return fmt::format("cluster \"{}\", shard {} of {}, rows of {} floats", id.cluster_id,
@@ -91,6 +99,14 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   COLONY_ASSERT(!identity.cluster_id.empty() && identity.row_floats > 0 &&
                     identity.shard_index < identity.shards,
                 "{}", describe(identity));
+  if (!options.parts.empty()) {
+    auto codec = RowCodec::make(options.parts);
+    if (!codec) return Status::invalid_input(options.path + ": " + codec.status().message());
+    if (codec->row_floats() != identity.row_floats)
+      return Status::invalid_input(fmt::format("{}: row parts {} hold {} floats; rows have {}",
+                                               options.path, to_string(options.parts),
+                                               codec->row_floats(), identity.row_floats));
+  }
   namespace fs = std::filesystem;
   std::error_code ec;
   const bool exists = fs::exists(fs::path(options.path) / "CURRENT", ec);
@@ -134,11 +150,13 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
     b.Put(t->meta_, key_shards, std::to_string(identity.shards));
     b.Put(t->meta_, key_row_floats, std::to_string(identity.row_floats));
     b.Put(t->meta_, key_rows, "0");
+    if (!options.parts.empty()) b.Put(t->meta_, key_row_parts, to_string(options.parts));
     rocksdb::WriteOptions wo;
     wo.sync = true;
     s = t->db_->Write(wo, &b);
     if (!s.ok()) return t->error("cannot write the store's identity", s.ToString());
     t->identity_ = identity;
+    if (Status e = t->read_parts(); !e.ok()) return e;
     return t;
   }
   if (!s.ok()) return t->error("cannot read the store's identity", s.ToString());
@@ -162,6 +180,8 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   stored.row_floats = size_t(n);
   if (Status e = read_number(key_rows, t->rows_); !e.ok()) return e;
   if (Status e = t->read_clocks(); !e.ok()) return e;
+  t->identity_.row_floats = stored.row_floats;  // the stored parts are checked against it
+  if (Status e = t->read_parts(); !e.ok()) return e;
   // The optimizer named in a job fingerprint (actors/embedded_cluster.h store_fingerprint):
   // rows of the same size may hold another optimizer's state, which --resume must not take.
   auto optimizer_of = [](const std::string& id) {
@@ -172,6 +192,12 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
                            stored.shards == identity.shards &&
                            stored.row_floats == identity.row_floats &&
                            optimizer_of(stored.cluster_id) == optimizer_of(identity.cluster_id);
+  if (same_layout && t->parts_ != options.parts)
+    return Status::invalid_input(fmt::format(
+        "{}: this store keeps its rows in {}; this job keeps them in {} (--row-format, "
+        "--state-format). Refusing to open it: give the formats it was written with, point the "
+        "store elsewhere, or remove the folder to start from scratch",
+        options.path, describe_parts(t->parts_), describe_parts(options.parts)));
   if (same_layout && stored.cluster_id == identity.cluster_id) {
     t->identity_ = stored;
     return t;
@@ -236,7 +262,43 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::stri
   }
   if (t->identity_.row_floats == 0)
     return Status::invalid_input(fmt::format("{}: corrupt store identity: rows of 0 floats", path));
+  if (Status e = t->read_parts(); !e.ok()) return e;
   return t;
+}
+
+Status RocksTable::read_parts() {
+  std::string text;
+  rocksdb::Status rs = db_->Get(rocksdb::ReadOptions(), meta_, key_row_parts, &text);
+  parts_.clear();
+  codec_.reset();
+  value_bytes_ = identity_.row_floats * sizeof(float);
+  if (rs.IsNotFound()) return {};
+  if (!rs.ok()) return error("cannot read the store's row parts", rs.ToString());
+  auto parts = parse_row_parts(text);
+  if (!parts)
+    return Status::invalid_input(
+        fmt::format("{}: corrupt store identity: {}", options_.path, parts.status().message()));
+  auto codec = RowCodec::make(*parts);
+  if (!codec || codec->row_floats() != identity_.row_floats)
+    return Status::invalid_input(
+        fmt::format("{}: corrupt store identity: row parts \"{}\" for rows of {} floats",
+                    options_.path, text, identity_.row_floats));
+  parts_ = std::move(parts.value());
+  value_bytes_ = codec->encoded_bytes();
+  codec_.emplace(std::move(codec.value()));
+  return {};
+}
+
+Status RocksTable::decode(uint64_t key, std::string_view value, float* row) const {
+  if (value.size() != value_bytes_)
+    return Status::invalid_input(
+        fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats in {} bytes",
+                    options_.path, key, value.size(), identity_.row_floats, value_bytes_));
+  if (codec_)
+    codec_->decode(reinterpret_cast<const unsigned char*>(value.data()), row);
+  else
+    std::memcpy(row, value.data(), value_bytes_);
+  return {};
 }
 
 Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>& out,
@@ -258,28 +320,19 @@ Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>&
     if (statuses[i].IsNotFound()) continue;
     if (!statuses[i].ok())
       return error(fmt::format("cannot read key {:#x}", keys[i]).c_str(), statuses[i].ToString());
-    if (values[i].size() != rf * sizeof(float))
-      return Status::invalid_input(
-          fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats", options_.path,
-                      keys[i], values[i].size(), rf));
-    std::memcpy(&out[i * rf], values[i].data(), rf * sizeof(float));
+    if (Status e = decode(keys[i], values[i].ToStringView(), &out[i * rf]); !e.ok()) return e;
     found[i] = 1;
   }
   return {};
 }
 
 Expected<bool> RocksTable::get(uint64_t key, float* out) {
-  const size_t rf = identity_.row_floats;
   const std::string k = encode_key(key);
   rocksdb::PinnableSlice value;
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rows_cf_, k, &value);
   if (s.IsNotFound()) return false;
   if (!s.ok()) return error(fmt::format("cannot read key {:#x}", key).c_str(), s.ToString());
-  if (value.size() != rf * sizeof(float))
-    return Status::invalid_input(
-        fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats", options_.path, key,
-                    value.size(), rf));
-  std::memcpy(out, value.data(), rf * sizeof(float));
+  if (Status e = decode(key, value.ToStringView(), out); !e.ok()) return e;
   return true;
 }
 
@@ -330,10 +383,19 @@ Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> 
     std::stable_sort(order.begin(), order.end(),
                      [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
   rocksdb::WriteBatch b;
+  std::vector<float> row(codec_ ? rf : 0);
+  std::string value(codec_ ? value_bytes_ : 0, '\0');
   for (uint32_t i : order) {
     const std::string k = encode_key(keys[i]);
-    b.Put(rows_cf_, k,
-          rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
+    if (!codec_) {
+      b.Put(rows_cf_, k,
+            rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
+      continue;
+    }
+    std::copy_n(&rows[i * rf], rf, row.data());
+    codec_->encode(hash_combine(keys[i], writes_++), row.data(),
+                   reinterpret_cast<unsigned char*>(value.data()));
+    b.Put(rows_cf_, k, value);
   }
   if (rows_added) b.Put(meta_, key_rows, std::to_string(rows_ + rows_added));
   for (auto [sender, clock] : clocks)
@@ -378,11 +440,7 @@ Status RocksTable::for_each_in_range(uint64_t begin, uint64_t end,
           fmt::format("{}: a row key of {} bytes", options_.path, it->key().size()));
     const uint64_t key = decode_key(it->key().data());
     if (key >= end) break;
-    if (it->value().size() != rf * sizeof(float))
-      return Status::invalid_input(
-          fmt::format("{}: key {:#x} holds {} bytes, expected a row of {} floats", options_.path,
-                      key, it->value().size(), rf));
-    std::memcpy(row.data(), it->value().data(), rf * sizeof(float));
+    if (Status e = decode(key, it->value().ToStringView(), row.data()); !e.ok()) return e;
     f(key, row.data());
   }
   if (!it->status().ok()) return error("cannot iterate over the rows", it->status().ToString());

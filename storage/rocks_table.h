@@ -1,11 +1,14 @@
 // One shard's rows on disk: a RocksDB database in its own folder, the rows in a column family
 // of their own, keyed by the row key as 8 big-endian bytes (so key ranges iterate in key
-// order), each value the row's floats (parameters and optimizer state together).
+// order), each value the row's floats (parameters and optimizer state together): in fp32, or
+// encoded part by part in fewer bytes (RocksTableOptions::parts, storage/row_codec.h; a job's
+// --row-format and --state-format), rounded stochastically as each row is written.
 //
 // The default column family holds the store's identity (which cluster wrote it, which shard
-// of how many, the row size) and its row count. Opening a store written by another cluster,
-// for another shard or with another row size is refused, naming the path: training must never
-// silently continue on someone else's rows, nor silently start from scratch.
+// of how many, the row size, the row parts when not fp32) and its row count. Opening a store
+// written by another cluster, for another shard, with another row size or in other row parts is
+// refused, naming the path: training must never silently continue on someone else's rows, nor
+// silently start from scratch.
 //
 // Tuned for point lookups of small rows: a bloom filter (10 bits a key) and a hash index in
 // every data block, a block cache of `block_cache_bytes`, no compression (floats barely
@@ -24,11 +27,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "storage/row_codec.h"
 
 namespace rocksdb {
 class DB;
@@ -55,19 +61,24 @@ struct RocksTableOptions {
   // same `optimizer=` in the identity, when both name one), is continued and becomes this job's
   // (its identity is rewritten) instead of being refused.
   bool adopt = false;
+  // The parts each row is kept in (their floats adding up to the identity's row_floats); empty:
+  // every float in fp32. Opening a store created in other parts is refused, even with adopt.
+  std::vector<RowPart> parts{};
 };
 
 class RocksTable {
  public:
   // Opens (or creates) the database at options.path for `identity`. Fails with
-  // invalid_input when it was written by another cluster, shard, shard count or row size
-  // (the message names the path and both identities; with options.adopt only another shard,
-  // shard count, row size or optimizer is refused), not_found when it is missing and
+  // invalid_input when it was written by another cluster, shard, shard count, row size or in
+  // other row parts (the message names the path and both identities; with options.adopt only
+  // another shard, shard count, row size, row parts or optimizer is refused), or when
+  // options.parts do not add up to identity.row_floats; not_found when it is missing and
   // !create_if_missing, io_error when RocksDB cannot open it (corruption, permissions, a
   // lock held by another process).
   static Expected<std::unique_ptr<RocksTable>> open(const RocksTableOptions& options,
                                                     const StoreIdentity& identity);
-  // Opens an existing database read-only whatever its identity (tools: export, verify).
+  // Opens an existing database read-only whatever its identity, in the row parts it records
+  // (tools: export, verify; restoring a checkpoint).
   static Expected<std::unique_ptr<RocksTable>> open_read_only(const std::string& path);
   ~RocksTable();
 
@@ -77,9 +88,13 @@ class RocksTable {
   const std::string& adopted_from() const { return adopted_from_; }
   size_t row_floats() const { return identity_.row_floats; }
   uint64_t rows() const { return rows_; }
+  // The parts rows are kept in; empty: fp32.
+  const std::vector<RowPart>& row_parts() const { return parts_; }
+  // Bytes a row's value takes.
+  size_t row_bytes() const { return value_bytes_; }
 
-  // Reads the rows of `keys` into out[i * row_floats ...] and sets found[i] (out and found
-  // are resized). Fails with io_error, or invalid_input for a stored value of the wrong size,
+  // Reads the rows of `keys` into out[i * row_floats ...] (decoded) and sets found[i] (out and
+  // found are resized). Fails with io_error, or invalid_input for a stored value of the wrong size,
   // naming path and key. A row written concurrently (another thread) is read as it was before
   // the write or after it, whole.
   Status multi_get(std::span<const uint64_t> keys, std::vector<float>& out,
@@ -89,7 +104,9 @@ class RocksTable {
   Expected<bool> get(uint64_t key, float* out);
   // Writes rows[i * row_floats ...] under keys[i] in one atomic batch, together with the row
   // count grown by `rows_added` (rows that were not stored before) and each (sender, clock) of
-  // `clocks`: the clock of the sender's last push those rows hold. Fails with io_error. The rows
+  // `clocks`: the clock of the sender's last push those rows hold. Rows in compact parts are
+  // rounded stochastically, by a hash of the key and a count of the table's writes. Fails with
+  // io_error. The rows
   // go into the batch in key order, whatever the order of `keys`: RocksDB's memtable inserts
   // keys in ascending order several times faster than in random order (it keeps the place of
   // the last insert). A key given twice is written as its last row.
@@ -122,11 +139,20 @@ class RocksTable {
   RocksTable() = default;
   Status error(const char* what, const std::string& status_text) const;
   Status read_clocks();
+  // Reads the row parts the store records (none: fp32) into parts_, codec_ and value_bytes_.
+  Status read_parts();
+  // `value` (a row's stored bytes) decoded into `row`; invalid_input naming the key when its size
+  // is not a row's.
+  Status decode(uint64_t key, std::string_view value, float* row) const;
 
   RocksTableOptions options_;
   StoreIdentity identity_;
   std::string adopted_from_;
   uint64_t rows_ = 0;
+  std::vector<RowPart> parts_;
+  std::optional<RowCodec> codec_;  // with parts_
+  size_t value_bytes_ = 0;
+  uint64_t writes_ = 0;  // rows encoded so far: with the key, the rounding's randomness
   std::map<uint64_t, uint32_t> clocks_;
   std::unique_ptr<rocksdb::DB> db_;
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;  // the default family, owned by db_

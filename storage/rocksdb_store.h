@@ -2,7 +2,9 @@
 // hot rows in memory within a byte budget over the rows on disk (TieredRowStore).
 //
 // Both follow RowStore's batch protocol (storage/row_store.h): load(keys) reads the missing
-// rows in one MultiGet, find/find_or_insert hand out pointers valid until commit().
+// rows in one MultiGet, find/find_or_insert hand out pointers valid until commit(). The rows a
+// batch uses, and the tiered store's cached rows, are in fp32 whatever parts the table keeps rows
+// in on disk (RocksTableOptions::parts): a row is rounded to them as it is written to the table.
 //
 // RocksRowStore writes every row handed out by find_or_insert at commit(), in one WriteBatch
 // through the write-ahead log: an acknowledged update survives a crash of the process.
@@ -64,6 +66,7 @@ class RocksRowStore final : public RowStore {
   bool stable_rows() const override { return false; }
   size_t size() const override { return table_->rows() + created_; }
   size_t row_floats() const override { return table_->row_floats(); }
+  size_t row_bytes() const override { return table_->row_bytes(); }  // on disk
   size_t memory_bytes() const override { return arena_.bytes(); }
   // Committed rows only.
   Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
@@ -144,6 +147,7 @@ class TieredRowStore final : public RowStore {
   bool stable_rows() const override { return false; }
   size_t size() const override { return table_->rows() + cache_only_; }
   size_t row_floats() const override { return table_->row_floats(); }
+  size_t row_bytes() const override { return table_->row_bytes(); }  // on disk
   size_t memory_bytes() const override;
   Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
   Status erase(std::span<const uint64_t> keys) override;

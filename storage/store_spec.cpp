@@ -84,21 +84,18 @@ std::string to_string(const StoreSpec& spec) {
       return fmt::format("memory ({} bytes a row)",
                          (encoded_row_bytes(spec.compact_parts) + 3) / 4 * 4);
     case StoreKind::rocksdb:
-      return "rocksdb:" + spec.dir;
+      if (spec.compact_parts.empty()) return "rocksdb:" + spec.dir;
+      return fmt::format("rocksdb:{} ({} bytes a row)", spec.dir,
+                         encoded_row_bytes(spec.compact_parts));
     case StoreKind::tiered:
-      return fmt::format("tiered ({} bytes in memory, {}{}) over rocksdb:{}", spec.cache_bytes,
-                         to_string(spec.policy), spec.read_ahead ? ", read-ahead" : "", spec.dir);
+      return fmt::format(
+          "tiered ({} bytes in memory, {}{}) over rocksdb:{}{}", spec.cache_bytes,
+          to_string(spec.policy), spec.read_ahead ? ", read-ahead" : "", spec.dir,
+          spec.compact_parts.empty()
+              ? std::string()
+              : fmt::format(" ({} bytes a row on disk)", encoded_row_bytes(spec.compact_parts)));
   }
   return "?";
-}
-
-Status set_compact_parts(StoreSpec& spec, std::vector<RowPart> parts, const std::string& flags) {
-  if (spec.kind != StoreKind::memory)
-    return Status::invalid_input(fmt::format(
-        "{}: rows in fewer bits are kept by the memory store only; --store {} keeps them in fp32",
-        flags, to_string(spec)));
-  spec.compact_parts = std::move(parts);
-  return {};
 }
 
 std::string shard_store_path(const std::string& dir, uint32_t shard_index) {
@@ -128,6 +125,7 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   o.block_cache_bytes = spec.block_cache_bytes;
   o.sync_writes = spec.durability == Durability::fsync;
   o.adopt = spec.resume;
+  o.parts = spec.compact_parts;
   // The tiered store's write-backs keep RocksDB's log: they are what its push log relies on.
   o.write_ahead_log = spec.kind == StoreKind::tiered || spec.durability != Durability::none;
   auto table = RocksTable::open(o, identity);
@@ -165,6 +163,13 @@ Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
         "shard {} of {} (rows of {} floats)",
         checkpoint_dir, got.cluster_id, got.shard_index, got.shards, got.row_floats,
         identity.cluster_id, identity.shard_index, identity.shards, identity.row_floats));
+  if (spec.kind != StoreKind::memory && (*copy)->row_parts() != spec.compact_parts)
+    return Status::invalid_input(fmt::format(
+        "{}: a checkpoint of rows in {}, not in this job's {} (--row-format, --state-format); "
+        "the store is as it was",
+        checkpoint_dir,
+        (*copy)->row_parts().empty() ? std::string("fp32") : to_string((*copy)->row_parts()),
+        spec.compact_parts.empty() ? std::string("fp32") : to_string(spec.compact_parts)));
   if (spec.kind == StoreKind::memory) {
     auto store = memory_store(spec, identity.row_floats);
     if (!store) return store.status();

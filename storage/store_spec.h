@@ -51,8 +51,10 @@ struct StoreSpec {
   size_t block_cache_bytes = size_t{64} << 20;  // per shard
   Durability durability = Durability::none;     // parse_store_spec sets the store's default
   bool resume = false;  // `--resume`: continue another job's rows (RocksTableOptions::adopt)
-  // memory: the parts of a row in a compact store (storage/compact_store.h; a job's --row-format
-  // and --state-format); empty: every float in fp32 (MemoryRowStore).
+  // The parts a row is kept in (storage/row_codec.h; a job's --row-format and --state-format):
+  // memory, a compact store (storage/compact_store.h); rocksdb and tiered, the rows on disk
+  // (RocksTableOptions::parts; the tiered store's cached rows stay fp32). Empty: every float in
+  // fp32.
   std::vector<RowPart> compact_parts{};
 };
 
@@ -76,16 +78,12 @@ Status set_read_ahead(StoreSpec& spec, bool read_ahead);
 // cannot give it (log or fsync of the memory store, which keeps nothing on disk).
 Status set_durability(StoreSpec& spec, Durability durability);
 
-// Gives `spec` the row parts of a compact store (StoreSpec::compact_parts) for a job's
-// `--row-format ROWS --state-format STATE` (`flags`, as given). Fails with invalid_input naming
-// them when the store is not the memory store (rows on disk stay fp32).
-Status set_compact_parts(StoreSpec& spec, std::vector<RowPart> parts, const std::string& flags);
-
 // DIR/shard-<index>.
 std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 
-// Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one, compact
-// when spec.compact_parts says, whose floats must then add up to identity.row_floats). The
+// Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one; compact, or
+// on disk in fewer bytes, when spec.compact_parts says, whose floats must then add up to
+// identity.row_floats; a store on disk created in other parts is refused). The
 // tiered store gets cache_bytes / identity.shards of the budget; under log or fsync durability it
 // keeps a push log in its folder, and whatever push log the folder holds is replayed first
 // (StoreStats::log_records_replayed). Fails as RocksTable::open does (another job's store, a
@@ -95,7 +93,8 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
 
 // Recovery: opens shard `identity.shard_index`'s store with the rows of its checkpoint copy
 // in `checkpoint_dir` (a ROOT/step-<S>/shard-<i> folder, storage/checkpoint.h), whose identity
-// must be `identity`. memory: a new store loaded with the rows. rocksdb and tiered: the
+// must be `identity` (and, for rocksdb and tiered, whose row parts must be spec.compact_parts).
+// memory: a new store loaded with the rows. rocksdb and tiered: the
 // store folder DIR/shard-<i> is replaced by a copy of the checkpoint, made beside it
 // (DIR/shard-<i>.restoring) and swapped in with one atomic exchange, so the old store is never
 // removed before its replacement is complete; the old store must be closed first (destroyed),

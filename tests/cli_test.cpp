@@ -86,7 +86,6 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --row-format int4",
                            "train --state-format fp8",
                            "train --engine local --row-format bf16",
-                           "train --store rocksdb:no-such-dir/x --state-format int8",
                            "train --optimizer adam --state-format int8",
                            "coordinator --listen tcp://127.0.0.1:1 --insecure --optimizer adam "
                            "--state-format int8",
@@ -470,6 +469,28 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_trains_as_well_as_fp32_in_fewer_bytes) {
   BOOST_TEST(std::abs(compact["test_logloss"].get<double>() - fp32) <= 0.005 * fp32);
   BOOST_TEST(std::abs(compact["test_auc"].get<double>() - got["fp32"]["test_auc"].get<double>()) <=
              0.002);
+  // The same rows on disk (storage/rocks_table.h): RocksDB keeps each in its 52 bytes, alone and
+  // under the tiered store's cache (which keeps fp32 rows, rounded as they are written back), in
+  // the same quality bounds. The same store is refused to a job that keeps rows in fp32.
+  for (const std::string extra : {"", " --cache-bytes 200000"}) {
+    const fs::path store = dir / (extra.empty() ? "rows-int8-rocksdb" : "rows-int8-tiered");
+    const fs::path report = store.string() + ".json";
+    r = run("train --shards 2 --workers 2 --row-format int8 --state-format int8 --store rocksdb:" +
+            store.string() + extra + " --report " + report.string() + files);
+    BOOST_REQUIRE_MESSAGE(r.code == 0, r.err);
+    const nlohmann::json disk = read_json(report);
+    BOOST_TEST(disk["bytes_per_row"].get<double>() == 52.0, extra);
+    BOOST_TEST_MESSAGE("test logloss int8 rows on disk" << extra << " "
+                                                        << disk["test_logloss"].get<double>());
+    BOOST_TEST(std::abs(disk["test_logloss"].get<double>() - fp32) <= 0.005 * fp32, extra);
+    BOOST_TEST(
+        std::abs(disk["test_auc"].get<double>() - got["fp32"]["test_auc"].get<double>()) <= 0.002,
+        extra);
+    r = run("train --shards 2 --workers 2 --store rocksdb:" + store.string() + extra + files);
+    BOOST_TEST(r.code != 0);
+    BOOST_TEST(r.err.find("this store keeps its rows in int8:9,") != std::string::npos, r.err);
+    BOOST_TEST(r.err.find("this job keeps them in fp32") != std::string::npos, r.err);
+  }
 }
 
 // Issue 16: requests of any size. A job whose every pull and push to a shard travels in parts of

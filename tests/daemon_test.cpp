@@ -1210,6 +1210,27 @@ BOOST_AUTO_TEST_CASE(a_ps_store_of_another_job_is_refused_naming_it) {
                  said, std::regex(store.string() + "/shard-[01]: this store was written by")),
              said);
   BOOST_TEST(said.find("seed=1") != std::string::npos, said);
+  // The same job with its rows in int8 (storage/rocks_table.h): the ps members give the store
+  // the job's row parts, and the store, written in fp32, refuses them naming both.
+  auto [coord2, endpoint2] = start_coordinator(
+      "int8-job-coordinator",
+      cat(role_key("server"), {"--shards", "2", "--workers", "1", "--no-cache", "--row-format",
+                               "int8", "--state-format", "int8", "--test", s.test.string()}));
+  auto ps2 = start_member("int8-job-ps0", "ps", endpoint2,
+                          cat(role_key("ps-0"), {"--store", "rocksdb:" + store.string()}));
+  auto ps3 = start_member("int8-job-ps1", "ps", endpoint2,
+                          cat(role_key("ps-1"), {"--store", "rocksdb:" + store.string()}));
+  auto w1 = start_member("int8-job-w0", "worker", endpoint2, role_key("worker-0"));
+  BOOST_TEST(coord2->wait() != 0);
+  BOOST_TEST(ps2->wait() != 0);
+  BOOST_TEST(ps3->wait() != 0);
+  w1->wait();
+  const std::string refused = ps2->log() + ps3->log();
+  BOOST_TEST(
+      std::regex_search(refused, std::regex(store.string() +
+                                            "/shard-[01]: this store keeps its rows in fp32; this "
+                                            "job keeps them in int8:9,")),
+      refused);
 }
 
 BOOST_AUTO_TEST_CASE(coordinator_refuses_train_only_flags_naming_where_they_go) {

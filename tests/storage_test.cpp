@@ -317,21 +317,150 @@ BOOST_AUTO_TEST_CASE(a_cleared_table_is_empty_and_fills_again) {
   }
 }
 
-// A compact store is a memory store: a store on disk refuses compact parts, naming the flags; a
-// memory store's parts must add up to the rows' floats.
-BOOST_AUTO_TEST_CASE(only_the_memory_store_takes_compact_rows) {
-  StoreSpec disk = parse_store_spec("rocksdb:/nonexistent/x", 0).value();
-  const Status refused = set_compact_parts(disk, {{9, ValueFormat::int8}}, "--row-format int8");
-  BOOST_TEST(!refused.ok());
-  BOOST_TEST(refused.message().find("--row-format int8: rows in fewer bits are kept by the memory "
-                                    "store only") != std::string::npos,
-             refused.message());
-  BOOST_TEST(disk.compact_parts.empty());
+// A memory store's compact parts must add up to the rows' floats.
+BOOST_AUTO_TEST_CASE(a_memory_stores_compact_parts_hold_the_rows_floats) {
   StoreSpec memory = parse_store_spec("memory", 0).value();
-  BOOST_TEST(set_compact_parts(memory, {{9, ValueFormat::int8}, {9, ValueFormat::bf16}}, "x").ok());
-  BOOST_TEST(memory.compact_parts.size() == 2u);
+  memory.compact_parts = {{9, ValueFormat::int8}, {9, ValueFormat::bf16}};
+  BOOST_TEST(to_string(memory) == "memory (32 bytes a row)");
   BOOST_TEST(open_shard_store(memory, StoreIdentity{"c", 0, 1, 18}).value()->row_bytes() == 32u);
   BOOST_TEST(!open_shard_store(memory, StoreIdentity{"c", 0, 1, 19}).ok());
+}
+
+// Row parts as text, and back; text that is not parts is refused, naming it.
+BOOST_AUTO_TEST_CASE(row_parts_read_back_from_their_text) {
+  const std::vector<RowPart> parts{{8, ValueFormat::int8},
+                                   {9, ValueFormat::fp16, true},
+                                   {1, ValueFormat::fp32},
+                                   {3, ValueFormat::bf16}};
+  BOOST_TEST(to_string(parts) == "int8:8,fp16r:9,fp32:1,bf16:3");
+  BOOST_TEST((parse_row_parts(to_string(parts)).value() == parts));
+  for (const char* bad : {"", "int8:8,", "int8", "int4:8", "int8:0", "int8:8x", "int8:-1", "r:3",
+                          "fp16rr:2", "int8:99999999999"}) {
+    auto p = parse_row_parts(bad);
+    BOOST_TEST(!p.ok(), bad);
+    if (!p.ok()) BOOST_TEST(p.status().message().find("row parts") != std::string::npos);
+  }
+}
+
+// Rows on disk in compact parts (--row-format, --state-format with --store rocksdb:DIR, with or
+// without --cache-bytes): the table keeps each row in the parts' bytes and decodes it within the
+// format's step, through the RocksDB store, the tiered store (rows evicted to disk and read
+// back) and a read-only open; a store created in other parts, or a checkpoint of them, is
+// refused by name and left as it was.
+BOOST_AUTO_TEST_CASE(stores_on_disk_keep_rows_in_their_compact_parts) {
+  testing::TempDir dir("compact-disk");
+  const std::vector<RowPart> parts{{8, ValueFormat::int8}, {8, ValueFormat::bf16, true}};
+  const StoreIdentity id{"c", 0, 1, 16};
+  auto value = [](uint64_t k, size_t j) {
+    return j < 8 ? float(int64_t(mix64(k * 16 + j) % 20001) - 10000) / 997
+                 : float(mix64(k * 16 + j) % 10000) / 97;  // optimizer state: not negative
+  };
+  auto close_enough = [&](uint64_t k, const float* row) {
+    float max = 0;
+    for (size_t j = 0; j < 8; ++j) max = std::max(max, std::fabs(value(k, j)));
+    for (size_t j = 0; j < 16; ++j) {
+      const float w = value(k, j);
+      // int8: within one step of the part's scale; bf16 of the root, squared: 2^-7 relative.
+      const float tolerance = j < 8 ? max / 127 * 1.0001f : std::fabs(w) * 0.02f + 1e-6f;
+      if (std::fabs(row[j] - w) > tolerance) return false;
+    }
+    return true;
+  };
+  for (const std::string kind : {"rocksdb", "tiered"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      StoreSpec spec =
+          parse_store_spec("rocksdb:" + dir.sub(kind), kind == "tiered" ? 2000 : 0).value();
+      spec.compact_parts = parts;
+      BOOST_TEST(to_string(spec).find("(28 bytes a row") != std::string::npos, to_string(spec));
+      {
+        auto store = open_shard_store(spec, id).value();
+        BOOST_TEST(store->row_bytes() == 28u);  // 8 + 4, 16
+        for (uint64_t batch = 0; batch < 10; ++batch) {
+          std::vector<uint64_t> keys;
+          for (uint64_t k = batch * 50; k < batch * 50 + 50; ++k) keys.push_back(k);
+          BOOST_REQUIRE(store->load(keys).ok());
+          for (uint64_t k : keys) {
+            float* row = store->find_or_insert(k).first;
+            for (size_t j = 0; j < 16; ++j) row[j] = value(k, j);
+          }
+          BOOST_REQUIRE(store->commit().ok());
+        }
+        BOOST_REQUIRE(store->flush().ok());
+        // Every row read back, from the cache or from disk, is within its format's step.
+        std::vector<uint64_t> all;
+        for (uint64_t k = 0; k < 500; ++k) all.push_back(k);
+        BOOST_REQUIRE(store->load(all).ok());
+        size_t good = 0;
+        for (uint64_t k : all) good += close_enough(k, store->find(k));
+        BOOST_TEST(good == 500u);
+        BOOST_REQUIRE(store->commit().ok());
+      }
+      auto table = RocksTable::open_read_only(shard_store_path(spec.dir, 0));
+      BOOST_REQUIRE(table.ok());
+      BOOST_TEST(((*table)->row_parts() == parts));
+      BOOST_TEST((*table)->row_bytes() == 28u);
+      size_t good = 0, seen = 0;
+      BOOST_TEST((*table)
+                     ->for_each_in_range(0, UINT64_MAX,
+                                         [&](uint64_t k, const float* row) {
+                                           ++seen;
+                                           good += close_enough(k, row);
+                                         })
+                     .ok());
+      BOOST_TEST(seen == 500u);
+      BOOST_TEST(good == 500u);
+      BOOST_REQUIRE((*table)->checkpoint(dir.sub(kind + "-checkpoint")).ok());
+      table.value().reset();
+      // Opened in other parts, or in fp32: refused, naming both.
+      StoreSpec other = spec;
+      other.compact_parts = {{8, ValueFormat::fp16}, {8, ValueFormat::bf16, true}};
+      auto refused = open_shard_store(other, id);
+      BOOST_REQUIRE(!refused.ok());
+      BOOST_TEST(refused.status().message().find("keeps its rows in int8:8,bf16r:8; this job keeps "
+                                                 "them in fp16:8,bf16r:8") != std::string::npos,
+                 refused.status().message());
+      other.compact_parts.clear();
+      other.resume = true;
+      refused = open_shard_store(other, id);
+      BOOST_REQUIRE(!refused.ok());
+      BOOST_TEST(
+          refused.status().message().find("this job keeps them in fp32") != std::string::npos,
+          refused.status().message());
+      // A checkpoint of other parts is refused before the store is touched.
+      auto restored = restore_shard_store(other, id, dir.sub(kind + "-checkpoint"));
+      BOOST_REQUIRE(!restored.ok());
+      BOOST_TEST(restored.status().message().find("a checkpoint of rows in int8:8,bf16r:8") !=
+                     std::string::npos,
+                 restored.status().message());
+      // In its own parts the store opens again, rows as they were; so does its checkpoint.
+      restored = restore_shard_store(spec, id, dir.sub(kind + "-checkpoint"));
+      BOOST_REQUIRE(restored.ok());
+      BOOST_TEST((*restored)->size() == 500u);
+      // A memory store restores the checkpoint's rows in its own parts (here fp32).
+      StoreSpec memory = parse_store_spec("memory", 0).value();
+      auto loaded = restore_shard_store(memory, id, dir.sub(kind + "-checkpoint"));
+      BOOST_REQUIRE(loaded.ok());
+      good = 0;
+      BOOST_TEST((*loaded)
+                     ->for_each([&](uint64_t k, const float* row) { good += close_enough(k, row); })
+                     .ok());
+      BOOST_TEST(good == 500u);
+    }
+  }
+}
+
+// The parts of a table must hold its rows' floats: refused before anything is created.
+BOOST_AUTO_TEST_CASE(a_table_refuses_parts_that_do_not_hold_its_rows) {
+  testing::TempDir dir("compact-parts");
+  RocksTableOptions o;
+  o.path = dir.sub("t");
+  o.parts = {{8, ValueFormat::int8}};
+  auto t = RocksTable::open(o, StoreIdentity{"c", 0, 1, 9});
+  BOOST_REQUIRE(!t.ok());
+  BOOST_TEST(
+      t.status().message().find("row parts int8:8 hold 8 floats; rows have 9") != std::string::npos,
+      t.status().message());
+  BOOST_TEST(!std::filesystem::exists(o.path));
 }
 
 BOOST_AUTO_TEST_CASE(a_compact_store_refuses_rows_without_floats) {
