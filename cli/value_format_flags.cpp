@@ -24,8 +24,8 @@ void add_value_format_flags(CLI::App* cmd, ValueFormatFlags& f) {
       ->capture_default_str();
   cmd->add_option("--row-format", f.row,
                   "How the shards keep rows' values: fp32; bf16 or fp16 (2 bytes a value); or "
-                  "int8 (a byte a value and a scale a row); rounded stochastically (memory store "
-                  "only)")
+                  "int8 (a byte a value and a scale a row); rounded stochastically, in memory and "
+                  "on disk (the tiered store's cache keeps fp32)")
       ->capture_default_str();
   cmd->add_option("--state-format", f.state,
                   "How the shards keep the optimizer's state of a row: fp32, bf16, fp16 or int8, "
