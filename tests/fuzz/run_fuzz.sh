@@ -35,8 +35,9 @@ case "$target" in
     # store the fuzzer uses links RocksDB without calling it.
     "$cxx" "${flags[@]}" \
       "$src/tests/fuzz/core_fuzz.cpp" "$src"/ps/*.cpp "$src/worker/kv_client.cpp" \
-      "$src/storage/row_table.cpp" "$src/storage/row_store.cpp" "$src/storage/rocks_table.cpp" \
-      "$src/common/status.cpp" -lrocksdb -lfmt -o "$out/$target"
+      "$src/storage/row_table.cpp" "$src/storage/row_codec.cpp" "$src/storage/row_store.cpp" \
+      "$src/storage/rocks_table.cpp" \
+      "$src/common/status.cpp" "$src/common/value_format.cpp" -lrocksdb -lfmt -o "$out/$target"
     ;;
 esac
 # New inputs go to a scratch corpus; the committed one holds seeds and past crashers.
