@@ -283,7 +283,9 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
     if (member.role != MemberRole::worker) continue;
     for (NodeId n = member.first_node; n < member.first_node + member.count; ++n) {
       WorkerConfig wc = worker_config(spec, *layout, n);
-      wc.model.device = job.trainer.model.device;  // the job's wire spec has no device
+      // The job's wire spec has neither: a worker's own choices.
+      wc.model.device = job.trainer.model.device;
+      wc.model.compute_threads = job.trainer.model.compute_threads;
       wc.dense_start = dense_start;
       // The first replica trains the most batches (the others never reach a step it does not).
       if (replicas.empty() && !m.dense_shape.empty())

@@ -13,7 +13,8 @@
 
 namespace colony {
 
-double sgemm_gflops(size_t n, int repeats) {
+double sgemm_gflops(size_t n, int repeats, int threads) {
+  openblas_set_num_threads(threads);
   std::vector<float> a(n * n), b(n * n), c(n * n);
   for (size_t i = 0; i < a.size(); ++i) {
     a[i] = float(i % 7) * 0.25f;

@@ -11,9 +11,10 @@
 
 namespace colony {
 
-// GFLOP/s of C = A B with n x n float matrices through the BLAS the dense layers use, with
-// its default thread count; the best of `repeats` products after one warm-up.
-double sgemm_gflops(size_t n, int repeats);
+// GFLOP/s of C = A B with n x n float matrices through the BLAS the dense layers use, on
+// `threads` BLAS threads (the process's BLAS keeps that setting); the best of `repeats`
+// products after one warm-up.
+double sgemm_gflops(size_t n, int repeats, int threads);
 
 struct TorchPeerOptions {
   std::string script;  // scripts/torch_ctr.py

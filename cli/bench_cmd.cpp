@@ -19,6 +19,7 @@
 #include "bench/wire_bench.h"
 #include "cli/commands.h"
 #include "common/hash.h"
+#include "common/parallel.h"
 #include "data/generator.h"
 #include "data/reader.h"
 #include "gpu/device.h"
@@ -193,7 +194,8 @@ int bench_train_deep(const BenchArgs& a) {
   auto first = timed_pass(gen->train_path, ro, samples, [](const Batch&) {});  // builds the cache
   if (!first) return fail(first.status());
 
-  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = static_cast<int>(hardware_threads());
+  tc.model.compute_threads = static_cast<size_t>(threads);
   double best = 1e300;
   std::unique_ptr<LocalTrainer> last;
   for (int r = 0; r < a.repeats; ++r) {
@@ -207,7 +209,7 @@ int bench_train_deep(const BenchArgs& a) {
   auto ev = evaluate(gen->test_path, nullptr, ro,
                      [&](const Batch& b, std::vector<float>& z) { return last->predict(b, z); });
   if (!ev) return fail(ev.status());
-  const double sgemm = sgemm_gflops(1024, 5);
+  const double sgemm = sgemm_gflops(1024, 5, threads);
   const double sps = double(samples) / best;
   const double gflops = sps * flops_per_sample / 1e9;
 

@@ -14,6 +14,7 @@
 #include "cli/progress.h"
 #include "cli/value_format_flags.h"
 #include "common/log_cadence.h"
+#include "common/parallel.h"
 #include "gpu/device.h"
 #include "monitor/alerts.h"
 #include "monitor/ps_metrics.h"
@@ -40,6 +41,8 @@ struct TrainArgs {
   bool resume = false;
   std::string engine = "cluster";
   std::string device = "cpu";
+  size_t compute_threads = 0;  // 0: one per core with --engine local, 1 with --engine cluster
+  CLI::Option* compute_threads_option = nullptr;
   std::string consistency = "bsp";
   ValueFormatFlags formats;
   std::string push = "hierarchical";
@@ -200,6 +203,13 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--device", a->device,
                   "Where the workers' math runs: cpu, or cuda[:N] (lr and fm; a CUDA build)")
       ->capture_default_str();
+  a->compute_threads_option =
+      cmd->add_option("--compute-threads", a->compute_threads,
+                      "Threads that share each batch of a deep model, its samples split among "
+                      "them (0: one per core with --engine local, 1 a worker with --engine "
+                      "cluster, whose workers share the cores already)")
+          ->check(CLI::Range(size_t{0}, max_compute_threads))
+          ->capture_default_str();
   cmd->add_option(
          "--engine", a->engine,
          "cluster (PS shards and workers as actors) or local (the single-process reference "
@@ -222,6 +232,15 @@ Runner add_train(CLI::App& app) {
     if (!device) return fail(device.status());
     o.trainer.model.device = *device;
     if (Status s = check_model_device(o.trainer.model); !s.ok()) return fail(s);
+    if (a->compute_threads_option->count() > 0 && !o.trainer.model.deep())
+      return fail(Status::invalid_input(fmt::format(
+          "--compute-threads shares the dense layers of deepfm, dlrm and dcn among threads; "
+          "--model {} has none",
+          to_string(o.trainer.model.kind))));
+    o.trainer.model.compute_threads = a->compute_threads > 0 ? a->compute_threads
+                                      : a->engine == "local"
+                                          ? std::min(hardware_threads(), max_compute_threads)
+                                          : 1;
     // Generated data keeps Criteo's fields and dense features for the deep models.
     if (o.trainer.model.deep()) o.generate.format = "criteo";
     const bool tuned_by_hand = a->lr >= 0.0f || a->l1 >= 0.0f || a->l2 >= 0.0f;
@@ -393,10 +412,11 @@ Runner add_train(CLI::App& app) {
         o.trainer.model.kind == ModelKind::fm
             ? fmt::format(" (dim {})", o.trainer.model.dim).c_str()
         : o.trainer.model.deep()
-            ? fmt::format(" (dim {}, mlp {}, dense layers {} lr {:g})", o.trainer.model.dim,
-                          layer_sizes_text(o.trainer.model.mlp),
+            ? fmt::format(" (dim {}, mlp {}, dense layers {} lr {:g}, {} compute thread{})",
+                          o.trainer.model.dim, layer_sizes_text(o.trainer.model.mlp),
                           nn::to_string(o.trainer.dense_optimizer.kind),
-                          o.trainer.dense_optimizer.lr)
+                          o.trainer.dense_optimizer.lr, o.trainer.model.compute_threads,
+                          o.trainer.model.compute_threads == 1 ? "" : "s")
                   .c_str()
             : "",
         to_string(o.trainer.optimizer.kind), o.trainer.optimizer.lr, o.batch, o.epochs,
@@ -558,6 +578,7 @@ Runner add_train(CLI::App& app) {
         {"read_from_cache", r.read_from_cache},
         {"engine", a->engine},
         {"device", device_text(o.trainer.model.device)},
+        {"compute_threads", o.trainer.model.deep() ? o.trainer.model.compute_threads : 1},
         {"train_cpu_seconds", r.train_cpu_seconds},
         {"cpu_seconds_per_sample",
          r.counters.samples ? r.train_cpu_seconds / double(r.counters.samples) : 0.0},

@@ -7,6 +7,7 @@
 
 #include "common/hash.h"
 #include "common/metrics.h"
+#include "common/parallel.h"
 #include "models/layers.h"
 
 namespace colony {
@@ -319,6 +320,101 @@ class Dcn final : public DeepModel {
   std::vector<float> head_x_, dhead_, dpart_;
 };
 
+// A deep model whose batches are shared among threads (ModelSpec::compute_threads): the
+// samples in contiguous shares, share i through copy i of the model on thread i. Share 0 adds
+// its gradients where the caller asked; the others into buffers of their own, added after it in
+// share order, so the result depends on the number of shares (min(threads, samples)) only.
+class SplitModel final : public Model {
+ public:
+  SplitModel(const ModelSpec& spec, std::vector<std::unique_ptr<Model>> copies)
+      : Model(spec), copies_(std::move(copies)), threads_(copies_.size()) {
+    COLONY_ASSERT(copies_.size() >= 2, "copies={}", copies_.size());
+    parts_.resize(copies_.size());
+    nn::single_threaded_blas();
+  }
+
+  size_t dense_params() const override { return copies_[0]->dense_params(); }
+  void init_dense(std::span<float> params, uint64_t seed) const override {
+    copies_[0]->init_dense(params, seed);
+  }
+  size_t dense_flops_per_sample() const override { return copies_[0]->dense_flops_per_sample(); }
+  PartThreads* part_threads() override { return &threads_; }
+
+  double forward_backward(const Batch& batch, std::span<const uint32_t> slots,
+                          std::span<const float> rows, std::span<const float> dense,
+                          std::span<float> grads, std::span<float> dense_grads,
+                          std::span<float> logits) override {
+    const size_t k = split(batch);
+    if (k == 1)
+      return copies_[0]->forward_backward(batch, slots, rows, dense, grads, dense_grads, logits);
+    threads_.run([&](size_t i) {
+      if (i >= k) return;
+      Part& p = parts_[i];
+      std::span<float> g = grads, dg = dense_grads;
+      if (i > 0) {
+        p.grads.assign(rows.size(), 0.0f);
+        p.dense_grads.assign(dense_grads.size(), 0.0f);
+        g = p.grads;
+        dg = p.dense_grads;
+      }
+      p.loss = copies_[i]->forward_backward(p.batch, share_slots(slots, i), rows, dense, g, dg,
+                                            logits.empty() ? logits : share_of(logits, i));
+    });
+    double loss = parts_[0].loss;
+    for (size_t i = 1; i < k; ++i) {
+      const Part& p = parts_[i];
+      loss += p.loss;
+      for (size_t j = 0; j < grads.size(); ++j) grads[j] += p.grads[j];
+      for (size_t j = 0; j < dense_grads.size(); ++j) dense_grads[j] += p.dense_grads[j];
+    }
+    return loss;
+  }
+
+  void forward(const Batch& batch, std::span<const uint32_t> slots, std::span<const float> rows,
+               std::span<const float> dense, std::span<float> logits) override {
+    const size_t k = split(batch);
+    if (k == 1) return copies_[0]->forward(batch, slots, rows, dense, logits);
+    threads_.run([&](size_t i) {
+      if (i < k)
+        copies_[i]->forward(parts_[i].batch, share_slots(slots, i), rows, dense,
+                            share_of(logits, i));
+    });
+  }
+
+ private:
+  struct Part {
+    Batch batch;
+    size_t first = 0;          // the share's first sample in the whole batch
+    size_t feature_first = 0;  // and its first feature
+    std::vector<float> grads, dense_grads;
+    double loss = 0.0;
+  };
+  // Cuts `batch` into k = min(threads, samples) shares (copied into parts_[i].batch when k > 1);
+  // returns k.
+  size_t split(const Batch& batch) {
+    const size_t n = batch.rows(), k = std::max<size_t>(1, std::min(copies_.size(), n));
+    if (k == 1) return 1;
+    for (size_t i = 0; i < k; ++i) {
+      Part& p = parts_[i];
+      p.first = n * i / k;
+      p.feature_first = batch.offsets[p.first];
+      p.batch.clear();
+      p.batch.append_rows(batch, p.first, n * (i + 1) / k - p.first);
+    }
+    return k;
+  }
+  std::span<const uint32_t> share_slots(std::span<const uint32_t> slots, size_t i) const {
+    return slots.subspan(parts_[i].feature_first, parts_[i].batch.features());
+  }
+  std::span<float> share_of(std::span<float> per_sample, size_t i) const {
+    return per_sample.subspan(parts_[i].first, parts_[i].batch.rows());
+  }
+
+  std::vector<std::unique_ptr<Model>> copies_;
+  std::vector<Part> parts_;
+  PartThreads threads_;
+};
+
 }  // namespace
 
 Expected<std::unique_ptr<Model>> make_deep_model(const ModelSpec& spec) {
@@ -326,6 +422,17 @@ Expected<std::unique_ptr<Model>> make_deep_model(const ModelSpec& spec) {
   if (spec.kind == ModelKind::dcn && (spec.cross_layers < 1 || spec.cross_layers > 16))
     return Status::invalid_input(
         fmt::format("--cross-layers {} is out of range, expected 1..16", spec.cross_layers));
+  if (spec.compute_threads > 1) {
+    ModelSpec one = spec;
+    one.compute_threads = 1;
+    std::vector<std::unique_ptr<Model>> copies;
+    for (size_t i = 0; i < spec.compute_threads; ++i) {
+      auto copy = make_deep_model(one);
+      if (!copy) return copy.status();
+      copies.push_back(std::move(copy.value()));
+    }
+    return std::unique_ptr<Model>(new SplitModel(spec, std::move(copies)));
+  }
   switch (spec.kind) {
     case ModelKind::deepfm:
       return std::unique_ptr<Model>(new DeepFm(spec));

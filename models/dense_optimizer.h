@@ -11,7 +11,8 @@
 // same binary.
 //
 // Thread-safety: a DenseOptimizer owns its state; step() and restore() must not run
-// concurrently with anything else on the same instance.
+// concurrently with anything else on the same instance (step() may split its own work among
+// threads it is given).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel.h"
 #include "common/status.h"
 
 namespace colony::nn {
@@ -61,7 +63,9 @@ class DenseOptimizer {
   // One update of `params` by `grads` (both of size params(), asserted).
   // Adam and AdamW: bias-corrected with this optimizer's step count (Kingma & Ba, algorithm
   // 1: w -= lr * m_hat / (sqrt(v_hat) + eps)). SGD: buf = momentum * buf + g; w -= lr * buf.
-  void step(std::span<float> params, std::span<const float> grads);
+  // With `threads`, each of its parts updates a range of the parameters (elementwise, so the
+  // result is bit-identical to one thread's).
+  void step(std::span<float> params, std::span<const float> grads, PartThreads* threads = nullptr);
 
   // For checkpoints: the state (state_floats() floats) and the number of steps taken.
   std::span<const float> state() const { return state_; }
@@ -73,6 +77,9 @@ class DenseOptimizer {
 
  private:
   DenseOptimizer(const DenseOptimizerConfig& config, size_t params);
+  // The update of parameters [begin, end), steps_ already counted.
+  void step_range(float* w, const float* g, size_t begin, size_t end);
+
   DenseOptimizerConfig config_;
   size_t params_ = 0;
   std::vector<float> state_;

@@ -54,6 +54,10 @@ int blas_int(size_t v) {
 
 }  // namespace
 
+void single_threaded_blas() {
+  openblas_set_num_threads(1);
+}
+
 size_t ParamLayout::add(size_t count) {
   COLONY_ASSERT(count >= 1 && size_ + count > size_, "count={} size={}", count, size_);
   const size_t offset = size_;

@@ -18,7 +18,8 @@
 //   and BLAS thread count, but not across thread counts: OpenBLAS 0.3.21 gives different
 //   last bits at 1 and 2 threads, even for a 5-row batch. Its thread count defaults to the
 //   number of cores (OPENBLAS_NUM_THREADS overrides it), so runs that must match bit for bit
-//   on different machines need the same setting. Nothing here starts threads of its own.
+//   on different machines need the same setting. Nothing here starts threads of its own
+//   (a deep model split among threads does: models/model.h, ModelSpec::compute_threads).
 // - Nothing allocates per sample. Layers with workspaces (Mlp, CrossNet) grow them to the
 //   largest batch seen and reuse them; such a layer is therefore not thread-safe (one
 //   instance per thread), while a Linear or DotInteraction is immutable and may be shared.
@@ -39,6 +40,11 @@ namespace colony::nn {
 // The largest matrix dimension (batch rows, layer widths) a layer accepts: cblas_sgemm takes
 // its sizes and leading dimensions as int.
 inline constexpr size_t dim_max = static_cast<size_t>(std::numeric_limits<int>::max());
+
+// Makes the process's BLAS compute each matrix product on the thread that asks for it (for
+// callers that split the work among threads themselves: ModelSpec::compute_threads). Changes
+// the last bits of products that ran on several BLAS threads before (see above).
+void single_threaded_blas();
 
 // Hands out consecutive ranges of the flat parameter vector, in the order layers are made.
 class ParamLayout {

@@ -341,6 +341,9 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
     return Status::invalid_input(
         fmt::format("{} dense features per sample, at most {}", spec.dense, max_dense));
   if (Status s = check_model_device(spec); !s.ok()) return s;
+  if (spec.compute_threads < 1 || spec.compute_threads > max_compute_threads)
+    return Status::invalid_input(fmt::format("--compute-threads {} is out of range, expected 1..{}",
+                                             spec.compute_threads, max_compute_threads));
   if (!spec.deep()) return std::unique_ptr<Model>(new SparseModel(spec));
   if (spec.fields < 1 || spec.fields > max_fields)
     return Status::invalid_input(

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel.h"
 #include "common/status.h"
 #include "data/batch.h"
 #include "gpu/device.h"
@@ -47,6 +48,12 @@ struct ModelSpec {
   // Where the math runs (--device): LR and FM on any backend (gpu/fm_pass.h off the CPU), the
   // deep models on the CPU in this version. A worker's own choice, not part of the job.
   DeviceChoice device{};
+  // Threads that share each batch of a deep model (--compute-threads): its samples split into
+  // this many contiguous shares, each through a copy of the model on a thread of its own, the
+  // gradients added in share order. Results depend on the count, never on timing; 1 runs on the
+  // caller's thread. Above 1 the process's OpenBLAS runs each product on its caller's thread.
+  // A worker's own choice, not part of the job; LR and FM ignore it.
+  size_t compute_threads = 1;
 
   bool deep() const { return kind != ModelKind::lr && kind != ModelKind::fm; }
   // Floats per parameter-server row.
@@ -78,6 +85,7 @@ ModelSpec with_model_defaults(ModelSpec spec);
 inline constexpr size_t max_fm_dim = 1024;
 inline constexpr size_t max_fields = 255;
 inline constexpr size_t max_dense = 1024;
+inline constexpr size_t max_compute_threads = 64;
 // Ok when `spec`'s model can run on its device: check_device (gpu/device.h) accepts the device,
 // and a deep model is on the CPU (the CUDA backend trains LR and FM in this version).
 // invalid_input naming --device otherwise.
@@ -109,9 +117,9 @@ class BatchIndex {
 
 class Model {
  public:
-  // Fails with invalid_input for a dimension, field count, dense count or layer list out of
-  // range (naming the flag), dense layers of more than max_dense_params parameters, a device
-  // that check_device refuses, or a deep model off the CPU.
+  // Fails with invalid_input for a dimension, field count, dense count, compute thread count or
+  // layer list out of range (naming the flag), dense layers of more than max_dense_params
+  // parameters, a device that check_device refuses, or a deep model off the CPU.
   static Expected<std::unique_ptr<Model>> make(const ModelSpec& spec);
   virtual ~Model() = default;
 
@@ -124,6 +132,10 @@ class Model {
   // Floating-point operations per sample in the dense layers' forward pass (two per
   // multiply-add), for throughput reports.
   virtual size_t dense_flops_per_sample() const { return 0; }
+  // The threads this model shares its batches among (ModelSpec::compute_threads above 1), which
+  // a caller may use for its own per-step work between calls (the dense optimizer's update);
+  // nullptr when the model runs on the caller's thread.
+  virtual PartThreads* part_threads() { return nullptr; }
 
   // invalid_input when `batch` does not fit a deep model: dense features other than
   // spec().dense, or a key whose field is spec().fields or more. LR and FM take any batch.

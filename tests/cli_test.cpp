@@ -49,6 +49,8 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
                            "train --model deepfm --dense-optimizer bogus",
                            "train --model deepfm --dense-lr 0",
                            "train --model dlrm --fields 300",
+                           "train --model fm --compute-threads 2",
+                           "train --model deepfm --compute-threads 65",
                            "train --optimizer bogus",
                            "train --dim 0",
                            "train --batch -3",

@@ -543,6 +543,36 @@ BOOST_AUTO_TEST_CASE(adam_first_step_moves_each_param_by_lr_against_its_gradient
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_step_shared_among_threads_is_bit_identical_to_one_threads) {
+  // Elementwise updates: each part's range updated as one thread would, whatever the split
+  // (sizes around the cache-line ranges and the 4096 below which one thread does it all).
+  for (auto kind :
+       {DenseOptimizerKind::adam, DenseOptimizerKind::adamw, DenseOptimizerKind::sgd_momentum}) {
+    for (size_t params : {size_t{5}, size_t{4096}, size_t{10007}}) {
+      for (size_t parts : {size_t{2}, size_t{3}}) {
+        BOOST_TEST_CONTEXT(to_string(kind) << " " << params << " params, " << parts << " parts") {
+          DenseOptimizerConfig c;
+          c.kind = kind;
+          c.weight_decay = 0.01f;
+          DenseOptimizer one = make_ok(c, params), shared = make_ok(c, params);
+          PartThreads threads(parts);
+          std::vector<float> w1(params), w2(params), g(params);
+          for (size_t i = 0; i < params; ++i) w1[i] = w2[i] = 0.01f * float(i % 97) - 0.4f;
+          for (int s = 0; s < 4; ++s) {
+            for (size_t i = 0; i < params; ++i) g[i] = 0.1f * float((i * 7 + s) % 13) - 0.6f;
+            one.step(w1, g);
+            shared.step(w2, g, &threads);
+          }
+          BOOST_TEST(shared.steps() == 4u);
+          BOOST_TEST(std::memcmp(w1.data(), w2.data(), params * sizeof(float)) == 0);
+          BOOST_TEST(std::memcmp(one.state().data(), shared.state().data(),
+                                 one.state().size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(sgd_momentum_matches_hand_computed_steps) {
   DenseOptimizerConfig c;
   c.kind = DenseOptimizerKind::sgd_momentum;

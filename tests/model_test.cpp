@@ -364,6 +364,102 @@ BOOST_AUTO_TEST_CASE(deep_model_gradients_match_finite_differences) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(part_threads_run_every_part_once_a_run) {
+  for (size_t parts : {size_t{1}, size_t{2}, size_t{5}}) {
+    PartThreads threads(parts);
+    BOOST_TEST(threads.parts() == parts);
+    std::vector<uint64_t> ran(parts, 0);
+    for (uint64_t r = 1; r <= 500; ++r) {
+      threads.run([&](size_t p) { ran[p] += r; });  // each part its own slot: no race
+      for (size_t p = 0; p < parts; ++p) BOOST_REQUIRE(ran[p] == r * (r + 1) / 2);
+    }
+  }
+}
+
+// A deep model whose batches are shared among threads gives what one thread gives, within
+// rounding (each share's products run on fewer rows), and the same bits on every run.
+BOOST_AUTO_TEST_CASE(a_deep_model_shared_among_threads_trains_as_one_and_repeats_bit_for_bit) {
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
+    for (size_t threads : {size_t{2}, size_t{3}, size_t{5}}) {
+      for (size_t rows : {size_t{0}, size_t{1}, size_t{2}, size_t{37}}) {
+        BOOST_TEST_CONTEXT(to_string(kind) << ", " << threads << " threads, " << rows << " rows") {
+          ModelSpec one = deep_spec(kind, 3), shared = one;
+          shared.compute_threads = threads;
+          auto m1 = make_model(one), m2 = make_model(shared), m3 = make_model(shared);
+          BOOST_TEST(m1->part_threads() == nullptr);
+          BOOST_REQUIRE(m2->part_threads() != nullptr);
+          BOOST_TEST(m2->part_threads()->parts() == threads);
+          BOOST_REQUIRE(m2->dense_params() == m1->dense_params());
+          const Batch b = random_batch(rows + threads, rows, 20, 3);
+          BatchIndex index;
+          index.build(b, one.dense_rows());
+          const size_t n = index.unique_keys().size() * one.width();
+          const std::vector<float> rows_v = random_rows(rows + 5, n, 0.5);
+          std::vector<float> dense(m1->dense_params());
+          m1->init_dense(dense, 3);
+          std::vector<float> check(dense.size());
+          m2->init_dense(check, 3);
+          BOOST_TEST(std::memcmp(check.data(), dense.data(), dense.size() * sizeof(float)) == 0);
+          struct Out {
+            std::vector<float> grads, dense_grads, logits, forward;
+            double loss = 0.0;
+          };
+          const auto run = [&](Model& m) {
+            Out o;
+            o.grads.assign(n, 1.0f);  // forward_backward adds to what is there
+            o.dense_grads.assign(dense.size(), 1.0f);
+            o.logits.resize(b.rows());
+            o.forward.resize(b.rows());
+            o.loss = m.forward_backward(b, index.slots(), rows_v, dense, o.grads, o.dense_grads,
+                                        o.logits);
+            m.forward(b, index.slots(), rows_v, dense, o.forward);
+            return o;
+          };
+          const Out a = run(*m1), s1 = run(*m2), s2 = run(*m2), s3 = run(*m3);
+          BOOST_TEST(std::fabs(s1.loss - a.loss) <= 1e-5 * (1.0 + std::fabs(a.loss)));
+          const auto close = [](const std::vector<float>& x, const std::vector<float>& y) {
+            size_t bad = 0;
+            for (size_t i = 0; i < x.size(); ++i)
+              if (std::fabs(x[i] - y[i]) > 1e-5f * (1.0f + std::fabs(y[i]))) ++bad;
+            return bad;
+          };
+          BOOST_TEST(close(s1.grads, a.grads) == 0u);
+          BOOST_TEST(close(s1.dense_grads, a.dense_grads) == 0u);
+          BOOST_TEST(close(s1.logits, a.logits) == 0u);
+          BOOST_TEST(close(s1.forward, a.forward) == 0u);
+          for (const Out* again : {&s2, &s3}) {
+            BOOST_TEST(std::memcmp(&again->loss, &s1.loss, sizeof(double)) == 0);
+            BOOST_TEST(again->grads == s1.grads, boost::test_tools::per_element());
+            BOOST_TEST(again->dense_grads == s1.dense_grads, boost::test_tools::per_element());
+            BOOST_TEST(again->logits == s1.logits, boost::test_tools::per_element());
+          }
+        }
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_deep_model_shared_among_threads_has_right_gradients) {
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
+    BOOST_TEST_CONTEXT(to_string(kind)) {
+      ModelSpec s = deep_spec(kind, 3);
+      s.compute_threads = 3;
+      check_gradient(s, random_batch(31, 7, 5, 3), 4);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(compute_threads_out_of_range_are_refused_naming_the_flag) {
+  for (size_t threads : {size_t{0}, max_compute_threads + 1}) {
+    ModelSpec s = deep_spec(ModelKind::deepfm, 0);
+    s.compute_threads = threads;
+    auto m = Model::make(s);
+    BOOST_REQUIRE(!m.ok());
+    BOOST_TEST(m.status().message().find("--compute-threads") != std::string::npos,
+               m.status().message());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(deep_models_without_hidden_layers_or_with_one_field_have_right_gradients) {
   for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
     BOOST_TEST_CONTEXT(to_string(kind)) {
@@ -630,6 +726,50 @@ BOOST_AUTO_TEST_CASE(trainer_is_deterministic_bit_for_bit) {
         if (std::memcmp(r1.data(), r2.data(), width * sizeof(float)) != 0) ++differing;
       }
       BOOST_TEST(differing == 0u, "optimizer " << to_string(opt) << " model " << to_string(kind));
+    }
+  }
+}
+
+// The trainer's checks and row updates run on the model's threads too (each a range of the
+// rows): two trainers sharing their batches among 3 threads end bit for bit alike, and within
+// rounding of one thread's.
+BOOST_AUTO_TEST_CASE(a_trainer_sharing_its_batches_among_threads_repeats_bit_for_bit) {
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm}) {
+    BOOST_TEST_CONTEXT(to_string(kind)) {
+      TrainerConfig c;
+      c.model = deep_spec(kind, 3);
+      c.optimizer = default_optimizer_config(OptimizerKind::adagrad);
+      c.seed = 5;
+      TrainerConfig shared = c;
+      shared.model.compute_threads = 3;
+      auto t1 = make_trainer(c), t2 = make_trainer(shared), t3 = make_trainer(shared);
+      std::vector<uint64_t> keys{bias_key};
+      double l1 = 0.0, l2 = 0.0;
+      for (uint64_t seed = 1; seed <= 12; ++seed) {
+        const Batch b = random_batch(seed, 48, 60, 3);
+        l1 += *t1->train_batch(b);
+        const double a = *t2->train_batch(b), again = *t3->train_batch(b);
+        BOOST_TEST(std::memcmp(&a, &again, sizeof(double)) == 0);
+        l2 += a;
+        keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+      }
+      BOOST_TEST(std::fabs(l1 - l2) <= 1e-4 * l1);
+      BOOST_TEST(t2->rows() == t1->rows());
+      const size_t width = c.model.width();
+      std::vector<float> r1(width), r2(width), r3(width);
+      size_t differing = 0, far = 0;
+      for (uint64_t k : keys) {
+        t1->row_value(k, r1);
+        t2->row_value(k, r2);
+        t3->row_value(k, r3);
+        if (std::memcmp(r2.data(), r3.data(), width * sizeof(float)) != 0) ++differing;
+        for (size_t j = 0; j < width; ++j)
+          if (std::fabs(r1[j] - r2[j]) > 1e-4f) ++far;
+      }
+      BOOST_TEST(differing == 0u);
+      BOOST_TEST(far == 0u);
+      const auto d2 = t2->dense(), d3 = t3->dense();
+      BOOST_TEST(std::memcmp(d2.data(), d3.data(), d2.size() * sizeof(float)) == 0);
     }
   }
 }

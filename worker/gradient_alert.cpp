@@ -6,12 +6,20 @@
 
 namespace colony {
 
-double gradient_norm_per_sample(std::span<const float> row_grads,
-                                std::span<const float> dense_grads, size_t samples) {
+double gradient_squares(std::span<const float> row_grads, std::span<const float> dense_grads) {
   double squares = 0.0;
   for (float g : row_grads) squares += double(g) * g;
   for (float g : dense_grads) squares += double(g) * g;
+  return squares;
+}
+
+double gradient_norm_from_squares(double squares, size_t samples) {
   return std::sqrt(squares) / double(std::max<size_t>(samples, 1));
+}
+
+double gradient_norm_per_sample(std::span<const float> row_grads,
+                                std::span<const float> dense_grads, size_t samples) {
+  return gradient_norm_from_squares(gradient_squares(row_grads, dense_grads), samples);
 }
 
 std::optional<GradientWatch::Excursion> GradientWatch::observe(double norm) {

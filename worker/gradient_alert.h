@@ -24,6 +24,10 @@ inline constexpr size_t gradient_window_min = 4;
 // batch of 0 samples divides by 1).
 double gradient_norm_per_sample(std::span<const float> row_grads,
                                 std::span<const float> dense_grads, size_t samples);
+// The same in two steps, for gradients summed in parts: the sum of the squares of some
+// gradients, then the norm per sample from the sum of all of them.
+double gradient_squares(std::span<const float> row_grads, std::span<const float> dense_grads);
+double gradient_norm_from_squares(double squares, size_t samples);
 
 // Watches the gradient norms of one trainer's steps. Sans-I/O; deterministic.
 class GradientWatch {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "common/finite.h"
 
@@ -56,19 +57,50 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   const double loss =
       model_->forward_backward(batch, index_.slots(), rows_, dense_, grads_, dense_grads_, {});
   ++steps_;
+  // The checks and the row updates below run on the model's threads when it has them, each part
+  // on a range of the rows (and of the dense gradients), combined in part order: the same
+  // results as on one thread, but for the last bits of the gradient norm.
+  PartThreads* threads = model_->part_threads();
+  const size_t parts = threads != nullptr ? threads->parts() : 1;
+  parts_.resize(parts);
+  const auto for_parts = [&](const std::function<void(size_t)>& f) {
+    if (threads != nullptr)
+      threads->run(f);
+    else
+      f(0);
+  };
+  const auto range = [parts](size_t count, size_t p) {
+    return std::pair{count * p / parts, count * (p + 1) / parts};
+  };
+  for_parts([&](size_t p) {
+    Part& part = parts_[p];
+    const auto [r0, r1] = range(n, p);
+    const auto [d0, d1] = range(dense_grads_.size(), p);
+    const std::span<const float> g{grads_.data() + r0 * width_, (r1 - r0) * width_};
+    const std::span<const float> dg{dense_grads_.data() + d0, d1 - d0};
+    part.bad = r0 * width_ + first_not_finite(g);
+    part.bad_dense = d0 + first_not_finite(dg);
+    part.squares = gradient_squares(g, dg);
+  });
   // A gradient that is not finite reaches no row (as a shard refuses it).
   std::string bad;
-  if (const size_t i = first_not_finite(grads_); i < grads_.size())
-    bad = fmt::format("a gradient of {} for key {}", grads_[i], keys[i / width_]);
-  else if (const size_t d = first_not_finite(dense_grads_); d < dense_grads_.size())
-    bad = fmt::format("a dense gradient of {} for dense parameter {}", dense_grads_[d], d);
+  double squares = 0.0;
+  for (size_t p = 0; p < parts && bad.empty(); ++p) {
+    const Part& part = parts_[p];
+    if (part.bad < range(n, p).second * width_)
+      bad = fmt::format("a gradient of {} for key {}", grads_[part.bad], keys[part.bad / width_]);
+    squares += part.squares;
+  }
+  for (size_t p = 0; p < parts && bad.empty(); ++p)
+    if (const size_t d = parts_[p].bad_dense; d < range(dense_grads_.size(), p).second)
+      bad = fmt::format("a dense gradient of {} for dense parameter {}", dense_grads_[d], d);
   if (!bad.empty()) {
     if (!config_.skip_not_finite) return Status::internal(bad);
     ++steps_skipped_;
     last_skip_ = bad;
     return loss;
   }
-  const double norm = gradient_norm_per_sample(grads_, dense_grads_, batch.rows());
+  const double norm = gradient_norm_from_squares(squares, batch.rows());
   if (auto e = gradient_watch_.observe(norm)) {
     ++gradient_alerts_;
     last_gradient_alert_ = {
@@ -77,19 +109,29 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
                              steps_, norm, norm / e->median, e->window, e->median)};
   }
   // Push: apply the optimizer to each row with its summed gradient.
-  for (size_t s = 0; s < n; ++s) {
-    float* row = row_ptr_[s];
-    // An update that would overflow the row is not made (as a shard does).
-    if (!optimizer_->apply_finite({row, width_}, {row + width_, state_},
-                                  {&grads_[s * width_], width_}, saved_row_)) {
-      ++updates_not_finite_;
-      last_update_not_finite_ = fmt::format("step {}: key {}", steps_, keys[s]);
+  for_parts([&](size_t p) {
+    Part& part = parts_[p];
+    part.not_finite = 0;
+    const auto [r0, r1] = range(n, p);
+    for (size_t s = r0; s < r1; ++s) {
+      float* row = row_ptr_[s];
+      // An update that would overflow the row is not made (as a shard does).
+      if (!optimizer_->apply_finite({row, width_}, {row + width_, state_},
+                                    {&grads_[s * width_], width_}, part.saved_row)) {
+        ++part.not_finite;
+        part.last_not_finite = s;
+      }
     }
+  });
+  for (const Part& part : parts_) {
+    if (part.not_finite == 0) continue;
+    updates_not_finite_ += part.not_finite;
+    last_update_not_finite_ = fmt::format("step {}: key {}", steps_, keys[part.last_not_finite]);
   }
   if (!dense_.empty() && batch.rows() > 0) {
     const float scale = 1.0f / static_cast<float>(batch.rows());
     for (float& g : dense_grads_) g *= scale;
-    dense_optimizer_.step(dense_, dense_grads_);
+    dense_optimizer_.step(dense_, dense_grads_, threads);
   }
   return loss;
 }

@@ -107,7 +107,15 @@ class LocalTrainer {
   GradientAlert last_gradient_alert_;
   uint64_t updates_not_finite_ = 0;
   std::string last_update_not_finite_;
-  std::vector<float> saved_row_;  // Optimizer::apply_finite's scratch
+  // What each part of the model's threads found and did in the step's checks and updates.
+  struct Part {
+    size_t bad = 0, bad_dense = 0;  // the first gradient not finite in its ranges (or the end)
+    double squares = 0.0;           // the squares of its gradients, summed
+    uint64_t not_finite = 0;        // row updates refused
+    size_t last_not_finite = 0;     // the last refused row's slot
+    std::vector<float> saved_row;   // Optimizer::apply_finite's scratch
+  };
+  std::vector<Part> parts_;
   std::string last_skip_;
 };
 

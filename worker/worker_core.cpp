@@ -70,7 +70,7 @@ void WorkerCore::step_dense(uint64_t samples) {
   // As LocalTrainer: the gradient averaged over the samples, then one optimizer step.
   const float scale = 1.0f / static_cast<float>(samples);
   for (float& g : dense_grads_) g *= scale;
-  dense_optimizer_->step(dense_, dense_grads_);
+  dense_optimizer_->step(dense_, dense_grads_, model_->part_threads());
 }
 
 void WorkerCore::dense_advanced(uint32_t steps) {
