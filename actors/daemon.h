@@ -109,6 +109,9 @@ struct MemberDaemonOptions {
   std::string data;      // worker: the training file
   ReaderOptions reader;  // worker: cache dir etc. (batch, skip-bad-lines come from the job)
   DeviceChoice device;   // worker: where its replicas' math runs (--device)
+  // worker: threads sharing each batch of a deep model in each replica (--compute-threads;
+  // ModelSpec::compute_threads)
+  size_t compute_threads = 1;
   uint64_t join_timeout_ms = 60'000;
   size_t threads = 0;  // actor scheduler threads; 0 = one per core
   // Live metrics (docs/monitoring.md): the shards' or workers' and the bridge's; null: none.

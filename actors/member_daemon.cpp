@@ -447,6 +447,7 @@ class Member {
       job_ = std::make_unique<ClusterJob>();
       job_->trainer.model = model_spec(job);
       job_->trainer.model.device = o_.device;
+      job_->trainer.model.compute_threads = o_.compute_threads;
       job_->trainer.optimizer = job.optimizer;
       job_->trainer.seed = job.seed;
       job_->trainer.factor_init_std = job.factor_init_std;
@@ -485,6 +486,7 @@ class Member {
       for (NodeId n : local) {
         WorkerConfig wc = worker_config(job, layout, n);
         wc.model.device = o_.device;
+        wc.model.compute_threads = o_.compute_threads;
         if (!shape.empty() && n == first_worker) wc.dense_checkpoint_every = job.checkpoint_every;
         auto core = WorkerCore::make(wc);
         if (!core) return core.status();

@@ -226,6 +226,7 @@ Runner add_coordinator(CLI::App& app) {
       {"--replicas-per-node", "start one `colony worker --replicas R` per node", false},
       {"--threads", "give each `colony ps` and `colony worker` its --threads", false},
       {"--device", "give each `colony worker` its --device", false},
+      {"--compute-threads", "give each `colony worker` its --compute-threads", false},
       {"--engine", "the daemons are a cluster; `colony train --engine local` trains in one thread",
        false},
       {"--rows", "the daemons train on files: make them with `colony gen`", false},
@@ -534,6 +535,11 @@ Runner add_member(CLI::App& app, MemberRole role) {
     add_format_option(cmd, o.reader.format);
     cmd->add_option("--device", a->device,
                     "Where the replicas' math runs: cpu, or cuda[:N] (lr and fm; a CUDA build)")
+        ->capture_default_str();
+    cmd->add_option("--compute-threads", o.compute_threads,
+                    "Threads that share each batch of a deep model in each replica, its samples "
+                    "split among them (lr and fm run on one)")
+        ->check(CLI::Range(size_t{1}, max_compute_threads))
         ->capture_default_str();
   }
   // Faults for tests and drills (hidden from --help): a straggler, a leak.

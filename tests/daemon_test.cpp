@@ -278,8 +278,11 @@ BOOST_AUTO_TEST_CASE(deepfm_on_two_worker_processes_matches_one_worker) {
   auto ps1 = start_member("deep-ps1", "ps", endpoint, secure("node-1"));
   auto w0 = start_member("deep-w0", "worker", endpoint, cat(secure("node-2"), {"--replicas", "2"}),
                          {}, train);
-  auto w1 = start_member("deep-w1", "worker", endpoint, cat(secure("node-3"), {"--replicas", "2"}),
-                         {}, train);
+  // One process shares each replica's batches between 2 threads, the other does not: the
+  // all-reduce keeps their dense layers equal all the same.
+  auto w1 =
+      start_member("deep-w1", "worker", endpoint,
+                   cat(secure("node-3"), {"--replicas", "2", "--compute-threads", "2"}), {}, train);
   BOOST_TEST(coord->wait() == 0, coord->log());
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
   const auto r = report("deep-daemons.json");
