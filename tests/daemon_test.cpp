@@ -788,9 +788,11 @@ BOOST_AUTO_TEST_CASE(coordinator_takes_trains_job_flags_and_writes_its_report_ke
   BOOST_TEST(coord->wait() == 0, coord->log());
   for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
   const auto r = report("flags.json");
-  // `device` is each worker member's own flag (colony worker --device), not the coordinator's.
+  // `device` and `compute_threads` are each worker member's own flags (colony worker --device,
+  // --compute-threads), not the coordinator's.
   for (const auto& [key, value] : train.items())
-    BOOST_TEST((r.contains(key) || key == "device"), "the coordinator's report lacks " << key);
+    BOOST_TEST((r.contains(key) || key == "device" || key == "compute_threads"),
+               "the coordinator's report lacks " << key);
   for (const char* own :
        {"workers_lost", "ps_restarts", "members", "bad_messages", "refused_peers"})
     BOOST_TEST(r.contains(own), own);
