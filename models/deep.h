@@ -11,7 +11,8 @@
 
 namespace colony {
 
-// DeepFM, DLRM or DCN-v2 (spec.deep()); invalid_input for layer lists out of range.
+// DeepFM, DLRM or DCN-v2 (spec.deep()); invalid_input for layer lists out of range. With
+// spec.compute_threads above 1, that many copies of it sharing each batch (its part_threads()).
 Expected<std::unique_ptr<Model>> make_deep_model(const ModelSpec& spec);
 
 // Scratch for the FM kernels (rows with dense features are expanded into it).

@@ -40,26 +40,9 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   index_.build(batch, config_.model.dense_rows());
   const auto keys = index_.unique_keys();
   const size_t n = keys.size();
-  row_ptr_.resize(n);
-  rows_.resize(n * width_);
-  grads_.assign(n * width_, 0.0f);
-  // Pull: find or lazily create each unique row and gather a copy of its parameters.
-  for (size_t s = 0; s < n; ++s) {
-    auto [row, inserted] = table_.find_or_insert(keys[s]);
-    if (inserted) {
-      init_row(keys[s], init_, {row, width_});
-      optimizer_->init_state({row, width_}, {row + width_, state_});
-    }
-    row_ptr_[s] = row;
-    std::memcpy(&rows_[s * width_], row, width_ * sizeof(float));
-  }
-  std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
-  const double loss =
-      model_->forward_backward(batch, index_.slots(), rows_, dense_, grads_, dense_grads_, {});
-  ++steps_;
-  // The checks and the row updates below run on the model's threads when it has them, each part
-  // on a range of the rows (and of the dense gradients), combined in part order: the same
-  // results as on one thread, but for the last bits of the gradient norm.
+  // The pull, the checks and the row updates below run on the model's threads when it has them,
+  // each part on a range of the rows (and of the dense gradients), combined in part order: the
+  // same results as on one thread, but for the last bits of the gradient norm.
   PartThreads* threads = model_->part_threads();
   const size_t parts = threads != nullptr ? threads->parts() : 1;
   parts_.resize(parts);
@@ -72,6 +55,35 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   const auto range = [parts](size_t count, size_t p) {
     return std::pair{count * p / parts, count * (p + 1) / parts};
   };
+  row_ptr_.resize(n);
+  rows_.resize(n * width_);
+  grads_.resize(n * width_);
+  // Pull: each part looks up its range of the unique keys (reading the table only), gathers a
+  // copy of the rows it finds and zeroes their gradients; then this thread creates the rows not
+  // there yet (lazily, in slot order: the table grows) and gathers them.
+  for_parts([&](size_t p) {
+    const auto [r0, r1] = range(n, p);
+    for (size_t s = r0; s < r1; ++s) {
+      float* row = table_.find(keys[s]);
+      row_ptr_[s] = row;
+      if (row != nullptr) std::memcpy(&rows_[s * width_], row, width_ * sizeof(float));
+    }
+    std::fill(grads_.begin() + std::ptrdiff_t(r0 * width_),
+              grads_.begin() + std::ptrdiff_t(r1 * width_), 0.0f);
+  });
+  for (size_t s = 0; s < n; ++s) {
+    if (row_ptr_[s] != nullptr) continue;
+    auto [row, inserted] = table_.find_or_insert(keys[s]);
+    COLONY_ASSERT(inserted, "key {} twice in one batch's unique keys", keys[s]);
+    init_row(keys[s], init_, {row, width_});
+    optimizer_->init_state({row, width_}, {row + width_, state_});
+    row_ptr_[s] = row;
+    std::memcpy(&rows_[s * width_], row, width_ * sizeof(float));
+  }
+  std::fill(dense_grads_.begin(), dense_grads_.end(), 0.0f);
+  const double loss =
+      model_->forward_backward(batch, index_.slots(), rows_, dense_, grads_, dense_grads_, {});
+  ++steps_;
   for_parts([&](size_t p) {
     Part& part = parts_[p];
     const auto [r0, r1] = range(n, p);
