@@ -59,6 +59,13 @@ void PartThreads::loop(size_t part) {
   }
 }
 
+void run_parts(PartThreads* threads, const std::function<void(size_t part)>& f) {
+  if (threads != nullptr)
+    threads->run(f);
+  else
+    f(0);
+}
+
 size_t hardware_threads() {
   const unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : n;

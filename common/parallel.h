@@ -18,6 +18,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace colony {
@@ -45,6 +46,18 @@ class PartThreads {
   size_t pending_ = 0;
   bool stop_ = false;
 };
+
+// For callers whose threads may be absent (nullptr: one part, on the caller's thread): how many
+// parts, and threads->run(f) or f(0) alone.
+inline size_t parts_of(const PartThreads* threads) {
+  return threads != nullptr ? threads->parts() : 1;
+}
+void run_parts(PartThreads* threads, const std::function<void(size_t part)>& f);
+
+// Part `part` of [0, count) cut into `parts` contiguous ranges of (nearly) equal size.
+inline std::pair<size_t, size_t> part_range(size_t count, size_t part, size_t parts) {
+  return {count * part / parts, count * (part + 1) / parts};
+}
 
 // The hardware threads of this machine (at least 1).
 size_t hardware_threads();

@@ -357,8 +357,8 @@ class SplitModel final : public Model {
         g = p.grads;
         dg = p.dense_grads;
       }
-      p.loss = copies_[i]->forward_backward(p.batch, share_slots(slots, i), rows, dense, g, dg,
-                                            logits.empty() ? logits : share_of(logits, i));
+      p.loss = copies_[i]->forward_backward(share(batch, i), share_slots(slots, i), rows, dense, g,
+                                            dg, logits.empty() ? logits : share_of(logits, i));
     });
     double loss = parts_[0].loss;
     for (size_t i = 1; i < k; ++i) {
@@ -376,38 +376,44 @@ class SplitModel final : public Model {
     if (k == 1) return copies_[0]->forward(batch, slots, rows, dense, logits);
     threads_.run([&](size_t i) {
       if (i < k)
-        copies_[i]->forward(parts_[i].batch, share_slots(slots, i), rows, dense,
+        copies_[i]->forward(share(batch, i), share_slots(slots, i), rows, dense,
                             share_of(logits, i));
     });
   }
 
  private:
   struct Part {
-    Batch batch;
-    size_t first = 0;          // the share's first sample in the whole batch
-    size_t feature_first = 0;  // and its first feature
+    size_t first = 0, rows = 0;              // the share's samples in the whole batch
+    size_t feature_first = 0, features = 0;  // and its features
+    Batch batch;                             // a copy of them
     std::vector<float> grads, dense_grads;
     double loss = 0.0;
   };
-  // Cuts `batch` into k = min(threads, samples) shares (copied into parts_[i].batch when k > 1);
-  // returns k.
+  // Sets the bounds of k = min(threads, samples) shares of `batch`; returns k.
   size_t split(const Batch& batch) {
     const size_t n = batch.rows(), k = std::max<size_t>(1, std::min(copies_.size(), n));
-    if (k == 1) return 1;
-    for (size_t i = 0; i < k; ++i) {
+    for (size_t i = 0; k > 1 && i < k; ++i) {
       Part& p = parts_[i];
-      p.first = n * i / k;
-      p.feature_first = batch.offsets[p.first];
-      p.batch.clear();
-      p.batch.append_rows(batch, p.first, n * (i + 1) / k - p.first);
+      const auto [first, end] = part_range(n, i, k);
+      p.first = first;
+      p.rows = end - first;
+      p.feature_first = batch.offsets[first];
+      p.features = batch.offsets[end] - p.feature_first;
     }
     return k;
   }
+  // Share i's samples, copied by the thread that computes them.
+  const Batch& share(const Batch& batch, size_t i) {
+    Part& p = parts_[i];
+    p.batch.clear();
+    p.batch.append_rows(batch, p.first, p.rows);
+    return p.batch;
+  }
   std::span<const uint32_t> share_slots(std::span<const uint32_t> slots, size_t i) const {
-    return slots.subspan(parts_[i].feature_first, parts_[i].batch.features());
+    return slots.subspan(parts_[i].feature_first, parts_[i].features);
   }
   std::span<float> share_of(std::span<float> per_sample, size_t i) const {
-    return per_sample.subspan(parts_[i].first, parts_[i].batch.rows());
+    return per_sample.subspan(parts_[i].first, parts_[i].rows);
   }
 
   std::vector<std::unique_ptr<Model>> copies_;

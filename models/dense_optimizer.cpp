@@ -101,37 +101,35 @@ void DenseOptimizer::step(std::span<float> params, std::span<const float> grads,
   COLONY_ASSERT(params.size() == params_ && grads.size() == params_, "params={} grads={} want={}",
                 params.size(), grads.size(), params_);
   ++steps_;
-  const size_t parts = threads != nullptr ? threads->parts() : 1;
-  if (parts == 1 || params_ < 4096) {
-    step_range(params.data(), grads.data(), 0, params_);
-    return;
-  }
-  threads->run([&](size_t part) {
-    // Ranges of whole cache lines (16 floats).
-    const size_t lines = (params_ + 15) / 16;
-    const size_t begin = std::min(params_, lines * part / parts * 16);
-    const size_t end = std::min(params_, lines * (part + 1) / parts * 16);
-    step_range(params.data(), grads.data(), begin, end);
-  });
-}
-
-void DenseOptimizer::step_range(float* w, const float* g, size_t begin, size_t end) {
-  if (config_.kind == DenseOptimizerKind::sgd_momentum) {
-    sgd_range(w, g, state_.data(), config_.lr, config_.weight_decay, config_.momentum, begin, end);
-    return;
-  }
-  // Bias corrections in double: 1 - beta^t loses most of its digits in float for small t.
+  float* w = params.data();
+  const float* g = grads.data();
   const float lr = config_.lr, wd = config_.weight_decay;
-  const double t = static_cast<double>(steps_);
-  AdamStep a;
-  a.b1 = config_.beta1;
-  a.b2 = config_.beta2;
-  a.eps = config_.eps;
-  a.step_size = static_cast<float>(lr / (1.0 - std::pow(double{a.b1}, t)));
-  a.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{a.b2}, t)));
-  a.l2 = config_.kind == DenseOptimizerKind::adam ? wd : 0.0f;
-  a.decay = config_.kind == DenseOptimizerKind::adamw ? 1.0f - lr * wd : 1.0f;
-  adam_range(w, g, state_.data(), state_.data() + params_, a, begin, end);
+  AdamStep a{};
+  if (config_.kind != DenseOptimizerKind::sgd_momentum) {
+    // Bias corrections in double: 1 - beta^t loses most of its digits in float for small t.
+    const double t = static_cast<double>(steps_);
+    a = {config_.beta1,
+         config_.beta2,
+         config_.eps,
+         static_cast<float>(lr / (1.0 - std::pow(double{config_.beta1}, t))),
+         static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(double{config_.beta2}, t))),
+         config_.kind == DenseOptimizerKind::adam ? wd : 0.0f,
+         config_.kind == DenseOptimizerKind::adamw ? 1.0f - lr * wd : 1.0f};
+  }
+  const auto update = [&](size_t begin, size_t end) {
+    if (config_.kind == DenseOptimizerKind::sgd_momentum)
+      sgd_range(w, g, state_.data(), lr, wd, config_.momentum, begin, end);
+    else
+      adam_range(w, g, state_.data(), state_.data() + params_, a, begin, end);
+  };
+  const size_t parts = params_ < 4096 ? 1 : parts_of(threads);
+  if (parts == 1) return update(0, params_);
+  // Ranges of whole cache lines (16 floats).
+  const size_t lines = (params_ + 15) / 16;
+  threads->run([&](size_t part) {
+    const auto [first, last] = part_range(lines, part, parts);
+    update(std::min(params_, first * 16), std::min(params_, last * 16));
+  });
 }
 
 Status DenseOptimizer::restore(std::span<const float> state, uint64_t steps) {

@@ -77,9 +77,6 @@ class DenseOptimizer {
 
  private:
   DenseOptimizer(const DenseOptimizerConfig& config, size_t params);
-  // The update of parameters [begin, end), steps_ already counted.
-  void step_range(float* w, const float* g, size_t begin, size_t end);
-
   DenseOptimizerConfig config_;
   size_t params_ = 0;
   std::vector<float> state_;

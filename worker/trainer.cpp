@@ -44,17 +44,10 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
   // each part on a range of the rows (and of the dense gradients), combined in part order: the
   // same results as on one thread, but for the last bits of the gradient norm.
   PartThreads* threads = model_->part_threads();
-  const size_t parts = threads != nullptr ? threads->parts() : 1;
+  const size_t parts = parts_of(threads);
   parts_.resize(parts);
-  const auto for_parts = [&](const std::function<void(size_t)>& f) {
-    if (threads != nullptr)
-      threads->run(f);
-    else
-      f(0);
-  };
-  const auto range = [parts](size_t count, size_t p) {
-    return std::pair{count * p / parts, count * (p + 1) / parts};
-  };
+  const auto for_parts = [threads](const std::function<void(size_t)>& f) { run_parts(threads, f); };
+  const auto range = [parts](size_t count, size_t p) { return part_range(count, p, parts); };
   row_ptr_.resize(n);
   rows_.resize(n * width_);
   grads_.resize(n * width_);
@@ -90,21 +83,21 @@ Expected<double> LocalTrainer::train_batch(const Batch& batch) {
     const auto [d0, d1] = range(dense_grads_.size(), p);
     const std::span<const float> g{grads_.data() + r0 * width_, (r1 - r0) * width_};
     const std::span<const float> dg{dense_grads_.data() + d0, d1 - d0};
-    part.bad = r0 * width_ + first_not_finite(g);
-    part.bad_dense = d0 + first_not_finite(dg);
+    const size_t i = first_not_finite(g), j = first_not_finite(dg);
+    part.bad = i < g.size() ? r0 * width_ + i : Part::none;
+    part.bad_dense = j < dg.size() ? d0 + j : Part::none;
     part.squares = gradient_squares(g, dg);
   });
   // A gradient that is not finite reaches no row (as a shard refuses it).
   std::string bad;
   double squares = 0.0;
-  for (size_t p = 0; p < parts && bad.empty(); ++p) {
-    const Part& part = parts_[p];
-    if (part.bad < range(n, p).second * width_)
+  for (const Part& part : parts_) {
+    if (part.bad != Part::none && bad.empty())
       bad = fmt::format("a gradient of {} for key {}", grads_[part.bad], keys[part.bad / width_]);
     squares += part.squares;
   }
-  for (size_t p = 0; p < parts && bad.empty(); ++p)
-    if (const size_t d = parts_[p].bad_dense; d < range(dense_grads_.size(), p).second)
+  for (const Part& part : parts_)
+    if (const size_t d = part.bad_dense; d != Part::none && bad.empty())
       bad = fmt::format("a dense gradient of {} for dense parameter {}", dense_grads_[d], d);
   if (!bad.empty()) {
     if (!config_.skip_not_finite) return Status::internal(bad);

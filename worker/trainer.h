@@ -109,11 +109,12 @@ class LocalTrainer {
   std::string last_update_not_finite_;
   // What each part of the model's threads found and did in the step's checks and updates.
   struct Part {
-    size_t bad = 0, bad_dense = 0;  // the first gradient not finite in its ranges (or the end)
-    double squares = 0.0;           // the squares of its gradients, summed
-    uint64_t not_finite = 0;        // row updates refused
-    size_t last_not_finite = 0;     // the last refused row's slot
-    std::vector<float> saved_row;   // Optimizer::apply_finite's scratch
+    static constexpr size_t none = SIZE_MAX;
+    size_t bad = none, bad_dense = none;  // the first gradient not finite in its ranges
+    double squares = 0.0;                 // the squares of its gradients, summed
+    uint64_t not_finite = 0;              // row updates refused
+    size_t last_not_finite = 0;           // the last refused row's slot
+    std::vector<float> saved_row;         // Optimizer::apply_finite's scratch
   };
   std::vector<Part> parts_;
   std::string last_skip_;
