@@ -127,7 +127,8 @@ class DeepModel : public Model {
   std::vector<float> z_, dz_, emb_, demb_, x0_, dx0_;
 };
 
-// DeepFM: z = FM(x) + MLP([e_1 .. e_F, dense]), the FM part over the same rows (w and v).
+// DeepFM: z = FM(x) + MLP([e_1 .. e_F, dense]), the FM part over the same rows (w and v). Off
+// the CPU, the device code of gpu/deepfm_pass.h does the math (with bf16 products on a GPU).
 class DeepFm final : public DeepModel {
  public:
   explicit DeepFm(const ModelSpec& spec) : DeepModel(spec) {
@@ -135,6 +136,13 @@ class DeepFm final : public DeepModel {
     sizes.insert(sizes.end(), spec.mlp.begin(), spec.mlp.end());
     sizes.push_back(1);
     mlp_ = Mlp::make(layout_, sizes, true);
+    if (spec.device.backend == Backend::cpu) return;
+    gpu::DeepFmShape shape{spec.dim, spec.fields, spec.dense, {}, layout_.size()};
+    for (const Linear& l : mlp_.layers()) shape.layers.push_back({l.in, l.out, l.w, l.b});
+    pass_ = spec.device.backend == Backend::device_host
+                ? gpu::make_deepfm_pass_host(shape)
+                : gpu::make_deepfm_pass_cuda(shape, spec.device.index, gpu::DeviceProducts::bf16);
+    COLONY_ASSERT(pass_ != nullptr, "device {}", device_text(spec.device));
   }
   void init_dense(std::span<float> params, uint64_t seed) const override {
     Model::init_dense(params, seed);
@@ -142,7 +150,36 @@ class DeepFm final : public DeepModel {
   }
   size_t dense_flops_per_sample() const override { return mlp_.flops_per_sample(); }
 
+  double forward_backward(const Batch& batch, std::span<const uint32_t> slots,
+                          std::span<const float> rows, std::span<const float> dense,
+                          std::span<float> grads, std::span<float> dense_grads,
+                          std::span<float> logits) override {
+    if (!pass_)
+      return DeepModel::forward_backward(batch, slots, rows, dense, grads, dense_grads, logits);
+    COLONY_ASSERT(grads.size() == rows.size(), "grads={} rows={}", grads.size(), rows.size());
+    COLONY_ASSERT(dense.size() == dense_params() && dense_grads.size() == dense_params(),
+                  "dense={} dense_grads={} params={}", dense.size(), dense_grads.size(),
+                  dense_params());
+    COLONY_ASSERT(logits.empty() || logits.size() == batch.rows());
+    return pass_->run(device_batch(batch, slots, rows), rows.data(), dense.data(), grads.data(),
+                      dense_grads.data(), logits.empty() ? nullptr : logits.data());
+  }
+  void forward(const Batch& batch, std::span<const uint32_t> slots, std::span<const float> rows,
+               std::span<const float> dense, std::span<float> logits) override {
+    if (!pass_) return DeepModel::forward(batch, slots, rows, dense, logits);
+    COLONY_ASSERT(logits.size() == batch.rows());
+    COLONY_ASSERT(dense.size() == dense_params(), "dense={} params={}", dense.size(),
+                  dense_params());
+    pass_->run(device_batch(batch, slots, rows), rows.data(), dense.data(), nullptr, nullptr,
+               logits.data());
+  }
+
  private:
+  gpu::DeepFmBatch device_batch(const Batch& b, std::span<const uint32_t> slots,
+                                std::span<const float> rows) {
+    COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
+    return deepfm_device_batch(b, slots, rows.size() / width(), ws_, fields_);
+  }
   void run_forward(const Batch& b, std::span<const uint32_t> slots, std::span<const float> rows,
                    const float* params, float* z) override {
     fm_logits(spec_.dim, b, slots, rows, z, ws_);
@@ -161,6 +198,8 @@ class DeepFm final : public DeepModel {
   }
   Mlp mlp_;
   FeatureWorkspace ws_;
+  std::unique_ptr<gpu::DeepFmPass> pass_;
+  std::vector<uint32_t> fields_;  // the device batch's fields
 };
 
 // DLRM: bottom MLP on the dense features (to dim floats, ReLU), dot products of every pair of

@@ -333,6 +333,20 @@ void fm_backward(size_t dim, const Batch& batch, std::span<const uint32_t> slots
   fm_run<true>(dim, feature_view(batch, slots, ws), rows.data(), grads, nullptr, dz);
 }
 
+gpu::DeepFmBatch deepfm_device_batch(const Batch& batch, std::span<const uint32_t> slots,
+                                     size_t n_slots, FeatureWorkspace& ws,
+                                     std::vector<uint32_t>& fields) {
+  const FeatureView v = feature_view(batch, slots, ws);
+  fields.clear();
+  for (size_t i = 0; i < batch.rows(); ++i) {
+    fields.insert(fields.end(), batch.dense_dim, gpu::no_field);
+    for (uint32_t k = batch.offsets[i]; k < batch.offsets[i + 1]; ++k)
+      fields.push_back(key_field(batch.keys[k]));
+  }
+  return {
+      {v.rows, v.labels, v.offsets, v.slots, v.values, n_slots}, fields.data(), batch.dense.data()};
+}
+
 Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
   if (spec.kind != ModelKind::lr && (spec.dim < 1 || spec.dim > max_fm_dim))
     return Status::invalid_input(
@@ -369,10 +383,10 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
 
 Status check_model_device(const ModelSpec& spec) {
   if (Status s = check_device(spec.device); !s.ok()) return s;
-  if (spec.deep() && spec.device.backend != Backend::cpu)
+  if (spec.deep() && spec.kind != ModelKind::deepfm && spec.device.backend != Backend::cpu)
     return Status::invalid_input(fmt::format(
-        "--device {}: --model {} has dense layers, which run on --device cpu only in this "
-        "version (the CUDA backend trains lr and fm)",
+        "--device {}: --model {} runs on --device cpu only in this version (the CUDA backend "
+        "trains lr, fm and deepfm)",
         device_text(spec.device), to_string(spec.kind)));
   return Status();
 }

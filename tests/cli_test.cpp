@@ -182,8 +182,8 @@ BOOST_AUTO_TEST_CASE(another_jobs_store_is_continued_only_with_resume) {
 }
 
 // --device: a bad value, and a CUDA device this machine cannot give (built without CUDA, no
-// device, or fewer devices), are refused before any work, naming the flag; so is a deep model off
-// the CPU, and the same flag of `colony worker`.
+// device, or fewer devices), are refused before any work, naming the flag; so are DLRM and DCN
+// off the CPU, and the same flag of `colony worker`.
 BOOST_AUTO_TEST_CASE(devices_this_machine_cannot_run_are_refused_naming_the_flag) {
   auto cannot = [](const std::string& err) {
     return err.find("without CUDA") != std::string::npos ||
@@ -200,7 +200,7 @@ BOOST_AUTO_TEST_CASE(devices_this_machine_cannot_run_are_refused_naming_the_flag
   BOOST_TEST(r.err.find("--device cuda:4096: ") != std::string::npos, r.err);
   BOOST_TEST(cannot(r.err), r.err);
   BOOST_TEST(r.out.empty(), r.out);  // nothing trained
-  r = run("train --model deepfm --device cuda --rows 100 --test-rows 10");
+  r = run("train --model dlrm --device cuda --rows 100 --test-rows 10");
   BOOST_TEST(r.code == 2);
   BOOST_TEST((cannot(r.err) || r.err.find("--device cpu only") != std::string::npos), r.err);
   r = run("worker --coordinator tcp://127.0.0.1:1 --insecure --data x --device cuda:4096");

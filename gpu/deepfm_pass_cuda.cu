@@ -1,0 +1,65 @@
+// gpu/deepfm_pass.h's CUDA build (nvcc): the same source as the host build, on a device, with
+// cuBLAS's products.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "gpu/deepfm_pass.h"
+
+namespace colony::gpu {
+namespace {
+
+class CublasProducts {
+ public:
+  CublasProducts(int, DeviceProducts products) : products_(products) {}
+  ~CublasProducts() {
+    if (handle_ != nullptr) cublasDestroy(handle_);
+  }
+  CublasProducts(const CublasProducts&) = delete;
+  CublasProducts& operator=(const CublasProducts&) = delete;
+
+  // Row-major c = op(a) op(b) + beta c is column-major c^T = op(b)^T op(a)^T + beta c^T.
+  void gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, const float* a, size_t lda,
+            const float* b, size_t ldb, float beta, float* c, size_t ldc) {
+    // Made on first use, on the device the pass made current.
+    if (handle_ == nullptr) check(cublasCreate(&handle_), "cublasCreate");
+    const float one = 1.0f;
+    const cublasComputeType_t compute =
+        products_ == DeviceProducts::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+    check(cublasGemmEx(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                       static_cast<int>(m), static_cast<int>(k), &one, b, CUDA_R_32F,
+                       static_cast<int>(ldb), a, CUDA_R_32F, static_cast<int>(lda), &beta, c,
+                       CUDA_R_32F, static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+  }
+
+ private:
+  static void check(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(s));
+  }
+  DeviceProducts products_;
+  cublasHandle_t handle_ = nullptr;
+};
+
+}  // namespace
+}  // namespace colony::gpu
+
+#define COLONY_DEEPFM_PASS DeepFmPassCuda
+#define COLONY_DEEPFM_PASS_ENTER()                                        \
+  if (const cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) \
+  throw std::runtime_error(std::string("cudaSetDevice: ") + cudaGetErrorString(err))
+#define COLONY_DEEPFM_PRODUCTS CublasProducts
+#include "gpu/deepfm_pass_impl.h"
+
+namespace colony::gpu {
+
+std::unique_ptr<DeepFmPass> make_deepfm_pass_cuda(const DeepFmShape& shape, int device,
+                                                  DeviceProducts products) {
+  return std::make_unique<DeepFmPassCuda>(shape, device, products);
+}
+
+}  // namespace colony::gpu
