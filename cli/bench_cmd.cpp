@@ -313,11 +313,12 @@ int bench_ps(const BenchArgs& a) {
   return 0;
 }
 
-// The sparse models' forward and backward pass on each backend this machine has (the CPU backend,
-// the CUDA backend's device code built for the host, CUDA device 0 when there is one) over the
-// same generated batches of 512, as ratios to the CPU backend; and the bytes a step moves (the
-// batch and its rows in, the gradients in and out) against a copy bandwidth measured in the same
-// run: memcpy on the host, host-to-device copies for the GPU.
+// The models' forward and backward pass on each backend this machine has (the CPU backend, the
+// CUDA backend's device code built for the host, CUDA device 0 when there is one) over the same
+// generated batches of 512, as ratios to the CPU backend. For LR and FM, the bytes a step moves
+// (the batch and its rows in, the gradients in and out) against a copy bandwidth measured in the
+// same run: memcpy on the host, host-to-device copies for the GPU; for DeepFM, its dense layers'
+// FLOP/s against the peak of the device's products, also measured in the run.
 int bench_device(const BenchArgs& a) {
   GenOptions g;
   g.rows = a.rows;
@@ -356,57 +357,122 @@ int bench_device(const BenchArgs& a) {
   std::printf("baselines: memcpy %.2f GB/s%s\n", memcpy_bps / 1e9,
               cuda_bps > 0 ? fmt::format(", host to cuda:0 {:.2f} GB/s", cuda_bps / 1e9).c_str()
                            : " (no CUDA device: cpu and the device code's host build only)");
-  std::printf("%-7s %-12s %12s %9s %10s %12s\n", "model", "device", "samples/s", "of cpu",
-              "GB/s moved", "of baseline");
-  nlohmann::json figures = nlohmann::json::array();
-  for (const ModelSpec& spec :
-       {ModelSpec{ModelKind::lr, 8}, ModelSpec{ModelKind::fm, 8}, ModelSpec{ModelKind::fm, 32}}) {
-    std::vector<float> rows(most * spec.width());
+  // Best seconds of one forward and backward pass of `model` over the batches (pass 0 warms
+  // up, untimed: allocations).
+  std::vector<float> rows, grads, logits;
+  const auto best_pass = [&](Model& model, std::span<const float> dense,
+                             std::span<float> dense_grads) {
+    double best = 1e300;
+    for (int r = 0; r <= a.repeats; ++r) {
+      const auto start = Clock::now();
+      for (size_t i = 0; i < batches.size(); ++i) {
+        const size_t n = unique[i] * model.width();
+        logits.resize(batches[i].rows());
+        (void)model.forward_backward(batches[i], slots[i], {rows.data(), n}, dense,
+                                     {grads.data(), n}, dense_grads, logits);
+      }
+      if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return best;
+  };
+  const auto random_rows = [&](size_t width) {
+    rows.resize(most * width);
+    grads.assign(rows.size(), 0.0f);
     SplitMix64 rng(7);
     for (float& r : rows) r = static_cast<float>((rng.uniform() - 0.5) * 0.1);
-    std::vector<float> grads(rows.size()), logits;
+  };
+  double samples = 0.0, features = 0.0;
+  for (const Batch& b : batches) {
+    samples += double(b.rows());
+    features += double(b.features());
+  }
+  // One row of a table, and its figure in the report: `amount` printed in units of 1e9 (GB/s,
+  // GFLOP/s), `ratio` as a percentage.
+  nlohmann::json figures = nlohmann::json::array();
+  const auto figure = [&](const std::string& name, const DeviceChoice& device, double sps,
+                          double cpu_sps, std::pair<const char*, double> amount,
+                          std::pair<const char*, double> ratio) {
+    std::printf("%-7s %-12s %12.0f %8.2fx %13.2f %11.1f%%\n", name.c_str(),
+                device_text(device).c_str(), sps, sps / cpu_sps, amount.second / 1e9,
+                100.0 * ratio.second);
+    figures.push_back({{"model", name},
+                       {"device", device_text(device)},
+                       {"samples_per_sec", sps},
+                       {"ratio_to_cpu", sps / cpu_sps},
+                       {amount.first, amount.second},
+                       {ratio.first, ratio.second}});
+  };
+  std::printf("%-7s %-12s %12s %9s %13s %12s\n", "model", "device", "samples/s", "of cpu",
+              "GB/s moved", "of baseline");
+  for (const ModelSpec& spec :
+       {ModelSpec{ModelKind::lr, 8}, ModelSpec{ModelKind::fm, 8}, ModelSpec{ModelKind::fm, 32}}) {
+    random_rows(spec.width());
+    double rows_moved = 0.0;
+    for (size_t u : unique) rows_moved += double(u * spec.width());
+    // The batch, the rows in, and the gradients in and out.
+    const double bytes = 4.0 * (3.0 * rows_moved + 2.0 * features + 2.0 * samples);
     double cpu_sps = 0.0;
     for (const DeviceChoice& device : devices) {
       ModelSpec on = spec;
       on.device = device;
       auto model = Model::make(on);
       if (!model) return fail(model.status());
-      double bytes = 0.0, samples = 0.0, best = 1e300;
-      for (int r = 0; r <= a.repeats; ++r) {  // pass 0 warms up (allocations), untimed
-        const auto start = Clock::now();
-        for (size_t i = 0; i < batches.size(); ++i) {
-          const size_t n = unique[i] * spec.width();
-          logits.resize(batches[i].rows());
-          (void)(*model)->forward_backward(batches[i], slots[i], {rows.data(), n}, {},
-                                           {grads.data(), n}, {}, logits);
-          if (r == 0) {
-            samples += double(batches[i].rows());
-            bytes += 4.0 * (3.0 * double(n) + 2.0 * double(batches[i].features()) +
-                            2.0 * double(batches[i].rows()));
-          }
-        }
-        if (r > 0)
-          best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-      }
+      const double best = best_pass(**model, {}, {});
       const double sps = samples / best, moved = bytes / best;
       const double baseline = device.backend == Backend::cuda ? cuda_bps : memcpy_bps;
       if (device.backend == Backend::cpu) cpu_sps = sps;
-      const std::string name = spec.kind == ModelKind::lr ? "lr" : fmt::format("fm {}", spec.dim);
-      std::printf("%-7s %-12s %12.0f %8.2fx %10.2f %11.1f%%\n", name.c_str(),
-                  device_text(device).c_str(), sps, sps / cpu_sps, moved / 1e9,
-                  100.0 * moved / baseline);
-      figures.push_back({{"model", name},
-                         {"device", device_text(device)},
-                         {"samples_per_sec", sps},
-                         {"ratio_to_cpu", sps / cpu_sps},
-                         {"bytes_moved_per_sec", moved},
-                         {"ratio_to_copy_baseline", moved / baseline}});
+      figure(spec.kind == ModelKind::lr ? "lr" : fmt::format("fm {}", spec.dim), device, sps,
+             cpu_sps, {"bytes_moved_per_sec", moved}, {"ratio_to_copy_baseline", moved / baseline});
     }
   }
   std::printf(
       "one forward and backward pass per batch of 512 (rows gathered, gradients reduced per "
       "key), best of %d; bytes moved = batch + rows in + gradients in and out\n",
       a.repeats);
+
+  // DeepFM (MLP 256-128 over the data's fields): its dense layers' FLOP/s against the peak of
+  // the products of the same device, measured here: OpenBLAS's 1024^3 sgemm on this machine's
+  // threads for the CPU and the host build, cuBLAS's 4096^3 bf16 product on the GPU (the
+  // model's own products there).
+  ModelSpec deep{ModelKind::deepfm, 8};
+  deep.fields = 1;
+  for (const Batch& b : batches)
+    for (uint64_t k : b.keys) deep.fields = std::max<uint32_t>(deep.fields, key_field(k) + 1);
+  deep.dense = batches.front().dense_dim;
+  deep.mlp = {256, 128};
+  const double cpu_peak = sgemm_gflops(1024, 5, static_cast<int>(hardware_threads())) * 1e9;
+  double cuda_peak = 0.0;
+  if (cuda_bps > 0) {
+    auto peak = cuda_gemm_flops(0, 4096, true);
+    if (!peak) return fail(peak.status());
+    cuda_peak = *peak;
+  }
+  std::printf("\n%-7s %-12s %12s %9s %13s %12s\n", "model", "device", "samples/s", "of cpu",
+              "dense GFLOP/s", "of peak");
+  random_rows(deep.width());
+  double cpu_sps = 0.0;
+  for (const DeviceChoice& device : devices) {
+    ModelSpec on = deep;
+    on.device = device;
+    auto model = Model::make(on);
+    if (!model) return fail(model.status());
+    std::vector<float> dense((*model)->dense_params()), dense_grads(dense.size());
+    (*model)->init_dense(dense, 7);
+    const double sps = samples / best_pass(**model, dense, dense_grads);
+    // A training step's products cost three forward passes' (models/layers.h).
+    const double flops = sps * 3.0 * double((*model)->dense_flops_per_sample());
+    const double peak = device.backend == Backend::cuda ? cuda_peak : cpu_peak;
+    if (device.backend == Backend::cpu) cpu_sps = sps;
+    figure("deepfm", device, sps, cpu_sps, {"dense_flops_per_sec", flops},
+           {"ratio_to_gemm_peak", flops / peak});
+  }
+  std::printf(
+      "peak: sgemm 1024^3 on %zu threads %.1f GFLOP/s%s\n", hardware_threads(), cpu_peak / 1e9,
+      cuda_peak > 0
+          ? fmt::format(", cuBLAS bf16 4096^3 on cuda:0 {:.1f} GFLOP/s", cuda_peak / 1e9).c_str()
+          : "");
+  rep["cpu_gemm_flops_per_sec"] = cpu_peak;
+  if (cuda_peak > 0) rep["cuda_gemm_flops_per_sec"] = cuda_peak;
   rep["figures"] = figures;
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;

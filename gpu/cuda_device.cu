@@ -1,5 +1,6 @@
 // CUDA device discovery. Kept free of Cap'n Proto and CAF headers (they do not compile
 // under nvcc).
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -63,6 +64,54 @@ double cuda_copy_bandwidth_impl(int device, std::string& error) {
   if (start) cudaEventDestroy(start);
   if (stop) cudaEventDestroy(stop);
   if (dst) cudaFree(dst);
+  return best;
+}
+
+// FLOP/s of cublasGemmEx on n x n matrices (best of four after one untimed); negative with
+// `error` set when CUDA or cuBLAS fails.
+double cuda_gemm_flops_impl(int device, size_t n, bool bf16, std::string& error) {
+  const size_t bytes = n * n * sizeof(float);
+  float *a = nullptr, *b = nullptr, *c = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  cublasHandle_t handle = nullptr;
+  double best = -1.0;
+  cudaError_t err = cudaSetDevice(device);
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  for (float** p : {&a, &b, &c})
+    if (err == cudaSuccess) err = cudaMalloc(p, bytes);
+  for (float* p : {a, b, c})
+    if (err == cudaSuccess) err = cudaMemset(p, 0, bytes);
+  if (err == cudaSuccess) err = cudaEventCreate(&start);
+  if (err == cudaSuccess) err = cudaEventCreate(&stop);
+  if (err == cudaSuccess) status = cublasCreate(&handle);
+  const float one = 1.0f, zero = 0.0f;
+  const int m = static_cast<int>(n);
+  for (int i = 0; i < 5 && err == cudaSuccess && status == CUBLAS_STATUS_SUCCESS; ++i) {
+    float ms = 0.0f;
+    err = cudaEventRecord(start);
+    if (err == cudaSuccess)
+      status = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, a, CUDA_R_32F, m, b,
+                            CUDA_R_32F, m, &zero, c, CUDA_R_32F, m,
+                            bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT);
+    if (err == cudaSuccess && status == CUBLAS_STATUS_SUCCESS) err = cudaEventRecord(stop);
+    if (err == cudaSuccess && status == CUBLAS_STATUS_SUCCESS) err = cudaEventSynchronize(stop);
+    if (err == cudaSuccess && status == CUBLAS_STATUS_SUCCESS)
+      err = cudaEventElapsedTime(&ms, start, stop);
+    if (i > 0 && err == cudaSuccess && status == CUBLAS_STATUS_SUCCESS && ms > 0.0f) {
+      const double flops = 2.0 * double(n) * double(n) * double(n) / (double(ms) / 1e3);
+      if (flops > best) best = flops;
+    }
+  }
+  if (err != cudaSuccess || status != CUBLAS_STATUS_SUCCESS) {
+    error = err != cudaSuccess ? cudaGetErrorString(err) : cublasGetStatusString(status);
+    best = -1.0;
+  }
+  if (handle) cublasDestroy(handle);
+  if (start) cudaEventDestroy(start);
+  if (stop) cudaEventDestroy(stop);
+  for (float* p : {a, b, c})
+    if (p) cudaFree(p);
   return best;
 }
 

@@ -7,8 +7,9 @@
 namespace colony {
 
 #ifdef COLONY_HAVE_CUDA
-std::vector<DeviceInfo> cuda_devices_impl(std::string* why_none);  // cuda_device.cu
-double cuda_copy_bandwidth_impl(int device, std::string& error);   // cuda_device.cu
+std::vector<DeviceInfo> cuda_devices_impl(std::string* why_none);                  // cuda_device.cu
+double cuda_copy_bandwidth_impl(int device, std::string& error);                   // cuda_device.cu
+double cuda_gemm_flops_impl(int device, size_t n, bool bf16, std::string& error);  // cuda_device.cu
 bool cuda_compiled() {
   return true;
 }
@@ -21,6 +22,13 @@ Expected<double> cuda_copy_bandwidth(int index) {
   if (bps < 0) return Status::internal(fmt::format("copying to cuda:{}: {}", index, error));
   return bps;
 }
+Expected<double> cuda_gemm_flops(int index, size_t n, bool bf16) {
+  std::string error;
+  const double flops = cuda_gemm_flops_impl(index, n, bf16, error);
+  if (flops < 0)
+    return Status::internal(fmt::format("a {}^3 product on cuda:{}: {}", n, index, error));
+  return flops;
+}
 #else
 bool cuda_compiled() {
   return false;
@@ -30,6 +38,9 @@ std::vector<DeviceInfo> cuda_devices(std::string* why_none) {
   return {};
 }
 Expected<double> cuda_copy_bandwidth(int) {
+  return Status::not_found("built without CUDA");
+}
+Expected<double> cuda_gemm_flops(int, size_t, bool) {
   return Status::not_found("built without CUDA");
 }
 #endif

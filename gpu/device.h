@@ -51,6 +51,12 @@ Status check_device(const DeviceChoice& device);
 // with CUDA's message when a CUDA call fails.
 Expected<double> cuda_copy_bandwidth(int index);
 
+// FLOP/s of cuBLAS's n x n x n product on CUDA device `index`, fp32 in and out (with `bf16`,
+// bf16 inputs on tensor cores: DeviceProducts::bf16 of gpu/deepfm_pass.h), best of four after
+// one untimed: the peak `colony bench device` sets the DeepFM pass's products against.
+// not_found in a build without CUDA; internal with CUDA's or cuBLAS's message when a call fails.
+Expected<double> cuda_gemm_flops(int index, size_t n, bool bf16);
+
 // One line for logs and reports: "cpu" or "cpu (cuda: 1 device, NVIDIA H200)".
 std::string describe_backends();
 

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "tests/cli_fixture.h"
@@ -179,6 +180,24 @@ BOOST_AUTO_TEST_CASE(another_jobs_store_is_continued_only_with_resume) {
   BOOST_TEST(r.err.find("give each `colony ps` whose store another job wrote its --resume") !=
                  std::string::npos,
              r.err);
+}
+
+// `colony bench device` times every model on every backend here, DeepFM's products against the
+// sgemm peak it measures in the same run, and reports each figure.
+BOOST_AUTO_TEST_CASE(bench_device_reports_every_model_on_every_backend) {
+  colony::testing::TempDir dir("cli-bench-device");
+  const Run r = run("bench device --rows 3000 --repeats 1 --report " + dir.sub("r.json"));
+  BOOST_REQUIRE(r.code == 0);
+  const auto rep = read_json(dir.sub("r.json"));
+  BOOST_TEST(rep["cpu_gemm_flops_per_sec"].get<double>() > 0.0);
+  std::set<std::string> seen;
+  for (const auto& f : rep["figures"]) {
+    seen.insert(f["model"].get<std::string>() + " " + f["device"].get<std::string>());
+    BOOST_TEST(f["samples_per_sec"].get<double>() > 0.0);
+  }
+  for (const char* model : {"lr", "fm 8", "fm 32", "deepfm"})
+    for (const char* device : {"cpu", "device-host"})
+      BOOST_TEST(seen.count(std::string(model) + " " + device) == 1u, model << " " << device);
 }
 
 // --device: a bad value, and a CUDA device this machine cannot give (built without CUDA, no
