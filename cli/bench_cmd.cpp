@@ -317,8 +317,8 @@ int bench_ps(const BenchArgs& a) {
 // CUDA backend's device code built for the host, CUDA device 0 when there is one) over the same
 // generated batches of 512, as ratios to the CPU backend. For LR and FM, the bytes a step moves
 // (the batch and its rows in, the gradients in and out) against a copy bandwidth measured in the
-// same run: memcpy on the host, host-to-device copies for the GPU; for DeepFM, its dense layers'
-// FLOP/s against the peak of the device's products, also measured in the run.
+// same run: memcpy on the host, host-to-device copies for the GPU; for DeepFM and DLRM, their
+// dense layers' FLOP/s against the peak of the device's products, also measured in the run.
 int bench_device(const BenchArgs& a) {
   GenOptions g;
   g.rows = a.rows;
@@ -430,16 +430,13 @@ int bench_device(const BenchArgs& a) {
       "key), best of %d; bytes moved = batch + rows in + gradients in and out\n",
       a.repeats);
 
-  // DeepFM (MLP 256-128 over the data's fields): its dense layers' FLOP/s against the peak of
-  // the products of the same device, measured here: OpenBLAS's 1024^3 sgemm on this machine's
-  // threads for the CPU and the host build, cuBLAS's 4096^3 bf16 product on the GPU (the
-  // model's own products there).
-  ModelSpec deep{ModelKind::deepfm, 8};
-  deep.fields = 1;
+  // DeepFM and DLRM (their default layers over the data's fields): their dense layers' FLOP/s
+  // against the peak of the products of the same device, measured here: OpenBLAS's 1024^3 sgemm
+  // on this machine's threads for the CPU and the host build, cuBLAS's 4096^3 bf16 product on
+  // the GPU (the models' own products there).
+  uint32_t fields = 1;
   for (const Batch& b : batches)
-    for (uint64_t k : b.keys) deep.fields = std::max<uint32_t>(deep.fields, key_field(k) + 1);
-  deep.dense = batches.front().dense_dim;
-  deep.mlp = {256, 128};
+    for (uint64_t k : b.keys) fields = std::max<uint32_t>(fields, key_field(k) + 1);
   const double cpu_peak = sgemm_gflops(1024, 5, static_cast<int>(hardware_threads())) * 1e9;
   double cuda_peak = 0.0;
   if (cuda_bps > 0) {
@@ -449,22 +446,27 @@ int bench_device(const BenchArgs& a) {
   }
   std::printf("\n%-7s %-12s %12s %9s %13s %12s\n", "model", "device", "samples/s", "of cpu",
               "dense GFLOP/s", "of peak");
-  random_rows(deep.width());
-  double cpu_sps = 0.0;
-  for (const DeviceChoice& device : devices) {
-    ModelSpec on = deep;
-    on.device = device;
-    auto model = Model::make(on);
-    if (!model) return fail(model.status());
-    std::vector<float> dense((*model)->dense_params()), dense_grads(dense.size());
-    (*model)->init_dense(dense, 7);
-    const double sps = samples / best_pass(**model, dense, dense_grads);
-    // A training step's products cost three forward passes' (models/layers.h).
-    const double flops = sps * 3.0 * double((*model)->dense_flops_per_sample());
-    const double peak = device.backend == Backend::cuda ? cuda_peak : cpu_peak;
-    if (device.backend == Backend::cpu) cpu_sps = sps;
-    figure("deepfm", device, sps, cpu_sps, {"dense_flops_per_sec", flops},
-           {"ratio_to_gemm_peak", flops / peak});
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm}) {
+    ModelSpec deep = with_model_defaults(ModelSpec{kind, 8});
+    deep.fields = fields;
+    deep.dense = batches.front().dense_dim;
+    random_rows(deep.width());
+    double cpu_sps = 0.0;
+    for (const DeviceChoice& device : devices) {
+      ModelSpec on = deep;
+      on.device = device;
+      auto model = Model::make(on);
+      if (!model) return fail(model.status());
+      std::vector<float> dense((*model)->dense_params()), dense_grads(dense.size());
+      (*model)->init_dense(dense, 7);
+      const double sps = samples / best_pass(**model, dense, dense_grads);
+      // A training step's products cost three forward passes' (models/layers.h).
+      const double flops = sps * 3.0 * double((*model)->dense_flops_per_sample());
+      const double peak = device.backend == Backend::cuda ? cuda_peak : cpu_peak;
+      if (device.backend == Backend::cpu) cpu_sps = sps;
+      figure(to_string(kind), device, sps, cpu_sps, {"dense_flops_per_sec", flops},
+             {"ratio_to_gemm_peak", flops / peak});
+    }
   }
   std::printf(
       "peak: sgemm 1024^3 on %zu threads %.1f GFLOP/s%s\n", hardware_threads(), cpu_peak / 1e9,

@@ -533,9 +533,8 @@ Runner add_member(CLI::App& app, MemberRole role) {
     cmd->add_option("--cache-dir", o.reader.cache_dir,
                     "Where binary caches of text files go (default: beside each file)");
     add_format_option(cmd, o.reader.format);
-    cmd->add_option(
-           "--device", a->device,
-           "Where the replicas' math runs: cpu, or cuda[:N] (lr, fm and deepfm; a CUDA build)")
+    cmd->add_option("--device", a->device,
+                    "Where the replicas' math runs: cpu, or cuda[:N] (all but dcn; a CUDA build)")
         ->capture_default_str();
     cmd->add_option("--compute-threads", o.compute_threads,
                     "Threads that share each batch of a deep model in each replica, its samples "

@@ -200,9 +200,8 @@ Runner add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
       ->capture_default_str();
-  cmd->add_option(
-         "--device", a->device,
-         "Where the workers' math runs: cpu, or cuda[:N] (lr, fm and deepfm; a CUDA build)")
+  cmd->add_option("--device", a->device,
+                  "Where the workers' math runs: cpu, or cuda[:N] (all but dcn; a CUDA build)")
       ->capture_default_str();
   a->compute_threads_option =
       cmd->add_option("--compute-threads", a->compute_threads,

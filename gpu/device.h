@@ -52,7 +52,7 @@ Status check_device(const DeviceChoice& device);
 Expected<double> cuda_copy_bandwidth(int index);
 
 // FLOP/s of cuBLAS's n x n x n product on CUDA device `index`, fp32 in and out (with `bf16`,
-// bf16 inputs on tensor cores: DeviceProducts::bf16 of gpu/deepfm_pass.h), best of four after
+// bf16 inputs on tensor cores: DeviceProducts::bf16 of gpu/deep_pass.h), best of four after
 // one untimed: the peak `colony bench device` sets the DeepFM pass's products against.
 // not_found in a build without CUDA; internal with CUDA's or cuBLAS's message when a call fails.
 Expected<double> cuda_gemm_flops(int index, size_t n, bool bf16);

@@ -1,4 +1,4 @@
-// The device code that the FM pass (gpu/fm_pass.h) and the DeepFM pass (gpu/deepfm_pass.h)
+// The device code that the FM pass (gpu/fm_pass.h) and the deep models' pass (gpu/deep_pass.h)
 // share: the per-sample FM forward, the per-(slot, float) gradient sum, and the grouping of a
 // batch's gradient contributions by slot. Included by the *_impl.h files, once per Thrust system
 // (each translation unit builds one system); plain C++17, so nvcc compiles it too.
@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "gpu/deepfm_pass.h"
+#include "gpu/deep_pass.h"
 #include "gpu/fm_pass.h"
 #include "gpu/thrust_group.h"
 
@@ -88,30 +88,33 @@ struct ForwardSample {
 };
 
 // Step 2, float o of the batch's distinct slots (slot distinct[o / width], float o % width): what
-// the gradient held plus that slot's FM contributions, in the order they were made; then, for
-// DeepFM (`fields` not null), the contributions of the pooled embeddings' gradients, in the same
-// order (as models/deep.cpp adds them after the FM part's).
+// the gradient held plus that slot's contributions, in the order they were made: each sample's
+// bias (to float 0), with `fm` the FM (or LR) part's terms of each feature; then, with `fields`,
+// the pooled embeddings' gradients, in the same order (as models/deep.cpp adds them after the
+// rest). Members are set by name (Contributions::functor), not by position.
 struct AddContributions {
-  const uint32_t* distinct;  // slots, sorted
-  const uint32_t* starts;    // per distinct slot: where its contributions start in `order`
-  const uint32_t* counts;    // per distinct slot: how many
-  const uint32_t* order;     // contributions by slot, each slot's in the order they were made
-  const uint32_t* feature;   // per contribution: the feature, or bias_feature
-  const uint32_t* sample;    // per contribution
-  const float* values;
-  const float* rows;
-  const float* sums;
-  const float* dz;
-  size_t dim;
-  float* grads;
-  // DeepFM only (nullptr otherwise): per feature its field, or no_field for a dense feature's
-  // row; and dL/d(MLP input), samples x input_width, whose first fields x dim floats are the
-  // pooled embeddings' gradients.
-  const uint32_t* fields;
-  const float* dinput;
-  size_t input_width;
+  const uint32_t* distinct = nullptr;  // slots, sorted
+  const uint32_t* starts = nullptr;    // per distinct slot: where its contributions start in order
+  const uint32_t* counts = nullptr;    // per distinct slot: how many
+  const uint32_t* order = nullptr;     // contributions by slot, each slot's in the order made
+  const uint32_t* feature = nullptr;   // per contribution: the feature, or bias_feature
+  const uint32_t* sample = nullptr;    // per contribution
+  const float* values = nullptr;       // per feature
+  const float* dz = nullptr;           // per sample: the logit's gradient
+  size_t width = 0;                    // floats a row
+  float* grads = nullptr;              // rows' gradients (width floats a slot)
+  // The FM part: rows [w, v_1 .. v_dim] (width = 1 + dim), sums as ForwardSample's.
+  bool fm = false;
+  size_t dim = 0;
+  const float* rows = nullptr;
+  const float* sums = nullptr;
+  // The pooled embeddings (nullptr fields: none): per feature its field, or no_field; dinput
+  // holds dL/d(embedding) of field f of sample i at i * input_width + input_offset + f * emb_dim;
+  // a row's embedding starts at its float emb_offset.
+  const uint32_t* fields = nullptr;
+  const float* dinput = nullptr;
+  size_t input_width = 0, input_offset = 0, emb_offset = 0, emb_dim = 0;
   __host__ __device__ void operator()(size_t o) const {
-    const size_t width = 1 + dim;
     const size_t s = o / width, c = o % width;
     const size_t at = size_t{distinct[s]} * width + c;
     float acc = grads[at];
@@ -122,6 +125,7 @@ struct AddContributions {
         if (c == 0) acc += dz[i];
         continue;
       }
+      if (!fm) continue;
       const float x = values[f];
       const float gx = dz[i] * x;
       if (c == 0) {
@@ -130,12 +134,13 @@ struct AddContributions {
         acc += gx * (sums[size_t{i} * dim + (c - 1)] - rows[at] * x);
       }
     }
-    if (fields != nullptr && c > 0) {
+    if (fields != nullptr && c >= emb_offset) {
       for (uint32_t j = first; j < end; ++j) {
         const uint32_t p = order[j], f = feature[p], i = sample[p];
         if (f == bias_feature || fields[f] == no_field) continue;
         // models/deep.cpp's demb: zeroed, then the input's gradient added.
-        const float demb = 0.0f + dinput[size_t{i} * input_width + size_t{fields[f]} * dim + c - 1];
+        const float demb = 0.0f + dinput[size_t{i} * input_width + input_offset +
+                                         size_t{fields[f]} * emb_dim + (c - emb_offset)];
         acc += demb * values[f];
       }
     }
@@ -183,6 +188,22 @@ struct Contributions {
     feature.assign(host_feature.begin(), host_feature.end());
     sample.assign(host_sample.begin(), host_sample.end());
     return group_by_key(keys, order, distinct, counts, starts);
+  }
+  // The sum over the groups of the last build, its slots' contributions added to `grads`; the
+  // caller sets the rest (AddContributions).
+  AddContributions functor(const float* values, const float* dz, size_t width, float* grads) {
+    AddContributions a;
+    a.distinct = raw(distinct);
+    a.starts = raw(starts);
+    a.counts = raw(counts);
+    a.order = raw(order);
+    a.feature = raw(feature);
+    a.sample = raw(sample);
+    a.values = values;
+    a.dz = dz;
+    a.width = width;
+    a.grads = grads;
+    return a;
   }
 };
 

@@ -59,11 +59,13 @@ class COLONY_FM_PASS final : public FmPass {
     Contributions& c = contributions_;
     const size_t k = c.build(b);
     grads_.assign(grads, grads + b.n_slots * width);
+    AddContributions add = c.functor(raw(values_), raw(dz_), width, raw(grads_));
+    add.fm = true;
+    add.dim = dim;
+    add.rows = raw(rows_);
+    add.sums = raw(sums_);
     thrust::for_each(thrust::counting_iterator<size_t>(0),
-                     thrust::counting_iterator<size_t>(k * width),
-                     AddContributions{raw(c.distinct), raw(c.starts), raw(c.counts), raw(c.order),
-                                      raw(c.feature), raw(c.sample), raw(values_), raw(rows_),
-                                      raw(sums_), raw(dz_), dim, raw(grads_), nullptr, nullptr, 0});
+                     thrust::counting_iterator<size_t>(k * width), add);
     thrust::copy(grads_.begin(), grads_.end(), grads);
     return summed_loss(loss_, host_loss_);
   }

@@ -37,6 +37,10 @@ class DeepModel : public Model {
                   dense_params());
     COLONY_ASSERT(dense_grads.size() == dense_params(), "dense_grads={} params={}",
                   dense_grads.size(), dense_params());
+    COLONY_ASSERT(logits.empty() || logits.size() == batch.rows());
+    if (pass_)
+      return pass_->run(device_batch(batch, slots, rows), rows.data(), dense.data(), grads.data(),
+                        dense_grads.data(), logits.empty() ? nullptr : logits.data());
     const size_t n = batch.rows();
     z_.resize(n);
     run_forward(batch, slots, rows, dense.data(), z_.data());
@@ -46,10 +50,7 @@ class DeepModel : public Model {
       loss += logloss_from_logit(z_[i], batch.labels[i]);
       dz_[i] = static_cast<float>(sigmoid(z_[i])) - batch.labels[i];
     }
-    if (!logits.empty()) {
-      COLONY_ASSERT(logits.size() == n);
-      std::copy(z_.begin(), z_.end(), logits.begin());
-    }
+    if (!logits.empty()) std::copy(z_.begin(), z_.end(), logits.begin());
     demb_.assign(n * spec_.fields * spec_.dim, 0.0f);
     run_backward(batch, slots, rows, dense.data(), dz_.data(), grads.data(), dense_grads.data());
     scatter(batch, slots, grads.data());
@@ -61,10 +62,35 @@ class DeepModel : public Model {
     COLONY_ASSERT(logits.size() == batch.rows());
     COLONY_ASSERT(dense.size() == dense_params(), "dense={} params={}", dense.size(),
                   dense_params());
+    if (pass_) {
+      pass_->run(device_batch(batch, slots, rows), rows.data(), dense.data(), nullptr, nullptr,
+                 logits.data());
+      return;
+    }
     run_forward(batch, slots, rows, dense.data(), logits.data());
   }
 
  protected:
+  // Off the CPU, the device code of gpu/deep_pass.h runs forward_backward and forward instead of
+  // run_forward and run_backward (with bf16 products on a GPU). `shape` gives the kind and the
+  // layers; the rest comes from the spec.
+  void use_device(gpu::DeepShape shape) {
+    if (spec_.device.backend == Backend::cpu) return;
+    shape.dim = spec_.dim;
+    shape.fields = spec_.fields;
+    shape.dense = spec_.dense;
+    shape.params = layout_.size();
+    pass_ = spec_.device.backend == Backend::device_host
+                ? gpu::make_deep_pass_host(shape)
+                : gpu::make_deep_pass_cuda(shape, spec_.device.index, gpu::DeviceProducts::bf16);
+    COLONY_ASSERT(pass_ != nullptr, "device {}", device_text(spec_.device));
+  }
+  static std::vector<gpu::DeepLayer> device_layers(const Mlp& mlp) {
+    std::vector<gpu::DeepLayer> layers;
+    for (const Linear& l : mlp.layers()) layers.push_back({l.in, l.out, l.w, l.b});
+    return layers;
+  }
+
   // Logits of the batch into z (pooling first); keeps what run_backward needs.
   virtual void run_forward(const Batch& batch, std::span<const uint32_t> slots,
                            std::span<const float> rows, const float* params, float* z) = 0;
@@ -125,10 +151,20 @@ class DeepModel : public Model {
   ParamLayout layout_;
   const size_t offset_;  // where the embedding starts in a row (after DeepFM's w)
   std::vector<float> z_, dz_, emb_, demb_, x0_, dx0_;
+
+ private:
+  gpu::DeepBatch device_batch(const Batch& b, std::span<const uint32_t> slots,
+                              std::span<const float> rows) {
+    COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
+    return deep_device_batch(b, slots, rows.size() / width(), spec_.dense_rows(), device_ws_,
+                             device_fields_);
+  }
+  std::unique_ptr<gpu::DeepPass> pass_;
+  FeatureWorkspace device_ws_;
+  std::vector<uint32_t> device_fields_;
 };
 
-// DeepFM: z = FM(x) + MLP([e_1 .. e_F, dense]), the FM part over the same rows (w and v). Off
-// the CPU, the device code of gpu/deepfm_pass.h does the math (with bf16 products on a GPU).
+// DeepFM: z = FM(x) + MLP([e_1 .. e_F, dense]), the FM part over the same rows (w and v).
 class DeepFm final : public DeepModel {
  public:
   explicit DeepFm(const ModelSpec& spec) : DeepModel(spec) {
@@ -136,13 +172,10 @@ class DeepFm final : public DeepModel {
     sizes.insert(sizes.end(), spec.mlp.begin(), spec.mlp.end());
     sizes.push_back(1);
     mlp_ = Mlp::make(layout_, sizes, true);
-    if (spec.device.backend == Backend::cpu) return;
-    gpu::DeepFmShape shape{spec.dim, spec.fields, spec.dense, {}, layout_.size()};
-    for (const Linear& l : mlp_.layers()) shape.layers.push_back({l.in, l.out, l.w, l.b});
-    pass_ = spec.device.backend == Backend::device_host
-                ? gpu::make_deepfm_pass_host(shape)
-                : gpu::make_deepfm_pass_cuda(shape, spec.device.index, gpu::DeviceProducts::bf16);
-    COLONY_ASSERT(pass_ != nullptr, "device {}", device_text(spec.device));
+    gpu::DeepShape shape;
+    shape.kind = gpu::DeepKind::deepfm;
+    shape.mlp = device_layers(mlp_);
+    use_device(shape);
   }
   void init_dense(std::span<float> params, uint64_t seed) const override {
     Model::init_dense(params, seed);
@@ -150,36 +183,7 @@ class DeepFm final : public DeepModel {
   }
   size_t dense_flops_per_sample() const override { return mlp_.flops_per_sample(); }
 
-  double forward_backward(const Batch& batch, std::span<const uint32_t> slots,
-                          std::span<const float> rows, std::span<const float> dense,
-                          std::span<float> grads, std::span<float> dense_grads,
-                          std::span<float> logits) override {
-    if (!pass_)
-      return DeepModel::forward_backward(batch, slots, rows, dense, grads, dense_grads, logits);
-    COLONY_ASSERT(grads.size() == rows.size(), "grads={} rows={}", grads.size(), rows.size());
-    COLONY_ASSERT(dense.size() == dense_params() && dense_grads.size() == dense_params(),
-                  "dense={} dense_grads={} params={}", dense.size(), dense_grads.size(),
-                  dense_params());
-    COLONY_ASSERT(logits.empty() || logits.size() == batch.rows());
-    return pass_->run(device_batch(batch, slots, rows), rows.data(), dense.data(), grads.data(),
-                      dense_grads.data(), logits.empty() ? nullptr : logits.data());
-  }
-  void forward(const Batch& batch, std::span<const uint32_t> slots, std::span<const float> rows,
-               std::span<const float> dense, std::span<float> logits) override {
-    if (!pass_) return DeepModel::forward(batch, slots, rows, dense, logits);
-    COLONY_ASSERT(logits.size() == batch.rows());
-    COLONY_ASSERT(dense.size() == dense_params(), "dense={} params={}", dense.size(),
-                  dense_params());
-    pass_->run(device_batch(batch, slots, rows), rows.data(), dense.data(), nullptr, nullptr,
-               logits.data());
-  }
-
  private:
-  gpu::DeepFmBatch device_batch(const Batch& b, std::span<const uint32_t> slots,
-                                std::span<const float> rows) {
-    COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
-    return deepfm_device_batch(b, slots, rows.size() / width(), ws_, fields_);
-  }
   void run_forward(const Batch& b, std::span<const uint32_t> slots, std::span<const float> rows,
                    const float* params, float* z) override {
     fm_logits(spec_.dim, b, slots, rows, z, ws_);
@@ -198,8 +202,6 @@ class DeepFm final : public DeepModel {
   }
   Mlp mlp_;
   FeatureWorkspace ws_;
-  std::unique_ptr<gpu::DeepFmPass> pass_;
-  std::vector<uint32_t> fields_;  // the device batch's fields
 };
 
 // DLRM: bottom MLP on the dense features (to dim floats, ReLU), dot products of every pair of
@@ -221,6 +223,11 @@ class Dlrm final : public DeepModel {
     sizes.insert(sizes.end(), spec.mlp.begin(), spec.mlp.end());
     sizes.push_back(1);
     top_ = Mlp::make(layout_, sizes, true);
+    gpu::DeepShape shape;
+    shape.kind = gpu::DeepKind::dlrm;
+    shape.mlp = device_layers(top_);
+    if (bottom_) shape.bottom = device_layers(*bottom_);
+    use_device(shape);
   }
   void init_dense(std::span<float> params, uint64_t seed) const override {
     Model::init_dense(params, seed);

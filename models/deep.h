@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "data/batch.h"
-#include "gpu/deepfm_pass.h"
+#include "gpu/deep_pass.h"
 #include "models/model.h"
 
 namespace colony {
@@ -28,11 +28,12 @@ void fm_logits(size_t dim, const Batch& batch, std::span<const uint32_t> slots,
 // ... and, given dL/dlogit per sample in `dz`, the gradients of the rows added into `grads`.
 void fm_backward(size_t dim, const Batch& batch, std::span<const uint32_t> slots,
                  std::span<const float> rows, const float* dz, float* grads, FeatureWorkspace& ws);
-// The batch as the device's DeepFM pass takes it (gpu/deepfm_pass.h): the FM part's view of it,
-// as fm_logits sees it (in `ws` when it has dense features), and each of that view's features'
-// field (in `fields`; no_field for a dense feature's row). n_slots: the rows in `rows`' slots.
-gpu::DeepFmBatch deepfm_device_batch(const Batch& batch, std::span<const uint32_t> slots,
-                                     size_t n_slots, FeatureWorkspace& ws,
-                                     std::vector<uint32_t>& fields);
+// The batch as the device's deep model pass takes it (gpu/deep_pass.h): its features as the
+// model sees them (with `dense_rows`, DeepFM's: the FM part's view, as fm_logits sees it, in `ws`
+// when the batch has dense features; else the batch's own), and each of those features' field
+// (in `fields`; no_field for a dense feature's row). n_slots: the rows in the step's slots.
+gpu::DeepBatch deep_device_batch(const Batch& batch, std::span<const uint32_t> slots,
+                                 size_t n_slots, bool dense_rows, FeatureWorkspace& ws,
+                                 std::vector<uint32_t>& fields);
 
 }  // namespace colony

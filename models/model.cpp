@@ -333,13 +333,16 @@ void fm_backward(size_t dim, const Batch& batch, std::span<const uint32_t> slots
   fm_run<true>(dim, feature_view(batch, slots, ws), rows.data(), grads, nullptr, dz);
 }
 
-gpu::DeepFmBatch deepfm_device_batch(const Batch& batch, std::span<const uint32_t> slots,
-                                     size_t n_slots, FeatureWorkspace& ws,
-                                     std::vector<uint32_t>& fields) {
-  const FeatureView v = feature_view(batch, slots, ws);
+gpu::DeepBatch deep_device_batch(const Batch& batch, std::span<const uint32_t> slots,
+                                 size_t n_slots, bool dense_rows, FeatureWorkspace& ws,
+                                 std::vector<uint32_t>& fields) {
+  FeatureView v{batch.rows(), batch.labels.data(), batch.offsets.data(), slots.data(),
+                batch.values.data()};
+  if (dense_rows) v = feature_view(batch, slots, ws);
+  const size_t dense_features = dense_rows ? batch.dense_dim : 0;
   fields.clear();
   for (size_t i = 0; i < batch.rows(); ++i) {
-    fields.insert(fields.end(), batch.dense_dim, gpu::no_field);
+    fields.insert(fields.end(), dense_features, gpu::no_field);
     for (uint32_t k = batch.offsets[i]; k < batch.offsets[i + 1]; ++k)
       fields.push_back(key_field(batch.keys[k]));
   }
@@ -383,10 +386,10 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
 
 Status check_model_device(const ModelSpec& spec) {
   if (Status s = check_device(spec.device); !s.ok()) return s;
-  if (spec.deep() && spec.kind != ModelKind::deepfm && spec.device.backend != Backend::cpu)
+  if (spec.kind == ModelKind::dcn && spec.device.backend != Backend::cpu)
     return Status::invalid_input(fmt::format(
         "--device {}: --model {} runs on --device cpu only in this version (the CUDA backend "
-        "trains lr, fm and deepfm)",
+        "trains lr, fm, deepfm and dlrm)",
         device_text(spec.device), to_string(spec.kind)));
   return Status();
 }

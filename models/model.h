@@ -87,8 +87,7 @@ inline constexpr size_t max_fields = 255;
 inline constexpr size_t max_dense = 1024;
 inline constexpr size_t max_compute_threads = 64;
 // Ok when `spec`'s model can run on its device: check_device (gpu/device.h) accepts the device,
-// and a DLRM or DCN-v2 is on the CPU (the CUDA backend trains LR, FM and DeepFM in this
-// version).
+// and a DCN-v2 is on the CPU (the CUDA backend trains LR, FM, DeepFM and DLRM in this version).
 // invalid_input naming --device otherwise.
 Status check_model_device(const ModelSpec& spec);
 // invalid_input naming `--model` and `engine` when `kind` has dense layers: for the engines that

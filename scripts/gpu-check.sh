@@ -6,12 +6,13 @@
 #
 # What it checks: the device code on the GPU against its host build (tests/cuda_test.cpp: the
 # Thrust sums of gpu/thrust_sum.h bit for bit, the LR and FM pass of gpu/fm_pass.h within fp32
-# bounds, the DeepFM pass of gpu/deepfm_pass.h within fp32 and bf16 bounds), the host builds
-# against the CPU backend (reduce_test, model_test), DeepFM trained end to end on the GPU (bf16
-# products) against the CPU backend on the same data (test logloss within 1%), and then times
-# the LR and FM pass (gather, per-key gradient reduction) against the CPU backend and the
-# host-to-device copy bandwidth, and a DeepFM step against the CPU backend with its dense
-# layers' FLOP/s against cuBLAS's peak, all measured in the same run (`colony bench device`).
+# bounds, the DeepFM and DLRM pass of gpu/deep_pass.h within fp32 and bf16 bounds), the host
+# builds against the CPU backend (reduce_test, model_test), DeepFM and DLRM trained end to end on
+# the GPU (bf16 products) against the CPU backend on the same data (test logloss within 1%), and
+# then times the LR and FM pass (gather, per-key gradient reduction) against the CPU backend and
+# the host-to-device copy bandwidth, and a DeepFM and a DLRM step against the CPU backend with
+# their dense layers' FLOP/s against cuBLAS's peak, all measured in the same run (`colony bench
+# device`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -43,21 +44,23 @@ for t in cuda_test reduce_test model_test; do
     row "$t" "ok" "$(grep -m1 -E 'No errors|passed' <<<"$out")"
   fi
 done
-# DeepFM end to end: the same generated data and seed on the CPU and on the GPU.
-declare -A loss
-for dev in cpu cuda; do
-  build-gpu/colony train --model deepfm --device $dev --rows 200000 --test-rows 20000 \
-    >build-gpu/deepfm-$dev.log 2>&1
-  loss[$dev]=$(grep -oE 'test_logloss [0-9.]+' build-gpu/deepfm-$dev.log | tail -1 | cut -d' ' -f2)
+# The deep models end to end: the same generated data and seed on the CPU and on the GPU.
+for model in deepfm dlrm; do
+  declare -A loss=()
+  for dev in cpu cuda; do
+    build-gpu/colony train --model $model --device $dev --rows 200000 --test-rows 20000 \
+      >build-gpu/$model-$dev.log 2>&1
+    loss[$dev]=$(grep -oE 'test_logloss [0-9.]+' build-gpu/$model-$dev.log | tail -1 | cut -d' ' -f2)
+  done
+  if [ -n "${loss[cpu]}" ] && [ -n "${loss[cuda]}" ] &&
+     awk -v c="${loss[cpu]}" -v g="${loss[cuda]}" 'BEGIN { d = (g - c) / c; exit !(d < 0.01 && d > -0.01) }'; then
+    row "colony train --model $model, cuda against cpu" "ok" "test logloss ${loss[cuda]} / ${loss[cpu]}"
+  else
+    fail=1
+    row "colony train --model $model, cuda against cpu" "FAIL" \
+      "test logloss '${loss[cuda]}' / '${loss[cpu]}' (build-gpu/$model-*.log)"
+  fi
 done
-if [ -n "${loss[cpu]}" ] && [ -n "${loss[cuda]}" ] &&
-   awk -v c="${loss[cpu]}" -v g="${loss[cuda]}" 'BEGIN { d = (g - c) / c; exit !(d < 0.01 && d > -0.01) }'; then
-  row "colony train --model deepfm, cuda against cpu" "ok" "test logloss ${loss[cuda]} / ${loss[cpu]}"
-else
-  fail=1
-  row "colony train --model deepfm, cuda against cpu" "FAIL" \
-    "test logloss '${loss[cuda]}' / '${loss[cpu]}' (build-gpu/deepfm-*.log)"
-fi
 row "wall seconds, build and tests" "" "$((SECONDS - start))"
 echo
 if ! build-gpu/colony bench device --rows 200000 --repeats 3; then

@@ -132,36 +132,43 @@ ClusterJob deep_job(ModelKind kind, std::shared_ptr<const std::vector<Batch>> da
 
 // Hybrid training with one worker: the dense gradients go through the aggregator's all-reduce
 // (a sum of one) and come back unchanged, so every model trains exactly as the single-process
-// trainer does: the same rows and the same dense parameters, bit for bit.
+// trainer does: the same rows and the same dense parameters, bit for bit. So do DeepFM and DLRM
+// on the CUDA backend's device code built for the host (gpu/deep_pass.h) in the worker.
 BOOST_AUTO_TEST_CASE(one_worker_bsp_trains_every_deep_model_bit_for_bit_as_the_local_trainer) {
   auto data = deep_data(6000, 128);
   for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
     for (PushMode push : {PushMode::flat, PushMode::hierarchical}) {
-      BOOST_TEST_CONTEXT(to_string(kind) << ", " << to_string(push) << " push") {
-        ClusterJob j = deep_job(kind, data);
-        j.epochs = 2;
-        j.cluster.shards = 2;
-        j.cluster.push = push;
-        auto cluster = std::move(EmbeddedCluster::make(j).value());
-        const ClusterResult r = run(*cluster);
+      for (Backend backend : {Backend::cpu, Backend::device_host}) {
+        if (kind == ModelKind::dcn && backend != Backend::cpu) continue;  // CPU only
+        BOOST_TEST_CONTEXT(to_string(kind) << ", " << to_string(push) << " push, "
+                                           << device_text(DeviceChoice{backend, 0})) {
+          ClusterJob j = deep_job(kind, data);
+          j.epochs = 2;
+          j.cluster.shards = 2;
+          j.cluster.push = push;
+          ClusterJob on = j;
+          on.trainer.model.device.backend = backend;
+          auto cluster = std::move(EmbeddedCluster::make(on).value());
+          const ClusterResult r = run(*cluster);
 
-        auto trainer = std::move(LocalTrainer::make(j.trainer).value());
-        std::vector<uint64_t> keys{bias_key};
-        for (int epoch = 0; epoch < 2; ++epoch)
-          for (const Batch& b : *data) {
-            BOOST_REQUIRE(trainer->train_batch(b).ok());
-            if (epoch == 0) keys.insert(keys.end(), b.keys.begin(), b.keys.end());
-          }
-        BOOST_REQUIRE(!trainer->dense().empty());
-        BOOST_REQUIRE(r.dense.size() == trainer->dense().size());
-        BOOST_TEST(std::memcmp(r.dense.data(), trainer->dense().data(),
-                               r.dense.size() * sizeof(float)) == 0);
-        const size_t differ = rows_differing(*trainer, *cluster, keys, j.trainer.model.width());
-        BOOST_TEST(differ == 0u, differ << " of " << keys.size() << " rows differ");
-        std::vector<float> za, zc;
-        BOOST_REQUIRE(trainer->predict(data->front(), za).ok());
-        BOOST_REQUIRE(cluster->predict(data->front(), zc).ok());
-        BOOST_TEST(std::memcmp(za.data(), zc.data(), za.size() * sizeof(float)) == 0);
+          auto trainer = std::move(LocalTrainer::make(j.trainer).value());
+          std::vector<uint64_t> keys{bias_key};
+          for (int epoch = 0; epoch < 2; ++epoch)
+            for (const Batch& b : *data) {
+              BOOST_REQUIRE(trainer->train_batch(b).ok());
+              if (epoch == 0) keys.insert(keys.end(), b.keys.begin(), b.keys.end());
+            }
+          BOOST_REQUIRE(!trainer->dense().empty());
+          BOOST_REQUIRE(r.dense.size() == trainer->dense().size());
+          BOOST_TEST(std::memcmp(r.dense.data(), trainer->dense().data(),
+                                 r.dense.size() * sizeof(float)) == 0);
+          const size_t differ = rows_differing(*trainer, *cluster, keys, j.trainer.model.width());
+          BOOST_TEST(differ == 0u, differ << " of " << keys.size() << " rows differ");
+          std::vector<float> za, zc;
+          BOOST_REQUIRE(trainer->predict(data->front(), za).ok());
+          BOOST_REQUIRE(cluster->predict(data->front(), zc).ok());
+          BOOST_TEST(std::memcmp(za.data(), zc.data(), za.size() * sizeof(float)) == 0);
+        }
       }
     }
   }

@@ -13,7 +13,7 @@
 
 #include "common/hash.h"
 #include "data/batch.h"
-#include "gpu/deepfm_pass.h"
+#include "gpu/deep_pass.h"
 #include "gpu/device.h"
 #include "gpu/thrust_sum.h"
 #include "models/deep.h"
@@ -139,72 +139,86 @@ size_t off_scale(const std::vector<float>& device, const std::vector<float>& hos
 
 }  // namespace
 
-// The CUDA backend's DeepFM pass (gpu/deepfm_pass.h) on the device against the same code's host
+// The CUDA backend's deep model pass (gpu/deep_pass.h) on the device against the same code's host
 // build, which equals the CPU model bit for bit (model_test): logits, sparse and dense gradients,
-// loss. With fp32 products (the pass made directly) each float is within 1e-4 of the largest of
-// its kind: cuBLAS sums in its own order, the device fuses multiply-adds. With bf16 products (the
-// model on --device cuda) inputs of each product keep 8 bits of mantissa, about 0.4% each, so
-// within 3e-2.
-BOOST_AUTO_TEST_CASE(deepfm_pass_on_the_device_matches_the_host_build_within_bounds,
+// loss. With bf16 products (DeepFM and DLRM on --device cuda) inputs of each product keep 8 bits
+// of mantissa, about 0.4% each: each float within 3e-2 of the largest of its kind. With fp32
+// products (DeepFM's pass made directly) within 1e-4: cuBLAS sums in its own order, the device
+// fuses multiply-adds.
+BOOST_AUTO_TEST_CASE(deep_pass_on_the_device_matches_the_host_build_within_bounds,
                      *boost::unit_test::precondition(HasDevice())) {
-  for (size_t dim : {size_t{8}, size_t{16}}) {
-    for (uint32_t dense : {0u, 4u}) {
-      ModelSpec spec;
-      spec.kind = ModelKind::deepfm;
-      spec.dim = dim;
-      spec.fields = 4;  // random_batch's
-      spec.dense = dense;
-      spec.mlp = {64, 32};
-      ModelSpec host = spec, device = spec;
-      host.device.backend = Backend::device_host;
-      device.device = DeviceChoice{Backend::cuda, 0};
-      auto h = std::move(Model::make(host).value());
-      auto d = std::move(Model::make(device).value());
-      std::vector<float> params(h->dense_params());
-      h->init_dense(params, 3);
-      // The same pass with fp32 products, built as the model builds its own (consecutive layers).
-      gpu::DeepFmShape shape{dim, spec.fields, dense, {}, params.size()};
-      std::vector<size_t> sizes{spec.fields * dim + dense, 64, 32, 1};
-      for (size_t l = 0, at = 0; l + 1 < sizes.size(); ++l) {
-        shape.layers.push_back({sizes[l], sizes[l + 1], at, at + sizes[l] * sizes[l + 1]});
-        at += sizes[l] * sizes[l + 1] + sizes[l + 1];
-      }
-      BOOST_REQUIRE(shape.layers.back().b + 1 == params.size());
-      auto fp32 = gpu::make_deepfm_pass_cuda(shape, 0, gpu::DeviceProducts::fp32);
-      for (uint64_t seed = 1; seed <= 4; ++seed) {
-        const Batch b = testing::random_batch(seed, 512, 300, dense);
-        BatchIndex index;
-        index.build(b, spec.dense_rows());
-        const size_t n = index.unique_keys().size() * spec.width();
-        std::vector<float> rows(n);
-        SplitMix64 rng(seed + 100);
-        for (float& r : rows) r = static_cast<float>(rng.uniform() - 0.5);
-        struct Out {
-          std::vector<float> grads, dense_grads, logits;
-          double loss = 0.0;
-        };
-        const auto fresh = [&] {
-          return Out{std::vector<float>(n, 0.0f), std::vector<float>(params.size(), 0.0f),
-                     std::vector<float>(b.rows()), 0.0};
-        };
-        Out oh = fresh(), ob = fresh(), of = fresh();
-        oh.loss = h->forward_backward(b, index.slots(), rows, params, oh.grads, oh.dense_grads,
-                                      oh.logits);
-        ob.loss = d->forward_backward(b, index.slots(), rows, params, ob.grads, ob.dense_grads,
-                                      ob.logits);
-        FeatureWorkspace ws;
-        std::vector<uint32_t> fields;
-        of.loss = fp32->run(deepfm_device_batch(b, index.slots(), n / spec.width(), ws, fields),
-                            rows.data(), params.data(), of.grads.data(), of.dense_grads.data(),
-                            of.logits.data());
-        for (const auto& [name, o, tol] :
-             {std::tuple{"fp32", &of, 1e-4f}, std::tuple{"bf16", &ob, 3e-2f}}) {
-          BOOST_TEST_CONTEXT(name << " products, dim " << dim << ", dense " << dense << ", seed "
-                                  << seed) {
-            BOOST_TEST(std::fabs(o->loss - oh.loss) <= tol * std::fabs(oh.loss));
-            BOOST_TEST(off_scale(o->logits, oh.logits, tol) == 0u);
-            BOOST_TEST(off_scale(o->grads, oh.grads, tol) == 0u);
-            BOOST_TEST(off_scale(o->dense_grads, oh.dense_grads, tol) == 0u);
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm}) {
+    for (size_t dim : {size_t{8}, size_t{16}}) {
+      for (uint32_t dense : {0u, 4u}) {
+        ModelSpec spec;
+        spec.kind = kind;
+        spec.dim = dim;
+        spec.fields = 4;  // random_batch's
+        spec.dense = dense;
+        spec.mlp = {64, 32};
+        spec.bottom = {16};
+        ModelSpec host = spec, device = spec;
+        host.device.backend = Backend::device_host;
+        device.device = DeviceChoice{Backend::cuda, 0};
+        auto h = std::move(Model::make(host).value());
+        auto d = std::move(Model::make(device).value());
+        std::vector<float> params(h->dense_params());
+        h->init_dense(params, 3);
+        // DeepFM's pass with fp32 products, its layers laid out as the model lays them out.
+        std::unique_ptr<gpu::DeepPass> fp32;
+        if (kind == ModelKind::deepfm) {
+          gpu::DeepShape shape;
+          shape.dim = dim;
+          shape.fields = spec.fields;
+          shape.dense = dense;
+          shape.params = params.size();
+          const std::vector<size_t> sizes{spec.fields * dim + dense, 64, 32, 1};
+          for (size_t l = 0, at = 0; l + 1 < sizes.size(); ++l) {
+            shape.mlp.push_back({sizes[l], sizes[l + 1], at, at + sizes[l] * sizes[l + 1]});
+            at += sizes[l] * sizes[l + 1] + sizes[l + 1];
+          }
+          BOOST_REQUIRE(shape.mlp.back().b + 1 == params.size());
+          fp32 = gpu::make_deep_pass_cuda(shape, 0, gpu::DeviceProducts::fp32);
+        }
+        for (uint64_t seed = 1; seed <= 4; ++seed) {
+          const Batch b = testing::random_batch(seed, 512, 300, dense);
+          BatchIndex index;
+          index.build(b, spec.dense_rows());
+          const size_t n = index.unique_keys().size() * spec.width();
+          std::vector<float> rows(n);
+          SplitMix64 rng(seed + 100);
+          for (float& r : rows) r = static_cast<float>(rng.uniform() - 0.5);
+          struct Out {
+            std::vector<float> grads, dense_grads, logits;
+            double loss = 0.0;
+          };
+          const auto fresh = [&] {
+            return Out{std::vector<float>(n, 0.0f), std::vector<float>(params.size(), 0.0f),
+                       std::vector<float>(b.rows()), 0.0};
+          };
+          Out oh = fresh(), ob = fresh(), of = fresh();
+          oh.loss = h->forward_backward(b, index.slots(), rows, params, oh.grads, oh.dense_grads,
+                                        oh.logits);
+          ob.loss = d->forward_backward(b, index.slots(), rows, params, ob.grads, ob.dense_grads,
+                                        ob.logits);
+          std::vector<std::tuple<const char*, const Out*, float>> checks{{"bf16", &ob, 3e-2f}};
+          if (fp32) {
+            FeatureWorkspace ws;
+            std::vector<uint32_t> fields;
+            of.loss =
+                fp32->run(deep_device_batch(b, index.slots(), n / spec.width(), true, ws, fields),
+                          rows.data(), params.data(), of.grads.data(), of.dense_grads.data(),
+                          of.logits.data());
+            checks.emplace_back("fp32", &of, 1e-4f);
+          }
+          for (const auto& [name, o, tol] : checks) {
+            BOOST_TEST_CONTEXT(to_string(kind) << ", " << name << " products, dim " << dim
+                                               << ", dense " << dense << ", seed " << seed) {
+              BOOST_TEST(std::fabs(o->loss - oh.loss) <= tol * std::fabs(oh.loss));
+              BOOST_TEST(off_scale(o->logits, oh.logits, tol) == 0u);
+              BOOST_TEST(off_scale(o->grads, oh.grads, tol) == 0u);
+              BOOST_TEST(off_scale(o->dense_grads, oh.dense_grads, tol) == 0u);
+            }
           }
         }
       }

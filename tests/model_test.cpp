@@ -570,64 +570,70 @@ BOOST_AUTO_TEST_CASE(device_code_built_for_the_host_equals_the_cpu_model_bit_for
   BOOST_TEST(cases == 84u);
 }
 
-// The device code of DeepFM (gpu/deepfm_pass.h) built for the host does what the CPU model does,
-// bit for bit: logits, sparse and dense gradients added to non-zero ones, and the loss. Over
-// batches with and without dense features, keys repeated inside a sample, an empty batch, MLPs
-// of zero, one and two hidden layers, and a model sharing its batches among threads.
-BOOST_AUTO_TEST_CASE(deepfm_device_code_built_for_the_host_equals_the_cpu_model_bit_for_bit) {
+// The device code of DeepFM and DLRM (gpu/deep_pass.h) built for the host does what the CPU
+// model does, bit for bit: logits, sparse and dense gradients added to non-zero ones, and the
+// loss. Over batches with and without dense features (DLRM: with and without its bottom MLP and
+// its dot interactions' first vector), one field alone, keys repeated inside a sample, an empty
+// batch, MLPs of zero, one and two hidden layers, and a model sharing its batches among threads.
+BOOST_AUTO_TEST_CASE(deep_device_code_built_for_the_host_equals_the_cpu_model_bit_for_bit) {
   size_t cases = 0;
-  for (uint32_t dense : {0u, 3u}) {
-    for (const std::vector<size_t>& mlp :
-         {std::vector<size_t>{}, std::vector<size_t>{7}, std::vector<size_t>{6, 5}}) {
-      for (size_t threads : {size_t{1}, size_t{2}}) {
-        ModelSpec spec = deep_spec(ModelKind::deepfm, dense);
-        spec.mlp = mlp;
-        spec.compute_threads = threads;
-        ModelSpec on_device = spec;
-        on_device.device.backend = Backend::device_host;
-        auto cpu = make_model(spec);
-        auto device = make_model(on_device);
-        BOOST_REQUIRE(device->dense_params() == cpu->dense_params());
-        std::vector<float> params(cpu->dense_params());
-        cpu->init_dense(params, 9);
-        for (uint64_t seed = 1; seed <= 6; ++seed) {
-          const Batch b =
-              seed == 1 ? Batch{} : random_batch(seed * 13 + dense, seed * 11, 25, dense);
-          BatchIndex index;
-          index.build(b, spec.dense_rows());
-          const size_t n = index.unique_keys().size() * spec.width();
-          const std::vector<float> rows = random_rows(seed + 31, n, 0.5);
-          std::vector<float> g_cpu = random_rows(seed + 57, n, 0.1), g_dev = g_cpu;
-          std::vector<float> d_cpu = random_rows(seed + 71, params.size(), 0.1), d_dev = d_cpu;
-          std::vector<float> z_cpu(b.rows()), z_dev(b.rows()), f_dev(b.rows());
-          const double l_cpu =
-              cpu->forward_backward(b, index.slots(), rows, params, g_cpu, d_cpu, z_cpu);
-          const double l_dev =
-              device->forward_backward(b, index.slots(), rows, params, g_dev, d_dev, z_dev);
-          device->forward(b, index.slots(), rows, params, f_dev);
-          BOOST_TEST_CONTEXT("dense " << dense << ", " << mlp.size() << " hidden layers, "
-                                      << threads << " threads, seed " << seed) {
-            BOOST_TEST(std::memcmp(&l_cpu, &l_dev, sizeof(double)) == 0);
-            BOOST_TEST(z_cpu == z_dev, boost::test_tools::per_element());
-            BOOST_TEST(z_cpu == f_dev, boost::test_tools::per_element());
-            BOOST_TEST(g_cpu == g_dev, boost::test_tools::per_element());
-            BOOST_TEST(d_cpu == d_dev, boost::test_tools::per_element());
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm})
+    for (uint32_t fields : {4u, 1u})
+      for (uint32_t dense : {0u, 3u}) {
+        for (const std::vector<size_t>& mlp :
+             {std::vector<size_t>{}, std::vector<size_t>{7}, std::vector<size_t>{6, 5}}) {
+          for (size_t threads : {size_t{1}, size_t{2}}) {
+            ModelSpec spec = deep_spec(kind, dense);
+            spec.fields = fields;
+            spec.mlp = mlp;
+            spec.compute_threads = threads;
+            ModelSpec on_device = spec;
+            on_device.device.backend = Backend::device_host;
+            auto cpu = make_model(spec);
+            auto device = make_model(on_device);
+            BOOST_REQUIRE(device->dense_params() == cpu->dense_params());
+            std::vector<float> params(cpu->dense_params());
+            cpu->init_dense(params, 9);
+            for (uint64_t seed = 1; seed <= 6; ++seed) {
+              Batch b = seed == 1 ? Batch{} : random_batch(seed * 13 + dense, seed * 11, 25, dense);
+              if (fields == 1)  // every key in field 0
+                for (uint64_t& k : b.keys) k &= key_value_mask;
+              BatchIndex index;
+              index.build(b, spec.dense_rows());
+              const size_t n = index.unique_keys().size() * spec.width();
+              const std::vector<float> rows = random_rows(seed + 31, n, 0.5);
+              std::vector<float> g_cpu = random_rows(seed + 57, n, 0.1), g_dev = g_cpu;
+              std::vector<float> d_cpu = random_rows(seed + 71, params.size(), 0.1), d_dev = d_cpu;
+              std::vector<float> z_cpu(b.rows()), z_dev(b.rows()), f_dev(b.rows());
+              const double l_cpu =
+                  cpu->forward_backward(b, index.slots(), rows, params, g_cpu, d_cpu, z_cpu);
+              const double l_dev =
+                  device->forward_backward(b, index.slots(), rows, params, g_dev, d_dev, z_dev);
+              device->forward(b, index.slots(), rows, params, f_dev);
+              BOOST_TEST_CONTEXT(to_string(kind) << ", " << fields << " fields, dense " << dense
+                                                 << ", " << mlp.size() << " hidden layers, "
+                                                 << threads << " threads, seed " << seed) {
+                BOOST_TEST(std::memcmp(&l_cpu, &l_dev, sizeof(double)) == 0);
+                BOOST_TEST(z_cpu == z_dev, boost::test_tools::per_element());
+                BOOST_TEST(z_cpu == f_dev, boost::test_tools::per_element());
+                BOOST_TEST(g_cpu == g_dev, boost::test_tools::per_element());
+                BOOST_TEST(d_cpu == d_dev, boost::test_tools::per_element());
+              }
+              ++cases;
+            }
           }
-          ++cases;
         }
       }
-    }
-  }
-  BOOST_TEST(cases == 72u);
+  BOOST_TEST(cases == 288u);
 }
 
 // Trained end to end, the device code's host build ends where the CPU trainer does, bit for bit.
 BOOST_AUTO_TEST_CASE(trainer_on_device_code_built_for_the_host_equals_the_cpu_trainer) {
-  for (ModelKind kind : {ModelKind::lr, ModelKind::fm, ModelKind::deepfm}) {
+  for (ModelKind kind : {ModelKind::lr, ModelKind::fm, ModelKind::deepfm, ModelKind::dlrm}) {
     TrainerConfig c;
     c.model.kind = kind;
     c.model.dim = 8;
-    if (kind == ModelKind::deepfm) {
+    if (c.model.deep()) {
       c.model.fields = 4;  // random_batch's
       c.model.mlp = {16, 8};
     }
@@ -657,7 +663,7 @@ BOOST_AUTO_TEST_CASE(trainer_on_device_code_built_for_the_host_equals_the_cpu_tr
     }
     BOOST_TEST(differing == 0u, to_string(kind));
     const auto d1 = (*cpu)->dense(), d2 = (*dev)->dense();
-    BOOST_TEST((kind == ModelKind::deepfm) == !d1.empty());
+    BOOST_TEST(c.model.deep() == !d1.empty());
     BOOST_TEST((d1.size() == d2.size() &&
                 std::memcmp(d1.data(), d2.data(), d1.size() * sizeof(float)) == 0),
                to_string(kind));
@@ -674,17 +680,17 @@ BOOST_AUTO_TEST_CASE(devices_are_parsed_and_refused_with_their_flag_named) {
     BOOST_TEST(!d.ok(), bad);
     if (!d.ok()) BOOST_TEST(d.status().message().find("--device") != std::string::npos);
   }
-  // DLRM and DCN-v2 off the CPU: refused, whichever device; DeepFM runs there.
-  for (ModelKind kind : {ModelKind::dlrm, ModelKind::dcn}) {
-    ModelSpec s = deep_spec(kind, 2);
-    s.device.backend = Backend::device_host;
-    auto m = Model::make(s);
-    BOOST_TEST(!m.ok());
-    if (!m.ok()) BOOST_TEST(m.status().message().find("--device cpu only") != std::string::npos);
-  }
-  ModelSpec s = deep_spec(ModelKind::deepfm, 2);
+  // DCN-v2 off the CPU: refused, whichever device; DeepFM and DLRM run there.
+  ModelSpec s = deep_spec(ModelKind::dcn, 2);
   s.device.backend = Backend::device_host;
-  BOOST_TEST(Model::make(s).ok());
+  auto m = Model::make(s);
+  BOOST_TEST(!m.ok());
+  if (!m.ok()) BOOST_TEST(m.status().message().find("--device cpu only") != std::string::npos);
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm}) {
+    s = deep_spec(kind, 2);
+    s.device.backend = Backend::device_host;
+    BOOST_TEST(Model::make(s).ok(), to_string(kind));
+  }
   // A CUDA device this machine does not have: built without CUDA, no device, or too few.
   ModelSpec f = fm_spec(4);
   f.device = *parse_device("cuda:4096");

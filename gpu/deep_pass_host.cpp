@@ -1,9 +1,9 @@
-// gpu/deepfm_pass.h's host build: Thrust's CPP system (THRUST_DEVICE_SYSTEM set for this file
+// gpu/deep_pass.h's host build: Thrust's CPP system (THRUST_DEVICE_SYSTEM set for this file
 // alone by gpu/CMakeLists.txt), so device_vector is host memory, the functors run here, and the
 // products are OpenBLAS's sgemm, called as models/layers.cpp calls it.
 #include <cblas.h>
 
-#include "gpu/deepfm_pass.h"
+#include "gpu/deep_pass.h"
 
 namespace colony::gpu {
 namespace {
@@ -24,19 +24,19 @@ class HostProducts {
 }  // namespace
 }  // namespace colony::gpu
 
-#define COLONY_DEEPFM_PASS DeepFmPassHost
-#define COLONY_DEEPFM_PASS_ENTER() (void)device_
-#define COLONY_DEEPFM_PRODUCTS HostProducts
-#include "gpu/deepfm_pass_impl.h"
+#define COLONY_DEEP_PASS DeepPassHost
+#define COLONY_DEEP_PASS_ENTER() (void)device_
+#define COLONY_DEEP_PRODUCTS HostProducts
+#include "gpu/deep_pass_impl.h"
 
 namespace colony::gpu {
 
-std::unique_ptr<DeepFmPass> make_deepfm_pass_host(const DeepFmShape& shape) {
-  return std::make_unique<DeepFmPassHost>(shape, 0, DeviceProducts::fp32);
+std::unique_ptr<DeepPass> make_deep_pass_host(const DeepShape& shape) {
+  return std::make_unique<DeepPassHost>(shape, 0, DeviceProducts::fp32);
 }
 
 #ifndef COLONY_HAVE_CUDA
-std::unique_ptr<DeepFmPass> make_deepfm_pass_cuda(const DeepFmShape&, int, DeviceProducts) {
+std::unique_ptr<DeepPass> make_deep_pass_cuda(const DeepShape&, int, DeviceProducts) {
   return nullptr;
 }
 #endif

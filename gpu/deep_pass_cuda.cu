@@ -1,4 +1,4 @@
-// gpu/deepfm_pass.h's CUDA build (nvcc): the same source as the host build, on a device, with
+// gpu/deep_pass.h's CUDA build (nvcc): the same source as the host build, on a device, with
 // cuBLAS's products.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu/deepfm_pass.h"
+#include "gpu/deep_pass.h"
 
 namespace colony::gpu {
 namespace {
@@ -48,18 +48,18 @@ class CublasProducts {
 }  // namespace
 }  // namespace colony::gpu
 
-#define COLONY_DEEPFM_PASS DeepFmPassCuda
-#define COLONY_DEEPFM_PASS_ENTER()                                        \
+#define COLONY_DEEP_PASS DeepPassCuda
+#define COLONY_DEEP_PASS_ENTER()                                          \
   if (const cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) \
   throw std::runtime_error(std::string("cudaSetDevice: ") + cudaGetErrorString(err))
-#define COLONY_DEEPFM_PRODUCTS CublasProducts
-#include "gpu/deepfm_pass_impl.h"
+#define COLONY_DEEP_PRODUCTS CublasProducts
+#include "gpu/deep_pass_impl.h"
 
 namespace colony::gpu {
 
-std::unique_ptr<DeepFmPass> make_deepfm_pass_cuda(const DeepFmShape& shape, int device,
-                                                  DeviceProducts products) {
-  return std::make_unique<DeepFmPassCuda>(shape, device, products);
+std::unique_ptr<DeepPass> make_deep_pass_cuda(const DeepShape& shape, int device,
+                                              DeviceProducts products) {
+  return std::make_unique<DeepPassCuda>(shape, device, products);
 }
 
 }  // namespace colony::gpu
