@@ -317,7 +317,7 @@ int bench_ps(const BenchArgs& a) {
 // CUDA backend's device code built for the host, CUDA device 0 when there is one) over the same
 // generated batches of 512, as ratios to the CPU backend. For LR and FM, the bytes a step moves
 // (the batch and its rows in, the gradients in and out) against a copy bandwidth measured in the
-// same run: memcpy on the host, host-to-device copies for the GPU; for DeepFM and DLRM, their
+// same run: memcpy on the host, host-to-device copies for the GPU; for the deep models, their
 // dense layers' FLOP/s against the peak of the device's products, also measured in the run.
 int bench_device(const BenchArgs& a) {
   GenOptions g;
@@ -430,7 +430,7 @@ int bench_device(const BenchArgs& a) {
       "key), best of %d; bytes moved = batch + rows in + gradients in and out\n",
       a.repeats);
 
-  // DeepFM and DLRM (their default layers over the data's fields): their dense layers' FLOP/s
+  // The deep models (their default layers over the data's fields): their dense layers' FLOP/s
   // against the peak of the products of the same device, measured here: OpenBLAS's 1024^3 sgemm
   // on this machine's threads for the CPU and the host build, cuBLAS's 4096^3 bf16 product on
   // the GPU (the models' own products there).
@@ -446,7 +446,7 @@ int bench_device(const BenchArgs& a) {
   }
   std::printf("\n%-7s %-12s %12s %9s %13s %12s\n", "model", "device", "samples/s", "of cpu",
               "dense GFLOP/s", "of peak");
-  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm}) {
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
     ModelSpec deep = with_model_defaults(ModelSpec{kind, 8});
     deep.fields = fields;
     deep.dense = batches.front().dense_dim;

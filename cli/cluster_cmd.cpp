@@ -534,7 +534,7 @@ Runner add_member(CLI::App& app, MemberRole role) {
                     "Where binary caches of text files go (default: beside each file)");
     add_format_option(cmd, o.reader.format);
     cmd->add_option("--device", a->device,
-                    "Where the replicas' math runs: cpu, or cuda[:N] (all but dcn; a CUDA build)")
+                    "Where the replicas' math runs: cpu, or cuda[:N] (a CUDA build)")
         ->capture_default_str();
     cmd->add_option("--compute-threads", o.compute_threads,
                     "Threads that share each batch of a deep model in each replica, its samples "

@@ -201,7 +201,7 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--threads", a->cluster.threads, "Actor scheduler threads (0: one per core)")
       ->capture_default_str();
   cmd->add_option("--device", a->device,
-                  "Where the workers' math runs: cpu, or cuda[:N] (all but dcn; a CUDA build)")
+                  "Where the workers' math runs: cpu, or cuda[:N] (a CUDA build)")
       ->capture_default_str();
   a->compute_threads_option =
       cmd->add_option("--compute-threads", a->compute_threads,
@@ -231,7 +231,7 @@ Runner add_train(CLI::App& app) {
     auto device = parse_device(a->device);
     if (!device) return fail(device.status());
     o.trainer.model.device = *device;
-    if (Status s = check_model_device(o.trainer.model); !s.ok()) return fail(s);
+    if (Status s = check_device(o.trainer.model.device); !s.ok()) return fail(s);
     if (a->compute_threads_option->count() > 0 && !o.trainer.model.deep())
       return fail(Status::invalid_input(fmt::format(
           "--compute-threads shares the dense layers of deepfm, dlrm and dcn among threads; "

@@ -1,7 +1,7 @@
-// The deep models' forward and backward pass as device code (the CUDA compute backend's DeepFM
-// and DLRM), written once over Thrust algorithms, __host__ __device__ functors and one matrix
-// product (gpu/deep_pass_impl.h). g++ builds it against Thrust's CPP system with OpenBLAS's sgemm
-// in every build, so CI runs this very code; nvcc builds the same source for the GPU, with
+// The deep models' forward and backward pass as device code (the CUDA compute backend's DeepFM,
+// DLRM and DCN-v2), written once over Thrust algorithms, __host__ __device__ functors and one
+// matrix product (gpu/deep_pass_impl.h). g++ builds it against Thrust's CPP system with OpenBLAS's
+// sgemm in every build, so CI runs this very code; nvcc builds the same source for the GPU, with
 // cuBLAS's products, when CUDA is found.
 //
 // What it computes is models/deep.cpp's models:
@@ -12,6 +12,9 @@
 //   - DLRM, z = bias + top([bottom(dense), dots]): the bottom MLP over the dense features, the
 //     pooled embeddings beside its output, the dot product of every pair of those vectors (one
 //     functor call a sample), the top MLP over the bottom's output and the dots;
+//   - DCN-v2, z = bias + head([cross(x0), tower(x0)]) over x0 = [e_1 .. e_F, dense]: the cross
+//     layers x_{l+1} = x0 (x_l W_l + b_l) + x_l (a product and an elementwise functor each),
+//     the deep tower beside them, a linear head;
 // then per sample the log loss and the logit's gradient, backward through the layers (per layer
 // two products and the bias's column sums), and the sparse gradients: every (sample, slot)
 // contribution (DeepFM's FM part, the pooled embeddings', the bias's) grouped by slot
@@ -40,19 +43,24 @@ struct DeepLayer {
   size_t in = 0, out = 0, w = 0, b = 0;
 };
 
-enum class DeepKind : uint8_t { deepfm, dlrm };
+enum class DeepKind : uint8_t { deepfm, dlrm, dcn };
 
 struct DeepShape {
   DeepKind kind = DeepKind::deepfm;
-  size_t dim = 0;     // embedding floats (DeepFM's rows are [w, v_1 .. v_dim], DLRM's [v_1 ..])
+  size_t dim = 0;  // embedding floats (DeepFM's rows are [w, v_1 .. v_dim], the others' [v_1 ..])
   size_t fields = 0;  // pooled embeddings per sample
   size_t dense = 0;   // dense features per sample
   // DeepFM: the MLP from fields * dim + dense inputs to the logit. DLRM: the top MLP to the
-  // logit. ReLU after every layer but the last.
+  // logit. Both with ReLU after every layer but the last. DCN-v2: the deep tower from
+  // fields * dim + dense inputs, ReLU after every layer; may be empty.
   std::vector<DeepLayer> mlp;
   // DLRM: the bottom MLP from the dense features to dim floats, ReLU after every layer; empty
   // without dense features.
   std::vector<DeepLayer> bottom;
+  // DCN-v2: the cross layers (fields * dim + dense square), and the linear head from the cross
+  // output and the tower's to the logit.
+  std::vector<DeepLayer> cross;
+  DeepLayer head;
   size_t params = 0;  // dense parameters in all
 };
 
@@ -60,8 +68,8 @@ struct DeepShape {
 inline constexpr uint32_t no_field = 0xFFFFFFFFu;
 
 // A batch as the model sees it: its features (DeepFM: the FM part's view, each sample's dense
-// features as rows of their own first; DLRM: the batch's own), each feature's field (no_field for
-// a dense feature's row), and the dense features (samples x dense).
+// features as rows of their own first; DLRM and DCN-v2: the batch's own), each feature's field
+// (no_field for a dense feature's row), and the dense features (samples x dense).
 struct DeepBatch {
   FmBatch features;
   const uint32_t* fields = nullptr;  // features.offsets[features.samples]

@@ -5,6 +5,7 @@
 // DeviceProducts), whose gemm(trans_a, trans_b, m, n, k, a, lda, b, ldb, beta, c, ldc) sets the
 // row-major m x n matrix c to op(a) op(b) + beta c on that system's memory.
 #include <thrust/copy.h>
+#include <thrust/device_ptr.h>
 #include <thrust/device_vector.h>
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -174,6 +175,50 @@ struct AddBottomGrads {
   }
 };
 
+// CrossNet's layer output, element k: x0 (x W + b) + x, u = x W + b given.
+struct CrossStep {
+  const float* x0;
+  const float* u;
+  const float* x;
+  float* next;
+  __host__ __device__ void operator()(size_t k) const { next[k] = x0[k] * u[k] + x[k]; }
+};
+
+// CrossNet::backward before a layer's product, element k: du = g x0, and dx0 += g u.
+struct CrossBack {
+  const float* g;
+  const float* x0;
+  const float* u;
+  float* du;
+  float* dx0;
+  __host__ __device__ void operator()(size_t k) const {
+    du[k] = g[k] * x0[k];
+    dx0[k] += g[k] * u[k];
+  }
+};
+
+// a[k] += b[k].
+struct AddInPlace {
+  float* a;
+  const float* b;
+  __host__ __device__ void operator()(size_t k) const { a[k] += b[k]; }
+};
+
+// DCN-v2's demb (models/deep.cpp's split_input_grad, once a branch): element k of the pooled
+// part, (0 + the cross branch's dx0) + the tower's.
+struct SplitInputGrads {
+  const float* cross;
+  const float* tower;  // null without a tower
+  size_t input_width, pooled;
+  float* demb;
+  __host__ __device__ void operator()(size_t k) const {
+    const size_t i = k / pooled, j = k % pooled;
+    float v = 0.0f + cross[i * input_width + j];
+    if (tower != nullptr) v += tower[i * input_width + j];
+    demb[k] = v;
+  }
+};
+
 // models/layers.h's Mlp on device memory: Linear layers with ReLU between them (and after the
 // last unless last_linear), its activations kept for backward.
 template <class Products>
@@ -196,6 +241,9 @@ class DeviceMlp {
     }
     return x;
   }
+
+  bool empty() const { return layers_.empty(); }
+  size_t out() const { return layers_.back().out; }
 
   // Mlp::backward of the last forward (x and n as there): adds dW += x^T g and the bias's column
   // sums to dp, layer by layer; writes dx = g W^T of the first layer (n x in) into *dx unless
@@ -233,14 +281,73 @@ class DeviceMlp {
   thrust::device_vector<float> grad_a_, grad_b_;
 };
 
+// models/layers.h's CrossNet on device memory: x_{l+1} = x0 (x_l W_l + b_l) + x_l.
+template <class Products>
+class DeviceCross {
+ public:
+  explicit DeviceCross(const std::vector<DeepLayer>& layers)
+      : layers_(layers), xs_(layers.size()), us_(layers.size()) {}
+
+  // x_layers (n x d) of x0 (n x d), valid until the next forward.
+  const float* forward(Products& products, const float* p, const float* x0, size_t n) {
+    const float* x = x0;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const DeepLayer& layer = layers_[l];
+      const size_t count = n * layer.out;
+      us_[l].resize(count);
+      xs_[l].resize(count);
+      each(count, FillBias{p + layer.b, layer.out, raw(us_[l])});
+      products.gemm(false, false, n, layer.out, layer.in, x, layer.in, p + layer.w, layer.out, 1.0f,
+                    raw(us_[l]), layer.out);
+      each(count, CrossStep{x0, raw(us_[l]), x, raw(xs_[l])});
+      x = raw(xs_[l]);
+    }
+    return x;
+  }
+
+  // CrossNet::backward of the last forward: adds the layers' gradients to dp and writes
+  // dL/dx0 (n x d) into dx0, given dy = dL/dx_layers.
+  void backward(Products& products, const float* p, const float* x0, const float* dy, size_t n,
+                float* dp, thrust::device_vector<float>& dx0) {
+    const size_t d = layers_.front().in, count = n * d;
+    const thrust::device_ptr<const float> from = thrust::device_pointer_cast(dy);
+    g_.assign(from, from + count);
+    du_.resize(count);
+    tmp_.resize(count);
+    dx0.assign(count, 0.0f);
+    for (size_t l = layers_.size(); l-- > 0;) {
+      const DeepLayer& layer = layers_[l];
+      const float* x = l == 0 ? x0 : raw(xs_[l - 1]);
+      each(count, CrossBack{raw(g_), x0, raw(us_[l]), raw(du_), raw(dx0)});
+      // Through x_l W_l + b_l, plus the residual: dL/dx_l = du W_l^T + dL/dx_{l+1}.
+      products.gemm(true, false, layer.in, layer.out, n, x, layer.in, raw(du_), layer.out, 1.0f,
+                    dp + layer.w, layer.out);
+      each(layer.out, ColumnSum{raw(du_), n, layer.out, dp + layer.b});
+      products.gemm(false, true, n, layer.in, layer.out, raw(du_), layer.out, p + layer.w,
+                    layer.out, 0.0f, raw(tmp_), layer.in);
+      each(count, AddInPlace{raw(g_), raw(tmp_)});
+    }
+    each(count, AddInPlace{raw(dx0), raw(g_)});
+  }
+
+ private:
+  std::vector<DeepLayer> layers_;
+  std::vector<thrust::device_vector<float>> xs_, us_;
+  thrust::device_vector<float> g_, du_, tmp_;
+};
+
 class COLONY_DEEP_PASS final : public DeepPass {
  public:
   COLONY_DEEP_PASS(const DeepShape& shape, int device, DeviceProducts products)
       : shape_(shape),
         device_(device),
         products_(device, products),
-        mlp_(shape.mlp, true),
-        bottom_(shape.bottom, false) {}
+        mlp_(shape.mlp, shape.kind != DeepKind::dcn),
+        bottom_(shape.bottom, false),
+        cross_(shape.cross),
+        head_(shape.kind == DeepKind::dcn ? std::vector<DeepLayer>{shape.head}
+                                          : std::vector<DeepLayer>{},
+              true) {}
 
   double run(const DeepBatch& batch, const float* rows, const float* params, float* grads,
              float* dense_grads, float* logits) override {
@@ -274,10 +381,17 @@ class COLONY_DEEP_PASS final : public DeepPass {
     rows_.assign(rows, rows + b.n_slots * width());
     params_.assign(params, params + shape_.params);
     logits_.resize(n);
-    if (deepfm())
-      forward_deepfm(n);
-    else
-      forward_dlrm(n);
+    switch (shape_.kind) {
+      case DeepKind::deepfm:
+        forward_deepfm(n);
+        break;
+      case DeepKind::dlrm:
+        forward_dlrm(n);
+        break;
+      case DeepKind::dcn:
+        forward_dcn(n);
+        break;
+    }
     if (logits) thrust::copy(logits_.begin(), logits_.end(), logits);
     if (grads == nullptr) return 0.0;
 
@@ -286,7 +400,9 @@ class COLONY_DEEP_PASS final : public DeepPass {
     each(n, LossAndGradient{raw(labels_), raw(logits_), raw(dz_), raw(loss_)});
     dparams_.assign(dense_grads, dense_grads + shape_.params);
     // Where the pooled embeddings' gradients are: dL/d(the layer input they were part of).
-    Input input = deepfm() ? backward_deepfm(n) : backward_dlrm(n);
+    const Input input = shape_.kind == DeepKind::deepfm ? backward_deepfm(n)
+                        : shape_.kind == DeepKind::dlrm ? backward_dlrm(n)
+                                                        : backward_dcn(n);
 
     Contributions& c = contributions_;
     const size_t k = c.build(b);
@@ -392,12 +508,49 @@ class COLONY_DEEP_PASS final : public DeepPass {
     return {raw(dvecs_), vd, lead()};
   }
 
+  // DCN-v2: a linear head over [cross(x0), tower(x0)], the bias added.
+  void forward_dcn(size_t n) {
+    const size_t in = pooled() + shape_.dense, ho = mlp_.empty() ? 0 : mlp_.out();
+    const size_t head_in = in + ho;
+    x0_.resize(n * in);
+    each(n, pool_into(raw(x0_), in, 0, shape_.dense));
+    const float* xc = cross_.forward(products_, raw(params_), raw(x0_), n);
+    head_x_.resize(n * head_in);
+    each(n * in, CopyColumns{xc, in, 0, raw(head_x_), head_in, 0, in});
+    if (ho > 0) {
+      const float* h = mlp_.forward(products_, raw(params_), raw(x0_), n);
+      each(n * ho, CopyColumns{h, ho, 0, raw(head_x_), head_in, in, ho});
+    }
+    const float* y = head_.forward(products_, raw(params_), raw(head_x_), n);
+    each(n, AddLogit{raw(logits_), raw(rows_), true, y});
+  }
+  Input backward_dcn(size_t n) {
+    const size_t in = pooled() + shape_.dense, ho = mlp_.empty() ? 0 : mlp_.out();
+    const size_t head_in = in + ho;
+    head_.backward(products_, raw(params_), raw(head_x_), raw(dz_), n, raw(dparams_), &dhead_);
+    dpart_.resize(n * in);
+    each(n * in, CopyColumns{raw(dhead_), head_in, 0, raw(dpart_), in, 0, in});
+    cross_.backward(products_, raw(params_), raw(x0_), raw(dpart_), n, raw(dparams_), dx0_);
+    if (ho > 0) {
+      dtower_.resize(n * ho);
+      each(n * ho, CopyColumns{raw(dhead_), head_in, in, raw(dtower_), ho, 0, ho});
+      mlp_.backward(products_, raw(params_), raw(x0_), raw(dtower_), n, raw(dparams_), &dx0_tower_);
+    }
+    demb_.resize(n * pooled());
+    each(n * pooled(),
+         SplitInputGrads{raw(dx0_), ho > 0 ? raw(dx0_tower_) : nullptr, in, pooled(), raw(demb_)});
+    return {raw(demb_), pooled(), 0};
+  }
+
   DeepShape shape_;
   int device_;
   COLONY_DEEP_PRODUCTS products_;
   DeviceMlp<COLONY_DEEP_PRODUCTS> mlp_, bottom_;
+  DeviceCross<COLONY_DEEP_PRODUCTS> cross_;
+  DeviceMlp<COLONY_DEEP_PRODUCTS> head_;
   thrust::device_vector<float> labels_, values_, dense_, rows_, params_, sums_, logits_, x0_, dz_,
-      dparams_, dx0_, grads_, vecs_, dots_, top_x_, dtop_, ddots_, dvecs_, dbot_;
+      dparams_, dx0_, grads_, vecs_, dots_, top_x_, dtop_, ddots_, dvecs_, dbot_, head_x_, dhead_,
+      dpart_, dtower_, dx0_tower_, demb_;
   thrust::device_vector<uint32_t> offsets_, slots_, fields_;
   thrust::device_vector<double> loss_;
   Contributions contributions_;

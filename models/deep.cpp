@@ -85,9 +85,10 @@ class DeepModel : public Model {
                 : gpu::make_deep_pass_cuda(shape, spec_.device.index, gpu::DeviceProducts::bf16);
     COLONY_ASSERT(pass_ != nullptr, "device {}", device_text(spec_.device));
   }
+  static gpu::DeepLayer device_layer(const Linear& l) { return {l.in, l.out, l.w, l.b}; }
   static std::vector<gpu::DeepLayer> device_layers(const Mlp& mlp) {
     std::vector<gpu::DeepLayer> layers;
-    for (const Linear& l : mlp.layers()) layers.push_back({l.in, l.out, l.w, l.b});
+    for (const Linear& l : mlp.layers()) layers.push_back(device_layer(l));
     return layers;
   }
 
@@ -311,6 +312,12 @@ class Dcn final : public DeepModel {
     }
     head_in_ = input_width() + (tower_ ? tower_->out() : 0);
     head_ = Linear::make(layout_, head_in_, 1);
+    gpu::DeepShape shape;
+    shape.kind = gpu::DeepKind::dcn;
+    if (tower_) shape.mlp = device_layers(*tower_);
+    for (const Linear& l : cross_.layers()) shape.cross.push_back(device_layer(l));
+    shape.head = device_layer(head_);
+    use_device(shape);
   }
   void init_dense(std::span<float> params, uint64_t seed) const override {
     Model::init_dense(params, seed);

@@ -357,7 +357,7 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
   if (spec.dense > max_dense)
     return Status::invalid_input(
         fmt::format("{} dense features per sample, at most {}", spec.dense, max_dense));
-  if (Status s = check_model_device(spec); !s.ok()) return s;
+  if (Status s = check_device(spec.device); !s.ok()) return s;
   if (spec.compute_threads < 1 || spec.compute_threads > max_compute_threads)
     return Status::invalid_input(fmt::format("--compute-threads {} is out of range, expected 1..{}",
                                              spec.compute_threads, max_compute_threads));
@@ -382,16 +382,6 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
         to_string(spec.kind), spec.fields, spec.dim, spec.dense, (*model)->dense_params(),
         max_dense_params, spec.kind == ModelKind::dcn ? " or --cross-layers" : " or --bottom"));
   return model;
-}
-
-Status check_model_device(const ModelSpec& spec) {
-  if (Status s = check_device(spec.device); !s.ok()) return s;
-  if (spec.kind == ModelKind::dcn && spec.device.backend != Backend::cpu)
-    return Status::invalid_input(fmt::format(
-        "--device {}: --model {} runs on --device cpu only in this version (the CUDA backend "
-        "trains lr, fm, deepfm and dlrm)",
-        device_text(spec.device), to_string(spec.kind)));
-  return Status();
 }
 
 Status require_sparse_model(ModelKind kind, const std::string& engine) {

@@ -86,10 +86,6 @@ inline constexpr size_t max_fm_dim = 1024;
 inline constexpr size_t max_fields = 255;
 inline constexpr size_t max_dense = 1024;
 inline constexpr size_t max_compute_threads = 64;
-// Ok when `spec`'s model can run on its device: check_device (gpu/device.h) accepts the device,
-// and a DCN-v2 is on the CPU (the CUDA backend trains LR, FM, DeepFM and DLRM in this version).
-// invalid_input naming --device otherwise.
-Status check_model_device(const ModelSpec& spec);
 // invalid_input naming `--model` and `engine` when `kind` has dense layers: for the engines that
 // train sparse models only in this version (the simulator).
 Status require_sparse_model(ModelKind kind, const std::string& engine);
@@ -119,7 +115,7 @@ class Model {
  public:
   // Fails with invalid_input for a dimension, field count, dense count, compute thread count or
   // layer list out of range (naming the flag), dense layers of more than max_dense_params
-  // parameters, a device that check_device refuses, or a deep model off the CPU.
+  // parameters, or a device that check_device refuses.
   static Expected<std::unique_ptr<Model>> make(const ModelSpec& spec);
   virtual ~Model() = default;
 

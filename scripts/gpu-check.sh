@@ -6,13 +6,13 @@
 #
 # What it checks: the device code on the GPU against its host build (tests/cuda_test.cpp: the
 # Thrust sums of gpu/thrust_sum.h bit for bit, the LR and FM pass of gpu/fm_pass.h within fp32
-# bounds, the DeepFM and DLRM pass of gpu/deep_pass.h within fp32 and bf16 bounds), the host
-# builds against the CPU backend (reduce_test, model_test), DeepFM and DLRM trained end to end on
-# the GPU (bf16 products) against the CPU backend on the same data (test logloss within 1%), and
-# then times the LR and FM pass (gather, per-key gradient reduction) against the CPU backend and
-# the host-to-device copy bandwidth, and a DeepFM and a DLRM step against the CPU backend with
-# their dense layers' FLOP/s against cuBLAS's peak, all measured in the same run (`colony bench
-# device`).
+# bounds, the deep models' pass of gpu/deep_pass.h within fp32 and bf16 bounds), the host
+# builds against the CPU backend (reduce_test, model_test), DeepFM, DLRM and DCN-v2 trained end
+# to end on the GPU (bf16 products) against the CPU backend on the same data (test logloss within
+# 1%), and then times the LR and FM pass (gather, per-key gradient reduction) against the CPU
+# backend and the host-to-device copy bandwidth, and a step of each deep model against the CPU
+# backend with its dense layers' FLOP/s against cuBLAS's peak, all measured in the same run
+# (`colony bench device`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 start=$SECONDS
@@ -45,7 +45,7 @@ for t in cuda_test reduce_test model_test; do
   fi
 done
 # The deep models end to end: the same generated data and seed on the CPU and on the GPU.
-for model in deepfm dlrm; do
+for model in deepfm dlrm dcn; do
   declare -A loss=()
   for dev in cpu cuda; do
     build-gpu/colony train --model $model --device $dev --rows 200000 --test-rows 20000 \

@@ -132,14 +132,13 @@ ClusterJob deep_job(ModelKind kind, std::shared_ptr<const std::vector<Batch>> da
 
 // Hybrid training with one worker: the dense gradients go through the aggregator's all-reduce
 // (a sum of one) and come back unchanged, so every model trains exactly as the single-process
-// trainer does: the same rows and the same dense parameters, bit for bit. So do DeepFM and DLRM
-// on the CUDA backend's device code built for the host (gpu/deep_pass.h) in the worker.
+// trainer does: the same rows and the same dense parameters, bit for bit; so does every model on
+// the CUDA backend's device code built for the host (gpu/deep_pass.h) in the worker.
 BOOST_AUTO_TEST_CASE(one_worker_bsp_trains_every_deep_model_bit_for_bit_as_the_local_trainer) {
   auto data = deep_data(6000, 128);
   for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
     for (PushMode push : {PushMode::flat, PushMode::hierarchical}) {
       for (Backend backend : {Backend::cpu, Backend::device_host}) {
-        if (kind == ModelKind::dcn && backend != Backend::cpu) continue;  // CPU only
         BOOST_TEST_CONTEXT(to_string(kind) << ", " << to_string(push) << " push, "
                                            << device_text(DeviceChoice{backend, 0})) {
           ClusterJob j = deep_job(kind, data);

@@ -141,13 +141,13 @@ size_t off_scale(const std::vector<float>& device, const std::vector<float>& hos
 
 // The CUDA backend's deep model pass (gpu/deep_pass.h) on the device against the same code's host
 // build, which equals the CPU model bit for bit (model_test): logits, sparse and dense gradients,
-// loss. With bf16 products (DeepFM and DLRM on --device cuda) inputs of each product keep 8 bits
+// loss. With bf16 products (the deep models on --device cuda) inputs of each product keep 8 bits
 // of mantissa, about 0.4% each: each float within 3e-2 of the largest of its kind. With fp32
 // products (DeepFM's pass made directly) within 1e-4: cuBLAS sums in its own order, the device
 // fuses multiply-adds.
 BOOST_AUTO_TEST_CASE(deep_pass_on_the_device_matches_the_host_build_within_bounds,
                      *boost::unit_test::precondition(HasDevice())) {
-  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm}) {
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
     for (size_t dim : {size_t{8}, size_t{16}}) {
       for (uint32_t dense : {0u, 4u}) {
         ModelSpec spec;

@@ -570,14 +570,15 @@ BOOST_AUTO_TEST_CASE(device_code_built_for_the_host_equals_the_cpu_model_bit_for
   BOOST_TEST(cases == 84u);
 }
 
-// The device code of DeepFM and DLRM (gpu/deep_pass.h) built for the host does what the CPU
-// model does, bit for bit: logits, sparse and dense gradients added to non-zero ones, and the
+// The device code of the deep models (gpu/deep_pass.h) built for the host does what the CPU
+// models do, bit for bit: logits, sparse and dense gradients added to non-zero ones, and the
 // loss. Over batches with and without dense features (DLRM: with and without its bottom MLP and
 // its dot interactions' first vector), one field alone, keys repeated inside a sample, an empty
-// batch, MLPs of zero, one and two hidden layers, and a model sharing its batches among threads.
+// batch, MLPs of zero, one and two hidden layers (DCN-v2: no tower, one, two), and a model
+// sharing its batches among threads.
 BOOST_AUTO_TEST_CASE(deep_device_code_built_for_the_host_equals_the_cpu_model_bit_for_bit) {
   size_t cases = 0;
-  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm})
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn})
     for (uint32_t fields : {4u, 1u})
       for (uint32_t dense : {0u, 3u}) {
         for (const std::vector<size_t>& mlp :
@@ -624,12 +625,13 @@ BOOST_AUTO_TEST_CASE(deep_device_code_built_for_the_host_equals_the_cpu_model_bi
           }
         }
       }
-  BOOST_TEST(cases == 288u);
+  BOOST_TEST(cases == 432u);
 }
 
 // Trained end to end, the device code's host build ends where the CPU trainer does, bit for bit.
 BOOST_AUTO_TEST_CASE(trainer_on_device_code_built_for_the_host_equals_the_cpu_trainer) {
-  for (ModelKind kind : {ModelKind::lr, ModelKind::fm, ModelKind::deepfm, ModelKind::dlrm}) {
+  for (ModelKind kind :
+       {ModelKind::lr, ModelKind::fm, ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
     TrainerConfig c;
     c.model.kind = kind;
     c.model.dim = 8;
@@ -680,14 +682,9 @@ BOOST_AUTO_TEST_CASE(devices_are_parsed_and_refused_with_their_flag_named) {
     BOOST_TEST(!d.ok(), bad);
     if (!d.ok()) BOOST_TEST(d.status().message().find("--device") != std::string::npos);
   }
-  // DCN-v2 off the CPU: refused, whichever device; DeepFM and DLRM run there.
-  ModelSpec s = deep_spec(ModelKind::dcn, 2);
-  s.device.backend = Backend::device_host;
-  auto m = Model::make(s);
-  BOOST_TEST(!m.ok());
-  if (!m.ok()) BOOST_TEST(m.status().message().find("--device cpu only") != std::string::npos);
-  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm}) {
-    s = deep_spec(kind, 2);
+  // Every deep model runs on the device code.
+  for (ModelKind kind : {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn}) {
+    ModelSpec s = deep_spec(kind, 2);
     s.device.backend = Backend::device_host;
     BOOST_TEST(Model::make(s).ok(), to_string(kind));
   }
