@@ -2,11 +2,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -364,13 +366,19 @@ BOOST_AUTO_TEST_CASE(deep_model_gradients_match_finite_differences) {
   }
 }
 
+// Runs back to back (the threads still spinning) and runs after a pause (the threads asleep), and
+// parts that finish after the caller's (run() waits for them).
 BOOST_AUTO_TEST_CASE(part_threads_run_every_part_once_a_run) {
   for (size_t parts : {size_t{1}, size_t{2}, size_t{5}}) {
     PartThreads threads(parts);
     BOOST_TEST(threads.parts() == parts);
     std::vector<uint64_t> ran(parts, 0);
     for (uint64_t r = 1; r <= 500; ++r) {
-      threads.run([&](size_t p) { ran[p] += r; });  // each part its own slot: no race
+      if (r % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      threads.run([&](size_t p) {
+        if (p > 0 && r % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+        ran[p] += r;  // each part its own slot: no race
+      });
       for (size_t p = 0; p < parts; ++p) BOOST_REQUIRE(ran[p] == r * (r + 1) / 2);
     }
   }
