@@ -53,7 +53,7 @@ Expected<double> cuda_copy_bandwidth(int index);
 
 // FLOP/s of cuBLAS's n x n x n product on CUDA device `index`, fp32 in and out (with `bf16`,
 // bf16 inputs on tensor cores: DeviceProducts::bf16 of gpu/deep_pass.h), best of four after
-// one untimed: the peak `colony bench device` sets the DeepFM pass's products against.
+// one untimed: the peak `colony bench device` sets the deep models' products against.
 // not_found in a build without CUDA; internal with CUDA's or cuBLAS's message when a call fails.
 Expected<double> cuda_gemm_flops(int index, size_t n, bool bf16);
 
