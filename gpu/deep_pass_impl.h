@@ -219,6 +219,28 @@ struct SplitInputGrads {
   }
 };
 
+// models/layers.cpp's Linear::forward on device memory: y (n x out) = x W + b, the bias first.
+template <class Products>
+void linear_forward(Products& products, const float* p, const DeepLayer& layer, const float* x,
+                    size_t n, float* y) {
+  each(n * layer.out, FillBias{p + layer.b, layer.out, y});
+  products.gemm(false, false, n, layer.out, layer.in, x, layer.in, p + layer.w, layer.out, 1.0f, y,
+                layer.out);
+}
+
+// Linear::backward: given x and g = dL/dy (n x out), adds x^T g and g's column sums to the
+// layer's gradients in dp, and writes dx = g W^T (n x in) unless dx is null.
+template <class Products>
+void linear_backward(Products& products, const float* p, const DeepLayer& layer, const float* x,
+                     const float* g, size_t n, float* dp, float* dx) {
+  products.gemm(true, false, layer.in, layer.out, n, x, layer.in, g, layer.out, 1.0f, dp + layer.w,
+                layer.out);
+  each(layer.out, ColumnSum{g, n, layer.out, dp + layer.b});
+  if (dx != nullptr)
+    products.gemm(false, true, n, layer.in, layer.out, g, layer.out, p + layer.w, layer.out, 0.0f,
+                  dx, layer.in);
+}
+
 // models/layers.h's Mlp on device memory: Linear layers with ReLU between them (and after the
 // last unless last_linear), its activations kept for backward.
 template <class Products>
@@ -233,9 +255,7 @@ class DeviceMlp {
       const DeepLayer& layer = layers_[l];
       thrust::device_vector<float>& y = acts_[l];
       y.resize(n * layer.out);
-      each(n * layer.out, FillBias{p + layer.b, layer.out, raw(y)});
-      products.gemm(false, false, n, layer.out, layer.in, x, layer.in, p + layer.w, layer.out, 1.0f,
-                    raw(y), layer.out);
+      linear_forward(products, p, layer, x, n, raw(y));
       if (relu_after(l)) each(n * layer.out, Relu{raw(y)});
       x = raw(y);
     }
@@ -260,14 +280,10 @@ class DeviceMlp {
     for (size_t l = last + 1; l-- > 0;) {
       const DeepLayer& layer = layers_[l];
       const float* in = l == 0 ? x : raw(acts_[l - 1]);
-      products.gemm(true, false, layer.in, layer.out, n, in, layer.in, g, layer.out, 1.0f,
-                    dp + layer.w, layer.out);
-      each(layer.out, ColumnSum{g, n, layer.out, dp + layer.b});
       thrust::device_vector<float>* next = l == 0 ? dx : (g == raw(grad_a_) ? &grad_b_ : &grad_a_);
+      if (next != nullptr) next->resize(n * layer.in);
+      linear_backward(products, p, layer, in, g, n, dp, next ? raw(*next) : nullptr);
       if (next == nullptr) break;
-      next->resize(n * layer.in);
-      products.gemm(false, true, n, layer.in, layer.out, g, layer.out, p + layer.w, layer.out, 0.0f,
-                    raw(*next), layer.in);
       if (l > 0) each(n * layer.in, ReluMask{raw(*next), raw(acts_[l - 1]), raw(*next)});
       g = raw(*next);
     }
@@ -296,9 +312,7 @@ class DeviceCross {
       const size_t count = n * layer.out;
       us_[l].resize(count);
       xs_[l].resize(count);
-      each(count, FillBias{p + layer.b, layer.out, raw(us_[l])});
-      products.gemm(false, false, n, layer.out, layer.in, x, layer.in, p + layer.w, layer.out, 1.0f,
-                    raw(us_[l]), layer.out);
+      linear_forward(products, p, layer, x, n, raw(us_[l]));
       each(count, CrossStep{x0, raw(us_[l]), x, raw(xs_[l])});
       x = raw(xs_[l]);
     }
@@ -320,11 +334,7 @@ class DeviceCross {
       const float* x = l == 0 ? x0 : raw(xs_[l - 1]);
       each(count, CrossBack{raw(g_), x0, raw(us_[l]), raw(du_), raw(dx0)});
       // Through x_l W_l + b_l, plus the residual: dL/dx_l = du W_l^T + dL/dx_{l+1}.
-      products.gemm(true, false, layer.in, layer.out, n, x, layer.in, raw(du_), layer.out, 1.0f,
-                    dp + layer.w, layer.out);
-      each(layer.out, ColumnSum{raw(du_), n, layer.out, dp + layer.b});
-      products.gemm(false, true, n, layer.in, layer.out, raw(du_), layer.out, p + layer.w,
-                    layer.out, 0.0f, raw(tmp_), layer.in);
+      linear_backward(products, p, layer, x, raw(du_), n, dp, raw(tmp_));
       each(count, AddInPlace{raw(g_), raw(tmp_)});
     }
     each(count, AddInPlace{raw(dx0), raw(g_)});

@@ -157,8 +157,13 @@ class DeepModel : public Model {
   gpu::DeepBatch device_batch(const Batch& b, std::span<const uint32_t> slots,
                               std::span<const float> rows) {
     COLONY_ASSERT(slots.size() == b.features(), "slots={} features={}", slots.size(), b.features());
-    return deep_device_batch(b, slots, rows.size() / width(), spec_.dense_rows(), device_ws_,
-                             device_fields_);
+    const gpu::DeepBatch batch = deep_device_batch(b, slots, rows.size() / width(),
+                                                   spec_.dense_rows(), device_ws_, device_fields_);
+    // What pool() asserts on the CPU: the device code would index outside the sample's input.
+    for (uint32_t field : device_fields_)
+      COLONY_ASSERT(field == gpu::no_field || field < spec_.fields,
+                    "field {} of {} (Model::check not called)", field, spec_.fields);
+    return batch;
   }
   std::unique_ptr<gpu::DeepPass> pass_;
   FeatureWorkspace device_ws_;
