@@ -382,7 +382,9 @@ Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> 
   if (!std::is_sorted(keys.begin(), keys.end()))
     std::stable_sort(order.begin(), order.end(),
                      [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
-  rocksdb::WriteBatch b;
+  // Reserved whole (a put: its tag, family, lengths, key and value), not grown by copies.
+  const size_t value_bytes = codec_ ? value_bytes_ : rf * sizeof(float);
+  rocksdb::WriteBatch b(keys.size() * (value_bytes + 24) + 256);
   std::vector<float> row(codec_ ? rf : 0);
   std::string value(codec_ ? value_bytes_ : 0, '\0');
   for (uint32_t i : order) {
