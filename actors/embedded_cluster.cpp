@@ -249,7 +249,6 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   m.shared->nodes.resize(layout->nodes());
   for (NodeId s = 0; s < layout->shards(); ++s) {
     ShardConfig sc = shard_config(spec, *layout, s);
-    sc.write_back_every = write_back_steps(c.store);
     auto row_floats = ShardCore::row_floats(sc);
     if (!row_floats) return row_floats.status();
     const StoreIdentity identity{store_fingerprint(job.trainer), s, c.shards, *row_floats};

@@ -368,7 +368,6 @@ class Member {
                              : "every push is in a log synced to disk before it is acknowledged"));
       for (NodeId n : local) {
         ShardConfig sc = shard_config(job, layout, n);
-        sc.write_back_every = write_back_steps(store_spec);
         auto row_floats = ShardCore::row_floats(sc);
         if (!row_floats) return row_floats.status();
         if (job.formats.row != ValueFormat::fp32 || job.formats.state != ValueFormat::fp32) {

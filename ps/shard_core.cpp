@@ -72,7 +72,6 @@ ShardCore::ShardCore(const ShardConfig& config, std::unique_ptr<Optimizer> optim
       store_(std::move(store)) {
   for (NodeId s : config.senders) clocks_[s] = 0;
   stamp_ = config.evict_after ? 1 : 0;
-  next_write_back_ = config.write_back_every;
   next_eviction_scan_ = config.evict_after;
   if (config.admit_after > 1)
     sketch_ =
@@ -598,10 +597,6 @@ void ShardCore::release_waiting(Outbox& out) {
   if (config_.evict_after && m != clock_done && m >= next_eviction_scan_) {
     evict_stale_rows();
     next_eviction_scan_ = m + std::max<uint32_t>(1, config_.evict_after / 2);
-  }
-  if (config_.write_back_every && m != clock_done && m >= next_write_back_) {
-    if (!store_ok(store_->write_back())) return;  // the shard has failed: the job ends
-    next_write_back_ = m + config_.write_back_every;
   }
   if (waiting_.empty()) return;
   // Answer, in arrival order, every waiting pull the clocks now allow.

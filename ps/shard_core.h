@@ -73,11 +73,6 @@ struct ShardConfig {
   // its last update as one more float after the optimizer state. The shard looks for such
   // rows every evict_after / 2 steps (at least every step), scanning the whole store.
   uint32_t evict_after = 0;
-  // A store holding rows only in memory (tiered) writes them back every this many steps of the
-  // slowest sender's clock (0: only at checkpoints and when its process ends), bounding what a
-  // crash of the process loses without a push log to the updates of the last `write_back_every`
-  // steps, and how long a push log grows.
-  uint32_t write_back_every = 0;
   // How pull replies carry the rows (the job's --wire-format): bf16 rounds each value to the
   // nearest bf16, int8 each row to the nearest of its scale's codes, while training (a read once
   // every sender is done gets fp32); the rows themselves stay fp32.
@@ -332,7 +327,6 @@ class ShardCore {
   uint32_t last_checkpoint_ = 0;
   size_t stamp_ = 0;  // 1 with eviction: the row's last-update clock after its state
   uint32_t next_eviction_scan_ = 0;
-  uint32_t next_write_back_ = 0;
   std::vector<uint64_t> evict_keys_;
   std::optional<uint32_t> checkpoint_due_;
   bool resyncing_ = false;                       // see begin_resync

@@ -330,7 +330,10 @@ float* TieredRowStore::touch(uint32_t id, bool write) {
   Slot& s = slots_[id];
   s.last_used = batch_;
   if (s.freq < UINT32_MAX) ++s.freq;
-  s.dirty |= write;
+  if (write && !s.dirty) {
+    s.dirty = true;
+    ++dirty_;
+  }
   // Age the counts: halve them all every few capacities' worth of touches.
   if (options_.policy == EvictionPolicy::lfu && ++touches_ >= 8 * uint64_t(capacity_)) {
     touches_ = 0;
@@ -421,6 +424,7 @@ float* TieredRowStore::find(uint64_t key) {
 
 std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
   if (log_) written_.push_back(key);
+  ++updated_;
   uint64_t id = index_.get(key);
   if (id == KeyIndex::missing && !absent_.count(key)) {
     const uint64_t one[1] = {key};
@@ -494,6 +498,7 @@ Status TieredRowStore::evict_to(size_t rows) {
   stats_.writes += keys_buf_.size();
   stats_.evicted_dirty += keys_buf_.size();
   stats_.evictions += victims.size();
+  dirty_ -= keys_buf_.size();
   for (uint32_t id : victims) {
     if (!slots_[id].on_disk) --cache_only_;
     index_.erase(slots_[id].key);
@@ -529,7 +534,10 @@ Status TieredRowStore::commit() {
   }
   for (auto [sender, clock] : staged_clocks_) clocks_[sender] = clock;
   staged_clocks_.clear();
-  if (log_ && log_->bytes() > options_.log_bytes_max)
+  const uint64_t logged =
+      log_ ? log_->bytes() : updated_ * (table_->row_floats() * sizeof(float) + sizeof(uint64_t));
+  if (logged > options_.log_bytes_max &&
+      updated_ >= uint64_t(options_.write_back_ratio) * dirty_)
     if (Status s = write_back(); !s.ok()) return s;
   return evict_to(capacity_);
 }
@@ -567,6 +575,8 @@ Status TieredRowStore::write_back() {
     s.on_disk = true;
   }
   cache_only_ = 0;
+  dirty_ = 0;
+  updated_ = 0;
   return log_ ? log_->truncate() : Status();
 }
 
@@ -620,6 +630,7 @@ Status TieredRowStore::erase(std::span<const uint64_t> keys) {
       on_disk.push_back(k);
     else
       --cache_only_;
+    if (s.dirty) --dirty_;
     s.used = false;
     free_.push_back(uint32_t(id));
   }

@@ -9,15 +9,17 @@
 // RocksRowStore writes every row handed out by find_or_insert at commit(), in one WriteBatch
 // through the write-ahead log: an acknowledged update survives a crash of the process.
 //
-// TieredRowStore keeps up to `cache_bytes` of rows in memory and writes a row to disk only
-// when it is evicted, on write_back() or on flush(): commit() evicts down to the budget. Without
-// a push log a crash loses the updates of rows still dirty in memory since the last write_back();
-// with one (attach_log, storage/push_log.h) commit() first appends the rows it hands back and the
-// staged clocks to the log, so a crash of the process loses nothing committed: reopening replays
-// the log. write_back() empties the log once its rows are in the table. Eviction samples a few
-// cached rows and drops the one the policy values least: `lru` (least recently used) or `lfu`
-// (least frequently used, counts halved as they age so that yesterday's hot rows can leave).
-// docs/benchmarks.md (`colony bench store`) has the measurement that chose the default.
+// TieredRowStore keeps up to `cache_bytes` of rows in memory and writes a row to disk only when it
+// is evicted, when enough updates call for a write-back of every dirty row
+// (TieredOptions::write_back_ratio), on write_back() or on flush(): commit() does the first two,
+// evicting down to the budget. Without a push log a crash loses the updates of rows still dirty in
+// memory since the last write_back(); with one (attach_log, storage/push_log.h) commit() first
+// appends the rows it hands back and the staged clocks to the log, so a crash of the process loses
+// nothing committed: reopening replays the log. write_back() empties the log once its rows are in
+// the table. Eviction samples a few cached rows and drops the one the policy values least: `lru`
+// (least recently used) or `lfu` (least frequently used, counts halved as they age so that
+// yesterday's hot rows can leave). docs/benchmarks.md (`colony bench store`) has the measurement
+// that chose the default.
 //
 // Thread-safety: none; one shard owns a store.
 #pragma once
@@ -126,9 +128,17 @@ struct TieredOptions {
                        << 20;  // rows kept in memory, counting row bytes and per-row overhead
   EvictionPolicy policy = EvictionPolicy::lfu;
   uint64_t seed = 1;  // for sampling eviction candidates
-  // With a push log: once it holds more than this many bytes, commit() writes every dirty row
-  // back and empties it, so the log, and the time to replay it, stay bounded.
+  // When commit() writes every dirty row back on its own (and empties the push log, if any):
+  // once the rows updated since the last write-back, counted as the bytes their images take in
+  // the push log (the log's size; without a log, what it would be), pass `log_bytes_max`, and
+  // are at least `write_back_ratio` times the dirty rows a write-back would write. The first
+  // bounds what a crash loses without a log, and the log's length and replay time with one;
+  // the second keeps each row written back worth that many updates, whatever the cache's
+  // size (a write-back of every dirty row every few steps took 29% of a tiered colony train's
+  // CPU: docs/benchmarks.md). The log then holds at most about
+  // max(log_bytes_max, write_back_ratio x cache_bytes).
   uint64_t log_bytes_max = uint64_t{64} << 20;
+  uint32_t write_back_ratio = 8;
   // read_ahead() reads ahead (--read-ahead of colony train and colony ps); false: it is ignored.
   // Off by default: on the machine measured it gained no end-to-end throughput
   // (docs/benchmarks.md).
@@ -162,8 +172,9 @@ class TieredRowStore final : public RowStore {
   void read_ahead(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
   // With a push log, appends the rows handed out by find_or_insert since the last commit and the
-  // staged clocks to it (and writes back when the log passes options.log_bytes_max); then evicts
-  // down to the budget, writing dirty victims back in one batch.
+  // staged clocks to it; writes back when the updates since the last write-back call for it
+  // (TieredOptions::log_bytes_max, write_back_ratio); then evicts down to the budget, writing
+  // dirty victims back in one batch.
   Status commit() override;
   // Writes every dirty cached row to the table (write_back) and flushes it.
   Status flush() override;
@@ -232,6 +243,8 @@ class TieredRowStore final : public RowStore {
   uint64_t batch_ = 0;
   uint64_t touches_ = 0;
   uint64_t cache_only_ = 0;  // cached rows not on disk yet
+  uint64_t dirty_ = 0;       // cached rows changed since they were last written
+  uint64_t updated_ = 0;     // rows handed out by find_or_insert since the last write-back
   uint64_t rng_;
   Status error_;
   StoreStats stats_;

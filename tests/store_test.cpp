@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "common/hash.h"
@@ -377,6 +379,7 @@ BOOST_AUTO_TEST_CASE(a_tiered_store_with_a_push_log_loses_nothing_committed_when
     TieredOptions t;
     t.cache_bytes = 1 << 20;
     t.log_bytes_max = 4096;
+    t.write_back_ratio = 1;  // the log's size alone decides
     TieredRowStore store(open_table(dir.sub("db")), t);
     auto log = PushLog::open(dir.sub("log"), rf, false);
     BOOST_REQUIRE(log.ok());
@@ -783,31 +786,36 @@ BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_
   BOOST_TEST(memory->rows() == tiered->rows());
 }
 
-// Issue 14: a shard over the tiered store writes the rows it holds only in memory back to disk
-// every write_back_every steps of the slowest sender's clock, not only at its end: with a cache
-// that holds every row, the table on disk has them from step 4 on (and none before).
-BOOST_AUTO_TEST_CASE(a_tiered_shard_writes_its_cached_rows_back_every_few_steps) {
-  TempDir dir;
-  ShardConfig sc = colony::testing::small_adagrad_shard();
-  sc.write_back_every = 4;
-  TieredOptions t;
-  t.cache_bytes = 1 << 20;
-  auto owned = std::make_unique<TieredRowStore>(open_table(dir.sub("db"), {"c", 0, 1, 6}), t);
-  TieredRowStore& store = *owned;
-  auto shard = std::move(ShardCore::make(sc, std::move(owned)).value());
-  std::vector<uint64_t> on_disk;
-  for (uint32_t step = 0; step < 9; ++step) {
-    const std::vector<uint64_t> keys{make_key(1, step), make_key(1, 100)};
-    Outbox out;
-    shard->on_message(PushRequest{{7, step + 1, 1}, step + 1, keys, std::vector<float>(6, 0.5f)},
-                      out);
-    BOOST_REQUIRE_EQUAL(out.size(), 1u);
-    on_disk.push_back(store.table().rows());
+// Issue 14: a tiered store writes the rows it holds only in memory back to disk on its own, not
+// only at its end, once the rows updated since its last write-back pass log_bytes_max (as log
+// records) and write_back_ratio times the dirty rows: ten rows updated every batch, cached in a
+// cache that holds them all, reach the disk every 8 batches with a ratio of 8; with a ratio of 1,
+// at the first batch past log_bytes_max.
+BOOST_AUTO_TEST_CASE(a_tiered_store_writes_its_cached_rows_back_once_enough_updates_call_for_it) {
+  const uint64_t record = rf * sizeof(float) + sizeof(uint64_t);
+  for (auto [ratio, log_rows, first] : {std::tuple{8u, 0u, 8u}, std::tuple{1u, 45u, 5u}}) {
+    BOOST_TEST_CONTEXT("ratio " << ratio << ", log_bytes_max " << log_rows << " records") {
+      TempDir dir;
+      TieredOptions t;
+      t.cache_bytes = 1 << 20;
+      t.write_back_ratio = ratio;
+      t.log_bytes_max = log_rows * record;
+      TieredRowStore store(open_table(dir.sub("db")), t);
+      std::vector<uint64_t> keys(10);
+      std::iota(keys.begin(), keys.end(), 1);
+      std::vector<uint64_t> on_disk, want;
+      for (uint32_t batch = 1; batch <= 2 * first; ++batch) {
+        BOOST_REQUIRE(store.load(keys).ok());
+        for (uint64_t k : keys) store.find_or_insert(k).first[0] += 1.0f;
+        BOOST_REQUIRE(store.commit().ok());
+        on_disk.push_back(store.table().rows());
+        want.push_back(batch >= first ? 10 : 0);
+      }
+      BOOST_TEST(on_disk == want, boost::test_tools::per_element());
+      BOOST_TEST(store.stats().write_batches == 2u);  // at `first` and 2 x `first`
+      BOOST_TEST(store.cached_rows() == 10u);         // still all in memory too
+    }
   }
-  // After step s (clock s + 1): rows on disk as of the last write-back, at clocks 4 and 8.
-  const std::vector<uint64_t> want{0, 0, 0, 5, 5, 5, 5, 9, 9};
-  BOOST_TEST(on_disk == want, boost::test_tools::per_element());
-  BOOST_TEST(store.cached_rows() == 10u);  // still all in memory too
 }
 
 BOOST_AUTO_TEST_CASE(store_flags_parse_and_name_the_flag_when_wrong) {

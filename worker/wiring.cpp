@@ -93,12 +93,6 @@ ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId
   return sc;
 }
 
-uint32_t write_back_steps(const StoreSpec& store) {
-  return store.kind == StoreKind::tiered && store.durability == Durability::none
-             ? tiered_write_back_steps
-             : 0;
-}
-
 WorkerConfig worker_config(const JobSpec& job, const ClusterLayout& layout, NodeId replica) {
   const auto owner = layout.owner(replica);
   COLONY_ASSERT(owner && layout.role(replica) == NodeRole::replica,

@@ -37,19 +37,9 @@ std::string dense_shape(const JobSpec& job);
 // layers (colony train saves them with its store). Ok for LR and FM.
 Status check_daemon_dense_state(const JobSpec& job, uint64_t rows_in_store);
 
-// How often a tiered store's shard writes the rows it holds only in memory back to RocksDB, in
-// steps, under --durability none: what a crash of a ps process can lose beyond what its last
-// checkpoint or exit wrote. The other stores hold nothing only in memory.
-inline constexpr uint32_t tiered_write_back_steps = 20;
-// ShardConfig::write_back_every for a shard over `store`: tiered_write_back_steps for a tiered
-// store under --durability none; 0 otherwise (under log and fsync the tiered store loses nothing
-// and empties its push log itself, TieredOptions::log_bytes_max).
-uint32_t write_back_steps(const StoreSpec& store);
-
 // The shard at node `shard` (a shard node of `layout`): its optimizer, row initialisation,
 // consistency, senders (every aggregator under hierarchical push, else every replica), map,
-// admission, eviction and checkpoint policies, all from `job` (write_back_every: 0, see
-// write_back_steps).
+// admission, eviction and checkpoint policies, all from `job`.
 ShardConfig shard_config(const JobSpec& job, const ClusterLayout& layout, NodeId shard);
 // The worker replica at node `replica`: its aggregator when its member has one; a deep model's
 // dense optimizer, seed and sync interval.
