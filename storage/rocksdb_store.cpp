@@ -536,8 +536,7 @@ Status TieredRowStore::commit() {
   staged_clocks_.clear();
   const uint64_t logged =
       log_ ? log_->bytes() : updated_ * (table_->row_floats() * sizeof(float) + sizeof(uint64_t));
-  if (logged > options_.log_bytes_max &&
-      updated_ >= uint64_t(options_.write_back_ratio) * dirty_)
+  if (logged > options_.log_bytes_max && updated_ >= uint64_t(options_.write_back_ratio) * dirty_)
     if (Status s = write_back(); !s.ok()) return s;
   return evict_to(capacity_);
 }
