@@ -271,6 +271,7 @@ void FullSim::mark_done(Core& c) {
   ++finished_;
   result_.simulated_seconds = std::max(result_.simulated_seconds, double(c.busy_until) / 1e9);
   if (!coordinated_ || !members_[c.host].core) return;
+  members_[c.host].trained |= host_trained(c.host);
   // The member core hears of it once the core's last messages have left.
   const uint32_t host = c.host;
   const NodeId node = static_cast<NodeId>(&c - cores_.data());

@@ -59,6 +59,8 @@ struct MemberHost {
   std::optional<MemberCore> core;  // none while the host is down
   uint32_t incarnations = 0;       // processes started on the host
   std::optional<uint32_t> index;   // its member index, once welcomed
+  // Its worker cores all finished, in some incarnation: a crash after that does not undo it.
+  bool trained = false;
   VirtualNanos armed_at = -1;
   uint64_t timer = 0;  // the generation of the armed timer event
 };
@@ -197,6 +199,8 @@ class FullSim {
   void check_durable(uint32_t shard);
   // No push committed twice to a shard's store (DurableRows::take_applied_twice).
   void check_applied_once(uint32_t shard);
+  // Whether the worker host's process is up, started, and has every core finished.
+  bool host_trained(uint32_t host) const;
   void check_membership();
   // Every core's end: failed, finished, or excused; progress after the last fault; the
   // workers' compute into `compute`.

@@ -127,14 +127,20 @@ void FullSim::check_durable(uint32_t shard) {
   acked_commits_[shard] = std::min(acked, held);
 }
 
+bool FullSim::host_trained(uint32_t host) const {
+  bool trained = members_[host].core && members_[host].core->started();
+  for (const Core& c : cores_)
+    if (c.host == host && c.role != Role::shard) trained &= c.done;
+  return trained;
+}
+
 void FullSim::check_membership() {
-  // The job ends (training done) iff every worker member finished or was lost.
+  // The job ends (training done) iff every worker member finished or was lost. A member that
+  // finished and crashed after has finished: its MemberDone may well have reached the
+  // coordinator, which then ends the job without waiting to notice the crash.
   bool all_finished_or_lost = true;
   for (uint32_t host = 0; host < o_.nodes; ++host) {
-    bool finished = members_[host].core && members_[host].core->started();
-    for (const Core& c : cores_)
-      if (c.host == host && c.role != Role::shard) finished &= c.done;
-    if (finished || member_gone(host)) continue;
+    if (members_[host].trained || member_gone(host)) continue;
     all_finished_or_lost = false;
     if (job_over_ && result_.job_error.empty())
       violation(fmt::format(
