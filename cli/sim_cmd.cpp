@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "common/value_format.h"
 #include "sim/simulator.h"
 
 namespace colony::cli {
@@ -27,6 +28,8 @@ struct SimArgs {
   std::string consistency = "bsp";
   std::string device = "gpu";
   std::string faults = "none";
+  std::string wire_format = "fp32";
+  std::string push_format;  // empty: as --wire-format
   std::string trace, report, timeline, save_trace, topology;
   double partition_s = 60.0;
   CLI::App* cmd = nullptr;
@@ -68,6 +71,13 @@ Runner add_sim(CLI::App& app) {
   cmd->add_option("--dim", o.model.dim, "FM factor dimension")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Samples per device per step")->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
+  cmd->add_option("--wire-format", a->wire_format,
+                  "How pull replies and pushes carry rows and gradients, as colony train's: fp32, "
+                  "bf16, fp16 or int8 (a byte a value and a scale a row)")
+      ->capture_default_str();
+  cmd->add_option("--push-format", a->push_format,
+                  "How pushes carry gradients, when not as --wire-format says: fp32, bf16, fp16 "
+                  "or int8");
   cmd->add_option("--device", a->device, "gpu or cpu (each device a CPU core)")
       ->check(CLI::IsMember({"gpu", "cpu"}))
       ->capture_default_str();
@@ -173,6 +183,14 @@ Runner add_sim(CLI::App& app) {
     if (!consistency)
       return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
     o.consistency = *consistency;
+    auto wire = parse_value_format(a->wire_format, "format");
+    if (!wire) return fail(Status::invalid_input("--wire-format: " + wire.status().message()));
+    o.wire_format = o.push_format = *wire;
+    if (!a->push_format.empty()) {
+      auto push = parse_value_format(a->push_format, "format");
+      if (!push) return fail(Status::invalid_input("--push-format: " + push.status().message()));
+      o.push_format = *push;
+    }
     o.compute.gpu = a->device == "gpu";
     if (o.colocate && a->cmd->count("--worker-ns-per-sample") == 0)
       o.compute.worker_ns_per_sample = sim::embedded_worker_ns_per_sample;
@@ -278,6 +296,8 @@ Runner add_sim(CLI::App& app) {
         {"steps", o.steps},
         {"push", a->push},
         {"consistency", to_string(o.consistency)},
+        {"wire_format", to_string(o.wire_format)},
+        {"push_format", to_string(o.push_format)},
         {"model", a->model},
         {"batch", o.batch},
         {"worker_ns_per_sample", o.compute.worker_ns_per_sample},
@@ -318,10 +338,11 @@ Runner add_sim(CLI::App& app) {
     // Last, on its own line: the one key that differs between two runs of the same command.
     std::string text = rep.dump(2);
     text.insert(text.size() - 2, fmt::format(",\n  \"wall_seconds\": {:.3f}", wall));
-    std::printf("colony sim  seed %llu  numerics %s  %u nodes x %u %s  %u ps  %s push  %s\n",
-                static_cast<unsigned long long>(o.seed), r.numerics.c_str(), o.nodes,
-                o.gpus_per_node, a->device.c_str(), o.ps, a->push.c_str(),
-                to_string(o.consistency).c_str());
+    std::printf(
+        "colony sim  seed %llu  numerics %s  %u nodes x %u %s  %u ps  %s push  %s  wire %s/%s\n",
+        static_cast<unsigned long long>(o.seed), r.numerics.c_str(), o.nodes, o.gpus_per_node,
+        a->device.c_str(), o.ps, a->push.c_str(), to_string(o.consistency).c_str(),
+        to_string(o.wire_format).c_str(), to_string(o.push_format).c_str());
     std::printf("  simulated %s (%.6f s) in %.2f s wall (%.0fx), %s events\n",
                 human_duration(r.simulated_seconds).c_str(), r.simulated_seconds, wall,
                 wall > 0 ? r.simulated_seconds / wall : 0.0, human_count(double(r.events)).c_str());

@@ -83,6 +83,8 @@ JobSpec FullSim::job() const {
   j.batch = o_.batch;
   j.consistency = o_.consistency;
   j.hierarchical = o_.push == PushKind::hierarchical;
+  j.formats.wire = o_.wire_format;
+  j.formats.push = o_.push_format;
   return j;
 }
 

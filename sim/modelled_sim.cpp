@@ -229,7 +229,10 @@ void ModelledSim::pull(uint32_t n) {
         "ssp bound exceeded: node {} started step {} at t={:.6f}s while the slowest node had "
         "pushed clock {} ({})",
         n, node.clock, double(now()) / 1e9, min_pushed_, to_string(o_.consistency)));
-  const uint64_t width_bytes = 4 * o_.model.width();
+  // A row of the shards' replies, in the wire format; the aggregator hands its replicas their
+  // rows decoded, in fp32 (worker/aggregator_core.h).
+  const uint64_t width_bytes = row_bytes(o_.wire_format, o_.model.width());
+  const uint64_t fanned_bytes = row_bytes(ValueFormat::fp32, o_.model.width());
   const bool hier = o_.push == PushKind::hierarchical;
   // Hierarchical: the aggregator pulls the node's unique keys once per shard, then hands each
   // GPU its rows over the intra-host link.
@@ -241,7 +244,7 @@ void ModelledSim::pull(uint32_t n) {
     arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, now()));
   messages_ += 2ull * (hier ? 1 : o_.gpus_per_node) * o_.ps;
   if (hier && o_.gpus_per_node > 1) {
-    arrival = transfer(n, n, uint64_t{o_.gpus_per_node - 1} * u_gpu_ * width_bytes, arrival);
+    arrival = transfer(n, n, uint64_t{o_.gpus_per_node - 1} * u_gpu_ * fanned_bytes, arrival);
     messages_ += o_.gpus_per_node;
   }
   at_node(n, std::max(arrival, paused_until_), phase_compute);
@@ -258,7 +261,8 @@ void ModelledSim::compute(uint32_t n) {
 void ModelledSim::push(uint32_t n) {
   // A push to a shard carries its rows' gradients alone: the keys are those its pull sent
   // (PushRequest::keys_of_pull); a replica's gradients reach its aggregator with their keys.
-  const uint64_t grad_bytes = 4 * o_.model.width(), row_bytes = 8 + grad_bytes;
+  const uint64_t grad_bytes = row_bytes(o_.push_format, o_.model.width());
+  const uint64_t keyed_bytes = 8 + grad_bytes;
   if (o_.push == PushKind::flat) {
     const uint64_t per_shard =
         o_.gpus_per_node * (u_gpu_ * grad_bytes / o_.ps + header_bytes) + pull_request_bytes();
@@ -271,15 +275,15 @@ void ModelledSim::push(uint32_t n) {
   }
   // Hierarchical: the replicas' gradients reach the aggregator over the intra-host link, then
   // one push per shard carries the node's summed rows.
-  const uint64_t local = uint64_t{o_.gpus_per_node - 1} * u_gpu_ * row_bytes;
+  const uint64_t local = uint64_t{o_.gpus_per_node - 1} * u_gpu_ * keyed_bytes;
   const VirtualNanos reduced = o_.gpus_per_node > 1 ? transfer(n, n, local, now()) : now();
   messages_ += o_.gpus_per_node;
   at_node(n, reduced, phase_push_shards);
 }
 
 void ModelledSim::push_shards(uint32_t n) {
-  const uint64_t per_shard =
-      u_node_ * (4 * o_.model.width()) / o_.ps + header_bytes + pull_request_bytes();
+  const uint64_t per_shard = u_node_ * row_bytes(o_.push_format, o_.model.width()) / o_.ps +
+                             header_bytes + pull_request_bytes();
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s)
     arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));

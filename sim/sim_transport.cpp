@@ -22,6 +22,21 @@ namespace {
 constexpr int drops_max = 16;     // re-sends of one message before the model gives up dropping it
 constexpr size_t sent_kept = 32;  // control messages kept per host for replays
 
+// The bytes of `values` floats in `format`, with `scales` (int8: one a row), as the wire codec
+// packs them.
+uint64_t values_bytes(ValueFormat format, size_t values, size_t scales) {
+  switch (format) {
+    case ValueFormat::bf16:
+    case ValueFormat::fp16:
+      return 2 * uint64_t{values};
+    case ValueFormat::int8:
+      return uint64_t{values} + 4 * uint64_t{scales};
+    case ValueFormat::fp32:
+      break;
+  }
+  return 4 * uint64_t{values};
+}
+
 uint64_t message_bytes(const PsMessage& m) {
   return header_bytes +
          std::visit(
@@ -30,9 +45,9 @@ uint64_t message_bytes(const PsMessage& m) {
                if constexpr (std::is_same_v<T, PullRequest> || std::is_same_v<T, PullHint>)
                  return 8 * x.keys.size();
                else if constexpr (std::is_same_v<T, PullReply>)
-                 return 4 * x.values.size();
+                 return values_bytes(x.format, x.values.size(), x.scales.size());
                else if constexpr (std::is_same_v<T, PushRequest>)
-                 return 8 * x.keys.size() + 4 * x.grads.size();
+                 return 8 * x.keys.size() + values_bytes(x.format, x.grads.size(), x.scales.size());
                else if constexpr (std::is_same_v<T, PsError>)
                  return x.message.size();
                else

@@ -31,6 +31,7 @@
 
 #include "common/status.h"
 #include "common/timeline.h"
+#include "common/value_format.h"
 #include "data/generator.h"
 #include "models/model.h"
 #include "ps/protocol.h"
@@ -81,6 +82,12 @@ struct SimOptions {
   Consistency consistency;  // BSP by default
   ModelSpec model;          // FM dim 8 by default
   uint32_t batch = 512;     // samples per worker (GPU) per step
+  // How rows travel (as `colony train --wire-format` and `--push-format`): pull replies in
+  // `wire_format`, pushes (to the shards, and a replica's to its aggregator) in `push_format`.
+  // Full numerics run the real cores' rounding; both numerics charge the network a row's bytes
+  // in its format (common/value_format.h row_bytes: int8 with its scale).
+  ValueFormat wire_format = ValueFormat::fp32;
+  ValueFormat push_format = ValueFormat::fp32;
   // Full numerics: every core (shards too) on one host, as in `colony train`'s embedded
   // cluster; messages cross the intra-host link.
   bool colocate = false;

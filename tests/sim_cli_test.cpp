@@ -92,6 +92,26 @@ BOOST_AUTO_TEST_CASE(modelled_numerics_for_large_clusters) {
   BOOST_TEST(report["simulated_seconds"].get<double>() > 0);
 }
 
+// --wire-format and --push-format: the report names them, and 8-bit replies with 16-bit pushes
+// move fewer bytes than fp32 over the same run (modelled numerics, 100 nodes).
+BOOST_AUTO_TEST_CASE(compact_wire_formats_send_fewer_bytes) {
+  const std::string args = "--nodes 100 --gpus-per-node 8 --ps 16 --steps 10 --push flat --seed 3";
+  const fs::path a = dir / "fp32.json", b = dir / "int8.json";
+  Run r = run(args + " --report " + a.string());
+  BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  r = run(args + " --wire-format int8 --push-format bf16 --report " + b.string());
+  BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  BOOST_TEST(r.out.find("wire int8/bf16") != std::string::npos, r.out);
+  const auto fp32 = nlohmann::json::parse(slurp(a)), compact = nlohmann::json::parse(slurp(b));
+  BOOST_TEST(fp32["wire_format"] == "fp32");
+  BOOST_TEST(fp32["push_format"] == "fp32");
+  BOOST_TEST(compact["wire_format"] == "int8");
+  BOOST_TEST(compact["push_format"] == "bf16");
+  BOOST_TEST(compact["bytes"].get<double>() < 0.6 * fp32["bytes"].get<double>());
+  BOOST_TEST(compact["comm_overhead_fraction"].get<double>() <
+             fp32["comm_overhead_fraction"].get<double>());
+}
+
 BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
   Run r = run("--nodes 0");
   BOOST_TEST(r.code == 2);
@@ -107,6 +127,12 @@ BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
   r = run("--nodes 2 --consistency ssp:x");
   BOOST_TEST(r.code == 2);
   BOOST_TEST(r.err.find("--consistency") != std::string::npos, r.err);
+  r = run("--nodes 2 --wire-format int4");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--wire-format") != std::string::npos, r.err);
+  r = run("--nodes 2 --push-format fp64");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("--push-format") != std::string::npos, r.err);
   r = run("--nodes 2 --push sideways");
   BOOST_TEST(r.code == 2);
   r = run("--nodes 2 --heartbeat-ms 10 --heartbeat-timeout-ms 10");

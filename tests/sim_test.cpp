@@ -420,6 +420,11 @@ colony::sim::SimOptions small_run(uint64_t seed) {
                   : c == 1 ? Consistency{ConsistencyKind::ssp, 2}
                            : Consistency{ConsistencyKind::asp, 0};
   o.numerics = colony::sim::Numerics::full;
+  // Rows and gradients on the wire in every format (the cores' rounding under resyncs too).
+  constexpr ValueFormat formats[] = {ValueFormat::fp32, ValueFormat::bf16, ValueFormat::int8,
+                                     ValueFormat::fp16};
+  o.wire_format = formats[rng.next() % 4];
+  o.push_format = formats[rng.next() % 4];
   // Faults fall within the length of the same run without them.
   auto probe = colony::sim::simulate(o);
   BOOST_REQUIRE(probe.ok());
@@ -722,6 +727,44 @@ BOOST_AUTO_TEST_CASE(hierarchical_push_sends_fewer_bytes_than_flat) {
   BOOST_REQUIRE(flat.ok() && hier.ok());
   BOOST_TEST(hier->comm_overhead_fraction < flat->comm_overhead_fraction);
   BOOST_TEST(hier->messages < flat->messages);
+}
+
+// Rows on the wire in 8 or 16 bits (--wire-format, --push-format): both numerics charge a row
+// the bytes of its format (int8 with its scale). With flat push every byte crosses the network,
+// so the modelled run's bytes must match the real cores' (their messages as sized by the full
+// run) in every format, and int8 replies with bf16 pushes carry under half of fp32's bytes.
+BOOST_AUTO_TEST_CASE(both_numerics_charge_the_bytes_of_the_wire_format) {
+  colony::sim::SimOptions o;
+  o.nodes = 4;
+  o.gpus_per_node = 2;
+  o.ps = 2;
+  o.steps = 10;
+  o.batch = 512;
+  o.push = colony::sim::PushKind::flat;
+  auto bytes = [&](colony::sim::Numerics numerics, ValueFormat wire, ValueFormat push) {
+    o.numerics = numerics;
+    o.wire_format = wire;
+    o.push_format = push;
+    auto r = colony::sim::simulate(o);
+    BOOST_REQUIRE(r.ok());
+    BOOST_TEST(r->invariant_violations.empty(), joined(r->invariant_violations));
+    return double(r->bytes);
+  };
+  using colony::sim::Numerics;
+  const std::pair<ValueFormat, ValueFormat> cases[] = {{ValueFormat::fp32, ValueFormat::fp32},
+                                                       {ValueFormat::int8, ValueFormat::bf16},
+                                                       {ValueFormat::bf16, ValueFormat::int8},
+                                                       {ValueFormat::fp16, ValueFormat::fp32}};
+  std::vector<double> full;
+  for (auto [wire, push] : cases) {
+    const double f = bytes(Numerics::full, wire, push), m = bytes(Numerics::modelled, wire, push);
+    BOOST_TEST(std::abs(m / f - 1) < 0.02, "wire " << to_string(wire) << ", push "
+                                                   << to_string(push) << ": modelled " << m
+                                                   << " bytes, full " << f);
+    full.push_back(f);
+  }
+  BOOST_TEST(full[1] < 0.5 * full[0]);
+  BOOST_TEST(full[3] < full[0]);
 }
 
 BOOST_AUTO_TEST_CASE(goodput_falls_without_checkpoints_and_peaks_near_young_daly) {
