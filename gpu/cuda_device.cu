@@ -1,11 +1,11 @@
 // CUDA device discovery. Kept free of Cap'n Proto and CAF headers (they do not compile
 // under nvcc).
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <string>
 #include <vector>
 
+#include "gpu/cublas_lib.h"
 #include "gpu/device.h"
 
 namespace colony {
@@ -70,6 +70,8 @@ double cuda_copy_bandwidth_impl(int device, std::string& error) {
 // FLOP/s of cublasGemmEx on n x n matrices (best of four after one untimed); negative with
 // `error` set when CUDA or cuBLAS fails.
 double cuda_gemm_flops_impl(int device, size_t n, bool bf16, std::string& error) {
+  const gpu::CublasLib* lib = gpu::cublas_lib(&error);
+  if (lib == nullptr) return -1.0;
   const size_t bytes = n * n * sizeof(float);
   float *a = nullptr, *b = nullptr, *c = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -83,14 +85,14 @@ double cuda_gemm_flops_impl(int device, size_t n, bool bf16, std::string& error)
     if (err == cudaSuccess) err = cudaMemset(p, 0, bytes);
   if (err == cudaSuccess) err = cudaEventCreate(&start);
   if (err == cudaSuccess) err = cudaEventCreate(&stop);
-  if (err == cudaSuccess) status = cublasCreate(&handle);
+  if (err == cudaSuccess) status = lib->create(&handle);
   const float one = 1.0f, zero = 0.0f;
   const int m = static_cast<int>(n);
   for (int i = 0; i < 5 && err == cudaSuccess && status == CUBLAS_STATUS_SUCCESS; ++i) {
     float ms = 0.0f;
     err = cudaEventRecord(start);
     if (err == cudaSuccess)
-      status = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, a, CUDA_R_32F, m, b,
+      status = lib->gemm_ex(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, a, CUDA_R_32F, m, b,
                             CUDA_R_32F, m, &zero, c, CUDA_R_32F, m,
                             bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT);
@@ -104,10 +106,10 @@ double cuda_gemm_flops_impl(int device, size_t n, bool bf16, std::string& error)
     }
   }
   if (err != cudaSuccess || status != CUBLAS_STATUS_SUCCESS) {
-    error = err != cudaSuccess ? cudaGetErrorString(err) : cublasGetStatusString(status);
+    error = err != cudaSuccess ? cudaGetErrorString(err) : lib->status_string(status);
     best = -1.0;
   }
-  if (handle) cublasDestroy(handle);
+  if (handle) lib->destroy(handle);
   if (start) cudaEventDestroy(start);
   if (stop) cudaEventDestroy(stop);
   for (float* p : {a, b, c})

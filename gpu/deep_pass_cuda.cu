@@ -1,11 +1,11 @@
 // gpu/deep_pass.h's CUDA build (nvcc): the same source as the host build, on a device, with
-// cuBLAS's products.
-#include <cublas_v2.h>
+// cuBLAS's products (cuBLAS opened at the first product: gpu/cublas_lib.h).
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "gpu/cublas_lib.h"
 #include "gpu/deep_pass.h"
 
 namespace colony::gpu {
@@ -15,7 +15,7 @@ class CublasProducts {
  public:
   CublasProducts(int, DeviceProducts products) : products_(products) {}
   ~CublasProducts() {
-    if (handle_ != nullptr) cublasDestroy(handle_);
+    if (handle_ != nullptr) lib_->destroy(handle_);
   }
   CublasProducts(const CublasProducts&) = delete;
   CublasProducts& operator=(const CublasProducts&) = delete;
@@ -24,24 +24,30 @@ class CublasProducts {
   void gemm(bool trans_a, bool trans_b, size_t m, size_t n, size_t k, const float* a, size_t lda,
             const float* b, size_t ldb, float beta, float* c, size_t ldc) {
     // Made on first use, on the device the pass made current.
-    if (handle_ == nullptr) check(cublasCreate(&handle_), "cublasCreate");
+    if (handle_ == nullptr) {
+      std::string error;
+      lib_ = cublas_lib(&error);
+      if (lib_ == nullptr) throw std::runtime_error(error);
+      check(lib_->create(&handle_), "cublasCreate");
+    }
     const float one = 1.0f;
     const cublasComputeType_t compute =
         products_ == DeviceProducts::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
-    check(cublasGemmEx(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                       static_cast<int>(m), static_cast<int>(k), &one, b, CUDA_R_32F,
-                       static_cast<int>(ldb), a, CUDA_R_32F, static_cast<int>(lda), &beta, c,
-                       CUDA_R_32F, static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT),
+    check(lib_->gemm_ex(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                        trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                        static_cast<int>(m), static_cast<int>(k), &one, b, CUDA_R_32F,
+                        static_cast<int>(ldb), a, CUDA_R_32F, static_cast<int>(lda), &beta, c,
+                        CUDA_R_32F, static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
   }
 
  private:
-  static void check(cublasStatus_t s, const char* what) {
+  void check(cublasStatus_t s, const char* what) const {
     if (s != CUBLAS_STATUS_SUCCESS)
-      throw std::runtime_error(std::string(what) + ": " + cublasGetStatusString(s));
+      throw std::runtime_error(std::string(what) + ": " + lib_->status_string(s));
   }
   DeviceProducts products_;
+  const CublasLib* lib_ = nullptr;
   cublasHandle_t handle_ = nullptr;
 };
 

@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "common/hash.h"
 #include "data/batch.h"
+#include "gpu/cublas_lib.h"
 #include "gpu/deep_pass.h"
 #include "gpu/device.h"
 #include "gpu/thrust_sum.h"
@@ -46,7 +49,31 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
+// Whether a library whose file name contains `name` is mapped into this process.
+bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find(name) != std::string::npos) return true;
+  return false;
+}
+
 }  // namespace
+
+// cuBLAS is opened at its first use, not at the start (gpu/cublas_lib.h): linked, its
+// initialisers cost every colony process a third of a second. Runs first, on any machine (the
+// library opens without a GPU): before, no cuBLAS is mapped; after, it is, with every function.
+BOOST_AUTO_TEST_CASE(cublas_is_opened_at_its_first_use_not_when_the_process_starts) {
+  BOOST_TEST(!mapped("libcublas"));
+  std::string error;
+  const gpu::CublasLib* lib = gpu::cublas_lib(&error);
+  BOOST_TEST_REQUIRE(lib != nullptr, error);
+  BOOST_TEST(lib->create != nullptr);
+  BOOST_TEST(lib->gemm_ex != nullptr);
+  BOOST_TEST(std::string(lib->status_string(CUBLAS_STATUS_SUCCESS)).size() > 0u);
+  BOOST_TEST(mapped("libcublas.so"));
+  BOOST_TEST(gpu::cublas_lib() == lib);
+}
 
 BOOST_AUTO_TEST_CASE(sparse_sums_on_the_device_equal_the_host_build_bit_for_bit,
                      *boost::unit_test::precondition(HasDevice())) {
