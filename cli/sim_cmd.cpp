@@ -65,10 +65,12 @@ Runner add_sim(CLI::App& app) {
                   "(full up to 2M samples)")
       ->check(CLI::IsMember({"auto", "full", "modelled"}))
       ->capture_default_str();
-  cmd->add_option("--model", a->model, "lr or fm")
-      ->check(CLI::IsMember({"lr", "fm"}))
+  cmd->add_option("--model", a->model,
+                  "lr, fm, or a deep model with its default layers: deepfm, dlrm or dcn (full "
+                  "numerics, on 26 categorical fields and 13 dense features a row)")
+      ->check(CLI::IsMember({"lr", "fm", "deepfm", "dlrm", "dcn"}))
       ->capture_default_str();
-  cmd->add_option("--dim", o.model.dim, "FM factor dimension")->capture_default_str();
+  cmd->add_option("--dim", o.model.dim, "FM factor and embedding dimension")->capture_default_str();
   cmd->add_option("--batch", o.batch, "Samples per device per step")->capture_default_str();
   cmd->add_option("--consistency", a->consistency, "bsp, ssp:K or asp")->capture_default_str();
   cmd->add_option("--wire-format", a->wire_format,
@@ -86,6 +88,9 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--cpu-lr-samples-per-sec", o.compute.cpu_lr_samples_per_sec,
                   "LR samples/s of one core")
+      ->capture_default_str();
+  cmd->add_option("--cpu-dense-flops", o.compute.cpu_dense_flops_per_sec,
+                  "FLOP/s of one CPU core on a deep model's dense layers")
       ->capture_default_str();
   cmd->add_option("--cpu-fm-samples-per-sec", o.compute.cpu_fm8_samples_per_sec,
                   "FM dim 8 samples/s of one core")
@@ -177,8 +182,12 @@ Runner add_sim(CLI::App& app) {
     o.durable_ps = a->ps_store == "durable";
     auto model = parse_model(a->model);
     if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
-    if (Status s = require_sparse_model(*model, "`colony sim`"); !s.ok()) return fail(s);
     o.model.kind = *model;
+    if (o.model.deep()) {
+      o.model.fields = gen_cat_fields;
+      o.model.dense = gen_int_fields;
+      o.model = with_model_defaults(o.model);
+    }
     auto consistency = parse_consistency(a->consistency);
     if (!consistency)
       return fail(Status::invalid_input("--consistency: " + consistency.status().message()));
@@ -195,8 +204,9 @@ Runner add_sim(CLI::App& app) {
     if (o.colocate && a->cmd->count("--worker-ns-per-sample") == 0)
       o.compute.worker_ns_per_sample = sim::embedded_worker_ns_per_sample;
     const uint64_t samples = uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch;
-    o.numerics = a->numerics == "full" ||
-                         (a->numerics == "auto" && samples <= auto_full_samples_max && o.days == 0)
+    // A deep model runs on full numerics alone (sim::validate refuses it elsewhere).
+    const bool auto_full = o.model.deep() || (samples <= auto_full_samples_max && o.days == 0);
+    o.numerics = a->numerics == "full" || (a->numerics == "auto" && auto_full)
                      ? sim::Numerics::full
                      : sim::Numerics::modelled;
     o.record_timeline = !a->timeline.empty();

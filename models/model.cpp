@@ -384,11 +384,4 @@ Expected<std::unique_ptr<Model>> Model::make(const ModelSpec& spec) {
   return model;
 }
 
-Status require_sparse_model(ModelKind kind, const std::string& engine) {
-  if (kind == ModelKind::lr || kind == ModelKind::fm) return Status();
-  return Status::invalid_input(
-      fmt::format("--model {} has dense layers, which {} does not train in this version",
-                  to_string(kind), engine));
-}
-
 }  // namespace colony

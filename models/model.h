@@ -86,9 +86,6 @@ inline constexpr size_t max_fm_dim = 1024;
 inline constexpr size_t max_fields = 255;
 inline constexpr size_t max_dense = 1024;
 inline constexpr size_t max_compute_threads = 64;
-// invalid_input naming `--model` and `engine` when `kind` has dense layers: for the engines that
-// train sparse models only in this version (the simulator).
-Status require_sparse_model(ModelKind kind, const std::string& engine);
 
 // Maps each feature of a batch to a slot in the batch's list of unique keys.
 // Slot 0 is bias_key; with dense rows, slots 1..dense_dim are dense_key(0..dense_dim-1); other

@@ -191,7 +191,10 @@ void FullSim::feed(Core& c, Outbox& out) {
     const uint64_t first = (uint64_t{c.batches} * workers_ + c.index) * o_.batch;
     for (uint64_t i = 0; i < o_.batch; ++i) {
       generator_->generate(Stream::train, first + i, row);
-      generator_->append_features(row, batch);
+      if (o_.model.deep())
+        generator_->append_criteo_features(row, batch);
+      else
+        generator_->append_features(row, batch);
     }
     ++c.batches;
     w.add_batch(std::move(batch), out);
@@ -335,6 +338,8 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     cc.map = map_;
     cc.heartbeat_ms = o_.heartbeat_ms;
     cc.heartbeat_timeout_ms = o_.heartbeat_timeout_ms;
+    // As `colony coordinator`: a deep model's dense all-reduce needs every worker member.
+    cc.require_all_workers = o_.model.deep();
     for (uint32_t h = 0; h < o_.nodes + o_.ps; ++h)
       cc.key_roles[key_of(h)] = h < o_.nodes ? MemberRole::worker : MemberRole::ps;
     auto core = CoordinatorCore::make(cc, 0);

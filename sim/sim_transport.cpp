@@ -48,6 +48,9 @@ uint64_t message_bytes(const PsMessage& m) {
                  return values_bytes(x.format, x.values.size(), x.scales.size());
                else if constexpr (std::is_same_v<T, PushRequest>)
                  return 8 * x.keys.size() + values_bytes(x.format, x.grads.size(), x.scales.size());
+               else if constexpr (std::is_same_v<T, DenseReduce> ||
+                                  std::is_same_v<T, DenseBroadcast>)
+                 return 4 * x.values.size();
                else if constexpr (std::is_same_v<T, PsError>)
                  return x.message.size();
                else

@@ -29,12 +29,27 @@ Status validate(const SimOptions& o) {
     return Status::invalid_input(fmt::format("--steps must be in 1..{}", steps_max));
   if (o.batch < 1 || o.batch > batch_max)
     return Status::invalid_input(fmt::format("--batch must be in 1..{}", batch_max));
-  if (o.model.kind == ModelKind::fm && (o.model.dim < 1 || o.model.dim > max_fm_dim))
+  if (o.model.kind != ModelKind::lr && (o.model.dim < 1 || o.model.dim > max_fm_dim))
     return Status::invalid_input(fmt::format("--dim must be in 1..{}", max_fm_dim));
+  if (o.model.deep()) {
+    if (o.numerics != Numerics::full || o.days > 0)
+      return Status::invalid_input(fmt::format(
+          "--model {}: the modelled numerics and --days simulate LR and FM only; a deep model "
+          "runs with --numerics full (the real cores)",
+          to_string(o.model.kind)));
+    if (o.push == PushKind::flat && uint64_t{o.nodes} * o.gpus_per_node > 1)
+      return Status::invalid_input(fmt::format(
+          "--push flat: --model {} with more than one worker needs --push hierarchical (the "
+          "node aggregators all-reduce its dense layers)",
+          to_string(o.model.kind)));
+    if (auto m = Model::make(o.model); !m.ok())
+      return Status::invalid_input("--model: " + m.status().message());
+  }
   if (Status s = validate(o.network); !s.ok()) return s;
   const ComputeSpec& c = o.compute;
   for (auto [v, flag] : {std::pair{c.cpu_lr_samples_per_sec, "--cpu-lr-samples-per-sec"},
                          std::pair{c.cpu_fm8_samples_per_sec, "--cpu-fm-samples-per-sec"},
+                         std::pair{c.cpu_dense_flops_per_sec, "--cpu-dense-flops"},
                          std::pair{c.gpu_speedup, "--gpu-speedup"}})
     if (!(std::isfinite(v) && v > 0))
       return Status::invalid_input(fmt::format("{} must be a positive number", flag));
@@ -80,12 +95,18 @@ Status validate(const SimOptions& o) {
 }
 
 double step_compute_seconds(const ComputeSpec& c, const ModelSpec& model, uint64_t samples) {
-  // FM's per-sample work is about proportional to the row width (1 + dim).
-  const double per_core = model.kind == ModelKind::lr
-                              ? c.cpu_lr_samples_per_sec
-                              : c.cpu_fm8_samples_per_sec * 9.0 / double(1 + model.dim);
-  const double rate = c.gpu ? per_core * c.gpu_speedup : per_core;
-  return double(samples) / rate;
+  // FM's per-sample work is about proportional to the row width (1 + dim); a deep model adds
+  // 6 FLOPs a dense parameter (forward, and the backward's two products).
+  double per_sample = model.kind == ModelKind::lr
+                          ? 1.0 / c.cpu_lr_samples_per_sec
+                          : double(1 + model.dim) / 9.0 / c.cpu_fm8_samples_per_sec;
+  if (model.deep()) {
+    auto m = Model::make(model);
+    COLONY_ASSERT(m.ok(), "simulated model: {}", m.status().message());
+    per_sample += 6.0 * double((*m)->dense_params()) / c.cpu_dense_flops_per_sec;
+  }
+  if (c.gpu) per_sample /= c.gpu_speedup;
+  return double(samples) * per_sample;
 }
 
 namespace detail {

@@ -51,6 +51,10 @@ struct ComputeSpec {
   // One GPU's samples per second over one CPU core's, for these sparse models: an assumed
   // profile, not a measurement (docs/simulation.md says where it comes from).
   double gpu_speedup = 25.0;
+  // FLOP/s of one CPU core on a deep model's dense layers, forward and backward (6 FLOPs a
+  // dense parameter a sample); its embeddings cost what FM's of the same width do. Calibrated on
+  // `colony bench train --model deepfm` (docs/simulation.md).
+  double cpu_dense_flops_per_sec = 92e9;
   bool gpu = true;                     // the per-node devices are GPUs (else CPU cores)
   double shard_ns_per_row = 40.0;      // a shard reading or updating one row
   double aggregator_ns_per_row = 5.0;  // summing one row of one replica
@@ -80,8 +84,10 @@ struct SimOptions {
   PushKind push = PushKind::hierarchical;
   Numerics numerics = Numerics::full;
   Consistency consistency;  // BSP by default
-  ModelSpec model;          // FM dim 8 by default
-  uint32_t batch = 512;     // samples per worker (GPU) per step
+  // FM dim 8 by default. A deep model (DeepFM, DLRM, DCN-v2: full numerics only) trains on the
+  // generator's rows as Criteo TSV reads them: 26 categorical fields and 13 dense features.
+  ModelSpec model;
+  uint32_t batch = 512;  // samples per worker (GPU) per step
   // How rows travel (as `colony train --wire-format` and `--push-format`): pull replies in
   // `wire_format`, pushes (to the shards, and a replica's to its aggregator) in `push_format`.
   // Full numerics run the real cores' rounding; both numerics charge the network a row's bytes

@@ -731,8 +731,6 @@ BOOST_AUTO_TEST_CASE(make_refuses_layer_lists_and_sizes_out_of_range) {
   s.fields = 255;
   s.dim = 1024;
   refused(s, "dense parameters");
-  BOOST_TEST(require_sparse_model(ModelKind::fm, "x").ok());
-  BOOST_TEST(!require_sparse_model(ModelKind::dlrm, "x").ok());
 }
 
 BOOST_AUTO_TEST_CASE(parse_model_and_layer_sizes) {

@@ -514,6 +514,82 @@ BOOST_AUTO_TEST_CASE(
   BOOST_TEST(refused >= forged);
 }
 
+// Deep models (DeepFM, DLRM, DCN-v2) on the real cores: Criteo-shaped rows (26 fields, 13 dense
+// features), the dense layers all-reduced through the node aggregators every step, under the
+// same crashes, partitions and lies. Every invariant holds and every run replays; since the
+// dense all-reduce needs every worker member, a job fails only for a lost one (as `colony
+// coordinator` fails it), and otherwise trains every sample.
+BOOST_AUTO_TEST_CASE(deep_models_hold_every_invariant_through_crashes_and_replay) {
+  uint32_t resynced = 0, failed = 0;
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    colony::sim::SimOptions o = small_run(seed);
+    o.push = colony::sim::PushKind::hierarchical;
+    o.force_sites = {"garble_control", "forge_ps"};
+    constexpr ModelKind kinds[] = {ModelKind::deepfm, ModelKind::dlrm, ModelKind::dcn};
+    ModelSpec spec{kinds[seed % 3], 4, gen_cat_fields};
+    spec.dense = gen_int_fields;
+    spec.mlp = {16, 8};
+    spec.bottom = {8};
+    spec.cross_layers = 2;
+    o.model = spec;
+    // Three seeds in four crash only ps hosts, so that most jobs run to their end.
+    if (seed % 4 != 0)
+      std::erase_if(o.trace.events, [](const colony::sim::FaultEvent& e) {
+        return e.kind == FaultKind::crash && !e.hosts.empty() && !e.hosts.front().shard;
+      });
+    auto a = colony::sim::simulate(o), b = colony::sim::simulate(o);
+    BOOST_REQUIRE(a.ok() && b.ok());
+    BOOST_TEST(a->invariant_violations.empty(), "seed " << seed << ":\n"
+                                                        << joined(a->invariant_violations));
+    BOOST_TEST(a->event_trace_hash == b->event_trace_hash, "seed " << seed);
+    if (a->job_error.empty())
+      BOOST_TEST(a->samples == uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch,
+                 "seed " << seed);
+    else
+      BOOST_TEST(a->job_error.find("lost worker member") != std::string::npos,
+                 "seed " << seed << ": " << a->job_error);
+    resynced += a->resyncs > 0;
+    failed += !a->job_error.empty();
+  }
+  BOOST_TEST_MESSAGE("deep models, of 100 seeds: " << resynced << " took the resync path, "
+                                                   << failed << " failed on a lost worker member");
+  BOOST_TEST(resynced >= 25u);
+  BOOST_TEST(failed >= 10u);
+  BOOST_TEST(failed <= 60u);
+}
+
+// A deep model's step computes its dense layers too (ComputeSpec::cpu_dense_flops_per_sec), and
+// its dense all-reduce crosses the network every step; neither runs on modelled numerics, and
+// flat push cannot all-reduce among several workers.
+BOOST_AUTO_TEST_CASE(a_deep_model_costs_compute_and_dense_traffic_and_needs_full_numerics) {
+  colony::sim::SimOptions o;
+  o.nodes = 2;
+  o.gpus_per_node = 2;
+  o.ps = 2;
+  o.steps = 5;
+  o.batch = 64;
+  auto fm = colony::sim::simulate(o);
+  ModelSpec spec = with_model_defaults({ModelKind::deepfm, 8, gen_cat_fields});
+  spec.dense = gen_int_fields;
+  o.model = spec;
+  auto deep = colony::sim::simulate(o);
+  BOOST_REQUIRE(fm.ok() && deep.ok());
+  BOOST_TEST(deep->invariant_violations.empty(), joined(deep->invariant_violations));
+  BOOST_TEST(deep->step_seconds > 2 * fm->step_seconds);
+  auto model = Model::make(spec);
+  BOOST_REQUIRE(model.ok());
+  // Up and down the tree: each aggregator's reduce to the root's and the broadcast back, every
+  // step.
+  const double dense_bytes = 2.0 * 4 * double((*model)->dense_params()) * o.nodes * o.steps;
+  BOOST_TEST(double(deep->bytes) > double(fm->bytes) + dense_bytes);
+  o.numerics = colony::sim::Numerics::modelled;
+  BOOST_TEST(colony::sim::simulate(o).status().message().find("--numerics full") !=
+             std::string::npos);
+  o.numerics = colony::sim::Numerics::full;
+  o.push = colony::sim::PushKind::flat;
+  BOOST_TEST(colony::sim::simulate(o).status().message().find("--push") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(different_seeds_give_different_runs) {
   auto a = colony::sim::simulate(small_run(1)), b = colony::sim::simulate(small_run(2));
   BOOST_REQUIRE(a.ok() && b.ok());
