@@ -66,8 +66,8 @@ Runner add_sim(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "full", "modelled"}))
       ->capture_default_str();
   cmd->add_option("--model", a->model,
-                  "lr, fm, or a deep model with its default layers: deepfm, dlrm or dcn (full "
-                  "numerics, on 26 categorical fields and 13 dense features a row)")
+                  "lr, fm, or a deep model with its default layers: deepfm, dlrm or dcn (on 26 "
+                  "categorical fields and 13 dense features a row)")
       ->check(CLI::IsMember({"lr", "fm", "deepfm", "dlrm", "dcn"}))
       ->capture_default_str();
   cmd->add_option("--dim", o.model.dim, "FM factor and embedding dimension")->capture_default_str();
@@ -204,9 +204,8 @@ Runner add_sim(CLI::App& app) {
     if (o.colocate && a->cmd->count("--worker-ns-per-sample") == 0)
       o.compute.worker_ns_per_sample = sim::embedded_worker_ns_per_sample;
     const uint64_t samples = uint64_t{o.nodes} * o.gpus_per_node * o.steps * o.batch;
-    // A deep model runs on full numerics alone (sim::validate refuses it elsewhere).
-    const bool auto_full = o.model.deep() || (samples <= auto_full_samples_max && o.days == 0);
-    o.numerics = a->numerics == "full" || (a->numerics == "auto" && auto_full)
+    o.numerics = a->numerics == "full" ||
+                         (a->numerics == "auto" && samples <= auto_full_samples_max && o.days == 0)
                      ? sim::Numerics::full
                      : sim::Numerics::modelled;
     o.record_timeline = !a->timeline.empty();
@@ -299,6 +298,7 @@ Runner add_sim(CLI::App& app) {
         {"failures_injected", r.failures_injected},
         {"invariant_violations", violations},
         {"gate_wait_fraction", r.gate_wait_fraction},
+        {"dense_wait_fraction", r.dense_wait_fraction},
         {"numerics", r.numerics},
         {"nodes", o.nodes},
         {"gpus_per_node", o.gpus_per_node},
@@ -360,8 +360,11 @@ Runner add_sim(CLI::App& app) {
                 human_count(r.samples_per_sec_simulated).c_str(),
                 human_count(double(r.samples)).c_str(), o.days > 0 ? "whole step" : "step compute",
                 r.step_seconds * 1e3);
-    std::printf("  comm overhead %.1f%%  gate wait %.1f%%  effective training time %.1f%%\n",
+    std::printf("  comm overhead %.1f%%  gate wait %.1f%%%s  effective training time %.1f%%\n",
                 100 * r.comm_overhead_fraction, 100 * r.gate_wait_fraction,
+                o.model.deep() && r.numerics == "modelled"
+                    ? fmt::format("  dense wait {:.1f}%", 100 * r.dense_wait_fraction).c_str()
+                    : "",
                 100 * r.effective_training_time_ratio);
     std::printf("  failures injected %llu  checkpoints %llu",
                 static_cast<unsigned long long>(r.failures_injected),

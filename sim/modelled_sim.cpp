@@ -7,7 +7,11 @@
 // every shard. A node
 // starts step t once its own push of step t - 1 has arrived (read-my-writes) and the slowest
 // node has pushed clock t - k (the SSP gate; BSP k = 0; ASP no bound), as the shard core's
-// gate would allow. Faults act on the same quantities: a crashed host's events wait for its
+// gate would allow. A deep model adds its dense all-reduce (worker/dense_tree.h): once a node has
+// computed step t, its GPUs' dense gradients are summed over the intra-host link and sent to the
+// root (node 0's host); once every node's are in, the root sends each node the sum, which is
+// fanned out to its GPUs; a node computes step t + 1 only once it holds the sum of step t.
+// Faults act on the same quantities: a crashed host's events wait for its
 // restart (the step in progress is computed again), transfers across a partition or to a
 // down shard wait for the heal, slow and clogged hosts stretch compute and transfers.
 #include <algorithm>
@@ -35,6 +39,9 @@ struct Node {
   VirtualNanos last_step_end = 0;
   VirtualNanos push_start = 0;
   bool done = false;
+  uint32_t dense_steps = 0;   // a deep model's dense sums received (of steps 0..dense_steps-1)
+  bool awaits_dense = false;  // ready to compute, waiting for the previous step's dense sum
+  VirtualNanos dense_wait_since = 0, dense_wait_ns = 0;
 };
 
 struct Partition {
@@ -136,6 +143,10 @@ class ModelledSim {
   void pull(uint32_t n);
   void compute(uint32_t n);
   void push(uint32_t n);
+  // A deep model's dense all-reduce: node n's gradients of its step up to the root, and, from
+  // the last node's, the sum down to every node (dense_sum).
+  void dense_reduce(uint32_t n);
+  void dense_sum(uint32_t n, uint32_t step);
   void push_shards(uint32_t n);
   void pushed(uint32_t n);
   void inject(const FaultEvent& e);
@@ -196,6 +207,9 @@ class ModelledSim {
   std::vector<Partition> partitions_;
   double drop_ = 0.0;
   uint64_t u_gpu_ = 0, u_node_ = 0;
+  uint64_t dense_bytes_ = 0;  // a deep model's dense parameters, 4 bytes each; 0 for LR and FM
+  std::vector<uint32_t> dense_in_;        // by step: nodes whose dense gradients reached the root
+  std::vector<VirtualNanos> dense_last_;  // by step: when the last of them arrived
   VirtualNanos step_ns_ = 0;
   VirtualNanos paused_until_ = 0;  // checkpoint in progress
   VirtualNanos last_heal_ = 0, lost_ns_ = 0;
@@ -251,6 +265,12 @@ void ModelledSim::pull(uint32_t n) {
 }
 
 void ModelledSim::compute(uint32_t n) {
+  Node& node = nodes_[n];
+  if (dense_bytes_ > 0 && node.dense_steps < node.clock) {
+    node.awaits_dense = true;  // dense_sum() resumes it
+    node.dense_wait_since = now();
+    return;
+  }
   const VirtualNanos d = compute_ns(n);
   nodes_[n].compute_ns += d;
   timeline("step", "compute", n, now(), d);
@@ -258,7 +278,37 @@ void ModelledSim::compute(uint32_t n) {
   at_node(n, now() + d, phase_push);
 }
 
+void ModelledSim::dense_reduce(uint32_t n) {
+  const uint32_t step = nodes_[n].clock;
+  const uint64_t local = uint64_t{o_.gpus_per_node - 1} * dense_bytes_;
+  VirtualNanos arrival = o_.gpus_per_node > 1 ? transfer(n, n, local, now()) : now();
+  if (n != 0) arrival = transfer(n, 0, dense_bytes_ + header_bytes, arrival);
+  messages_ += o_.gpus_per_node + (n != 0);
+  dense_last_[step] = std::max(dense_last_[step], arrival);
+  if (++dense_in_[step] < o_.nodes) return;
+  // The root has every node's gradients of `step`: the sum goes back to each node.
+  for (uint32_t m = 0; m < o_.nodes; ++m) {
+    VirtualNanos back = dense_last_[step];
+    if (m != 0) back = transfer(0, m, dense_bytes_ + header_bytes, back);
+    if (o_.gpus_per_node > 1) back = transfer(m, m, local, back);
+    messages_ += o_.gpus_per_node + (m != 0);
+    q_.schedule(back, [this, m, step] { dense_sum(m, step); });
+  }
+}
+
+void ModelledSim::dense_sum(uint32_t n, uint32_t step) {
+  Node& node = nodes_[n];
+  mix(0xde45e, n);
+  node.dense_steps = std::max(node.dense_steps, step + 1);
+  if (node.awaits_dense && node.dense_steps >= node.clock) {
+    node.awaits_dense = false;
+    node.dense_wait_ns += now() - node.dense_wait_since;
+    at_node(n, now(), phase_compute);
+  }
+}
+
 void ModelledSim::push(uint32_t n) {
+  if (dense_bytes_ > 0) dense_reduce(n);
   // A push to a shard carries its rows' gradients alone: the keys are those its pull sent
   // (PushRequest::keys_of_pull); a replica's gradients reach its aggregator with their keys.
   const uint64_t grad_bytes = row_bytes(o_.push_format, o_.model.width());
@@ -397,6 +447,13 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
   step_ns_ = static_cast<VirtualNanos>(
       std::llround(step_compute_seconds(o_.compute, o_.model, o_.batch) * 1e9));
   result_.step_seconds = double(step_ns_) / 1e9;
+  if (o_.model.deep()) {
+    auto model = Model::make(o_.model);
+    if (!model) return model.status();
+    dense_bytes_ = 4 * uint64_t{(*model)->dense_params()};
+    dense_in_.assign(o_.steps + 1, 0);
+    dense_last_.assign(o_.steps + 1, 0);
+  }
   host_down_until_.assign(o_.nodes + o_.ps, 0);
   at_clock_.assign(o_.steps + 2, 0);
   at_clock_[0] = o_.nodes;
@@ -426,10 +483,11 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
     result_.simulated_seconds = double(now()) / 1e9;
   }
   const double end = result_.simulated_seconds;
-  VirtualNanos compute = 0, wait = 0;
+  VirtualNanos compute = 0, wait = 0, dense_wait = 0;
   for (const Node& n : nodes_) {
     compute += n.compute_ns;
     wait += n.wait_ns;
+    dense_wait += n.dense_wait_ns;
   }
   uint64_t steps = 0;
   for (const Node& n : nodes_) steps += n.clock;
@@ -443,6 +501,7 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
     result_.samples_per_sec_simulated = double(result_.samples) / end;
     result_.comm_overhead_fraction = std::clamp(1.0 - double(compute) / node_time, 0.0, 1.0);
     result_.gate_wait_fraction = std::clamp(double(wait) / node_time, 0.0, 1.0);
+    result_.dense_wait_fraction = std::clamp(double(dense_wait) / node_time, 0.0, 1.0);
     result_.effective_training_time_ratio =
         std::clamp(1.0 - double(lost_ns_) / (node_time * o_.gpus_per_node), 0.0, 1.0);
   }

@@ -32,11 +32,6 @@ Status validate(const SimOptions& o) {
   if (o.model.kind != ModelKind::lr && (o.model.dim < 1 || o.model.dim > max_fm_dim))
     return Status::invalid_input(fmt::format("--dim must be in 1..{}", max_fm_dim));
   if (o.model.deep()) {
-    if (o.numerics != Numerics::full || o.days > 0)
-      return Status::invalid_input(fmt::format(
-          "--model {}: the modelled numerics and --days simulate LR and FM only; a deep model "
-          "runs with --numerics full (the real cores)",
-          to_string(o.model.kind)));
     if (o.push == PushKind::flat && uint64_t{o.nodes} * o.gpus_per_node > 1)
       return Status::invalid_input(fmt::format(
           "--push flat: --model {} with more than one worker needs --push hierarchical (the "
@@ -147,6 +142,7 @@ Expected<SimResult> simulate_goodput(const SimOptions& o,
   r.step_seconds = step->simulated_seconds / probe.steps;
   r.comm_overhead_fraction = step->comm_overhead_fraction;
   r.gate_wait_fraction = step->gate_wait_fraction;
+  r.dense_wait_fraction = step->dense_wait_fraction;
   const double horizon = o.days * 86400.0;
   const double interval = o.checkpoint.interval_s, cost = o.checkpoint.cost_s;
   std::vector<double> failures;

@@ -148,6 +148,9 @@ struct SimResult {
   // Worker-time its pulls were held by the shards (SSP gate or read-my-writes); full numerics
   // take the longest hold among a step's pulls, modelled numerics the time a node waits.
   double gate_wait_fraction = 0.0;
+  // Modelled numerics, a deep model: node-time spent ready to compute but waiting for the dense
+  // all-reduce's sum of the previous step (0 otherwise).
+  double dense_wait_fraction = 0.0;
   double effective_training_time_ratio = 1.0;  // worker-time not lost to failures or checkpoints
   uint64_t failures_injected = 0;
   std::vector<std::string> invariant_violations;

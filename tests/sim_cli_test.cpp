@@ -112,8 +112,9 @@ BOOST_AUTO_TEST_CASE(compact_wire_formats_send_fewer_bytes) {
              fp32["comm_overhead_fraction"].get<double>());
 }
 
-// --model deepfm: the real cores on Criteo-shaped rows, picked by --numerics auto at any size.
-BOOST_AUTO_TEST_CASE(a_deep_model_runs_on_the_real_cores) {
+// --model deepfm: the real cores on Criteo-shaped rows for a small cluster, the modelled stand-in
+// (with its dense wait) for a large one.
+BOOST_AUTO_TEST_CASE(a_deep_model_runs_on_either_numerics) {
   const fs::path a = dir / "deep.json";
   Run r = run("--nodes 2 --gpus-per-node 2 --ps 2 --steps 4 --batch 64 --model deepfm --report " +
               a.string());
@@ -123,6 +124,15 @@ BOOST_AUTO_TEST_CASE(a_deep_model_runs_on_the_real_cores) {
   BOOST_TEST(report["model"] == "deepfm");
   BOOST_TEST(report["samples"].get<uint64_t>() == 2ull * 2 * 4 * 64);
   BOOST_TEST(report["invariant_violations"].empty());
+  r =
+      run("--nodes 200 --gpus-per-node 8 --ps 16 --steps 10 --model dcn --consistency asp "
+          "--report " +
+          a.string());
+  BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  BOOST_TEST(r.out.find("dense wait") != std::string::npos, r.out);
+  const auto large = nlohmann::json::parse(slurp(a));
+  BOOST_TEST(large["numerics"] == "modelled");
+  BOOST_TEST(large["dense_wait_fraction"].get<double>() > 0.0);
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
@@ -146,9 +156,9 @@ BOOST_AUTO_TEST_CASE(bad_input_exits_2_naming_flag_or_field) {
   r = run("--nodes 2 --push-format fp64");
   BOOST_TEST(r.code == 2);
   BOOST_TEST(r.err.find("--push-format") != std::string::npos, r.err);
-  r = run("--nodes 2 --model dlrm --numerics modelled");
+  r = run("--nodes 2 --model dlrm --push flat");
   BOOST_TEST(r.code == 2);
-  BOOST_TEST(r.err.find("--numerics full") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("--push hierarchical") != std::string::npos, r.err);
   r = run("--nodes 2 --push sideways");
   BOOST_TEST(r.code == 2);
   r = run("--nodes 2 --heartbeat-ms 10 --heartbeat-timeout-ms 10");

@@ -559,35 +559,66 @@ BOOST_AUTO_TEST_CASE(deep_models_hold_every_invariant_through_crashes_and_replay
 }
 
 // A deep model's step computes its dense layers too (ComputeSpec::cpu_dense_flops_per_sec), and
-// its dense all-reduce crosses the network every step; neither runs on modelled numerics, and
-// flat push cannot all-reduce among several workers.
-BOOST_AUTO_TEST_CASE(a_deep_model_costs_compute_and_dense_traffic_and_needs_full_numerics) {
+// its dense all-reduce crosses the network every step, on both numerics; flat push cannot
+// all-reduce among several workers.
+BOOST_AUTO_TEST_CASE(a_deep_model_costs_compute_and_dense_traffic_on_both_numerics) {
   colony::sim::SimOptions o;
-  o.nodes = 2;
+  o.nodes = 3;
   o.gpus_per_node = 2;
   o.ps = 2;
   o.steps = 5;
   o.batch = 64;
-  auto fm = colony::sim::simulate(o);
   ModelSpec spec = with_model_defaults({ModelKind::deepfm, 8, gen_cat_fields});
+  spec.dense = gen_int_fields;
+  auto model = Model::make(spec);
+  BOOST_REQUIRE(model.ok());
+  // Up and down the tree: each other node's reduce to the root's and the sum back, every step.
+  const double dense_bytes = 2.0 * 4 * double((*model)->dense_params()) * (o.nodes - 1) * o.steps;
+  for (auto numerics : {colony::sim::Numerics::full, colony::sim::Numerics::modelled}) {
+    o.numerics = numerics;
+    o.model = ModelSpec{};
+    auto fm = colony::sim::simulate(o);
+    o.model = spec;
+    auto deep = colony::sim::simulate(o);
+    BOOST_REQUIRE(fm.ok() && deep.ok());
+    BOOST_TEST(deep->invariant_violations.empty(), joined(deep->invariant_violations));
+    BOOST_TEST(deep->samples == fm->samples);
+    BOOST_TEST(deep->step_seconds > 2 * fm->step_seconds);
+    BOOST_TEST(double(deep->bytes) > double(fm->bytes) + dense_bytes, deep->numerics);
+  }
+  o.push = colony::sim::PushKind::flat;
+  BOOST_TEST(colony::sim::simulate(o).status().message().find("--push") != std::string::npos);
+}
+
+// The dense all-reduce is a barrier every step, whatever the consistency model: under ASP a node
+// next to a slow one runs ahead with FM, and waits for the slow one's dense gradients with a deep
+// model (dense_wait_fraction, modelled numerics).
+BOOST_AUTO_TEST_CASE(the_dense_all_reduce_holds_every_node_to_the_slowest) {
+  colony::sim::SimOptions o;
+  o.nodes = 2;
+  o.ps = 1;
+  o.steps = 20;
+  o.batch = 512;
+  o.numerics = colony::sim::Numerics::modelled;
+  o.consistency = Consistency{ConsistencyKind::asp, 0};
+  colony::sim::FaultEvent slow;
+  slow.kind = FaultKind::slow;
+  slow.duration_s = 1000;
+  slow.hosts = {colony::sim::HostRef{false, 1}};
+  slow.factor = 20;
+  o.trace.events = {slow};
+  auto fm = colony::sim::simulate(o);
+  ModelSpec spec = with_model_defaults({ModelKind::dlrm, 8, gen_cat_fields});
   spec.dense = gen_int_fields;
   o.model = spec;
   auto deep = colony::sim::simulate(o);
   BOOST_REQUIRE(fm.ok() && deep.ok());
   BOOST_TEST(deep->invariant_violations.empty(), joined(deep->invariant_violations));
-  BOOST_TEST(deep->step_seconds > 2 * fm->step_seconds);
-  auto model = Model::make(spec);
-  BOOST_REQUIRE(model.ok());
-  // Up and down the tree: each aggregator's reduce to the root's and the broadcast back, every
-  // step.
-  const double dense_bytes = 2.0 * 4 * double((*model)->dense_params()) * o.nodes * o.steps;
-  BOOST_TEST(double(deep->bytes) > double(fm->bytes) + dense_bytes);
-  o.numerics = colony::sim::Numerics::modelled;
-  BOOST_TEST(colony::sim::simulate(o).status().message().find("--numerics full") !=
-             std::string::npos);
-  o.numerics = colony::sim::Numerics::full;
-  o.push = colony::sim::PushKind::flat;
-  BOOST_TEST(colony::sim::simulate(o).status().message().find("--push") != std::string::npos);
+  BOOST_TEST(fm->dense_wait_fraction == 0.0);
+  // Node 0 computes 1/20 of the slow node's time a step and waits for it the rest: near half
+  // of the two nodes' time.
+  BOOST_TEST(deep->dense_wait_fraction > 0.4);
+  BOOST_TEST(deep->dense_wait_fraction < 0.5);
 }
 
 BOOST_AUTO_TEST_CASE(different_seeds_give_different_runs) {
