@@ -259,7 +259,11 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
   } else {
     const uint64_t contributions = c.aggregator->stats().contributions;
     c.aggregator->on_message(m, out);
-    const uint64_t rows = (c.aggregator->stats().contributions - contributions) * o_.batch;
+    // A replica's push it took: the rows it sums.
+    const auto* push = std::get_if<PushRequest>(&m);
+    const uint64_t rows = push && c.aggregator->stats().contributions > contributions
+                              ? push->grads.size() / o_.model.width()
+                              : 0;
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.aggregator_ns_per_row);
   }
   c.busy_until = start + cost;

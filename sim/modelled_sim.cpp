@@ -140,6 +140,16 @@ class ModelledSim {
     return net_.transfer(from, to, bytes, t);
   }
   void try_start(uint32_t n);
+  // Shard s reads or updates one node's rows of a step (flat: its GPUs' own, each GPU's keys
+  // once; hierarchical: the node's, each key once), starting at `from` or when its CPU is free;
+  // returns when it is done.
+  VirtualNanos shard_work(uint32_t s, VirtualNanos from) {
+    const uint64_t rows =
+        (o_.push == PushKind::hierarchical ? u_node_ : uint64_t{o_.gpus_per_node} * u_gpu_) / o_.ps;
+    shard_free_[s] = std::max(shard_free_[s], from) +
+                     static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
+    return shard_free_[s];
+  }
   void pull(uint32_t n);
   void compute(uint32_t n);
   void push(uint32_t n);
@@ -207,6 +217,9 @@ class ModelledSim {
   std::vector<Partition> partitions_;
   double drop_ = 0.0;
   uint64_t u_gpu_ = 0, u_node_ = 0;
+  // When each shard's CPU is free: a shard reads or updates its rows one after another
+  // (ComputeSpec::shard_ns_per_row), in the order the requests were modelled.
+  std::vector<VirtualNanos> shard_free_;
   uint64_t dense_bytes_ = 0;  // a deep model's dense parameters, 4 bytes each; 0 for LR and FM
   std::vector<uint32_t> dense_in_;        // by step: nodes whose dense gradients reached the root
   std::vector<VirtualNanos> dense_last_;  // by step: when the last of them arrived
@@ -255,7 +268,7 @@ void ModelledSim::pull(uint32_t n) {
                                  : o_.gpus_per_node * (u_gpu_ * width_bytes / o_.ps + header_bytes);
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s)
-    arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, now()));
+    arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, shard_work(s, now())));
   messages_ += 2ull * (hier ? 1 : o_.gpus_per_node) * o_.ps;
   if (hier && o_.gpus_per_node > 1) {
     arrival = transfer(n, n, uint64_t{o_.gpus_per_node - 1} * u_gpu_ * fanned_bytes, arrival);
@@ -318,7 +331,7 @@ void ModelledSim::push(uint32_t n) {
         o_.gpus_per_node * (u_gpu_ * grad_bytes / o_.ps + header_bytes) + pull_request_bytes();
     VirtualNanos arrival = now();
     for (uint32_t s = 0; s < o_.ps; ++s)
-      arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
+      arrival = std::max(arrival, shard_work(s, transfer(n, shard_host(s), per_shard, now())));
     messages_ += uint64_t{o_.gpus_per_node} * o_.ps;
     at_node(n, arrival, phase_pushed);
     return;
@@ -326,7 +339,10 @@ void ModelledSim::push(uint32_t n) {
   // Hierarchical: the replicas' gradients reach the aggregator over the intra-host link, then
   // one push per shard carries the node's summed rows.
   const uint64_t local = uint64_t{o_.gpus_per_node - 1} * u_gpu_ * keyed_bytes;
-  const VirtualNanos reduced = o_.gpus_per_node > 1 ? transfer(n, n, local, now()) : now();
+  VirtualNanos reduced = o_.gpus_per_node > 1 ? transfer(n, n, local, now()) : now();
+  // The aggregator sums every GPU's rows (ComputeSpec::aggregator_ns_per_row).
+  reduced += static_cast<VirtualNanos>(double(uint64_t{o_.gpus_per_node} * u_gpu_) *
+                                       o_.compute.aggregator_ns_per_row);
   messages_ += o_.gpus_per_node;
   at_node(n, reduced, phase_push_shards);
 }
@@ -336,7 +352,7 @@ void ModelledSim::push_shards(uint32_t n) {
                              header_bytes + pull_request_bytes();
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s)
-    arrival = std::max(arrival, transfer(n, shard_host(s), per_shard, now()));
+    arrival = std::max(arrival, shard_work(s, transfer(n, shard_host(s), per_shard, now())));
   messages_ += o_.ps;
   at_node(n, arrival, phase_pushed);
 }
@@ -455,6 +471,7 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
     dense_last_.assign(o_.steps + 1, 0);
   }
   host_down_until_.assign(o_.nodes + o_.ps, 0);
+  shard_free_.assign(o_.ps, 0);
   at_clock_.assign(o_.steps + 2, 0);
   at_clock_[0] = o_.nodes;
   waiters_.resize(o_.steps + 2);

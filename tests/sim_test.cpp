@@ -874,6 +874,52 @@ BOOST_AUTO_TEST_CASE(both_numerics_charge_the_bytes_of_the_wire_format) {
   BOOST_TEST(full[3] < full[0]);
 }
 
+// The modelled stand-in against the real cores on the same small clusters: samples/s within
+// -15%..+25%. The stand-in charges what the cores cost: the network, the devices' compute, and
+// the shards' and aggregators' CPU a row (it once left the shards' out and ran FM here at 10x the
+// real cores' rate).
+BOOST_AUTO_TEST_CASE(modelled_numerics_track_the_real_cores_on_small_clusters) {
+  struct Case {
+    uint32_t nodes, gpus, ps;
+    colony::sim::PushKind push;
+    Consistency consistency;
+    ModelKind model;
+  };
+  using colony::sim::PushKind;
+  const Case cases[] = {
+      {4, 2, 2, PushKind::hierarchical, Consistency{}, ModelKind::fm},
+      {4, 2, 2, PushKind::flat, Consistency{}, ModelKind::fm},
+      {3, 4, 3, PushKind::hierarchical, Consistency{ConsistencyKind::ssp, 2}, ModelKind::fm},
+      {4, 2, 2, PushKind::hierarchical, Consistency{}, ModelKind::dlrm},
+  };
+  for (const Case& c : cases) {
+    colony::sim::SimOptions o;
+    o.nodes = c.nodes;
+    o.gpus_per_node = c.gpus;
+    o.ps = c.ps;
+    o.push = c.push;
+    o.consistency = c.consistency;
+    o.steps = 10;
+    o.batch = 256;
+    if (c.model != ModelKind::fm) {
+      o.model = with_model_defaults({c.model, 8, gen_cat_fields});
+      o.model.dense = gen_int_fields;
+    }
+    o.numerics = colony::sim::Numerics::full;
+    auto full = colony::sim::simulate(o);
+    o.numerics = colony::sim::Numerics::modelled;
+    auto modelled = colony::sim::simulate(o);
+    BOOST_REQUIRE(full.ok() && modelled.ok());
+    const double ratio = modelled->samples_per_sec_simulated / full->samples_per_sec_simulated;
+    BOOST_TEST_MESSAGE(c.nodes << "x" << c.gpus << ", " << c.ps << " ps, " << to_string(c.model)
+                               << ": modelled / full samples/s " << ratio);
+    BOOST_TEST(ratio > 0.85,
+               c.nodes << "x" << c.gpus << " " << to_string(c.model) << ": " << ratio);
+    BOOST_TEST(ratio < 1.25,
+               c.nodes << "x" << c.gpus << " " << to_string(c.model) << ": " << ratio);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(goodput_falls_without_checkpoints_and_peaks_near_young_daly) {
   colony::sim::SimOptions o;
   o.nodes = 1000;
