@@ -377,8 +377,23 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
     for (uint64_t k : keys) awaited_.erase(k);
     if (batch_ >= next_expiry_) expire_hints();
   }
-  for (uint64_t k : keys) {
-    const uint64_t id = index_.get(k);
+  // The lookups are cache misses on a large cache (index slot, then the slot's bookkeeping and
+  // row): look every key up first with the index slots prefetched a few keys ahead, prefetching
+  // what each found key's touch and the caller's find will read; then touch.
+  constexpr size_t ahead = 8;
+  ids_buf_.resize(keys.size());
+  for (size_t i = 0; i < std::min(keys.size(), ahead); ++i) index_.prefetch(keys[i]);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + ahead < keys.size()) index_.prefetch(keys[i + ahead]);
+    const uint64_t id = ids_buf_[i] = index_.get(keys[i]);
+    if (id != KeyIndex::missing) {
+      __builtin_prefetch(&slots_[id]);
+      __builtin_prefetch(arena_.row(uint32_t(id)));
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t k = keys[i];
+    const uint64_t id = ids_buf_[i];
     if (id == KeyIndex::missing) {
       if (!known_absent_.empty() && known_absent_.erase(k)) {
         ++stats_.cache_misses;  // a new row: read ahead, found on disk by no one
@@ -410,6 +425,10 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
     }
   }
   return {};
+}
+
+void TieredRowStore::prefetch(uint64_t key) const {
+  index_.prefetch(key);
 }
 
 float* TieredRowStore::find(uint64_t key) {

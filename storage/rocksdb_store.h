@@ -153,7 +153,8 @@ class TieredRowStore final : public RowStore {
 
   float* find(uint64_t key) override;
   std::pair<float*, bool> find_or_insert(uint64_t key) override;
-  void prefetch(uint64_t) const override {}
+  // Starts loading `key`'s slot of the cache index into the CPU cache.
+  void prefetch(uint64_t key) const override;
   bool stable_rows() const override { return false; }
   size_t size() const override { return table_->rows() + cache_only_; }
   size_t row_floats() const override { return table_->row_floats(); }
@@ -253,6 +254,7 @@ class TieredRowStore final : public RowStore {
   std::vector<std::pair<uint64_t, uint32_t>> staged_clocks_;
   std::map<uint64_t, uint32_t> clocks_;  // every sender's last committed clock
   std::vector<uint64_t> keys_buf_;
+  std::vector<uint64_t> ids_buf_;  // load(): each key's slot, or KeyIndex::missing
   std::vector<float> rows_buf_;
   std::vector<uint8_t> found_buf_;
   // Read-ahead. A key is in reading_ from its hint until its read is installed (it is then not
