@@ -8,6 +8,7 @@
 #include <rocksdb/db.h>
 #include <rocksdb/filter_policy.h>
 #include <rocksdb/options.h>
+#include <rocksdb/sst_file_writer.h>
 #include <rocksdb/table.h>
 #include <rocksdb/utilities/checkpoint.h>
 #include <rocksdb/write_batch.h>
@@ -29,6 +30,15 @@ constexpr const char* key_row_parts = "colony.row_parts";
 // colony.clock.<sender>: the clock of that sender's last push the rows hold (exactly-once pushes
 // across a restart, ps/shard_core.h).
 constexpr const char* clock_key_prefix = "colony.clock.";
+
+// write_files()'s table files, in the database folder until RocksDB moves them in; a crash can
+// leave them there, and the next open removes them.
+constexpr const char* ingest_files[] = {"colony-ingest-rows.sst", "colony-ingest-meta.sst"};
+
+void remove_ingest_files(const std::string& path) {
+  std::error_code ec;
+  for (const char* name : ingest_files) std::filesystem::remove(path + "/" + name, ec);
+}
 
 std::string describe_parts(const std::vector<RowPart>& parts) {
   return parts.empty() ? std::string("fp32") : to_string(parts);
@@ -134,6 +144,7 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   rocksdb::Status s = rocksdb::DB::Open(db_options, options.path, families, &handles, &db);
   if (!s.ok()) return t->error("cannot open the RocksDB store", s.ToString());
   t->db_.reset(db);
+  remove_ingest_files(options.path);
   t->meta_ = handles[0];
   t->rows_cf_ = handles[1];
   // The default family's handle is owned by the DB; ours is the rows family's.
@@ -368,8 +379,8 @@ Status RocksTable::clear_clocks() {
 }
 
 Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> rows,
-                         uint64_t rows_added,
-                         std::span<const std::pair<uint64_t, uint32_t>> clocks) {
+                         uint64_t rows_added, std::span<const std::pair<uint64_t, uint32_t>> clocks,
+                         Mode mode) {
   const size_t rf = identity_.row_floats;
   COLONY_ASSERT(rows.size() == keys.size() * rf, "keys={} floats={} row_floats={}", keys.size(),
                 rows.size(), rf);
@@ -382,34 +393,88 @@ Status RocksTable::write(std::span<const uint64_t> keys, std::span<const float> 
   if (!std::is_sorted(keys.begin(), keys.end()))
     std::stable_sort(order.begin(), order.end(),
                      [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
-  // Reserved whole (a put: its tag, family, lengths, key and value), not grown by copies.
-  const size_t value_bytes = codec_ ? value_bytes_ : rf * sizeof(float);
-  rocksdb::WriteBatch b(keys.size() * (value_bytes + 24) + 256);
   std::vector<float> row(codec_ ? rf : 0);
   std::string value(codec_ ? value_bytes_ : 0, '\0');
-  for (uint32_t i : order) {
-    const std::string k = encode_key(keys[i]);
-    if (!codec_) {
-      b.Put(rows_cf_, k,
-            rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float)));
-      continue;
-    }
+  // Row i's stored bytes: its floats, or encoded into `value`.
+  auto stored = [&](uint32_t i) {
+    if (!codec_)
+      return rocksdb::Slice(reinterpret_cast<const char*>(&rows[i * rf]), rf * sizeof(float));
     std::copy_n(&rows[i * rf], rf, row.data());
     codec_->encode(hash_combine(keys[i], writes_++), row.data(),
                    reinterpret_cast<unsigned char*>(value.data()));
-    b.Put(rows_cf_, k, value);
-  }
-  if (rows_added) b.Put(meta_, key_rows, std::to_string(rows_ + rows_added));
+    return rocksdb::Slice(value);
+  };
+  std::map<std::string, std::string> meta;
+  if (rows_added) meta[key_rows] = std::to_string(rows_ + rows_added);
   for (auto [sender, clock] : clocks)
-    b.Put(meta_, clock_key_prefix + std::to_string(sender), std::to_string(clock));
+    meta[clock_key_prefix + std::to_string(sender)] = std::to_string(clock);
+  Status written = mode == Mode::bulk && keys.size() >= bulk_write_rows
+                       ? write_files(keys, order, stored, meta)
+                       : write_batch(keys, order, stored, meta);
+  if (!written.ok()) return written;
+  rows_ += rows_added;
+  for (auto [sender, clock] : clocks) clocks_[sender] = clock;
+  return {};
+}
+
+Status RocksTable::write_batch(std::span<const uint64_t> keys, std::span<const uint32_t> order,
+                               const std::function<rocksdb::Slice(uint32_t)>& stored,
+                               const std::map<std::string, std::string>& meta) {
+  // Reserved whole (a put: its tag, family, lengths, key and value), not grown by copies.
+  const size_t value_bytes = codec_ ? value_bytes_ : identity_.row_floats * sizeof(float);
+  rocksdb::WriteBatch b(keys.size() * (value_bytes + 24) + 256);
+  for (uint32_t i : order) b.Put(rows_cf_, encode_key(keys[i]), stored(i));
+  for (const auto& [k, v] : meta) b.Put(meta_, k, v);
   rocksdb::WriteOptions wo;
   wo.sync = options_.sync_writes;
   wo.disableWAL = !options_.write_ahead_log;
   rocksdb::Status s = db_->Write(wo, &b);
   if (!s.ok())
     return error(fmt::format("cannot write a batch of {} rows", keys.size()).c_str(), s.ToString());
-  rows_ += rows_added;
-  for (auto [sender, clock] : clocks) clocks_[sender] = clock;
+  return {};
+}
+
+Status RocksTable::write_files(std::span<const uint64_t> keys, std::span<const uint32_t> order,
+                               const std::function<rocksdb::Slice(uint32_t)>& stored,
+                               const std::map<std::string, std::string>& meta) {
+  const std::string rows_file = options_.path + "/" + ingest_files[0];
+  const std::string meta_file = options_.path + "/" + ingest_files[1];
+  const std::string what = fmt::format("cannot write a file of {} rows", keys.size());
+  rocksdb::Options file_options(rocksdb::DBOptions(), family_options(size_t{1} << 20));
+  rocksdb::SstFileWriter rows_writer(rocksdb::EnvOptions(), file_options, rows_cf_);
+  rocksdb::Status s = rows_writer.Open(rows_file);
+  // In key order, each key once: a repeated key's last row (the stable order puts it last).
+  for (size_t j = 0; s.ok() && j < order.size(); ++j) {
+    const uint32_t i = order[j];
+    if (j + 1 < order.size() && keys[order[j + 1]] == keys[i]) continue;
+    s = rows_writer.Put(encode_key(keys[i]), stored(i));
+  }
+  if (s.ok()) s = rows_writer.Finish();
+  std::vector<rocksdb::IngestExternalFileArg> args(1);
+  args[0].column_family = rows_cf_;
+  args[0].external_files = {rows_file};
+  if (s.ok() && !meta.empty()) {
+    rocksdb::SstFileWriter meta_writer(rocksdb::EnvOptions(), file_options, meta_);
+    s = meta_writer.Open(meta_file);
+    for (auto it = meta.begin(); s.ok() && it != meta.end(); ++it)
+      s = meta_writer.Put(it->first, it->second);  // std::map: in byte order
+    if (s.ok()) s = meta_writer.Finish();
+    args.emplace_back();
+    args[1].column_family = meta_;
+    args[1].external_files = {meta_file};
+  }
+  if (!s.ok()) {
+    remove_ingest_files(options_.path);
+    return error(what.c_str(), s.ToString());
+  }
+  for (auto& a : args) {
+    a.options.move_files = true;           // hard links: no copy
+    a.options.write_global_seqno = false;  // no write into the file after it is synced
+  }
+  s = db_->IngestExternalFiles(args);  // both families or neither, atomically
+  // RocksDB removes the files' names once it has moved them in; a failure leaves them.
+  remove_ingest_files(options_.path);
+  if (!s.ok()) return error(what.c_str(), s.ToString());
   return {};
 }
 

@@ -14,7 +14,9 @@
 // every data block, a block cache of `block_cache_bytes`, no compression (floats barely
 // compress). Writes go through the write-ahead log (a crash of the process loses nothing
 // acknowledged; `sync_writes` also survives a crash of the machine) unless `write_ahead_log` is
-// off (`--durability none`: what the memtables hold is lost in a crash).
+// off (`--durability none`: what the memtables hold is lost in a crash). A bulk write of many
+// rows (write(), from 65,536 rows on) goes in as table files instead, synced and ingested
+// atomically with its row count and clocks: it survives any crash once write() returns.
 //
 // Errors: RocksDB's statuses become ours (io_error; invalid_input for a refused identity or a
 // malformed row), each naming the path and, where there is one, the key.
@@ -39,6 +41,7 @@
 namespace rocksdb {
 class DB;
 class ColumnFamilyHandle;
+class Slice;
 }  // namespace rocksdb
 
 namespace colony {
@@ -102,16 +105,22 @@ class RocksTable {
   // One plain point lookup (DB::Get) into out[0 .. row_floats); false when the key has no
   // row. The baseline `colony bench store` compares the stores with. Fails as multi_get.
   Expected<bool> get(uint64_t key, float* out);
-  // Writes rows[i * row_floats ...] under keys[i] in one atomic batch, together with the row
+  // How write() takes its rows: `batch`, one WriteBatch through the memtable; `bulk`, many rows
+  // at once that are worth table files of their own (a write-back of a whole cache): from
+  // bulk_write_rows rows on they go in as files, skipping the memtable. Not for the writes of
+  // every batch: ingesting a file flushes the memtables first when their keys overlap.
+  enum class Mode { batch, bulk };
+  static constexpr size_t bulk_write_rows = 65536;
+  // Writes rows[i * row_floats ...] under keys[i] in one atomic step, together with the row
   // count grown by `rows_added` (rows that were not stored before) and each (sender, clock) of
   // `clocks`: the clock of the sender's last push those rows hold. Rows in compact parts are
   // rounded stochastically, by a hash of the key and a count of the table's writes. Fails with
-  // io_error. The rows
-  // go into the batch in key order, whatever the order of `keys`: RocksDB's memtable inserts
-  // keys in ascending order several times faster than in random order (it keeps the place of
-  // the last insert). A key given twice is written as its last row.
+  // io_error, and then writes nothing. The rows go in key order, whatever the order of `keys`:
+  // RocksDB's memtable inserts keys in ascending order several times faster than in random order
+  // (it keeps the place of the last insert), and table files take keys in order only. A key
+  // given twice is written as its last row.
   Status write(std::span<const uint64_t> keys, std::span<const float> rows, uint64_t rows_added,
-               std::span<const std::pair<uint64_t, uint32_t>> clocks = {});
+               std::span<const std::pair<uint64_t, uint32_t>> clocks = {}, Mode mode = Mode::batch);
   // Every sender's clock written with the rows (write's `clocks`), read when the table opened
   // and kept since: the last push of that sender the rows hold.
   const std::map<uint64_t, uint32_t>& sender_clocks() const { return clocks_; }
@@ -138,6 +147,17 @@ class RocksTable {
  private:
   RocksTable() = default;
   Status error(const char* what, const std::string& status_text) const;
+  // write()'s two ways to write rows (stored(i): row i's bytes, in `order`, which is key order) and
+  // the meta keys in one atomic step: one WriteBatch through the memtable, or table files built
+  // here in key order and ingested (RocksDB's IngestExternalFiles), which skips the memtable's
+  // skip list: its inserts of a tiered store's write-backs of every cached row took 10% of a
+  // colony train (docs/benchmarks.md).
+  Status write_batch(std::span<const uint64_t> keys, std::span<const uint32_t> order,
+                     const std::function<rocksdb::Slice(uint32_t)>& stored,
+                     const std::map<std::string, std::string>& meta);
+  Status write_files(std::span<const uint64_t> keys, std::span<const uint32_t> order,
+                     const std::function<rocksdb::Slice(uint32_t)>& stored,
+                     const std::map<std::string, std::string>& meta);
   Status read_clocks();
   // Reads the row parts the store records (none: fp32) into parts_, codec_ and value_bytes_.
   Status read_parts();

@@ -584,7 +584,9 @@ Status TieredRowStore::write_back() {
     if (it == table_->sender_clocks().end() || it->second != clock)
       clocks.emplace_back(sender, clock);
   }
-  if (Status st = table_->write(keys_buf_, rows_buf_, added, clocks); !st.ok()) return st;
+  if (Status st = table_->write(keys_buf_, rows_buf_, added, clocks, RocksTable::Mode::bulk);
+      !st.ok())
+    return st;
   if (!keys_buf_.empty()) ++stats_.write_batches;
   stats_.writes += keys_buf_.size();
   for (Slot& s : slots_) {

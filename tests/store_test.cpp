@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -39,6 +40,21 @@ std::unique_ptr<RocksTable> open_table(const std::string& path, const StoreIdent
   auto t = RocksTable::open(o, id);
   BOOST_REQUIRE_MESSAGE(t.ok(), (t.ok() ? std::string() : t.status().message()));
   return std::move(t.value());
+}
+
+// How many of `expect`'s rows `t` does not hold as expected (missing or other values).
+size_t rows_unlike(RocksTable& t, const std::map<uint64_t, std::vector<float>>& expect) {
+  std::vector<uint64_t> ks;
+  for (const auto& [k, row] : expect) ks.push_back(k);
+  std::vector<float> got;
+  std::vector<uint8_t> found;
+  BOOST_REQUIRE(t.multi_get(ks, got, found).ok());
+  size_t wrong = 0;
+  for (size_t i = 0; i < ks.size(); ++i) {
+    const std::vector<float>& want = expect.at(ks[i]);
+    if (!found[i] || !std::equal(want.begin(), want.end(), &got[i * rf])) ++wrong;
+  }
+  return wrong;
 }
 
 // Applies `steps` batches of random reads and writes to `store` and to a map of what it
@@ -685,15 +701,50 @@ BOOST_AUTO_TEST_CASE(a_table_write_in_any_key_order_stores_each_row_under_its_ke
   }
   BOOST_REQUIRE(t->write(keys, rows, expect.size()).ok());
   BOOST_TEST(t->rows() == expect.size());
-  std::vector<uint64_t> ks;
-  for (const auto& [k, row] : expect) ks.push_back(k);
-  std::vector<float> got;
-  std::vector<uint8_t> found;
-  BOOST_REQUIRE(t->multi_get(ks, got, found).ok());
-  size_t wrong = 0;
-  for (size_t i = 0; i < ks.size(); ++i)
-    if (!found[i] || !std::equal(expect[ks[i]].begin(), expect[ks[i]].end(), &got[i * rf])) ++wrong;
-  BOOST_TEST(wrong == 0u);
+  BOOST_TEST(rows_unlike(*t, expect) == 0u);
+}
+
+// A write of many rows (a tiered store's write-back of its whole cache) goes in as table files
+// rather than through the memtable: it must store what a batch would, over rows the table already
+// holds in its memtable and on disk, with its clocks and row count, atomically, and leave no file.
+BOOST_AUTO_TEST_CASE(a_large_table_write_stores_what_a_batch_would_and_survives_a_reopen) {
+  TempDir dir;
+  SplitMix64 rng(5);
+  std::map<uint64_t, std::vector<float>> expect;
+  auto write = [&](size_t n, uint32_t clock) {
+    auto t = open_table(dir.sub("db"));
+    std::vector<uint64_t> keys;
+    std::vector<float> rows;
+    size_t added = 0;
+    std::set<uint64_t> seen;
+    for (size_t i = 0; i < n; ++i) {
+      // Out of order, with repeats within the write and keys of the earlier writes.
+      const uint64_t k = i % 5 == 4 ? keys[i / 2] : rng.next() % 400000;
+      keys.push_back(k);
+      std::vector<float> row(rf);
+      for (float& x : row) x = float(rng.next() % 1000);
+      rows.insert(rows.end(), row.begin(), row.end());
+      if (!expect.count(k) && seen.insert(k).second) ++added;
+      expect[k] = row;
+    }
+    const std::pair<uint64_t, uint32_t> clocks[] = {{7, clock}};
+    BOOST_REQUIRE(t->write(keys, rows, added, clocks, RocksTable::Mode::bulk).ok());
+    BOOST_TEST(t->rows() == expect.size());
+  };
+  write(1000, 1);    // a batch, into the memtable
+  write(100000, 2);  // files, over it
+  write(500, 3);     // a batch again, over the files
+  write(90000, 4);   // files, over all of it
+  auto t = open_table(dir.sub("db"));
+  BOOST_TEST(t->rows() == expect.size());
+  BOOST_TEST((t->sender_clocks() == std::map<uint64_t, uint32_t>{{7, 4}}));
+  BOOST_TEST(rows_unlike(*t, expect) == 0u);
+  size_t stored = 0;
+  BOOST_REQUIRE(
+      t->for_each_in_range(0, UINT64_MAX, [&](uint64_t, const float*) { ++stored; }).ok());
+  BOOST_TEST(stored == expect.size());
+  for (const auto& e : fs::directory_iterator(dir.sub("db")))
+    BOOST_TEST(e.path().filename().string().find("colony-ingest") == std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_store_is_not_found_when_it_must_exist) {
