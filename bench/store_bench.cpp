@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/hash.h"
@@ -16,16 +17,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Batches of unique keys, Zipf-skewed over the rows, prepared before timing.
-std::vector<std::vector<uint64_t>> make_batches(const StoreBenchOptions& o, size_t count) {
+// Batches of unique keys, Zipf-skewed over the rows, prepared before timing; `rank_of` gets each
+// key's Zipf rank from 0 (the most probable).
+std::vector<std::vector<uint64_t>> make_batches(const StoreBenchOptions& o, size_t count,
+                                                std::unordered_map<uint64_t, uint64_t>& rank_of) {
   ZipfSampler zipf(o.rows, o.zipf_exponent);
   SplitMix64 rng(o.seed);
   std::vector<std::vector<uint64_t>> batches(count);
   for (auto& keys : batches) {
     std::unordered_set<uint64_t> seen;
     while (keys.size() < o.batch_keys) {
-      const uint64_t key = mix64(zipf(rng) - 1);  // rank r's row is stored under mix64(r - 1)
+      const uint64_t rank = zipf(rng) - 1;
+      const uint64_t key = mix64(rank);  // rank r's row is stored under mix64(r)
       if (seen.insert(key).second) keys.push_back(key);
+      rank_of.emplace(key, rank);
     }
   }
   return batches;
@@ -100,7 +105,8 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(
     if (Status s = (*table)->flush(); !s.ok()) return s;
   }
   // Enough batches that the keys touched are not a small fixed set (4M draws).
-  const auto batches = make_batches(o, 4096);
+  std::unordered_map<uint64_t, uint64_t> rank_of;
+  const auto batches = make_batches(o, 4096, rank_of);
   std::vector<StoreBenchFigure> figures;
 
   log("memory");
@@ -184,6 +190,10 @@ Expected<std::vector<StoreBenchFigure>> run_store_bench(
     const size_t from = warm_at * o.batch_keys;
     StoreBenchFigure f{name, *r, hits / std::max(1.0, hits + misses), after.writes,
                        belady_min(trace, store.capacity_rows(), from).hit_rate()};
+    f.a0_hit_rate =
+        most_probable_first(
+            trace, store.capacity_rows(), [&](uint64_t key) { return rank_of.at(key); }, from)
+            .hit_rate();
     f.read_ahead_share =
         double(after.read_ahead_rows - before.read_ahead_rows) / std::max(1.0, hits + misses);
     for (size_t k : o.lookahead_batches)

@@ -49,6 +49,10 @@ struct StoreBenchFigure {
   // in the future, replaying the same accesses (every batch the run went through) with as many
   // rows, counted from the same batch.
   double belady_hit_rate = 0;
+  // tiered: the same replay by A0, which keeps the rows of the lowest Zipf ranks
+  // (most_probable_first, storage/belady.h): the best hit rate a cache that does not know the
+  // coming accesses can expect on these keys.
+  double a0_hit_rate = 0;
   // tiered: the same replay by a cache that sees the next K batches' keys and otherwise evicts
   // by the figure's policy (lookahead_min), for K in StoreBenchOptions::lookahead_batches: what
   // eviction that knows the reader's window could reach.

@@ -785,17 +785,18 @@ int bench_store(const BenchArgs& a, bool rows_given) {
                         {"cache_fraction", o.cache_fraction},
                         {"block_cache_bytes", o.block_cache_bytes}};
   nlohmann::json list = nlohmann::json::array();
-  std::printf("%-18s %14s %12s %10s %11s %12s", "store", "rows/s", "of raw get", "hit rate",
-              "read ahead", "belady hits");
+  std::printf("%-18s %14s %12s %10s %11s %12s %12s", "store", "rows/s", "of raw get", "hit rate",
+              "read ahead", "belady hits", "A0 hits");
   for (size_t k : o.lookahead_batches) std::printf(" %9s", fmt::format("ahead {}", k).c_str());
   std::printf("\n");
   for (const StoreBenchFigure& f : *figures) {
     const bool tiered = f.store.rfind("tiered", 0) == 0;
     const bool read_ahead = f.store.ends_with("-ahead");
-    std::printf("%-18s %14.0f %12.3f %10s %11s %12s", f.store.c_str(), f.rows_per_sec,
+    std::printf("%-18s %14.0f %12.3f %10s %11s %12s %12s", f.store.c_str(), f.rows_per_sec,
                 f.rows_per_sec / raw, tiered ? fmt::format("{:.3f}", f.hit_rate).c_str() : "",
                 read_ahead ? fmt::format("{:.3f}", f.read_ahead_share).c_str() : "",
-                tiered ? fmt::format("{:.3f}", f.belady_hit_rate).c_str() : "");
+                tiered ? fmt::format("{:.3f}", f.belady_hit_rate).c_str() : "",
+                tiered ? fmt::format("{:.3f}", f.a0_hit_rate).c_str() : "");
     nlohmann::json ahead = nlohmann::json::object();
     for (const auto& [k, rate] : f.lookahead_hit_rates) {
       std::printf(" %9.3f", rate);
@@ -807,6 +808,7 @@ int bench_store(const BenchArgs& a, bool rows_given) {
                     {"ratio_to_raw_get", f.rows_per_sec / raw},
                     {"hit_rate", f.hit_rate},
                     {"belady_hit_rate", f.belady_hit_rate},
+                    {"a0_hit_rate", f.a0_hit_rate},
                     {"read_ahead_share", f.read_ahead_share},
                     {"lookahead_hit_rates", ahead},
                     {"disk_writes", f.disk_writes}});
@@ -817,6 +819,8 @@ int bench_store(const BenchArgs& a, bool rows_given) {
       "raw get = one RocksDB Get per key of the same batches on the same database, no writes;\n"
       "belady hits = Belady's MIN (evicts the row used furthest ahead) replaying the same "
       "accesses with as many rows;\n"
+      "A0 hits = the same replay keeping the most probable rows (the lowest Zipf ranks): the "
+      "best a cache can expect without knowing the coming accesses;\n"
       "ahead K = the same replay evicting rows the next K batches do not access, by the "
       "figure's policy;\n"
       "-ahead = each batch's keys handed to the store's read-ahead %zu batches early; read ahead "

@@ -4,6 +4,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -92,6 +93,36 @@ CacheCounts lookahead_min(std::span<const uint64_t> trace, size_t capacity, size
       in_window.emplace(row.next, key);
     else
       beyond.insert(beyond_entry(key, row));
+  }
+  return counts;
+}
+
+CacheCounts most_probable_first(std::span<const uint64_t> trace, size_t capacity,
+                                const std::function<uint64_t(uint64_t)>& rank, size_t count_from) {
+  const size_t n = trace.size();
+  CacheCounts counts;
+  if (capacity == 0) {
+    counts.misses = count_from < n ? n - count_from : 0;
+    return counts;
+  }
+  std::unordered_set<uint64_t> cached;
+  cached.reserve(capacity + 1);
+  std::set<std::pair<uint64_t, uint64_t>> by_rank;  // (rank, key) of the cached rows
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = trace[i];
+    const bool hit = cached.count(key) > 0;
+    if (i >= count_from) ++(hit ? counts.hits : counts.misses);
+    if (hit) continue;
+    if (cached.size() == capacity) {
+      // The least probable: the highest rank, the smallest key among equal ranks.
+      auto least = std::prev(by_rank.end());
+      const uint64_t r = least->first;
+      least = by_rank.lower_bound({r, 0});
+      cached.erase(least->second);
+      by_rank.erase(least);
+    }
+    cached.insert(key);
+    by_rank.emplace(rank(key), key);
   }
   return counts;
 }

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 namespace colony {
@@ -36,5 +37,16 @@ enum class Fallback { lru, lfu };
 // the trace (or longer) hits as often as MIN. O(n log n).
 CacheCounts lookahead_min(std::span<const uint64_t> trace, size_t capacity, size_t lookahead,
                           Fallback fallback, size_t count_from = 0);
+
+// The same replay by a cache that knows each row's probability of being accessed: on a miss with
+// the cache full it evicts the least probable cached row, the one of the highest `rank` (0: the
+// most probable; ties: the smallest key). Under the independent reference model (each access an
+// independent draw from a fixed distribution, as this project's Zipf keys are) that is the best any
+// policy that does not know the coming accesses can do in expectation (Aho, Denning and Ullman's
+// A0), so it bounds what LRU, LFU or any policy learning the frequencies can reach on such
+// accesses. It never hits more often than MIN. Capacity 0: every access misses. O(n log n).
+CacheCounts most_probable_first(std::span<const uint64_t> trace, size_t capacity,
+                                const std::function<uint64_t(uint64_t)>& rank,
+                                size_t count_from = 0);
 
 }  // namespace colony

@@ -688,6 +688,21 @@ CacheCounts lfu(const std::vector<uint64_t>& trace, size_t capacity) {
   return c;
 }
 
+// A random short trace over a few keys, a capacity of 0-3 rows and an access to count from.
+struct ShortTrace {
+  std::vector<uint64_t> trace;
+  size_t capacity;
+  size_t count_from;
+};
+ShortTrace short_trace(SplitMix64& rng) {
+  std::vector<uint64_t> trace(1 + rng.next() % 11);
+  const uint64_t keys = 1 + rng.next() % 5;
+  for (uint64_t& k : trace) k = rng.next() % keys;
+  const size_t capacity = rng.next() % 4;
+  const size_t count_from = rng.next() % (trace.size() + 1);
+  return {std::move(trace), capacity, count_from};
+}
+
 }  // namespace
 
 // Belady's MIN (storage/belady.h) gets as many hits as the best of every eviction choice, on
@@ -696,11 +711,7 @@ CacheCounts lfu(const std::vector<uint64_t>& trace, size_t capacity) {
 BOOST_AUTO_TEST_CASE(belady_min_hits_as_often_as_the_best_eviction_choices) {
   for (uint64_t seed = 1; seed <= 300; ++seed) {
     SplitMix64 rng(seed);
-    std::vector<uint64_t> trace(1 + rng.next() % 11);
-    const uint64_t keys = 1 + rng.next() % 5;
-    for (uint64_t& k : trace) k = rng.next() % keys;
-    const size_t capacity = rng.next() % 4;
-    const size_t count_from = rng.next() % (trace.size() + 1);
+    const auto [trace, capacity, count_from] = short_trace(rng);
     const CacheCounts all = belady_min(trace, capacity);
     BOOST_TEST(all.hits + all.misses == trace.size());
     BOOST_TEST(all.hits == best_hits(trace, 0, {}, capacity, 0), "seed " << seed);
@@ -729,6 +740,43 @@ BOOST_AUTO_TEST_CASE(belady_min_hits_at_least_as_often_as_lru) {
     lru_total += l;
   }
   BOOST_TEST(belady_total > lru_total + lru_total / 10);
+}
+
+// A0, the cache that keeps the most probable rows (most_probable_first), never beats MIN: on short
+// traces against every choice's best, whatever the ranks. On independent draws from a skewed
+// distribution, ranked by their true probabilities, it beats LRU and LFU, which must learn them.
+BOOST_AUTO_TEST_CASE(keeping_the_most_probable_rows_lies_between_lfu_and_min_on_independent_draws) {
+  const auto by_key = [](uint64_t key) { return key; };
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SplitMix64 rng(seed);
+    const auto [trace, capacity, count_from] = short_trace(rng);
+    const uint64_t salt = rng.next();
+    const auto shuffled = [salt](uint64_t key) { return mix64(key ^ salt) % 3; };  // ties too
+    const CacheCounts c = most_probable_first(trace, capacity, shuffled, count_from);
+    BOOST_TEST(c.hits + c.misses == trace.size() - count_from);
+    BOOST_TEST(
+        most_probable_first(trace, capacity, shuffled).hits <= best_hits(trace, 0, {}, capacity, 0),
+        "seed " << seed);
+  }
+  // A worked case: capacity 2 on 3 1 2 1 3 (rank = key): 2 evicts 3, 3 evicts 2.
+  const std::vector<uint64_t> t = {3, 1, 2, 1, 3};
+  BOOST_TEST(most_probable_first(t, 2, by_key).hits == 1u);
+  BOOST_TEST(most_probable_first(t, 0, by_key).misses == 5u);
+  uint64_t a0_total = 0, lfu_total = 0, lru_total = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    SplitMix64 rng(seed);
+    std::vector<uint64_t> trace(20000);
+    // Key k is drawn with a probability that falls with k: its rank is k.
+    for (uint64_t& k : trace) k = rng.next() % (1 + rng.next() % 2000);
+    const size_t capacity = 10 + rng.next() % 200;
+    const uint64_t a0 = most_probable_first(trace, capacity, by_key).hits;
+    BOOST_TEST(a0 <= belady_min(trace, capacity).hits, "seed " << seed);
+    a0_total += a0;
+    lfu_total += lfu(trace, capacity).hits;
+    lru_total += lru(trace, capacity).hits;
+  }
+  BOOST_TEST(a0_total > lfu_total);
+  BOOST_TEST(a0_total > lru_total + lru_total / 20);
 }
 
 // A cache that sees the next `lookahead` accesses (lookahead_min) is LRU or LFU with none and
