@@ -254,11 +254,14 @@ BOOST_AUTO_TEST_CASE(a_bad_fault_flag_is_refused_naming_it) {
 BOOST_AUTO_TEST_CASE(memory_that_grows_beyond_the_rows_is_alerted_as_a_leak_suspect) {
   CliFixture fx("colony-leak");
   const fs::path report = fx.dir / "leak.json";
-  // 320 MiB a second for about 3 s (on a thread of its own, however late the progress updates
-  // come on a loaded machine), past the 256 MiB the alert asks for over a 2 s window.
+  // Up to 320 MiB a second (on a thread of its own, however late the progress updates come on a
+  // loaded machine) until 1 GiB, past the 256 MiB the alert asks for over its window. The window
+  // is 4 s: where fresh pages fault in slowly the leak grows at half its rate or less (150 MiB a
+  // second measured on the 2-core development machine), and a 2 s window then sat at the
+  // threshold: the alert was missed by a CI run on 2026-12-04 and by one local run of two.
   const auto r = fx.run(
       "train --rows 1000000 --test-rows 2000 --batch 256 --workers 2 "
-      "--fault-leak-mb 1024 --alert-window 2 --report " +
+      "--fault-leak-mb 1024 --alert-window 4 --report " +
       report.string());
   BOOST_TEST(r.code == 0, r.err);
   BOOST_TEST(std::regex_search(r.err, std::regex("warning: alert leak_suspect: resident memory "
