@@ -49,7 +49,7 @@ std::string describe(const StoreIdentity& id) {
                      id.shard_index, id.shards, id.row_floats);
 }
 
-rocksdb::ColumnFamilyOptions family_options(size_t block_cache_bytes) {
+rocksdb::ColumnFamilyOptions family_options(size_t block_cache_bytes, size_t write_buffer_bytes) {
   rocksdb::ColumnFamilyOptions cf;
   rocksdb::BlockBasedTableOptions t;
   t.block_cache = rocksdb::NewLRUCache(std::max<size_t>(block_cache_bytes, size_t{1} << 20));
@@ -59,7 +59,12 @@ rocksdb::ColumnFamilyOptions family_options(size_t block_cache_bytes) {
   t.cache_index_and_filter_blocks = false;  // small rows, many keys: keep filters resident
   cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   cf.compression = rocksdb::kNoCompression;
-  cf.write_buffer_size = size_t{64} << 20;
+  cf.write_buffer_size = write_buffer_bytes;
+  // Levels in proportion to the memtables (RocksDB's tuning guide: level 1 about as large as the
+  // level-0 files that trigger its compaction), so that small memtables do not rewrite a large
+  // level 1 at every compaction. At 64 MiB memtables these are RocksDB's defaults.
+  cf.max_bytes_for_level_base = 4 * write_buffer_bytes;
+  cf.target_file_size_base = write_buffer_bytes;
   // A Bloom filter over the memtable's keys (5% of it): the tiered store looks up every key it
   // meets for the first time, and most are on no level; without the filter each such lookup
   // searched the memtable's skip list (6% of a tiered colony train, docs/benchmarks.md).
@@ -136,7 +141,8 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   db_options.create_missing_column_families = true;
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 2;
-  const rocksdb::ColumnFamilyOptions cf = family_options(options.block_cache_bytes);
+  const rocksdb::ColumnFamilyOptions cf =
+      family_options(options.block_cache_bytes, options.write_buffer_bytes);
   std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, cf},
                                                         {rows_family, cf}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -238,7 +244,7 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::stri
     return Status::not_found(fmt::format("{}: no store there (no RocksDB database)", path));
   std::unique_ptr<RocksTable> t(new RocksTable());
   t->options_.path = path;
-  const rocksdb::ColumnFamilyOptions cf = family_options(size_t{8} << 20);
+  const rocksdb::ColumnFamilyOptions cf = family_options(size_t{8} << 20, size_t{64} << 20);
   std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, cf},
                                                         {rows_family, cf}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -440,7 +446,8 @@ Status RocksTable::write_files(std::span<const uint64_t> keys, std::span<const u
   const std::string rows_file = options_.path + "/" + ingest_files[0];
   const std::string meta_file = options_.path + "/" + ingest_files[1];
   const std::string what = fmt::format("cannot write a file of {} rows", keys.size());
-  rocksdb::Options file_options(rocksdb::DBOptions(), family_options(size_t{1} << 20));
+  rocksdb::Options file_options(rocksdb::DBOptions(),
+                                family_options(size_t{1} << 20, size_t{64} << 20));
   rocksdb::SstFileWriter rows_writer(rocksdb::EnvOptions(), file_options, rows_cf_);
   rocksdb::Status s = rows_writer.Open(rows_file);
   // In key order, each key once: a repeated key's last row (the stable order puts it last).

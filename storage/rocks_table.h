@@ -11,12 +11,12 @@
 // silently start from scratch.
 //
 // Tuned for point lookups of small rows: a bloom filter (10 bits a key) and a hash index in
-// every data block, a block cache of `block_cache_bytes`, no compression (floats barely
-// compress). Writes go through the write-ahead log (a crash of the process loses nothing
-// acknowledged; `sync_writes` also survives a crash of the machine) unless `write_ahead_log` is
-// off (`--durability none`: what the memtables hold is lost in a crash). A bulk write of many
-// rows (write(), from 65,536 rows on) goes in as table files instead, synced and ingested
-// atomically with its row count and clocks: it survives any crash once write() returns.
+// every data block, a block cache of `block_cache_bytes`, memtables of `write_buffer_bytes`, no
+// compression (floats barely compress). Writes go through the write-ahead log (a crash of the
+// process loses nothing acknowledged; `sync_writes` also survives a crash of the machine) unless
+// `write_ahead_log` is off (`--durability none`: what the memtables hold is lost in a crash). A
+// bulk write of many rows (write(), from 65,536 rows on) goes in as table files instead, synced and
+// ingested atomically with its row count and clocks: it survives any crash once write() returns.
 //
 // Errors: RocksDB's statuses become ours (io_error; invalid_input for a refused identity or a
 // malformed row), each naming the path and, where there is one, the key.
@@ -57,6 +57,9 @@ struct StoreIdentity {
 struct RocksTableOptions {
   std::string path;  // the database folder (created with parents)
   size_t block_cache_bytes = size_t{64} << 20;
+  // The size at which a memtable is flushed to a table file. RocksDB holds up to two per column
+  // family: one filling, one being flushed.
+  size_t write_buffer_bytes = size_t{64} << 20;
   bool create_if_missing = true;  // false: a missing database is not_found
   bool sync_writes = false;
   bool write_ahead_log = true;  // false: writes reach the disk only when the memtables flush
@@ -86,6 +89,11 @@ class RocksTable {
   ~RocksTable();
 
   const std::string& path() const { return options_.path; }
+  // The most memory the block cache and the rows' memtables take (two memtables and the cache;
+  // filters, index blocks and the nearly empty memtables of the identity's family aside).
+  size_t buffer_bytes() const {
+    return 2 * options_.write_buffer_bytes + options_.block_cache_bytes;
+  }
   const StoreIdentity& identity() const { return identity_; }
   // The cluster id (job) that wrote the store before options.adopt took it over; empty if none.
   const std::string& adopted_from() const { return adopted_from_; }

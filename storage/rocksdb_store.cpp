@@ -323,7 +323,8 @@ Status TieredRowStore::attach_log(std::unique_ptr<PushLog> log, bool keep) {
 }
 
 size_t TieredRowStore::memory_bytes() const {
-  return index_.size() * (table_->row_floats() * sizeof(float) + cached_row_overhead_bytes);
+  return index_.size() * (table_->row_floats() * sizeof(float) + cached_row_overhead_bytes) +
+         table_->buffer_bytes();
 }
 
 float* TieredRowStore::touch(uint32_t id, bool write) {

@@ -159,6 +159,8 @@ class TieredRowStore final : public RowStore {
   size_t size() const override { return table_->rows() + cache_only_; }
   size_t row_floats() const override { return table_->row_floats(); }
   size_t row_bytes() const override { return table_->row_bytes(); }  // on disk
+  // The cached rows with their overhead, and the most RocksDB's buffers take
+  // (RocksTable::buffer_bytes).
   size_t memory_bytes() const override;
   Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
   Status erase(std::span<const uint64_t> keys) override;

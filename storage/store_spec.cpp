@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -98,6 +99,10 @@ std::string to_string(const StoreSpec& spec) {
   return "?";
 }
 
+size_t tiered_rocksdb_buffer_bytes(size_t cache_bytes) {
+  return std::clamp(cache_bytes / 16, size_t{1} << 20, size_t{64} << 20);
+}
+
 std::string shard_store_path(const std::string& dir, uint32_t shard_index) {
   return (std::filesystem::path(dir) / fmt::format("shard-{}", shard_index)).string();
 }
@@ -123,6 +128,9 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   RocksTableOptions o;
   o.path = shard_store_path(spec.dir, identity.shard_index);
   o.block_cache_bytes = spec.block_cache_bytes;
+  const size_t shard_cache_bytes = spec.cache_bytes / std::max<uint32_t>(identity.shards, 1);
+  if (spec.kind == StoreKind::tiered)
+    o.block_cache_bytes = o.write_buffer_bytes = tiered_rocksdb_buffer_bytes(shard_cache_bytes);
   o.sync_writes = spec.durability == Durability::fsync;
   o.adopt = spec.resume;
   o.parts = spec.compact_parts;
@@ -133,7 +141,7 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   if (spec.kind == StoreKind::rocksdb)
     return std::unique_ptr<RowStore>(new RocksRowStore(std::move(table.value())));
   TieredOptions t;
-  t.cache_bytes = spec.cache_bytes / std::max<uint32_t>(identity.shards, 1);
+  t.cache_bytes = shard_cache_bytes;
   t.policy = spec.policy;
   t.read_ahead = spec.read_ahead;
   t.seed = identity.shard_index + 1;

@@ -78,13 +78,21 @@ Status set_read_ahead(StoreSpec& spec, bool read_ahead);
 // cannot give it (log or fsync of the memory store, which keeps nothing on disk).
 Status set_durability(StoreSpec& spec, Durability durability);
 
+// The block cache and the memtable size a tiered store of `cache_bytes` (one shard's budget)
+// gives RocksDB: a sixteenth of the budget, from 1 MiB to 64 MiB each. RocksDB's buffers are
+// then at most 3/16 of the budget beside it (TieredRowStore::memory_bytes counts them): the
+// cache holds the hot rows and the OS page cache the rest; larger buffers only repeated them
+// (docs/benchmarks.md, "RocksDB's buffers beside a tiered store's cache").
+size_t tiered_rocksdb_buffer_bytes(size_t cache_bytes);
+
 // DIR/shard-<index>.
 std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 
 // Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one; compact, or
 // on disk in fewer bytes, when spec.compact_parts says, whose floats must then add up to
 // identity.row_floats; a store on disk created in other parts is refused). The
-// tiered store gets cache_bytes / identity.shards of the budget; under log or fsync durability it
+// tiered store gets cache_bytes / identity.shards of the budget, and its RocksDB buffers as
+// tiered_rocksdb_buffer_bytes says; under log or fsync durability it
 // keeps a push log in its folder, and whatever push log the folder holds is replayed first
 // (StoreStats::log_records_replayed). Fails as RocksTable::open does (another job's store, a
 // corrupt or locked database), or as the push log's replay does, naming the path.

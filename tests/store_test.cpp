@@ -747,6 +747,57 @@ BOOST_AUTO_TEST_CASE(a_large_table_write_stores_what_a_batch_would_and_survives_
     BOOST_TEST(e.path().filename().string().find("colony-ingest") == std::string::npos);
 }
 
+// A table's memtables are as small as write_buffer_bytes says: RocksDB holds at most two, so
+// rows written past them are in table files when the writes return, without a flush.
+BOOST_AUTO_TEST_CASE(rows_written_past_two_small_memtables_are_in_table_files_without_a_flush) {
+  TempDir dir;
+  RocksTableOptions o;
+  o.path = dir.sub("db");
+  o.block_cache_bytes = o.write_buffer_bytes = size_t{1} << 20;
+  auto t = RocksTable::open(o, StoreIdentity{"test-cluster", 0, 1, 64});
+  BOOST_REQUIRE(t.ok());
+  BOOST_TEST((*t)->buffer_bytes() == size_t{3} << 20);
+  SplitMix64 rng(9);
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;
+  const size_t batch = 1000;  // 256 KiB of floats
+  for (uint64_t i = 0; i < 24 * batch; ++i) {
+    keys.push_back(rng.next());
+    rows.resize(rows.size() + 64, float(i));
+    if (keys.size() == batch) {
+      BOOST_REQUIRE((*t)->write(keys, rows, keys.size()).ok());
+      keys.clear();
+      rows.clear();
+    }
+  }
+  uintmax_t table_file_bytes = 0;
+  for (const auto& e : fs::directory_iterator(o.path))
+    if (e.path().extension() == ".sst") table_file_bytes += e.file_size();
+  // 6 MiB written; at most two memtables of 1 MiB (and what a memtable over-fills) in memory.
+  BOOST_TEST(table_file_bytes >= uintmax_t{3} << 20);
+}
+
+// A tiered store gives RocksDB a sixteenth of its budget for the block cache and for each
+// memtable (from 1 MiB to 64 MiB), and counts them in its memory.
+BOOST_AUTO_TEST_CASE(a_tiered_stores_rocksdb_buffers_are_sized_from_its_budget_and_counted) {
+  BOOST_TEST(tiered_rocksdb_buffer_bytes(size_t{64} << 20) == size_t{4} << 20);
+  BOOST_TEST(tiered_rocksdb_buffer_bytes(size_t{4} << 20) == size_t{1} << 20);
+  BOOST_TEST(tiered_rocksdb_buffer_bytes(size_t{8} << 30) == size_t{64} << 20);
+  TempDir dir;
+  auto spec = parse_store_spec("rocksdb:" + dir.sub("tiered"), size_t{128} << 20);
+  BOOST_REQUIRE(spec.ok());
+  // 2 shards: 64 MiB each, 4 MiB for the cache and each memtable.
+  auto store = open_shard_store(*spec, StoreIdentity{"test-cluster", 1, 2, rf});
+  BOOST_REQUIRE(store.ok());
+  BOOST_TEST((*store)->memory_bytes() == size_t{12} << 20);
+  const uint64_t keys[] = {1, 2, 3};
+  BOOST_REQUIRE((*store)->load(keys).ok());
+  for (uint64_t k : keys) (*store)->find_or_insert(k);
+  BOOST_REQUIRE((*store)->commit().ok());
+  // Each cached row: its floats and 64 bytes of index and bookkeeping (docs/storage.md).
+  BOOST_TEST((*store)->memory_bytes() == (size_t{12} << 20) + 3 * (rf * sizeof(float) + 64));
+}
+
 BOOST_AUTO_TEST_CASE(a_missing_store_is_not_found_when_it_must_exist) {
   TempDir dir;
   RocksTableOptions o;
