@@ -169,6 +169,7 @@ TieredRowStore::TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOp
       capacity_(std::max<size_t>(1, options.cache_bytes / (table_->row_floats() * sizeof(float) +
                                                            cached_row_overhead_bytes))),
       arena_(table_->row_floats()),
+      sketch_(options.policy == EvictionPolicy::lfu ? capacity_ : 0),
       rng_(options.seed),
       clocks_(table_->sender_clocks()) {}
 
@@ -324,21 +325,24 @@ Status TieredRowStore::attach_log(std::unique_ptr<PushLog> log, bool keep) {
 
 size_t TieredRowStore::memory_bytes() const {
   return index_.size() * (table_->row_floats() * sizeof(float) + cached_row_overhead_bytes) +
-         table_->buffer_bytes();
+         sketch_.memory_bytes() + table_->buffer_bytes();
 }
 
 float* TieredRowStore::touch(uint32_t id, bool write) {
   Slot& s = slots_[id];
+  const bool first_this_batch = s.last_used != batch_;
   s.last_used = batch_;
-  if (s.freq < UINT32_MAX) ++s.freq;
   if (write && !s.dirty) {
     s.dirty = true;
     ++dirty_;
   }
-  // Age the counts: halve them all every few capacities' worth of touches.
-  if (options_.policy == EvictionPolicy::lfu && ++touches_ >= 8 * uint64_t(capacity_)) {
-    touches_ = 0;
-    for (Slot& x : slots_) x.freq >>= 1;
+  if (options_.policy == EvictionPolicy::lfu && first_this_batch) {
+    // The batches that used the key lately, counted while it was cached and before; when the
+    // sketch halves its counts, the cached rows' copies are halved too.
+    const FrequencySketch::Added a = sketch_.add(s.key);
+    if (a.halved)
+      for (Slot& x : slots_) x.freq >>= 1;
+    s.freq = a.count;
   }
   return arena_.row(id);
 }
@@ -353,7 +357,7 @@ uint32_t TieredRowStore::insert(uint64_t key, const float* row, bool on_disk) {
     slots_.emplace_back();
   }
   Slot& s = slots_[id];
-  s = Slot{key, batch_, 0, true, false, on_disk};
+  s = Slot{key, 0, 0, true, false, on_disk};
   const size_t rf = table_->row_floats();
   if (row)
     std::memcpy(arena_.row(id), row, rf * sizeof(float));
@@ -361,6 +365,16 @@ uint32_t TieredRowStore::insert(uint64_t key, const float* row, bool on_disk) {
     std::memset(arena_.row(id), 0, rf * sizeof(float));
   index_.insert(key, id);
   if (!on_disk) ++cache_only_;
+  if (options_.policy == EvictionPolicy::lfu) {
+    s.fresh = true;
+    ++fresh_;
+    window_.emplace_back(id, key);
+    if (window_.size() > 2 * fresh_ + 64)  // mostly rows erased since: drop them
+      std::erase_if(window_, [&](const std::pair<uint32_t, uint64_t>& e) {
+        const Slot& x = slots_[e.first];
+        return !x.used || !x.fresh || x.key != e.second;
+      });
+  }
   return id;
 }
 
@@ -459,14 +473,14 @@ std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
   return {touch(insert(key, nullptr, false), true), true};
 }
 
-uint32_t TieredRowStore::pick_victim() {
+uint32_t TieredRowStore::pick_victim(bool scan) {
   // Sample used slots; keep the one the policy values least.
   uint32_t best = UINT32_MAX;
   for (int i = 0; i < eviction_samples * 4 && (i < eviction_samples || best == UINT32_MAX); ++i) {
     rng_ = mix64(rng_);
     const uint32_t id = uint32_t(rng_ % slots_.size());
     const Slot& s = slots_[id];
-    if (!s.used || spared(s.key)) continue;
+    if (!s.used || s.fresh || spared(s.key)) continue;
     if (best == UINT32_MAX) {
       best = id;
       continue;
@@ -477,16 +491,32 @@ uint32_t TieredRowStore::pick_victim() {
                             : (s.freq < b.freq || (s.freq == b.freq && s.last_used < b.last_used));
     if (better) best = id;
   }
-  if (best == UINT32_MAX) {  // sampling kept landing on free or spared slots: scan
+  if (best == UINT32_MAX && scan) {  // sampling kept landing on free, fresh or spared slots
     uint32_t any = UINT32_MAX;
     for (uint32_t id = 0; id < slots_.size(); ++id) {
-      if (!slots_[id].used) continue;
+      if (!slots_[id].used || slots_[id].fresh) continue;
       if (!spared(slots_[id].key)) return id;
       if (any == UINT32_MAX) any = id;
     }
     return any;  // every cached row is awaited
   }
   return best;
+}
+
+uint32_t TieredRowStore::weigh_oldest_fresh(bool weigh) {
+  while (!window_.empty()) {
+    const auto [c, key] = window_.front();
+    window_.pop_front();
+    Slot& cs = slots_[c];
+    if (!cs.used || !cs.fresh || cs.key != key) continue;  // evicted or erased since
+    cs.fresh = false;
+    --fresh_;
+    if (!weigh || spared(key)) return UINT32_MAX;  // room for it, or awaited: it stays
+    const uint32_t v = pick_victim(false);
+    return v == UINT32_MAX || cs.freq >= slots_[v].freq ? v : c;
+  }
+  COLONY_ASSERT(fresh_ == 0, "{} fresh rows are not in the window", fresh_);
+  return UINT32_MAX;
 }
 
 Status TieredRowStore::evict_to(size_t rows) {
@@ -497,7 +527,20 @@ Status TieredRowStore::evict_to(size_t rows) {
   uint64_t added = 0;
   std::vector<uint32_t> victims;
   while (index_.size() - victims.size() > rows) {
-    const uint32_t id = pick_victim();
+    // lfu (W-TinyLFU): rows filled lately wait in a window of a tenth of the cache, so that a
+    // row pulled is still there for its push. Past it, the oldest is weighed against the victim
+    // the sampling finds among the other rows, and stays if its key was used at least as often.
+    const size_t window = rows / 10;
+    uint32_t id = UINT32_MAX;
+    if (fresh_ > window) {
+      const size_t cached = index_.size() - victims.size();
+      id = weigh_oldest_fresh(cached - fresh_ >= rows - window);
+      if (id == UINT32_MAX) continue;  // it stays
+    } else {
+      id = pick_victim(true);
+    }
+    COLONY_ASSERT(id != UINT32_MAX, "no row to evict: {} cached, {} fresh, {} to keep",
+                  index_.size() - victims.size(), fresh_, rows);
     Slot& s = slots_[id];
     s.used = false;  // so it is not picked twice
     victims.push_back(id);
@@ -652,7 +695,9 @@ Status TieredRowStore::erase(std::span<const uint64_t> keys) {
     else
       --cache_only_;
     if (s.dirty) --dirty_;
+    if (s.fresh) --fresh_;
     s.used = false;
+    s.fresh = false;
     free_.push_back(uint32_t(id));
   }
   return erase_held(*table_, on_disk, unknown, rows_buf_, found_buf_);

@@ -17,20 +17,26 @@
 // appends the rows it hands back and the staged clocks to the log, so a crash of the process loses
 // nothing committed: reopening replays the log. write_back() empties the log once its rows are in
 // the table. Eviction samples a few cached rows and drops the one the policy values least: `lru`
-// (least recently used) or `lfu` (least frequently used, counts halved as they age so that
-// yesterday's hot rows can leave). docs/benchmarks.md (`colony bench store`) has the measurement
-// that chose the default.
+// (least recently used) or `lfu` (least frequently used). `lfu` counts the batches that used each
+// key, cached or not, in a FrequencySketch (storage/frequency_sketch.h) whose counts are halved as
+// they age, so that a returning hot row keeps its history and yesterday's hot rows can leave; and
+// it admits (W-TinyLFU): new rows wait in a window of a tenth of the cache, so that a row pulled is
+// still there for its push; past the window, a row stays only if its key was used at least as often
+// as the victim sampled among the others, which is evicted in its place. docs/benchmarks.md
+// ("Admission by frequency") has the measurements that chose the default.
 //
 // Thread-safety: none; one shard owns a store.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "storage/frequency_sketch.h"
 #include "storage/key_index.h"
 #include "storage/push_log.h"
 #include "storage/rocks_table.h"
@@ -218,11 +224,12 @@ class TieredRowStore final : public RowStore {
  private:
   struct Slot {
     uint64_t key = 0;
-    uint64_t last_used = 0;  // batch number
+    uint64_t last_used = 0;  // the number of the last batch that used it; 0 until one does
     uint32_t freq = 0;
     bool used = false;
     bool dirty = false;
     bool on_disk = false;
+    bool fresh = false;  // lfu: in the window, not yet weighed for admission
   };
   struct Reader;  // the read-ahead I/O thread (rocksdb_store.cpp)
   float* touch(uint32_t id, bool write);
@@ -232,19 +239,28 @@ class TieredRowStore final : public RowStore {
   // Forgets the hints older than awaited_expiry_batches (see awaited_).
   void expire_hints();
   bool spared(uint64_t key) const { return !awaited_.empty() && awaited_.count(key) > 0; }
-  uint32_t pick_victim();
+  // The cached row, neither fresh nor awaited, that the policy values least among a few sampled.
+  // If sampling finds none: with `scan`, the first such row, else any cached row that is not
+  // fresh (every one is awaited); without `scan`, UINT32_MAX.
+  uint32_t pick_victim(bool scan);
+  // lfu: takes the oldest fresh row out of the window. With `weigh`, returns the row to evict: it,
+  // or the victim it is weighed against if its key was used at least as often. UINT32_MAX when
+  // the row stays: without `weigh`, awaited by a read-ahead, or if there was no fresh row left.
+  uint32_t weigh_oldest_fresh(bool weigh);
   Status evict_to(size_t rows);
 
   std::unique_ptr<RocksTable> table_;
   TieredOptions options_;
   size_t capacity_;
   RowArena arena_;
-  KeyIndex index_;  // key -> slot
+  KeyIndex index_;          // key -> slot
+  FrequencySketch sketch_;  // lfu: every key's recent uses, cached or not
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
-  std::unordered_set<uint64_t> absent_;  // loaded in this batch and not on disk
+  std::deque<std::pair<uint32_t, uint64_t>> window_;  // lfu: fresh (slot, key), oldest first
+  size_t fresh_ = 0;                                  // fresh rows cached
+  std::unordered_set<uint64_t> absent_;               // loaded in this batch and not on disk
   uint64_t batch_ = 0;
-  uint64_t touches_ = 0;
   uint64_t cache_only_ = 0;  // cached rows not on disk yet
   uint64_t dirty_ = 0;       // cached rows changed since they were last written
   uint64_t updated_ = 0;     // rows handed out by find_or_insert since the last write-back

@@ -14,6 +14,7 @@
 #include "common/hash.h"
 #include "ps/shard_core.h"
 #include "storage/checkpoint.h"
+#include "storage/frequency_sketch.h"
 #include "storage/push_log.h"
 #include "storage/rocks_table.h"
 #include "storage/rocksdb_store.h"
@@ -446,6 +447,72 @@ BOOST_AUTO_TEST_CASE(tiered_store_matches_the_model_with_a_cache_far_smaller_tha
   }
 }
 
+// The sketch never counts a key below its uses (saturating at 255, halved with its counts), halves
+// exactly every `window` adds, and with few keys in a wide sketch counts exactly.
+BOOST_AUTO_TEST_CASE(a_frequency_sketch_never_undercounts_and_halves_every_window) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const size_t capacity = 16 + seed * 7;
+    FrequencySketch sketch(capacity);
+    const uint64_t window = 16 * capacity;
+    std::map<uint64_t, uint32_t> uses;  // saturating at 255, halved with the sketch
+    SplitMix64 rng(seed);
+    uint64_t adds = 0;
+    for (int i = 0; i < 20000; ++i) {
+      // Skewed keys: a few hot, many cold, several times more keys than the sketch's width.
+      const uint64_t r = rng.next();
+      const uint64_t key = r % 4 == 0 ? r % 8 : r % (40 * capacity);
+      const FrequencySketch::Added a = sketch.add(key);
+      uses[key] = std::min<uint32_t>(uses[key] + 1, 255);
+      BOOST_REQUIRE_EQUAL(a.halved, ++adds % window == 0);
+      if (a.halved)
+        for (auto& [k, n] : uses) n >>= 1;
+      BOOST_REQUIRE(a.count == sketch.estimate(key));
+      BOOST_REQUIRE_GE(a.count, uses[key]);
+    }
+    for (const auto& [k, n] : uses)
+      BOOST_REQUIRE_GE(sketch.estimate(k), std::min<uint32_t>(n, 255));
+  }
+  FrequencySketch wide(1000);
+  for (int i = 0; i < 7; ++i) wide.add(1);
+  for (int i = 0; i < 3; ++i) wide.add(2);
+  BOOST_TEST(wide.estimate(1) == 7u);
+  BOOST_TEST(wide.estimate(2) == 3u);
+  BOOST_TEST(wide.estimate(3) == 0u);
+}
+
+// `lfu` admits by frequency: a stream of keys used once each does not push hot rows out of the
+// cache, whichever cached rows the victim sampling lands on. The sketch overcounts a key whose
+// counters all collide with hot keys' (about one in a thousand here), so one hot row may go.
+BOOST_AUTO_TEST_CASE(keys_used_once_do_not_push_hot_rows_out_of_an_lfu_cache) {
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    TempDir dir;
+    TieredOptions o;
+    o.cache_bytes = 40 * (rf * sizeof(float) + 64);
+    o.policy = EvictionPolicy::lfu;
+    o.seed = seed;
+    TieredRowStore store(open_table(dir.sub("db")), o);
+    auto use = [&](const std::vector<uint64_t>& keys) {
+      BOOST_REQUIRE(store.load(keys).ok());
+      for (uint64_t k : keys) store.find_or_insert(k).first[0] += 1;
+      BOOST_REQUIRE(store.commit().ok());
+    };
+    std::vector<uint64_t> hot;  // 30 rows: the cache keeps a tenth of itself for new rows
+    for (uint64_t k = 0; k < 30; ++k) hot.push_back(k);
+    for (int i = 0; i < 5; ++i) use(hot);
+    const uint64_t cold_keys = 1000 * seed;
+    for (uint64_t first = cold_keys; first < cold_keys + 400; first += 10) {  // 400, once each
+      std::vector<uint64_t> cold;
+      for (uint64_t k = first; k < first + 10; ++k) cold.push_back(k);
+      use(cold);
+    }
+    const StoreStats before = store.stats();
+    use(hot);
+    BOOST_TEST(store.stats().cache_misses - before.cache_misses <= 1u);
+    BOOST_TEST(store.find(7)[0] == 6.f);
+    BOOST_REQUIRE(store.commit().ok());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(
     a_tiered_store_reading_ahead_matches_the_model_through_evictions_and_erasures) {
   // Rows read ahead on the store's thread while the owner writes others back, evicts and erases:
@@ -786,16 +853,17 @@ BOOST_AUTO_TEST_CASE(a_tiered_stores_rocksdb_buffers_are_sized_from_its_budget_a
   TempDir dir;
   auto spec = parse_store_spec("rocksdb:" + dir.sub("tiered"), size_t{128} << 20);
   BOOST_REQUIRE(spec.ok());
-  // 2 shards: 64 MiB each, 4 MiB for the cache and each memtable.
+  // 2 shards: 64 MiB each, 4 MiB for the cache and each memtable; and lfu's frequency sketch,
+  // 4 bytes for each of the 838,860 rows the budget holds, rounded up to a power of two: 4 MiB.
   auto store = open_shard_store(*spec, StoreIdentity{"test-cluster", 1, 2, rf});
   BOOST_REQUIRE(store.ok());
-  BOOST_TEST((*store)->memory_bytes() == size_t{12} << 20);
+  BOOST_TEST((*store)->memory_bytes() == size_t{16} << 20);
   const uint64_t keys[] = {1, 2, 3};
   BOOST_REQUIRE((*store)->load(keys).ok());
   for (uint64_t k : keys) (*store)->find_or_insert(k);
   BOOST_REQUIRE((*store)->commit().ok());
   // Each cached row: its floats and 64 bytes of index and bookkeeping (docs/storage.md).
-  BOOST_TEST((*store)->memory_bytes() == (size_t{12} << 20) + 3 * (rf * sizeof(float) + 64));
+  BOOST_TEST((*store)->memory_bytes() == (size_t{16} << 20) + 3 * (rf * sizeof(float) + 64));
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_store_is_not_found_when_it_must_exist) {
