@@ -169,7 +169,8 @@ TieredRowStore::TieredRowStore(std::unique_ptr<RocksTable> table, const TieredOp
       capacity_(std::max<size_t>(1, options.cache_bytes / (table_->row_floats() * sizeof(float) +
                                                            cached_row_overhead_bytes))),
       arena_(table_->row_floats()),
-      sketch_(options.policy == EvictionPolicy::lfu ? capacity_ : 0),
+      sketch_(options.policy == EvictionPolicy::lfu ? std::make_unique<FrequencySketch>(capacity_)
+                                                    : nullptr),
       rng_(options.seed),
       clocks_(table_->sender_clocks()) {}
 
@@ -325,7 +326,8 @@ Status TieredRowStore::attach_log(std::unique_ptr<PushLog> log, bool keep) {
 
 size_t TieredRowStore::memory_bytes() const {
   return index_.size() * (table_->row_floats() * sizeof(float) + cached_row_overhead_bytes) +
-         sketch_.memory_bytes() + table_->buffer_bytes();
+         (sketch_ ? sketch_->memory_bytes() : 0) + window_.size() * sizeof(window_.front()) +
+         table_->buffer_bytes();
 }
 
 float* TieredRowStore::touch(uint32_t id, bool write) {
@@ -339,7 +341,7 @@ float* TieredRowStore::touch(uint32_t id, bool write) {
   if (options_.policy == EvictionPolicy::lfu && first_this_batch) {
     // The batches that used the key lately, counted while it was cached and before; when the
     // sketch halves its counts, the cached rows' copies are halved too.
-    const FrequencySketch::Added a = sketch_.add(s.key);
+    const FrequencySketch::Added a = sketch_->add(s.key);
     if (a.halved)
       for (Slot& x : slots_) x.freq >>= 1;
     s.freq = a.count;

@@ -253,8 +253,8 @@ class TieredRowStore final : public RowStore {
   TieredOptions options_;
   size_t capacity_;
   RowArena arena_;
-  KeyIndex index_;          // key -> slot
-  FrequencySketch sketch_;  // lfu: every key's recent uses, cached or not
+  KeyIndex index_;                           // key -> slot
+  std::unique_ptr<FrequencySketch> sketch_;  // lfu only: every key's recent uses, cached or not
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;
   std::deque<std::pair<uint32_t, uint64_t>> window_;  // lfu: fresh (slot, key), oldest first

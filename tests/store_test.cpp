@@ -862,8 +862,14 @@ BOOST_AUTO_TEST_CASE(a_tiered_stores_rocksdb_buffers_are_sized_from_its_budget_a
   BOOST_REQUIRE((*store)->load(keys).ok());
   for (uint64_t k : keys) (*store)->find_or_insert(k);
   BOOST_REQUIRE((*store)->commit().ok());
-  // Each cached row: its floats and 64 bytes of index and bookkeeping (docs/storage.md).
-  BOOST_TEST((*store)->memory_bytes() == (size_t{16} << 20) + 3 * (rf * sizeof(float) + 64));
+  // Each cached row: its floats and 64 bytes of index and bookkeeping (docs/storage.md); a new
+  // row also its 16-byte entry in lfu's window until it is weighed.
+  BOOST_TEST((*store)->memory_bytes() == (size_t{16} << 20) + 3 * (rf * sizeof(float) + 64 + 16));
+  // lru keeps no sketch and no window (shard 0: the first store holds shard 1 open).
+  spec->policy = EvictionPolicy::lru;
+  auto lru = open_shard_store(*spec, StoreIdentity{"test-cluster", 0, 2, rf});
+  BOOST_REQUIRE(lru.ok());
+  BOOST_TEST((*lru)->memory_bytes() == size_t{12} << 20);
 }
 
 BOOST_AUTO_TEST_CASE(a_missing_store_is_not_found_when_it_must_exist) {
