@@ -49,7 +49,9 @@ std::string describe(const StoreIdentity& id) {
                      id.shard_index, id.shards, id.row_floats);
 }
 
-rocksdb::ColumnFamilyOptions family_options(size_t block_cache_bytes, size_t write_buffer_bytes) {
+rocksdb::ColumnFamilyOptions family_options(
+    size_t block_cache_bytes, size_t write_buffer_bytes,
+    RocksTableOptions::Compaction compaction = RocksTableOptions::Compaction::leveled) {
   rocksdb::ColumnFamilyOptions cf;
   rocksdb::BlockBasedTableOptions t;
   t.block_cache = rocksdb::NewLRUCache(std::max<size_t>(block_cache_bytes, size_t{1} << 20));
@@ -70,6 +72,8 @@ rocksdb::ColumnFamilyOptions family_options(size_t block_cache_bytes, size_t wri
   // searched the memtable's skip list (6% of a tiered colony train, docs/benchmarks.md).
   cf.memtable_prefix_bloom_size_ratio = 0.05;
   cf.memtable_whole_key_filtering = true;
+  if (compaction == RocksTableOptions::Compaction::universal)
+    cf.compaction_style = rocksdb::kCompactionStyleUniversal;
   return cf;
 }
 
@@ -142,7 +146,7 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open(const RocksTableOptions& 
   db_options.max_background_jobs = 2;
   db_options.keep_log_file_num = 2;
   const rocksdb::ColumnFamilyOptions cf =
-      family_options(options.block_cache_bytes, options.write_buffer_bytes);
+      family_options(options.block_cache_bytes, options.write_buffer_bytes, options.compaction);
   std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, cf},
                                                         {rows_family, cf}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;

@@ -70,6 +70,12 @@ struct RocksTableOptions {
   // The parts each row is kept in (their floats adding up to the identity's row_floats); empty:
   // every float in fp32. Opening a store created in other parts is refused, even with adopt.
   std::vector<RowPart> parts{};
+  // How RocksDB merges its table files. leveled: reads touch the fewest files (a store read on
+  // every pull). universal: each row is rewritten fewer times as files merge, for a store that
+  // mostly takes writes (the tiered store's write-backs and evictions); reads may look in more
+  // files, each behind its Bloom filter. A store written in one style opens in the other.
+  enum class Compaction { leveled, universal };
+  Compaction compaction = Compaction::leveled;
 };
 
 class RocksTable {

@@ -129,8 +129,11 @@ Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
   o.path = shard_store_path(spec.dir, identity.shard_index);
   o.block_cache_bytes = spec.block_cache_bytes;
   const size_t shard_cache_bytes = spec.cache_bytes / std::max<uint32_t>(identity.shards, 1);
-  if (spec.kind == StoreKind::tiered)
+  if (spec.kind == StoreKind::tiered) {
     o.block_cache_bytes = o.write_buffer_bytes = tiered_rocksdb_buffer_bytes(shard_cache_bytes);
+    // Its table takes every write-back and eviction; its reads are the cache's misses.
+    o.compaction = RocksTableOptions::Compaction::universal;
+  }
   o.sync_writes = spec.durability == Durability::fsync;
   o.adopt = spec.resume;
   o.parts = spec.compact_parts;

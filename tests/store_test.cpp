@@ -11,6 +11,8 @@
 #include <tuple>
 #include <vector>
 
+#include <rocksdb/utilities/options_util.h>
+
 #include "common/hash.h"
 #include "ps/shard_core.h"
 #include "storage/checkpoint.h"
@@ -842,6 +844,58 @@ BOOST_AUTO_TEST_CASE(rows_written_past_two_small_memtables_are_in_table_files_wi
     if (e.path().extension() == ".sst") table_file_bytes += e.file_size();
   // 6 MiB written; at most two memtables of 1 MiB (and what a memtable over-fills) in memory.
   BOOST_TEST(table_file_bytes >= uintmax_t{3} << 20);
+}
+
+// The tiered store's table merges its files by universal compaction (its writes are every
+// write-back and eviction); a table written in either style opens in the other with every row,
+// so `colony export` and checkpoints read a tiered store's folder as a RocksDB store.
+BOOST_AUTO_TEST_CASE(a_table_opens_with_every_row_whichever_compaction_style_wrote_it) {
+  using C = RocksTableOptions::Compaction;
+  for (const auto& [first, second] :
+       {std::pair{C::universal, C::leveled}, std::pair{C::leveled, C::universal}}) {
+    TempDir dir;
+    RocksTableOptions o;
+    o.path = dir.sub("db");
+    o.block_cache_bytes = o.write_buffer_bytes = size_t{1} << 20;
+    o.compaction = first;
+    std::map<uint64_t, std::vector<float>> expect;
+    {
+      auto t = RocksTable::open(o, ident);
+      BOOST_REQUIRE(t.ok());
+      // 8 MiB of rows over 8 memtables, each key written about 3 times: files to merge.
+      SplitMix64 rng(uint64_t(first) + 1);
+      for (int batch = 0; batch < 64; ++batch) {
+        std::set<uint64_t> in_batch;
+        std::vector<uint64_t> keys;
+        std::vector<float> rows;
+        for (int i = 0; i < 8192; ++i) {
+          const uint64_t k = rng.next() % 150000;
+          if (!in_batch.insert(k).second) continue;
+          const std::vector<float> row(rf, float(batch * 8192 + i));
+          keys.push_back(k);
+          rows.insert(rows.end(), row.begin(), row.end());
+          expect[k] = row;
+        }
+        BOOST_REQUIRE((*t)->write(keys, rows, keys.size()).ok());
+      }
+    }
+    o.compaction = second;
+    auto t = RocksTable::open(o, ident);
+    BOOST_REQUIRE_MESSAGE(t.ok(), (t.ok() ? std::string() : t.status().message()));
+    BOOST_TEST(rows_unlike(**t, expect) == 0u);
+  }
+  TempDir dir;
+  auto spec = parse_store_spec("rocksdb:" + dir.sub("tiered"), size_t{16} << 20);
+  BOOST_REQUIRE(spec.ok());
+  BOOST_REQUIRE(open_shard_store(*spec, ident).ok());
+  rocksdb::DBOptions db;
+  std::vector<rocksdb::ColumnFamilyDescriptor> families;
+  BOOST_REQUIRE(rocksdb::LoadLatestOptions(shard_store_path(spec->dir, 0), rocksdb::Env::Default(),
+                                           &db, &families)
+                    .ok());
+  BOOST_REQUIRE(families.size() == 2u);
+  for (const auto& f : families)
+    BOOST_TEST(f.options.compaction_style == rocksdb::kCompactionStyleUniversal, f.name);
 }
 
 // A tiered store gives RocksDB a sixteenth of its budget for the block cache and for each
