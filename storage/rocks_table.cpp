@@ -248,7 +248,8 @@ Expected<std::unique_ptr<RocksTable>> RocksTable::open_read_only(const std::stri
     return Status::not_found(fmt::format("{}: no store there (no RocksDB database)", path));
   std::unique_ptr<RocksTable> t(new RocksTable());
   t->options_.path = path;
-  const rocksdb::ColumnFamilyOptions cf = family_options(size_t{8} << 20, size_t{64} << 20);
+  const rocksdb::ColumnFamilyOptions cf =
+      family_options(size_t{8} << 20, rocksdb_default_buffer_bytes);
   std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, cf},
                                                         {rows_family, cf}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
@@ -451,7 +452,7 @@ Status RocksTable::write_files(std::span<const uint64_t> keys, std::span<const u
   const std::string meta_file = options_.path + "/" + ingest_files[1];
   const std::string what = fmt::format("cannot write a file of {} rows", keys.size());
   rocksdb::Options file_options(rocksdb::DBOptions(),
-                                family_options(size_t{1} << 20, size_t{64} << 20));
+                                family_options(size_t{1} << 20, rocksdb_default_buffer_bytes));
   rocksdb::SstFileWriter rows_writer(rocksdb::EnvOptions(), file_options, rows_cf_);
   rocksdb::Status s = rows_writer.Open(rows_file);
   // In key order, each key once: a repeated key's last row (the stable order puts it last).

@@ -54,12 +54,15 @@ struct StoreIdentity {
   size_t row_floats = 0;  // > 0
 };
 
+// RocksDB's own default memtable size, and the block cache a table gets unless told otherwise.
+inline constexpr size_t rocksdb_default_buffer_bytes = size_t{64} << 20;
+
 struct RocksTableOptions {
   std::string path;  // the database folder (created with parents)
-  size_t block_cache_bytes = size_t{64} << 20;
+  size_t block_cache_bytes = rocksdb_default_buffer_bytes;
   // The size at which a memtable is flushed to a table file. RocksDB holds up to two per column
   // family: one filling, one being flushed.
-  size_t write_buffer_bytes = size_t{64} << 20;
+  size_t write_buffer_bytes = rocksdb_default_buffer_bytes;
   bool create_if_missing = true;  // false: a missing database is not_found
   bool sync_writes = false;
   bool write_ahead_log = true;  // false: writes reach the disk only when the memtables flush

@@ -75,7 +75,9 @@ class RocksRowStore final : public RowStore {
   size_t size() const override { return table_->rows() + created_; }
   size_t row_floats() const override { return table_->row_floats(); }
   size_t row_bytes() const override { return table_->row_bytes(); }  // on disk
-  size_t memory_bytes() const override { return arena_.bytes(); }
+  // The rows handed out for the current batch, and the most RocksDB's buffers take
+  // (RocksTable::buffer_bytes): 192 MiB a shard with the default block cache.
+  size_t memory_bytes() const override { return arena_.bytes() + table_->buffer_bytes(); }
   // Committed rows only.
   Status for_each(const std::function<void(uint64_t, const float*)>& f) const override;
   Status erase(std::span<const uint64_t> keys) override;

@@ -100,7 +100,7 @@ std::string to_string(const StoreSpec& spec) {
 }
 
 size_t tiered_rocksdb_buffer_bytes(size_t cache_bytes) {
-  return std::clamp(cache_bytes / 16, size_t{1} << 20, size_t{64} << 20);
+  return std::clamp(cache_bytes / 16, size_t{1} << 20, rocksdb_default_buffer_bytes);
 }
 
 std::string shard_store_path(const std::string& dir, uint32_t shard_index) {

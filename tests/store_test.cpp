@@ -926,6 +926,26 @@ BOOST_AUTO_TEST_CASE(a_tiered_stores_rocksdb_buffers_are_sized_from_its_budget_a
   BOOST_TEST((*lru)->memory_bytes() == size_t{12} << 20);
 }
 
+// A RocksDB store without a cache counts RocksDB's memtables and block cache in its memory, as
+// the tiered store does: they are most of what the process holds for it.
+BOOST_AUTO_TEST_CASE(a_rocksdb_stores_memory_counts_rocksdbs_buffers) {
+  TempDir dir;
+  auto spec = parse_store_spec("rocksdb:" + dir.sub("rocks"), 0);
+  BOOST_REQUIRE(spec.ok());
+  spec->block_cache_bytes = size_t{8} << 20;
+  auto store = open_shard_store(*spec, StoreIdentity{"test-cluster", 0, 1, rf});
+  BOOST_REQUIRE(store.ok());
+  // Two 64 MiB memtables and the 8 MiB block cache; no row handed out yet.
+  const size_t buffers = 2 * rocksdb_default_buffer_bytes + (size_t{8} << 20);
+  BOOST_TEST((*store)->memory_bytes() == buffers);
+  const uint64_t keys[] = {1, 2, 3};
+  BOOST_REQUIRE((*store)->load(keys).ok());
+  for (uint64_t k : keys) (*store)->find_or_insert(k);
+  BOOST_TEST((*store)->memory_bytes() >= buffers + 3 * rf * sizeof(float));
+  BOOST_REQUIRE((*store)->commit().ok());
+  BOOST_TEST((*store)->stats().memory_bytes == (*store)->memory_bytes());
+}
+
 BOOST_AUTO_TEST_CASE(a_missing_store_is_not_found_when_it_must_exist) {
   TempDir dir;
   RocksTableOptions o;
