@@ -200,6 +200,15 @@ void ShardCore::begin_resync() {
   durable_clocks_ = store_->committed_clocks();
 }
 
+void ShardCore::begin_takeover() {
+  resyncing_ = true;
+  resynced_.clear();
+  durable_clocks_.clear();
+  for (const auto& [sender, clock] : clocks_) durable_clocks_[sender] = clock;
+  parts_.clear();
+  keys_dropped_.clear();
+}
+
 bool ShardCore::admit_while_resyncing(const PsMessage& message, Outbox& out) {
   const MessageHeader& h =
       std::visit([](const auto& m) -> const MessageHeader& { return m.header; }, message);

@@ -238,6 +238,12 @@ class ShardCore {
   // resync is an ordinary clock advance (it never moves a clock back). Once every sender is done,
   // pulls from anyone are answered (the coordinator's evaluation). Call before the first message.
   void begin_resync();
+  // Failover (ps/replication.h): this core, a backup that applied every push and clock advance
+  // its primary forwarded, becomes the shard. As begin_resync, except that each sender's clock as
+  // this core applied it stands for the committed one (so what it already applied is a duplicate
+  // when re-sent), and the parts of a push whose last part never came are dropped (the sender
+  // re-sends the whole push). Call before the first message of a client.
+  void begin_takeover();
   // The store (for the driver: flush, checkpoint, statistics). Not for changing rows.
   RowStore& store() { return *store_; }
   // Calls f(key, parameters) for every row held. Fails as RowStore::for_each.

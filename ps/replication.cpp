@@ -1,0 +1,127 @@
+#include "ps/replication.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace colony {
+
+namespace {
+
+Status check_replicable(const ShardCore* core) {
+  if (!core) return Status::invalid_input("replication: no shard core");
+  if (core->config().admit_after > 1)
+    return Status::invalid_input(
+        "replication: feature admission (admit_after > 1) counts pulls, which only the primary "
+        "sees; a replicated shard admits every key");
+  return Status();
+}
+
+}  // namespace
+
+Expected<std::unique_ptr<ShardPrimary>> ShardPrimary::make(std::unique_ptr<ShardCore> core,
+                                                           uint32_t backups,
+                                                           ReplicationFaults faults) {
+  if (Status s = check_replicable(core.get()); !s.ok()) return s;
+  return std::unique_ptr<ShardPrimary>(new ShardPrimary(std::move(core), backups, faults));
+}
+
+ShardPrimary::ShardPrimary(std::unique_ptr<ShardCore> core, uint32_t backups,
+                           ReplicationFaults faults)
+    : core_(std::move(core)), faults_(faults), acked_(backups, 0), lost_(backups, false) {}
+
+void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
+                              std::vector<ReplicaForward>& forwards) {
+  const bool replicate = backups_live() > 0;
+  if (replicate) {
+    if (const auto* push = std::get_if<PushRequest>(&message)) {
+      // The backups never saw the pull a push may name: it goes with its keys. One whose keys the
+      // core does not know goes as it is: the backups refuse or drop it just as the core does.
+      const std::vector<uint64_t>* keys = push->keys_of_pull ? core_->push_keys(*push) : nullptr;
+      PushRequest copy = *push;
+      if (keys) {
+        copy.keys = *keys;
+        copy.keys_of_pull = 0;
+      }
+      forwards.push_back({++seq_, std::move(copy)});
+    } else if (std::holds_alternative<ClockAdvance>(message)) {
+      forwards.push_back({++seq_, message});
+    }
+  }
+  scratch_.clear();
+  core_->on_message(message, scratch_);
+  for (Outgoing& reply : scratch_) held_.push_back({seq_, std::move(reply)});
+  release(out);
+}
+
+Status ShardPrimary::on_ack(uint32_t backup, const ReplicaAck& ack, Outbox& out) {
+  if (backup >= acked_.size() || lost_[backup])
+    return Status::invalid_input("replication: an acknowledgement from backup " +
+                                 std::to_string(backup) +
+                                 ", which is not a live backup of this shard");
+  if (ack.seq > seq_)
+    return Status::invalid_input("replication: backup " + std::to_string(backup) +
+                                 " acknowledged forward " + std::to_string(ack.seq) +
+                                 ", past the last one sent (" + std::to_string(seq_) + ")");
+  acked_[backup] = std::max(acked_[backup], ack.seq);
+  release(out);
+  return Status();
+}
+
+Status ShardPrimary::on_backup_lost(uint32_t backup, Outbox& out) {
+  if (backup >= acked_.size() || lost_[backup])
+    return Status::invalid_input("replication: backup " + std::to_string(backup) +
+                                 " is not a live backup of this shard");
+  lost_[backup] = true;
+  release(out);
+  return Status();
+}
+
+uint32_t ShardPrimary::backups_live() const {
+  return static_cast<uint32_t>(std::count(lost_.begin(), lost_.end(), false));
+}
+
+uint64_t ShardPrimary::acked_by_all() const {
+  uint64_t acked = seq_;
+  for (size_t b = 0; b < acked_.size(); ++b)
+    if (!lost_[b]) acked = std::min(acked, acked_[b]);
+  return acked;
+}
+
+void ShardPrimary::release(Outbox& out) {
+  const uint64_t acked = faults_.ack_before_backups ? seq_ : acked_by_all();
+  size_t n = 0;
+  while (n < held_.size() && held_[n].seq <= acked) out.push_back(std::move(held_[n++].reply));
+  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+Expected<std::unique_ptr<ShardBackup>> ShardBackup::make(std::unique_ptr<ShardCore> core,
+                                                         ReplicationFaults faults) {
+  if (Status s = check_replicable(core.get()); !s.ok()) return s;
+  return std::unique_ptr<ShardBackup>(new ShardBackup(std::move(core), faults));
+}
+
+Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
+  if (forward.seq <= applied_) return ReplicaAck{applied_};  // a duplicate
+  if (forward.seq != applied_ + 1)
+    return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
+                                 " came after forward " + std::to_string(applied_) +
+                                 ": the ones between were lost");
+  if (!std::holds_alternative<PushRequest>(forward.message) &&
+      !std::holds_alternative<ClockAdvance>(forward.message))
+    return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
+                                 " is neither a push nor a clock advance");
+  scratch_.clear();
+  core_->on_message(forward.message, scratch_);  // the primary answers the clients
+  applied_ = forward.seq;
+  return ReplicaAck{applied_};
+}
+
+std::unique_ptr<ShardCore> ShardBackup::promote() {
+  if (faults_.promote_without_clocks)
+    core_->begin_resync();  // the store's committed clocks: none in memory
+  else
+    core_->begin_takeover();
+  return std::move(core_);
+}
+
+}  // namespace colony

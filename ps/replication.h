@@ -1,0 +1,141 @@
+// Primary-backup replication of a shard (`--durability replicated:K`), as two sans-I/O cores.
+//
+// A replicated shard is one primary and K - 1 backups, each a ShardCore of the same
+// configuration in another process. Every message that can change rows or clocks (a push part, a
+// clock advance) goes through the primary, which hands it to its core and forwards it, numbered
+// in the order the core took it (ReplicaForward::seq, from 1), to every backup; a backup applies
+// forwards in that order, so every replica applies the same updates in one order and holds the
+// same rows bit for bit. The primary holds back every reply its core makes (acknowledgements,
+// pull replies, errors) until each backup has acknowledged every forward made up to that reply
+// (ReplicaAck): a client is told a push is done only once the push is on K replicas, and no
+// client reads a row that a failover could take back.
+//
+// Failover: when the primary is lost, a backup is promoted (ShardBackup::promote): its core
+// resyncs with every sender as a restarted shard does (ShardCore::begin_takeover), taking each
+// sender's clock as the backup applied it. The clients re-send what was not acknowledged
+// (KvClient::resync); what the backup already had is acknowledged as a duplicate. So nothing
+// acknowledged is lost and nothing is applied twice, whichever forwards the crash cut off.
+//
+// A push that leaves its keys out (PushRequest::keys_of_pull) names a pull only the primary saw:
+// it is forwarded with its keys filled in, and not at all when the primary would refuse or drop
+// it for its keys. Pulls and hints are not forwarded: without feature admission a row's initial
+// value depends only on its key, so a row a pull created on the primary alone reads the same on a
+// backup. Feature admission (admit_after > 1) counts pulls, so it is refused here.
+//
+// What is not here (the drivers' part, docs/durability.md): placing backups in other processes,
+// a coordinator that declares a primary lost and re-routes its shard, and a backup that rejoins
+// (a new backup needs the rows copied over).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "ps/protocol.h"
+#include "ps/shard_core.h"
+
+namespace colony {
+
+// A message the primary's core took, for every backup, numbered from 1 in the order taken: a
+// PushRequest (with its keys) or a ClockAdvance.
+struct ReplicaForward {
+  uint64_t seq = 0;
+  PsMessage message;
+};
+
+// A backup has applied every forward up to `seq`.
+struct ReplicaAck {
+  uint64_t seq = 0;
+};
+
+struct ReplicationFaults {
+  // Seeded faults the property tests switch on to show that the invariants catch them. Off
+  // everywhere else. The primary releases replies without waiting for its backups.
+  bool ack_before_backups = false;
+  // A promoted backup forgets the clocks it applied: pushes it had are applied again.
+  bool promote_without_clocks = false;
+};
+
+class ShardPrimary {
+ public:
+  // The primary over `core`, with `backups` backups (K - 1; 0 replicates nothing and holds no
+  // reply). Fails with invalid_input when the core's configuration uses feature admission.
+  static Expected<std::unique_ptr<ShardPrimary>> make(std::unique_ptr<ShardCore> core,
+                                                      uint32_t backups,
+                                                      ReplicationFaults faults = {});
+
+  // A message for the shard: handed to the core; forwards for every backup are appended to
+  // `forwards`; the core's replies go to `out` now when no forward is unacknowledged, and
+  // otherwise once every backup has acknowledged the last forward made so far (on_ack), in the
+  // order the core made them.
+  void on_message(const PsMessage& message, Outbox& out, std::vector<ReplicaForward>& forwards);
+  // Backup `backup` (0..backups()-1) has applied every forward up to `seq`: releases the replies
+  // every backup has now acknowledged into `out`. Fails with invalid_input, changing nothing, for
+  // an unknown backup or a seq above the last forward; an ack below the backup's last one is an
+  // old message (ignored).
+  Status on_ack(uint32_t backup, const ReplicaAck& ack, Outbox& out);
+  // The coordinator declared backup `backup` lost: the primary stops waiting for it, and the
+  // replies the other backups have acknowledged go to `out`. Fails with invalid_input for an
+  // unknown or already lost backup.
+  Status on_backup_lost(uint32_t backup, Outbox& out);
+
+  uint32_t backups() const { return static_cast<uint32_t>(acked_.size()); }
+  uint32_t backups_live() const;
+  // The last forward made (0: none).
+  uint64_t last_seq() const { return seq_; }
+  // Replies held for the backups' acknowledgements.
+  size_t held() const { return held_.size(); }
+  ShardCore& core() { return *core_; }
+  const ShardCore& core() const { return *core_; }
+
+ private:
+  ShardPrimary(std::unique_ptr<ShardCore> core, uint32_t backups, ReplicationFaults faults);
+  // The smallest seq every live backup has acknowledged (last_seq() with none live).
+  uint64_t acked_by_all() const;
+  void release(Outbox& out);
+
+  std::unique_ptr<ShardCore> core_;
+  ReplicationFaults faults_;
+  uint64_t seq_ = 0;
+  std::vector<uint64_t> acked_;  // by backup
+  std::vector<bool> lost_;       // by backup
+  struct Held {
+    uint64_t seq;  // released once every live backup has acknowledged it
+    Outgoing reply;
+  };
+  std::vector<Held> held_;  // in the order the core made them
+  Outbox scratch_;
+};
+
+class ShardBackup {
+ public:
+  // A backup over `core` (the primary's configuration, the same node id: a promoted backup
+  // answers as the shard). Fails as ShardPrimary::make.
+  static Expected<std::unique_ptr<ShardBackup>> make(std::unique_ptr<ShardCore> core,
+                                                     ReplicationFaults faults = {});
+
+  // Applies `forward` when it is the next in order and returns the seq to acknowledge: every
+  // forward up to it applied. A forward already applied (a duplicate) is acknowledged again and
+  // not applied. Fails with invalid_input, applying nothing, for a forward past the next (one was
+  // lost: the backup can no longer follow the primary) or a message that is not a push or a
+  // clock advance; the backup is then out of date and must not be promoted.
+  Expected<ReplicaAck> on_forward(const ReplicaForward& forward);
+  // The last forward applied.
+  uint64_t applied() const { return applied_; }
+  const ShardCore& core() const { return *core_; }
+  // Failover: the core, to run as the shard's primary. It resyncs with every sender
+  // (ShardCore::begin_takeover): each sender's clock is the later of the one it announces and the
+  // one this backup applied. The backup is spent.
+  std::unique_ptr<ShardCore> promote();
+
+ private:
+  ShardBackup(std::unique_ptr<ShardCore> core, ReplicationFaults faults)
+      : core_(std::move(core)), faults_(faults) {}
+  std::unique_ptr<ShardCore> core_;
+  ReplicationFaults faults_;
+  uint64_t applied_ = 0;
+  Outbox scratch_;
+};
+
+}  // namespace colony

@@ -1,0 +1,398 @@
+// Primary-backup replication of a shard (ps/replication.h), driven as the drivers will: real
+// ShardCores and KvClients exchanging messages over FIFO links in a seeded random order, the
+// primary crashing at a random moment (the forwards in flight to its backups cut at a random
+// point, what it held lost), a backup promoted and the clients told of it one by one, later. Every
+// push adds 1 to each of its rows (SGD, step 1, gradient -1), so a row's final value counts the
+// pushes applied to it: the checker compares it with the pushes the clients made, and counts what
+// was lost and what was applied twice. Broken variants of the replication must be caught.
+#define BOOST_TEST_MODULE replication_test
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/hash.h"
+#include "ps/replication.h"
+#include "worker/kv_client.h"
+
+using namespace colony;
+
+namespace {
+
+constexpr NodeId shard_node = 0;
+constexpr NodeId first_client = 10;
+constexpr uint64_t key_space = 300;
+constexpr size_t width = 2;
+const ShardMapSpec map_spec{1, 1, 16, 0};
+
+ShardConfig shard_config(const std::vector<NodeId>& senders, Consistency consistency) {
+  ShardConfig sc;
+  sc.id = shard_node;
+  sc.width = width;
+  sc.optimizer = default_optimizer_config(OptimizerKind::sgd);
+  sc.optimizer.lr = 1.0f;
+  sc.init = RowInit{0, width, 0.0f};  // every row starts at zero
+  sc.consistency = consistency;
+  sc.senders = senders;
+  sc.map = map_spec;
+  return sc;
+}
+
+std::unique_ptr<ShardCore> make_core(const ShardConfig& sc) {
+  return std::move(ShardCore::make(sc).value());
+}
+
+// One client training `steps` steps: pull a batch's keys, push -1 for each, pull the next batch
+// without waiting for the push's acknowledgement.
+struct Client {
+  NodeId id = 0;
+  std::unique_ptr<KvClient> kv;
+  uint32_t steps = 0;
+  uint32_t step = 0;  // the step whose pull is next (or open)
+  std::optional<KvClient::Ticket> pull;
+  std::vector<uint64_t> keys;               // the open pull's keys
+  std::deque<std::vector<float>> values{};  // pull buffers, kept until the run ends
+  bool finished = false;
+  bool told = true;  // has heard of the failover (resync sent)
+};
+
+struct Outcome {
+  uint64_t lost = 0;         // row updates acknowledged or made that the final rows lack
+  uint64_t twice = 0;        // row updates the final rows hold more than once
+  uint64_t pushes_lost = 0;  // as the promoted shard counted them at the resyncs
+  bool crashed = false;
+  bool finished = false;  // every client done, no error
+  std::string error;
+  bool backups_equal = true;  // without a crash: every backup holds the primary's rows
+};
+
+struct Run {
+  SplitMix64 rng;
+  ReplicationFaults faults;
+  std::vector<Client> clients;
+  std::unique_ptr<ShardPrimary> primary;
+  std::vector<std::unique_ptr<ShardBackup>> backups;  // null once crashed or promoted
+  std::deque<std::pair<size_t, PsMessage>> to_shard;  // (client, message), one FIFO per sender
+  std::vector<std::deque<PsMessage>> to_client;
+  std::vector<std::deque<ReplicaForward>> forwards;  // by backup
+  std::vector<std::deque<ReplicaAck>> acks;          // by backup
+  std::vector<uint64_t> expected = std::vector<uint64_t>(key_space, 0);
+  Outcome outcome;
+
+  explicit Run(uint64_t seed, ReplicationFaults f) : rng(seed), faults(f) {}
+  uint64_t below(uint64_t n) { return rng.next() % n; }
+
+  void send(size_t c, Outbox& out) {
+    for (Outgoing& o : out) {
+      BOOST_REQUIRE(o.to == shard_node);
+      to_shard.emplace_back(c, std::move(o.message));
+    }
+    out.clear();
+  }
+  void reply(Outbox& out) {
+    for (Outgoing& o : out) to_client[o.to - first_client].push_back(std::move(o.message));
+    out.clear();
+  }
+
+  // The client's next move, when it has one.
+  bool act(size_t c) {
+    Client& cl = clients[c];
+    if (cl.finished || !cl.told) return false;
+    Outbox out;
+    if (cl.pull && cl.kv->done(*cl.pull)) {
+      std::vector<float> grads(cl.keys.size() * width, -1.0f);
+      for (uint64_t k : cl.keys) ++expected[k];
+      cl.kv->push(cl.keys, grads, cl.step + 1, out);
+      cl.pull.reset();
+      ++cl.step;
+    } else if (!cl.pull && cl.step < cl.steps) {
+      const size_t n = 1 + below(150);
+      cl.keys.clear();
+      for (uint64_t k = below(key_space); cl.keys.size() < n; k = (k + 1 + below(7)) % key_space)
+        if (std::find(cl.keys.begin(), cl.keys.end(), k) == cl.keys.end()) cl.keys.push_back(k);
+      cl.values.emplace_back(cl.keys.size() * width);
+      cl.pull = cl.kv->pull(cl.keys, cl.step, cl.id, cl.values.back(), out);
+    } else if (!cl.pull && cl.step == cl.steps) {
+      cl.kv->finish(out);
+      cl.finished = true;
+    } else {
+      return false;
+    }
+    send(c, out);
+    return true;
+  }
+
+  void crash_primary() {
+    outcome.crashed = true;
+    primary.reset();  // what it held back dies with it
+    to_shard.clear();
+    for (auto& q : to_client)  // what it had sent may or may not arrive
+      q.resize(below(q.size() + 1));
+    size_t next = backups.size();
+    for (size_t b = 0; b < backups.size(); ++b) {
+      acks[b].clear();
+      if (!backups[b]) continue;
+      // A random prefix of the forwards in flight arrives before the link breaks.
+      forwards[b].resize(below(forwards[b].size() + 1));
+      while (!forwards[b].empty()) {
+        BOOST_REQUIRE(backups[b]->on_forward(forwards[b].front()).ok());
+        forwards[b].pop_front();
+      }
+      if (next == backups.size()) next = b;
+    }
+    BOOST_REQUIRE(next < backups.size());
+    // The first live backup becomes the shard, with no backup of its own.
+    primary = std::move(ShardPrimary::make(backups[next]->promote(), 0).value());
+    for (auto& b : backups) b.reset();
+    for (Client& cl : clients) cl.told = false;
+  }
+
+  void crash_backup(size_t b) {
+    backups[b].reset();
+    forwards[b].clear();
+    acks[b].clear();
+    Outbox out;
+    BOOST_REQUIRE(primary->on_backup_lost(static_cast<uint32_t>(b), out).ok());
+    reply(out);
+  }
+
+  size_t live_backups() const {
+    return static_cast<size_t>(
+        std::count_if(backups.begin(), backups.end(), [](const auto& b) { return b != nullptr; }));
+  }
+
+  Outcome go() {
+    const size_t n = 2 + below(3);
+    const uint32_t backup_count = 1 + static_cast<uint32_t>(below(2));
+    const Consistency consistency =
+        std::array{Consistency{ConsistencyKind::bsp, 0}, Consistency{ConsistencyKind::ssp, 2},
+                   Consistency{ConsistencyKind::asp, 0}}[below(3)];
+    const size_t part_bytes = below(2) ? part_bytes_min : part_bytes_default;
+    std::vector<NodeId> senders;
+    for (size_t c = 0; c < n; ++c) senders.push_back(first_client + static_cast<NodeId>(c));
+    const ShardConfig sc = shard_config(senders, consistency);
+    primary = std::move(ShardPrimary::make(make_core(sc), backup_count, faults).value());
+    for (uint32_t b = 0; b < backup_count; ++b)
+      backups.push_back(std::move(ShardBackup::make(make_core(sc), faults).value()));
+    forwards.resize(backup_count);
+    acks.resize(backup_count);
+    to_client.resize(n);
+    for (size_t c = 0; c < n; ++c) {
+      Client cl;
+      cl.id = senders[c];
+      KvClient::Options o{cl.id, map_spec, {shard_node}, width, true};
+      o.part_bytes = part_bytes;
+      cl.kv = std::move(KvClient::make(o).value());
+      cl.steps = 6 + static_cast<uint32_t>(below(10));
+      clients.push_back(std::move(cl));
+    }
+    // When the primary and a backup crash, in deliveries (never: past any run's end).
+    const uint64_t primary_crash = below(5) ? below(250) : UINT64_MAX;
+    const uint64_t backup_crash = below(4) ? UINT64_MAX : below(250);
+
+    for (uint64_t tick = 0; tick < 1'000'000; ++tick) {
+      if (tick == backup_crash && primary_crash > tick && live_backups() > 1) {
+        size_t b = below(backups.size());
+        while (!backups[b]) b = (b + 1) % backups.size();
+        crash_backup(b);
+      }
+      if (tick == primary_crash && live_backups() > 0) crash_primary();
+      // Every possible move, then one of them at random.
+      std::vector<std::pair<int, size_t>> moves;
+      if (!to_shard.empty()) moves.emplace_back(0, 0);
+      for (size_t c = 0; c < n; ++c) {
+        if (!to_client[c].empty()) moves.emplace_back(1, c);
+        moves.emplace_back(2, c);
+        if (!clients[c].told) moves.emplace_back(5, c);
+      }
+      for (size_t b = 0; b < backups.size(); ++b) {
+        if (!forwards[b].empty()) moves.emplace_back(3, b);
+        if (!acks[b].empty()) moves.emplace_back(4, b);
+      }
+      bool moved = false;
+      while (!moved && !moves.empty()) {
+        const size_t pick = below(moves.size());
+        const auto [kind, i] = moves[pick];
+        moves.erase(moves.begin() + static_cast<std::ptrdiff_t>(pick));
+        Outbox out;
+        std::vector<ReplicaForward> fw;
+        switch (kind) {
+          case 0: {  // the oldest message to the shard of a random sender
+            const size_t c = to_shard[below(to_shard.size())].first;
+            auto it = std::find_if(to_shard.begin(), to_shard.end(),
+                                   [&](const auto& m) { return m.first == c; });
+            PsMessage m = std::move(it->second);
+            to_shard.erase(it);
+            primary->on_message(m, out, fw);
+            for (size_t b = 0; b < backups.size(); ++b)
+              if (backups[b]) forwards[b].insert(forwards[b].end(), fw.begin(), fw.end());
+            reply(out);
+            moved = true;
+            break;
+          }
+          case 1: {
+            PsMessage m = std::move(to_client[i].front());
+            to_client[i].pop_front();
+            clients[i].kv->on_message(m, out);
+            send(i, out);
+            moved = true;
+            break;
+          }
+          case 2:
+            moved = act(i);
+            break;
+          case 3: {
+            auto ack = backups[i]->on_forward(forwards[i].front());
+            if (!ack.ok()) BOOST_FAIL(ack.status().message());
+            forwards[i].pop_front();
+            acks[i].push_back(*ack);
+            moved = true;
+            break;
+          }
+          case 4: {
+            BOOST_REQUIRE(primary->on_ack(static_cast<uint32_t>(i), acks[i].front(), out).ok());
+            acks[i].pop_front();
+            reply(out);
+            moved = true;
+            break;
+          }
+          case 5:  // the coordinator's word of the failover reaches this client
+            clients[i].told = true;
+            BOOST_REQUIRE(clients[i].kv->resync(0, out));
+            send(i, out);
+            moved = true;
+            break;
+        }
+      }
+      if (!moved) break;
+    }
+
+    outcome.finished = true;
+    for (const Client& cl : clients) {
+      if (!cl.kv->error().ok()) outcome.error = cl.kv->error().message();
+      if (!cl.finished || cl.kv->open_tickets() != 0 || !cl.kv->error().ok())
+        outcome.finished = false;
+    }
+    ShardCore& core = primary->core();
+    outcome.pushes_lost = core.stats().pushes_lost;
+    for (uint64_t k = 0; k < key_space; ++k) {
+      float v[width];
+      core.row_value(k, v);
+      for (float x : v) {
+        const auto got = static_cast<uint64_t>(x);
+        BOOST_REQUIRE(float(got) == x);
+        if (got < expected[k]) outcome.lost += expected[k] - got;
+        if (got > expected[k]) outcome.twice += got - expected[k];
+      }
+      if (outcome.crashed) continue;
+      for (const auto& b : backups) {
+        if (!b) continue;
+        float w[width];
+        const_cast<ShardCore&>(b->core()).row_value(k, w);
+        if (!std::equal(v, v + width, w)) outcome.backups_equal = false;
+      }
+    }
+    return outcome;
+  }
+};
+
+Outcome run(uint64_t seed, ReplicationFaults faults = {}) {
+  return Run(seed, faults).go();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(no_acknowledged_push_is_lost_or_applied_twice_across_failovers) {
+  uint64_t crashed = 0;
+  for (uint64_t seed = 1; seed <= 500; ++seed) {
+    const Outcome o = run(seed);
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      BOOST_TEST(o.finished, o.error);
+      BOOST_TEST(o.lost == 0u);
+      BOOST_TEST(o.twice == 0u);
+      BOOST_TEST(o.pushes_lost == 0u);
+      BOOST_TEST(o.backups_equal);
+    }
+    crashed += o.crashed;
+  }
+  BOOST_TEST_MESSAGE(crashed << " of 500 runs lost their primary");
+  BOOST_TEST(crashed > 300u);
+}
+
+BOOST_AUTO_TEST_CASE(a_primary_that_acknowledges_before_its_backups_is_caught_losing_pushes) {
+  uint64_t caught = 0;
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    const Outcome o = run(seed, {.ack_before_backups = true});
+    if (o.lost > 0 && o.pushes_lost > 0) ++caught;
+  }
+  BOOST_TEST_MESSAGE("lost pushes caught in " << caught << " of 100 runs");
+  BOOST_TEST(caught > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_promoted_backup_that_forgets_its_clocks_is_caught_applying_pushes_twice) {
+  uint64_t caught = 0;
+  for (uint64_t seed = 1; seed <= 100; ++seed)
+    if (run(seed, {.promote_without_clocks = true}).twice > 0) ++caught;
+  BOOST_TEST_MESSAGE("pushes applied twice caught in " << caught << " of 100 runs");
+  BOOST_TEST(caught > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_push_is_acknowledged_only_once_every_backup_has_it) {
+  const std::vector<NodeId> senders = {first_client};
+  const ShardConfig sc = shard_config(senders, {});
+  auto primary = std::move(ShardPrimary::make(make_core(sc), 2).value());
+  auto b0 = std::move(ShardBackup::make(make_core(sc)).value());
+  auto b1 = std::move(ShardBackup::make(make_core(sc)).value());
+  PushRequest push{{first_client, 1, 1}, 1, {7}, FloatBuffer(std::vector<float>{-1.0f, -1.0f})};
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+  primary->on_message(push, out, fw);
+  BOOST_TEST(out.empty());
+  BOOST_REQUIRE(fw.size() == 1u);
+  BOOST_TEST(fw[0].seq == 1u);
+  const ReplicaAck a0 = b0->on_forward(fw[0]).value();
+  BOOST_REQUIRE(primary->on_ack(0, a0, out).ok());
+  BOOST_TEST(out.empty());  // one backup of two
+  // A repeated forward is acknowledged again, not applied again.
+  BOOST_TEST(b0->on_forward(fw[0]).value().seq == 1u);
+  BOOST_REQUIRE(primary->on_ack(1, b1->on_forward(fw[0]).value(), out).ok());
+  BOOST_REQUIRE(out.size() == 1u);
+  BOOST_TEST(std::holds_alternative<PushAck>(out[0].message));
+  float v[width];
+  const_cast<ShardCore&>(b0->core()).row_value(7, v);
+  BOOST_TEST(v[0] == 1.0f);
+}
+
+BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
+  const ShardConfig sc = shard_config({first_client}, {});
+  auto primary = std::move(ShardPrimary::make(make_core(sc), 1).value());
+  auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+  Outbox out;
+  // An acknowledgement of a forward never sent, or from a backup that is not one.
+  BOOST_TEST(!primary->on_ack(0, {5}, out).ok());
+  BOOST_TEST(!primary->on_ack(3, {0}, out).ok());
+  // A forward past the next one, or of a pull, is refused and nothing is applied.
+  ClockAdvance advance{{first_client, 1, 1}, 1};
+  BOOST_TEST(!backup->on_forward({2, advance}).ok());
+  BOOST_TEST(
+      !backup->on_forward({1, PullRequest{{first_client, 2, 1}, 0, first_client, {1}}}).ok());
+  BOOST_TEST(backup->applied() == 0u);
+  BOOST_TEST(backup->on_forward({1, advance}).value().seq == 1u);
+  // Feature admission counts pulls the backups never see.
+  ShardConfig admitting = sc;
+  admitting.admit_after = 3;
+  BOOST_TEST(!ShardPrimary::make(make_core(admitting), 1).ok());
+  BOOST_TEST(!ShardBackup::make(make_core(admitting)).ok());
+  // Once its only backup is lost, the primary acknowledges at once.
+  std::vector<ReplicaForward> fw;
+  PushRequest push{{first_client, 3, 1}, 1, {7}, FloatBuffer(std::vector<float>{1.0f, 1.0f})};
+  primary->on_message(push, out, fw);
+  BOOST_TEST(out.empty());
+  BOOST_REQUIRE(primary->on_backup_lost(0, out).ok());
+  BOOST_TEST(out.size() == 1u);
+  BOOST_TEST(!primary->on_backup_lost(0, out).ok());
+}
