@@ -26,8 +26,12 @@ Expected<std::unique_ptr<ShardPrimary>> ShardPrimary::make(std::unique_ptr<Shard
 }
 
 ShardPrimary::ShardPrimary(std::unique_ptr<ShardCore> core, uint32_t backups,
-                           ReplicationFaults faults)
-    : core_(std::move(core)), faults_(faults), acked_(backups, 0), lost_(backups, false) {}
+                           ReplicationFaults faults, uint64_t seq)
+    : core_(std::move(core)),
+      faults_(faults),
+      seq_(seq),
+      acked_(backups, 0),
+      lost_(backups, false) {}
 
 void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
                               std::vector<ReplicaForward>& forwards) {
@@ -42,9 +46,9 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
         copy.keys = *keys;
         copy.keys_of_pull = 0;
       }
-      forwards.push_back({++seq_, std::move(copy)});
+      forwards.push_back({++seq_, std::move(copy), acked_by_all()});
     } else if (std::holds_alternative<ClockAdvance>(message)) {
-      forwards.push_back({++seq_, message});
+      forwards.push_back({++seq_, message, acked_by_all()});
     }
   }
   scratch_.clear();
@@ -113,15 +117,29 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
   scratch_.clear();
   core_->on_message(forward.message, scratch_);  // the primary answers the clients
   applied_ = forward.seq;
+  // Kept until every backup has it (a promotion of this one re-sends them to the others).
+  log_.push_back(forward);
+  const auto committed = std::find_if(
+      log_.begin(), log_.end(), [&](const ReplicaForward& f) { return f.seq > forward.committed; });
+  log_.erase(log_.begin(), committed);
   return ReplicaAck{applied_};
 }
 
-std::unique_ptr<ShardCore> ShardBackup::promote() {
+ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {
   if (faults_.promote_without_clocks)
     core_->begin_resync();  // the store's committed clocks: none in memory
   else
     core_->begin_takeover();
-  return std::move(core_);
+  Promotion p;
+  p.primary.reset(new ShardPrimary(std::move(core_), backups, faults_, applied_));
+  if (backups > 0) {
+    p.resend = std::move(log_);
+    // The others have at least what the oldest kept forward says every backup had.
+    const uint64_t committed = p.resend.empty() ? applied_ : p.resend.front().seq - 1;
+    std::fill(p.primary->acked_.begin(), p.primary->acked_.end(), committed);
+    for (ReplicaForward& f : p.resend) f.committed = committed;
+  }
+  return p;
 }
 
 }  // namespace colony

@@ -10,11 +10,15 @@
 // (ReplicaAck): a client is told a push is done only once the push is on K replicas, and no
 // client reads a row that a failover could take back.
 //
-// Failover: when the primary is lost, a backup is promoted (ShardBackup::promote): its core
-// resyncs with every sender as a restarted shard does (ShardCore::begin_takeover), taking each
-// sender's clock as the backup applied it. The clients re-send what was not acknowledged
-// (KvClient::resync); what the backup already had is acknowledged as a duplicate. So nothing
-// acknowledged is lost and nothing is applied twice, whichever forwards the crash cut off.
+// Failover: when the primary is lost, the backup that applied the most forwards is promoted
+// (ShardBackup::promote): its core resyncs with every sender as a restarted shard does
+// (ShardCore::begin_takeover), taking each sender's clock as the backup applied it. The clients
+// re-send what was not acknowledged (KvClient::resync); what the backup already had is
+// acknowledged as a duplicate. So nothing acknowledged is lost and nothing is applied twice,
+// whichever forwards the crash cut off. The other backups stay backups of the new primary: each
+// forward says how far every backup has applied (ReplicaForward::committed), a backup keeps the
+// forwards past that, and the promoted one sends them again to the others, which apply those they
+// lack. So K replicas survive K - 1 failures, one after another.
 //
 // A push that leaves its keys out (PushRequest::keys_of_pull) names a pull only the primary saw:
 // it is forwarded with its keys filled in, and not at all when the primary would refuse or drop
@@ -22,9 +26,9 @@
 // value depends only on its key, so a row a pull created on the primary alone reads the same on a
 // backup. Feature admission (admit_after > 1) counts pulls, so it is refused here.
 //
-// What is not here (the drivers' part, docs/durability.md): placing backups in other processes,
-// a coordinator that declares a primary lost and re-routes its shard, and a backup that rejoins
-// (a new backup needs the rows copied over).
+// What is not here (the drivers' part, docs/storage.md): placing backups in other processes,
+// a coordinator that declares a primary lost and re-routes its shard, and a new backup in place
+// of a lost one (it needs the rows copied over).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +46,9 @@ namespace colony {
 struct ReplicaForward {
   uint64_t seq = 0;
   PsMessage message;
+  // Every live backup had applied every forward up to this one when it was sent: a backup keeps
+  // the forwards after it, for a promotion.
+  uint64_t committed = 0;
 };
 
 // A backup has applied every forward up to `seq`.
@@ -90,7 +97,9 @@ class ShardPrimary {
   const ShardCore& core() const { return *core_; }
 
  private:
-  ShardPrimary(std::unique_ptr<ShardCore> core, uint32_t backups, ReplicationFaults faults);
+  friend class ShardBackup;  // a promotion starts a primary at its backup's place
+  ShardPrimary(std::unique_ptr<ShardCore> core, uint32_t backups, ReplicationFaults faults,
+               uint64_t seq = 0);
   // The smallest seq every live backup has acknowledged (last_seq() with none live).
   uint64_t acked_by_all() const;
   void release(Outbox& out);
@@ -123,11 +132,23 @@ class ShardBackup {
   Expected<ReplicaAck> on_forward(const ReplicaForward& forward);
   // The last forward applied.
   uint64_t applied() const { return applied_; }
+  // Forwards kept for a promotion (those past the last ReplicaForward::committed).
+  size_t kept() const { return log_.size(); }
   const ShardCore& core() const { return *core_; }
-  // Failover: the core, to run as the shard's primary. It resyncs with every sender
-  // (ShardCore::begin_takeover): each sender's clock is the later of the one it announces and the
-  // one this backup applied. The backup is spent.
-  std::unique_ptr<ShardCore> promote();
+
+  struct Promotion {
+    std::unique_ptr<ShardPrimary> primary;
+    // For every remaining backup, in order: the forwards it may lack.
+    std::vector<ReplicaForward> resend;
+  };
+  // Failover: this backup becomes the shard's primary, with `backups` backups (the others still
+  // live, numbered anew). Its core resyncs with every sender (ShardCore::begin_takeover): each
+  // sender's clock is the later of the one it announces and the one this backup applied. The new
+  // primary numbers its forwards on from applied(), and holds its replies until every backup has
+  // acknowledged `resend`. The driver must promote a backup that applied at least as many
+  // forwards as any live one (ask each its applied()): one ahead of it would take the new
+  // primary's forwards for those it had. The backup is spent.
+  Promotion promote(uint32_t backups);
 
  private:
   ShardBackup(std::unique_ptr<ShardCore> core, ReplicationFaults faults)
@@ -135,6 +156,7 @@ class ShardBackup {
   std::unique_ptr<ShardCore> core_;
   ReplicationFaults faults_;
   uint64_t applied_ = 0;
+  std::vector<ReplicaForward> log_;  // applied, past the last committed
   Outbox scratch_;
 };
 
