@@ -170,16 +170,28 @@ Runner add_sim(CLI::App& app) {
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
   cmd->add_option("--fault-site", o.force_sites,
                   "Force a fault site on: skip_ssp_gate, lose_log_tail, skip_resync, "
-                  "garble_control, forge_ps, forget_clocks");
+                  "garble_control, forge_ps, forget_clocks, replica_ack_early, "
+                  "replica_forget_clocks");
   cmd->add_option("--ps-store", a->ps_store,
                   "Full numerics: durable (a crashed ps resumes from its store, as with --store "
-                  "rocksdb:DIR) or memory (a crashed ps fails the job)")
-      ->check(CLI::IsMember({"durable", "memory"}))
+                  "rocksdb:DIR), memory (a crashed ps fails the job) or replicated:K (in memory "
+                  "on K ps hosts: a crashed ps resumes from a replica)")
       ->capture_default_str();
   return [a, profile]() {
     sim::SimOptions o = a->o;
     o.push = a->push == "flat" ? sim::PushKind::flat : sim::PushKind::hierarchical;
     o.durable_ps = a->ps_store == "durable";
+    if (a->ps_store.rfind("replicated:", 0) == 0) {
+      const std::string k = a->ps_store.substr(11);
+      if (k.empty() || k.size() > 4 || k.find_first_not_of("0123456789") != std::string::npos)
+        return fail(Status::invalid_input("--ps-store " + a->ps_store +
+                                          ": replicated:K takes a number of replicas K"));
+      o.replicas = static_cast<uint32_t>(std::stoul(k));
+      o.durable_ps = false;
+    } else if (a->ps_store != "durable" && a->ps_store != "memory") {
+      return fail(Status::invalid_input("--ps-store " + a->ps_store +
+                                        ": not durable, memory or replicated:K"));
+    }
     auto model = parse_model(a->model);
     if (!model) return fail(Status::invalid_input("--model: " + model.status().message()));
     o.model.kind = *model;
@@ -327,7 +339,9 @@ Runner add_sim(CLI::App& app) {
       rep["coordinator_members"] = r.members;
       rep["workers_lost"] = r.workers_lost;
       rep["job_error"] = r.job_error;
-      rep["ps_store"] = o.durable_ps ? "durable" : "memory";
+      rep["ps_store"] = o.replicas > 1 ? fmt::format("replicated:{}", o.replicas)
+                        : o.durable_ps ? "durable"
+                                       : "memory";
       rep["ps_restarts"] = r.ps_restarts;
       rep["clients_resynced"] = r.resyncs;
       rep["acked_commits_lost"] = r.acked_commits_lost;

@@ -18,23 +18,18 @@ Status check_replicable(const ShardCore* core) {
 
 }  // namespace
 
-Expected<std::unique_ptr<ShardPrimary>> ShardPrimary::make(std::unique_ptr<ShardCore> core,
-                                                           uint32_t backups,
+Expected<std::unique_ptr<ShardPrimary>> ShardPrimary::make(ShardCore& core, uint32_t backups,
                                                            ReplicationFaults faults) {
-  if (Status s = check_replicable(core.get()); !s.ok()) return s;
-  return std::unique_ptr<ShardPrimary>(new ShardPrimary(std::move(core), backups, faults));
+  if (Status s = check_replicable(&core); !s.ok()) return s;
+  return std::unique_ptr<ShardPrimary>(new ShardPrimary(core, backups, faults));
 }
 
-ShardPrimary::ShardPrimary(std::unique_ptr<ShardCore> core, uint32_t backups,
-                           ReplicationFaults faults, uint64_t seq)
-    : core_(std::move(core)),
-      faults_(faults),
-      seq_(seq),
-      acked_(backups, 0),
-      lost_(backups, false) {}
+ShardPrimary::ShardPrimary(ShardCore& core, uint32_t backups, ReplicationFaults faults,
+                           uint64_t seq)
+    : core_(&core), faults_(faults), seq_(seq), acked_(backups, 0), lost_(backups, false) {}
 
 void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
-                              std::vector<ReplicaForward>& forwards) {
+                              std::vector<ReplicaForward>& forwards, bool discard_replies) {
   const bool replicate = backups_live() > 0;
   if (replicate) {
     if (const auto* push = std::get_if<PushRequest>(&message)) {
@@ -53,7 +48,8 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
   }
   scratch_.clear();
   core_->on_message(message, scratch_);
-  for (Outgoing& reply : scratch_) held_.push_back({seq_, std::move(reply)});
+  if (!discard_replies)
+    for (Outgoing& reply : scratch_) held_.push_back({seq_, std::move(reply)});
   release(out);
 }
 
@@ -131,7 +127,8 @@ ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {
   else
     core_->begin_takeover();
   Promotion p;
-  p.primary.reset(new ShardPrimary(std::move(core_), backups, faults_, applied_));
+  p.core = std::move(core_);
+  p.primary.reset(new ShardPrimary(*p.core, backups, faults_, applied_));
   if (backups > 0) {
     p.resend = std::move(log_);
     // The others have at least what the oldest kept forward says every backup had.

@@ -66,17 +66,19 @@ struct ReplicationFaults {
 
 class ShardPrimary {
  public:
-  // The primary over `core`, with `backups` backups (K - 1; 0 replicates nothing and holds no
-  // reply). Fails with invalid_input when the core's configuration uses feature admission.
-  static Expected<std::unique_ptr<ShardPrimary>> make(std::unique_ptr<ShardCore> core,
-                                                      uint32_t backups,
+  // The primary over `core` (which must outlive it; the driver keeps owning it), with `backups`
+  // backups (K - 1; 0 replicates nothing and holds no reply). Fails with invalid_input when the
+  // core's configuration uses feature admission.
+  static Expected<std::unique_ptr<ShardPrimary>> make(ShardCore& core, uint32_t backups,
                                                       ReplicationFaults faults = {});
 
   // A message for the shard: handed to the core; forwards for every backup are appended to
   // `forwards`; the core's replies go to `out` now when no forward is unacknowledged, and
   // otherwise once every backup has acknowledged the last forward made so far (on_ack), in the
-  // order the core made them.
-  void on_message(const PsMessage& message, Outbox& out, std::vector<ReplicaForward>& forwards);
+  // order the core made them. With `discard_replies` (a copy of a message the network made, in
+  // the simulator) the core's replies to it are dropped; it is forwarded all the same.
+  void on_message(const PsMessage& message, Outbox& out, std::vector<ReplicaForward>& forwards,
+                  bool discard_replies = false);
   // Backup `backup` (0..backups()-1) has applied every forward up to `seq`: releases the replies
   // every backup has now acknowledged into `out`. Fails with invalid_input, changing nothing, for
   // an unknown backup or a seq above the last forward; an ack below the backup's last one is an
@@ -98,13 +100,12 @@ class ShardPrimary {
 
  private:
   friend class ShardBackup;  // a promotion starts a primary at its backup's place
-  ShardPrimary(std::unique_ptr<ShardCore> core, uint32_t backups, ReplicationFaults faults,
-               uint64_t seq = 0);
+  ShardPrimary(ShardCore& core, uint32_t backups, ReplicationFaults faults, uint64_t seq = 0);
   // The smallest seq every live backup has acknowledged (last_seq() with none live).
   uint64_t acked_by_all() const;
   void release(Outbox& out);
 
-  std::unique_ptr<ShardCore> core_;
+  ShardCore* core_;
   ReplicationFaults faults_;
   uint64_t seq_ = 0;
   std::vector<uint64_t> acked_;  // by backup
@@ -137,7 +138,8 @@ class ShardBackup {
   const ShardCore& core() const { return *core_; }
 
   struct Promotion {
-    std::unique_ptr<ShardPrimary> primary;
+    std::unique_ptr<ShardCore> core;
+    std::unique_ptr<ShardPrimary> primary;  // over `core`
     // For every remaining backup, in order: the forwards it may lack.
     std::vector<ReplicaForward> resend;
   };

@@ -64,7 +64,7 @@ MemberInfo FullSim::member_info(uint32_t host) const {
   const bool ps = host >= o_.nodes;
   MemberInfo m{ps ? MemberRole::ps : MemberRole::worker, endpoint(host), "",
                ps ? 1 : o_.gpus_per_node, "sim"};
-  m.durable = ps && o_.durable_ps;
+  m.durable = ps && (o_.durable_ps || o_.replicas > 1);
   if (coordinated_) m.public_key = key_of(host);
   return m;
 }
@@ -103,6 +103,10 @@ Status FullSim::plan(const Welcome& welcome) {
   durable_.resize(o_.ps);
   shadows_.resize(o_.ps);
   acked_commits_.assign(o_.ps, 0);
+  const uint32_t backups = o_.replicas - 1;
+  backups_.resize(size_t{o_.ps} * backups);
+  replica_sets_.assign(o_.ps, {});
+  acked_clocks_.assign(o_.ps, {});
   const std::vector<NodeId> senders = layout_->shard_senders();
   for (uint32_t i = 0; i < layout_->members().size(); ++i) {
     const MemberInfo& m = layout_->members()[i];
@@ -121,6 +125,12 @@ Status FullSim::plan(const Welcome& welcome) {
         if (!row_floats) return row_floats.status();
         durable_[s] = std::make_shared<DurableRows>(*row_floats);
         shadows_[s].reset(senders);
+        for (uint32_t r = 1; r <= backups; ++r) {
+          const uint32_t slot = s * backups + r - 1;
+          backups_[slot].shard = s;
+          backups_[slot].host = o_.nodes + (s + r) % o_.ps;
+          replica_sets_[s].push_back(slot);
+        }
       }
       continue;
     }
@@ -157,10 +167,20 @@ Status FullSim::build_host(uint32_t host, bool resume) {
     c.tid = tid;
     c.index = index;
     c.busy_until = now();
-    if (role == Role::shard) {
-      auto core = ShardCore::make(shard_configs_[n], open_sim_store(durable_[n], forget_clocks_));
+    if (role == Role::shard && o_.replicas > 1 && resume) {
+      if (Status s = promote(n); !s.ok()) return s;
+    } else if (role == Role::shard) {
+      // Replicated shards keep their rows in memory: a store that gives no clocks back.
+      auto core = ShardCore::make(shard_configs_[n],
+                                  open_sim_store(durable_[n], forget_clocks_ || o_.replicas > 1));
       if (!core) return core.status();
       c.shard = std::move(core.value());
+      if (o_.replicas > 1) {
+        auto primary = ShardPrimary::make(*c.shard, static_cast<uint32_t>(replica_sets_[n].size()),
+                                          replication_faults_);
+        if (!primary) return primary.status();
+        c.primary = std::move(primary.value());
+      }
       if (resume) {
         c.shard->begin_resync();
         shadows_[n].restart(durable_[n]->clocks());
@@ -174,6 +194,19 @@ Status FullSim::build_host(uint32_t host, bool resume) {
       if (!core) return core.status();
       c.aggregator = std::move(core.value());
     }
+  }
+  // The backups this host keeps, built anew before the start; a process that resumes has none
+  // (its primaries were told they were lost).
+  for (Backup& b : backups_) {
+    if (b.host != host || resume) continue;
+    b.rows = std::make_shared<DurableRows>(durable_[b.shard]->row_floats());
+    auto core = ShardCore::make(shard_configs_[b.shard], open_sim_store(b.rows, true));
+    if (!core) return core.status();
+    auto backup = ShardBackup::make(std::move(core.value()), replication_faults_);
+    if (!backup) return backup.status();
+    b.core = std::move(backup.value());
+    ++b.generation;
+    b.busy_until = now();
   }
   return Status();
 }
@@ -233,7 +266,16 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
       shadow.apply(m);
     }
     const ShardStats before = c.shard->stats();
-    c.shard->on_message(m, out);
+    std::vector<ReplicaForward> forwards;
+    if (c.primary) {
+      // Released only once the backups have it: the clock its acknowledgement will stand for.
+      if (push && !push->more)
+        unacked_pushes_[hash_combine(hash_combine(c.index, push->header.sender),
+                                     push->header.request_id)] = push->clock;
+      c.primary->on_message(m, out, forwards, duplicate);
+    } else {
+      c.shard->on_message(m, out);
+    }
     const ShardStats& after = c.shard->stats();
     if (sender_done && after.pushes_applied > before.pushes_applied)
       violation(fmt::format(
@@ -243,8 +285,9 @@ void FullSim::process(uint32_t to, PsMessage m, bool duplicate) {
     const uint64_t rows =
         after.rows_pulled + after.rows_pushed - before.rows_pulled - before.rows_pushed;
     cost = static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
-    check_shard_output(c, m, out);
-    if (duplicate) out.clear();
+    check_shard_output(c, &m, out);
+    if (duplicate && !c.primary) out.clear();
+    replicate(c.index, forwards, start + cost);
   } else if (c.role == Role::worker) {
     const uint64_t steps = c.worker->stats().steps;
     c.worker->on_message(m, out);
@@ -311,6 +354,8 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     skip_resync_ |= s == "skip_resync";
     garble_control_ |= s == "garble_control";
     forge_ps_ |= s == "forge_ps";
+    replication_faults_.ack_before_backups |= s == "replica_ack_early";
+    replication_faults_.promote_without_clocks |= s == "replica_forget_clocks";
   }
   map_.shards = o_.ps;
   map_.seed = o_.seed;
@@ -393,6 +438,7 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
                     o_.events_max));
   if (!job_over()) result_.simulated_seconds = double(now()) / 1e9;
   if (coordinated_) check_membership();
+  check_replicas();
   const VirtualNanos end = static_cast<VirtualNanos>(result_.simulated_seconds * 1e9);
   VirtualNanos compute = 0;
   check_end(compute);

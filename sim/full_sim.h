@@ -31,6 +31,7 @@
 #include "ps/cluster_layout.h"
 #include "ps/coordinator_core.h"
 #include "ps/member_core.h"
+#include "ps/replication.h"
 #include "ps/shard_core.h"
 #include "sim/network.h"
 #include "sim/sim_store.h"
@@ -88,6 +89,7 @@ struct Core {
   Role role = Role::worker;
   uint32_t host = 0, tid = 0, index = 0;  // index: shard node or global worker index
   std::unique_ptr<ShardCore> shard;
+  std::unique_ptr<ShardPrimary> primary;  // over `shard`, with SimOptions::replicas > 1
   std::unique_ptr<WorkerCore> worker;
   std::unique_ptr<AggregatorCore> aggregator;
   uint32_t generation = 0;  // builds of this core (one per process that built it)
@@ -101,6 +103,16 @@ struct Core {
   std::vector<VirtualNanos> step_ends;
   std::unordered_map<uint64_t, uint32_t> seen_versions;  // workers: key -> last version read
   bool live() const { return !dead && (shard || worker || aggregator); }
+};
+
+// A backup of a shard (SimOptions::replicas > 1) on another ps host: backup r (1..replicas - 1)
+// of shard s lives on ps host (s + r) mod ps, in slot s * (replicas - 1) + r - 1.
+struct Backup {
+  uint32_t shard = 0, host = 0;
+  uint32_t generation = 0;            // builds of it (one per process that built it)
+  std::unique_ptr<ShardBackup> core;  // none once its process died, or once promoted
+  std::shared_ptr<DurableRows> rows;  // its core's store (a checker's view of its commits)
+  VirtualNanos busy_until = 0;
 };
 
 struct Partition {
@@ -146,6 +158,25 @@ class FullSim {
   // `duplicate`: a copy the network made; the shard handles it, its replies are not sent.
   void process(uint32_t to, PsMessage m, bool duplicate = false);
   void mark_done(Core& c);
+  // Replication: forwards from shard `shard`'s primary (of build `generation`) to its backups,
+  // leaving at `at`; a forward crossing to backup slot `slot`; its arrival; the ack's crossing
+  // back and arrival; a primary told its backups on `lost_host` are lost.
+  void replicate(uint32_t shard, std::vector<ReplicaForward>& forwards, VirtualNanos at);
+  // When a replication message of `bytes` sent now over `connection` (FIFO) arrives.
+  VirtualNanos replica_transfer(uint32_t from_host, uint32_t to_host, uint64_t bytes,
+                                uint64_t connection);
+  void send_forward(uint32_t shard, uint32_t generation, uint32_t slot, uint32_t backup_generation,
+                    ReplicaForward f);
+  void forward_arrives(uint32_t shard, uint32_t generation, uint32_t slot,
+                       uint32_t backup_generation, const ReplicaForward& f);
+  void send_ack(uint32_t shard, uint32_t generation, uint32_t slot, ReplicaAck ack);
+  void ack_arrives(uint32_t shard, uint32_t generation, uint32_t slot, ReplicaAck ack);
+  void backups_lost(uint32_t host, uint32_t lost_host);
+  // A restarted primary's shard from its most advanced live backup; fails with not_found when
+  // none is left.
+  Status promote(uint32_t shard);
+  // Pull replies and acknowledgements a replicated shard released (held for its backups).
+  void released(Core& c, Outbox& out);
   void violation(std::string v);
   void timeline(std::string name, const char* cat, uint32_t host, uint32_t tid, VirtualNanos start,
                 VirtualNanos duration);
@@ -194,7 +225,12 @@ class FullSim {
   }
 
   // ---- sim_invariants.cpp ----
-  void check_shard_output(Core& c, const PsMessage& in, const Outbox& out);
+  // `in`: the message the shard handled (null: replies a replicated shard released later).
+  void check_shard_output(Core& c, const PsMessage* in, const Outbox& out);
+  // A replicated shard's restart from backup `rows`: every push it acknowledged must be there.
+  void check_promoted(uint32_t shard, const DurableRows& rows);
+  // At the end: every live backup holds its primary's rows.
+  void check_replicas();
   // A shard's durable store restarts: every acknowledged push must be in it.
   void check_durable(uint32_t shard);
   // No push committed twice to a shard's store (DurableRows::take_applied_twice).
@@ -218,6 +254,14 @@ class FullSim {
   std::vector<WorkerConfig> worker_configs_;
   std::vector<AggregatorConfig> aggregator_configs_;
   std::vector<std::shared_ptr<DurableRows>> durable_;  // by shard node: survives crashes
+  // Replication (SimOptions::replicas > 1): the backups by slot, each shard's backups in its
+  // primary's numbering (ShardPrimary's backup indices), and what each shard acknowledged: the
+  // clock of each sender's last acknowledged push (by the push's request id until then).
+  std::vector<Backup> backups_;
+  std::vector<std::vector<uint32_t>> replica_sets_;
+  std::vector<std::unordered_map<NodeId, uint32_t>> acked_clocks_;
+  std::unordered_map<uint64_t, uint32_t> unacked_pushes_;
+  ReplicationFaults replication_faults_;
   std::vector<Host> hosts_;
   std::vector<ShardShadow> shadows_;
   std::vector<uint64_t> acked_commits_;  // per shard: its store's commits when it last acked

@@ -59,7 +59,7 @@ void ShardShadow::apply(const PsMessage& m) {
     for (uint64_t k : push->keys) ++versions[k];
 }
 
-void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out) {
+void FullSim::check_shard_output(Core& c, const PsMessage* in, const Outbox& out) {
   check_applied_once(c.index);
   const ShardShadow& shadow = shadows_[c.index];
   for (const Outgoing& o : out) {
@@ -92,10 +92,20 @@ void FullSim::check_shard_output(Core& c, const PsMessage& in, const Outbox& out
         last = std::max(last, version);
       }
       pending_pulls_.erase(it);
-    } else if (std::holds_alternative<PushAck>(o.message)) {
-      // Acknowledged: what the shard committed so far must survive a crash.
-      if (std::holds_alternative<PushRequest>(in))
+    } else if (const auto* ack = std::get_if<PushAck>(&o.message)) {
+      if (c.primary) {
+        // Replicated: the clock of the push's last part, which every replica must now hold.
+        const auto it =
+            unacked_pushes_.find(hash_combine(hash_combine(c.index, o.to), ack->header.request_id));
+        if (it != unacked_pushes_.end()) {
+          uint32_t& acked = acked_clocks_[c.index][o.to];
+          acked = std::max(acked, it->second);
+          unacked_pushes_.erase(it);
+        }
+      } else if (in && std::holds_alternative<PushRequest>(*in)) {
+        // Acknowledged: what the shard committed so far must survive a crash.
         acked_commits_[c.index] = durable_[c.index]->commits();
+      }
     } else if (auto* err = std::get_if<PsError>(&o.message);
                err && err->code != PsErrorCode::keys_unknown) {
       // (A push that left out keys the shard does not hold is sent again with them: no error.)

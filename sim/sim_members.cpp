@@ -130,12 +130,14 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
     MemberEffects e = std::exchange(fx, MemberEffects{});
     if (e.build) {
       mh.index = mh.core->you();
-      if (Status s = build_host(host, e.build->resume); !s.ok()) {
+      Status s = build_host(host, e.build->resume);
+      if (!s.ok() && s.code() != Status::Code::not_found) {
         build_status_ = s;
         job_over_ = true;
         return;
       }
-      mh.core->built(Status(), now_ms(), fx);
+      // A replicated shard none of whose replicas is left: the member says so and leaves.
+      mh.core->built(s, now_ms(), fx);
     }
     if (e.start)
       for (uint32_t i = 0; i < cores_.size(); ++i) {
@@ -145,7 +147,11 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
         feed(c, out);
         emit(i, out, std::max(now(), c.busy_until));
       }
-    for (NodeId n : e.lost) hosts_[host].lost[n] = true;
+    for (NodeId n : e.lost) {
+      hosts_[host].lost[n] = true;
+      // A lost ps host kept backups: this host's primaries stop waiting for them.
+      if (o_.replicas > 1 && n < o_.ps) backups_lost(host, cores_[n].host);
+    }
     if (!e.restarted.empty()) {
       for (NodeId n : e.restarted) hosts_[host].lost[n] = false;
       for (uint32_t i = 0; i < cores_.size(); ++i) {
@@ -234,9 +240,15 @@ void FullSim::crash(uint32_t host) {
     c.died_at = now();
     if (c.role != Role::shard) continue;
     c.shard.reset();  // its memory is gone; its committed rows are not
+    if (o_.replicas > 1) {
+      c.primary.reset();  // nor are they: its backups keep them
+      continue;
+    }
     if (lose_log_tail_) durable_[n]->lose_tail(1 + rng_.next() % 4);
     check_durable(n);
   }
+  for (Backup& b : backups_)
+    if (b.host == host) b.core.reset();
 }
 
 void FullSim::restart(uint32_t host) {

@@ -40,6 +40,12 @@ class DurableRows {
   std::vector<std::pair<uint64_t, uint32_t>> take_applied_twice() {
     return std::exchange(applied_twice_, {});
   }
+  // The committed rows, and one of them (null when not held).
+  const std::unordered_map<uint64_t, std::vector<float>>& rows() const { return rows_; }
+  const std::vector<float>* row(uint64_t key) const {
+    auto it = rows_.find(key);
+    return it == rows_.end() ? nullptr : &it->second;
+  }
 
  private:
   friend class SimRowStore;

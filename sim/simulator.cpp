@@ -14,8 +14,11 @@ constexpr uint32_t gpus_max = 64;
 constexpr uint32_t steps_max = 10'000'000;
 constexpr uint32_t batch_max = 1u << 24;
 constexpr double days_max = 3650;
-const char* const fault_sites[] = {"skip_ssp_gate",  "lose_log_tail", "skip_resync",
-                                   "garble_control", "forge_ps",      "forget_clocks"};
+// New sites go last: each run draws every site in this order, so one added does not change what
+// earlier ones draw.
+const char* const fault_sites[] = {
+    "skip_ssp_gate", "lose_log_tail", "skip_resync",       "garble_control",
+    "forge_ps",      "forget_clocks", "replica_ack_early", "replica_forget_clocks"};
 }  // namespace
 
 Status validate(const SimOptions& o) {
@@ -82,7 +85,15 @@ Status validate(const SimOptions& o) {
     if (std::find(std::begin(fault_sites), std::end(fault_sites), s) == std::end(fault_sites))
       return Status::invalid_input("--fault-site " + s +
                                    ": not one of skip_ssp_gate, lose_log_tail, skip_resync, "
-                                   "garble_control, forge_ps, forget_clocks");
+                                   "garble_control, forge_ps, forget_clocks, replica_ack_early, "
+                                   "replica_forget_clocks");
+  if (o.replicas < 1 || o.replicas > o.ps)
+    return Status::invalid_input(fmt::format(
+        "--ps-store replicated:{}: the replicas must be in 1..--ps ({})", o.replicas, o.ps));
+  if (o.replicas > 1 && (o.numerics != Numerics::full || o.colocate))
+    return Status::invalid_input(
+        "--ps-store replicated:K runs the real cores of a cluster of daemons: --numerics full, "
+        "without --colocate");
   if (o.numerics == Numerics::full && o.days == 0 && uint64_t{o.nodes} * o.gpus_per_node > 4096)
     return Status::invalid_input(
         "--numerics full runs the real cores: at most 4096 workers (use modelled)");

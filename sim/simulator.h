@@ -133,6 +133,12 @@ struct SimOptions {
   // `colony ps --store rocksdb:DIR`), so a crashed one resumes; false: in memory (--store
   // memory), so a crashed ps fails the job.
   bool durable_ps = true;
+  // Full numerics, not colocated: each shard's rows on this many ps hosts (1..ps), its own and
+  // the next replicas - 1, kept in memory (durable_ps is ignored): a push is acknowledged once
+  // every live replica has applied it (ps/replication.h), and a crashed ps host that joins again
+  // takes its shards back from their most advanced live backup (ShardBackup::promote), as the
+  // durable store's restart does, with no disk. A shard whose every replica is lost fails the job.
+  uint32_t replicas = 1;
 };
 
 // Checks options; fails with invalid_input naming the flag.

@@ -76,6 +76,7 @@ struct Run {
   SplitMix64 rng;
   ReplicationFaults faults;
   std::vector<Client> clients;
+  std::unique_ptr<ShardCore> core;  // the primary's
   std::unique_ptr<ShardPrimary> primary;
   std::vector<std::unique_ptr<ShardBackup>> backups;  // null once crashed or promoted
   std::deque<std::pair<size_t, PsMessage>> to_shard;  // (client, message), one FIFO per sender
@@ -136,6 +137,7 @@ struct Run {
     outcome.crashed = true;
     ++outcome.failovers;
     primary.reset();  // what it held back dies with it
+    core.reset();
     to_shard.clear();
     for (auto& q : to_client)  // what it had sent may or may not arrive
       q.resize(below(q.size() + 1));
@@ -158,6 +160,7 @@ struct Run {
     const size_t next = promote_behind ? *std::min_element(live.begin(), live.end(), by_applied)
                                        : *std::max_element(live.begin(), live.end(), by_applied);
     ShardBackup::Promotion p = backups[next]->promote(static_cast<uint32_t>(live.size() - 1));
+    core = std::move(p.core);
     primary = std::move(p.primary);
     std::vector<std::unique_ptr<ShardBackup>> rest;
     for (size_t b : live)
@@ -192,7 +195,8 @@ struct Run {
     std::vector<NodeId> senders;
     for (size_t c = 0; c < n; ++c) senders.push_back(first_client + static_cast<NodeId>(c));
     const ShardConfig sc = shard_config(senders, consistency);
-    primary = std::move(ShardPrimary::make(make_core(sc), backup_count, faults).value());
+    core = make_core(sc);
+    primary = std::move(ShardPrimary::make(*core, backup_count, faults).value());
     for (uint32_t b = 0; b < backup_count; ++b)
       backups.push_back(std::move(ShardBackup::make(make_core(sc), faults).value()));
     forwards.resize(backup_count);
@@ -299,11 +303,11 @@ struct Run {
       if (!cl.finished || cl.kv->open_tickets() != 0 || !cl.kv->error().ok())
         outcome.finished = false;
     }
-    ShardCore& core = primary->core();
-    outcome.pushes_lost = core.stats().pushes_lost;
+    ShardCore& final_core = primary->core();
+    outcome.pushes_lost = final_core.stats().pushes_lost;
     for (uint64_t k = 0; k < key_space; ++k) {
       float v[width];
-      core.row_value(k, v);
+      final_core.row_value(k, v);
       for (float x : v) {
         const auto got = static_cast<uint64_t>(x);
         BOOST_REQUIRE(float(got) == x);
@@ -369,7 +373,8 @@ BOOST_AUTO_TEST_CASE(a_promoted_backup_that_forgets_its_clocks_is_caught_applyin
 BOOST_AUTO_TEST_CASE(a_push_is_acknowledged_only_once_every_backup_has_it) {
   const std::vector<NodeId> senders = {first_client};
   const ShardConfig sc = shard_config(senders, {});
-  auto primary = std::move(ShardPrimary::make(make_core(sc), 2).value());
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 2).value());
   auto b0 = std::move(ShardBackup::make(make_core(sc)).value());
   auto b1 = std::move(ShardBackup::make(make_core(sc)).value());
   PushRequest push{{first_client, 1, 1}, 1, {7}, FloatBuffer(std::vector<float>{-1.0f, -1.0f})};
@@ -394,7 +399,8 @@ BOOST_AUTO_TEST_CASE(a_push_is_acknowledged_only_once_every_backup_has_it) {
 
 BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   const ShardConfig sc = shard_config({first_client}, {});
-  auto primary = std::move(ShardPrimary::make(make_core(sc), 1).value());
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 1).value());
   auto backup = std::move(ShardBackup::make(make_core(sc)).value());
   Outbox out;
   // An acknowledgement of a forward never sent, or from a backup that is not one.
@@ -410,7 +416,7 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   // Feature admission counts pulls the backups never see.
   ShardConfig admitting = sc;
   admitting.admit_after = 3;
-  BOOST_TEST(!ShardPrimary::make(make_core(admitting), 1).ok());
+  BOOST_TEST(!ShardPrimary::make(*make_core(admitting), 1).ok());
   BOOST_TEST(!ShardBackup::make(make_core(admitting)).ok());
   // Once its only backup is lost, the primary acknowledges at once.
   std::vector<ReplicaForward> fw;
