@@ -80,9 +80,14 @@ void FullSim::forward_arrives(uint32_t shard, uint32_t generation, uint32_t slot
                           double(now()) / 1e9, ack.status().message()));
     return;
   }
+  // The backup is a core of its host like the others: with a CPU pool, it holds one to apply.
   const uint64_t rows = b.core->core().stats().rows_pushed - rows_before;
-  b.busy_until = std::max(now(), b.busy_until) +
-                 static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
+  VirtualNanos start = std::max(now(), b.busy_until);
+  std::vector<VirtualNanos>& cpus = hosts_[b.host].cpu_free;
+  auto cpu = std::min_element(cpus.begin(), cpus.end());
+  if (cpu != cpus.end()) start = std::max(start, *cpu);
+  b.busy_until = start + static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
+  if (cpu != cpus.end()) *cpu = b.busy_until;
   q_.schedule(b.busy_until, [this, shard, generation, slot, backup_generation, a = *ack] {
     if (backups_[slot].generation != backup_generation || !backups_[slot].core) return;
     send_ack(shard, generation, slot, a);
