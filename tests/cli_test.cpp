@@ -149,7 +149,9 @@ BOOST_AUTO_TEST_CASE(durabilities_a_store_cannot_give_are_refused_naming_the_fla
   BOOST_TEST(r.out.empty(), r.out);  // nothing trained
   r = run("train --durability replicated:2 --store rocksdb:/nonexistent/x --rows 100");
   BOOST_TEST(r.code == 2);
-  BOOST_TEST(r.err.find("shard replication is not in this version") != std::string::npos, r.err);
+  BOOST_TEST(r.err.find("shard replication runs only in the simulator in this version") !=
+                 std::string::npos,
+             r.err);
   r = run("coordinator --listen tcp://127.0.0.1:1 --insecure --durability always");
   BOOST_TEST(r.code == 2);
   BOOST_TEST(
