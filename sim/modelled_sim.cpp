@@ -42,6 +42,7 @@ struct Node {
   uint32_t dense_steps = 0;   // a deep model's dense sums received (of steps 0..dense_steps-1)
   bool awaits_dense = false;  // ready to compute, waiting for the previous step's dense sum
   VirtualNanos dense_wait_since = 0, dense_wait_ns = 0;
+  uint32_t acks_pending = 0;  // with replicas: backups' acknowledgements of its push still due
 };
 
 struct Partition {
@@ -144,8 +145,39 @@ class ModelledSim {
   // once; hierarchical: the node's, each key once), starting at `from` or when its CPU is free;
   // returns when it is done.
   VirtualNanos shard_work(uint32_t s, VirtualNanos from) {
-    const uint64_t rows =
-        (o_.push == PushKind::hierarchical ? u_node_ : uint64_t{o_.gpus_per_node} * u_gpu_) / o_.ps;
+    return shard_apply(s, from, shard_rows());
+  }
+  // The rows of one node's step at one shard.
+  uint64_t shard_rows() const {
+    return (o_.push == PushKind::hierarchical ? u_node_ : uint64_t{o_.gpus_per_node} * u_gpu_) /
+           o_.ps;
+  }
+  // With replicas (ps/replication.h): node n's push is applied at every shard by `applied` (by
+  // shard); each shard then forwards it, with its keys, to its backups on the next ps hosts, each
+  // applies it on its host's CPU and acknowledges, and the push completes (phase_pushed) once every
+  // acknowledgement is back. Each hop is an event at its time, so the network sees transfers in
+  // time order.
+  void replicate(uint32_t n, const std::vector<VirtualNanos>& applied) {
+    nodes_[n].acks_pending = o_.ps * (o_.replicas - 1);
+    for (uint32_t s = 0; s < o_.ps; ++s) q_.schedule(applied[s], [this, n, s] { forward(n, s); });
+  }
+  void forward(uint32_t n, uint32_t s) {
+    const uint64_t rows = shard_rows();
+    const uint64_t bytes = rows * (8 + row_bytes(o_.push_format, o_.model.width())) + header_bytes;
+    for (uint32_t r = 1; r < o_.replicas; ++r) {
+      const uint32_t b = (s + r) % o_.ps;
+      q_.schedule(transfer(shard_host(s), shard_host(b), bytes, now()), [this, n, s, b, rows] {
+        q_.schedule(shard_apply(b, now(), rows), [this, n, s, b] {
+          q_.schedule(transfer(shard_host(b), shard_host(s), header_bytes, now()), [this, n] {
+            if (--nodes_[n].acks_pending == 0) at_node(n, now(), phase_pushed);
+          });
+        });
+      });
+    }
+    messages_ += 2 * uint64_t{o_.replicas - 1};
+  }
+  // Shard s's CPU applies `rows` rows from `from` or when it is free; returns when it is done.
+  VirtualNanos shard_apply(uint32_t s, VirtualNanos from, uint64_t rows) {
     shard_free_[s] = std::max(shard_free_[s], from) +
                      static_cast<VirtualNanos>(double(rows) * o_.compute.shard_ns_per_row);
     return shard_free_[s];
@@ -158,6 +190,8 @@ class ModelledSim {
   void dense_reduce(uint32_t n);
   void dense_sum(uint32_t n, uint32_t step);
   void push_shards(uint32_t n);
+  // Node n's push of `per_shard` bytes to every shard: applied there, replicated, then pushed.
+  void push_to_shards(uint32_t n, uint64_t per_shard);
   void pushed(uint32_t n);
   void inject(const FaultEvent& e);
   // Every node pauses for the checkpoint's cost before its next compute.
@@ -329,12 +363,8 @@ void ModelledSim::push(uint32_t n) {
   if (o_.push == PushKind::flat) {
     const uint64_t per_shard =
         o_.gpus_per_node * (u_gpu_ * grad_bytes / o_.ps + header_bytes) + pull_request_bytes();
-    VirtualNanos arrival = now();
-    for (uint32_t s = 0; s < o_.ps; ++s)
-      arrival = std::max(arrival, shard_work(s, transfer(n, shard_host(s), per_shard, now())));
     messages_ += uint64_t{o_.gpus_per_node} * o_.ps;
-    at_node(n, arrival, phase_pushed);
-    return;
+    return push_to_shards(n, per_shard);
   }
   // Hierarchical: the replicas' gradients reach the aggregator over the intra-host link, then
   // one push per shard carries the node's summed rows.
@@ -350,11 +380,16 @@ void ModelledSim::push(uint32_t n) {
 void ModelledSim::push_shards(uint32_t n) {
   const uint64_t per_shard = u_node_ * row_bytes(o_.push_format, o_.model.width()) / o_.ps +
                              header_bytes + pull_request_bytes();
-  VirtualNanos arrival = now();
-  for (uint32_t s = 0; s < o_.ps; ++s)
-    arrival = std::max(arrival, shard_work(s, transfer(n, shard_host(s), per_shard, now())));
   messages_ += o_.ps;
-  at_node(n, arrival, phase_pushed);
+  push_to_shards(n, per_shard);
+}
+
+void ModelledSim::push_to_shards(uint32_t n, uint64_t per_shard) {
+  std::vector<VirtualNanos> applied(o_.ps);
+  for (uint32_t s = 0; s < o_.ps; ++s)
+    applied[s] = shard_work(s, transfer(n, shard_host(s), per_shard, now()));
+  if (o_.replicas > 1) return replicate(n, applied);
+  at_node(n, *std::max_element(applied.begin(), applied.end()), phase_pushed);
 }
 
 void ModelledSim::pushed(uint32_t n) {

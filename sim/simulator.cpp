@@ -90,10 +90,9 @@ Status validate(const SimOptions& o) {
   if (o.replicas < 1 || o.replicas > o.ps)
     return Status::invalid_input(fmt::format(
         "--ps-store replicated:{}: the replicas must be in 1..--ps ({})", o.replicas, o.ps));
-  if (o.replicas > 1 && (o.numerics != Numerics::full || o.colocate))
+  if (o.replicas > 1 && o.colocate)
     return Status::invalid_input(
-        "--ps-store replicated:K runs the real cores of a cluster of daemons: --numerics full, "
-        "without --colocate");
+        "--ps-store replicated:K replicates shards between ps hosts: --colocate has one host");
   if (o.numerics == Numerics::full && o.days == 0 && uint64_t{o.nodes} * o.gpus_per_node > 4096)
     return Status::invalid_input(
         "--numerics full runs the real cores: at most 4096 workers (use modelled)");

@@ -133,11 +133,13 @@ struct SimOptions {
   // `colony ps --store rocksdb:DIR`), so a crashed one resumes; false: in memory (--store
   // memory), so a crashed ps fails the job.
   bool durable_ps = true;
-  // Full numerics, not colocated: each shard's rows on this many ps hosts (1..ps), its own and
-  // the next replicas - 1, kept in memory (durable_ps is ignored): a push is acknowledged once
-  // every live replica has applied it (ps/replication.h), and a crashed ps host that joins again
-  // takes its shards back from their most advanced live backup (ShardBackup::promote), as the
-  // durable store's restart does, with no disk. A shard whose every replica is lost fails the job.
+  // Not colocated: each shard's rows on this many ps hosts (1..ps), its own and the next
+  // replicas - 1, kept in memory (durable_ps is ignored): a push is acknowledged once every live
+  // replica has applied it (ps/replication.h). Full numerics run it on the real cores: a crashed
+  // ps host that joins again takes its shards back from their most advanced live backup
+  // (ShardBackup::promote), as the durable store's restart does, with no disk, and a shard whose
+  // every replica is lost fails the job. Modelled numerics charge what it costs: the forwards'
+  // bytes, the backups' CPU, the acknowledgements' round trip before a push completes.
   uint32_t replicas = 1;
 };
 

@@ -83,7 +83,7 @@ BOOST_AUTO_TEST_CASE(report_has_the_contract_keys_and_replays_byte_for_byte) {
 }
 
 // --ps-store replicated:K: the shards' rows in memory on K ps hosts (docs/simulation.md). The
-// report names it; K beyond --ps, a K that is not a number, or modelled numerics exit 2.
+// report names it; K beyond --ps, a K that is not a number, or one host (--colocate) exit 2.
 BOOST_AUTO_TEST_CASE(replicated_ps_stores_are_simulated_and_bad_ones_refused) {
   const fs::path a = dir / "r.json";
   Run r =
@@ -94,9 +94,9 @@ BOOST_AUTO_TEST_CASE(replicated_ps_stores_are_simulated_and_bad_ones_refused) {
   const auto report = nlohmann::json::parse(slurp(a));
   BOOST_TEST(report["ps_store"] == "replicated:2");
   BOOST_TEST(report["invariant_violations"].empty());
-  for (const char* bad : {"--numerics full --ps-store replicated:3", "--ps-store replicated:two",
-                          "--ps-store replicated:", "--numerics modelled --ps-store replicated:2",
-                          "--ps-store disk"}) {
+  for (const char* bad :
+       {"--numerics full --ps-store replicated:3", "--ps-store replicated:two",
+        "--ps-store replicated:", "--colocate --ps-store replicated:2", "--ps-store disk"}) {
     Run b = run(std::string("--nodes 3 --ps 2 --steps 8 ") + bad);
     BOOST_TEST(b.code == 2, bad << ": " << b.out << b.err);
     BOOST_TEST(b.err.find("--ps-store") != std::string::npos, bad << ": " << b.err);
