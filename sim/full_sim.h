@@ -1,5 +1,5 @@
 // Full numerics, internal to sim/: the real shard, worker, aggregator, coordinator and member
-// cores on the virtual clock. One class, its rooms in four files:
+// cores on the virtual clock. One class, its rooms in five files:
 //   full_sim.cpp        building the cores from a layout, feeding workers, handling a message
 //                       (a core is a FIFO server, like an actor's mailbox), the run and its result
 //   sim_transport.cpp   the modelled network: ps and control messages cross it, partitions hold
@@ -8,6 +8,8 @@
 //   sim_members.cpp     membership: the coordinator core on a host of its own, a MemberCore per
 //                       member host, and what a crash is: the process dies and a new one starts
 //   sim_invariants.cpp  the checker: what a shard holds by its own count, and the invariants
+//   sim_replication.cpp replicated shards (SimOptions::replicas): forwards and acknowledgements
+//                       between ps hosts, lost backups, a restarted shard taken from a backup
 //
 // Crashes run the real recovery path. A crashed host's process is gone: its cores, its member
 // core, what it had queued. Only the ps's durable store survives (sim/sim_store.h: what was
@@ -15,7 +17,8 @@
 // `colony worker` do: before the start it is welcomed again; after it, a worker is lost at once
 // (and refused), and a durable ps is welcomed back with `resume`, rebuilds its shards over the
 // store (ShardCore::begin_resync), and the workers resync with them on ShardsRestarted
-// (KvClient::resync).
+// (KvClient::resync). A replicated ps (SimOptions::replicas > 1) keeps nothing: it rebuilds
+// its shards from their backups on the other ps hosts (ShardBackup::promote).
 #pragma once
 
 #include <cstdint>
