@@ -264,6 +264,9 @@ class FullSim {
   std::vector<std::vector<uint32_t>> replica_sets_;
   std::vector<std::unordered_map<NodeId, uint32_t>> acked_clocks_;
   std::unordered_map<uint64_t, uint32_t> unacked_pushes_;
+  // The rows a restarted host's shards were just taken from: (backup host, bytes) to copy over
+  // before its member is Ready.
+  std::vector<std::pair<uint32_t, uint64_t>> copies_;
   ReplicationFaults replication_faults_;
   std::vector<Host> hosts_;
   std::vector<ShardShadow> shadows_;

@@ -136,8 +136,25 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
         job_over_ = true;
         return;
       }
-      // A replicated shard none of whose replicas is left: the member says so and leaves.
-      mh.core->built(s, now_ms(), fx);
+      // Shards taken from backups are Ready once their rows have crossed from the backups' hosts.
+      VirtualNanos ready_at = now();
+      for (const auto& [from, bytes] : std::exchange(copies_, {}))
+        ready_at = std::max(ready_at,
+                            replica_transfer(from, host, bytes,
+                                             hash_combine(0xc09f, (uint64_t{from} << 32) | host)));
+      if (s.ok() && ready_at > now()) {
+        const uint32_t incarnation = mh.incarnations;
+        q_.schedule(ready_at, [this, host, incarnation] {
+          MemberHost& m = members_[host];
+          if (!m.core || m.incarnations != incarnation || hosts_[host].down) return;
+          MemberEffects later;
+          m.core->built(Status(), now_ms(), later);
+          member_effects(host, later);
+        });
+      } else {
+        // A replicated shard none of whose replicas is left: the member says so and leaves.
+        mh.core->built(s, now_ms(), fx);
+      }
     }
     if (e.start)
       for (uint32_t i = 0; i < cores_.size(); ++i) {

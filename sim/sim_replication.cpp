@@ -5,8 +5,9 @@
 // back; the primary releases the replies its backups have. A crashed ps host loses its primaries
 // and its backups: when the coordinator declares it lost (NodesLost), the other primaries stop
 // waiting for the backups it kept, and when it joins again the most advanced live backup of each
-// of its shards becomes that shard's core on it (ShardBackup::promote), and the clients resync
-// with it as with a durable store's restart.
+// of its shards becomes that shard's core on it (ShardBackup::promote); its member is Ready once
+// the backup's rows have crossed the network to it, and the clients resync with it as with a
+// durable store's restart.
 #include <algorithm>
 
 #include "sim/full_sim.h"
@@ -153,6 +154,7 @@ Status FullSim::promote(uint32_t shard) {
   });
   Backup& from = backups_[best];
   check_promoted(shard, *from.rows);
+  copies_.emplace_back(from.host, uint64_t{from.rows->size()} * from.rows->row_floats() * 4);
   ShardBackup::Promotion p = from.core->promote(static_cast<uint32_t>(live.size() - 1));
   from.core.reset();
   ++from.generation;
