@@ -233,6 +233,10 @@ void FullSim::member_exit(uint32_t host, const std::string& why) {
   Host& h = hosts_[host];
   if (h.exited) return;
   h.exited = true;
+  // Its process ended: so did the backups it kept (at the job's end they stay, for the checker).
+  if (!job_over_)
+    for (Backup& b : backups_)
+      if (b.host == host) b.core.reset();
   mix(0xe71, host);
   timeline(fmt::format("member exits ({})", why), "fault", host, 0, now(), -1);
 }

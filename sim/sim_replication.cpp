@@ -72,7 +72,8 @@ void FullSim::send_forward(uint32_t shard, uint32_t generation, uint32_t slot,
 void FullSim::forward_arrives(uint32_t shard, uint32_t generation, uint32_t slot,
                               uint32_t backup_generation, const ReplicaForward& f) {
   Backup& b = backups_[slot];
-  if (!b.core || b.generation != backup_generation || hosts_[b.host].down) return;
+  if (!b.core || b.generation != backup_generation || hosts_[b.host].down || hosts_[b.host].exited)
+    return;
   const uint64_t rows_before = b.core->core().stats().rows_pushed;
   auto ack = b.core->on_forward(f);
   mix(0xf0a4d, slot);
@@ -97,7 +98,7 @@ void FullSim::forward_arrives(uint32_t shard, uint32_t generation, uint32_t slot
 
 void FullSim::send_ack(uint32_t shard, uint32_t generation, uint32_t slot, ReplicaAck ack) {
   const uint32_t hf = backups_[slot].host, ht = cores_[shard].host;
-  if (hosts_[hf].down) return;
+  if (hosts_[hf].down || hosts_[hf].exited) return;
   if (const VirtualNanos heal = healed_at(hf, ht); heal > now()) {
     q_.schedule(heal, [this, shard, generation, slot, ack] {
       if (backups_[slot].core) send_ack(shard, generation, slot, ack);
@@ -129,6 +130,10 @@ void FullSim::released(Core& c, Outbox& out) {
 }
 
 void FullSim::backups_lost(uint32_t host, uint32_t lost_host) {
+  // The coordinator declared that member lost: its backups are out of the job (none of them may be
+  // promoted: their primaries no longer wait for them), whether or not its process still runs.
+  for (Backup& b : backups_)
+    if (b.host == lost_host) b.core.reset();
   for (uint32_t s = 0; s < o_.ps; ++s) {
     Core& c = cores_[s];
     if (c.host != host || !c.live() || !c.primary) continue;
