@@ -363,10 +363,14 @@ Runner add_sim(CLI::App& app) {
     std::string text = rep.dump(2);
     text.insert(text.size() - 2, fmt::format(",\n  \"wall_seconds\": {:.3f}", wall));
     std::printf(
-        "colony sim  seed %llu  numerics %s  %u nodes x %u %s  %u ps  %s push  %s  wire %s/%s\n",
+        "colony sim  seed %llu  numerics %s  %u nodes x %u %s  %u ps%s  %s push  %s  wire "
+        "%s/%s\n",
         static_cast<unsigned long long>(o.seed), r.numerics.c_str(), o.nodes, o.gpus_per_node,
-        a->device.c_str(), o.ps, a->push.c_str(), to_string(o.consistency).c_str(),
-        to_string(o.wire_format).c_str(), to_string(o.push_format).c_str());
+        a->device.c_str(), o.ps,
+        // The ps store matters to the real cores, and replication to both numerics.
+        r.numerics == "full" || o.replicas > 1 ? fmt::format(" ({})", a->ps_store).c_str() : "",
+        a->push.c_str(), to_string(o.consistency).c_str(), to_string(o.wire_format).c_str(),
+        to_string(o.push_format).c_str());
     std::printf("  simulated %s (%.6f s) in %.2f s wall (%.0fx), %s events\n",
                 human_duration(r.simulated_seconds).c_str(), r.simulated_seconds, wall,
                 wall > 0 ? r.simulated_seconds / wall : 0.0, human_count(double(r.events)).c_str());

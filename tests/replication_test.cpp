@@ -397,6 +397,32 @@ BOOST_AUTO_TEST_CASE(a_push_is_acknowledged_only_once_every_backup_has_it) {
   BOOST_TEST(v[0] == 1.0f);
 }
 
+// A copy of a message the network made (the simulator's duplicates): forwarded like any other,
+// so the backups see what the core saw, but its replies are dropped.
+BOOST_AUTO_TEST_CASE(a_duplicate_is_forwarded_and_its_replies_dropped) {
+  const ShardConfig sc = shard_config({first_client}, {});
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 1).value());
+  auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+  PushRequest push{{first_client, 1, 1}, 1, {7}, FloatBuffer(std::vector<float>{-1.0f, -1.0f})};
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+  primary->on_message(push, out, fw);
+  primary->on_message(push, out, fw, /*discard_replies=*/true);
+  BOOST_REQUIRE(fw.size() == 2u);
+  for (const ReplicaForward& f : fw)
+    BOOST_REQUIRE(primary->on_ack(0, backup->on_forward(f).value(), out).ok());
+  BOOST_REQUIRE(out.size() == 1u);  // the original's acknowledgement only
+  BOOST_TEST(std::holds_alternative<PushAck>(out[0].message));
+  BOOST_TEST(core->stats().pushes_duplicate == 1u);
+  BOOST_TEST(backup->core().stats().pushes_duplicate == 1u);
+  float v[width];
+  const_cast<ShardCore&>(backup->core()).row_value(7, v);
+  BOOST_TEST(v[0] == 1.0f);  // applied once on both
+  core->row_value(7, v);
+  BOOST_TEST(v[0] == 1.0f);
+}
+
 BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   const ShardConfig sc = shard_config({first_client}, {});
   auto core = make_core(sc);

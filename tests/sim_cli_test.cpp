@@ -91,6 +91,7 @@ BOOST_AUTO_TEST_CASE(replicated_ps_stores_are_simulated_and_bad_ones_refused) {
           "--ps-store replicated:2 --report " +
           a.string());
   BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  BOOST_TEST(r.out.find("2 ps (replicated:2)") != std::string::npos, r.out);
   const auto report = nlohmann::json::parse(slurp(a));
   BOOST_TEST(report["ps_store"] == "replicated:2");
   BOOST_TEST(report["invariant_violations"].empty());
