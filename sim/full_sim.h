@@ -175,6 +175,8 @@ class FullSim {
   void send_ack(uint32_t shard, uint32_t generation, uint32_t slot, ReplicaAck ack);
   void ack_arrives(uint32_t shard, uint32_t generation, uint32_t slot, ReplicaAck ack);
   void backups_lost(uint32_t host, uint32_t lost_host);
+  // The backups host `host` kept are gone (its process died or ended, or it was declared lost).
+  void drop_backups_on(uint32_t host);
   // A restarted primary's shard from its most advanced live backup; fails with not_found when
   // none is left.
   Status promote(uint32_t shard);

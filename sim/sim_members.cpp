@@ -234,9 +234,7 @@ void FullSim::member_exit(uint32_t host, const std::string& why) {
   if (h.exited) return;
   h.exited = true;
   // Its process ended: so did the backups it kept (at the job's end they stay, for the checker).
-  if (!job_over_)
-    for (Backup& b : backups_)
-      if (b.host == host) b.core.reset();
+  if (!job_over_) drop_backups_on(host);
   mix(0xe71, host);
   timeline(fmt::format("member exits ({})", why), "fault", host, 0, now(), -1);
 }
@@ -260,16 +258,15 @@ void FullSim::crash(uint32_t host) {
     c.dead = true;
     c.died_at = now();
     if (c.role != Role::shard) continue;
-    c.shard.reset();  // its memory is gone; its committed rows are not
-    if (o_.replicas > 1) {
-      c.primary.reset();  // nor are they: its backups keep them
-      continue;
-    }
+    // Its memory is gone (the primary first: it drives the core); its committed rows are not,
+    // or with replication, its backups keep them.
+    c.primary.reset();
+    c.shard.reset();
+    if (o_.replicas > 1) continue;
     if (lose_log_tail_) durable_[n]->lose_tail(1 + rng_.next() % 4);
     check_durable(n);
   }
-  for (Backup& b : backups_)
-    if (b.host == host) b.core.reset();
+  drop_backups_on(host);
 }
 
 void FullSim::restart(uint32_t host) {

@@ -129,11 +129,15 @@ void FullSim::released(Core& c, Outbox& out) {
   emit(c.index, out, std::max(now(), c.busy_until));
 }
 
+void FullSim::drop_backups_on(uint32_t host) {
+  for (Backup& b : backups_)
+    if (b.host == host) b.core.reset();
+}
+
 void FullSim::backups_lost(uint32_t host, uint32_t lost_host) {
   // The coordinator declared that member lost: its backups are out of the job (none of them may be
   // promoted: their primaries no longer wait for them), whether or not its process still runs.
-  for (Backup& b : backups_)
-    if (b.host == lost_host) b.core.reset();
+  drop_backups_on(lost_host);
   for (uint32_t s = 0; s < o_.ps; ++s) {
     Core& c = cores_[s];
     if (c.host != host || !c.live() || !c.primary) continue;
