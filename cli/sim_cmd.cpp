@@ -352,6 +352,15 @@ Runner add_sim(CLI::App& app) {
       rep["heartbeat_ms"] = o.heartbeat_ms;
       rep["heartbeat_timeout_ms"] = o.heartbeat_timeout_ms;
     }
+    if (!r.ps_crash_recovery.empty()) {
+      nlohmann::json recoveries = nlohmann::json::array();
+      for (const sim::ThroughputRecovery& t : r.ps_crash_recovery)
+        recoveries.push_back(
+            {{"crash_seconds", t.crash_s},
+             {"time_back_seconds", t.back_s ? nlohmann::json(*t.back_s) : nlohmann::json()},
+             {"not_measured", t.why}});
+      rep["ps_crash_recovery"] = recoveries;
+    }
     if (o.days > 0) {
       rep["days"] = o.days;
       rep["checkpoint_interval_seconds"] = o.checkpoint.interval_s;
@@ -398,6 +407,15 @@ Runner add_sim(CLI::App& app) {
           r.ps_restarts == 1 ? "" : "s", static_cast<unsigned long long>(r.resyncs),
           static_cast<unsigned long long>(r.bad_messages),
           r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
+    if (!r.ps_crash_recovery.empty()) {
+      std::string times;
+      for (const sim::ThroughputRecovery& t : r.ps_crash_recovery)
+        times += t.back_s ? fmt::format("{}{:.3f} s (crash at {:.3f} s)", times.empty() ? "" : ", ",
+                                        *t.back_s, t.crash_s)
+                          : fmt::format("{}not measured at {:.3f} s: {}", times.empty() ? "" : ", ",
+                                        t.crash_s, t.why);
+      std::printf("\n  time back to full throughput after ps crashes: %s", times.c_str());
+    }
     std::printf("\n  invariants: %s\n",
                 r.invariant_violations.empty()
                     ? "all held"

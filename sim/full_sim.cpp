@@ -461,6 +461,12 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
     for (const MemberHost& m : members_)
       if (m.core) result_.bad_messages += m.core->bad_messages();
   }
+  std::vector<VirtualNanos> step_ends;
+  for (const Core& c : cores_)
+    if (c.role == Role::worker)
+      step_ends.insert(step_ends.end(), c.step_ends.begin(), c.step_ends.end());
+  result_.ps_crash_recovery = throughput_recovery(std::move(step_ends), ps_crash_times(o_.trace),
+                                                  std::max<uint64_t>(2, 20ull * workers_));
   result_.event_trace_hash = hash_combine(hash_, result_.events);
   return std::move(result_);
 }

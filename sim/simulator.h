@@ -37,6 +37,7 @@
 #include "ps/protocol.h"
 #include "sim/faults.h"
 #include "sim/network.h"
+#include "sim/throughput_recovery.h"
 
 namespace colony::sim {
 
@@ -188,6 +189,10 @@ struct SimResult {
   // restarted shard committed a second time (a re-sent one its store already held).
   uint64_t acked_commits_lost = 0;
   uint64_t pushes_applied_twice = 0;
+  // For each crash of a ps host in the trace: the time back to full throughput
+  // (sim/throughput_recovery.h), over windows of 20 steps of every worker (modelled numerics:
+  // of every node).
+  std::vector<ThroughputRecovery> ps_crash_recovery;
   // The garble_control and forge_ps sites: control messages duplicated, replayed, garbled or
   // sent in another member's name; ps messages forged in another member's name. Every forged or
   // garbled one must be refused: bad_messages counts what the coordinator, the member cores and

@@ -104,6 +104,31 @@ BOOST_AUTO_TEST_CASE(replicated_ps_stores_are_simulated_and_bad_ones_refused) {
   }
 }
 
+// A trace that crashes a ps host: the report and the summary give the time back to full
+// throughput after it (no sooner than the restart, as every step pulls from every shard).
+BOOST_AUTO_TEST_CASE(a_ps_crash_reports_its_time_back_to_full_throughput) {
+  const std::string args = "--nodes 20 --gpus-per-node 2 --ps 4 --steps 100 --seed 3 ";
+  const fs::path clean = dir / "clean.json", crashed = dir / "crashed.json",
+                 trace = dir / "crash.json";
+  BOOST_TEST_REQUIRE(run(args + "--report " + clean.string()).code == 0);
+  const double length = nlohmann::json::parse(slurp(clean))["simulated_seconds"].get<double>();
+  BOOST_TEST(!nlohmann::json::parse(slurp(clean)).contains("ps_crash_recovery"));
+  const double at = length / 2, restart = length / 10;
+  std::ofstream(trace) << nlohmann::json{
+      {"events", {{{"at", at}, {"kind", "crash"}, {"shard", 1}, {"duration", restart}}}}};
+  Run r = run(args + "--trace " + trace.string() + " --report " + crashed.string());
+  BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  BOOST_TEST(r.out.find("time back to full throughput after ps crashes: ") != std::string::npos,
+             r.out);
+  const auto report = nlohmann::json::parse(slurp(crashed));
+  BOOST_TEST_REQUIRE(report["ps_crash_recovery"].size() == 1u, report.dump());
+  const auto& t = report["ps_crash_recovery"][0];
+  BOOST_TEST(t["crash_seconds"].get<double>() == at, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST_REQUIRE(t["time_back_seconds"].is_number(), t.dump());
+  BOOST_TEST(t["time_back_seconds"].get<double>() >= restart, t.dump());
+  BOOST_TEST(t["not_measured"] == "");
+}
+
 BOOST_AUTO_TEST_CASE(modelled_numerics_for_large_clusters) {
   const fs::path a = dir / "m.json";
   Run r = run("--nodes 200 --gpus-per-node 8 --ps 16 --steps 20 --seed 2 --report " + a.string());
