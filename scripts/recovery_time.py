@@ -6,8 +6,14 @@ memory (the baseline), rocksdb and tiered (both under the default --durability l
 prints the uninterrupted job's samples/s as a ratio to the memory store's on the same daemons;
 for rocksdb and tiered it runs the job again with ps 1 killed with SIGKILL partway and started
 again at once with the same flags (what systemd does), and prints the time from the kill to the
-coordinator's "has resumed shards" and the wall time the crash added to the job, both also as a
-fraction of the uninterrupted job's wall time measured in the same run.
+coordinator's "has resumed shards", the time from the kill back to full throughput, and the wall
+time the crash added to the job, each also as a fraction of the uninterrupted job's wall time
+measured in the same run.
+
+Time back to full throughput is read as `colony sim` reads it (sim/throughput_recovery.h): the
+workers' timelines (`--timeline`) give when each step's computation ended; the last 20 steps of
+each worker before the kill took a span W; full throughput is back at the first step after the
+kill that starts as many consecutive steps taking at most W / 0.95.
 
     scripts/recovery_time.py [--colony build/colony] [--rows 200000] [--epochs 4]
                              [--store memory] [--store rocksdb] [--store tiered]
@@ -44,8 +50,32 @@ def await_line(log, pattern, proc=None, timeout=120.0):
     sys.exit(f"{log}: no /{pattern}/ within {timeout} s")
 
 
+def time_back(step_ends, crash, window, fraction=0.95):
+    """Seconds from `crash` to full throughput, or None: sim/throughput_recovery.cpp's rule."""
+    ends = sorted(step_ends)
+    after = next((i for i, t in enumerate(ends) if t > crash), len(ends))
+    if after < window:
+        return None
+    allowed = (ends[after - 1] - ends[after - window]) / fraction
+    for i in range(after, len(ends) - window + 1):
+        if ends[i + window - 1] - ends[i] <= allowed:
+            return ends[i] - crash
+    return None
+
+
+def step_ends(timeline):
+    """Wall-clock times (s) at which a worker's steps were computed, from its --timeline."""
+    with open(timeline) as f:
+        doc = json.load(f)
+    origin = doc["otherData"]["origin_unix_ns"] / 1e9
+    return [origin + (e["ts"] + e["dur"]) / 1e6 for e in doc["traceEvents"]
+            if e.get("ph") == "X" and e.get("cat") == "compute"
+            and e.get("args", {}).get("role") == "worker"]
+
+
 def run_job(colony, work, data, store, epochs, kill_after):
-    """Returns (wall seconds, seconds from kill to resumed or None, samples/s reported)."""
+    """Returns (wall seconds, seconds from kill to resumed or None, seconds from kill back to full
+    throughput or None, samples/s reported)."""
     tag = f"{store}-{'kill' if kill_after else 'plain'}"
     logs = os.path.join(work, tag)
     os.makedirs(logs)
@@ -70,14 +100,17 @@ def run_job(colony, work, data, store, epochs, kill_after):
           for i in range(2)]
     ps1_endpoint = await_line(os.path.join(logs, "ps1.log"),
                               r"ps listening on (tcp://[0-9.]+:[0-9]+)", ps[1]).group(1)
+    timelines = [os.path.join(logs, f"w{i}-timeline.json") for i in range(2)]
     workers = [start([colony, "worker", "--coordinator", endpoint, "--listen", "tcp://127.0.0.1:*",
-                      "--insecure", "--data", os.path.join(data, "train.libsvm")],
+                      "--insecure", "--data", os.path.join(data, "train.libsvm")]
+                     + (["--timeline", timelines[i]] if kill_after else []),
                      os.path.join(logs, f"w{i}.log")) for i in range(2)]
-    resumed = None
+    resumed = back = None
     if kill_after:
         await_line(os.path.join(logs, "w0.log"), "training starts", workers[0])
         time.sleep(kill_after)
         killed = time.monotonic()
+        killed_unix = time.time()
         ps[1].send_signal(signal.SIGKILL)
         ps[1].wait()
         ps[1] = start(ps_argv(1, ps1_endpoint), os.path.join(logs, "ps1-again.log"))
@@ -86,9 +119,11 @@ def run_job(colony, work, data, store, epochs, kill_after):
     for p in [coord] + ps + workers:
         if p.wait(timeout=600) != 0:
             sys.exit(f"{tag}: a process failed; logs in {logs}")
+    if kill_after:
+        back = time_back(step_ends(timelines[0]) + step_ends(timelines[1]), killed_unix, 40)
     with open(os.path.join(logs, "report.json")) as f:
         sps = json.load(f)["samples_per_sec"]
-    return time.monotonic() - began, resumed, sps
+    return time.monotonic() - began, resumed, back, sps
 
 
 def main():
@@ -108,19 +143,20 @@ def main():
                     "--out", data], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     print(f"{'store':8} {'samples/s':>10} {'of memory':>10} {'kill to resumed':>16} {'of job':>8} "
-          f"{'time added':>11} {'of job':>8}")
+          f"{'back to full':>13} {'time added':>11} {'of job':>8}")
     memory_sps = None
     for store in stores:
-        plain, _, sps = run_job(colony, work, data, store, a.epochs, 0)
+        plain, _, _, sps = run_job(colony, work, data, store, a.epochs, 0)
         if store == "memory":
             memory_sps = sps
         ratio = f"{sps / memory_sps:10.3f}" if memory_sps else f"{'-':>10}"
         if store == "memory":  # a memory ps that dies takes its rows with it: the job fails
             print(f"{store:8} {sps:10.0f} {ratio}")
             continue
-        killed, resumed, _ = run_job(colony, work, data, store, a.epochs, a.kill_after)
+        killed, resumed, back, _ = run_job(colony, work, data, store, a.epochs, a.kill_after)
+        back_text = f"{back:12.3f}s" if back is not None else f"{'not back':>13}"
         print(f"{store:8} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "
-              f"{killed - plain:10.3f}s {(killed - plain) / plain:8.3f}")
+              f"{back_text} {killed - plain:10.3f}s {(killed - plain) / plain:8.3f}")
     print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps, 2 workers, loopback); "
           "'of job' is a fraction of the uninterrupted job's wall time in the same run")
     shutil.rmtree(work, ignore_errors=True)  # kept, with every log, when a run fails
