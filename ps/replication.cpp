@@ -110,14 +110,27 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
       !std::holds_alternative<ClockAdvance>(forward.message))
     return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
                                  " is neither a push nor a clock advance");
+  if (forward.committed >= forward.seq)
+    return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
+                                 " says every backup had applied up to forward " +
+                                 std::to_string(forward.committed) + " before it was sent");
+  // What this backup would keep with it: the kept forwards past its `committed` (the log is in
+  // seq order), and itself.
+  const auto first_kept =
+      std::partition_point(log_.begin(), log_.end(),
+                           [&](const ReplicaForward& f) { return f.seq <= forward.committed; });
+  const size_t keep = static_cast<size_t>(log_.end() - first_kept) + 1;
+  if (keep > replica_log_max)
+    return Status::invalid_input(
+        "replication: forward " + std::to_string(forward.seq) + " would leave " +
+        std::to_string(keep) + " forwards uncommitted, over the " +
+        std::to_string(replica_log_max) + " a backup keeps: its primary stopped committing");
   scratch_.clear();
   core_->on_message(forward.message, scratch_);  // the primary answers the clients
   applied_ = forward.seq;
   // Kept until every backup has it (a promotion of this one re-sends them to the others).
+  log_.erase(log_.begin(), first_kept);
   log_.push_back(forward);
-  const auto committed = std::find_if(
-      log_.begin(), log_.end(), [&](const ReplicaForward& f) { return f.seq > forward.committed; });
-  log_.erase(log_.begin(), committed);
   return ReplicaAck{applied_};
 }
 

@@ -51,6 +51,12 @@ struct ReplicaForward {
   uint64_t committed = 0;
 };
 
+// The most forwards a backup keeps past the last `committed`. A primary's uncommitted forwards
+// are those its backups have not all acknowledged, which its held replies bound to a few per
+// sender and step; a primary past this many has stopped advancing `committed` (a fault, or a lie
+// from its member) and would grow the backup's log without end.
+inline constexpr size_t replica_log_max = 1u << 16;
+
 // A backup has applied every forward up to `seq`.
 struct ReplicaAck {
   uint64_t seq = 0;
@@ -128,8 +134,10 @@ class ShardBackup {
   // Applies `forward` when it is the next in order and returns the seq to acknowledge: every
   // forward up to it applied. A forward already applied (a duplicate) is acknowledged again and
   // not applied. Fails with invalid_input, applying nothing, for a forward past the next (one was
-  // lost: the backup can no longer follow the primary) or a message that is not a push or a
-  // clock advance; the backup is then out of date and must not be promoted.
+  // lost: the backup can no longer follow the primary), a message that is not a push or a clock
+  // advance, a `committed` at or past the forward's own seq (no backup can have applied a forward
+  // not yet sent), or one that would leave more than replica_log_max forwards kept; the backup is
+  // then out of date and must not be promoted.
   Expected<ReplicaAck> on_forward(const ReplicaForward& forward);
   // The last forward applied.
   uint64_t applied() const { return applied_; }

@@ -438,6 +438,10 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   BOOST_TEST(
       !backup->on_forward({1, PullRequest{{first_client, 2, 1}, 0, first_client, {1}}}).ok());
   BOOST_TEST(backup->applied() == 0u);
+  // A forward that says every backup had already applied it (or more) before it was sent.
+  BOOST_TEST(!backup->on_forward({1, advance, 1}).ok());
+  BOOST_TEST(!backup->on_forward({1, advance, 7}).ok());
+  BOOST_TEST(backup->applied() == 0u);
   BOOST_TEST(backup->on_forward({1, advance}).value().seq == 1u);
   // Feature admission counts pulls the backups never see.
   ShardConfig admitting = sc;
@@ -452,6 +456,28 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   BOOST_REQUIRE(primary->on_backup_lost(0, out).ok());
   BOOST_TEST(out.size() == 1u);
   BOOST_TEST(!primary->on_backup_lost(0, out).ok());
+}
+
+// A primary that never advances `committed` would grow its backups' logs without end: past
+// replica_log_max kept forwards the backup refuses, applying nothing; committing trims the log.
+BOOST_AUTO_TEST_CASE(a_primary_that_stops_committing_is_refused_past_the_log_bound) {
+  const ShardConfig sc = shard_config({first_client}, {});
+  auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+  for (uint64_t seq = 1; seq <= colony::replica_log_max; ++seq)
+    BOOST_REQUIRE(
+        backup->on_forward({seq, ClockAdvance{{first_client, seq, 1}, uint32_t(seq)}, 0}).ok());
+  BOOST_TEST(backup->kept() == colony::replica_log_max);
+  const uint64_t next = colony::replica_log_max + 1;
+  auto refused = backup->on_forward({next, ClockAdvance{{first_client, next, 1}, 1}, 0});
+  BOOST_REQUIRE(!refused.ok());
+  BOOST_TEST(refused.status().message().find("stopped committing") != std::string::npos,
+             refused.status().message());
+  BOOST_TEST(backup->applied() == colony::replica_log_max);
+  // The same forward with everything before it committed is taken, and the log trimmed.
+  BOOST_TEST(
+      backup->on_forward({next, ClockAdvance{{first_client, next, 1}, uint32_t(next)}, next - 1})
+          .ok());
+  BOOST_TEST(backup->kept() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_driver_that_promotes_a_backup_behind_another_is_caught) {
