@@ -42,8 +42,10 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
         copy.keys_of_pull = 0;
       }
       forwards.push_back({++seq_, std::move(copy), acked_by_all()});
+      unacked_.push_back(forwards.back());
     } else if (std::holds_alternative<ClockAdvance>(message)) {
       forwards.push_back({++seq_, message, acked_by_all()});
+      unacked_.push_back(forwards.back());
     }
   }
   scratch_.clear();
@@ -51,6 +53,12 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
   if (!discard_replies)
     for (Outgoing& reply : scratch_) held_.push_back({seq_, std::move(reply)});
   release(out);
+}
+
+ShardPrimary::NewBackup ShardPrimary::add_backup() {
+  acked_.push_back(seq_);
+  lost_.push_back(false);
+  return {backups() - 1, seq_, {unacked_.begin(), unacked_.end()}};
 }
 
 Status ShardPrimary::on_ack(uint32_t backup, const ReplicaAck& ack, Outbox& out) {
@@ -88,7 +96,9 @@ uint64_t ShardPrimary::acked_by_all() const {
 }
 
 void ShardPrimary::release(Outbox& out) {
-  const uint64_t acked = faults_.ack_before_backups ? seq_ : acked_by_all();
+  const uint64_t all = acked_by_all();
+  while (!unacked_.empty() && unacked_.front().seq <= all) unacked_.pop_front();
+  const uint64_t acked = faults_.ack_before_backups ? seq_ : all;
   size_t n = 0;
   while (n < held_.size() && held_[n].seq <= acked) out.push_back(std::move(held_[n++].reply));
   held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(n));
@@ -98,6 +108,16 @@ Expected<std::unique_ptr<ShardBackup>> ShardBackup::make(std::unique_ptr<ShardCo
                                                          ReplicationFaults faults) {
   if (Status s = check_replicable(core.get()); !s.ok()) return s;
   return std::unique_ptr<ShardBackup>(new ShardBackup(std::move(core), faults));
+}
+
+Expected<std::unique_ptr<ShardBackup>> ShardBackup::rebuilt(std::unique_ptr<ShardCore> core,
+                                                            ShardPrimary::NewBackup added,
+                                                            ReplicationFaults faults) {
+  auto made = make(std::move(core), faults);
+  if (!made) return made.status();
+  (*made)->applied_ = added.applied;
+  (*made)->log_ = std::move(added.kept);
+  return made;
 }
 
 Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
@@ -148,6 +168,7 @@ ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {
     const uint64_t committed = p.resend.empty() ? applied_ : p.resend.front().seq - 1;
     std::fill(p.primary->acked_.begin(), p.primary->acked_.end(), committed);
     for (ReplicaForward& f : p.resend) f.committed = committed;
+    p.primary->unacked_.assign(p.resend.begin(), p.resend.end());
   }
   return p;
 }

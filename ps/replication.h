@@ -26,12 +26,18 @@
 // value depends only on its key, so a row a pull created on the primary alone reads the same on a
 // backup. Feature admission (admit_after > 1) counts pulls, so it is refused here.
 //
+// A new backup in place of a lost or promoted one (ShardPrimary::add_backup): the driver copies the
+// primary's rows into a store, makes a core over it with ShardCore::replica, and a backup of it
+// with ShardBackup::rebuilt; from then on the primary forwards to it as to the others. So a shard
+// that lost a replica gets K again, and survives another K - 1 failures.
+//
 // What is not here (the drivers' part, docs/storage.md): placing backups in other processes,
-// a coordinator that declares a primary lost and re-routes its shard, and a new backup in place
-// of a lost one (it needs the rows copied over).
+// a coordinator that declares a primary lost and re-routes its shard, and copying the rows across
+// processes.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -85,6 +91,18 @@ class ShardPrimary {
   // the simulator) the core's replies to it are dropped; it is forwarded all the same.
   void on_message(const PsMessage& message, Outbox& out, std::vector<ReplicaForward>& forwards,
                   bool discard_replies = false);
+  // A new backup (re-replication), numbered backups() before the call. It starts from a copy of
+  // the core as it is now (ShardCore::replica), which holds every forward made so far: the primary
+  // takes it as having acknowledged last_seq(), and holds every later reply for it too. The
+  // forwards some other live backup has not acknowledged yet go with it (`kept`), so that a
+  // promotion of the new backup can send them to that one (ShardBackup::promote).
+  struct NewBackup {
+    uint32_t backup = 0;
+    uint64_t applied = 0;  // last_seq()
+    std::vector<ReplicaForward> kept;
+  };
+  NewBackup add_backup();
+
   // Backup `backup` (0..backups()-1) has applied every forward up to `seq`: releases the replies
   // every backup has now acknowledged into `out`. Fails with invalid_input, changing nothing, for
   // an unknown backup or a seq above the last forward; an ack below the backup's last one is an
@@ -121,6 +139,8 @@ class ShardPrimary {
     Outgoing reply;
   };
   std::vector<Held> held_;  // in the order the core made them
+  // The forwards past acked_by_all(), in seq order (for add_backup): as many as the backups keep.
+  std::deque<ReplicaForward> unacked_;
   Outbox scratch_;
 };
 
@@ -130,6 +150,13 @@ class ShardBackup {
   // answers as the shard). Fails as ShardPrimary::make.
   static Expected<std::unique_ptr<ShardBackup>> make(std::unique_ptr<ShardCore> core,
                                                      ReplicationFaults faults = {});
+
+  // A backup added to a live shard (ShardPrimary::add_backup): `core` is the primary's copy
+  // (ShardCore::replica), holding the forwards up to `added.applied`; it keeps `added.kept`
+  // for a promotion. Fails as make().
+  static Expected<std::unique_ptr<ShardBackup>> rebuilt(std::unique_ptr<ShardCore> core,
+                                                        ShardPrimary::NewBackup added,
+                                                        ReplicationFaults faults = {});
 
   // Applies `forward` when it is the next in order and returns the seq to acknowledge: every
   // forward up to it applied. A forward already applied (a duplicate) is acknowledged again and

@@ -679,6 +679,21 @@ void ShardCore::evict_stale_rows() {
     for (AnsweredPull& a : recent.pulls) a.rows.clear();
 }
 
+Expected<std::unique_ptr<ShardCore>> ShardCore::replica(std::unique_ptr<RowStore> store) const {
+  auto made = make(config_, std::move(store));
+  if (!made) return made.status();
+  ShardCore& c = **made;
+  c.clocks_ = clocks_;
+  c.parts_ = parts_;
+  c.keys_dropped_ = keys_dropped_;
+  c.last_checkpoint_ = last_checkpoint_;
+  c.next_eviction_scan_ = next_eviction_scan_;
+  uint32_t m = clock_done;
+  for (const auto& [sender, clock] : c.clocks_) m = std::min(m, clock);
+  c.min_clock_ = m;
+  return made;
+}
+
 std::vector<std::pair<NodeId, uint32_t>> ShardCore::sender_clocks() const {
   std::vector<std::pair<NodeId, uint32_t>> v(clocks_.begin(), clocks_.end());
   std::sort(v.begin(), v.end());

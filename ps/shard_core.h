@@ -169,6 +169,15 @@ class ShardCore {
   static Expected<std::vector<RowPart>> row_parts(const ShardConfig& config, ValueFormat values,
                                                   ValueFormat state);
 
+  // A copy of this core to serve as a new backup of its shard (ps/replication.h: a backup rebuilt
+  // from its live primary): the same configuration over `store`, which must hold this core's rows
+  // as they are now (the driver copies them), and what applying the same forwards further depends
+  // on: each sender's clock, the parts of pushes whose last part has not come, the pushes refused
+  // for keys left out, and the clocks of the next checkpoint and eviction scan. Not what only a
+  // primary keeps (pulls waiting or answered, a resync's progress): a backup never answers. Fails
+  // as make() does (a store whose rows are not row_floats(config()) floats).
+  Expected<std::unique_ptr<ShardCore>> replica(std::unique_ptr<RowStore> store) const;
+
   // Handles one message addressed to this shard; replies go to `out`. A reply kind (which only
   // clients take) is dropped and counted in stats().messages_refused. Replies go to the
   // message's sender: the driver must have checked that it is a node it can reach

@@ -68,8 +68,10 @@ struct Outcome {
   uint32_t failovers = 0;
   bool finished = false;  // every client done, no error
   std::string error;
-  bool backups_equal = true;  // every live backup holds the primary's rows
-  bool ack_refused = false;   // a backup acknowledged forwards its primary never sent
+  bool backups_equal = true;     // every live backup holds the primary's rows
+  bool ack_refused = false;      // a backup acknowledged forwards its primary never sent
+  uint32_t rebuilt = 0;          // backups made anew from the primary
+  bool forward_refused = false;  // a backup lacked forwards it was sent after
 };
 
 struct Run {
@@ -87,6 +89,11 @@ struct Run {
   Outcome outcome;
 
   bool promote_behind = false;  // a driver that promotes the backup that applied the fewest
+  // Re-replication: a lost or promoted backup is replaced by a copy of the primary (at a random
+  // moment), and the primary may crash once more than it has backups. `rebuild_unkept`: a broken
+  // driver that gives the new backup none of the forwards the others lack.
+  bool rebuild = false, rebuild_unkept = false;
+  size_t backups_wanted = 0;
   explicit Run(uint64_t seed, ReplicationFaults f, bool behind = false)
       : rng(seed), faults(f), promote_behind(behind) {}
   uint64_t below(uint64_t n) { return rng.next() % n; }
@@ -180,6 +187,27 @@ struct Run {
     reply(out);
   }
 
+  // A new backup: the primary's rows and state copied as they are now (ShardCore::replica).
+  void rebuild_backup() {
+    ++outcome.rebuilt;
+    const RowStore& from = core->store();
+    auto store = std::make_unique<MemoryRowStore>(from.row_floats());
+    BOOST_REQUIRE(from.for_each([&](uint64_t key, const float* row) {
+                        std::copy(row, row + from.row_floats(), store->find_or_insert(key).first);
+                      })
+                      .ok());
+    auto copy = core->replica(std::move(store));
+    BOOST_REQUIRE(copy.ok());
+    ShardPrimary::NewBackup added = primary->add_backup();
+    BOOST_REQUIRE(added.backup == backups.size());
+    if (rebuild_unkept) added.kept.clear();
+    auto backup = ShardBackup::rebuilt(std::move(copy.value()), std::move(added), faults);
+    BOOST_REQUIRE(backup.ok());
+    backups.push_back(std::move(backup.value()));
+    forwards.emplace_back();
+    acks.emplace_back();
+  }
+
   size_t live_backups() const {
     return static_cast<size_t>(
         std::count_if(backups.begin(), backups.end(), [](const auto& b) { return b != nullptr; }));
@@ -218,6 +246,10 @@ struct Run {
     const uint64_t second_crash =
         primary_crash == UINT64_MAX ? UINT64_MAX : primary_crash + 1 + below(250);
     const uint64_t backup_crash = below(4) ? UINT64_MAX : below(250);
+    // With rebuilding: a third crash of whichever primary there is then.
+    const uint64_t third_crash =
+        rebuild && second_crash != UINT64_MAX ? second_crash + 1 + below(250) : UINT64_MAX;
+    backups_wanted = backup_count;
 
     for (uint64_t tick = 0; tick < 1'000'000; ++tick) {
       if (tick == backup_crash && live_backups() > 1) {
@@ -225,7 +257,10 @@ struct Run {
         while (!backups[b]) b = (b + 1) % backups.size();
         crash_backup(b);
       }
-      if ((tick == primary_crash || tick == second_crash) && live_backups() > 0) crash_primary();
+      if ((tick == primary_crash || tick == second_crash || tick == third_crash) &&
+          live_backups() > 0)
+        crash_primary();
+      if (rebuild && live_backups() < backups_wanted && below(20) == 0) rebuild_backup();
       // Every possible move, then one of them at random.
       std::vector<std::pair<int, size_t>> moves;
       if (!to_shard.empty()) moves.emplace_back(0, 0);
@@ -272,6 +307,13 @@ struct Run {
             break;
           case 3: {
             auto ack = backups[i]->on_forward(forwards[i].front());
+            if (!ack.ok() && rebuild_unkept) {  // the broken driver's backup cannot follow
+              outcome.error = ack.status().message();
+              outcome.forward_refused = true;
+              crash_backup(i);
+              moved = true;
+              break;
+            }
             if (!ack.ok()) BOOST_FAIL(ack.status().message());
             forwards[i].pop_front();
             acks[i].push_back(*ack);
@@ -329,6 +371,13 @@ Outcome run(uint64_t seed, ReplicationFaults faults = {}, bool promote_behind = 
   return Run(seed, faults, promote_behind).go();
 }
 
+Outcome run_rebuilding(uint64_t seed, bool unkept = false) {
+  Run r(seed, {});
+  r.rebuild = true;
+  r.rebuild_unkept = unkept;
+  return r.go();
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(no_acknowledged_push_is_lost_or_applied_twice_across_failovers) {
@@ -350,6 +399,40 @@ BOOST_AUTO_TEST_CASE(no_acknowledged_push_is_lost_or_applied_twice_across_failov
                              << " the promoted one as well");
   BOOST_TEST(crashed > 300u);
   BOOST_TEST(twice_over > 50u);
+}
+
+// Re-replication (ShardPrimary::add_backup): a backup lost or promoted is replaced, at a random
+// moment, by a copy of the primary's core and rows, which takes the primary's forwards from then
+// on. The primary may crash three times with one or two backups: nothing acknowledged is lost,
+// nothing is applied twice, and every live backup ends with the primary's rows. A driver that
+// does not give the new backup the forwards the others still lack is caught: when the new backup
+// is promoted, an older one cannot follow it.
+BOOST_AUTO_TEST_CASE(a_rebuilt_backup_lets_a_shard_survive_more_crashes_than_it_has_backups) {
+  uint64_t rebuilt = 0, beyond = 0;
+  for (uint64_t seed = 1; seed <= 500; ++seed) {
+    const Outcome o = run_rebuilding(seed);
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      BOOST_TEST(o.finished, o.error);
+      BOOST_TEST(o.lost == 0u);
+      BOOST_TEST(o.twice == 0u);
+      BOOST_TEST(o.pushes_lost == 0u);
+      BOOST_TEST(o.backups_equal);
+      BOOST_TEST(!o.ack_refused);
+    }
+    rebuilt += o.rebuilt > 0;
+    beyond += o.failovers == 3;
+  }
+  BOOST_TEST_MESSAGE(rebuilt << " of 500 runs rebuilt a backup, " << beyond
+                             << " failed over three times");
+  BOOST_TEST(rebuilt > 300u);
+  BOOST_TEST(beyond > 100u);
+}
+
+BOOST_AUTO_TEST_CASE(a_rebuilt_backup_without_the_forwards_others_lack_is_caught) {
+  uint64_t caught = 0;
+  for (uint64_t seed = 1; seed <= 500; ++seed) caught += run_rebuilding(seed, true).forward_refused;
+  BOOST_TEST_MESSAGE("a backup that could not follow caught in " << caught << " of 500 runs");
+  BOOST_TEST(caught > 0u);
 }
 
 BOOST_AUTO_TEST_CASE(a_primary_that_acknowledges_before_its_backups_is_caught_losing_pushes) {
