@@ -344,6 +344,7 @@ Runner add_sim(CLI::App& app) {
                                        : "memory";
       rep["ps_restarts"] = r.ps_restarts;
       rep["clients_resynced"] = r.resyncs;
+      if (o.replicas > 1) rep["backups_rebuilt"] = r.backups_rebuilt;
       rep["acked_commits_lost"] = r.acked_commits_lost;
       rep["pushes_applied_twice"] = r.pushes_applied_twice;
       rep["control_messages_garbled"] = r.control_faults;

@@ -180,6 +180,12 @@ class FullSim {
   // A restarted primary's shard from its most advanced live backup; fails with not_found when
   // none is left.
   Status promote(uint32_t shard);
+  // Re-replication: every backup slot without a backup, on a ps host whose process is up and
+  // built and whose member the coordinator has not declared lost, gets a copy of its shard's live
+  // primary (ShardPrimary::add_backup); the rows cross the network before it applies a forward.
+  // Called when a member is built and when one learns of a loss or a restart (a late word of an
+  // earlier loss drops a new backup: it is made again).
+  void rebuild_backups();
   // Pull replies and acknowledgements a replicated shard released (held for its backups).
   void released(Core& c, Outbox& out);
   void violation(std::string v);
@@ -263,7 +269,8 @@ class FullSim {
   // primary's numbering (ShardPrimary's backup indices), and what each shard acknowledged: the
   // clock of each sender's last acknowledged push (by the push's request id until then).
   std::vector<Backup> backups_;
-  std::vector<std::vector<uint32_t>> replica_sets_;
+  std::vector<std::vector<uint32_t>> replica_sets_;  // no_slot: a backup replaced since
+  static constexpr uint32_t no_slot = UINT32_MAX;
   std::vector<std::unordered_map<NodeId, uint32_t>> acked_clocks_;
   std::unordered_map<uint64_t, uint32_t> unacked_pushes_;
   // The rows a restarted host's shards were just taken from: (backup host, bytes) to copy over

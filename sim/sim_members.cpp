@@ -155,6 +155,7 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
         // A replicated shard none of whose replicas is left: the member says so and leaves.
         mh.core->built(s, now_ms(), fx);
       }
+      if (s.ok()) rebuild_backups();
     }
     if (e.start)
       for (uint32_t i = 0; i < cores_.size(); ++i) {
@@ -169,6 +170,7 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
       // A lost ps host kept backups: this host's primaries stop waiting for them.
       if (o_.replicas > 1 && n < o_.ps) backups_lost(host, cores_[n].host);
     }
+    if (!e.lost.empty()) rebuild_backups();
     if (!e.restarted.empty()) {
       for (NodeId n : e.restarted) hosts_[host].lost[n] = false;
       for (uint32_t i = 0; i < cores_.size(); ++i) {
@@ -183,6 +185,7 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
         mix(0x4e5c, i);
         emit(i, out, std::max(now(), c.busy_until));
       }
+      rebuild_backups();
     }
     const uint32_t incarnation = mh.incarnations;
     for (ControlBody& body : e.control) {

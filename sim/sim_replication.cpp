@@ -7,7 +7,9 @@
 // waiting for the backups it kept, and when it joins again the most advanced live backup of each
 // of its shards becomes that shard's core on it (ShardBackup::promote); its member is Ready once
 // the backup's rows have crossed the network to it, and the clients resync with it as with a
-// durable store's restart.
+// durable store's restart. Then every shard whose backup was lost or promoted gets a new one, a
+// copy of its live primary (rebuild_backups), on the host the lost one had, once that host's
+// process is back: so a shard survives any number of crashes, K - 1 at a time.
 #include <algorithm>
 
 #include "sim/full_sim.h"
@@ -42,6 +44,7 @@ void FullSim::replicate(uint32_t shard, std::vector<ReplicaForward>& forwards, V
   const uint32_t generation = cores_[shard].generation;
   for (ReplicaForward& f : forwards)
     for (uint32_t slot : replica_sets_[shard]) {
+      if (slot == no_slot) continue;
       const uint32_t backup_generation = backups_[slot].generation;
       q_.schedule(at, [this, shard, generation, slot, backup_generation, f]() mutable {
         send_forward(shard, generation, slot, backup_generation, std::move(f));
@@ -144,7 +147,8 @@ void FullSim::backups_lost(uint32_t host, uint32_t lost_host) {
     Outbox out;
     const auto& set = replica_sets_[s];
     for (uint32_t i = 0; i < set.size(); ++i)
-      if (backups_[set[i]].host == lost_host) (void)c.primary->on_backup_lost(i, out);
+      if (set[i] != no_slot && backups_[set[i]].host == lost_host)
+        (void)c.primary->on_backup_lost(i, out);
     released(c, out);
   }
 }
@@ -153,7 +157,7 @@ Status FullSim::promote(uint32_t shard) {
   Core& c = cores_[shard];
   std::vector<uint32_t> live;
   for (uint32_t slot : replica_sets_[shard])
-    if (backups_[slot].core) live.push_back(slot);
+    if (slot != no_slot && backups_[slot].core) live.push_back(slot);
   if (live.empty())
     return Status::not_found(fmt::format(
         "shard {} lost every one of its {} replicas: its rows are gone", shard, o_.replicas));
@@ -177,6 +181,49 @@ Status FullSim::promote(uint32_t shard) {
   mix(0x940e, hash_combine(shard, best));
   replicate(shard, p.resend, now());
   return Status();
+}
+
+void FullSim::rebuild_backups() {
+  if (o_.replicas < 2 || job_over_) return;
+  const uint32_t per_shard = o_.replicas - 1;
+  for (uint32_t s = 0; s < o_.ps; ++s) {
+    Core& c = cores_[s];
+    if (!c.live() || !c.primary || hosts_[c.host].down) continue;
+    for (uint32_t slot = s * per_shard; slot < (s + 1) * per_shard; ++slot) {
+      Backup& b = backups_[slot];
+      if (b.core || hosts_[b.host].down || hosts_[b.host].exited) continue;
+      const NodeId there = b.host - o_.nodes;  // the shard of that ps host
+      COLONY_ASSERT(cores_[there].host == b.host, "ps host {} holds shard {}", b.host, there);
+      if (!cores_[there].live() || member_gone(b.host)) continue;
+      // The one it replaces is gone: the primary stops waiting for it (if it still did).
+      std::vector<uint32_t>& set = replica_sets_[s];
+      Outbox out;
+      for (uint32_t i = 0; i < set.size(); ++i)
+        if (set[i] == slot) {
+          (void)c.primary->on_backup_lost(i, out);
+          set[i] = no_slot;
+        }
+      b.rows = durable_[s]->copy();  // the primary's rows, as it committed them
+      auto core = c.shard->replica(open_sim_store(b.rows, true));
+      COLONY_ASSERT(core.ok(), "{}", core.status().message());
+      ShardPrimary::NewBackup added = c.primary->add_backup();
+      COLONY_ASSERT(added.backup == set.size(), "backup {} of {}", added.backup, set.size());
+      auto backup =
+          ShardBackup::rebuilt(std::move(core.value()), std::move(added), replication_faults_);
+      COLONY_ASSERT(backup.ok(), "{}", backup.status().message());
+      b.core = std::move(backup.value());
+      ++b.generation;
+      set.push_back(slot);
+      // It applies nothing before the rows are there; the primary holds its replies until then.
+      b.busy_until =
+          replica_transfer(c.host, b.host, uint64_t{b.rows->size()} * b.rows->row_floats() * 4,
+                           hash_combine(0xc09f, (uint64_t{c.host} << 32) | b.host));
+      ++result_.backups_rebuilt;
+      mix(0x4eb1, slot);
+      timeline(fmt::format("backup of shard {} rebuilt", s), "fault", b.host, 0, now(), -1);
+      released(c, out);
+    }
+  }
 }
 
 void FullSim::check_promoted(uint32_t shard, const DurableRows& rows) {

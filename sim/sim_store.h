@@ -27,6 +27,14 @@ class DurableRows {
   explicit DurableRows(size_t row_floats) : row_floats_(row_floats) {}
   size_t row_floats() const { return row_floats_; }
   size_t size() const { return rows_.size(); }
+  // Another store holding these rows and clocks, as if it had committed them in one batch.
+  std::shared_ptr<DurableRows> copy() const {
+    auto c = std::make_shared<DurableRows>(row_floats_);
+    c->rows_ = rows_;
+    c->clocks_ = clocks_;
+    c->commits_ = 1;
+    return c;
+  }
   // Batches committed so far (never decreases but by lose_tail).
   uint64_t commits() const { return commits_; }
   // Undoes the last `n` commits, as a store would that acknowledged writes before they were

@@ -184,6 +184,9 @@ struct SimResult {
   // ShardCore::begin_resync, KvClient::resync on ShardsRestarted).
   uint32_t ps_restarts = 0;
   uint64_t resyncs = 0;
+  // Replicated shards (replicas > 1): backups made anew from a live primary in place of one lost
+  // or promoted (re-replication).
+  uint32_t backups_rebuilt = 0;
   // What the invariants count across ps crashes (each is a violation too): store commits a
   // shard had acknowledged pushes of and its store did not hold at the crash, and pushes a
   // restarted shard committed a second time (a re-sent one its store already held).

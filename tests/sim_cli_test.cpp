@@ -95,6 +95,8 @@ BOOST_AUTO_TEST_CASE(replicated_ps_stores_are_simulated_and_bad_ones_refused) {
   const auto report = nlohmann::json::parse(slurp(a));
   BOOST_TEST(report["ps_store"] == "replicated:2");
   BOOST_TEST(report["invariant_violations"].empty());
+  // New backups in place of those a crash took (none when no ps crashed), reported.
+  BOOST_TEST(report["backups_rebuilt"].get<int>() >= 0);
   for (const char* bad :
        {"--numerics full --ps-store replicated:3", "--ps-store replicated:two",
         "--ps-store replicated:", "--colocate --ps-store replicated:2", "--ps-store disk"}) {
