@@ -1,6 +1,7 @@
 #include "ps/replication.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace colony {
@@ -30,8 +31,8 @@ ShardPrimary::ShardPrimary(ShardCore& core, uint32_t backups, ReplicationFaults 
 
 void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
                               std::vector<ReplicaForward>& forwards, bool discard_replies) {
-  const bool replicate = backups_live() > 0;
-  if (replicate) {
+  std::optional<PsMessage> forward;
+  if (backups_live() > 0) {
     if (const auto* push = std::get_if<PushRequest>(&message)) {
       // The backups never saw the pull a push may name: it goes with its keys. One whose keys the
       // core does not know goes as it is: the backups refuse or drop it just as the core does.
@@ -41,15 +42,21 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
         copy.keys = *keys;
         copy.keys_of_pull = 0;
       }
-      forwards.push_back({++seq_, std::move(copy), acked_by_all()});
-      unacked_.push_back(forwards.back());
+      forward = std::move(copy);
     } else if (std::holds_alternative<ClockAdvance>(message)) {
-      forwards.push_back({++seq_, message, acked_by_all()});
-      unacked_.push_back(forwards.back());
+      forward = message;
     }
   }
+  const uint64_t dropped = core_->stats().dropped_before_resync;
   scratch_.clear();
   core_->on_message(message, scratch_);
+  // A promoted core drops what a sender sends before its resync (ShardCore::begin_takeover), and
+  // the sender sends it again after: a backup, which is not resyncing, would apply it now, at
+  // another place in the order than the primary later does.
+  if (forward && core_->stats().dropped_before_resync == dropped) {
+    forwards.push_back({++seq_, std::move(*forward), acked_by_all()});
+    unacked_.push_back(forwards.back());
+  }
   if (!discard_replies)
     for (Outgoing& reply : scratch_) held_.push_back({seq_, std::move(reply)});
   release(out);

@@ -88,7 +88,10 @@ class ShardPrimary {
   // `forwards`; the core's replies go to `out` now when no forward is unacknowledged, and
   // otherwise once every backup has acknowledged the last forward made so far (on_ack), in the
   // order the core made them. With `discard_replies` (a copy of a message the network made, in
-  // the simulator) the core's replies to it are dropped; it is forwarded all the same.
+  // the simulator) the core's replies to it are dropped; it is forwarded all the same. A push or
+  // clock advance the core drops because its sender has not resynced yet (a promoted core) is not
+  // forwarded: the sender sends it again after its resync, and the backups take it then, in the
+  // primary's order.
   void on_message(const PsMessage& message, Outbox& out, std::vector<ReplicaForward>& forwards,
                   bool discard_replies = false);
   // A new backup (re-replication), numbered backups() before the call. It starts from a copy of
