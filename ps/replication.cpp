@@ -14,6 +14,11 @@ Status check_replicable(const ShardCore* core) {
     return Status::invalid_input(
         "replication: feature admission (admit_after > 1) counts pulls, which only the primary "
         "sees; a replicated shard admits every key");
+  if (core->config().evict_after > 0)
+    return Status::invalid_input(
+        "replication: stale-row eviction (evict_after) stamps rows with the slowest sender's "
+        "clock, which a promoted primary counts as 0 for the senders it has not resynced yet "
+        "and its backups do not: the replicas' rows would differ");
   return Status();
 }
 

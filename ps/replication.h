@@ -21,10 +21,12 @@
 // lack. So K replicas survive K - 1 failures, one after another.
 //
 // A push that leaves its keys out (PushRequest::keys_of_pull) names a pull only the primary saw:
-// it is forwarded with its keys filled in, and not at all when the primary would refuse or drop
-// it for its keys. Pulls and hints are not forwarded: without feature admission a row's initial
+// it is forwarded with its keys filled in, or as it is when the primary does not know them (the
+// backups then refuse or drop it as the primary does). Pulls and hints are not forwarded: without feature admission a row's initial
 // value depends only on its key, so a row a pull created on the primary alone reads the same on a
-// backup. Feature admission (admit_after > 1) counts pulls, so it is refused here.
+// backup. Feature admission (admit_after > 1) counts pulls, so it is refused here, and so is
+// stale-row eviction (evict_after), whose row stamps and scans follow the slowest sender's clock,
+// which a promoted primary reckons differently from its backups until every sender has resynced.
 //
 // A new backup in place of a lost or promoted one (ShardPrimary::add_backup): the driver copies the
 // primary's rows into a store, makes a core over it with ShardCore::replica, and a backup of it
@@ -80,7 +82,7 @@ class ShardPrimary {
  public:
   // The primary over `core` (which must outlive it; the driver keeps owning it), with `backups`
   // backups (K - 1; 0 replicates nothing and holds no reply). Fails with invalid_input when the
-  // core's configuration uses feature admission.
+  // core's configuration uses feature admission or stale-row eviction.
   static Expected<std::unique_ptr<ShardPrimary>> make(ShardCore& core, uint32_t backups,
                                                       ReplicationFaults faults = {});
 

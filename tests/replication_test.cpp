@@ -580,6 +580,13 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   admitting.admit_after = 3;
   BOOST_TEST(!ShardPrimary::make(*make_core(admitting), 1).ok());
   BOOST_TEST(!ShardBackup::make(make_core(admitting)).ok());
+  // So does stale-row eviction: a promoted primary stamps rows by clocks its backups do not see.
+  ShardConfig evicting = sc;
+  evicting.evict_after = 4;
+  auto refused = ShardPrimary::make(*make_core(evicting), 1);
+  BOOST_TEST(!refused.ok());
+  BOOST_TEST(refused.status().message().find("evict_after") != std::string::npos);
+  BOOST_TEST(!ShardBackup::make(make_core(evicting)).ok());
   // Once its only backup is lost, the primary acknowledges at once.
   std::vector<ReplicaForward> fw;
   PushRequest push{{first_client, 3, 1}, 1, {7}, FloatBuffer(std::vector<float>{1.0f, 1.0f})};
