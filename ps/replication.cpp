@@ -39,14 +39,13 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
   std::optional<PsMessage> forward;
   if (backups_live() > 0) {
     if (const auto* push = std::get_if<PushRequest>(&message)) {
-      // The backups never saw the pull a push may name: it goes with its keys. One whose keys the
-      // core does not know goes as it is: the backups refuse or drop it just as the core does.
+      // The backups never saw the pull a push may name: it goes with its keys, still naming the
+      // pull (ShardCore takes the keys as the pull's: the checks on naming a pull stay the same).
+      // One whose keys the core does not know goes as it is: the backups refuse or drop it just
+      // as the core does.
       const std::vector<uint64_t>* keys = push->keys_of_pull ? core_->push_keys(*push) : nullptr;
       PushRequest copy = *push;
-      if (keys) {
-        copy.keys = *keys;
-        copy.keys_of_pull = 0;
-      }
+      if (keys) copy.keys = *keys;
       forward = std::move(copy);
     } else if (std::holds_alternative<ClockAdvance>(message)) {
       forward = message;
@@ -55,6 +54,18 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
   const uint64_t dropped = core_->stats().dropped_before_resync;
   scratch_.clear();
   core_->on_message(message, scratch_);
+  if (auto* clock = forward ? std::get_if<ClockAdvance>(&*forward) : nullptr;
+      clock && clock->resync) {
+    // A resync sets the sender's clock as the core decides (a promoted core: to the later of the
+    // one announced and the one it applied; otherwise one step at most): the backups follow the
+    // clock it set (ShardCore::follow_resync). One from a node that is not a sender changes
+    // nothing: not forwarded.
+    const std::optional<uint32_t> now = core_->sender_clock(clock->header.sender);
+    if (now && clock->header.map_version == core_->config().map.version)
+      clock->clock = *now;
+    else
+      forward.reset();
+  }
   // A promoted core drops what a sender sends before its resync (ShardCore::begin_takeover), and
   // the sender sends it again after: a backup, which is not resyncing, would apply it now, at
   // another place in the order than the primary later does.
@@ -158,7 +169,11 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
         std::to_string(keep) + " forwards uncommitted, over the " +
         std::to_string(replica_log_max) + " a backup keeps: its primary stopped committing");
   scratch_.clear();
-  core_->on_message(forward.message, scratch_);  // the primary answers the clients
+  const auto* clock = std::get_if<ClockAdvance>(&forward.message);
+  if (clock && clock->resync)  // the clock the primary's core set for it
+    core_->follow_resync(*clock, scratch_);
+  else
+    core_->on_message(forward.message, scratch_);  // the primary answers the clients
   applied_ = forward.seq;
   // Kept until every backup has it (a promotion of this one re-sends them to the others).
   log_.erase(log_.begin(), first_kept);

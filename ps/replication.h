@@ -21,12 +21,16 @@
 // lack. So K replicas survive K - 1 failures, one after another.
 //
 // A push that leaves its keys out (PushRequest::keys_of_pull) names a pull only the primary saw:
-// it is forwarded with its keys filled in, or as it is when the primary does not know them (the
-// backups then refuse or drop it as the primary does). Pulls and hints are not forwarded: without feature admission a row's initial
-// value depends only on its key, so a row a pull created on the primary alone reads the same on a
-// backup. Feature admission (admit_after > 1) counts pulls, so it is refused here, and so is
-// stale-row eviction (evict_after), whose row stamps and scans follow the slowest sender's clock,
-// which a promoted primary reckons differently from its backups until every sender has resynced.
+// it is forwarded with its keys filled in (still naming the pull, so that the checks on naming
+// one stay the same), or as it is when the primary does not know them (the backups then refuse or
+// drop it as the primary does). A resync (ClockAdvance::resync) is forwarded with the clock the
+// primary's core set for its sender, which a promoted core may move several steps at once: the
+// backups take that clock (ShardCore::follow_resync) rather than advance by one. Pulls and hints
+// are not forwarded: without feature admission a row's initial value depends only on its key, so
+// a row a pull created on the primary alone reads the same on a backup. Feature admission
+// (admit_after > 1) counts pulls, so it is refused here, and so is stale-row eviction
+// (evict_after), whose row stamps and scans follow the slowest sender's clock, which a promoted
+// primary reckons differently from its backups until every sender has resynced.
 //
 // A new backup in place of a lost or promoted one (ShardPrimary::add_backup): the driver copies the
 // primary's rows into a store, makes a core over it with ShardCore::replica, and a backup of it

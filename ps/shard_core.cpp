@@ -418,6 +418,10 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
     }
     keys_dropped_.erase(d);
   }
+  if (!r.keys.empty()) {  // with its pull's keys filled in by a primary (ps/replication.h)
+    ++stats_.push_parts_keys_left_out;
+    return apply_push(r, out);
+  }
   const AnsweredPull* pull = pull_named_by(r);
   if (!pull) {
     parts_.erase(sender);
@@ -460,6 +464,12 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
         r.clock, sender, r.grads.data()[bad], r.keys[bad / width_]));
   }
   auto open = parts_.find(sender);
+  if (open != parts_.end())
+    for (const PushRequest& p : open->second.parts)
+      if (p.header.request_id == r.header.request_id) {  // a copy of a part kept already
+        ++stats_.push_parts_duplicate;
+        return;
+      }
   if (open != parts_.end() && open->second.clock != r.clock)
     return refuse(
         fmt::format("a part of the push of step {} from node {} came while its push of "
@@ -565,6 +575,16 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
     ++stats_.pushes_applied;
   }
   out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
+  release_waiting(out);
+}
+
+void ShardCore::follow_resync(const ClockAdvance& r, Outbox& out) {
+  if (stale(r.header, out)) return;
+  auto it = clocks_.find(r.header.sender);
+  if (it == clocks_.end()) return;
+  parts_.erase(r.header.sender);
+  keys_dropped_.erase(r.header.sender);
+  it->second = std::max(it->second, r.clock);
   release_waiting(out);
 }
 

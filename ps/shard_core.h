@@ -135,6 +135,9 @@ struct ShardStats {
   uint64_t push_keys_unknown = 0;
   uint64_t push_parts_dropped = 0;
   uint64_t push_parts_keys_left_out = 0;  // parts taken as the keys of the pull they named
+  // Copies of a push part already kept for its push (the same request id: a copy the network
+  // made), dropped: the part is applied once, with its push.
+  uint64_t push_parts_duplicate = 0;
   // Pushes refused because a gradient was NaN or infinite (nothing of them applied).
   uint64_t pushes_not_finite = 0;
   // Row updates refused because, from a finite gradient, they would have made the row (or its
@@ -177,6 +180,19 @@ class ShardCore {
   // primary keeps (pulls waiting or answered, a resync's progress): a backup never answers. Fails
   // as make() does (a store whose rows are not row_floats(config()) floats).
   Expected<std::unique_ptr<ShardCore>> replica(std::unique_ptr<RowStore> store) const;
+
+  // `sender`'s clock, or nullopt when it is not a sender of this shard.
+  std::optional<uint32_t> sender_clock(NodeId sender) const {
+    auto it = clocks_.find(sender);
+    return it == clocks_.end() ? std::nullopt : std::optional(it->second);
+  }
+  // Replication (ps/replication.h): a backup takes what its primary's core did with a sender's
+  // resync (a ClockAdvance with `resync`, whose effect depends on whether the primary is resyncing
+  // after a promotion), `r.clock` being the sender's clock on the primary after it: the sender's
+  // clock becomes the later of its own and that one, and the parts of a push it had not finished,
+  // and a push refused for keys left out, are forgotten (the sender sends them again whole).
+  // Nothing for a node that is not a sender, or under another map (as on_message).
+  void follow_resync(const ClockAdvance& r, Outbox& out);
 
   // Handles one message addressed to this shard; replies go to `out`. A reply kind (which only
   // clients take) is dropped and counted in stats().messages_refused. Replies go to the

@@ -529,6 +529,115 @@ BOOST_AUTO_TEST_CASE(what_a_resyncing_primary_drops_is_not_forwarded) {
   BOOST_TEST(other.core().stats().pushes_duplicate == p.core->stats().pushes_duplicate);
 }
 
+// A client whose last steps had no keys for this shard sent it only clock advances, which the
+// primary took but never forwarded before it died: the client's resync names a clock two steps
+// past what the promoted backup applied. The promoted core takes it (begin_takeover); the other
+// backup must take the same clock, not refuse it as skipping steps, or it misses every later push
+// of that client while acknowledging their forwards.
+BOOST_AUTO_TEST_CASE(a_resync_that_skips_steps_moves_every_replica_alike) {
+  const NodeId a = first_client;
+  const ShardConfig sc = shard_config({a}, {ConsistencyKind::asp, 0});
+  auto old_core = make_core(sc);
+  auto old_primary = std::move(ShardPrimary::make(*old_core, 2).value());
+  std::vector<std::unique_ptr<ShardBackup>> backups;
+  for (int i = 0; i < 2; ++i)
+    backups.push_back(std::move(ShardBackup::make(make_core(sc)).value()));
+  KvClient::Options o{a, map_spec, {shard_node}, width, true};
+  auto kv = std::move(KvClient::make(o).value());
+  Outbox out, replies;
+  std::vector<ReplicaForward> fw;
+  const std::vector<uint64_t> keys{7};
+  const std::vector<float> g(width, -1.0f);
+  kv->push(keys, g, 1, out);
+  for (Outgoing& m : out) old_primary->on_message(m.message, replies, fw);
+  out.clear();
+  for (auto& b : backups)
+    for (const ReplicaForward& f : fw) BOOST_REQUIRE(b->on_forward(f).ok());
+  for (uint32_t i = 0; i < 2; ++i)
+    BOOST_REQUIRE(old_primary->on_ack(i, {fw.back().seq}, replies).ok());
+  for (Outgoing& r : replies) kv->on_message(r.message, out);
+  replies.clear();
+  kv->push({}, {}, 2, out);  // two steps with no keys here: clock advances, lost with the primary
+  kv->push({}, {}, 3, out);
+  BOOST_REQUIRE(out.size() == 2u);
+  out.clear();
+  ShardBackup::Promotion p = backups[0]->promote(1);
+  ShardBackup& other = *backups[1];
+  for (const ReplicaForward& f : p.resend) BOOST_REQUIRE(other.on_forward(f).ok());
+  auto deliver = [&](const PsMessage& m) {
+    fw.clear();
+    p.primary->on_message(m, replies, fw);
+    for (const ReplicaForward& f : fw) {
+      auto ack = other.on_forward(f);
+      BOOST_REQUIRE(ack.ok());
+      BOOST_REQUIRE(p.primary->on_ack(0, *ack, replies).ok());
+    }
+  };
+  BOOST_REQUIRE(kv->resync(0, out));
+  for (Outgoing& m : out) deliver(m.message);
+  out.clear();
+  kv->push(keys, g, 4, out);
+  for (Outgoing& m : out) deliver(m.message);
+  BOOST_TEST(p.core->sender_clock(a).value_or(0) == 4u);
+  BOOST_TEST(other.core().sender_clock(a).value_or(0) == 4u);
+  float mine[width], theirs[width];
+  p.core->row_value(7, mine);
+  const_cast<ShardCore&>(other.core()).row_value(7, theirs);
+  BOOST_TEST(mine[0] == 2.0f);
+  BOOST_TEST(theirs[0] == 2.0f);
+}
+
+namespace {
+
+// A push part: with its keys, or (kop != 0) naming the keys of pull `kop` instead.
+PushRequest part(NodeId from, uint64_t id, uint32_t clock, std::vector<uint64_t> keys, bool more,
+                 uint64_t kop = 0) {
+  PushRequest p{
+      {from, id, 1}, clock, keys, FloatBuffer(std::vector<float>(keys.size() * width, -1.0f))};
+  p.more = more;
+  p.keys_of_pull = kop;
+  if (kop) p.keys.clear();
+  return p;
+}
+
+}  // namespace
+
+// A copy the network made of a push part (kept until the push's last part comes) is dropped by its
+// request id, on the primary and on the backup alike: the part is applied once. A part naming the
+// keys of a pull keeps naming it when forwarded with those keys, so the backup checks it as the
+// primary does.
+BOOST_AUTO_TEST_CASE(a_copy_of_a_push_part_is_applied_once_on_every_replica) {
+  for (bool named : {false, true}) {
+    BOOST_TEST_CONTEXT((named ? "parts naming their pulls" : "parts with their keys")) {
+      const NodeId a = first_client;
+      const ShardConfig sc = shard_config({a}, {ConsistencyKind::asp, 0});
+      auto core = make_core(sc);
+      auto primary = std::move(ShardPrimary::make(*core, 1).value());
+      auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+      Outbox out;
+      std::vector<ReplicaForward> fw;
+      primary->on_message(PullRequest{{a, 1, 1}, 0, a, {1}}, out, fw);
+      primary->on_message(PullRequest{{a, 2, 1}, 0, a, {2}}, out, fw);
+      const PushRequest p1 = part(a, 3, 1, {1}, true, named ? 1 : 0);
+      const PushRequest p2 = part(a, 4, 1, {2}, false, named ? 2 : 0);
+      primary->on_message(p1, out, fw);
+      primary->on_message(p1, out, fw, /*discard_replies=*/true);
+      primary->on_message(p2, out, fw);
+      for (const ReplicaForward& f : fw)
+        BOOST_REQUIRE(primary->on_ack(0, backup->on_forward(f).value(), out).ok());
+      BOOST_TEST(core->stats().push_parts_duplicate == 1u);
+      BOOST_TEST(backup->core().stats().push_parts_duplicate == 1u);
+      for (uint64_t k : {1, 2}) {
+        float mine[width], theirs[width];
+        core->row_value(k, mine);
+        const_cast<ShardCore&>(backup->core()).row_value(k, theirs);
+        BOOST_TEST(mine[0] == 1.0f, "key " << k);
+        BOOST_TEST(theirs[0] == 1.0f, "key " << k);
+      }
+    }
+  }
+}
+
 // A copy of a message the network made (the simulator's duplicates): forwarded like any other,
 // so the backups see what the core saw, but its replies are dropped.
 BOOST_AUTO_TEST_CASE(a_duplicate_is_forwarded_and_its_replies_dropped) {
