@@ -37,6 +37,7 @@ ShardPrimary::ShardPrimary(ShardCore& core, uint32_t backups, ReplicationFaults 
 void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
                               std::vector<ReplicaForward>& forwards, bool discard_replies) {
   std::optional<PsMessage> forward;
+  bool filled = false;
   if (backups_live() > 0) {
     if (const auto* push = std::get_if<PushRequest>(&message)) {
       // The backups never saw the pull a push may name: it goes with its keys, still naming the
@@ -45,7 +46,10 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
       // as the core does.
       const std::vector<uint64_t>* keys = push->keys_of_pull ? core_->push_keys(*push) : nullptr;
       PushRequest copy = *push;
-      if (keys) copy.keys = *keys;
+      if (keys) {
+        copy.keys = *keys;
+        filled = true;
+      }
       forward = std::move(copy);
     } else if (std::holds_alternative<ClockAdvance>(message)) {
       forward = message;
@@ -70,7 +74,7 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
   // the sender sends it again after: a backup, which is not resyncing, would apply it now, at
   // another place in the order than the primary later does.
   if (forward && core_->stats().dropped_before_resync == dropped) {
-    forwards.push_back({++seq_, std::move(*forward), acked_by_all()});
+    forwards.push_back({++seq_, std::move(*forward), acked_by_all(), filled});
     unacked_.push_back(forwards.back());
   }
   if (!discard_replies)
@@ -168,10 +172,17 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
         "replication: forward " + std::to_string(forward.seq) + " would leave " +
         std::to_string(keep) + " forwards uncommitted, over the " +
         std::to_string(replica_log_max) + " a backup keeps: its primary stopped committing");
+  const auto* push = std::get_if<PushRequest>(&forward.message);
+  if (forward.keys_filled && (!push || push->keys_of_pull == 0 || push->keys.empty()))
+    return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
+                                 " says it filled in the keys of a push that names no pull or "
+                                 "carries no keys");
   scratch_.clear();
   const auto* clock = std::get_if<ClockAdvance>(&forward.message);
   if (clock && clock->resync)  // the clock the primary's core set for it
     core_->follow_resync(*clock, scratch_);
+  else if (forward.keys_filled)
+    core_->on_filled_push(*push, scratch_);
   else
     core_->on_message(forward.message, scratch_);  // the primary answers the clients
   applied_ = forward.seq;

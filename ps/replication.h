@@ -21,16 +21,16 @@
 // lack. So K replicas survive K - 1 failures, one after another.
 //
 // A push that leaves its keys out (PushRequest::keys_of_pull) names a pull only the primary saw:
-// it is forwarded with its keys filled in (still naming the pull, so that the checks on naming
-// one stay the same), or as it is when the primary does not know them (the backups then refuse or
-// drop it as the primary does). A resync (ClockAdvance::resync) is forwarded with the clock the
-// primary's core set for its sender, which a promoted core may move several steps at once: the
-// backups take that clock (ShardCore::follow_resync) rather than advance by one. Pulls and hints
-// are not forwarded: without feature admission a row's initial value depends only on its key, so
-// a row a pull created on the primary alone reads the same on a backup. Feature admission
-// (admit_after > 1) counts pulls, so it is refused here, and so is stale-row eviction
-// (evict_after), whose row stamps and scans follow the slowest sender's clock, which a promoted
-// primary reckons differently from its backups until every sender has resynced.
+// it is forwarded with its keys filled in (ReplicaForward::keys_filled; still naming the pull, so
+// that the checks on naming one stay the same), or as it is when the primary does not know them
+// (the backups then refuse or drop it as the primary does). A resync (ClockAdvance::resync) is
+// forwarded with the clock the primary's core set for its sender, which a promoted core may move
+// several steps at once: the backups take that clock (ShardCore::follow_resync) rather than advance
+// by one. Pulls and hints are not forwarded: without feature admission a row's initial value
+// depends only on its key, so a row a pull created on the primary alone reads the same on a backup.
+// Feature admission (admit_after > 1) counts pulls, so it is refused here, and so is stale-row
+// eviction (evict_after), whose row stamps and scans follow the slowest sender's clock, which a
+// promoted primary reckons differently from its backups until every sender has resynced.
 //
 // A new backup in place of a lost or promoted one (ShardPrimary::add_backup): the driver copies the
 // primary's rows into a store, makes a core over it with ShardCore::replica, and a backup of it
@@ -61,6 +61,9 @@ struct ReplicaForward {
   // Every live backup had applied every forward up to this one when it was sent: a backup keeps
   // the forwards after it, for a promotion.
   uint64_t committed = 0;
+  // A push part that names a pull's keys (keys_of_pull), with the keys the primary's core took it
+  // for filled in (ShardCore::on_filled_push): a backup holds no pull to find them in.
+  bool keys_filled = false;
 };
 
 // The most forwards a backup keeps past the last `committed`. A primary's uncommitted forwards
@@ -171,9 +174,10 @@ class ShardBackup {
   // forward up to it applied. A forward already applied (a duplicate) is acknowledged again and
   // not applied. Fails with invalid_input, applying nothing, for a forward past the next (one was
   // lost: the backup can no longer follow the primary), a message that is not a push or a clock
-  // advance, a `committed` at or past the forward's own seq (no backup can have applied a forward
-  // not yet sent), or one that would leave more than replica_log_max forwards kept; the backup is
-  // then out of date and must not be promoted.
+  // advance, keys filled in for a push that names no pull or carries no keys, a `committed` at or
+  // past the forward's own seq (no backup can have applied a forward not yet sent), or one that
+  // would leave more than replica_log_max forwards kept; the backup is then out of date and must
+  // not be promoted.
   Expected<ReplicaAck> on_forward(const ReplicaForward& forward);
   // The last forward applied.
   uint64_t applied() const { return applied_; }

@@ -405,6 +405,16 @@ bool ShardCore::advance(const MessageHeader& h, uint32_t clock, bool& duplicate,
 }
 
 void ShardCore::on_push(const PushRequest& r, Outbox& out) {
+  take_push(r, nullptr, out);
+}
+
+void ShardCore::on_filled_push(const PushRequest& r, Outbox& out) {
+  if (!error_.ok()) return;
+  if (resyncing_ && !admit_while_resyncing(r, out)) return;
+  take_push(r, &r.keys, out);
+}
+
+void ShardCore::take_push(const PushRequest& r, const std::vector<uint64_t>* filled, Outbox& out) {
   if (stale(r.header, out)) return;
   const NodeId sender = r.header.sender;
   if (r.keys_of_pull == 0) {
@@ -418,12 +428,8 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
     }
     keys_dropped_.erase(d);
   }
-  if (!r.keys.empty()) {  // with its pull's keys filled in by a primary (ps/replication.h)
-    ++stats_.push_parts_keys_left_out;
-    return apply_push(r, out);
-  }
-  const AnsweredPull* pull = pull_named_by(r);
-  if (!pull) {
+  const AnsweredPull* pull = filled ? nullptr : pull_named_by(r);
+  if (!filled && !pull) {
     parts_.erase(sender);
     keys_dropped_[sender] = r.clock;
     ++stats_.push_keys_unknown;
@@ -438,8 +444,8 @@ void ShardCore::on_push(const PushRequest& r, Outbox& out) {
   }
   ++stats_.push_parts_keys_left_out;
   // The same message with the pull's keys (the gradients are shared, not copied).
-  apply_push(PushRequest{r.header, r.clock, pull->keys, r.grads, r.format, r.more, r.scales,
-                         r.keys_of_pull},
+  apply_push(PushRequest{r.header, r.clock, filled ? *filled : pull->keys, r.grads, r.format,
+                         r.more, r.scales, r.keys_of_pull},
              out);
 }
 
@@ -464,38 +470,43 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
         r.clock, sender, r.grads.data()[bad], r.keys[bad / width_]));
   }
   auto open = parts_.find(sender);
-  if (open != parts_.end())
-    for (const PushRequest& p : open->second.parts)
-      if (p.header.request_id == r.header.request_id) {  // a copy of a part kept already
-        ++stats_.push_parts_duplicate;
-        return;
-      }
+  if (open != parts_.end() && !open->second.parts.empty() &&
+      r.header.request_id <= open->second.parts.back().header.request_id) {
+    ++stats_.push_parts_duplicate;  // a copy of a part kept already (ids increase in a push)
+    return;
+  }
   if (open != parts_.end() && open->second.clock != r.clock)
     return refuse(
         fmt::format("a part of the push of step {} from node {} came while its push of "
                     "step {} in parts was not finished",
                     r.clock, sender, open->second.clock));
-  if (r.keys_of_pull != 0 && open != parts_.end())
-    for (const PushRequest& p : open->second.parts)
-      if (p.keys_of_pull == r.keys_of_pull)
-        return refuse(
-            fmt::format("the push of step {} from node {} names the keys of pull {} "
-                        "twice",
-                        r.clock, sender, r.keys_of_pull));
+  if (r.keys_of_pull != 0 && open != parts_.end() && open->second.pulls_named.count(r.keys_of_pull))
+    return refuse(fmt::format("the push of step {} from node {} names the keys of pull {} twice",
+                              r.clock, sender, r.keys_of_pull));
   if (r.more) {
     // A part: checked now, kept (a received part is a view of its message: not copied), and
     // applied with the last one, so that a push is applied whole and once.
-    if (!clocks_.count(sender))
+    auto clock = clocks_.find(sender);
+    if (clock == clocks_.end())
       return refuse(
           fmt::format("node {} is not a sender of shard {}", sender, config_.shard_index));
+    if (open == parts_.end() && r.clock <= clock->second) {
+      // A part of a push applied already (a late copy, or a push re-sent after a resync):
+      // acknowledged, as its last part will be, and not kept.
+      ++stats_.push_parts_duplicate;
+      out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
+      return;
+    }
     if (!owns_all(r.header, r.keys, out)) return (void)parts_.erase(sender);
     PushParts& parts = parts_[sender];
     parts.clock = r.clock;
-    parts.bytes += r.keys.size() * sizeof(uint64_t) + r.grads.size() * sizeof(float);
+    parts.bytes += r.keys.size() * sizeof(uint64_t) + r.grads.size() * sizeof(float) +
+                   shard_push_part_overhead_bytes;
     if (parts.bytes > shard_push_parts_bytes_max)
       return refuse(fmt::format("the push of step {} from node {} in parts is over {} bytes",
                                 r.clock, sender, shard_push_parts_bytes_max));
     parts.parts.push_back(r);
+    if (r.keys_of_pull != 0) parts.pulls_named.insert(r.keys_of_pull);
     ++stats_.push_parts;
     out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
     return;

@@ -25,7 +25,10 @@
 // with parts kept has applied none of them). Each part is checked as it comes, and
 // acknowledged; a part of another step, a clock advance, or a refused part in the middle drops
 // the parts kept and is refused with PsError{bad_request}, as is more than
-// shard_push_parts_bytes_max of parts.
+// shard_push_parts_bytes_max of parts. A sender numbers a push's parts by increasing request ids
+// (KvClient does): a part whose id is not above the last one kept is a copy (the network's) and
+// is dropped, and so is a part, acknowledged, of a step the sender's clock has passed (a push
+// applied already: a late copy, or a push re-sent after a resync).
 #pragma once
 
 #include <cstdint>
@@ -101,6 +104,9 @@ inline constexpr size_t shard_waiting_pulls_per_sender_max = 64 * 1024;
 // The most bytes (keys and gradients, as fp32) of the parts of one sender's push a shard keeps
 // while waiting for its last part (PushRequest::more): 4 GiB.
 inline constexpr uint64_t shard_push_parts_bytes_max = uint64_t{4} << 30;
+// What each part kept counts toward that bound besides its keys and gradients, so that parts
+// without keys cannot be kept without end.
+inline constexpr uint64_t shard_push_part_overhead_bytes = 256;
 
 struct ShardStats {
   uint64_t pulls_answered = 0;
@@ -135,8 +141,8 @@ struct ShardStats {
   uint64_t push_keys_unknown = 0;
   uint64_t push_parts_dropped = 0;
   uint64_t push_parts_keys_left_out = 0;  // parts taken as the keys of the pull they named
-  // Copies of a push part already kept for its push (the same request id: a copy the network
-  // made), dropped: the part is applied once, with its push.
+  // Push parts dropped as copies: of a part kept already (a request id not above the last one
+  // kept), or of a push applied already (a step the sender's clock has passed; acknowledged).
   uint64_t push_parts_duplicate = 0;
   // Pushes refused because a gradient was NaN or infinite (nothing of them applied).
   uint64_t pushes_not_finite = 0;
@@ -186,6 +192,10 @@ class ShardCore {
     auto it = clocks_.find(sender);
     return it == clocks_.end() ? std::nullopt : std::optional(it->second);
   }
+  // Replication (ps/replication.h): a push part that names a pull's keys (keys_of_pull), with the
+  // keys the primary's core took it for in `r.keys` (a backup holds no pull): handled as
+  // on_message handles the part on the primary, the named pull's keys being `r.keys`.
+  void on_filled_push(const PushRequest& r, Outbox& out);
   // Replication (ps/replication.h): a backup takes what its primary's core did with a sender's
   // resync (a ClockAdvance with `resync`, whose effect depends on whether the primary is resyncing
   // after a promotion), `r.clock` being the sender's clock on the primary after it: the sender's
@@ -284,6 +294,8 @@ class ShardCore {
             std::unique_ptr<RowStore> store);
   void on_pull(const PullRequest& r, Outbox& out);
   void on_push(const PushRequest& r, Outbox& out);
+  // on_push, with the named pull's keys given (`filled`, on_filled_push) or looked up (null).
+  void take_push(const PushRequest& r, const std::vector<uint64_t>* filled, Outbox& out);
   void on_clock(const ClockAdvance& r, Outbox& out);
   void on_hint(const PullHint& h);
   // Accepts a new clock from a sender: false (with a PsError queued) if it is out of order or
@@ -368,6 +380,7 @@ class ShardCore {
     uint32_t clock = 0;
     uint64_t bytes = 0;
     std::vector<PushRequest> parts;
+    std::unordered_set<uint64_t> pulls_named;  // the parts' keys_of_pull (those not 0)
   };
   std::unordered_map<NodeId, PushParts> parts_;
   // Senders whose push left its keys out and was refused for it (PsErrorCode::keys_unknown), and

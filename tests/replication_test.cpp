@@ -625,14 +625,24 @@ BOOST_AUTO_TEST_CASE(a_copy_of_a_push_part_is_applied_once_on_every_replica) {
       primary->on_message(p2, out, fw);
       for (const ReplicaForward& f : fw)
         BOOST_REQUIRE(primary->on_ack(0, backup->on_forward(f).value(), out).ok());
-      BOOST_TEST(core->stats().push_parts_duplicate == 1u);
-      BOOST_TEST(backup->core().stats().push_parts_duplicate == 1u);
+      // A late copy of the first part, after the push was applied: dropped (acknowledged), and
+      // the sender's next push is taken, not refused as coming while a push was unfinished.
+      fw.clear();
+      out.clear();
+      primary->on_message(p1, out, fw, /*discard_replies=*/true);
+      primary->on_message(part(a, 5, 2, {1}, false), out, fw);
+      for (const ReplicaForward& f : fw)
+        BOOST_REQUIRE(primary->on_ack(0, backup->on_forward(f).value(), out).ok());
+      BOOST_REQUIRE(out.size() == 1u);
+      BOOST_TEST(std::holds_alternative<PushAck>(out[0].message));
+      BOOST_TEST(core->stats().push_parts_duplicate == 2u);
+      BOOST_TEST(backup->core().stats().push_parts_duplicate == 2u);
       for (uint64_t k : {1, 2}) {
         float mine[width], theirs[width];
         core->row_value(k, mine);
         const_cast<ShardCore&>(backup->core()).row_value(k, theirs);
-        BOOST_TEST(mine[0] == 1.0f, "key " << k);
-        BOOST_TEST(theirs[0] == 1.0f, "key " << k);
+        BOOST_TEST(mine[0] == (k == 1 ? 2.0f : 1.0f), "key " << k);
+        BOOST_TEST(theirs[0] == mine[0], "key " << k);
       }
     }
   }
@@ -684,6 +694,10 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   BOOST_TEST(!backup->on_forward({1, advance, 7}).ok());
   BOOST_TEST(backup->applied() == 0u);
   BOOST_TEST(backup->on_forward({1, advance}).value().seq == 1u);
+  // Keys said to be filled in for a push that names no pull.
+  PushRequest keyed{{first_client, 2, 1}, 1, {7}, FloatBuffer(std::vector<float>{1.0f, 1.0f})};
+  BOOST_TEST(!backup->on_forward({2, keyed, 0, /*keys_filled=*/true}).ok());
+  BOOST_TEST(backup->applied() == 1u);
   // Feature admission counts pulls the backups never see.
   ShardConfig admitting = sc;
   admitting.admit_after = 3;
