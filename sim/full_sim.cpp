@@ -106,6 +106,7 @@ Status FullSim::plan(const Welcome& welcome) {
   const uint32_t backups = o_.replicas - 1;
   backups_.resize(size_t{o_.ps} * backups);
   replica_sets_.assign(o_.ps, {});
+  primary_rows_at_.assign(o_.ps, 0);
   acked_clocks_.assign(o_.ps, {});
   const std::vector<NodeId> senders = layout_->shard_senders();
   for (uint32_t i = 0; i < layout_->members().size(); ++i) {

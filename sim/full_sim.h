@@ -116,6 +116,7 @@ struct Backup {
   std::unique_ptr<ShardBackup> core;  // none once its process died, or once promoted
   std::shared_ptr<DurableRows> rows;  // its core's store (a checker's view of its commits)
   VirtualNanos busy_until = 0;
+  VirtualNanos rows_at = 0;  // rebuilt: when its copy of the rows has arrived (not promoted before)
 };
 
 struct Partition {
@@ -167,7 +168,7 @@ class FullSim {
   void replicate(uint32_t shard, std::vector<ReplicaForward>& forwards, VirtualNanos at);
   // When a replication message of `bytes` sent now over `connection` (FIFO) arrives.
   VirtualNanos replica_transfer(uint32_t from_host, uint32_t to_host, uint64_t bytes,
-                                uint64_t connection);
+                                uint64_t connection, VirtualNanos sent = -1);
   void send_forward(uint32_t shard, uint32_t generation, uint32_t slot, uint32_t backup_generation,
                     ReplicaForward f);
   void forward_arrives(uint32_t shard, uint32_t generation, uint32_t slot,
@@ -270,6 +271,7 @@ class FullSim {
   // clock of each sender's last acknowledged push (by the push's request id until then).
   std::vector<Backup> backups_;
   std::vector<std::vector<uint32_t>> replica_sets_;  // no_slot: a backup replaced since
+  std::vector<VirtualNanos> primary_rows_at_;  // by shard: when a promoted primary has its rows
   static constexpr uint32_t no_slot = UINT32_MAX;
   std::vector<std::unordered_map<NodeId, uint32_t>> acked_clocks_;
   std::unordered_map<uint64_t, uint32_t> unacked_pushes_;

@@ -142,6 +142,8 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
         ready_at = std::max(ready_at,
                             replica_transfer(from, host, bytes,
                                              hash_combine(0xc09f, (uint64_t{from} << 32) | host)));
+      for (uint32_t shard = 0; shard < o_.ps; ++shard)
+        if (cores_[shard].host == host) primary_rows_at_[shard] = ready_at;
       if (s.ok() && ready_at > now()) {
         const uint32_t incarnation = mh.incarnations;
         q_.schedule(ready_at, [this, host, incarnation] {

@@ -29,8 +29,8 @@ uint64_t forward_bytes(const ReplicaForward& f) {
 }  // namespace
 
 VirtualNanos FullSim::replica_transfer(uint32_t from_host, uint32_t to_host, uint64_t bytes,
-                                       uint64_t connection) {
-  VirtualNanos arrival = net_.transfer(from_host, to_host, bytes, now());
+                                       uint64_t connection, VirtualNanos sent) {
+  VirtualNanos arrival = net_.transfer(from_host, to_host, bytes, sent < 0 ? now() : sent);
   ++result_.messages;
   result_.bytes += bytes;
   VirtualNanos& last = pair_last_[connection];  // FIFO
@@ -156,8 +156,10 @@ void FullSim::backups_lost(uint32_t host, uint32_t lost_host) {
 Status FullSim::promote(uint32_t shard) {
   Core& c = cores_[shard];
   std::vector<uint32_t> live;
+  // A rebuilt backup whose rows are still on their way holds nothing yet: not a replica.
   for (uint32_t slot : replica_sets_[shard])
-    if (slot != no_slot && backups_[slot].core) live.push_back(slot);
+    if (slot != no_slot && backups_[slot].core && backups_[slot].rows_at <= now())
+      live.push_back(slot);
   if (live.empty())
     return Status::not_found(fmt::format(
         "shard {} lost every one of its {} replicas: its rows are gone", shard, o_.replicas));
@@ -214,10 +216,12 @@ void FullSim::rebuild_backups() {
       b.core = std::move(backup.value());
       ++b.generation;
       set.push_back(slot);
-      // It applies nothing before the rows are there; the primary holds its replies until then.
-      b.busy_until =
+      // It applies nothing before the rows are there, which leave once the primary has them (a
+      // promoted one gets them from its backup first); the primary holds its replies until then.
+      b.rows_at = b.busy_until =
           replica_transfer(c.host, b.host, uint64_t{b.rows->size()} * b.rows->row_floats() * 4,
-                           hash_combine(0xc09f, (uint64_t{c.host} << 32) | b.host));
+                           hash_combine(0xc09f, (uint64_t{c.host} << 32) | b.host),
+                           std::max(now(), primary_rows_at_[s]));
       ++result_.backups_rebuilt;
       mix(0x4eb1, slot);
       timeline(fmt::format("backup of shard {} rebuilt", s), "fault", b.host, 0, now(), -1);
