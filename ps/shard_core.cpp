@@ -608,7 +608,9 @@ void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
                            fmt::format("a clock advance from node {} came while its push in parts "
                                        "was not finished: the push is dropped",
                                        r.header.sender)}});
-    return;
+    // A sender done (finished, or declared lost by the coordinator) is done all the same: the
+    // slowest clock must not wait for it.
+    if (r.clock != clock_done) return;
   }
   // A resync from a client that only pulls, to a shard that never restarted: nothing to set.
   if (r.resync && !clocks_.count(r.header.sender)) return;

@@ -24,7 +24,8 @@
 // then applied as one push, so the rules above hold for the whole of it (a shard that restarts
 // with parts kept has applied none of them). Each part is checked as it comes, and
 // acknowledged; a part of another step, a clock advance, or a refused part in the middle drops
-// the parts kept and is refused with PsError{bad_request}, as is more than
+// the parts kept and is refused with PsError{bad_request} (a clock advance to clock_done still
+// counts: the sender is done, and the slowest clock must not wait for it), as is more than
 // shard_push_parts_bytes_max of parts. A sender numbers a push's parts by increasing request ids
 // (KvClient does): a part whose id is not above the last one kept is a copy (the network's) and
 // is dropped, and so is a part, acknowledged, of a step the sender's clock has passed (a push
