@@ -378,20 +378,26 @@ Outcome run_rebuilding(uint64_t seed, bool unkept = false) {
   return r.go();
 }
 
+// The invariants every run must keep: it finished, lost nothing and applied nothing twice, and
+// its live backups hold the primary's rows.
+void check_outcome(uint64_t seed, const Outcome& o) {
+  BOOST_TEST_CONTEXT("seed " << seed) {
+    BOOST_TEST(o.finished, o.error);
+    BOOST_TEST(o.lost == 0u);
+    BOOST_TEST(o.twice == 0u);
+    BOOST_TEST(o.pushes_lost == 0u);
+    BOOST_TEST(o.backups_equal);
+    BOOST_TEST(!o.ack_refused);
+  }
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(no_acknowledged_push_is_lost_or_applied_twice_across_failovers) {
   uint64_t crashed = 0, twice_over = 0;
   for (uint64_t seed = 1; seed <= 500; ++seed) {
     const Outcome o = run(seed);
-    BOOST_TEST_CONTEXT("seed " << seed) {
-      BOOST_TEST(o.finished, o.error);
-      BOOST_TEST(o.lost == 0u);
-      BOOST_TEST(o.twice == 0u);
-      BOOST_TEST(o.pushes_lost == 0u);
-      BOOST_TEST(o.backups_equal);
-      BOOST_TEST(!o.ack_refused);
-    }
+    check_outcome(seed, o);
     crashed += o.crashed;
     twice_over += o.failovers > 1;
   }
@@ -411,14 +417,7 @@ BOOST_AUTO_TEST_CASE(a_rebuilt_backup_lets_a_shard_survive_more_crashes_than_it_
   uint64_t rebuilt = 0, beyond = 0;
   for (uint64_t seed = 1; seed <= 500; ++seed) {
     const Outcome o = run_rebuilding(seed);
-    BOOST_TEST_CONTEXT("seed " << seed) {
-      BOOST_TEST(o.finished, o.error);
-      BOOST_TEST(o.lost == 0u);
-      BOOST_TEST(o.twice == 0u);
-      BOOST_TEST(o.pushes_lost == 0u);
-      BOOST_TEST(o.backups_equal);
-      BOOST_TEST(!o.ack_refused);
-    }
+    check_outcome(seed, o);
     rebuilt += o.rebuilt > 0;
     beyond += o.failovers == 3;
   }
