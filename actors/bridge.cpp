@@ -252,7 +252,10 @@ caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr
       [forward](DenseReduce& m) { forward(PsMessage(std::move(m))); },
       [forward](DenseBroadcast& m) { forward(PsMessage(std::move(m))); },
       [forward](PullHint& m) { forward(PsMessage(std::move(m))); },
+      [forward](ReplicaForward& m) { forward(PsMessage(std::move(m))); },
+      [forward](ReplicaAck& m) { forward(PsMessage(std::move(m))); },
   };
+  static_assert(std::variant_size_v<PsMessage> == 12, "a ps message kind the proxy cannot carry");
 }
 
 }  // namespace

@@ -140,23 +140,56 @@ void record_shard_spans(shard_state& st, monitor::TimelineRecorder& timeline, No
 }
 
 // The kinds of PsMessage, by variant index (the aggregator's spans are named by them).
-constexpr const char* message_kinds[] = {
-    "pull",      "pull reply", "push",         "push ack",        "clock",
-    "shard map", "ps error",   "dense reduce", "dense broadcast", "pull hint"};
+constexpr const char* message_kinds[] = {"pull",      "pull reply",      "push",
+                                         "push ack",  "clock",           "shard map",
+                                         "ps error",  "dense reduce",    "dense broadcast",
+                                         "pull hint", "replica forward", "replica ack"};
 static_assert(std::size(message_kinds) == std::variant_size_v<PsMessage>);
+
+}  // namespace
+
+namespace {
+
+// Sends a replicated shard's forwards to every backup, in order.
+void send_forwards(JobShared& shared, const std::vector<NodeId>& backups,
+                   std::vector<ReplicaForward>& forwards) {
+  for (ReplicaForward& f : forwards)
+    for (size_t b = 0; b < backups.size(); ++b) {
+      COLONY_ASSERT(backups[b] < shared.nodes.size(), "a backup at unknown node {}", backups[b]);
+      if (b + 1 == backups.size())
+        caf::anon_send(shared.nodes[backups[b]], std::move(f));
+      else
+        caf::anon_send(shared.nodes[backups[b]], f);
+    }
+  forwards.clear();
+}
 
 }  // namespace
 
 shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
                                      std::shared_ptr<ShardCore> core,
-                                     std::shared_ptr<JobShared> shared) {
+                                     std::shared_ptr<JobShared> shared,
+                                     std::shared_ptr<ShardReplication> replication) {
   if (shared->metrics)
     self->state.metrics = monitor::shard_instruments(*shared->metrics, core->config().shard_index);
-  auto handle = [self, core, shared](PsMessage m) {
+  auto handle = [self, core, shared, replication](PsMessage m) {
     auto& st = self->state;
     if (st.metrics) count_request(*st.metrics, m);
     const auto start = std::chrono::steady_clock::now();
-    core->on_message(m, st.out);
+    if (auto* ack = std::get_if<ReplicaAck>(&m)) {
+      // Only this shard's backups may acknowledge (the layout checked it); a lie about how far
+      // one got changes nothing (ShardPrimary::on_ack) and is counted.
+      const auto& backups = replication ? replication->backups : std::vector<NodeId>{};
+      auto it = std::find(backups.begin(), backups.end(), ack->header.sender);
+      if (it == backups.end() ||
+          !replication->primary->on_ack(uint32_t(it - backups.begin()), *ack, st.out).ok())
+        ++st.acks_refused;
+    } else if (replication) {
+      replication->primary->on_message(m, st.out, st.forwards);
+      send_forwards(*shared, replication->backups, st.forwards);
+    } else {
+      core->on_message(m, st.out);
+    }
     if (shared->timeline) record_shard_spans(st, *shared->timeline, core->config().id, m, start);
     route(*shared, st.out);
     if (!core->error().ok()) shared->fail(core->error());  // the store failed: end the job
@@ -183,15 +216,55 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [handle](PushRequest& m) { handle(std::move(m)); },
       [handle](ClockAdvance& m) { handle(std::move(m)); },
       [handle](PullHint& m) { handle(std::move(m)); },
+      [handle](ReplicaAck& m) { handle(std::move(m)); },
       [](quiesce_atom) { return true; },
       [core](flush_atom) { return core->store().flush(); },
-      [core](summary_atom) {
+      [self, core, shared, replication](summary_atom) {
         const ShardStats& st = core->stats();
         ShardSummary s{core->rows(),         core->table_bytes(), st.pulls_deferred,
                        st.rows_not_admitted, st.updates_dropped,  st.rows_evicted};
         s.memory_bytes = core->store().memory_bytes();
         s.pushes_lost = st.pushes_lost;
         s.updates_not_finite = st.updates_not_finite;
+        s.bad_messages = self->state.acks_refused;
+        if (replication) {
+          auto digest = core->rows_digest();
+          if (!digest) shared->fail(digest.status());
+          s.rows_digest = digest ? *digest : 0;
+        }
+        return s;
+      },
+  };
+}
+
+backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_state> self,
+                                       std::shared_ptr<ShardBackup> backup,
+                                       std::shared_ptr<JobShared> shared, NodeId id) {
+  (void)self;
+  return {
+      [backup, shared, id](ReplicaForward& f) {
+        auto ack = backup->on_forward(f);
+        if (!ack) {
+          shared->fail(Status::internal(
+              fmt::format("the backup (node {}) of shard node {} can no longer follow its "
+                          "primary: {}",
+                          id, f.header.sender, ack.status().message())));
+          return;
+        }
+        ack->header = {id, ack->seq, f.header.map_version};
+        // The sender is this backup's shard (the bridge checked it against the layout).
+        caf::anon_send(shared->nodes[f.header.sender], std::move(*ack));
+      },
+      [](quiesce_atom) { return true; },
+      [backup](flush_atom) { return backup->core().store().flush(); },
+      [backup, shared](summary_atom) {
+        ShardSummary s;
+        ShardCore& core = backup->core();
+        s.backup_rows = core.rows();
+        s.memory_bytes = core.store().memory_bytes();
+        auto digest = core.rows_digest();
+        if (!digest) shared->fail(digest.status());
+        s.backup_digest = digest ? *digest : 0;
         return s;
       },
   };

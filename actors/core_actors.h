@@ -22,6 +22,7 @@
 #include "data/reader.h"
 #include "monitor/ps_metrics.h"
 #include "monitor/timeline_recorder.h"
+#include "ps/replication.h"
 #include "ps/shard_core.h"
 #include "worker/aggregator_core.h"
 #include "worker/worker_core.h"
@@ -31,12 +32,18 @@ namespace colony {
 struct shard_state {
   static inline const char* name = "colony.shard";
   Outbox out;
+  std::vector<ReplicaForward> forwards;  // a replicated shard's, for its backups
+  uint64_t acks_refused = 0;             // ReplicaAcks its primary refused (counted as bad)
   // With metrics: the instruments, and the core's stats they have counted up to.
   std::optional<monitor::ShardInstruments> metrics;
   ShardStats counted;
   uint64_t updates_refused_reported = 0;  // ShardStats::updates_not_finite told JobShared
   // With a timeline: the pulls its core held (the gate), by (sender, request id), since when.
   std::map<std::pair<NodeId, uint64_t>, std::chrono::steady_clock::time_point> pulls_held;
+};
+
+struct backup_state {
+  static inline const char* name = "colony.backup";
 };
 
 struct worker_state {
@@ -198,9 +205,26 @@ class WorkerSource {
   std::atomic<bool> stopping_{false};
 };
 
+// The primary side of a replicated shard (ps/replication.h), kept by the shard's actor: the
+// primary over the actor's core, and the nodes of its backups in the primary's numbering.
+struct ShardReplication {
+  std::unique_ptr<ShardPrimary> primary;
+  std::vector<NodeId> backups;
+};
+
+// A shard: each message to its core (with `replication`, to its primary, whose forwards go to
+// the backups' nodes and whose replies wait for their acknowledgements), the replies routed.
 shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> self,
                                      std::shared_ptr<ShardCore> core,
-                                     std::shared_ptr<JobShared> shared);
+                                     std::shared_ptr<JobShared> shared,
+                                     std::shared_ptr<ShardReplication> replication);
+
+// A backup of a replicated shard, node `id`: applies its primary's forwards in order and
+// acknowledges each to the primary (the forward's sender). A forward it cannot apply (one lost on
+// the way, or a lie from the primary's member) fails the job: the backup can no longer follow.
+backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_state> self,
+                                       std::shared_ptr<ShardBackup> backup,
+                                       std::shared_ptr<JobShared> shared, NodeId id);
 
 // A worker replica: on `start` and after every reply, hands batches from `source` to its core
 // while the core wants them, sends what the core produced, and reports to `coordinator` once

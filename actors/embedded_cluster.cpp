@@ -335,8 +335,8 @@ Expected<std::unique_ptr<EmbeddedCluster>> EmbeddedCluster::make(const ClusterJo
   // Spawn: the coordinator first (workers report to it), then every core's actor.
   m.coordinator = m.system.spawn(coordinator_fun);
   for (NodeId s = 0; s < layout->shards(); ++s)
-    m.shared->nodes[s] =
-        caf::actor_cast<caf::actor>(m.system.spawn(shard_fun, m.shards[s], m.shared));
+    m.shared->nodes[s] = caf::actor_cast<caf::actor>(
+        m.system.spawn(shard_fun, m.shards[s], m.shared, std::shared_ptr<ShardReplication>()));
   for (size_t w = 0; w < replicas.size(); ++w) {
     auto h = m.system.spawn(worker_fun, m.workers[w], m.sources[w], m.shared, m.coordinator,
                             replicas[w]);

@@ -345,9 +345,31 @@ void set_dense(capnp::MessageBuilder& builder, W w, const M& m) {
       [&](kj::ArrayPtr<const kj::byte> b) { w.setValues(b); });
 }
 
+void set_push(capnp::MessageBuilder& builder, wire::PushRequest::Builder w, const PushRequest& m) {
+  set_header(w, m.header);
+  w.setClock(m.clock);
+  set_keys(w.initKeys(m.keys.size()), m.keys);
+  w.setFormat(static_cast<uint8_t>(m.format));
+  w.setMore(m.more);
+  w.setKeysOfPull(m.keys_of_pull);
+  set_values(
+      builder, m.grads, m.format, m.scales,
+      [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
+      [&](kj::ArrayPtr<const kj::byte> b) { w.setGrads(b); },
+      [&](unsigned bytes) { return w.initGrads(bytes); },
+      [&](kj::ArrayPtr<const kj::byte> b) { w.setScales(b); });
+}
+
+void set_clock(wire::ClockAdvance::Builder w, const ClockAdvance& m) {
+  set_header(w, m.header);
+  w.setClock(m.clock);
+  w.setResync(m.resync);
+  w.setAckedPush(m.acked_push);
+}
+
 // Every alternative of PsMessage has its branch in build_ps and read_ps (and a name in
 // ClusterLayout's checks): a new message must be added to each.
-static_assert(std::variant_size_v<PsMessage> == 10, "a ps message kind without a wire encoding");
+static_assert(std::variant_size_v<PsMessage> == 12, "a ps message kind without a wire encoding");
 
 // Builds the envelope of a ps message; float arrays become external segments where they can
 // (`message` must outlive `builder`).
@@ -380,27 +402,11 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
         [&](unsigned bytes) { return w.initValues(bytes); },
         [&](kj::ArrayPtr<const kj::byte> b) { w.setScales(b); });
   } else if (auto* m = std::get_if<PushRequest>(&message)) {
-    auto w = ps.initPushRequest();
-    set_header(w, m->header);
-    w.setClock(m->clock);
-    set_keys(w.initKeys(m->keys.size()), m->keys);
-    w.setFormat(static_cast<uint8_t>(m->format));
-    w.setMore(m->more);
-    w.setKeysOfPull(m->keys_of_pull);
-    set_values(
-        builder, m->grads, m->format, m->scales,
-        [&](capnp::Orphan<capnp::Data>&& o) { w.adoptGrads(std::move(o)); },
-        [&](kj::ArrayPtr<const kj::byte> b) { w.setGrads(b); },
-        [&](unsigned bytes) { return w.initGrads(bytes); },
-        [&](kj::ArrayPtr<const kj::byte> b) { w.setScales(b); });
+    set_push(builder, ps.initPushRequest(), *m);
   } else if (auto* m = std::get_if<PushAck>(&message)) {
     set_header(ps.initPushAck(), m->header);
   } else if (auto* m = std::get_if<ClockAdvance>(&message)) {
-    auto w = ps.initClockAdvance();
-    set_header(w, m->header);
-    w.setClock(m->clock);
-    w.setResync(m->resync);
-    w.setAckedPush(m->acked_push);
+    set_clock(ps.initClockAdvance(), *m);
   } else if (auto* m = std::get_if<ShardMapUpdate>(&message)) {
     auto w = ps.initShardMapUpdate();
     set_header(w, m->header);
@@ -421,6 +427,20 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     auto w = ps.initPullHint();
     set_header(w, m->header);
     set_keys(w.initKeys(m->keys.size()), m->keys);
+  } else if (auto* m = std::get_if<ReplicaForward>(&message)) {
+    auto w = ps.initReplicaForward();
+    set_header(w, m->header);
+    w.setSeq(m->seq);
+    w.setCommitted(m->committed);
+    w.setKeysFilled(m->keys_filled);
+    if (auto* push = std::get_if<PushRequest>(&m->message))
+      set_push(builder, w.initPush(), *push);
+    else
+      set_clock(w.initClock(), std::get<ClockAdvance>(m->message));
+  } else if (auto* m = std::get_if<ReplicaAck>(&message)) {
+    auto w = ps.initReplicaAck();
+    set_header(w, m->header);
+    w.setSeq(m->seq);
   }
 }
 
@@ -486,6 +506,43 @@ Status read_dense(R r, const FrameWords& words, M& m, const char* what) {
   return read_floats(values, words, m.values, what);
 }
 
+// A push, its gradients read as PullReply's values. `keys_filled` (a replica forward's): a push
+// that names its pull's keys carries them.
+Status read_push(wire::PushRequest::Reader r, const FrameWords& words, bool keys_filled,
+                 PushRequest& m) {
+  m = PushRequest{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
+  // Keys filled in by a primary are checked against the gradients as the primary's core checked
+  // them (ShardCore::on_filled_push), not here: a backup must take what its primary took.
+  Status status =
+      read_values(r.getGrads(), r.getFormat(), r.getScales(), keys_filled ? 0 : m.keys.size(),
+                  words, m.grads, m.scales, "push gradients");
+  m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
+  m.more = r.getMore();
+  m.keys_of_pull = r.getKeysOfPull();
+  if (!status.ok()) return status;
+  // A push that names its pull's keys has no keys of its own, and its row count is known only
+  // to the shard that answered the pull, which checks the gradients against it. A primary
+  // forwards one to its backups with the keys it took it for, and each backup's core checks the
+  // gradients against them as the primary's did.
+  if (keys_filled && (m.keys_of_pull == 0 || m.keys.empty()))
+    return Status::invalid_input(
+        "a replica forward fills in the keys of a push that names no pull or carries no keys");
+  if (!keys_filled && m.keys_of_pull != 0 && !m.keys.empty())
+    return Status::invalid_input(
+        fmt::format("push names the keys of pull {} and carries {} keys of its own", m.keys_of_pull,
+                    m.keys.size()));
+  if (m.keys_of_pull == 0 &&
+      (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
+    return Status::invalid_input(
+        fmt::format("push of {} keys carries {} gradient floats, not a whole number of rows",
+                    m.keys.size(), m.grads.size()));
+  return status;
+}
+
+ClockAdvance read_clock(wire::ClockAdvance::Reader r) {
+  return ClockAdvance{get_header(r.getHeader()), r.getClock(), r.getResync(), r.getAckedPush()};
+}
+
 // Decodes the ps union of an envelope; `status` says what was wrong.
 Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const FrameWords& words,
                PsMessage& out) {
@@ -507,36 +564,17 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       break;
     }
     case wire::PsMessage::PUSH_REQUEST: {
-      auto r = ps.getPushRequest();
-      PushRequest m{get_header(r.getHeader()), r.getClock(), read_keys(r.getKeys()), {}};
-      status = read_values(r.getGrads(), r.getFormat(), r.getScales(), m.keys.size(), words,
-                           m.grads, m.scales, "push gradients");
-      m.format = ValueFormat(std::min(r.getFormat(), value_format_max));
-      m.more = r.getMore();
-      m.keys_of_pull = r.getKeysOfPull();
-      // A push that names its pull's keys has no keys of its own, and its row count is known
-      // only to the shard that answered the pull, which checks the gradients against it.
-      if (status.ok() && m.keys_of_pull != 0 && !m.keys.empty())
-        status = Status::invalid_input(
-            fmt::format("push names the keys of pull {} and carries {} keys of its own",
-                        m.keys_of_pull, m.keys.size()));
-      else if (status.ok() && m.keys_of_pull == 0 &&
-               (m.keys.empty() ? !m.grads.empty() : m.grads.size() % m.keys.size() != 0))
-        status = Status::invalid_input(
-            fmt::format("push of {} keys carries {} gradient floats, not a whole "
-                        "number of rows",
-                        m.keys.size(), m.grads.size()));
+      PushRequest m;
+      status = read_push(ps.getPushRequest(), words, false, m);
       out = std::move(m);
       break;
     }
     case wire::PsMessage::PUSH_ACK:
       out = PushAck{get_header(ps.getPushAck().getHeader())};
       break;
-    case wire::PsMessage::CLOCK_ADVANCE: {
-      auto r = ps.getClockAdvance();
-      out = ClockAdvance{get_header(r.getHeader()), r.getClock(), r.getResync(), r.getAckedPush()};
+    case wire::PsMessage::CLOCK_ADVANCE:
+      out = read_clock(ps.getClockAdvance());
       break;
-    }
     case wire::PsMessage::SHARD_MAP_UPDATE: {
       auto r = ps.getShardMapUpdate();
       out = ShardMapUpdate{get_header(r.getHeader()), r.getVersion(), r.getShards(),
@@ -569,6 +607,29 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
     case wire::PsMessage::PULL_HINT: {
       auto r = ps.getPullHint();
       out = PullHint{get_header(r.getHeader()), read_keys(r.getKeys())};
+      break;
+    }
+    case wire::PsMessage::REPLICA_FORWARD: {
+      auto r = ps.getReplicaForward();
+      ReplicaForward m{
+          get_header(r.getHeader()), r.getSeq(), r.getCommitted(), r.getKeysFilled(), {}};
+      if (r.which() == wire::ReplicaForward::PUSH) {
+        PushRequest push;
+        status = read_push(r.getPush(), words, m.keys_filled, push);
+        m.message = std::move(push);
+      } else if (r.which() == wire::ReplicaForward::CLOCK) {
+        if (m.keys_filled)
+          status = Status::invalid_input("a replica forward fills in the keys of a clock advance");
+        m.message = read_clock(r.getClock());
+      } else {
+        return Status::invalid_input("a replica forward holds neither a push nor a clock advance");
+      }
+      out = std::move(m);
+      break;
+    }
+    case wire::PsMessage::REPLICA_ACK: {
+      auto r = ps.getReplicaAck();
+      out = ReplicaAck{get_header(r.getHeader()), r.getSeq()};
       break;
     }
     default:
@@ -675,6 +736,7 @@ void write_job(wire::JobSpec::Builder w, const JobSpec& j) {
   w.setPushFormat(static_cast<uint8_t>(j.formats.push));
   w.setErrorFeedbackRows(j.formats.error_feedback_rows);
   w.setReadAheadBatches(j.read_ahead_batches);
+  w.setReplicas(j.replicas);
 }
 
 // A deep model's hidden layer sizes: at most control_layers_max, each 1..control_layer_width_max.
@@ -792,6 +854,10 @@ Status read_job(wire::JobSpec::Reader r, JobSpec& j) {
   if (j.read_ahead_batches > read_ahead_batches_max)
     return Status::invalid_input(fmt::format("read-ahead of {} batches, over {}",
                                              j.read_ahead_batches, read_ahead_batches_max));
+  j.replicas = r.getReplicas();
+  if (j.replicas == 0 || j.replicas > shard_replicas_max)
+    return Status::invalid_input(
+        fmt::format("{} replicas of each shard, outside 1..{}", j.replicas, shard_replicas_max));
   j.formats.part_bytes = r.getPartBytes();
   if (j.formats.part_bytes < part_bytes_min || j.formats.part_bytes > part_bytes_max)
     return Status::invalid_input(fmt::format("message parts of {} bytes, outside {}..{}",
@@ -1024,10 +1090,11 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       return Status();
     case wire::Control::SHARD_SUMMARY: {
       auto x = r.getShardSummary();
-      m.body = ShardSummary{x.getTableRows(),       x.getTableBytes(),      x.getPullsDeferred(),
-                            x.getRowsNotAdmitted(), x.getUpdatesDropped(),  x.getRowsEvicted(),
-                            x.getBadMessages(),     x.getMemoryBytes(),     x.getCpuSeconds(),
-                            x.getPushesLost(),      x.getUpdatesNotFinite()};
+      m.body = ShardSummary{x.getTableRows(),       x.getTableBytes(),       x.getPullsDeferred(),
+                            x.getRowsNotAdmitted(), x.getUpdatesDropped(),   x.getRowsEvicted(),
+                            x.getBadMessages(),     x.getMemoryBytes(),      x.getCpuSeconds(),
+                            x.getPushesLost(),      x.getUpdatesNotFinite(), x.getBackupRows(),
+                            x.getRowsDigest(),      x.getBackupDigest()};
       return Status();
     }
     case wire::Control::SHARDS_CHECKPOINTED: {
@@ -1180,6 +1247,9 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           x.setCpuSeconds(b.cpu_seconds);
           x.setPushesLost(b.pushes_lost);
           x.setUpdatesNotFinite(b.updates_not_finite);
+          x.setBackupRows(b.backup_rows);
+          x.setRowsDigest(b.rows_digest);
+          x.setBackupDigest(b.backup_digest);
         } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
           write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
         } else if constexpr (std::is_same_v<T, CheckpointComplete>) {

@@ -355,11 +355,27 @@ class Member {
           p_.inbox.push_checkpoint(*step, std::move(copy.value()));
         };
       }
+      // Replication starts every replica empty: a backup could not follow a primary that starts
+      // from rows it lacks.
+      if (layout.replicas() > 1 && (!o_.resume_from.empty() || o_.store.resume))
+        return Status::invalid_input(fmt::format(
+            "the job keeps {} replicas of each shard, which start from empty stores in this "
+            "version: {} would start this ps's shards from rows their backups lack",
+            layout.replicas(), o_.store.resume ? "--resume" : "--resume-from"));
       // The job says what an acknowledgement promises; a store that cannot keep it is refused.
       StoreSpec store_spec = o_.store;
       if (job.durability)
         if (Status s = set_durability(store_spec, *job.durability); !s.ok()) return s;
-      if (job.durability || store_spec.kind != StoreKind::memory)
+      // Replicated, a push is kept by being on K members: a store on disk is only the rows'
+      // capacity tier, written back (on eviction, drain and exit) without a log on every push.
+      if (layout.replicas() > 1)
+        if (Status s = set_durability(store_spec, Durability::none); !s.ok()) return s;
+      if (layout.replicas() > 1)
+        log_(
+            fmt::format("durability replicated:{}: every push is on {} ps members before it is "
+                        "acknowledged",
+                        layout.replicas(), layout.replicas()));
+      else if (job.durability || store_spec.kind != StoreKind::memory)
         log_(fmt::format("durability {}: {}", to_string(store_spec.durability),
                          store_spec.durability == Durability::none
                              ? "acknowledged pushes live in memory until written back"
@@ -403,6 +419,10 @@ class Member {
         if (!store) return store.status();
         if (!copy.empty())
           log_(fmt::format("shard {}: restored {} rows from {}", n, (*store)->size(), copy));
+        if (Status s = check_empty_replica(**store, fmt::format("shard {}", n),
+                                           shard_store_path(store_spec.dir, n));
+            !s.ok())
+          return s;
         // A new job's senders count their clocks from 0: an earlier job's must not stand for
         // theirs (a ps resumed mid-job keeps them: they are this job's).
         if (!w.resume)
@@ -425,10 +445,29 @@ class Member {
           return st;
         if (w.resume) (*core)->begin_resync();
         shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(core.value())));
-        nodes[n] =
-            caf::actor_cast<caf::actor>(p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared));
+        // Replication: every push and clock goes through a primary, which forwards it to the
+        // shard's backups on the other ps members and acknowledges it once they have it.
+        std::shared_ptr<ShardReplication> replication;
+        if (layout.replicas() > 1) {
+          auto primary = ShardPrimary::make(*shard_cores_.back(), layout.replicas() - 1);
+          if (!primary) return primary.status();
+          replication = std::make_shared<ShardReplication>(
+              ShardReplication{std::move(primary.value()), layout.backups_of(n)});
+        }
+        nodes[n] = caf::actor_cast<caf::actor>(
+            p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared, replication));
       }
+      if (Status s = build_backups(w, store_spec, local); !s.ok()) return s;
       for (const MemberInfo& m : w.members) {
+        if (m.role == MemberRole::ps && &m != &self) {
+          // Replication: forwards to the backups it hosts, acknowledgements to its primaries.
+          std::vector<NodeId> peers = layout.backup_nodes_of(uint32_t(&m - w.members.data()));
+          if (!peers.empty() || !layout.backup_nodes_of(w.you).empty())
+            for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) peers.push_back(n);
+          for (NodeId n : peers)
+            if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, n, 1); !s.ok())
+              return s;
+        }
         if (m.role != MemberRole::worker) continue;
         if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count);
             !s.ok())
@@ -528,6 +567,62 @@ class Member {
     return Status();
   }
 
+  // Replication: a replica's store must start empty (its primary or backups start so). Fails
+  // with invalid_input naming `what` and the store's `path` otherwise.
+  Status check_empty_replica(const RowStore& store, const std::string& what,
+                             const std::string& path) const {
+    if (core_->layout()->replicas() == 1 || store.size() == 0) return Status();
+    return Status::invalid_input(fmt::format(
+        "{}: its store at {} holds {} rows of an earlier run, but the job's {} replicas of each "
+        "shard start from empty stores in this version: give this ps a new --store",
+        what, path, store.size(), core_->layout()->replicas()));
+  }
+
+  // Replication: the backups this ps hosts of other members' shards (ClusterLayout places them),
+  // each over a store of its own as `spec` says (on disk, DIR/backups/shard-<i>), added to
+  // `local`.
+  Status build_backups(const Welcome& w, const StoreSpec& spec, std::vector<NodeId>& local) {
+    const ClusterLayout& layout = *core_->layout();
+    const JobSpec& job = w.job;
+    for (NodeId b : layout.backup_nodes_of(w.you)) {
+      const uint32_t shard = *layout.shard_of_backup(b);
+      ShardConfig sc = shard_config(job, layout, shard);
+      auto row_floats = ShardCore::row_floats(sc);
+      if (!row_floats) return row_floats.status();
+      TrainerConfig fingerprinted;
+      fingerprinted.model = model_spec(job);
+      fingerprinted.optimizer = job.optimizer;
+      fingerprinted.seed = job.seed;
+      // On disk, under DIR/backups/shard-<i>: apart from the shards this ps is primary of.
+      StoreSpec backup_spec = spec;
+      if (!backup_spec.dir.empty())
+        backup_spec.dir = (std::filesystem::path(spec.dir) / "backups").string();
+      const StoreIdentity identity{
+          fmt::format("cluster-{} {} backup", o_.cluster_id, store_fingerprint(fingerprinted)),
+          shard, w.map.shards, *row_floats};
+      auto store = open_shard_store(backup_spec, identity);
+      if (!store) return store.status();
+      if (Status s = check_empty_replica(**store, fmt::format("the backup of shard {}", shard),
+                                         shard_store_path(backup_spec.dir, shard));
+          !s.ok())
+        return s;
+      if (Status cleared = (*store)->clear_clocks(); !cleared.ok()) return cleared;
+      auto core = ShardCore::make(sc, std::move(store.value()));
+      if (!core) return core.status();
+      auto backup = ShardBackup::make(std::move(core.value()));
+      if (!backup) return backup.status();
+      p_.shared->nodes[b] = caf::actor_cast<caf::actor>(p_.system.spawn(
+          backup_fun, std::shared_ptr<ShardBackup>(std::move(backup.value())), p_.shared, b));
+      backup_nodes_.push_back(b);
+      local.push_back(b);
+    }
+    if (!backup_nodes_.empty())
+      log_(fmt::format("holding {} backup{} of other members' shards (replicas {})",
+                       backup_nodes_.size(), backup_nodes_.size() == 1 ? "" : "s",
+                       layout.replicas()));
+    return Status();
+  }
+
   // Copies shard `core`'s store as step `step`'s checkpoint (an actor's thread).
   Expected<ShardCheckpoint> checkpoint_shard(ShardCore& core, uint32_t step) {
     const uint32_t i = core.config().shard_index;
@@ -624,10 +719,20 @@ class Member {
       d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;
   }
 
-  // Waits until every shard of this ps has handled what it was sent.
+  // This ps's shard nodes, then the backups it hosts: the actors that answer quiesce, flush and
+  // summary.
+  std::vector<NodeId> row_nodes() const {
+    std::vector<NodeId> out;
+    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
+      out.push_back(n);
+    out.insert(out.end(), backup_nodes_.begin(), backup_nodes_.end());
+    return out;
+  }
+
+  // Waits until every shard (and backup) of this ps has handled what it was sent.
   void drain_ps() {
     caf::scoped_actor self{p_.system};
-    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
+    for (NodeId n : row_nodes())
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
                     quiesce_atom::value)
           .receive([](bool) {}, [](caf::error&) {});
@@ -640,7 +745,7 @@ class Member {
     if (o_.role != MemberRole::ps || shard_cores_.empty()) return Status();
     Status first;
     caf::scoped_actor self{p_.system};
-    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
+    for (NodeId n : row_nodes())
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
                     flush_atom::value)
           .receive(
@@ -662,7 +767,7 @@ class Member {
   ShardSummary summarize_shards() {
     ShardSummary sum;
     caf::scoped_actor self{p_.system};
-    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
+    for (NodeId n : row_nodes())
       self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]),
                     std::chrono::milliseconds(core_->welcome().heartbeat_timeout_ms),
                     summary_atom::value)
@@ -670,7 +775,7 @@ class Member {
                    [&](caf::error& e) {
                      log_(fmt::format("shard node {} gave no summary: {}", n, p_.system.render(e)));
                    });
-    sum.bad_messages = p_.bridge->stats().bad_messages;
+    sum.bad_messages += p_.bridge->stats().bad_messages;
     sum.cpu_seconds = cpu_seconds() - cpu_start_;
     return sum;
   }
@@ -687,6 +792,7 @@ class Member {
   const double cpu_start_ = cpu_seconds();
   std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
   std::vector<std::shared_ptr<ShardCore>> shard_cores_;
+  std::vector<NodeId> backup_nodes_;  // replication: the backups this ps hosts
   std::vector<std::shared_ptr<WorkerCore>> workers_;
   std::vector<std::shared_ptr<WorkerSource>> sources_;
   std::shared_ptr<AggregatorCore> aggregator_;

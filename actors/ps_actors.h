@@ -70,6 +70,11 @@ typename Inspector::result_type inspect(Inspector& f, PullHint& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ReplicaAck& x) {
+  return f(caf::meta::type_name("ReplicaAck"), x.header, x.seq);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ShardSummary& x) {
   return f(caf::meta::type_name("ShardSummary"), x.table_rows, x.table_bytes, x.pulls_deferred,
            x.rows_not_admitted, x.updates_dropped, x.rows_evicted, x.pushes_lost,
@@ -89,10 +94,18 @@ using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 // `quiesce` answers once everything queued before it has been handled; `flush` writes the rows
 // its store holds only in memory (a tiered store's cache) to disk and answers how that went;
 // `summary` answers with the shard's table size and counters (a ShardSummary of this one shard).
+// A replicated shard's primary also takes its backups' acknowledgements (ReplicaAck).
 using shard_actor = caf::typed_actor<
     caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
-    caf::reacts_to<PullHint>, caf::replies_to<quiesce_atom>::with<bool>,
+    caf::reacts_to<PullHint>, caf::reacts_to<ReplicaAck>, caf::replies_to<quiesce_atom>::with<bool>,
     caf::replies_to<flush_atom>::with<Status>, caf::replies_to<summary_atom>::with<ShardSummary>>;
+
+// A backup of a replicated shard (ps/replication.h): its primary's forwards in, acknowledgements
+// out; `quiesce`, `flush` and `summary` as a shard's (its summary counts its rows as a backup's).
+using backup_actor =
+    caf::typed_actor<caf::reacts_to<ReplicaForward>, caf::replies_to<quiesce_atom>::with<bool>,
+                     caf::replies_to<flush_atom>::with<Status>,
+                     caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
 // `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.
@@ -120,3 +133,6 @@ using coordinator_actor =
 // Errors between actors are our own Status (code and message); they never leave the process
 // (the wire carries its own error messages), so no inspect function is needed.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(colony::Status)
+// A replica forward holds a std::variant, which CAF 0.17 cannot inspect; it travels between
+// processes in our own codec (actors/envelope.h), never in CAF's.
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(colony::ReplicaForward)

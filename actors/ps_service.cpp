@@ -98,7 +98,8 @@ class ActorPsService final : public PsService {
       auto core = ShardCore::make(shard_config(job, *layout, s));
       if (!core) return core.status();
       shared_->nodes[s] = caf::actor_cast<caf::actor>(
-          system_.spawn(shard_fun, std::shared_ptr<ShardCore>(std::move(core.value())), shared_));
+          system_.spawn(shard_fun, std::shared_ptr<ShardCore>(std::move(core.value())), shared_,
+                        std::shared_ptr<ShardReplication>()));
     }
     return Status();
   }

@@ -88,6 +88,23 @@ struct PullHint {
   keys @1 :List(UInt64);
 }
 
+# Replication of a shard (ps/protocol.h ReplicaForward, ReplicaAck): from its primary to a
+# backup, the push part or clock advance the primary took, numbered; and the backup's answer.
+struct ReplicaForward {
+  header @0 :Header;
+  seq @1 :UInt64;
+  committed @2 :UInt64;
+  keysFilled @3 :Bool;   # the push names a pull (keysOfPull) and carries its keys
+  union {
+    push @4 :PushRequest;
+    clock @5 :ClockAdvance;
+  }
+}
+struct ReplicaAck {
+  header @0 :Header;
+  seq @1 :UInt64;
+}
+
 struct PsMessage {
   union {
     none @0 :Void;
@@ -101,6 +118,8 @@ struct PsMessage {
     denseReduce @8 :DenseReduce;
     denseBroadcast @9 :DenseBroadcast;
     pullHint @10 :PullHint;
+    replicaForward @11 :ReplicaForward;
+    replicaAck @12 :ReplicaAck;
   }
 }
 
@@ -157,6 +176,7 @@ struct JobSpec {
   pushFormat @35 :UInt8;    # ValueFormat of pushes (--push-format; wireFormat is the replies')
   errorFeedbackRows @36 :UInt64;  # rows per pusher under --error-feedback (0: none)
   readAheadBatches @37 :UInt32;   # batches a worker hints ahead of its pulls (--read-ahead-batches)
+  replicas @38 :UInt32 = 1;       # replicas of each shard (--durability replicated:K)
 }
 struct MemberInfo {
   role @0 :UInt8;
@@ -275,6 +295,9 @@ struct ShardSummary {
   cpuSeconds @8 :Float64;
   pushesLost @9 :UInt64;
   updatesNotFinite @10 :UInt64;
+  backupRows @11 :UInt64;     # replication: rows the member's backups hold
+  rowsDigest @12 :UInt64;     # of its primaries' rows (ps/cluster_protocol.h ShardSummary)
+  backupDigest @13 :UInt64;   # of its backups' rows
 }
 struct ShardCheckpoint {
   shard @0 :UInt32;

@@ -205,8 +205,9 @@ Runner add_coordinator(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--durability", a->durability,
                   "What a shard's acknowledgement of a push promises: none (memory only), log (on "
-                  "disk: survives a crash of the ps process) or fsync (synced: survives a crash of "
-                  "its machine); default: each ps store's, none for memory and log on disk");
+                  "disk: survives a crash of the ps process), fsync (synced: survives a crash of "
+                  "its machine) or replicated:K (on K ps members: each shard has K - 1 backups on "
+                  "other ps members); default: each ps store's, none for memory and log on disk");
   // The train flags the coordinator refuses, saying where each goes; `flag`: it takes no value in
   // `colony train`, so it takes none here either.
   struct NotHere {
@@ -338,7 +339,17 @@ Runner add_coordinator(CLI::App& app) {
     j.evict_after = a->evict_after;
     j.checkpoint_every = a->checkpoint_every;
     j.skip_not_finite = a->on_nan == "skip";
-    if (!a->durability.empty()) {
+    if (a->durability.rfind("replicated", 0) == 0) {
+      auto replicas = parse_replicated("--durability", a->durability, shard_replicas_max);
+      if (!replicas) return fail(replicas.status());
+      j.replicas = *replicas;
+      // Both follow what only a primary sees (pulls, the slowest sender's clock as a promoted
+      // primary counts it): ps/replication.h.
+      if (j.admit_after > 1 || j.evict_after > 0)
+        return fail(Status::invalid_input(fmt::format(
+            "--durability {}: shard replication cannot keep {} (its replicas would part)",
+            a->durability, j.admit_after > 1 ? "--admit-after above 1" : "--evict-after")));
+    } else if (!a->durability.empty()) {
       auto d = parse_durability(a->durability);
       if (!d) return fail(d.status());
       j.durability = *d;
@@ -431,8 +442,14 @@ Runner add_coordinator(CLI::App& app) {
         {"admit_after", j.admit_after},
         {"evict_after", j.evict_after},
         {"checkpoints", r->totals.checkpoints},
-        {"durability",
-         j.durability ? to_string(*j.durability) : "default (none for memory, log on disk)"},
+        {"durability", j.replicas > 1 ? fmt::format("replicated:{}", j.replicas)
+                       : j.durability ? std::string(to_string(*j.durability))
+                                      : std::string("default (none for memory, log on disk)")},
+        {"replicas", j.replicas},
+        // Every backup held its primary's rows when training ended (ShardSummary).
+        {"backups_equal", j.replicas > 1
+                              ? nlohmann::json(r->totals.shards.backups_equal(j.replicas))
+                              : nlohmann::json(nullptr)},
         // The daemons count what a restarted ps lacked in steps (pushes_lost), not in rows:
         // losing a ps with a memory store fails the job.
         {"updates_lost", nullptr},

@@ -49,6 +49,11 @@ void add_tiered_store_flags(CLI::App* cmd, std::string& eviction, bool& read_ahe
 // naming --read-ahead when the store is not tiered.
 Status set_tiered_store_flags(StoreSpec& store, const std::string& eviction, bool read_ahead);
 
+// Parses "replicated:K" given to `flag` (colony coordinator's --durability): K replicas of each
+// shard. Fails with invalid_input naming the flag and its text
+// for anything else, or K outside 2..max.
+Expected<uint32_t> parse_replicated(const std::string& flag, const std::string& text, uint32_t max);
+
 // Prints "colony: error: <message>" and returns the exit code for the Status.
 int fail(const Status& status);
 // Bytes of peak resident memory of this process.

@@ -33,6 +33,17 @@ Status set_tiered_store_flags(StoreSpec& store, const std::string& eviction, boo
   return set_read_ahead(store, read_ahead);
 }
 
+Expected<uint32_t> parse_replicated(const std::string& flag, const std::string& text,
+                                    uint32_t max) {
+  const std::string prefix = "replicated:", k = text.substr(std::min(text.size(), prefix.size()));
+  if (text.rfind(prefix, 0) != 0 || k.empty() || k.size() > 4 ||
+      k.find_first_not_of("0123456789") != std::string::npos || std::stoul(k) < 2 ||
+      std::stoul(k) > max)
+    return Status::invalid_input(fmt::format(
+        "{} {}: replicated:K takes K from 2 to {} replicas of each shard", flag, text, max));
+  return static_cast<uint32_t>(std::stoul(k));
+}
+
 int fail(const Status& status) {
   std::fprintf(stderr, "colony: error: %s\n", status.message().c_str());
   return status.is_user_error() ? 2 : 1;

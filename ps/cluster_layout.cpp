@@ -26,10 +26,10 @@ bool is_dense(const PsMessage& m) {
 }
 
 const char* kind_name(const PsMessage& m) {
-  static constexpr const char* names[] = {"pull",     "pull reply",    "push",
-                                          "push ack", "clock advance", "shard map update",
-                                          "error",    "dense reduce",  "dense broadcast",
-                                          "pull hint"};
+  static constexpr const char* names[] = {"pull",      "pull reply",      "push",
+                                          "push ack",  "clock advance",   "shard map update",
+                                          "error",     "dense reduce",    "dense broadcast",
+                                          "pull hint", "replica forward", "replica ack"};
   static_assert(std::size(names) == std::variant_size_v<PsMessage>, "a ps message without a name");
   return names[m.index()];
 }
@@ -44,6 +44,8 @@ const char* role_name(NodeRole r) {
       return "node aggregator";
     case NodeRole::coordinator:
       return "coordinator";
+    case NodeRole::backup:
+      return "shard backup";
   }
   return "?";
 }
@@ -164,17 +166,28 @@ Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
   if (w.coordinator_node != total)
     return Status::invalid_input(fmt::format(
         "the layout puts the coordinator at node {}, expected {}", w.coordinator_node, total));
-  if (total + 1 > cluster_nodes_max)
+  const uint32_t k = w.job.replicas;
+  std::vector<uint32_t> ps_members;
+  for (uint32_t i = 0; i < w.members.size(); ++i)
+    if (w.members[i].role == MemberRole::ps) ps_members.push_back(i);
+  if (k == 0 || k > shard_replicas_max || k > ps_members.size())
     return Status::invalid_input(
-        fmt::format("the layout has {} nodes, over {}", total + 1, cluster_nodes_max));
+        fmt::format("the job keeps {} replicas of each shard: it needs 1..{}, and as many ps "
+                    "members (the layout has {})",
+                    k, shard_replicas_max, ps_members.size()));
+  const uint64_t backups = shards * (k - 1);
+  if (total + 1 + backups > cluster_nodes_max)
+    return Status::invalid_input(
+        fmt::format("the layout has {} nodes, over {}", total + 1 + backups, cluster_nodes_max));
 
   ClusterLayout l;
   l.members_ = w.members;
   l.map_ = w.map;
   l.shards_ = static_cast<uint32_t>(shards);
+  l.replicas_ = k;
   l.coordinator_node_ = static_cast<NodeId>(total);
-  l.role_.assign(total + 1, NodeRole::coordinator);
-  l.owner_.assign(total + 1, static_cast<uint32_t>(w.members.size()));
+  l.role_.assign(total + 1 + backups, NodeRole::coordinator);
+  l.owner_.assign(total + 1 + backups, static_cast<uint32_t>(w.members.size()));
   for (uint32_t i = 0; i < w.members.size(); ++i) {
     const MemberInfo& m = w.members[i];
     if (!m.public_key.empty()) l.member_of_key_[m.public_key] = i;
@@ -188,7 +201,36 @@ Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
       if (!l.dense_root_) l.dense_root_ = m.aggregator;
     }
   }
+  for (size_t p = 0; p < ps_members.size(); ++p) {
+    const MemberInfo& m = w.members[ps_members[p]];
+    for (NodeId s = m.first_node; s < m.first_node + m.count; ++s)
+      for (uint32_t j = 0; j + 1 < k; ++j) {
+        const NodeId b = l.coordinator_node_ + 1 + s * (k - 1) + j;
+        l.role_[b] = NodeRole::backup;
+        l.owner_[b] = ps_members[(p + 1 + j) % ps_members.size()];
+      }
+  }
   return l;
+}
+
+std::vector<NodeId> ClusterLayout::backups_of(uint32_t shard) const {
+  std::vector<NodeId> out;
+  if (shard >= shards_) return out;
+  for (uint32_t j = 0; j + 1 < replicas_; ++j)
+    out.push_back(coordinator_node_ + 1 + shard * (replicas_ - 1) + j);
+  return out;
+}
+
+std::optional<uint32_t> ClusterLayout::shard_of_backup(NodeId n) const {
+  if (n >= role_.size() || role_[n] != NodeRole::backup) return std::nullopt;
+  return (n - coordinator_node_ - 1) / (replicas_ - 1);
+}
+
+std::vector<NodeId> ClusterLayout::backup_nodes_of(uint32_t i) const {
+  std::vector<NodeId> out;
+  for (NodeId n = coordinator_node_ + 1; n < role_.size(); ++n)
+    if (owner_[n] == i) out.push_back(n);
+  return out;
 }
 
 std::optional<uint32_t> ClusterLayout::owner(NodeId n) const {
@@ -230,7 +272,20 @@ Status ClusterLayout::check_ps_message(const PsMessage& m, NodeId receiver,
     return Status::invalid_input(
         fmt::format("a {} from node {}, of {}", kind_name(m), h.sender, nodes()));
   const NodeRole to = role_[receiver], from = role_[h.sender];
-  if (is_dense(m)) {
+  const bool forward = std::holds_alternative<ReplicaForward>(m);
+  if (forward || std::holds_alternative<ReplicaAck>(m)) {
+    // Between a shard and its own backups only: forwards down, acknowledgements up.
+    const NodeId backup = forward ? receiver : h.sender, shard = forward ? h.sender : receiver;
+    if (role_[shard] != NodeRole::shard || shard_of_backup(backup) != shard)
+      return Status::invalid_input(
+          fmt::format("a {} from node {}, a {}, to node {}, a {}: not between a shard and one of "
+                      "its backups",
+                      kind_name(m), h.sender, role_name(from), receiver, role_name(to)));
+  } else if (to == NodeRole::backup || from == NodeRole::backup) {
+    return Status::invalid_input(fmt::format("a {} from node {}, a {}, to node {}, a {}",
+                                             kind_name(m), h.sender, role_name(from), receiver,
+                                             role_name(to)));
+  } else if (is_dense(m)) {
     // The all-reduce tree: replicas to their member's aggregator, aggregators to the root; back
     // down the same edges.
     if (to != NodeRole::aggregator && to != NodeRole::replica)

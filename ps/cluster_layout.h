@@ -5,7 +5,10 @@
 //
 // Numbering: the ps members' shards first (shard s is node s), then the worker members'
 // replicas, then one node aggregator per worker member under hierarchical push, then the
-// coordinator's own node (it pulls to evaluate).
+// coordinator's own node (it pulls to evaluate), then, under replication (JobSpec::replicas
+// K > 1), the shards' backups: backup j (0..K-2) of shard s is node coordinator + 1 +
+// s * (K - 1) + j, hosted by the ps member j + 1 places after the shard's own, in member order
+// and wrapping round, so that the K replicas of a shard are on K ps members.
 //
 // Trust: a Welcome, and any ps message, arrives off the wire. make() refuses a layout whose ids
 // or counts do not add up, so nothing built from it can index out of bounds; check_ps_message
@@ -28,7 +31,7 @@ namespace colony {
 // The most node ids one cluster has (shards, replicas, aggregators and the coordinator).
 inline constexpr uint32_t cluster_nodes_max = 1u << 20;
 
-enum class NodeRole : uint8_t { shard, replica, aggregator, coordinator };
+enum class NodeRole : uint8_t { shard, replica, aggregator, coordinator, backup };
 
 // Numbers the nodes of `members` in place (first_node, has_aggregator, aggregator) and returns
 // the coordinator's node id. The coordinator calls it once every member has joined.
@@ -56,8 +59,9 @@ class ClusterLayout {
   // and S equals the map's shard count; the worker members' replicas follow without gap, as
   // many as workers_total; aggregators are present exactly under hierarchical push, each a
   // distinct id after the replicas, numbered in the order of their members (so every member
-  // agrees on dense_root); the coordinator's node is the one after all of them; a non-empty
-  // public key is not used by two members; and the heartbeat timeout is above the interval.
+  // agrees on dense_root); the coordinator's node is the one after all of them; the job's
+  // replicas K are 1..shard_replicas_max and at most the ps members; a non-empty public key is
+  // not used by two members; and the heartbeat timeout is above the interval.
   static Expected<ClusterLayout> make(const Welcome& w);
 
   uint32_t nodes() const { return static_cast<uint32_t>(role_.size()); }
@@ -81,12 +85,21 @@ class ClusterLayout {
   std::optional<NodeId> dense_root() const { return dense_root_; }
   // The shard nodes of member i (empty for a worker member).
   std::vector<NodeId> nodes_of(uint32_t i) const;
+  // Replication: each shard's replicas (JobSpec::replicas, 1: none), the backup nodes of shard
+  // s < shards() (K - 1 of them, in order), the shard that backup node n belongs to (nullopt for
+  // a node that is no backup), and the backup nodes member i hosts.
+  uint32_t replicas() const { return replicas_; }
+  std::vector<NodeId> backups_of(uint32_t shard) const;
+  std::optional<uint32_t> shard_of_backup(NodeId n) const;
+  std::vector<NodeId> backup_nodes_of(uint32_t i) const;
 
   // Whether `m`, received from `origin`, may be delivered to node `receiver`. Fails with
   // invalid_input saying why not, when: the receiver or the message's sender is not a node of
   // this layout; requests (pull, push, clock, pull hint) go to a node that is not a shard, or
   // replies (pull reply, ack, map update, error) to a shard; a request's sender is a shard, or a
-  // reply's sender is not one; a pull's writer is not a node of its sender's member (or the
+  // reply's sender is not one; a replica forward goes anywhere but from a shard to one of its own
+  // backups, or a replica ack anywhere but from a backup to its own shard; any other message
+  // goes to or comes from a backup; a pull's writer is not a node of its sender's member (or the
   // coordinator's own node for its own pulls); a dense message does not follow an edge of the
   // all-reduce tree; or the sender's node is not the origin member's. The tree's edges: a
   // DenseReduce goes to an aggregator from a replica of the same member, or to the root
@@ -106,6 +119,7 @@ class ClusterLayout {
   std::vector<uint32_t> owner_;  // by node; members_.size() for the coordinator's node
   std::unordered_map<std::string, uint32_t> member_of_key_;  // non-empty keys only
   uint32_t shards_ = 0;
+  uint32_t replicas_ = 1;
   NodeId coordinator_node_ = 0;
   std::optional<NodeId> dense_root_;
 };

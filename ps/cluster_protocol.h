@@ -79,8 +79,12 @@ struct JobSpec {
   // Batches each worker hints to the shards ahead of its pulls (WorkerConfig::
   // read_ahead_batches, --read-ahead-batches): 0..read_ahead_batches_max.
   uint32_t read_ahead_batches = 0;
+  // Replicas of each shard (--durability replicated:K, ps/replication.h): 1..shard_replicas_max,
+  // at most the ps members (ClusterLayout places them); 1 replicates nothing.
+  uint32_t replicas = 1;
   bool operator==(const JobSpec&) const = default;
 };
+inline constexpr uint32_t shard_replicas_max = 8;
 
 struct MemberInfo {
   MemberRole role = MemberRole::ps;
@@ -289,6 +293,17 @@ struct ShardSummary {
   uint64_t pushes_lost = 0;   // acknowledged steps its restarted shards lacked (ShardStats)
   // Row updates refused because they would have made a row NaN or infinite (ShardStats).
   uint64_t updates_not_finite = 0;
+  // Replication (JobSpec::replicas K > 1): the rows the member's backups hold, and digests of
+  // its primaries' rows and of its backups' (ShardCore::rows_digest, summed with wrap-around).
+  // Every backup holds its primary's rows when, summed over the ps members, backup_rows is
+  // (K - 1) x table_rows and backup_digest is (K - 1) x rows_digest (backups_equal).
+  uint64_t backup_rows = 0;
+  uint64_t rows_digest = 0;
+  uint64_t backup_digest = 0;
+  bool backups_equal(uint32_t replicas) const {
+    return backup_rows == (replicas - 1) * table_rows &&
+           backup_digest == (replicas - 1) * rows_digest;
+  }
   ShardSummary& operator+=(const ShardSummary& o) {
     table_rows += o.table_rows;
     table_bytes += o.table_bytes;
@@ -301,6 +316,9 @@ struct ShardSummary {
     cpu_seconds += o.cpu_seconds;
     pushes_lost += o.pushes_lost;
     updates_not_finite += o.updates_not_finite;
+    backup_rows += o.backup_rows;
+    rows_digest += o.rows_digest;
+    backup_digest += o.backup_digest;
     return *this;
   }
   bool operator==(const ShardSummary&) const = default;

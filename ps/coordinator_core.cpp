@@ -479,6 +479,10 @@ void CoordinatorCore::welcome(CoordinatorEffects& out) {
   }
   phase_ = CoordinatorPhase::starting;
   same_data_ = same_data;
+  // What every member will check of the layout (more replicas of a shard than ps members, ...)
+  // is said here, once, rather than by each member refusing its Welcome.
+  if (auto layout = ClusterLayout::make(welcome_for(0)); !layout)
+    return fail("the members joined make no layout: " + layout.status().message(), out);
   for (uint32_t i = 0; i < members_.size(); ++i)
     out.control.push_back(
         {members_[i].endpoint, members_[i].public_key, {control_from_coordinator, welcome_for(i)}});
@@ -507,7 +511,10 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
   st.gone = true;
-  if (m.role == MemberRole::ps && m.durable && phase_ == CoordinatorPhase::running) {
+  // A replicated shard's backups do not follow a primary that restarts from its store (their
+  // forwards start over); promoting one in its place is not in this version (docs/storage.md).
+  if (m.role == MemberRole::ps && m.durable && phase_ == CoordinatorPhase::running &&
+      config_.job.replicas == 1) {
     st.awaiting_rejoin = true;
     st.rejoin_deadline_ms = now_ms + config_.join_timeout_ms;
     std::vector<NodeId> nodes;
@@ -524,8 +531,12 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
     return;
   }
   if (m.role == MemberRole::ps)
-    return fail(fmt::format("lost ps member {} at {} (shards {}..{}): {}", i, m.endpoint,
-                            m.first_node, m.first_node + m.count - 1, why),
+    return fail(fmt::format("lost ps member {} at {} (shards {}..{}): {}{}", i, m.endpoint,
+                            m.first_node, m.first_node + m.count - 1, why,
+                            config_.job.replicas > 1
+                                ? " (its shards' backups hold their rows, but this version does "
+                                  "not promote one in a lost primary's place)"
+                                : ""),
                 out);
   if (phase_ == CoordinatorPhase::starting || config_.require_all_workers)
     return fail(fmt::format("lost worker member {} at {}: {}{}", i, m.endpoint, why,

@@ -196,9 +196,34 @@ struct PullHint {
 // The most batches a worker hints ahead of its pulls (--read-ahead-batches).
 inline constexpr uint32_t read_ahead_batches_max = 64;
 
+// Replication of a shard (`--durability replicated:K`, ps/replication.h): its primary sends
+// every push part and clock advance its core took to each backup, numbered from 1 in the order
+// taken; the backup applies them in that order and acknowledges. The primary's node is the
+// shard's; each backup is a node of its own (ClusterLayout::backups_of). Only the primary's
+// node sends forwards, to its own backups, and only they acknowledge.
+struct ReplicaForward {
+  MessageHeader header;  // the primary's node; request_id: `seq`
+  uint64_t seq = 0;
+  // Every live backup had applied every forward up to this one when it was sent: a backup keeps
+  // the forwards after it, for a promotion.
+  uint64_t committed = 0;
+  // A push part that names a pull's keys (keys_of_pull), with the keys the primary's core took
+  // it for filled in (ShardCore::on_filled_push): a backup holds no pull to find them in.
+  bool keys_filled = false;
+  // What the primary's core took, as its sender (a client) sent it.
+  std::variant<PushRequest, ClockAdvance> message;
+};
+
+// A backup has applied every forward up to `seq`.
+struct ReplicaAck {
+  MessageHeader header;  // the backup's node
+  uint64_t seq = 0;
+};
+
 // A message addressed to a core.
-using PsMessage = std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance,
-                               ShardMapUpdate, PsError, DenseReduce, DenseBroadcast, PullHint>;
+using PsMessage =
+    std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance, ShardMapUpdate,
+                 PsError, DenseReduce, DenseBroadcast, PullHint, ReplicaForward, ReplicaAck>;
 struct Outgoing {
   NodeId to = 0;
   PsMessage message;

@@ -36,7 +36,7 @@ ShardPrimary::ShardPrimary(ShardCore& core, uint32_t backups, ReplicationFaults 
 
 void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
                               std::vector<ReplicaForward>& forwards, bool discard_replies) {
-  std::optional<PsMessage> forward;
+  std::optional<std::variant<PushRequest, ClockAdvance>> forward;
   bool filled = false;
   if (backups_live() > 0) {
     if (const auto* push = std::get_if<PushRequest>(&message)) {
@@ -51,8 +51,8 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
         filled = true;
       }
       forward = std::move(copy);
-    } else if (std::holds_alternative<ClockAdvance>(message)) {
-      forward = message;
+    } else if (const auto* clock = std::get_if<ClockAdvance>(&message)) {
+      forward = *clock;
     }
   }
   const uint64_t dropped = core_->stats().dropped_before_resync;
@@ -74,7 +74,9 @@ void ShardPrimary::on_message(const PsMessage& message, Outbox& out,
   // the sender sends it again after: a backup, which is not resyncing, would apply it now, at
   // another place in the order than the primary later does.
   if (forward && core_->stats().dropped_before_resync == dropped) {
-    forwards.push_back({++seq_, std::move(*forward), acked_by_all(), filled});
+    ++seq_;
+    const MessageHeader header{core_->config().id, seq_, core_->config().map.version};
+    forwards.push_back({header, seq_, acked_by_all(), filled, std::move(*forward)});
     unacked_.push_back(forwards.back());
   }
   if (!discard_replies)
@@ -148,15 +150,11 @@ Expected<std::unique_ptr<ShardBackup>> ShardBackup::rebuilt(std::unique_ptr<Shar
 }
 
 Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
-  if (forward.seq <= applied_) return ReplicaAck{applied_};  // a duplicate
+  if (forward.seq <= applied_) return ReplicaAck{{}, applied_};  // a duplicate
   if (forward.seq != applied_ + 1)
     return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
                                  " came after forward " + std::to_string(applied_) +
                                  ": the ones between were lost");
-  if (!std::holds_alternative<PushRequest>(forward.message) &&
-      !std::holds_alternative<ClockAdvance>(forward.message))
-    return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
-                                 " is neither a push nor a clock advance");
   if (forward.committed >= forward.seq)
     return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
                                  " says every backup had applied up to forward " +
@@ -183,13 +181,13 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
     core_->follow_resync(*clock, scratch_);
   else if (forward.keys_filled)
     core_->on_filled_push(*push, scratch_);
-  else
-    core_->on_message(forward.message, scratch_);  // the primary answers the clients
+  else  // the primary answers the clients
+    std::visit([&](const auto& m) { core_->on_message(PsMessage(m), scratch_); }, forward.message);
   applied_ = forward.seq;
   // Kept until every backup has it (a promotion of this one re-sends them to the others).
   log_.erase(log_.begin(), first_kept);
   log_.push_back(forward);
-  return ReplicaAck{applied_};
+  return ReplicaAck{{}, applied_};
 }
 
 ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {

@@ -53,29 +53,11 @@
 
 namespace colony {
 
-// A message the primary's core took, for every backup, numbered from 1 in the order taken: a
-// PushRequest (with its keys) or a ClockAdvance.
-struct ReplicaForward {
-  uint64_t seq = 0;
-  PsMessage message;
-  // Every live backup had applied every forward up to this one when it was sent: a backup keeps
-  // the forwards after it, for a promotion.
-  uint64_t committed = 0;
-  // A push part that names a pull's keys (keys_of_pull), with the keys the primary's core took it
-  // for filled in (ShardCore::on_filled_push): a backup holds no pull to find them in.
-  bool keys_filled = false;
-};
-
 // The most forwards a backup keeps past the last `committed`. A primary's uncommitted forwards
 // are those its backups have not all acknowledged, which its held replies bound to a few per
 // sender and step; a primary past this many has stopped advancing `committed` (a fault, or a lie
 // from its member) and would grow the backup's log without end.
 inline constexpr size_t replica_log_max = 1u << 16;
-
-// A backup has applied every forward up to `seq`.
-struct ReplicaAck {
-  uint64_t seq = 0;
-};
 
 struct ReplicationFaults {
   // Seeded faults the property tests switch on to show that the invariants catch them. Off
@@ -171,19 +153,22 @@ class ShardBackup {
                                                         ReplicationFaults faults = {});
 
   // Applies `forward` when it is the next in order and returns the seq to acknowledge: every
-  // forward up to it applied. A forward already applied (a duplicate) is acknowledged again and
-  // not applied. Fails with invalid_input, applying nothing, for a forward past the next (one was
-  // lost: the backup can no longer follow the primary), a message that is not a push or a clock
-  // advance, keys filled in for a push that names no pull or carries no keys, a `committed` at or
-  // past the forward's own seq (no backup can have applied a forward not yet sent), or one that
-  // would leave more than replica_log_max forwards kept; the backup is then out of date and must
-  // not be promoted.
+  // forward up to it applied (its header is the driver's to fill in: the backup's node). A
+  // forward already applied (a duplicate) is acknowledged again and not applied. Fails with
+  // invalid_input, applying nothing, for a forward past the next (one was lost: the backup can no
+  // longer follow the primary), keys filled in for a push that names no pull or carries no keys, a
+  // `committed` at or past the forward's own seq (no backup can have applied a forward not yet
+  // sent), or one that would leave more than replica_log_max forwards kept; the backup is then out
+  // of date and must not be promoted.
   Expected<ReplicaAck> on_forward(const ReplicaForward& forward);
   // The last forward applied.
   uint64_t applied() const { return applied_; }
   // Forwards kept for a promotion (those past the last ReplicaForward::committed).
   size_t kept() const { return log_.size(); }
   const ShardCore& core() const { return *core_; }
+  // For the driver's upkeep of the store (ShardCore::store: flush); messages go through
+  // on_forward only.
+  ShardCore& core() { return *core_; }
 
   struct Promotion {
     std::unique_ptr<ShardCore> core;

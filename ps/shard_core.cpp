@@ -6,6 +6,7 @@
 #include "common/bf16.h"
 #include "common/finite.h"
 #include "common/fp16.h"
+#include "common/hash.h"
 #include "common/int8.h"
 
 namespace colony {
@@ -89,6 +90,15 @@ void ShardCore::on_message(const PsMessage& message, Outbox& out) {
   if (auto* clock = std::get_if<ClockAdvance>(&message)) return on_clock(*clock, out);
   // Replies are for clients: one sent here is a peer's mistake (or a lie), not ours to act on.
   ++stats_.messages_refused;
+}
+
+Expected<uint64_t> ShardCore::rows_digest() const {
+  uint64_t digest = 0;
+  const size_t bytes = store_->row_floats() * sizeof(float);
+  Status s = store_->for_each(
+      [&](uint64_t key, const float* row) { digest += fnv1a64(row, bytes, mix64(key)); });
+  if (!s.ok()) return s;
+  return digest;
 }
 
 bool ShardCore::stale(const MessageHeader& h, Outbox& out) {

@@ -221,6 +221,11 @@ class ShardCore {
   // The last update refused as not finite (meaningful once stats().updates_not_finite > 0).
   const RowNotFinite& last_row_not_finite() const { return last_row_not_finite_; }
   size_t rows() const { return store_->size(); }
+  // A digest of every row (key, values, optimizer state and stamps as the store gives them): a
+  // wrapping sum over rows of a hash of each, so equal for two shards holding the same rows
+  // whatever their order (replication's check that a backup equals its primary). Fails with the
+  // store's error.
+  Expected<uint64_t> rows_digest() const;
   // The rows' bytes: values, optimizer state and stamps, as the store keeps them (the report's
   // table_bytes).
   uint64_t table_bytes() const { return uint64_t{rows()} * store_->row_bytes(); }

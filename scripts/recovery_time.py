@@ -2,8 +2,10 @@
 """How long a killed ps keeps a loopback daemon cluster from training, and what durability costs.
 
 Runs the same job on 127.0.0.1 (one coordinator, two ps, two workers, --insecure) over each store:
-memory (the baseline), rocksdb and tiered (both under the default --durability log). For each it
-prints the uninterrupted job's samples/s as a ratio to the memory store's on the same daemons;
+memory (the baseline), rocksdb and tiered (both under the default --durability log), and with
+--durability replicated:2 over memory (replicated) and over the tiered store (replicated-tiered:
+memory with RocksDB as its capacity tier). For each it prints the uninterrupted job's samples/s as
+a ratio to the memory store's on the same daemons;
 for rocksdb and tiered it runs the job again with ps 1 killed with SIGKILL partway and started
 again at once with the same flags (what systemd does), and prints the time from the kill to the
 coordinator's "has resumed shards", the time from the kill back to full throughput, and the wall
@@ -17,6 +19,9 @@ kill that starts as many consecutive steps taking at most W / 0.95.
 
     scripts/recovery_time.py [--colony build/colony] [--rows 200000] [--epochs 4]
                              [--store memory] [--store rocksdb] [--store tiered]
+                             [--store replicated] [--store replicated-tiered]
+
+A replicated job is not killed: this version promotes no backup in a lost primary's place.
 
 Timings are of this machine at this moment: compare the ratios, not the seconds.
 """
@@ -83,16 +88,18 @@ def run_job(colony, work, data, store, epochs, kill_after):
     coord = start([colony, "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure",
                    "--shards", "2", "--workers", "2", "--epochs", str(epochs), "--no-cache",
                    "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000",
-                   "--test", os.path.join(data, "test.libsvm"),
-                   "--report", os.path.join(logs, "report.json")], os.path.join(logs, "c.log"))
+                   "--test", os.path.join(data, "test.libsvm")]
+                  + (["--durability", "replicated:2"] if store.startswith("replicated") else [])
+                  + ["--report", os.path.join(logs, "report.json")], os.path.join(logs, "c.log"))
     endpoint = await_line(os.path.join(logs, "c.log"),
                           r"coordinator listening on (tcp://[0-9.]+:[0-9]+)", coord).group(1)
     began = time.monotonic()
 
     def ps_argv(i, listen):
         a = [colony, "ps", "--coordinator", endpoint, "--listen", listen, "--insecure",
-             "--store", "memory" if store == "memory" else f"rocksdb:{store_root}-{i}"]
-        if store == "tiered":
+             "--store", "memory" if store in ("memory", "replicated")
+             else f"rocksdb:{store_root}-{i}"]
+        if store.endswith("tiered"):
             a += ["--cache-bytes", "100000000"]
         return a
 
@@ -133,7 +140,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--kill-after", type=float, default=1.0,
                     help="seconds of training before the kill")
-    ap.add_argument("--store", action="append", choices=["memory", "rocksdb", "tiered"])
+    ap.add_argument("--store", action="append",
+                    choices=["memory", "rocksdb", "tiered", "replicated", "replicated-tiered"])
     a = ap.parse_args()
     stores = a.store or ["memory", "rocksdb", "tiered"]
     colony = os.path.abspath(a.colony)
@@ -142,7 +150,7 @@ def main():
     subprocess.run([colony, "gen", "--rows", str(a.rows), "--test-rows", "20000", "--seed", "1",
                     "--out", data], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    print(f"{'store':8} {'samples/s':>10} {'of memory':>10} {'kill to resumed':>16} {'of job':>8} "
+    print(f"{'store':17} {'samples/s':>10} {'of memory':>10} {'kill to resumed':>16} {'of job':>8} "
           f"{'back to full':>13} {'time added':>11} {'of job':>8}")
     memory_sps = None
     for store in stores:
@@ -150,12 +158,14 @@ def main():
         if store == "memory":
             memory_sps = sps
         ratio = f"{sps / memory_sps:10.3f}" if memory_sps else f"{'-':>10}"
-        if store == "memory":  # a memory ps that dies takes its rows with it: the job fails
-            print(f"{store:8} {sps:10.0f} {ratio}")
+        # A memory ps that dies takes its rows with it: the job fails. A replicated one too, in
+        # this version (no backup is promoted).
+        if store == "memory" or store.startswith("replicated"):
+            print(f"{store:17} {sps:10.0f} {ratio}")
             continue
         killed, resumed, back, _ = run_job(colony, work, data, store, a.epochs, a.kill_after)
         back_text = f"{back:12.3f}s" if back is not None else f"{'not back':>13}"
-        print(f"{store:8} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "
+        print(f"{store:17} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "
               f"{back_text} {killed - plain:10.3f}s {(killed - plain) / plain:8.3f}")
     print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps, 2 workers, loopback); "
           "'of job' is a fraction of the uninterrupted job's wall time in the same run")

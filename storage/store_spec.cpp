@@ -35,8 +35,9 @@ Expected<Durability> parse_durability(const std::string& text) {
   if (text == "fsync") return Durability::fsync;
   if (text.rfind("replicated", 0) == 0)
     return Status::invalid_input("--durability " + text +
-                                 ": shard replication runs only in the simulator in this "
-                                 "version (colony sim --ps-store replicated:K); use log or fsync");
+                                 ": shard replication needs ps processes of their own (colony "
+                                 "coordinator --durability replicated:K) or the simulator (colony "
+                                 "sim --ps-store replicated:K); here use log or fsync");
   return Status::invalid_input("--durability \"" + text + "\": expected none, log or fsync");
 }
 

@@ -65,7 +65,7 @@ Expected<StoreSpec> parse_store_spec(const std::string& text, size_t cache_bytes
 std::string to_string(const StoreSpec& spec);
 
 // "none", "log" or "fsync". Fails with invalid_input naming --durability otherwise (replicated:K
-// is named as not available in this version).
+// is named as the daemons' and the simulator's).
 Expected<Durability> parse_durability(const std::string& text);
 const char* to_string(Durability durability);
 // `--resume`: lets `spec` continue a store another job wrote (StoreSpec::resume). Fails with

@@ -149,9 +149,22 @@ BOOST_AUTO_TEST_CASE(durabilities_a_store_cannot_give_are_refused_naming_the_fla
   BOOST_TEST(r.out.empty(), r.out);  // nothing trained
   r = run("train --durability replicated:2 --store rocksdb:/nonexistent/x --rows 100");
   BOOST_TEST(r.code == 2);
-  BOOST_TEST(r.err.find("shard replication runs only in the simulator in this version") !=
-                 std::string::npos,
+  BOOST_TEST(r.err.find("shard replication needs ps processes of their own (colony coordinator "
+                        "--durability replicated:K)") != std::string::npos,
              r.err);
+  // The coordinator takes it, K from 2 to 8, without feature admission or stale-row eviction.
+  r =
+      run("coordinator --listen tcp://127.0.0.1:1 --insecure --durability replicated:2 "
+          "--evict-after 5");
+  BOOST_TEST(r.code == 2);
+  BOOST_TEST(r.err.find("shard replication cannot keep --evict-after") != std::string::npos, r.err);
+  for (const char* bad : {"replicated:1", "replicated:9", "replicated:", "replicated:x"}) {
+    r = run(std::string("coordinator --listen tcp://127.0.0.1:1 --insecure --durability ") + bad);
+    BOOST_TEST(r.code == 2, bad);
+    BOOST_TEST(
+        r.err.find("replicated:K takes K from 2 to 8 replicas of each shard") != std::string::npos,
+        r.err);
+  }
   r = run("coordinator --listen tcp://127.0.0.1:1 --insecure --durability always");
   BOOST_TEST(r.code == 2);
   BOOST_TEST(

@@ -373,6 +373,81 @@ BOOST_AUTO_TEST_CASE(killed_ps_restarts_from_its_store_and_the_job_finishes) {
   BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
 }
 
+// Replication (--durability replicated:2) across real processes with CURVE: each of the two ps
+// members holds the other's shard as a backup, every push and clock goes to it before the push
+// is acknowledged, and the job trains as the unreplicated one does: the same rows, the same
+// logloss within the small run's tolerance, and every backup's rows equal to its primary's when
+// training ends (their digests). A ps killed mid-job ends the job, saying that no backup is
+// promoted in this version.
+BOOST_AUTO_TEST_CASE(replicated_shards_end_equal_to_their_backups) {
+  Suite& s = suite();
+  auto [coord, endpoint] = start_coordinator(
+      "replicated-coordinator",
+      cat(secure("server"),
+          {"--shards", "2", "--workers", "2", "--no-cache", "--durability", "replicated:2",
+           "--test", s.test.string(), "--report", (s.dir / "replicated.json").string()}));
+  // One ps on disk (its backup under DIR/backups), joining first: it hosts shard 0. One in
+  // memory.
+  const fs::path disk = s.dir / "replicated-store-1";
+  auto ps1 = start_member("replicated-ps1", "ps", endpoint,
+                          cat(secure("node-1"), {"--store", "rocksdb:" + disk.string()}));
+  ps1->await("the coordinator took my join");
+  auto ps0 = start_member("replicated-ps0", "ps", endpoint, secure("node-0"));
+  auto w0 = start_member("replicated-w0", "worker", endpoint, secure("node-2"));
+  auto w1 = start_member("replicated-w1", "worker", endpoint, secure("node-3"));
+  BOOST_TEST(coord->wait() == 0, coord->log());
+  for (Child* c : {ps0.get(), ps1.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  const auto r = report("replicated.json");
+  BOOST_TEST(r["durability"].get<std::string>() == "replicated:2");
+  BOOST_TEST(r["replicas"].get<uint32_t>() == 2u);
+  BOOST_TEST(r["backups_equal"].get<bool>());
+  BOOST_TEST(r["train_samples"].get<uint64_t>() == 60000u);
+  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u);
+  BOOST_TEST(r["table_rows"].get<uint64_t>() == s.embedded_table_rows);
+  const double logloss = r["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("replicated daemons " << logloss << " vs embedded " << s.embedded_logloss);
+  BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < small_run_tolerance);
+  for (Child* ps : {ps0.get(), ps1.get()})
+    BOOST_TEST(ps->log().find("holding 1 backup of other members' shards (replicas 2)") !=
+                   std::string::npos,
+               ps->log());
+  BOOST_TEST(fs::exists(disk / "shard-0"));
+  BOOST_TEST(fs::exists(disk / "backups" / "shard-1"));
+
+  // A replica's store holding an earlier run's rows is refused: its backups start empty.
+  auto [again, again_endpoint] =
+      start_coordinator("replicated-again-coordinator",
+                        cat(secure("server"), {"--shards", "2", "--workers", "1", "--durability",
+                                               "replicated:2", "--join-timeout", "20"}));
+  auto a1 = start_member("replicated-again-ps1", "ps", again_endpoint,
+                         cat(secure("node-1"), {"--store", "rocksdb:" + disk.string()}));
+  a1->await("the coordinator took my join");
+  auto a0 = start_member("replicated-again-ps0", "ps", again_endpoint, secure("node-0"));
+  auto aw = start_member("replicated-again-w0", "worker", again_endpoint, secure("node-2"));
+  BOOST_TEST(a1->wait() != 0);
+  BOOST_TEST(a1->log().find("rows of an earlier run") != std::string::npos, a1->log());
+  BOOST_TEST(again->wait() != 0);
+  for (Child* c : {a0.get(), aw.get()}) c->wait();
+
+  auto [coord2, endpoint2] = start_coordinator(
+      "replicated-kill-coordinator",
+      cat(secure("server"),
+          {"--shards", "2", "--workers", "2", "--epochs", "50", "--no-cache", "--durability",
+           "replicated:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000"}));
+  auto k0 = start_member("replicated-kill-ps0", "ps", endpoint2, secure("node-0"));
+  auto k1 = start_member("replicated-kill-ps1", "ps", endpoint2, secure("node-1"));
+  auto kw0 = start_member("replicated-kill-w0", "worker", endpoint2, secure("node-2"));
+  auto kw1 = start_member("replicated-kill-w1", "worker", endpoint2, secure("node-3"));
+  kw0->await("training starts");
+  k1->signal(SIGKILL);
+  BOOST_TEST(k1->wait() == 128 + SIGKILL);
+  BOOST_TEST(coord2->wait() != 0);
+  BOOST_TEST(
+      coord2->log().find("does not promote one in a lost primary's place") != std::string::npos,
+      coord2->log());
+  for (Child* c : {k0.get(), kw0.get(), kw1.get()}) c->wait();
+}
+
 BOOST_AUTO_TEST_CASE(killed_worker_fails_the_job_when_all_are_required) {
   auto [coord, endpoint] = start_coordinator(
       "strict-coordinator",

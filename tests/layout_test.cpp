@@ -2,6 +2,7 @@
 #define BOOST_TEST_MODULE layout_test
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <string>
 
 #include "common/hash.h"
@@ -308,4 +309,73 @@ BOOST_AUTO_TEST_CASE(dense_messages_follow_the_all_reduce_tree) {
       BOOST_TEST(!flat.check_ps_message(reduce(from), to, MessageOrigin{}).ok());
       BOOST_TEST(!flat.check_ps_message(broadcast(from), to, MessageOrigin{}).ok());
     }
+}
+
+// Replication (JobSpec::replicas): each shard's backups are nodes after the coordinator's, on the
+// ps members after the shard's own, wrapping round; forwards go only from a shard to its own
+// backups and acknowledgements only back, each from the member hosting the sender.
+BOOST_AUTO_TEST_CASE(backups_are_placed_on_other_ps_members_and_speak_only_to_their_shard) {
+  // 3 ps members (shards 0 | 1-2 | 3), 1 worker member (replicas 4-5); coordinator 6; with 3
+  // replicas, backups 7-14: shard s's are 7 + 2s and 8 + 2s.
+  Welcome w;
+  w.members = {member(MemberRole::ps, 1, "p0"), member(MemberRole::ps, 2, "p1"),
+               member(MemberRole::worker, 2, "w0"), member(MemberRole::ps, 1, "p2")};
+  w.job.replicas = 3;
+  w.coordinator_node = assign_nodes(w.members, false);
+  w.map.shards = 4;
+  w.workers_total = 2;
+  auto made = ClusterLayout::make(w);
+  BOOST_REQUIRE_MESSAGE(made.ok(), (made.ok() ? std::string() : made.status().message()));
+  const ClusterLayout& l = *made;
+  BOOST_TEST(l.coordinator_node() == 6u);
+  BOOST_TEST(l.nodes() == 15u);
+  BOOST_TEST(l.replicas() == 3u);
+  BOOST_TEST((l.backups_of(1) == std::vector<NodeId>{9, 10}));
+  BOOST_TEST(l.backups_of(4).empty());
+  const std::vector<uint32_t> ps_member_of_shard = {0, 1, 1, 3}, ps = {0, 1, 3};
+  for (uint32_t s = 0; s < 4; ++s) {
+    std::vector<uint32_t> hosts = {ps_member_of_shard[s]};
+    for (NodeId b : l.backups_of(s)) {
+      BOOST_TEST((l.role(b) == NodeRole::backup));
+      BOOST_TEST(*l.shard_of_backup(b) == s);
+      hosts.push_back(*l.owner(b));
+    }
+    std::sort(hosts.begin(), hosts.end());
+    BOOST_TEST(hosts == ps, "shard " << s << ": its replicas are on every ps member");
+  }
+  BOOST_TEST((l.backup_nodes_of(3) == std::vector<NodeId>{8, 9, 11}));
+  BOOST_TEST(!l.shard_of_backup(3));
+  BOOST_TEST(!l.shard_of_backup(99));
+
+  const auto p0 = MessageOrigin::of_member(0), p1 = MessageOrigin::of_member(1),
+             p2 = MessageOrigin::of_member(3), w0 = MessageOrigin::of_member(2);
+  const ReplicaForward fw{{1, 1, 0}, 1, 0, false, ClockAdvance{{4, 1, 0}, 1}};
+  // Shard 1 (member 1) to its backups 9 (member 3) and 10 (member 0), and their acks back.
+  BOOST_TEST(l.check_ps_message(fw, 9, p1).ok());
+  BOOST_TEST(l.check_ps_message(fw, 10, p1).ok());
+  BOOST_TEST(l.check_ps_message(ReplicaAck{{9, 1, 0}, 1}, 1, p2).ok());
+  BOOST_TEST(l.check_ps_message(ReplicaAck{{10, 1, 0}, 1}, 1, p0).ok());
+  // Not to another shard's backup, nor to a shard or a worker; not in another member's name.
+  BOOST_TEST(!l.check_ps_message(fw, 11, p1).ok());
+  BOOST_TEST(!l.check_ps_message(fw, 2, p1).ok());
+  BOOST_TEST(!l.check_ps_message(fw, 4, p1).ok());
+  BOOST_TEST(!l.check_ps_message(fw, 9, p2).ok());
+  const ReplicaForward from_backup{{9, 1, 0}, 1, 0, false, ClockAdvance{{4, 1, 0}, 1}};
+  BOOST_TEST(!l.check_ps_message(from_backup, 10, p2).ok());
+  // An ack to another shard, from a worker, or with another member's key.
+  BOOST_TEST(!l.check_ps_message(ReplicaAck{{9, 1, 0}, 1}, 2, p2).ok());
+  BOOST_TEST(!l.check_ps_message(ReplicaAck{{4, 1, 0}, 1}, 1, w0).ok());
+  BOOST_TEST(!l.check_ps_message(ReplicaAck{{9, 1, 0}, 1}, 1, p0).ok());
+  // Clients never talk to a backup, nor a backup to them.
+  BOOST_TEST(!l.check_ps_message(pull(4, 4), 9, w0).ok());
+  BOOST_TEST(!l.check_ps_message(PushAck{{9, 1, 0}}, 4, p2).ok());
+  BOOST_TEST(!l.check_ps_message(ClockAdvance{{9, 1, 0}, 2}, 1, p2).ok());
+  // The coordinator cannot forward in a shard's name.
+  BOOST_TEST(!l.check_ps_message(fw, 9, MessageOrigin::of_coordinator()).ok());
+
+  // More replicas than ps members, or none.
+  w.job.replicas = 4;
+  BOOST_TEST(fails_with(w, "keeps 4 replicas of each shard"));
+  w.job.replicas = 0;
+  BOOST_TEST(fails_with(w, "keeps 0 replicas"));
 }

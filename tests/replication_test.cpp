@@ -29,6 +29,12 @@ constexpr uint64_t key_space = 300;
 constexpr size_t width = 2;
 const ShardMapSpec map_spec{1, 1, 16, 0};
 
+// A forward made by hand (a lie, or one out of order), from the primary's node.
+ReplicaForward forward(uint64_t seq, std::variant<PushRequest, ClockAdvance> message,
+                       uint64_t committed = 0, bool keys_filled = false) {
+  return {{shard_node, seq, 1}, seq, committed, keys_filled, std::move(message)};
+}
+
 ShardConfig shard_config(const std::vector<NodeId>& senders, Consistency consistency) {
   ShardConfig sc;
   sc.id = shard_node;
@@ -553,7 +559,7 @@ BOOST_AUTO_TEST_CASE(a_resync_that_skips_steps_moves_every_replica_alike) {
   for (auto& b : backups)
     for (const ReplicaForward& f : fw) BOOST_REQUIRE(b->on_forward(f).ok());
   for (uint32_t i = 0; i < 2; ++i)
-    BOOST_REQUIRE(old_primary->on_ack(i, {fw.back().seq}, replies).ok());
+    BOOST_REQUIRE(old_primary->on_ack(i, {{}, fw.back().seq}, replies).ok());
   for (Outgoing& r : replies) kv->on_message(r.message, out);
   replies.clear();
   kv->push({}, {}, 2, out);  // two steps with no keys here: clock advances, lost with the primary
@@ -680,22 +686,20 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   auto backup = std::move(ShardBackup::make(make_core(sc)).value());
   Outbox out;
   // An acknowledgement of a forward never sent, or from a backup that is not one.
-  BOOST_TEST(!primary->on_ack(0, {5}, out).ok());
-  BOOST_TEST(!primary->on_ack(3, {0}, out).ok());
-  // A forward past the next one, or of a pull, is refused and nothing is applied.
+  BOOST_TEST(!primary->on_ack(0, {{}, 5}, out).ok());
+  BOOST_TEST(!primary->on_ack(3, {{}, 0}, out).ok());
+  // A forward past the next one is refused and nothing is applied.
   ClockAdvance advance{{first_client, 1, 1}, 1};
-  BOOST_TEST(!backup->on_forward({2, advance}).ok());
-  BOOST_TEST(
-      !backup->on_forward({1, PullRequest{{first_client, 2, 1}, 0, first_client, {1}}}).ok());
+  BOOST_TEST(!backup->on_forward(forward(2, advance)).ok());
   BOOST_TEST(backup->applied() == 0u);
   // A forward that says every backup had already applied it (or more) before it was sent.
-  BOOST_TEST(!backup->on_forward({1, advance, 1}).ok());
-  BOOST_TEST(!backup->on_forward({1, advance, 7}).ok());
+  BOOST_TEST(!backup->on_forward(forward(1, advance, 1)).ok());
+  BOOST_TEST(!backup->on_forward(forward(1, advance, 7)).ok());
   BOOST_TEST(backup->applied() == 0u);
-  BOOST_TEST(backup->on_forward({1, advance}).value().seq == 1u);
+  BOOST_TEST(backup->on_forward(forward(1, advance)).value().seq == 1u);
   // Keys said to be filled in for a push that names no pull.
   PushRequest keyed{{first_client, 2, 1}, 1, {7}, FloatBuffer(std::vector<float>{1.0f, 1.0f})};
-  BOOST_TEST(!backup->on_forward({2, keyed, 0, /*keys_filled=*/true}).ok());
+  BOOST_TEST(!backup->on_forward(forward(2, keyed, 0, /*keys_filled=*/true)).ok());
   BOOST_TEST(backup->applied() == 1u);
   // Feature admission counts pulls the backups never see.
   ShardConfig admitting = sc;
@@ -726,18 +730,19 @@ BOOST_AUTO_TEST_CASE(a_primary_that_stops_committing_is_refused_past_the_log_bou
   auto backup = std::move(ShardBackup::make(make_core(sc)).value());
   for (uint64_t seq = 1; seq <= colony::replica_log_max; ++seq)
     BOOST_REQUIRE(
-        backup->on_forward({seq, ClockAdvance{{first_client, seq, 1}, uint32_t(seq)}, 0}).ok());
+        backup->on_forward(forward(seq, ClockAdvance{{first_client, seq, 1}, uint32_t(seq)})).ok());
   BOOST_TEST(backup->kept() == colony::replica_log_max);
   const uint64_t next = colony::replica_log_max + 1;
-  auto refused = backup->on_forward({next, ClockAdvance{{first_client, next, 1}, 1}, 0});
+  auto refused = backup->on_forward(forward(next, ClockAdvance{{first_client, next, 1}, 1}));
   BOOST_REQUIRE(!refused.ok());
   BOOST_TEST(refused.status().message().find("stopped committing") != std::string::npos,
              refused.status().message());
   BOOST_TEST(backup->applied() == colony::replica_log_max);
   // The same forward with everything before it committed is taken, and the log trimmed.
-  BOOST_TEST(
-      backup->on_forward({next, ClockAdvance{{first_client, next, 1}, uint32_t(next)}, next - 1})
-          .ok());
+  BOOST_TEST(backup
+                 ->on_forward(
+                     forward(next, ClockAdvance{{first_client, next, 1}, uint32_t(next)}, next - 1))
+                 .ok());
   BOOST_TEST(backup->kept() == 1u);
 }
 

@@ -317,7 +317,40 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                   random_floats(rng, n * width)},
       DenseBroadcast{random_header(rng), clock_done, rng.next(), random_floats(rng, n * width)},
       PullHint{random_header(rng), random_keys(rng, n)},
+      ReplicaForward{random_header(rng), rng.next(), rng.next(), false,
+                     PushRequest{random_header(rng), static_cast<uint32_t>(rng.next()),
+                                 random_keys(rng, n), random_floats(rng, n * width)}},
+      [&] {  // a push that names a pull, its keys filled in
+        PushRequest p = int8_push(rng, n + 1, width);
+        p.keys_of_pull = rng.next() | 1;
+        return ReplicaForward{random_header(rng), rng.next(), rng.next(), true, std::move(p)};
+      }(),
+      ReplicaForward{random_header(rng), rng.next(), rng.next(), false,
+                     ClockAdvance{random_header(rng), static_cast<uint32_t>(rng.next()), true,
+                                  static_cast<uint32_t>(rng.next())}},
+      ReplicaAck{random_header(rng), rng.next()},
   };
+}
+
+bool same_header(const MessageHeader& x, const MessageHeader& y) {
+  return x.sender == y.sender && x.request_id == y.request_id && x.map_version == y.map_version;
+}
+bool same_update(const PushRequest& x, const PushRequest& y) {
+  return same_header(x.header, y.header) && x.clock == y.clock && x.keys == y.keys &&
+         x.grads == y.grads && x.format == y.format && x.more == y.more && x.scales == y.scales &&
+         x.keys_of_pull == y.keys_of_pull;
+}
+bool same_update(const ClockAdvance& x, const ClockAdvance& y) {
+  return same_header(x.header, y.header) && x.clock == y.clock && x.resync == y.resync &&
+         x.acked_push == y.acked_push;
+}
+bool same_update(const ReplicaForward& x, const ReplicaForward& y) {
+  if (x.seq != y.seq || x.committed != y.committed || x.keys_filled != y.keys_filled ||
+      x.message.index() != y.message.index())
+    return false;
+  if (auto* push = std::get_if<PushRequest>(&x.message))
+    return same_update(*push, std::get<PushRequest>(y.message));
+  return same_update(std::get<ClockAdvance>(x.message), std::get<ClockAdvance>(y.message));
 }
 
 bool same(const PsMessage& a, const PsMessage& b) {
@@ -336,11 +369,10 @@ bool same(const PsMessage& a, const PsMessage& b) {
         if constexpr (std::is_same_v<T, PullReply>)
           return x.min_clock == y.min_clock && x.values == y.values && x.format == y.format &&
                  x.scales == y.scales;
-        if constexpr (std::is_same_v<T, PushRequest>)
-          return x.clock == y.clock && x.keys == y.keys && x.grads == y.grads &&
-                 x.format == y.format && x.more == y.more && x.scales == y.scales &&
-                 x.keys_of_pull == y.keys_of_pull;
-        if constexpr (std::is_same_v<T, ClockAdvance>) return x.clock == y.clock;
+        if constexpr (std::is_same_v<T, PushRequest> || std::is_same_v<T, ClockAdvance> ||
+                      std::is_same_v<T, ReplicaForward>)
+          return same_update(x, y);
+        if constexpr (std::is_same_v<T, ReplicaAck>) return x.seq == y.seq;
         if constexpr (std::is_same_v<T, ShardMapUpdate>)
           return x.version == y.version && x.shards == y.shards &&
                  x.vnodes_per_shard == y.vnodes_per_shard && x.seed == y.seed;
@@ -365,6 +397,37 @@ BOOST_AUTO_TEST_CASE(every_ps_message_kind_round_trips) {
       BOOST_TEST(same(m, *back), "kind " << m.index() << " seed " << seed);
     }
   }
+}
+
+// A replica forward is a push or a clock advance as a client sent it: the keys it says it filled
+// in must be there, for a push that names a pull. Its gradients are not checked against them
+// here: the backup's core checks them as the primary's did, and a forward the decoder refused
+// would leave the backup a forward short.
+BOOST_AUTO_TEST_CASE(replica_forwards_that_lie_about_their_keys_are_refused) {
+  SplitMix64 rng(9);
+  PushRequest named = int8_push(rng, 4, 3);
+  named.keys_of_pull = 5;
+  auto decoded = [](const ReplicaForward& f) {
+    return decode_ps_message(encode_ps_message(f, 1).value(), 1);
+  };
+  auto refused = [&](const ReplicaForward& f, const char* why) {
+    auto r = decoded(f);
+    BOOST_REQUIRE(!r.ok());
+    BOOST_TEST(r.status().message().find(why) != std::string::npos, r.status().message());
+  };
+  // Keys filled in for a push that names no pull, or a clock advance.
+  PushRequest plain = int8_push(rng, 4, 3);
+  refused({{1, 1, 1}, 1, 0, true, plain}, "names no pull");
+  refused({{1, 1, 1}, 1, 0, true, ClockAdvance{{2, 1, 1}, 3}}, "clock advance");
+  // A push that names a pull and carries keys, without saying they were filled in.
+  refused({{1, 1, 1}, 1, 0, false, named}, "keys of its own");
+  // Filled-in keys that the gradients are not whole rows of (a worker's lie the primary's core
+  // refused) go through, as int8 rows whose scales are not one a key.
+  PushRequest short_rows{{2, 1, 1}, 1, {1, 2, 3}, FloatBuffer(std::vector<float>(7, 1.0f))};
+  short_rows.keys_of_pull = 5;
+  BOOST_TEST(decoded({{1, 1, 1}, 1, 0, true, short_rows}).ok());
+  named.scales.pop_back();
+  BOOST_TEST(decoded({{1, 1, 1}, 1, 0, true, named}).ok());
 }
 
 BOOST_AUTO_TEST_CASE(ps_messages_for_another_cluster_or_kind_are_refused) {
@@ -451,6 +514,7 @@ JobSpec random_job(SplitMix64& rng) {
   j.hierarchical = rng.next() % 2;
   j.max_inflight = 1 + static_cast<uint32_t>(rng.next() % 64);
   j.read_ahead_batches = static_cast<uint32_t>(rng.next() % (read_ahead_batches_max + 1));
+  j.replicas = 1 + static_cast<uint32_t>(rng.next() % colony::shard_replicas_max);
   j.skip_bad_lines = rng.next();
   j.use_cache = rng.next() % 2;
   j.admit_after = static_cast<uint32_t>(rng.next() % 256);
@@ -1115,6 +1179,17 @@ BOOST_AUTO_TEST_CASE(a_job_reading_ahead_more_batches_than_its_bound_is_refused)
   BOOST_REQUIRE(!back.ok());
   BOOST_TEST(back.status().message().find("read-ahead of 65 batches") != std::string::npos,
              back.status().message());
+}
+
+BOOST_AUTO_TEST_CASE(a_job_with_replicas_out_of_range_is_refused) {
+  for (uint32_t replicas : {0u, colony::shard_replicas_max + 1}) {
+    const auto raw = raw_welcome([&](wire::JobSpec::Builder job) { job.setReplicas(replicas); });
+    auto back = decode_wire_message(raw, 1);
+    BOOST_REQUIRE(!back.ok());
+    BOOST_TEST(back.status().message().find(fmt::format("{} replicas of each shard", replicas)) !=
+                   std::string::npos,
+               back.status().message());
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_job_with_message_parts_out_of_range_is_refused) {
