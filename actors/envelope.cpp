@@ -524,9 +524,9 @@ Status read_push(wire::PushRequest::Reader r, const FrameWords& words, bool keys
   // to the shard that answered the pull, which checks the gradients against it. A primary
   // forwards one to its backups with the keys it took it for, and each backup's core checks the
   // gradients against them as the primary's did.
-  if (keys_filled && (m.keys_of_pull == 0 || m.keys.empty()))
+  if (keys_filled && m.keys_of_pull == 0)  // (the named pull may have had no keys)
     return Status::invalid_input(
-        "a replica forward fills in the keys of a push that names no pull or carries no keys");
+        "a replica forward fills in the keys of a push that names no pull");
   if (!keys_filled && m.keys_of_pull != 0 && !m.keys.empty())
     return Status::invalid_input(
         fmt::format("push names the keys of pull {} and carries {} keys of its own", m.keys_of_pull,

@@ -171,10 +171,10 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
         std::to_string(keep) + " forwards uncommitted, over the " +
         std::to_string(replica_log_max) + " a backup keeps: its primary stopped committing");
   const auto* push = std::get_if<PushRequest>(&forward.message);
-  if (forward.keys_filled && (!push || push->keys_of_pull == 0 || push->keys.empty()))
+  // Filled-in keys may be none: the named pull had none, and the primary took the part so.
+  if (forward.keys_filled && (!push || push->keys_of_pull == 0))
     return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
-                                 " says it filled in the keys of a push that names no pull or "
-                                 "carries no keys");
+                                 " says it filled in the keys of a push that names no pull");
   scratch_.clear();
   const auto* clock = std::get_if<ClockAdvance>(&forward.message);
   if (clock && clock->resync)  // the clock the primary's core set for it

@@ -156,7 +156,7 @@ class ShardBackup {
   // forward up to it applied (its header is the driver's to fill in: the backup's node). A
   // forward already applied (a duplicate) is acknowledged again and not applied. Fails with
   // invalid_input, applying nothing, for a forward past the next (one was lost: the backup can no
-  // longer follow the primary), keys filled in for a push that names no pull or carries no keys, a
+  // longer follow the primary), keys filled in for a push that names no pull, a
   // `committed` at or past the forward's own seq (no backup can have applied a forward not yet
   // sent), or one that would leave more than replica_log_max forwards kept; the backup is then out
   // of date and must not be promoted.

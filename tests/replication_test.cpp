@@ -679,6 +679,27 @@ BOOST_AUTO_TEST_CASE(a_duplicate_is_forwarded_and_its_replies_dropped) {
   BOOST_TEST(v[0] == 1.0f);
 }
 
+// Found by tests/fuzz/core_fuzz.cpp: a push naming a pull of no keys (a client's lie, or its
+// mistake) is forwarded with its keys filled in as none, and the backup takes it as the primary
+// did (it used to refuse it, and could no longer follow its primary).
+BOOST_AUTO_TEST_CASE(a_push_naming_a_pull_of_no_keys_is_taken_alike_by_every_replica) {
+  const ShardConfig sc = shard_config({first_client}, {});
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 1).value());
+  auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+  primary->on_message(PullRequest{{first_client, 4, 1}, 0, first_client, {}}, out, fw);
+  PushRequest push{{first_client, 5, 1}, 1, {}, FloatBuffer(std::vector<float>{})};
+  push.keys_of_pull = 4;
+  primary->on_message(push, out, fw);
+  BOOST_REQUIRE(fw.size() == 1u);
+  BOOST_TEST(fw[0].keys_filled);
+  auto ack = backup->on_forward(fw[0]);
+  BOOST_REQUIRE_MESSAGE(ack.ok(), (ack.ok() ? std::string() : ack.status().message()));
+  BOOST_TEST((backup->core().sender_clocks() == core->sender_clocks()));
+}
+
 BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   const ShardConfig sc = shard_config({first_client}, {});
   auto core = make_core(sc);
