@@ -26,6 +26,13 @@
 //   member       MemberCore as one member of a valid layout: its Welcome (mutated or not),
 //                arbitrary control messages and local events in any order. An ended core
 //                sends nothing; every node its effects name is in the layout it took.
+//   replication  ShardPrimary and ShardBackup (ps/replication.h): the primary takes messages,
+//                arbitrary or the next step of a sender, and its backup applies its forwards;
+//                forged forwards (any seq, committed or keys) and acknowledgements (any backup,
+//                any seq) come in between. Until a forged forward is taken, the backup takes
+//                every forward its primary made; its applied() moves by at most one a forward
+//                and never back; its log stays within replica_log_max; an acknowledgement past
+//                the primary's last forward is refused.
 //
 // Every size is bounded by the constants below, so no input allocates without bound.
 #include <algorithm>
@@ -47,6 +54,7 @@
 #include "ps/cluster_layout.h"
 #include "ps/coordinator_core.h"
 #include "ps/member_core.h"
+#include "ps/replication.h"
 #include "ps/shard_core.h"
 #include "worker/kv_client.h"
 
@@ -433,6 +441,7 @@ Welcome cluster_of(Input& in) {
               w.members.begin() + in.below(static_cast<uint32_t>(w.members.size())),
               w.members.end());
   w.job.hierarchical = in.flag();
+  w.job.replicas = 1 + in.below(ps);  // backups on the other ps member
   w.coordinator_node = assign_nodes(w.members, w.job.hierarchical);
   w.map.version = 1 + in.below(3);
   w.map.shards = shards;
@@ -482,7 +491,29 @@ PsMessage ps_message_of(Input& in, uint32_t nodes, uint64_t map_version, size_t 
                         const std::vector<uint64_t>& owned,
                         const std::vector<uint64_t>& last_pull) {
   const MessageHeader h = header_of(in, nodes, map_version);
-  switch (in.below(11)) {
+  switch (in.below(13)) {
+    case 11: {  // a primary's forward: a push (its keys filled in or not) or a clock advance
+      ReplicaForward f{h,
+                       in.below(4) == 0 ? in.u64() : in.below(32),
+                       in.below(4) == 0 ? in.u64() : in.below(32),
+                       false,
+                       {}};
+      if (in.flag()) {
+        f.message = ClockAdvance{header_of(in, nodes, map_version), clock_of(in), in.flag()};
+        return f;
+      }
+      auto m = ps_message_of(in, nodes, map_version, width, owned, last_pull);
+      auto* push = std::get_if<PushRequest>(&m);
+      if (!push) return m;
+      if (push->keys_of_pull && in.flag()) {  // filled in: any gradients (the core checks them)
+        push->keys = keys_of(in, owned);      // none, if the named pull had none
+        f.keys_filled = true;
+      }
+      f.message = std::move(*push);
+      return f;
+    }
+    case 12:
+      return ReplicaAck{h, in.below(4) == 0 ? in.u64() : in.below(32)};
     case 0:
       return PullRequest{h, clock_of(in), node_of(in, nodes), keys_of(in, owned)};
     case 10:
@@ -1067,11 +1098,82 @@ void fuzz_member(Input& in) {
   }
 }
 
+// ---- replication ----
+
+void fuzz_replication(Input& in) {
+  const Welcome w = cluster_of(in);
+  const ClusterLayout layout = ClusterLayout::make(w).value();
+  ShardConfig config;
+  config.id = in.below(layout.shards());
+  config.shard_index = config.id;
+  config.width = 1 + in.below(width_max);
+  config.optimizer = default_optimizer_config(static_cast<OptimizerKind>(in.below(4)));
+  config.init = RowInit{in.byte(), in.below(static_cast<uint32_t>(config.width) + 1), 0.01f};
+  config.consistency = Consistency{static_cast<ConsistencyKind>(in.below(3)), in.below(3)};
+  config.senders = layout.shard_senders();
+  config.map = w.map;
+  config.checkpoint_every = in.below(4);
+  auto core = ShardCore::make(config).value();
+  const uint32_t backups = 1 + in.below(2);
+  auto primary = ShardPrimary::make(*core, backups).value();
+  auto backup = ShardBackup::make(ShardCore::make(config).value()).value();
+  const auto map = ShardMap::make(w.map).value();
+  std::vector<uint64_t> owned;
+  for (uint64_t k = 0; owned.size() < owned_keys && k < 64 * owned_keys; ++k)
+    if (map.shard_of(k) == config.id) owned.push_back(k);
+  PullRequest last_pull;
+  bool forged = false;
+  Outbox out;
+  std::vector<ReplicaForward> forwards;
+  auto take = [&](const ReplicaForward& f, bool made) {
+    const uint64_t before = backup->applied();
+    auto ack = backup->on_forward(f);
+    require(!made || forged || ack.ok(), "a backup refused a forward its primary made");
+    require(backup->applied() == before || backup->applied() == before + 1,
+            "a backup's applied() moved by more than one forward");
+    require(!ack.ok() || ack->seq == backup->applied(), "a backup acknowledged another seq");
+    require(backup->kept() <= replica_log_max, "a backup kept more than replica_log_max");
+    if (!made && ack.ok() && backup->applied() > before) forged = true;
+  };
+  for (int i = 0; i < 64 && !in.empty(); ++i) {
+    out.clear();
+    switch (in.below(4)) {
+      case 0:
+      case 1: {
+        const PsMessage m =
+            in.flag() ? next_step_of(in, layout, *core, w.map.version, owned, last_pull, false)
+                      : ps_message_of(in, layout.nodes(), w.map.version, config.width, owned,
+                                      last_pull.keys);
+        if (const auto* pull = std::get_if<PullRequest>(&m)) last_pull = *pull;
+        forwards.clear();
+        primary->on_message(m, out, forwards);
+        for (const ReplicaForward& f : forwards) {
+          require(f.seq <= primary->last_seq(), "a forward past the primary's last");
+          take(f, true);
+        }
+        break;
+      }
+      case 2: {
+        const PsMessage m =
+            ps_message_of(in, layout.nodes(), w.map.version, config.width, owned, last_pull.keys);
+        if (const auto* f = std::get_if<ReplicaForward>(&m)) take(*f, false);
+        break;
+      }
+      default: {
+        const ReplicaAck ack{{}, in.below(4) == 0 ? in.u64() : in.below(64)};
+        const Status s = primary->on_ack(in.below(backups + 1), ack, out);
+        if (ack.seq > primary->last_seq()) require(!s.ok(), "an ack past the last forward");
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
-  switch (in.byte() % 5) {
+  switch (in.byte() % 6) {
     case 0:
       fuzz_coordinator(in);
       break;
@@ -1083,6 +1185,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     case 3:
       fuzz_layout(in);
+      break;
+    case 4:
+      fuzz_replication(in);
       break;
     default:
       fuzz_member(in);
