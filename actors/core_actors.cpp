@@ -179,10 +179,11 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
     if (auto* ack = std::get_if<ReplicaAck>(&m)) {
       // Only this shard's backups may acknowledge (the layout checked it); a lie about how far
       // one got changes nothing (ShardPrimary::on_ack) and is counted.
-      const auto& backups = replication ? replication->backups : std::vector<NodeId>{};
-      auto it = std::find(backups.begin(), backups.end(), ack->header.sender);
-      if (it == backups.end() ||
-          !replication->primary->on_ack(uint32_t(it - backups.begin()), *ack, st.out).ok())
+      const std::vector<NodeId>* backups = replication ? &replication->backups : nullptr;
+      auto it = backups ? std::find(backups->begin(), backups->end(), ack->header.sender)
+                        : std::vector<NodeId>::const_iterator();
+      if (!backups || it == backups->end() ||
+          !replication->primary->on_ack(uint32_t(it - backups->begin()), *ack, st.out).ok())
         ++st.acks_refused;
     } else if (replication) {
       replication->primary->on_message(m, st.out, st.forwards);

@@ -401,13 +401,7 @@ class Member {
         }
         // The store records which cluster, job and shard wrote it: another's is refused, even
         // under the default cluster id.
-        TrainerConfig fingerprinted;
-        fingerprinted.model = model_spec(job);
-        fingerprinted.optimizer = job.optimizer;
-        fingerprinted.seed = job.seed;
-        const StoreIdentity identity{
-            fmt::format("cluster-{} {}", o_.cluster_id, store_fingerprint(fingerprinted)), n,
-            w.map.shards, *row_floats};
+        const StoreIdentity identity{store_owner(job), n, w.map.shards, *row_floats};
         // --resume-from: a new job starts from the checkpoint's rows (a ps resumed mid-job
         // from its store: they are already there).
         const std::string copy =
@@ -567,6 +561,16 @@ class Member {
     return Status();
   }
 
+  // Which cluster and job a shard's store belongs to (StoreIdentity::cluster_id): another's is
+  // refused, even under the default cluster id.
+  std::string store_owner(const JobSpec& job) const {
+    TrainerConfig fingerprinted;
+    fingerprinted.model = model_spec(job);
+    fingerprinted.optimizer = job.optimizer;
+    fingerprinted.seed = job.seed;
+    return fmt::format("cluster-{} {}", o_.cluster_id, store_fingerprint(fingerprinted));
+  }
+
   // Replication: a replica's store must start empty (its primary or backups start so). Fails
   // with invalid_input naming `what` and the store's `path` otherwise.
   Status check_empty_replica(const RowStore& store, const std::string& what,
@@ -589,17 +593,11 @@ class Member {
       ShardConfig sc = shard_config(job, layout, shard);
       auto row_floats = ShardCore::row_floats(sc);
       if (!row_floats) return row_floats.status();
-      TrainerConfig fingerprinted;
-      fingerprinted.model = model_spec(job);
-      fingerprinted.optimizer = job.optimizer;
-      fingerprinted.seed = job.seed;
       // On disk, under DIR/backups/shard-<i>: apart from the shards this ps is primary of.
       StoreSpec backup_spec = spec;
       if (!backup_spec.dir.empty())
         backup_spec.dir = (std::filesystem::path(spec.dir) / "backups").string();
-      const StoreIdentity identity{
-          fmt::format("cluster-{} {} backup", o_.cluster_id, store_fingerprint(fingerprinted)),
-          shard, w.map.shards, *row_floats};
+      const StoreIdentity identity{store_owner(job) + " backup", shard, w.map.shards, *row_floats};
       auto store = open_shard_store(backup_spec, identity);
       if (!store) return store.status();
       if (Status s = check_empty_replica(**store, fmt::format("the backup of shard {}", shard),

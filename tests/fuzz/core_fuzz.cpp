@@ -684,13 +684,9 @@ PsMessage next_step_of(Input& in, const ClusterLayout& layout, const ShardCore& 
   return ClockAdvance{h, resync ? clock : in.below(8) == 0 ? clock_done : next, resync};
 }
 
-void fuzz_shard(Input& in) {
-  const Welcome w = cluster_of(in);
-  auto made_layout = ClusterLayout::make(w);
-  require(made_layout.ok(), "the layout assign_nodes made was refused");
-  const ClusterLayout& layout = made_layout.value();
-  const NodeId self = in.below(layout.shards());
-
+// Shard `self` of `layout`: any width, optimizer, initial rows and consistency.
+ShardConfig shard_config_of(Input& in, const ClusterLayout& layout, const ShardMapSpec& map,
+                            NodeId self) {
   ShardConfig config;
   config.id = self;
   config.shard_index = self;
@@ -699,7 +695,18 @@ void fuzz_shard(Input& in) {
   config.init = RowInit{in.byte(), in.below(static_cast<uint32_t>(config.width) + 1), 0.01f};
   config.consistency = Consistency{static_cast<ConsistencyKind>(in.below(3)), in.below(3)};
   config.senders = layout.shard_senders();
-  config.map = w.map;
+  config.map = map;
+  return config;
+}
+
+void fuzz_shard(Input& in) {
+  const Welcome w = cluster_of(in);
+  auto made_layout = ClusterLayout::make(w);
+  require(made_layout.ok(), "the layout assign_nodes made was refused");
+  const ClusterLayout& layout = made_layout.value();
+  const NodeId self = in.below(layout.shards());
+
+  ShardConfig config = shard_config_of(in, layout, w.map, self);
   config.admit_after = in.below(4);
   config.admit_sketch_width = 64;  // small: the sketch is allocated per input
   config.checkpoint_every = in.below(4);
@@ -1103,15 +1110,7 @@ void fuzz_member(Input& in) {
 void fuzz_replication(Input& in) {
   const Welcome w = cluster_of(in);
   const ClusterLayout layout = ClusterLayout::make(w).value();
-  ShardConfig config;
-  config.id = in.below(layout.shards());
-  config.shard_index = config.id;
-  config.width = 1 + in.below(width_max);
-  config.optimizer = default_optimizer_config(static_cast<OptimizerKind>(in.below(4)));
-  config.init = RowInit{in.byte(), in.below(static_cast<uint32_t>(config.width) + 1), 0.01f};
-  config.consistency = Consistency{static_cast<ConsistencyKind>(in.below(3)), in.below(3)};
-  config.senders = layout.shard_senders();
-  config.map = w.map;
+  ShardConfig config = shard_config_of(in, layout, w.map, in.below(layout.shards()));
   config.checkpoint_every = in.below(4);
   auto core = ShardCore::make(config).value();
   const uint32_t backups = 1 + in.below(2);
