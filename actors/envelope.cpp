@@ -1079,6 +1079,28 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       m.body = std::move(x);
       return Status();
     }
+    case wire::Control::SHARDS_MOVED: {
+      auto n = r.getShardsMoved();
+      if (n.getShards().size() > control_nodes_max)
+        return Status::invalid_input(
+            fmt::format("{} moved shards, over {}", n.getShards().size(), control_nodes_max));
+      ShardsMoved x;
+      for (uint32_t id : n.getShards()) x.shards.push_back(id);
+      x.member = n.getMember();
+      x.epoch = r.getEpoch();
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::PROMOTED: {
+      auto n = r.getPromoted();
+      if (n.size() > control_nodes_max)
+        return Status::invalid_input(
+            fmt::format("{} promoted shards, over {}", n.size(), control_nodes_max));
+      Promoted x;
+      for (uint32_t id : n) x.shards.push_back(id);
+      m.body = std::move(x);
+      return Status();
+    }
     case wire::Control::JOINED: {
       Joined x;
       if (Status s = read_text(r.getJoined(), x.status, "joined status"); !s.ok()) return s;
@@ -1094,7 +1116,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
                             x.getRowsNotAdmitted(), x.getUpdatesDropped(),   x.getRowsEvicted(),
                             x.getBadMessages(),     x.getMemoryBytes(),      x.getCpuSeconds(),
                             x.getPushesLost(),      x.getUpdatesNotFinite(), x.getBackupRows(),
-                            x.getRowsDigest(),      x.getBackupDigest()};
+                            x.getRowsDigest(),      x.getBackupDigest(),     x.getReplicatedRows()};
       return Status();
     }
     case wire::Control::SHARDS_CHECKPOINTED: {
@@ -1250,6 +1272,16 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           x.setBackupRows(b.backup_rows);
           x.setRowsDigest(b.rows_digest);
           x.setBackupDigest(b.backup_digest);
+          x.setReplicatedRows(b.replicated_rows);
+        } else if constexpr (std::is_same_v<T, ShardsMoved>) {
+          auto x = c.initShardsMoved();
+          auto shards = x.initShards(static_cast<unsigned>(b.shards.size()));
+          for (unsigned i = 0; i < b.shards.size(); ++i) shards.set(i, b.shards[i]);
+          x.setMember(b.member);
+          c.setEpoch(b.epoch);
+        } else if constexpr (std::is_same_v<T, Promoted>) {
+          auto shards = c.initPromoted(static_cast<unsigned>(b.shards.size()));
+          for (unsigned i = 0; i < b.shards.size(); ++i) shards.set(i, b.shards[i]);
         } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
           write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
         } else if constexpr (std::is_same_v<T, CheckpointComplete>) {

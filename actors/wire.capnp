@@ -248,8 +248,10 @@ struct Control {
     checkpointComplete @17 :Checkpointed;
     denseCheckpointed @19 :DenseState;
     denseStart @20 :DenseState;
+    shardsMoved @22 :ShardsMoved;
+    promoted @23 :List(UInt32);  # shard nodes a ps member promoted its backups of
   }
-  epoch @18 :UInt64;          # nodesLost and shardsRestarted: the coordinator's count of them
+  epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved: the coordinator's count
   load @21 :MemberLoad;       # heartbeat from a member daemon: its load (unset: none)
 }
 # ps/cluster_protocol.h MemberLoad: totals since the member process started.
@@ -283,6 +285,11 @@ struct DenseState {
   optimizerState @3 :Data;  # float32 blob
   optimizerSteps @4 :UInt64;
 }
+# ps/cluster_protocol.h ShardsMoved: failover of `shards` to ps member `member`.
+struct ShardsMoved {
+  shards @0 :List(UInt32);
+  member @1 :UInt32;
+}
 struct ShardSummary {
   tableRows @0 :UInt64;
   tableBytes @1 :UInt64;
@@ -298,6 +305,7 @@ struct ShardSummary {
   backupRows @11 :UInt64;     # replication: rows the member's backups hold
   rowsDigest @12 :UInt64;     # of its primaries' rows (ps/cluster_protocol.h ShardSummary)
   backupDigest @13 :UInt64;   # of its backups' rows
+  replicatedRows @14 :UInt64; # rows of its primaries whose backups are all live
 }
 struct ShardCheckpoint {
   shard @0 :UInt32;

@@ -105,6 +105,7 @@ Welcome plan_layout(std::vector<MemberInfo> members, const JobSpec& job, ShardMa
 }
 
 bool ClusterLayout::durable_shards() const {
+  if (replicas_ > 1) return true;  // a backup may take a lost primary's place
   return std::any_of(members_.begin(), members_.end(),
                      [](const MemberInfo& m) { return m.role == MemberRole::ps && m.durable; });
 }
@@ -231,6 +232,22 @@ std::vector<NodeId> ClusterLayout::backup_nodes_of(uint32_t i) const {
   for (NodeId n = coordinator_node_ + 1; n < role_.size(); ++n)
     if (owner_[n] == i) out.push_back(n);
   return out;
+}
+
+Status ClusterLayout::move_shard(NodeId shard, uint32_t member) {
+  if (Status s = check_move(shard, member); !s.ok()) return s;
+  owner_[shard] = member;
+  return Status();
+}
+
+Status ClusterLayout::check_move(NodeId shard, uint32_t member) const {
+  if (shard >= shards_)
+    return Status::invalid_input(
+        fmt::format("node {} is no shard (the layout has {} shards)", shard, shards_));
+  for (NodeId b : backups_of(shard))
+    if (owner_[b] == member) return Status();
+  return Status::invalid_input(fmt::format(
+      "member {} holds no backup of shard {}: it cannot serve the shard", member, shard));
 }
 
 std::optional<uint32_t> ClusterLayout::owner(NodeId n) const {

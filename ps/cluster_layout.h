@@ -66,8 +66,8 @@ class ClusterLayout {
 
   uint32_t nodes() const { return static_cast<uint32_t>(role_.size()); }
   const ShardMapSpec& map() const { return map_; }
-  // Whether any ps member keeps its shards on disk (they may restart: clients keep pushes
-  // until acknowledged).
+  // Whether any ps member keeps its shards on disk, or the shards are replicated (they may
+  // restart or fail over: clients keep pushes until acknowledged).
   bool durable_shards() const;
   uint32_t shards() const { return shards_; }
   NodeId coordinator_node() const { return coordinator_node_; }
@@ -92,6 +92,13 @@ class ClusterLayout {
   std::vector<NodeId> backups_of(uint32_t shard) const;
   std::optional<uint32_t> shard_of_backup(NodeId n) const;
   std::vector<NodeId> backup_nodes_of(uint32_t i) const;
+  // Failover (ShardsMoved): shard node `shard` is served by member `member` from now on, so its
+  // messages are taken from that member's key (owner()). Fails with invalid_input, changing
+  // nothing, unless `shard` is a shard node and `member` hosts one of its backups: a member can
+  // only take over a shard it holds a copy of. nodes_of() still names the shards as first placed.
+  Status move_shard(NodeId shard, uint32_t member);
+  // What move_shard would fail with (ok: it would move the shard).
+  Status check_move(NodeId shard, uint32_t member) const;
 
   // Whether `m`, received from `origin`, may be delivered to node `receiver`. Fails with
   // invalid_input saying why not, when: the receiver or the message's sender is not a node of

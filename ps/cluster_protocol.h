@@ -254,6 +254,23 @@ struct ShardsRestarted {
   uint64_t epoch = 0;
 };
 
+// Failover (JobSpec::replicas K > 1): shard nodes `shards`, whose primary was lost, are now
+// served by ps member `member`, which held a backup of each. Sent first to that member alone,
+// which promotes its backups (ShardBackup::promote) and answers Promoted; then, once it has, to
+// every other member: the shards' messages go to `member` from now on (and are taken from its
+// key), and every client re-sends what the lost primary had not acknowledged (KvClient::resync),
+// as to a restarted shard. Numbered with NodesLost and ShardsRestarted (`epoch`).
+struct ShardsMoved {
+  std::vector<NodeId> shards;
+  uint32_t member = 0;
+  uint64_t epoch = 0;
+};
+
+// From a ps member that promoted its backups of `shards` (ShardsMoved): they serve as the shards.
+struct Promoted {
+  std::vector<NodeId> shards;
+};
+
 // A member leaves on its own (SIGTERM); `reason` says why.
 struct Leave {
   std::string reason;
@@ -295,13 +312,16 @@ struct ShardSummary {
   uint64_t updates_not_finite = 0;
   // Replication (JobSpec::replicas K > 1): the rows the member's backups hold, and digests of
   // its primaries' rows and of its backups' (ShardCore::rows_digest, summed with wrap-around).
+  // Only primaries whose K - 1 backups are all live count in replicated_rows and rows_digest
+  // (a failover leaves a shard and those whose backups were on the lost member with fewer).
   // Every backup holds its primary's rows when, summed over the ps members, backup_rows is
-  // (K - 1) x table_rows and backup_digest is (K - 1) x rows_digest (backups_equal).
+  // (K - 1) x replicated_rows and backup_digest is (K - 1) x rows_digest (backups_equal).
   uint64_t backup_rows = 0;
   uint64_t rows_digest = 0;
   uint64_t backup_digest = 0;
+  uint64_t replicated_rows = 0;
   bool backups_equal(uint32_t replicas) const {
-    return backup_rows == (replicas - 1) * table_rows &&
+    return backup_rows == (replicas - 1) * replicated_rows &&
            backup_digest == (replicas - 1) * rows_digest;
   }
   ShardSummary& operator+=(const ShardSummary& o) {
@@ -319,6 +339,7 @@ struct ShardSummary {
     backup_rows += o.backup_rows;
     rows_digest += o.rows_digest;
     backup_digest += o.backup_digest;
+    replicated_rows += o.replicated_rows;
     return *this;
   }
   bool operator==(const ShardSummary&) const = default;
@@ -359,7 +380,8 @@ struct DenseStart {
 using ControlBody =
     std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown,
                  Refuse, Joined, ShardsRestarted, ShardSummaryRequest, ShardSummary,
-                 ShardsCheckpointed, CheckpointComplete, DenseCheckpointed, DenseStart>;
+                 ShardsCheckpointed, CheckpointComplete, DenseCheckpointed, DenseStart, ShardsMoved,
+                 Promoted>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

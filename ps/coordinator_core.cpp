@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/ranges.h>
+
 #include "ps/cluster_layout.h"
 
 namespace colony {
@@ -98,7 +100,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
                            std::holds_alternative<Leave>(message.body) ||
                            std::holds_alternative<ShardsCheckpointed>(message.body) ||
                            std::holds_alternative<DenseCheckpointed>(message.body) ||
-                           std::holds_alternative<DenseStart>(message.body);
+                           std::holds_alternative<DenseStart>(message.body) ||
+                           std::holds_alternative<Promoted>(message.body);
   if (!from_member)
     return reject(
         fmt::format("a message of kind {} from member {}: only the coordinator sends that",
@@ -121,21 +124,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
       out.log.push_back(
           fmt::format("ps member {} has resumed shards {}..{}: the workers re-send what it lost", i,
                       m.first_node, m.first_node + m.count - 1));
-      // Worker members that are gone (lost, or finished and exited) will never resync: resync
-      // their senders as done on their behalf, or the restarted shards would wait for them.
-      for (size_t w = 0; w < members_.size(); ++w) {
-        const MemberInfo& wm = members_[w];
-        if (wm.role != MemberRole::worker || !(state_[w].gone || state_[w].finished)) continue;
-        std::vector<NodeId> senders;
-        if (wm.has_aggregator)
-          senders.push_back(wm.aggregator);
-        else
-          for (NodeId n = wm.first_node; n < wm.first_node + wm.count; ++n) senders.push_back(n);
-        for (NodeId sender : senders)
-          for (NodeId shard : nodes)
-            out.ps.push_back(
-                {shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
-      }
+      resync_gone_workers(nodes, out);
       const uint64_t epoch = ++membership_epoch_;
       for (size_t w = 0; w < members_.size(); ++w)
         if (members_[w].role == MemberRole::worker && !state_[w].gone)
@@ -182,6 +171,15 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     on_dense_checkpointed(i, std::move(d->state), now_ms, out);
   } else if (auto* d = std::get_if<DenseStart>(&message.body)) {
     on_dense_start(i, std::move(d->state), now_ms, out);
+  } else if (auto* p = std::get_if<Promoted>(&message.body)) {
+    // One answer to each ShardsMoved this member was sent (two losses may overlap).
+    auto [first, last] = promoting_.equal_range(i);
+    auto asked = std::find_if(first, last, [&](const auto& e) { return e.second == p->shards; });
+    if (m.role != MemberRole::ps || asked == last)
+      return reject(fmt::format("a Promoted from member {} naming shards it was not sent", i),
+                    now_ms, out);
+    promoting_.erase(asked);
+    on_promoted(i, *p, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     if (m.role == MemberRole::ps)
@@ -257,13 +255,12 @@ void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint
 
 void CoordinatorCore::on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
                                       CoordinatorEffects& out) {
-  const MemberInfo& m = members_[i];
   if (c.step <= totals_.last_checkpoint_step && totals_.checkpoints > 0)
     return reject(
         fmt::format("ps member {} reported step {}, not after the last complete one", i, c.step),
         now_ms, out);
   for (const ShardCheckpoint& s : c.shards)
-    if (s.shard < m.first_node || s.shard >= m.first_node + m.count)
+    if (s.shard >= layout_->shards() || layout_->owner(s.shard) != i)
       return reject(
           fmt::format("ps member {} reported a checkpoint of shard {}, which it does not host", i,
                       s.shard),
@@ -441,15 +438,17 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   if (phase_ == CoordinatorPhase::ended) return;
   if (!st.awaiting_rejoin || !m.durable) {
     ++totals_.counters.bad_messages;
-    out.log.push_back(fmt::format(
-        "refused member {} at {} after its restart: only a ps with durable shards resumes", i,
-        m.endpoint));
-    out.control.push_back(
-        {m.endpoint,
-         m.public_key,
-         {control_from_coordinator, Refuse{"this member was lost; only a ps with durable shards "
-                                           "may resume"}},
-         true});
+    // Replicated, its shards failed over: nothing waits for it, and no ps joins a running job.
+    const std::string why = m.role == MemberRole::ps && config_.job.replicas > 1
+                                ? "its shards failed over to other members, and a ps does not "
+                                  "join a running job in this version"
+                                : "only a ps with durable shards resumes";
+    out.log.push_back(
+        fmt::format("refused member {} at {} after its restart: {}", i, m.endpoint, why));
+    out.control.push_back({m.endpoint,
+                           m.public_key,
+                           {control_from_coordinator, Refuse{"this member was lost; " + why}},
+                           true});
     return;
   }
   st.awaiting_rejoin = false;
@@ -481,8 +480,10 @@ void CoordinatorCore::welcome(CoordinatorEffects& out) {
   same_data_ = same_data;
   // What every member will check of the layout (more replicas of a shard than ps members, ...)
   // is said here, once, rather than by each member refusing its Welcome.
-  if (auto layout = ClusterLayout::make(welcome_for(0)); !layout)
-    return fail("the members joined make no layout: " + layout.status().message(), out);
+  auto layout = ClusterLayout::make(welcome_for(0));
+  if (!layout) return fail("the members joined make no layout: " + layout.status().message(), out);
+  layout_.emplace(std::move(layout.value()));
+  shard_backed_.assign(layout_->shards(), layout_->replicas() > 1);
   for (uint32_t i = 0; i < members_.size(); ++i)
     out.control.push_back(
         {members_[i].endpoint, members_[i].public_key, {control_from_coordinator, welcome_for(i)}});
@@ -530,14 +531,18 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
     send_all(NodesLost{nodes, reason, ++membership_epoch_}, out);
     return;
   }
+  if (m.role == MemberRole::ps && config_.job.replicas == 2 && phase_ == CoordinatorPhase::running)
+    return fail_over(i, why, out);
   if (m.role == MemberRole::ps)
-    return fail(fmt::format("lost ps member {} at {} (shards {}..{}): {}{}", i, m.endpoint,
-                            m.first_node, m.first_node + m.count - 1, why,
-                            config_.job.replicas > 1
-                                ? " (its shards' backups hold their rows, but this version does "
-                                  "not promote one in a lost primary's place)"
-                                : ""),
-                out);
+    return fail(
+        fmt::format("lost ps member {} at {} (shards {}..{}): {}{}", i, m.endpoint, m.first_node,
+                    m.first_node + m.count - 1, why,
+                    config_.job.replicas > 2
+                        ? " (its shards' backups hold their rows, but this version "
+                          "promotes one only under replicated:2)"
+                    : config_.job.replicas > 1 ? " (a backup is promoted only while training runs)"
+                                               : ""),
+        out);
   if (phase_ == CoordinatorPhase::starting || config_.require_all_workers)
     return fail(fmt::format("lost worker member {} at {}: {}{}", i, m.endpoint, why,
                             config_.require_all_workers ? " (--require-all-workers is set)"
@@ -566,6 +571,89 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
                     fmt::format("{}..{})", m.first_node, m.first_node + m.count - 1));
   send_all(NodesLost{nodes, reason, ++membership_epoch_}, out);
   maybe_trained(now_ms, out);
+}
+
+void CoordinatorCore::fail_over(uint32_t i, const std::string& why, CoordinatorEffects& out) {
+  const MemberInfo& m = members_[i];
+  // The shards it served (its own, and any it took over before), each moved to the member that
+  // holds its backup; and the shards whose backup it held, which go on without one.
+  std::map<uint32_t, std::vector<NodeId>> moves;  // member -> shards it takes over
+  std::vector<NodeId> lost;
+  for (NodeId s = 0; s < layout_->shards(); ++s) {
+    const NodeId backup = layout_->backups_of(s).front();
+    const uint32_t backup_host = *layout_->owner(backup);
+    if (*layout_->owner(s) == i) {
+      lost.push_back(s);
+      if (!shard_backed_[s] || state_[backup_host].gone)
+        return fail(fmt::format("lost ps member {} at {} ({}), which served shard {}, whose other "
+                                "replica is gone too: its rows are lost",
+                                i, m.endpoint, why, s),
+                    out);
+      moves[backup_host].push_back(s);
+    } else if (backup_host == i && shard_backed_[s]) {
+      lost.push_back(backup);
+    }
+  }
+  for (NodeId s = 0; s < layout_->shards(); ++s) {
+    const NodeId backup = layout_->backups_of(s).front();
+    if (*layout_->owner(s) == i || *layout_->owner(backup) == i) shard_backed_[s] = false;
+  }
+  std::sort(lost.begin(), lost.end());
+  const std::string reason = fmt::format("ps member {} at {} was lost: {}", i, m.endpoint, why);
+  out.log.push_back(fmt::format(
+      "{}; failover: its shards' backups are promoted (replicated:2), and {} shard{} go on "
+      "without a backup",
+      reason, std::count(shard_backed_.begin(), shard_backed_.end(), false),
+      std::count(shard_backed_.begin(), shard_backed_.end(), false) == 1 ? "" : "s"));
+  // Nothing goes to its nodes until their new members serve them (ShardsMoved); the primaries
+  // whose backups it held stop waiting for them.
+  send_all(NodesLost{lost, reason, ++membership_epoch_}, out);
+  for (auto& [host, shards] : moves) {
+    for (NodeId s : shards) {
+      const Status moved = layout_->move_shard(s, host);
+      COLONY_ASSERT(moved.ok(), "the coordinator's own failover: {}", moved.message());
+    }
+    promoting_.emplace(host, shards);
+    out.control.push_back(
+        {members_[host].endpoint,
+         members_[host].public_key,
+         {control_from_coordinator, ShardsMoved{shards, host, ++membership_epoch_}}});
+    ++totals_.failovers;
+  }
+}
+
+void CoordinatorCore::on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out) {
+  out.log.push_back(fmt::format(
+      "ps member {} serves shards {} now: the clients re-send what the lost primary had not "
+      "acknowledged",
+      i, fmt::join(p.shards, ", ")));
+  resync_gone_workers(p.shards, out);
+  const uint64_t epoch = ++membership_epoch_;
+  for (size_t w = 0; w < members_.size(); ++w)
+    if (w != i && !state_[w].gone)
+      out.control.push_back({members_[w].endpoint,
+                             members_[w].public_key,
+                             {control_from_coordinator, ShardsMoved{p.shards, i, epoch}}});
+  // This coordinator's own messages to the shards (evaluation pulls) go there too.
+  out.moved.push_back(ShardsMoved{p.shards, i, epoch});
+}
+
+void CoordinatorCore::resync_gone_workers(const std::vector<NodeId>& shards,
+                                          CoordinatorEffects& out) {
+  // Worker members that are gone (lost, or finished and exited) will never resync: resync
+  // their senders as done on their behalf, or the shards would wait for them.
+  for (size_t w = 0; w < members_.size(); ++w) {
+    const MemberInfo& wm = members_[w];
+    if (wm.role != MemberRole::worker || !(state_[w].gone || state_[w].finished)) continue;
+    std::vector<NodeId> senders;
+    if (wm.has_aggregator)
+      senders.push_back(wm.aggregator);
+    else
+      for (NodeId n = wm.first_node; n < wm.first_node + wm.count; ++n) senders.push_back(n);
+    for (NodeId sender : senders)
+      for (NodeId shard : shards)
+        out.ps.push_back({shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
+  }
 }
 
 void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {

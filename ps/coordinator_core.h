@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "ps/cluster_layout.h"
 #include "ps/cluster_protocol.h"
 #include "ps/protocol.h"
 #include "ps/shard_map.h"
@@ -104,6 +105,9 @@ struct CoordinatorEffects {
   std::vector<std::string> log;  // lines for the operator
   bool training_done = false;    // set once, when the job reaches `trained`
   Status failed;                 // set once, when the job fails (Shutdown already queued)
+  // Failover: the coordinator's own messages to these shards (evaluation pulls, clocks of lost
+  // workers) go to their new member from now on.
+  std::vector<ShardsMoved> moved;
 };
 
 // What the members reported at the end, summed.
@@ -116,6 +120,7 @@ struct CoordinatorTotals {
   uint32_t workers_lost = 0;     // worker members lost (heartbeat timeout)
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
+  uint32_t failovers = 0;        // ps members that took over a lost one's shards (replicated:2)
   bool read_from_cache = true;   // every worker member read binary caches in its last epoch
   uint32_t checkpoints = 0;      // steps every shard has checkpointed (the job's checkpoint_every)
   uint32_t last_checkpoint_step = 0;
@@ -239,6 +244,15 @@ class CoordinatorCore {
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void fail(const std::string& why, CoordinatorEffects& out);
+  // Replicated:2, ps member i lost while training: each shard it served moves to the member that
+  // holds its backup (ShardsMoved to that member, which promotes it and answers Promoted); fails
+  // the job when a shard's backup is gone too.
+  void fail_over(uint32_t i, const std::string& why, CoordinatorEffects& out);
+  // Member i serves `p.shards` now: every other member is told (ShardsMoved) and resyncs.
+  void on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out);
+  // ClockAdvance to clock_done, as a resync, to `shards` for the senders of every worker member
+  // that is gone or finished (they never resync themselves).
+  void resync_gone_workers(const std::vector<NodeId>& shards, CoordinatorEffects& out);
   void maybe_trained(uint64_t now_ms, CoordinatorEffects& out);
   void send_all(const ControlBody& body, CoordinatorEffects& out);
   std::string waiting_for() const;
@@ -263,7 +277,11 @@ class CoordinatorCore {
   std::map<uint32_t, DenseState> dense_pending_;  // step -> the first replica's dense layers
   std::map<uint32_t, DenseState> dense_starts_;   // ps member -> its checkpoint's dense layers
   uint64_t next_reject_log_ms_ = 0;               // rejections are logged at most once a minute
-  uint64_t membership_epoch_ = 0;  // NodesLost and ShardsRestarted sent (their epoch)
+  uint64_t membership_epoch_ = 0;  // NodesLost, ShardsRestarted, ShardsMoved sent (their epoch)
+  std::optional<ClusterLayout> layout_;  // once welcomed; failovers move its shards
+  std::vector<bool> shard_backed_;       // by shard: its backup is live (replication)
+  // Member -> the shards of each ShardsMoved it was sent and has not answered (Promoted).
+  std::multimap<uint32_t, std::vector<NodeId>> promoting_;
   uint64_t rejects_unlogged_ = 0;
   // The job's shard map, made when a hot key is first checked (the simulator's members send
   // none, and a map of many shards is megabytes).

@@ -4,6 +4,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace colony {
 
@@ -29,7 +30,9 @@ const char* kind_name(const ControlBody& b) {
                                           "ShardsCheckpointed",
                                           "CheckpointComplete",
                                           "DenseCheckpointed",
-                                          "DenseStart"};
+                                          "DenseStart",
+                                          "ShardsMoved",
+                                          "Promoted"};
   static_assert(std::size(names) == std::variant_size_v<ControlBody>);
   return names[b.index()];
 }
@@ -226,6 +229,18 @@ Status MemberCore::check_served(const ControlMessage& m) const {
                ? Status()
                : Status::invalid_input(
                      "ShardsRestarted names nodes that are not shards of a durable ps");
+  if (auto* moved = std::get_if<ShardsMoved>(&m.body)) {
+    if (moved->member >= layout.members().size() ||
+        layout.members()[moved->member].role != MemberRole::ps)
+      return Status::invalid_input(
+          fmt::format("ShardsMoved names member {}, which is no ps member", moved->member));
+    for (NodeId n : moved->shards)
+      if (Status s = layout.check_move(n, moved->member); !s.ok())
+        return Status::invalid_input("ShardsMoved: " + s.message());
+    if (moved->member == you_ && config_.me.role != MemberRole::ps)
+      return Status::invalid_input("ShardsMoved to a worker");
+    return Status();
+  }
   if (auto* done = std::get_if<CheckpointComplete>(&m.body)) {
     if (config_.me.role != MemberRole::ps || !config_.takes_checkpoints)
       return Status::invalid_input("CheckpointComplete to a member that takes no checkpoints");
@@ -256,6 +271,7 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
   const uint64_t* epoch = nullptr;
   if (auto* lost = std::get_if<NodesLost>(&m.body)) epoch = &lost->epoch;
   if (auto* back = std::get_if<ShardsRestarted>(&m.body)) epoch = &back->epoch;
+  if (auto* moved = std::get_if<ShardsMoved>(&m.body)) epoch = &moved->epoch;
   if (epoch) {
     if (*epoch <= membership_epoch_)
       return drop(Status::invalid_input(fmt::format("a {} of epoch {}, not after {}",
@@ -288,12 +304,35 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
     out.restarted.insert(out.restarted.end(), back->nodes.begin(), back->nodes.end());
     out.log.push_back(fmt::format("shards {}..{} restarted: re-sending what they may have lost",
                                   back->nodes.front(), back->nodes.back()));
+  } else if (auto* moved = std::get_if<ShardsMoved>(&m.body)) {
+    if (moved->shards.empty()) return;
+    for (NodeId n : moved->shards) {
+      const Status s = layout_->move_shard(n, moved->member);
+      COLONY_ASSERT(s.ok(), "a move check_served took: {}", s.message());
+    }
+    if (moved->member == you_) {
+      out.promote = moved->shards;
+      out.log.push_back(fmt::format("failover: promoting this ps's backups of shards {}",
+                                    fmt::join(moved->shards, ", ")));
+      return;
+    }
+    out.restarted.insert(out.restarted.end(), moved->shards.begin(), moved->shards.end());
+    out.log.push_back(
+        fmt::format("failover: shards {} are served by member {} now: re-sending what they may "
+                    "have lost",
+                    fmt::join(moved->shards, ", "), moved->member));
+    out.moved = std::move(*moved);
   } else if (auto* s = std::get_if<Shutdown>(&m.body)) {
     if (s->error.empty()) out.log.push_back("the job is over; exiting");
     end(s->error.empty() ? Status()
                          : Status::internal("the coordinator ended the job: " + s->error),
         out);
   }
+}
+
+void MemberCore::promoted(std::vector<NodeId> shards, MemberEffects& out) {
+  if (phase_ != MemberPhase::serving) return;
+  send(Promoted{std::move(shards)}, out);
 }
 
 void MemberCore::drop(const Status& why, uint64_t now_ms, MemberEffects& out) {

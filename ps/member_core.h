@@ -26,8 +26,9 @@
 //
 // Trust: control messages reach this core only from the coordinator's key (the driver checks
 // the key). They are still not believed blindly: a Welcome that does not add up, a message out
-// of place in the current phase or naming nodes outside the layout, or a NodesLost or
-// ShardsRestarted whose epoch is not after the last one taken (a late or repeated one), is
+// of place in the current phase or naming nodes outside the layout, a ShardsMoved to a member
+// that holds no backup of a shard it names, or a NodesLost, ShardsRestarted or ShardsMoved whose
+// epoch is not after the last one taken (a late or repeated one), is
 // dropped and counted in bad_messages(); one log line a minute at most says so. Nothing here
 // asserts on a message's content.
 #pragma once
@@ -68,6 +69,11 @@ struct MemberEffects {
   bool drain = false;             // SIGTERM on a ps: let the shards finish, then call drained()
   std::vector<NodeId> lost;       // drop messages to these nodes from now on
   std::vector<NodeId> restarted;  // these shards restarted: send to them again, clients resync
+  // Failover: promote this ps's backups of these shards to serve as them, then call promoted().
+  std::vector<NodeId> promote;
+  // Failover: these shards are served by another member from now on (the layout says so
+  // already): send their messages there (`restarted` names them too).
+  std::optional<ShardsMoved> moved;
   // Write this step's dense.bin (a deep model's) and manifest (then ok or fail()).
   std::optional<CheckpointComplete> manifest;
   // A worker: its replicas start from these dense layers (before `start`; WorkerCore checks
@@ -78,7 +84,8 @@ struct MemberEffects {
   // Nothing to carry out.
   bool empty() const {
     return control.empty() && !build && !start && !stop_feeding && !drain && lost.empty() &&
-           restarted.empty() && !manifest && !dense_start && !exit && log.empty();
+           restarted.empty() && promote.empty() && !moved && !manifest && !dense_start && !exit &&
+           log.empty();
   }
 };
 
@@ -120,6 +127,8 @@ class MemberCore {
   // Once past joining: this member's index in the layout, and the layout.
   uint32_t you() const { return you_; }
   const std::optional<ClusterLayout>& layout() const { return layout_; }
+  // After effects.promote: the backups serve as these shards now (Promoted to the coordinator).
+  void promoted(std::vector<NodeId> shards, MemberEffects& out);
   const Welcome& welcome() const { return welcome_; }
   bool started() const { return started_; }
   // Control messages dropped as out of place or not adding up.

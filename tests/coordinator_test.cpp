@@ -977,3 +977,111 @@ BOOST_AUTO_TEST_CASE(histograms_and_hot_keys_in_loads_add_up_and_impossible_ones
   BOOST_TEST(l.staleness.counts[0] == 105u);
   BOOST_TEST(l.pull_latency.sum == 1.0);
 }
+
+// Failover (replicated:2): a ps member lost while training. The shards it served move to the
+// member that holds their backups: ShardsMoved to that member alone, then, once it answers
+// Promoted, to every other live member (and to the coordinator's own routes), with clock_done
+// resyncs for the senders of a worker member lost before. A Promoted from another member, or
+// naming other shards, is refused. Losing the member that now serves a shard whose backup is
+// gone fails the job; so does any ps loss under replicated:3, which this version does not fail
+// over.
+BOOST_AUTO_TEST_CASE(a_lost_primary_fails_over_to_the_member_holding_its_backup) {
+  CoordinatorConfig c = config(3, 2, /*hierarchical=*/false);
+  c.job.replicas = 2;
+  auto core = CoordinatorCore::make(c, 0).value();
+  // Shard 0 on member 0, shards 1 and 2 on member 1; replicas on nodes 3 and 4; the
+  // coordinator's node 5; backups 6 (of shard 0, on member 1), 7 and 8 (on member 0).
+  form(core,
+       {member(MemberRole::ps, 1), member(MemberRole::ps, 2, 2), member(MemberRole::worker, 3),
+        member(MemberRole::worker, 4)},
+       0);
+  for (uint32_t i = 0; i < 4; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  // Worker member 3 goes silent first, then ps member 1.
+  CoordinatorEffects lost;
+  for (uint64_t now = 0; now <= 9'000; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({0, Heartbeat{now}}, now, fx);
+    core.on_message({2, Heartbeat{now}}, now, fx);
+    if (now < 2'000) core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    BOOST_REQUIRE(fx.failed.ok());
+    if (!sent<ShardsMoved>(fx).empty()) lost = fx;
+  }
+  BOOST_TEST(logged(lost, "failover: its shards' backups are promoted"));
+  const auto nodes_lost = sent<NodesLost>(lost);
+  BOOST_REQUIRE_EQUAL(nodes_lost.size(), 2u);  // to members 0 and 2
+  BOOST_TEST((nodes_lost[0].second.nodes == std::vector<NodeId>{1, 2, 6}));
+  const auto promote = sent<ShardsMoved>(lost);
+  BOOST_REQUIRE_EQUAL(promote.size(), 1u);
+  BOOST_TEST(promote[0].first == "tcp://10.0.0.1:7000");
+  BOOST_TEST((promote[0].second.shards == std::vector<NodeId>{1, 2}));
+  BOOST_TEST(promote[0].second.member == 0u);
+  BOOST_TEST(promote[0].second.epoch > nodes_lost[0].second.epoch);
+  BOOST_TEST(core.totals().failovers == 1u);
+
+  // Lies: a worker says it promoted them; the right member names other shards.
+  for (const ControlMessage& lie :
+       {ControlMessage{2, Promoted{{1, 2}}}, ControlMessage{0, Promoted{{1}}}}) {
+    CoordinatorEffects fx;
+    core.on_message(lie, 9'100, fx);
+    BOOST_TEST(sent<ShardsMoved>(fx).empty());
+    BOOST_TEST(fx.moved.empty());
+  }
+  CoordinatorEffects promoted;
+  core.on_message({0, Promoted{{1, 2}}}, 9'200, promoted);
+  const auto moved = sent<ShardsMoved>(promoted);
+  BOOST_REQUIRE_EQUAL(moved.size(), 1u);  // the live worker; member 0 knows, 1 and 3 are gone
+  BOOST_TEST(moved[0].first == "tcp://10.0.0.3:7000");
+  BOOST_TEST((moved[0].second.shards == std::vector<NodeId>{1, 2}));
+  BOOST_TEST(moved[0].second.epoch > promote[0].second.epoch);
+  BOOST_REQUIRE_EQUAL(promoted.moved.size(), 1u);
+  BOOST_TEST(promoted.moved[0].member == 0u);
+  // The lost worker's replica (node 4) resynced as done at both moved shards.
+  BOOST_REQUIRE_EQUAL(promoted.ps.size(), 2u);
+  for (const Outgoing& o : promoted.ps) {
+    const auto& clock = std::get<ClockAdvance>(o.message);
+    BOOST_TEST(clock.header.sender == 4u);
+    BOOST_TEST(clock.clock == clock_done);
+    BOOST_TEST(clock.resync);
+  }
+  // A second Promoted is old news.
+  CoordinatorEffects again;
+  core.on_message({0, Promoted{{1, 2}}}, 9'300, again);
+  BOOST_TEST(sent<ShardsMoved>(again).empty());
+
+  // Member 0 now serves every shard, none with a backup: losing it loses rows.
+  Status failed;
+  for (uint64_t now = 9'500; now <= 20'000 && failed.ok(); now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({2, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    failed = fx.failed;
+  }
+  BOOST_TEST(failed.message().find("whose other replica is gone too") != std::string::npos,
+             failed.message());
+
+  // Replicated:3 is not failed over in this version: the job ends, saying so.
+  CoordinatorConfig c3 = config(3, 1, /*hierarchical=*/false);
+  c3.job.replicas = 3;
+  auto three = CoordinatorCore::make(c3, 0).value();
+  form(three,
+       {member(MemberRole::ps, 1), member(MemberRole::ps, 2), member(MemberRole::ps, 3),
+        member(MemberRole::worker, 4)},
+       0);
+  for (uint32_t i = 0; i < 4; ++i) {
+    CoordinatorEffects fx;
+    three.on_message({i, Ready{}}, 0, fx);
+  }
+  Status ended;
+  for (uint64_t now = 0; now <= 10'000 && ended.ok(); now += 250) {
+    CoordinatorEffects fx;
+    for (uint32_t i : {0u, 1u, 3u}) three.on_message({i, Heartbeat{now}}, now, fx);
+    three.on_timer(now, fx);
+    ended = fx.failed;
+  }
+  BOOST_TEST(ended.message().find("promotes one only under replicated:2") != std::string::npos,
+             ended.message());
+}

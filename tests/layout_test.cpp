@@ -379,3 +379,38 @@ BOOST_AUTO_TEST_CASE(backups_are_placed_on_other_ps_members_and_speak_only_to_th
   w.job.replicas = 0;
   BOOST_TEST(fails_with(w, "keeps 0 replicas"));
 }
+
+// Failover: a shard moves only to a member that holds one of its backups; from then on its
+// replies are taken from that member's key, and no longer from its first member's.
+BOOST_AUTO_TEST_CASE(a_shard_moves_only_to_a_member_holding_its_backup) {
+  // 2 ps members (shard 0 | shard 1), 1 worker member (replica 2); coordinator 3; with 2
+  // replicas, backup 4 (of shard 0, on member 1) and 5 (of shard 1, on member 0).
+  Welcome w;
+  w.members = {member(MemberRole::ps, 1, "p0"), member(MemberRole::ps, 1, "p1"),
+               member(MemberRole::worker, 1, "w0")};
+  w.job.replicas = 2;
+  w.coordinator_node = assign_nodes(w.members, false);
+  w.map.shards = 2;
+  w.workers_total = 1;
+  auto made = ClusterLayout::make(w);
+  BOOST_REQUIRE_MESSAGE(made.ok(), (made.ok() ? std::string() : made.status().message()));
+  ClusterLayout l = *made;
+  BOOST_REQUIRE((l.backups_of(1) == std::vector<NodeId>{5}));
+  const PushAck ack{{1, 1, 0}};
+  const auto p0 = MessageOrigin::of_member(0), p1 = MessageOrigin::of_member(1);
+  BOOST_TEST(l.check_ps_message(ack, 2, p1).ok());
+  BOOST_TEST(!l.check_ps_message(ack, 2, p0).ok());
+  // Refused, changing nothing: member 1 holds no backup of shard 1, a worker none, node 5 is no
+  // shard.
+  BOOST_TEST(!l.move_shard(1, 1).ok());
+  BOOST_TEST(!l.move_shard(1, 2).ok());
+  BOOST_TEST(!l.move_shard(5, 0).ok());
+  BOOST_TEST(*l.owner(1) == 1u);
+  BOOST_TEST(l.check_move(1, 0).ok());
+  BOOST_TEST(*l.owner(1) == 1u);
+  BOOST_REQUIRE(l.move_shard(1, 0).ok());
+  BOOST_TEST(*l.owner(1) == 0u);
+  BOOST_TEST(l.check_ps_message(ack, 2, p0).ok());
+  BOOST_TEST(!l.check_ps_message(ack, 2, p1).ok());
+  BOOST_TEST(l.durable_shards());  // replicated: clients keep pushes until acknowledged
+}

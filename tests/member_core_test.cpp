@@ -312,6 +312,64 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_restart_reaches_the_workers_as_shards_restarte
   BOOST_TEST(ps->bad_messages() == 1u);
 }
 
+// Failover (replicated:2): ShardsMoved to the ps holding the backups asks it to promote them,
+// and it answers Promoted once they serve; to any other member it re-routes the shards (its
+// layout takes their messages from the new member) and its clients resync with them. One naming
+// a member that holds no backup of a shard, or a worker, or an old epoch, is dropped.
+BOOST_AUTO_TEST_CASE(shards_moved_promotes_at_the_backup_and_reroutes_everyone_else) {
+  // Two ps members of one shard each (0 and 1), one worker (replicas 2, 3); backups of shard 0
+  // on member 1 (node 5), of shard 1 on member 0 (node 6).
+  std::vector<MemberInfo> members = {info(MemberRole::ps, 2), info(MemberRole::ps, 4),
+                                     info(MemberRole::worker, 3, 2)};
+  JobSpec job;
+  job.replicas = 2;
+  Welcome w = plan_layout(members, job, ShardMapSpec{});
+  w.heartbeat_ms = 1'000;
+  w.heartbeat_timeout_ms = 5'000;
+  w.you = 0;
+  MemberCore ps0 = welcomed(members[0], w);
+  w.you = 2;
+  MemberCore worker = welcomed(members[2], w);
+  BOOST_REQUIRE_EQUAL(*worker.layout()->owner(1), 1u);
+
+  // Lies first: member 1 holds no backup of shard 1; a worker cannot serve; no such member.
+  MemberEffects fx;
+  for (ShardsMoved lie : {ShardsMoved{{1}, 1, 1}, ShardsMoved{{1}, 2, 1}, ShardsMoved{{0}, 9, 1},
+                          ShardsMoved{{5}, 0, 1}}) {
+    ps0.on_message({control_from_coordinator, lie}, 1, fx);
+    worker.on_message({control_from_coordinator, lie}, 1, fx);
+  }
+  BOOST_TEST(ps0.bad_messages() == 4u);
+  BOOST_TEST(worker.bad_messages() == 4u);
+  BOOST_TEST(fx.promote.empty());
+  BOOST_TEST(!fx.moved.has_value());
+
+  // Member 1 was lost; member 0 is told to promote its backup of shard 1.
+  fx = {};
+  ps0.on_message({control_from_coordinator, NodesLost{{1, 5}, "ps lost", 1}}, 2, fx);
+  ps0.on_message({control_from_coordinator, ShardsMoved{{1}, 0, 2}}, 2, fx);
+  BOOST_TEST(fx.promote == std::vector<NodeId>({1}), boost::test_tools::per_element());
+  BOOST_TEST(!fx.moved.has_value());
+  BOOST_TEST(fx.restarted.empty());
+  BOOST_TEST(*ps0.layout()->owner(1) == 0u);
+  MemberEffects answered;
+  ps0.promoted(fx.promote, answered);
+  BOOST_REQUIRE_EQUAL(count_of<Promoted>(answered), 1u);
+  BOOST_TEST((std::get<Promoted>(answered.control.front()).shards == std::vector<NodeId>{1}));
+
+  // The worker hears of it once member 0 serves the shard: it re-routes and resyncs, once.
+  fx = {};
+  worker.on_message({control_from_coordinator, NodesLost{{1, 5}, "ps lost", 1}}, 3, fx);
+  worker.on_message({control_from_coordinator, ShardsMoved{{1}, 0, 3}}, 3, fx);
+  worker.on_message({control_from_coordinator, ShardsMoved{{1}, 0, 3}}, 3, fx);  // repeated
+  BOOST_REQUIRE(fx.moved.has_value());
+  BOOST_TEST(fx.moved->member == 0u);
+  BOOST_TEST(fx.restarted == std::vector<NodeId>({1}), boost::test_tools::per_element());
+  BOOST_TEST(fx.promote.empty());
+  BOOST_TEST(*worker.layout()->owner(1) == 0u);
+  BOOST_TEST(worker.bad_messages() == 5u);
+}
+
 // Members and the real coordinator core, wired through a queue: every seed runs a job to the
 // end while control messages are duplicated, replayed and garbled on the way to the members.
 // Each member ends with the job (none fails), and every message the member core refuses is

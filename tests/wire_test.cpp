@@ -627,7 +627,11 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
       {from, ShardSummaryRequest{}},
       {from, ShardSummary{rng.next(), rng.next(), rng.next(), rng.next(), rng.next(), rng.next(),
                           rng.next(), rng.next(), double(rng.next() % 1000) / 7.0, rng.next(),
-                          rng.next()}},
+                          rng.next(), rng.next(), rng.next(), rng.next(), rng.next()}},
+      {from, ShardsMoved{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())},
+                         static_cast<uint32_t>(rng.next()),
+                         rng.next()}},
+      {from, Promoted{{static_cast<uint32_t>(rng.next())}}},
       {from, ShardsCheckpointed{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
       {from,
        CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng),
@@ -676,6 +680,9 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, ShardsRestarted>)
           return x.nodes == y.nodes && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, ShardSummary>) return x == y;
+        if constexpr (std::is_same_v<T, ShardsMoved>)
+          return x.shards == y.shards && x.member == y.member && x.epoch == y.epoch;
+        if constexpr (std::is_same_v<T, Promoted>) return x.shards == y.shards;
         if constexpr (std::is_same_v<T, ShardsCheckpointed>)
           return x.step == y.step && same_checkpoints(x.shards, y.shards);
         if constexpr (std::is_same_v<T, CheckpointComplete>)

@@ -183,7 +183,11 @@ std::vector<ShardCheckpoint> checkpoints_of(Input& in) {
 }
 
 ControlBody body_of(Input& in) {
-  switch (in.below(18)) {
+  switch (in.below(20)) {
+    case 18:
+      return ShardsMoved{nodes_of(in), in.below(6), in.below(8)};
+    case 19:
+      return Promoted{nodes_of(in)};
     case 16:
       return ShardsCheckpointed{in.below(64), checkpoints_of(in)};
     case 17:
@@ -251,6 +255,14 @@ void check_coordinator_effects(const CoordinatorCore& core, const CoordinatorCon
       require(w->members[w->you].endpoint == c.endpoint,
               "a Welcome went to another member's endpoint");
     }
+    // A failover moves a shard only to a member that holds its backup (members check it).
+    if (const auto* moved = std::get_if<ShardsMoved>(&c.message.body)) {
+      auto layout = ClusterLayout::make(core.layout());
+      require(layout.ok(), "the coordinator's layout is refused");
+      for (NodeId s : moved->shards)
+        require(layout->check_move(s, moved->member).ok(),
+                "the coordinator moved a shard to a member without its backup");
+    }
   }
   if (out.ps.empty()) return;
   auto layout = ClusterLayout::make(core.layout());
@@ -268,6 +280,7 @@ void fuzz_coordinator(Input& in) {
   config.shards = 1 + in.below(3);
   config.workers = 1 + in.below(3);
   config.job.hierarchical = in.flag();
+  config.job.replicas = 1 + in.below(2);  // replicated:2 fails a lost ps over
   config.require_all_workers = in.flag();
   config.heartbeat_ms = 1 + in.below(64);
   config.heartbeat_timeout_ms = config.heartbeat_ms + 1 + in.below(256);
