@@ -4,7 +4,9 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "actors/zmq_transport.h"
@@ -34,8 +36,10 @@ struct Bridge::Impl {
   std::thread poller;
   std::atomic<bool> stop{false};
   std::atomic<bool> routing_ready{false};
-  std::vector<bool> local;              // by node id; written before routing_ready, read after
-  std::optional<ClusterLayout> layout;  // written before routing_ready, read after
+  // Written before routing_ready; after it, changed by a failover under layout_mu.
+  mutable std::shared_mutex layout_mu;
+  std::vector<bool> local;  // by node id
+  std::optional<ClusterLayout> layout;
   std::string coordinator_key;
   std::set<std::string> control_keys;                        // fixed at open
   std::shared_ptr<ZmqContext> context = ZmqContext::make();  // every link's
@@ -43,8 +47,15 @@ struct Bridge::Impl {
   std::mutex links_mu;
   std::map<std::string, std::shared_ptr<Link>> links;  // by endpoint; guarded by links_mu
 
+  // Where each remote node's proxy sends: a link, or (a shard this process took over) a local
+  // actor; and the nodes declared lost.
+  struct Route {
+    std::shared_ptr<Link> link;
+    caf::actor local;
+  };
   mutable std::mutex lost_mu;
-  std::unordered_set<NodeId> lost;  // guarded by lost_mu
+  std::unordered_set<NodeId> lost;           // guarded by lost_mu
+  std::unordered_map<NodeId, Route> routes;  // guarded by lost_mu
 
   std::atomic<uint64_t> received{0}, sent{0}, bad{0}, dropped{0}, refused{0};
   std::map<std::string, std::chrono::steady_clock::time_point> bad_logged;  // poller thread only
@@ -85,9 +96,12 @@ struct Bridge::Impl {
     return l;
   }
 
-  bool is_lost(NodeId n) const {
+  // Node n's route; nullopt when it is declared lost.
+  std::optional<Route> route(NodeId n) const {
     std::lock_guard lock(lost_mu);
-    return lost.count(n) != 0;
+    if (lost.count(n) != 0) return std::nullopt;
+    auto it = routes.find(n);
+    return it == routes.end() ? Route{} : it->second;
   }
 
   Status send_bytes(Link& l, std::vector<uint8_t>&& bytes, bool wait = true) {
@@ -144,6 +158,7 @@ struct Bridge::Impl {
       return bad_message(
           peer,
           fmt::format("a message for node {} before this process has its layout", m.receiver));
+    std::shared_lock layout_lock(layout_mu);
     if (m.receiver >= local.size() || !local[m.receiver])
       return bad_message(
           peer, fmt::format("a message for node {}, which is not in this process", m.receiver));
@@ -164,6 +179,7 @@ struct Bridge::Impl {
       if (Status s = layout->check_ps_message(m.ps, m.receiver, origin); !s.ok())
         return bad_message(peer, s.message(), key);
     }
+    layout_lock.unlock();
     caf::actor& target = shared->nodes[m.receiver];
     std::visit([&](auto& msg) { caf::anon_send(target, std::move(msg)); }, m.ps);
   }
@@ -215,14 +231,20 @@ namespace {
 static_assert(wire_frames_max == zmq_payload_frames_max,
               "a message's frames must fit the transport");
 
-caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to, std::shared_ptr<Link> link,
+caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to,
                         std::shared_ptr<Bridge::Impl> bridge) {
   (void)self;
-  auto forward = [to, link, bridge](PsMessage&& m) {
-    if (bridge->is_lost(to)) {
+  auto forward = [to, bridge](PsMessage&& m) {
+    auto route = bridge->route(to);
+    if (!route || (!route->link && !route->local)) {
       ++bridge->dropped;
       return;
     }
+    if (route->local) {  // a shard this process took over
+      std::visit([&](auto& msg) { caf::anon_send(route->local, std::move(msg)); }, m);
+      return;
+    }
+    Link* link = route->link.get();
     monitor::TimelineRecorder* timeline = bridge->shared->timeline.get();
     const auto t0 = std::chrono::steady_clock::now();
     auto frames = encode_ps_frames(std::move(m), bridge->options.cluster_id, to);
@@ -313,6 +335,7 @@ Status Bridge::send_control(const std::string& endpoint, const std::string& publ
 }
 
 void Bridge::set_layout(ClusterLayout layout, const std::string& coordinator_key) {
+  std::unique_lock layout_lock(impl_->layout_mu);
   impl_->layout.emplace(std::move(layout));
   impl_->coordinator_key = coordinator_key;
 }
@@ -328,12 +351,46 @@ Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& 
   for (NodeId n = first; n < first + count; ++n) {
     COLONY_ASSERT(n < impl_->shared->nodes.size(), "remote node {} outside {} nodes", n,
                   impl_->shared->nodes.size());
-    impl_->shared->nodes[n] = impl_->system->spawn(proxy_fun, n, *l, impl_);
+    {
+      std::lock_guard lock(impl_->lost_mu);
+      impl_->routes[n] = Impl::Route{*l, {}};
+    }
+    impl_->shared->nodes[n] = impl_->system->spawn(proxy_fun, n, impl_);
   }
   return Status();
 }
 
+Status Bridge::move_shard(NodeId shard, uint32_t member, const std::string& endpoint,
+                          const std::string& public_key) {
+  auto l = impl_->link(endpoint, public_key);
+  if (!l) return l.status();
+  {
+    std::unique_lock layout_lock(impl_->layout_mu);
+    if (impl_->layout)
+      if (Status s = impl_->layout->move_shard(shard, member); !s.ok()) return s;
+  }
+  std::lock_guard lock(impl_->lost_mu);
+  impl_->routes[shard] = Impl::Route{*l, {}};
+  return Status();
+}
+
+Status Bridge::serve_shard(NodeId shard, uint32_t member, caf::actor actor) {
+  {
+    std::unique_lock layout_lock(impl_->layout_mu);
+    if (shard >= impl_->local.size())
+      return Status::invalid_input(
+          fmt::format("node {} outside {} nodes", shard, impl_->local.size()));
+    if (impl_->layout)
+      if (Status s = impl_->layout->move_shard(shard, member); !s.ok()) return s;
+    impl_->local[shard] = true;
+  }
+  std::lock_guard lock(impl_->lost_mu);
+  impl_->routes[shard] = Impl::Route{{}, std::move(actor)};
+  return Status();
+}
+
 void Bridge::set_routing_ready(const std::vector<NodeId>& local_nodes) {
+  std::unique_lock layout_lock(impl_->layout_mu);
   impl_->local.assign(impl_->shared->nodes.size(), false);
   for (NodeId n : local_nodes) {
     COLONY_ASSERT(n < impl_->local.size(), "local node {} outside {} nodes", n,

@@ -181,6 +181,15 @@ class Coordinator {
           !s.ok())
         log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));
     }
+    // A failover: this process's messages to the moved shards (the lost workers' clocks below,
+    // evaluation pulls) go to their new member.
+    for (const ShardsMoved& moved : fx.moved) {
+      const MemberInfo& to = core_->members()[moved.member];
+      for (NodeId n : moved.shards)
+        if (Status s = p_.bridge->move_shard(n, moved.member, to.endpoint, to.public_key); !s.ok())
+          failed_ = s;
+      p_.bridge->unmark_lost(moved.shards);
+    }
     if (!fx.ps.empty()) route(*p_.shared, fx.ps);
     for (const ControlOut& c : fx.control)
       if (std::holds_alternative<Start>(c.message.body)) start_ms_ = now_ms();

@@ -218,6 +218,15 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [handle](ClockAdvance& m) { handle(std::move(m)); },
       [handle](PullHint& m) { handle(std::move(m)); },
       [handle](ReplicaAck& m) { handle(std::move(m)); },
+      [self, shared, replication](backup_lost_atom, NodeId backup) {
+        if (!replication) return;
+        const auto& backups = replication->backups;
+        auto it = std::find(backups.begin(), backups.end(), backup);
+        if (it == backups.end()) return;
+        // Already lost (a repeated notice) changes nothing.
+        (void)replication->primary->on_backup_lost(uint32_t(it - backups.begin()), self->state.out);
+        route(*shared, self->state.out);
+      },
       [](quiesce_atom) { return true; },
       [core](flush_atom) { return core->store().flush(); },
       [self, core, shared, replication](summary_atom) {
@@ -228,10 +237,13 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
         s.pushes_lost = st.pushes_lost;
         s.updates_not_finite = st.updates_not_finite;
         s.bad_messages = self->state.acks_refused;
-        if (replication) {
+        // Only a primary whose backups are all live has rows to compare with theirs.
+        const ShardPrimary* primary = replication ? replication->primary.get() : nullptr;
+        if (primary && primary->backups() > 0 && primary->backups_live() == primary->backups()) {
           auto digest = core->rows_digest();
           if (!digest) shared->fail(digest.status());
           s.rows_digest = digest ? *digest : 0;
+          s.replicated_rows = s.table_rows;
         }
         return s;
       },
@@ -241,9 +253,9 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
 backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_state> self,
                                        std::shared_ptr<ShardBackup> backup,
                                        std::shared_ptr<JobShared> shared, NodeId id) {
-  (void)self;
   return {
-      [backup, shared, id](ReplicaForward& f) {
+      [self, backup, shared, id](ReplicaForward& f) {
+        if (self->state.spent) return;  // from the lost primary, after the promotion
         auto ack = backup->on_forward(f);
         if (!ack) {
           shared->fail(Status::internal(
@@ -256,10 +268,17 @@ backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_sta
         // The sender is this backup's shard (the bridge checked it against the layout).
         caf::anon_send(shared->nodes[f.header.sender], std::move(*ack));
       },
+      [self](promote_atom) {
+        self->state.spent = true;
+        return true;
+      },
       [](quiesce_atom) { return true; },
-      [backup](flush_atom) { return backup->core().store().flush(); },
-      [backup, shared](summary_atom) {
+      [self, backup](flush_atom) {
+        return self->state.spent ? Status() : backup->core().store().flush();
+      },
+      [self, backup, shared](summary_atom) {
         ShardSummary s;
+        if (self->state.spent) return s;
         ShardCore& core = backup->core();
         s.backup_rows = core.rows();
         s.memory_bytes = core.store().memory_bytes();

@@ -44,6 +44,10 @@ struct shard_state {
 
 struct backup_state {
   static inline const char* name = "colony.backup";
+  // Declared, so that the state is no aggregate: CAF builds a state from the actor's pointer
+  // when it can, and C++20 would initialize `spent` from it (true).
+  backup_state() = default;
+  bool spent = false;  // promoted: the ShardBackup is no longer this actor's
 };
 
 struct worker_state {

@@ -27,6 +27,8 @@ class Member {
  public:
   Member(const MemberDaemonOptions& o, const DaemonLog& log, DaemonSignals& signals)
       : o_(o), log_(log), signals_(signals), p_(o.threads) {}
+  // The actor system (p_) waits for every actor still referenced: none is, once it goes.
+  ~Member() { row_actors_.clear(); }
 
   Status run() {
     if (o_.count == 0 || o_.count > 4096)
@@ -134,7 +136,23 @@ class Member {
       }
       if (e.stop_feeding)
         for (auto& s : sources_) s->stop();
-      if (!e.lost.empty()) p_.bridge->mark_lost(e.lost);
+      if (!e.lost.empty()) {
+        p_.bridge->mark_lost(e.lost);
+        backups_lost(e.lost);
+      }
+      if (!e.promote.empty()) {
+        if (Status s = promote(e.promote); !s.ok())
+          core_->fail(s, fx);
+        else
+          core_->promoted(std::move(e.promote), fx);
+      }
+      if (e.moved) {
+        const MemberInfo& to = core_->welcome().members[e.moved->member];
+        for (NodeId n : e.moved->shards)
+          if (Status s = p_.bridge->move_shard(n, e.moved->member, to.endpoint, to.public_key);
+              !s.ok())
+            core_->fail(s, fx);
+      }
       if (!e.restarted.empty()) {
         p_.bridge->unmark_lost(e.restarted);
         for (auto& a : worker_actors_) caf::anon_send(a, restarted_atom::value, e.restarted);
@@ -184,8 +202,9 @@ class Member {
       const uint64_t own = s->bad_messages;
       *s = summarize_shards();
       s->bad_messages += own;
-      log_(fmt::format("training is over: {} rows in {} shard{}", s->table_rows, o_.count,
-                       o_.count == 1 ? "" : "s"));
+      const size_t shards = row_actors_.size() - backups_.size();  // its own and taken over
+      log_(fmt::format("training is over: {} rows in {} shard{}", s->table_rows, shards,
+                       shards == 1 ? "" : "s"));
     } else if (auto* h = std::get_if<Heartbeat>(&body)) {
       h->samples = p_.shared->samples.load();
       leak();
@@ -428,7 +447,7 @@ class Member {
               st.log_bytes_dropped
                   ? fmt::format(" and cut off its torn tail ({} bytes)", st.log_bytes_dropped)
                   : std::string()));
-        identities_.push_back(identity);
+        identities_.emplace(n, identity);
         auto core = ShardCore::make(sc, std::move(store.value()));
         if (!core) return core.status();
         // Rows of this job (resumed mid-job) or of a checkpoint (with its dense layers) are not
@@ -450,6 +469,7 @@ class Member {
         }
         nodes[n] = caf::actor_cast<caf::actor>(
             p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared, replication));
+        row_actors_[n] = nodes[n];
       }
       if (Status s = build_backups(w, store_spec, local); !s.ok()) return s;
       for (const MemberInfo& m : w.members) {
@@ -597,7 +617,9 @@ class Member {
       StoreSpec backup_spec = spec;
       if (!backup_spec.dir.empty())
         backup_spec.dir = (std::filesystem::path(spec.dir) / "backups").string();
-      const StoreIdentity identity{store_owner(job) + " backup", shard, w.map.shards, *row_floats};
+      // The shard's own identity: a backup holds the shard's rows, and once promoted it serves
+      // (and checkpoints) them as the shard; its folder keeps it apart from this ps's shards.
+      const StoreIdentity identity{store_owner(job), shard, w.map.shards, *row_floats};
       auto store = open_shard_store(backup_spec, identity);
       if (!store) return store.status();
       if (Status s = check_empty_replica(**store, fmt::format("the backup of shard {}", shard),
@@ -609,15 +631,16 @@ class Member {
       if (!core) return core.status();
       auto backup = ShardBackup::make(std::move(core.value()));
       if (!backup) return backup.status();
-      p_.shared->nodes[b] = caf::actor_cast<caf::actor>(p_.system.spawn(
-          backup_fun, std::shared_ptr<ShardBackup>(std::move(backup.value())), p_.shared, b));
-      backup_nodes_.push_back(b);
+      auto held = std::shared_ptr<ShardBackup>(std::move(backup.value()));
+      p_.shared->nodes[b] =
+          caf::actor_cast<caf::actor>(p_.system.spawn(backup_fun, held, p_.shared, b));
+      backups_.emplace(b, HeldBackup{held, identity});
+      row_actors_[b] = p_.shared->nodes[b];
       local.push_back(b);
     }
-    if (!backup_nodes_.empty())
+    if (!backups_.empty())
       log_(fmt::format("holding {} backup{} of other members' shards (replicas {})",
-                       backup_nodes_.size(), backup_nodes_.size() == 1 ? "" : "s",
-                       layout.replicas()));
+                       backups_.size(), backups_.size() == 1 ? "" : "s", layout.replicas()));
     return Status();
   }
 
@@ -626,8 +649,12 @@ class Member {
     const uint32_t i = core.config().shard_index;
     auto dir = prepare_checkpoint_copy(checkpoint_root_, step, i);
     if (!dir) return dir.status();
-    if (Status s = core.store().checkpoint(*dir, identities_[i - in_layout().first_node]); !s.ok())
-      return s;
+    StoreIdentity identity;
+    {
+      std::lock_guard lock(identities_mu_);
+      identity = identities_.at(i);
+    }
+    if (Status s = core.store().checkpoint(*dir, identity); !s.ok()) return s;
     ShardCheckpoint c{i, fmt::format("shard-{}", i), core.rows(), {}};
     for (auto [node, clock] : core.sender_clocks()) c.sender_clocks.emplace_back(node, clock);
     return c;
@@ -636,7 +663,9 @@ class Member {
   // Every shard has checkpointed `c.step`: this ps writes the step's dense.bin (a deep model's)
   // and manifest beside its copies.
   Status write_checkpoint_manifest(const CheckpointComplete& c) {
-    const StoreIdentity& id = identities_.front();
+    std::unique_lock lock(identities_mu_);
+    const StoreIdentity id = identities_.begin()->second;
+    lock.unlock();
     const JobSpec& job = core_->welcome().job;
     CheckpointManifest m{c.step,        id.cluster_id,           core_->layout()->shards(),
                          id.row_floats, model_spec(job).width(), c.shards};
@@ -717,22 +746,67 @@ class Member {
       d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;
   }
 
-  // This ps's shard nodes, then the backups it hosts: the actors that answer quiesce, flush and
-  // summary.
-  std::vector<NodeId> row_nodes() const {
-    std::vector<NodeId> out;
-    for (NodeId n = in_layout().first_node; n < in_layout().first_node + o_.count; ++n)
-      out.push_back(n);
-    out.insert(out.end(), backup_nodes_.begin(), backup_nodes_.end());
-    return out;
+  // Failover: the coordinator declared these nodes lost: the primaries here whose backups they
+  // were stop waiting for them (ShardPrimary::on_backup_lost).
+  void backups_lost(const std::vector<NodeId>& lost) {
+    const ClusterLayout& layout = *core_->layout();
+    for (NodeId n : lost)
+      if (auto shard = layout.shard_of_backup(n))
+        if (auto it = row_actors_.find(*shard); it != row_actors_.end())
+          caf::anon_send(caf::actor_cast<shard_actor>(it->second), backup_lost_atom::value, n);
+  }
+
+  // Failover (ShardsMoved to this ps): the backups this ps holds of `shards` become their
+  // primaries (ShardBackup::promote), each served by a shard actor of its own, without backups
+  // (replicated:2 has none left); from then on this process takes the shards' messages.
+  Status promote(const std::vector<NodeId>& shards) {
+    const ClusterLayout& layout = *core_->layout();
+    caf::scoped_actor self{p_.system};
+    for (NodeId s : shards) {
+      auto it = std::find_if(backups_.begin(), backups_.end(),
+                             [&](const auto& b) { return layout.shard_of_backup(b.first) == s; });
+      if (it == backups_.end())
+        return Status::internal(fmt::format("failover: this ps holds no backup of shard {}", s));
+      const NodeId b = it->first;
+      // The backup actor handles what it was sent before, then leaves its backup to this thread.
+      bool spent = false;
+      // Bounded: this thread keeps the member's heartbeats.
+      const auto bound = std::chrono::milliseconds(core_->welcome().heartbeat_timeout_ms);
+      self->request(caf::actor_cast<backup_actor>(p_.shared->nodes[b]), bound, promote_atom::value)
+          .receive([&](bool) { spent = true; }, [](caf::error&) {});
+      if (!spent)
+        return Status::internal(fmt::format(
+            "failover: the backup of shard {} did not stop within the heartbeat timeout ({} ms)", s,
+            bound.count()));
+      ShardBackup::Promotion promotion = it->second.backup->promote(0);
+      // A checkpoint step the backup's clocks reached is not this primary's to copy: its rows
+      // are past it now.
+      (void)promotion.core->checkpoint_due();
+      log_(fmt::format("shard {}: promoted its backup (forward {} applied, {} rows)", s,
+                       it->second.backup->applied(), promotion.core->rows()));
+      {
+        std::lock_guard lock(identities_mu_);  // the shards' actors read it (checkpoint_shard)
+        identities_.emplace(s, it->second.identity);
+      }
+      shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(promotion.core)));
+      auto replication = std::make_shared<ShardReplication>(
+          ShardReplication{std::move(promotion.primary), std::vector<NodeId>{}});
+      auto actor = caf::actor_cast<caf::actor>(
+          p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared, replication));
+      if (Status st = p_.bridge->serve_shard(s, core_->you(), actor); !st.ok()) return st;
+      p_.bridge->unmark_lost({s});
+      row_actors_.erase(b);
+      row_actors_[s] = actor;
+      backups_.erase(it);
+    }
+    return Status();
   }
 
   // Waits until every shard (and backup) of this ps has handled what it was sent.
   void drain_ps() {
     caf::scoped_actor self{p_.system};
-    for (NodeId n : row_nodes())
-      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
-                    quiesce_atom::value)
+    for (const auto& [n, actor] : row_actors_)
+      self->request(caf::actor_cast<shard_actor>(actor), caf::infinite, quiesce_atom::value)
           .receive([](bool) {}, [](caf::error&) {});
   }
 
@@ -743,9 +817,8 @@ class Member {
     if (o_.role != MemberRole::ps || shard_cores_.empty()) return Status();
     Status first;
     caf::scoped_actor self{p_.system};
-    for (NodeId n : row_nodes())
-      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]), caf::infinite,
-                    flush_atom::value)
+    for (const auto& [n, actor] : row_actors_)
+      self->request(caf::actor_cast<shard_actor>(actor), caf::infinite, flush_atom::value)
           .receive(
               [&](Status& s) {
                 if (s.ok()) return;
@@ -765,8 +838,8 @@ class Member {
   ShardSummary summarize_shards() {
     ShardSummary sum;
     caf::scoped_actor self{p_.system};
-    for (NodeId n : row_nodes())
-      self->request(caf::actor_cast<shard_actor>(p_.shared->nodes[n]),
+    for (const auto& [n, actor] : row_actors_)
+      self->request(caf::actor_cast<shard_actor>(actor),
                     std::chrono::milliseconds(core_->welcome().heartbeat_timeout_ms),
                     summary_atom::value)
           .receive([&](const ShardSummary& s) { sum += s; },
@@ -784,13 +857,22 @@ class Member {
   Keys keys_;
   MemberInfo me_;
   std::optional<MemberCore> core_;
-  std::vector<StoreIdentity> identities_;    // of this ps's shards, in node order
-  std::string checkpoint_root_;              // with checkpoints: where they go
-  std::optional<DenseState> resumed_dense_;  // a ps's --resume-from dense layers, until Ready
+  std::mutex identities_mu_;
+  std::map<uint32_t, StoreIdentity> identities_;  // of the shards this ps serves, by shard
+  std::string checkpoint_root_;                   // with checkpoints: where they go
+  std::optional<DenseState> resumed_dense_;       // a ps's --resume-from dense layers, until Ready
   const double cpu_start_ = cpu_seconds();
   std::unique_ptr<ClusterJob> job_;  // the sources keep a reference
   std::vector<std::shared_ptr<ShardCore>> shard_cores_;
-  std::vector<NodeId> backup_nodes_;  // replication: the backups this ps hosts
+  // Replication: the backups this ps holds (until promoted), by node, with their stores' identity.
+  struct HeldBackup {
+    std::shared_ptr<ShardBackup> backup;
+    StoreIdentity identity;
+  };
+  std::map<NodeId, HeldBackup> backups_;
+  // The actors that answer quiesce, flush and summary: the shards this ps serves (its own and
+  // those it took over) and the backups it holds, by node.
+  std::map<NodeId, caf::actor> row_actors_;
   std::vector<std::shared_ptr<WorkerCore>> workers_;
   std::vector<std::shared_ptr<WorkerSource>> sources_;
   std::shared_ptr<AggregatorCore> aggregator_;

@@ -88,22 +88,29 @@ using flush_atom = caf::atom_constant<caf::atom("flush")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using run_atom = caf::atom_constant<caf::atom("run")>;
 using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
+using backup_lost_atom = caf::atom_constant<caf::atom("backuplost")>;
+using promote_atom = caf::atom_constant<caf::atom("promote")>;
 
 // A parameter-server shard: pulls, pushes, clocks and pull hints in; replies go out to the
 // senders.
 // `quiesce` answers once everything queued before it has been handled; `flush` writes the rows
 // its store holds only in memory (a tiered store's cache) to disk and answers how that went;
 // `summary` answers with the shard's table size and counters (a ShardSummary of this one shard).
-// A replicated shard's primary also takes its backups' acknowledgements (ReplicaAck).
+// A replicated shard's primary also takes its backups' acknowledgements (ReplicaAck), and
+// `backup_lost` (a backup node the coordinator declared lost: the primary stops waiting for it).
 using shard_actor = caf::typed_actor<
     caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
-    caf::reacts_to<PullHint>, caf::reacts_to<ReplicaAck>, caf::replies_to<quiesce_atom>::with<bool>,
-    caf::replies_to<flush_atom>::with<Status>, caf::replies_to<summary_atom>::with<ShardSummary>>;
+    caf::reacts_to<PullHint>, caf::reacts_to<ReplicaAck>, caf::reacts_to<backup_lost_atom, NodeId>,
+    caf::replies_to<quiesce_atom>::with<bool>, caf::replies_to<flush_atom>::with<Status>,
+    caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A backup of a replicated shard (ps/replication.h): its primary's forwards in, acknowledgements
 // out; `quiesce`, `flush` and `summary` as a shard's (its summary counts its rows as a backup's).
+// `promote` (failover): the backup is spent from then on, its ShardBackup the caller's to promote
+// once the answer is in; forwards still arriving (from the lost primary) are dropped.
 using backup_actor =
-    caf::typed_actor<caf::reacts_to<ReplicaForward>, caf::replies_to<quiesce_atom>::with<bool>,
+    caf::typed_actor<caf::reacts_to<ReplicaForward>, caf::replies_to<promote_atom>::with<bool>,
+                     caf::replies_to<quiesce_atom>::with<bool>,
                      caf::replies_to<flush_atom>::with<Status>,
                      caf::replies_to<summary_atom>::with<ShardSummary>>;
 
