@@ -10,7 +10,10 @@ for rocksdb and tiered it runs the job again with ps 1 killed with SIGKILL partw
 again at once with the same flags (what systemd does), and prints the time from the kill to the
 coordinator's "has resumed shards", the time from the kill back to full throughput, and the wall
 time the crash added to the job, each also as a fraction of the uninterrupted job's wall time
-measured in the same run.
+measured in the same run. For the replicated stores ps 1 is killed and not started again: the
+other ps promotes its backup of ps 1's shard (failover), and "kill to resumed" is the time to the
+coordinator's "serves shards"; the part of it after the coordinator declared ps 1 lost (the
+heartbeat timeout, --heartbeat-timeout-ms, 3 s by default) is printed as "promotion".
 
 Time back to full throughput is read as `colony sim` reads it (sim/throughput_recovery.h): the
 workers' timelines (`--timeline`) give when each step's computation ended; the last 20 steps of
@@ -20,8 +23,7 @@ kill that starts as many consecutive steps taking at most W / 0.95.
     scripts/recovery_time.py [--colony build/colony] [--rows 200000] [--epochs 4]
                              [--store memory] [--store rocksdb] [--store tiered]
                              [--store replicated] [--store replicated-tiered]
-
-A replicated job is not killed: this version promotes no backup in a lost primary's place.
+                             [--heartbeat-timeout-ms 3000] [--kill-after 1.0]
 
 Timings are of this machine at this moment: compare the ratios, not the seconds.
 """
@@ -78,7 +80,7 @@ def step_ends(timeline):
             and e.get("args", {}).get("role") == "worker"]
 
 
-def run_job(colony, work, data, store, epochs, kill_after):
+def run_job(colony, work, data, store, epochs, kill_after, timeout_ms):
     """Returns (wall seconds, seconds from kill to resumed or None, seconds from kill back to full
     throughput or None, samples/s reported)."""
     tag = f"{store}-{'kill' if kill_after else 'plain'}"
@@ -87,7 +89,7 @@ def run_job(colony, work, data, store, epochs, kill_after):
     store_root = os.path.join(logs, "store")
     coord = start([colony, "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure",
                    "--shards", "2", "--workers", "2", "--epochs", str(epochs), "--no-cache",
-                   "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000",
+                   "--heartbeat-ms", "200", "--heartbeat-timeout-ms", str(timeout_ms),
                    "--test", os.path.join(data, "test.libsvm")]
                   + (["--durability", "replicated:2"] if store.startswith("replicated") else [])
                   + ["--report", os.path.join(logs, "report.json")], os.path.join(logs, "c.log"))
@@ -112,7 +114,7 @@ def run_job(colony, work, data, store, epochs, kill_after):
                       "--insecure", "--data", os.path.join(data, "train.libsvm")]
                      + (["--timeline", timelines[i]] if kill_after else []),
                      os.path.join(logs, f"w{i}.log")) for i in range(2)]
-    resumed = back = None
+    resumed = back = promotion = None
     if kill_after:
         await_line(os.path.join(logs, "w0.log"), "training starts", workers[0])
         time.sleep(kill_after)
@@ -120,8 +122,15 @@ def run_job(colony, work, data, store, epochs, kill_after):
         killed_unix = time.time()
         ps[1].send_signal(signal.SIGKILL)
         ps[1].wait()
-        ps[1] = start(ps_argv(1, ps1_endpoint), os.path.join(logs, "ps1-again.log"))
-        await_line(os.path.join(logs, "c.log"), "has resumed shards", coord)
+        if store.startswith("replicated"):  # failover: ps 0 takes over, ps 1 stays down
+            await_line(os.path.join(logs, "c.log"), "was lost", coord)
+            declared = time.monotonic()
+            await_line(os.path.join(logs, "c.log"), "serves shards", coord)
+            promotion = time.monotonic() - declared
+            ps = ps[:1]
+        else:
+            ps[1] = start(ps_argv(1, ps1_endpoint), os.path.join(logs, "ps1-again.log"))
+            await_line(os.path.join(logs, "c.log"), "has resumed shards", coord)
         resumed = time.monotonic() - killed
     for p in [coord] + ps + workers:
         if p.wait(timeout=600) != 0:
@@ -130,7 +139,7 @@ def run_job(colony, work, data, store, epochs, kill_after):
         back = time_back(step_ends(timelines[0]) + step_ends(timelines[1]), killed_unix, 40)
     with open(os.path.join(logs, "report.json")) as f:
         sps = json.load(f)["samples_per_sec"]
-    return time.monotonic() - began, resumed, back, sps
+    return time.monotonic() - began, resumed, back, sps, promotion
 
 
 def main():
@@ -140,6 +149,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--kill-after", type=float, default=1.0,
                     help="seconds of training before the kill")
+    ap.add_argument("--heartbeat-timeout-ms", type=int, default=3000,
+                    help="how long a silent member lives (the coordinator's flag)")
     ap.add_argument("--store", action="append",
                     choices=["memory", "rocksdb", "tiered", "replicated", "replicated-tiered"])
     a = ap.parse_args()
@@ -151,22 +162,25 @@ def main():
                     "--out", data], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     print(f"{'store':17} {'samples/s':>10} {'of memory':>10} {'kill to resumed':>16} {'of job':>8} "
-          f"{'back to full':>13} {'time added':>11} {'of job':>8}")
+          f"{'back to full':>13} {'time added':>11} {'of job':>8} {'promotion':>10}")
     memory_sps = None
     for store in stores:
-        plain, _, _, sps = run_job(colony, work, data, store, a.epochs, 0)
+        plain, _, _, sps, _ = run_job(colony, work, data, store, a.epochs, 0,
+                                      a.heartbeat_timeout_ms)
         if store == "memory":
             memory_sps = sps
         ratio = f"{sps / memory_sps:10.3f}" if memory_sps else f"{'-':>10}"
-        # A memory ps that dies takes its rows with it: the job fails. A replicated one too, in
-        # this version (no backup is promoted).
-        if store == "memory" or store.startswith("replicated"):
+        # A memory ps that dies takes its rows with it: the job fails.
+        if store == "memory":
             print(f"{store:17} {sps:10.0f} {ratio}")
             continue
-        killed, resumed, back, _ = run_job(colony, work, data, store, a.epochs, a.kill_after)
+        killed, resumed, back, _, promotion = run_job(colony, work, data, store, a.epochs,
+                                                      a.kill_after, a.heartbeat_timeout_ms)
         back_text = f"{back:12.3f}s" if back is not None else f"{'not back':>13}"
+        promotion_text = f"{promotion:9.3f}s" if promotion is not None else f"{'-':>10}"
         print(f"{store:17} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "
-              f"{back_text} {killed - plain:10.3f}s {(killed - plain) / plain:8.3f}")
+              f"{back_text} {killed - plain:10.3f}s {(killed - plain) / plain:8.3f} "
+              f"{promotion_text}")
     print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps, 2 workers, loopback); "
           "'of job' is a fraction of the uninterrupted job's wall time in the same run")
     shutil.rmtree(work, ignore_errors=True)  # kept, with every log, when a run fails
