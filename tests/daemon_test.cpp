@@ -635,6 +635,48 @@ BOOST_AUTO_TEST_CASE(two_hosts_across_network_namespaces,
   BOOST_TEST(std::abs(logloss / s.embedded_logloss - 1.0) < small_run_tolerance);
 }
 
+// Failover across hosts: the same kill -9 of a replicated:2 primary as
+// killed_primary_fails_over_to_its_backup_and_the_job_finishes, with the killed ps and a worker
+// on the other network namespace, so the promotion's re-routing crosses the veth pair.
+BOOST_AUTO_TEST_CASE(a_primary_on_another_host_fails_over,
+                     *boost::unit_test::precondition(CanMakeNetns())) {
+  Suite& s = suite();
+  Netns n;
+  BOOST_REQUIRE_MESSAGE(n.made, n.why);
+  const double expected =
+      embedded_report("failover-embedded", "--epochs 8")["test_logloss"].get<double>();
+  const std::vector<std::string> on_a = {"ip", "netns", "exec", n.a},
+                                 on_b = {"ip", "netns", "exec", n.b};
+  auto [coord, endpoint] = start_coordinator(
+      "netns-failover-coordinator",
+      cat(secure("server"),
+          {"--shards", "2", "--workers", "2", "--epochs", "8", "--no-cache", "--durability",
+           "replicated:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--test",
+           s.test.string(), "--report", (s.dir / "netns-failover.json").string()}),
+      "10.231.0.1", on_a);
+  auto ps0 = start_member("netns-failover-ps0", "ps", endpoint,
+                          cat(secure("node-0"), {"--listen", "tcp://10.231.0.1:*"}), on_a);
+  auto w0 = start_member("netns-failover-w0", "worker", endpoint,
+                         cat(secure("node-1"), {"--listen", "tcp://10.231.0.1:*"}), on_a);
+  auto ps1 = start_member("netns-failover-ps1", "ps", endpoint,
+                          cat(secure("node-2"), {"--listen", "tcp://10.231.0.2:*"}), on_b);
+  auto w1 = start_member("netns-failover-w1", "worker", endpoint,
+                         cat(secure("node-3"), {"--listen", "tcp://10.231.0.2:*"}), on_b);
+  w0->await("training starts");
+  std::this_thread::sleep_for(1s);  // where in the job the crash lands, not a timing assertion
+  ps1->signal(SIGKILL);
+  BOOST_TEST(ps1->wait() == 128 + SIGKILL);
+  BOOST_TEST(coord->wait() == 0, coord->log());
+  for (Child* c : {ps0.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  const auto r = report("netns-failover.json");
+  BOOST_TEST(r["failovers"].get<int>() == 1);
+  BOOST_TEST(r["pushes_lost"].get<uint64_t>() == 0u);
+  BOOST_TEST(r["train_samples"].get<uint64_t>() == 480000u);
+  const double logloss = r["test_logloss"].get<double>();
+  BOOST_TEST_MESSAGE("failed over across hosts " << logloss << " vs embedded " << expected);
+  BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // Issue 11: a listed key lies. A process holding worker-0's key (a member of the job) and one
