@@ -96,6 +96,23 @@ struct Bridge::Impl {
     return l;
   }
 
+  // Failover: shard node `shard` is `member`'s from now on (the layout's owner), reached by
+  // `route` (served here when it names a local actor). Fails, changing nothing, as
+  // ClusterLayout::move_shard does.
+  Status reroute(NodeId shard, uint32_t member, Route route) {
+    {
+      std::unique_lock layout_lock(layout_mu);
+      if (shard >= local.size())
+        return Status::invalid_input(fmt::format("node {} outside {} nodes", shard, local.size()));
+      if (layout)
+        if (Status s = layout->move_shard(shard, member); !s.ok()) return s;
+      if (route.local) local[shard] = true;
+    }
+    std::lock_guard lock(lost_mu);
+    routes[shard] = std::move(route);
+    return Status();
+  }
+
   // Node n's route; nullopt when it is declared lost.
   std::optional<Route> route(NodeId n) const {
     std::lock_guard lock(lost_mu);
@@ -360,33 +377,17 @@ Status Bridge::add_remote_nodes(const std::string& endpoint, const std::string& 
   return Status();
 }
 
-Status Bridge::move_shard(NodeId shard, uint32_t member, const std::string& endpoint,
-                          const std::string& public_key) {
+Status Bridge::move_shards(const std::vector<NodeId>& shards, uint32_t member,
+                           const std::string& endpoint, const std::string& public_key) {
   auto l = impl_->link(endpoint, public_key);
   if (!l) return l.status();
-  {
-    std::unique_lock layout_lock(impl_->layout_mu);
-    if (impl_->layout)
-      if (Status s = impl_->layout->move_shard(shard, member); !s.ok()) return s;
-  }
-  std::lock_guard lock(impl_->lost_mu);
-  impl_->routes[shard] = Impl::Route{*l, {}};
+  for (NodeId shard : shards)
+    if (Status s = impl_->reroute(shard, member, Impl::Route{*l, {}}); !s.ok()) return s;
   return Status();
 }
 
 Status Bridge::serve_shard(NodeId shard, uint32_t member, caf::actor actor) {
-  {
-    std::unique_lock layout_lock(impl_->layout_mu);
-    if (shard >= impl_->local.size())
-      return Status::invalid_input(
-          fmt::format("node {} outside {} nodes", shard, impl_->local.size()));
-    if (impl_->layout)
-      if (Status s = impl_->layout->move_shard(shard, member); !s.ok()) return s;
-    impl_->local[shard] = true;
-  }
-  std::lock_guard lock(impl_->lost_mu);
-  impl_->routes[shard] = Impl::Route{{}, std::move(actor)};
-  return Status();
+  return impl_->reroute(shard, member, Impl::Route{{}, std::move(actor)});
 }
 
 void Bridge::set_routing_ready(const std::vector<NodeId>& local_nodes) {

@@ -21,7 +21,7 @@
 // Failures: a message that cannot be queued (the peer's queue stayed full for the send
 // timeout, or it exceeds the size limit) fails the job (JobShared::fail), never vanishes. A
 // message to a node declared lost (mark_lost) is dropped and counted. A proxy looks its node's
-// route up for every message, so a failover re-points it (move_shard, serve_shard) while
+// route up for every message, so a failover re-points it (move_shards, serve_shard) while
 // JobShared::nodes stays as built. A received message that
 // does not decode, or names a node that is not local, is counted and dropped, and logged at
 // most once per peer address per minute. Connections the CURVE handshake refused are logged
@@ -123,15 +123,17 @@ class Bridge {
   void mark_lost(const std::vector<NodeId>& nodes);
   // These nodes are back (a restarted ps): messages to them are sent again. Any thread.
   void unmark_lost(const std::vector<NodeId>& nodes);
-  // Failover (ShardsMoved): shard node `shard` is served by member `member` from now on, at
-  // `endpoint` (server key `public_key`): its proxy sends there, and the layout takes its
-  // messages from that member's key. After set_routing_ready; any thread. Fails, changing
-  // nothing, as ClusterLayout::move_shard does or when no link can be opened.
-  Status move_shard(NodeId shard, uint32_t member, const std::string& endpoint,
-                    const std::string& public_key);
+  // Failover (ShardsMoved): shard nodes `shards` are served by member `member` from now on, at
+  // `endpoint` (server key `public_key`): their proxies send there, and the layout takes their
+  // messages from that member's key. After set_routing_ready; any thread. Fails as
+  // ClusterLayout::move_shard does (the shards before the refused one moved) or when no link can
+  // be opened (none moved).
+  Status move_shards(const std::vector<NodeId>& shards, uint32_t member,
+                     const std::string& endpoint, const std::string& public_key);
   // Failover on the member that took the shard over (`member`, this process): shard node
   // `shard` is served here by `actor` from now on (its proxy hands what it is sent to the actor,
-  // and received messages for it are delivered). Fails as move_shard.
+  // and received messages for it are delivered). Fails, changing nothing, as
+  // ClusterLayout::move_shard does.
   Status serve_shard(NodeId shard, uint32_t member, caf::actor actor);
 
   BridgeStats stats() const;

@@ -185,9 +185,9 @@ class Coordinator {
     // evaluation pulls) go to their new member.
     for (const ShardsMoved& moved : fx.moved) {
       const MemberInfo& to = core_->members()[moved.member];
-      for (NodeId n : moved.shards)
-        if (Status s = p_.bridge->move_shard(n, moved.member, to.endpoint, to.public_key); !s.ok())
-          failed_ = s;
+      if (Status s = p_.bridge->move_shards(moved.shards, moved.member, to.endpoint, to.public_key);
+          !s.ok())
+        failed_ = s;
       p_.bridge->unmark_lost(moved.shards);
     }
     if (!fx.ps.empty()) route(*p_.shared, fx.ps);

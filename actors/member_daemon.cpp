@@ -148,10 +148,10 @@ class Member {
       }
       if (e.moved) {
         const MemberInfo& to = core_->welcome().members[e.moved->member];
-        for (NodeId n : e.moved->shards)
-          if (Status s = p_.bridge->move_shard(n, e.moved->member, to.endpoint, to.public_key);
-              !s.ok())
-            core_->fail(s, fx);
+        if (Status s = p_.bridge->move_shards(e.moved->shards, e.moved->member, to.endpoint,
+                                              to.public_key);
+            !s.ok())
+          core_->fail(s, fx);
       }
       if (!e.restarted.empty()) {
         p_.bridge->unmark_lost(e.restarted);

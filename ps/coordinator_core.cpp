@@ -590,21 +590,20 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& why, CoordinatorE
                                 i, m.endpoint, why, s),
                     out);
       moves[backup_host].push_back(s);
-    } else if (backup_host == i && shard_backed_[s]) {
-      lost.push_back(backup);
+    } else if (backup_host == i) {
+      if (shard_backed_[s]) lost.push_back(backup);
+    } else {
+      continue;
     }
-  }
-  for (NodeId s = 0; s < layout_->shards(); ++s) {
-    const NodeId backup = layout_->backups_of(s).front();
-    if (*layout_->owner(s) == i || *layout_->owner(backup) == i) shard_backed_[s] = false;
+    shard_backed_[s] = false;  // its backup promoted, or gone with the member
   }
   std::sort(lost.begin(), lost.end());
   const std::string reason = fmt::format("ps member {} at {} was lost: {}", i, m.endpoint, why);
+  const auto unbacked = std::count(shard_backed_.begin(), shard_backed_.end(), false);
   out.log.push_back(fmt::format(
       "{}; failover: its shards' backups are promoted (replicated:2), and {} shard{} go on "
       "without a backup",
-      reason, std::count(shard_backed_.begin(), shard_backed_.end(), false),
-      std::count(shard_backed_.begin(), shard_backed_.end(), false) == 1 ? "" : "s"));
+      reason, unbacked, unbacked == 1 ? "" : "s"));
   // Nothing goes to its nodes until their new members serve them (ShardsMoved); the primaries
   // whose backups it held stop waiting for them.
   send_all(NodesLost{lost, reason, ++membership_epoch_}, out);
