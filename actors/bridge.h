@@ -24,8 +24,9 @@
 // route up for every message, so a failover re-points it (move_shards, serve_shard) while
 // JobShared::nodes stays as built. A received message that
 // does not decode, or names a node that is not local, is counted and dropped, and logged at
-// most once per peer address per minute. Connections the CURVE handshake refused are logged
-// with the peer's address and key. ZeroMQ reconnects a link whose peer restarts.
+// most once per peer address per minute; one from a shard's server before a failover moved it
+// is dropped and counted apart (BridgeStats::late_from_moved). Connections the CURVE handshake
+// refused are logged with the peer's address and key. ZeroMQ reconnects a link whose peer restarts.
 //
 // With a timeline (JobShared::timeline) the bridge records, as pid bridge_timeline_pid and
 // role "bridge": "serialize" spans (encoding a message to node N on track N, decoding each one
@@ -76,6 +77,9 @@ struct BridgeStats {
   uint64_t bad_messages = 0;     // undecodable, another cluster's, for a node not here, or forged
   uint64_t dropped_to_lost = 0;  // sends to nodes declared lost
   uint64_t refused_peers = 0;    // CURVE handshakes refused
+  // In the name of a shard, from the member that served it before a failover moved it
+  // (ClusterLayout::served_before): sent before the move, dropped without counting as bad.
+  uint64_t late_from_moved = 0;
 };
 
 class Bridge {

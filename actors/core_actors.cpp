@@ -179,6 +179,7 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
     if (auto* ack = std::get_if<ReplicaAck>(&m)) {
       // Only this shard's backups may acknowledge (the layout checked it); a lie about how far
       // one got changes nothing (ShardPrimary::on_ack) and is counted.
+      if (replication && replication->promoted_from == ack->header.sender) return;
       const std::vector<NodeId>* backups = replication ? &replication->backups : nullptr;
       auto it = backups ? std::find(backups->begin(), backups->end(), ack->header.sender)
                         : std::vector<NodeId>::const_iterator();

@@ -214,6 +214,9 @@ class WorkerSource {
 struct ShardReplication {
   std::unique_ptr<ShardPrimary> primary;
   std::vector<NodeId> backups;
+  // A promoted backup's own node: its last acknowledgements, meant for the lost primary, are
+  // routed here once this shard serves in its place, and are dropped (no lie).
+  std::optional<NodeId> promoted_from;
 };
 
 // A shard: each message to its core (with `replication`, to its primary, whose forwards go to

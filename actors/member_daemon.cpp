@@ -465,7 +465,7 @@ class Member {
           auto primary = ShardPrimary::make(*shard_cores_.back(), layout.replicas() - 1);
           if (!primary) return primary.status();
           replication = std::make_shared<ShardReplication>(
-              ShardReplication{std::move(primary.value()), layout.backups_of(n)});
+              ShardReplication{std::move(primary.value()), layout.backups_of(n), std::nullopt});
         }
         nodes[n] = caf::actor_cast<caf::actor>(
             p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared, replication));
@@ -790,7 +790,7 @@ class Member {
       }
       shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(promotion.core)));
       auto replication = std::make_shared<ShardReplication>(
-          ShardReplication{std::move(promotion.primary), std::vector<NodeId>{}});
+          ShardReplication{std::move(promotion.primary), std::vector<NodeId>{}, b});
       auto actor = caf::actor_cast<caf::actor>(
           p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared, replication));
       if (Status st = p_.bridge->serve_shard(s, core_->you(), actor); !st.ok()) return st;
@@ -846,7 +846,12 @@ class Member {
                    [&](caf::error& e) {
                      log_(fmt::format("shard node {} gave no summary: {}", n, p_.system.render(e)));
                    });
-    sum.bad_messages += p_.bridge->stats().bad_messages;
+    const BridgeStats bridge = p_.bridge->stats();
+    sum.bad_messages += bridge.bad_messages;
+    if (bridge.late_from_moved > 0)
+      log_(fmt::format("dropped {} message{} that a failed-over shard's last server sent before "
+                       "the failover (late, not counted as bad)",
+                       bridge.late_from_moved, bridge.late_from_moved == 1 ? "" : "s"));
     sum.cpu_seconds = cpu_seconds() - cpu_start_;
     return sum;
   }

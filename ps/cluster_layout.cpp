@@ -236,8 +236,17 @@ std::vector<NodeId> ClusterLayout::backup_nodes_of(uint32_t i) const {
 
 Status ClusterLayout::move_shard(NodeId shard, uint32_t member) {
   if (Status s = check_move(shard, member); !s.ok()) return s;
+  const std::pair<NodeId, uint32_t> from{shard, owner_[shard]};
+  if (std::find(moved_from_.begin(), moved_from_.end(), from) == moved_from_.end())
+    moved_from_.push_back(from);
   owner_[shard] = member;
   return Status();
+}
+
+bool ClusterLayout::served_before(const PsMessage& m, const MessageOrigin& origin) const {
+  if (origin.kind != MessageOrigin::Kind::member) return false;
+  const std::pair<NodeId, uint32_t> from{header_of(m).sender, origin.member};
+  return std::find(moved_from_.begin(), moved_from_.end(), from) != moved_from_.end();
 }
 
 Status ClusterLayout::check_move(NodeId shard, uint32_t member) const {

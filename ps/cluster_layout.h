@@ -99,6 +99,10 @@ class ClusterLayout {
   Status move_shard(NodeId shard, uint32_t member);
   // What move_shard would fail with (ok: it would move the shard).
   Status check_move(NodeId shard, uint32_t member) const;
+  // Whether `m`, from `origin`, is in the name of a shard node that origin's member served
+  // before move_shard moved it away: sent then and still on the way, it is late, not forged
+  // (check_ps_message refuses it all the same).
+  bool served_before(const PsMessage& m, const MessageOrigin& origin) const;
 
   // Whether `m`, received from `origin`, may be delivered to node `receiver`. Fails with
   // invalid_input saying why not, when: the receiver or the message's sender is not a node of
@@ -124,6 +128,7 @@ class ClusterLayout {
   ShardMapSpec map_;
   std::vector<NodeRole> role_;
   std::vector<uint32_t> owner_;  // by node; members_.size() for the coordinator's node
+  std::vector<std::pair<NodeId, uint32_t>> moved_from_;      // (shard, member) of each move_shard
   std::unordered_map<std::string, uint32_t> member_of_key_;  // non-empty keys only
   uint32_t shards_ = 0;
   uint32_t replicas_ = 1;

@@ -100,7 +100,8 @@ class ShardPrimary {
   // Backup `backup` (0..backups()-1) has applied every forward up to `seq`: releases the replies
   // every backup has now acknowledged into `out`. Fails with invalid_input, changing nothing, for
   // an unknown backup or a seq above the last forward; an ack below the backup's last one is an
-  // old message (ignored).
+  // old message, and one from a backup already lost (on_backup_lost) was in flight when it was
+  // declared lost: both are ignored.
   Status on_ack(uint32_t backup, const ReplicaAck& ack, Outbox& out);
   // The coordinator declared backup `backup` lost: the primary stops waiting for it, and the
   // replies the other backups have acknowledged go to `out`. Fails with invalid_input for an

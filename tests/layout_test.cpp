@@ -412,5 +412,12 @@ BOOST_AUTO_TEST_CASE(a_shard_moves_only_to_a_member_holding_its_backup) {
   BOOST_TEST(*l.owner(1) == 0u);
   BOOST_TEST(l.check_ps_message(ack, 2, p0).ok());
   BOOST_TEST(!l.check_ps_message(ack, 2, p1).ok());
+  // Member 1's ack is refused, but it served shard 1 before: late, not forged. Nobody else
+  // served it, and member 1 never served shard 0.
+  BOOST_TEST(l.served_before(ack, p1));
+  BOOST_TEST(!l.served_before(ack, p0));
+  BOOST_TEST(!l.served_before(ack, MessageOrigin::of_member(2)));
+  BOOST_TEST(!l.served_before(ack, MessageOrigin::of_coordinator()));
+  BOOST_TEST(!l.served_before(PushAck{{0, 1, 0}}, p1));
   BOOST_TEST(l.durable_shards());  // replicated: clients keep pushes until acknowledged
 }

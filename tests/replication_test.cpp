@@ -709,6 +709,21 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
   // An acknowledgement of a forward never sent, or from a backup that is not one.
   BOOST_TEST(!primary->on_ack(0, {{}, 5}, out).ok());
   BOOST_TEST(!primary->on_ack(3, {{}, 0}, out).ok());
+  // One still on the way when its backup was declared lost is no lie: ignored.
+  auto two_core = make_core(sc);
+  auto two = std::move(ShardPrimary::make(*two_core, 2).value());
+  std::vector<ReplicaForward> sent;
+  Outbox replies;
+  two->on_message(
+      PushRequest{{first_client, 1, 1}, 1, {7}, FloatBuffer(std::vector<float>{-1.0f, -1.0f})},
+      replies, sent);
+  BOOST_REQUIRE(two->on_backup_lost(0, replies).ok());
+  BOOST_TEST(two->on_ack(0, {{}, 1}, replies).ok());
+  BOOST_TEST(replies.empty());  // backup 1 has not acknowledged
+  BOOST_TEST(two->held() == 1u);
+  BOOST_TEST(!two->on_ack(1, {{}, 5}, replies).ok());
+  BOOST_REQUIRE(two->on_ack(1, {{}, 1}, replies).ok());
+  BOOST_TEST(replies.size() == 1u);
   // A forward past the next one is refused and nothing is applied.
   ClockAdvance advance{{first_client, 1, 1}, 1};
   BOOST_TEST(!backup->on_forward(forward(2, advance)).ok());
