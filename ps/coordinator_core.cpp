@@ -182,9 +182,19 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     on_promoted(i, *p, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
+    // Under replicated:2 a ps that leaves while training runs (SIGTERM, after its shards
+    // drained) hands its shards to their backups, as a lost one does, without the wait for its
+    // heartbeats to stop.
+    if (m.role == MemberRole::ps && config_.job.replicas == 2 &&
+        phase_ == CoordinatorPhase::running)
+      return fail_over(i, fmt::format("left ({})", leave->reason), out);
     if (m.role == MemberRole::ps)
-      return fail(fmt::format("ps member {} at {} left ({}): its shards are gone", i, m.endpoint,
-                              leave->reason),
+      return fail(fmt::format("ps member {} at {} left ({}): its shards are gone{}", i, m.endpoint,
+                              leave->reason,
+                              config_.job.replicas > 2
+                                  ? " (their backups hold their rows, but this version promotes "
+                                    "one only under replicated:2)"
+                                  : ""),
                   out);
     if (!st.finished) lose(i, "left: " + leave->reason, now_ms, out);
   }
@@ -532,7 +542,7 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
     return;
   }
   if (m.role == MemberRole::ps && config_.job.replicas == 2 && phase_ == CoordinatorPhase::running)
-    return fail_over(i, why, out);
+    return fail_over(i, "was lost: " + why, out);
   if (m.role == MemberRole::ps)
     return fail(
         fmt::format("lost ps member {} at {} (shards {}..{}): {}{}", i, m.endpoint, m.first_node,
@@ -573,7 +583,7 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
   maybe_trained(now_ms, out);
 }
 
-void CoordinatorCore::fail_over(uint32_t i, const std::string& why, CoordinatorEffects& out) {
+void CoordinatorCore::fail_over(uint32_t i, const std::string& what, CoordinatorEffects& out) {
   const MemberInfo& m = members_[i];
   // The shards it served (its own, and any it took over before), each moved to the member that
   // holds its backup; and the shards whose backup it held, which go on without one.
@@ -585,9 +595,9 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& why, CoordinatorE
     if (*layout_->owner(s) == i) {
       lost.push_back(s);
       if (!shard_backed_[s] || state_[backup_host].gone)
-        return fail(fmt::format("lost ps member {} at {} ({}), which served shard {}, whose other "
-                                "replica is gone too: its rows are lost",
-                                i, m.endpoint, why, s),
+        return fail(fmt::format("ps member {} at {} {}; it served shard {}, whose other replica "
+                                "is gone too: its rows are lost",
+                                i, m.endpoint, what, s),
                     out);
       moves[backup_host].push_back(s);
     } else if (backup_host == i) {
@@ -598,7 +608,7 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& why, CoordinatorE
     shard_backed_[s] = false;  // its backup promoted, or gone with the member
   }
   std::sort(lost.begin(), lost.end());
-  const std::string reason = fmt::format("ps member {} at {} was lost: {}", i, m.endpoint, why);
+  const std::string reason = fmt::format("ps member {} at {} {}", i, m.endpoint, what);
   const auto unbacked = std::count(shard_backed_.begin(), shard_backed_.end(), false);
   out.log.push_back(fmt::format(
       "{}; failover: its shards' backups are promoted (replicated:2), and {} shard{} go on "

@@ -23,7 +23,10 @@
 //             fails the job when require_all_workers; otherwise the coordinator tells every shard
 //             that the lost member's senders are done (a ClockAdvance to clock_done on their
 //             behalf, so the consistency gate stops waiting for them), tells the other members to
-//             drop messages to its nodes, and the job goes on with the rest.
+//             drop messages to its nodes, and the job goes on with the rest. Under
+//             replicated:2 a ps member that is lost, or leaves (SIGTERM: Leave once its shards
+//             have drained), fails over instead: the member holding each of its shards' backup
+//             promotes it (ShardsMoved, Promoted) and the others re-route to it (fail_over).
 //   trained   every worker member has finished (MemberDone) or been lost: training_done is set
 //             once, and every ps member is asked for a ShardSummary of its shards (summed into
 //             totals().shards; one that has not answered within heartbeat_timeout_ms is left
@@ -244,10 +247,11 @@ class CoordinatorCore {
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void fail(const std::string& why, CoordinatorEffects& out);
-  // Replicated:2, ps member i lost while training: each shard it served moves to the member that
-  // holds its backup (ShardsMoved to that member, which promotes it and answers Promoted); fails
-  // the job when a shard's backup is gone too.
-  void fail_over(uint32_t i, const std::string& why, CoordinatorEffects& out);
+  // Replicated:2, ps member i lost or left while training (`what` says which, as "was lost:
+  // ..." or "left (...)"): each shard it served moves to the member that holds its backup
+  // (ShardsMoved to that member, which promotes it and answers Promoted); fails the job when a
+  // shard's backup is gone too.
+  void fail_over(uint32_t i, const std::string& what, CoordinatorEffects& out);
   // Member i serves `p.shards` now: every other member is told (ShardsMoved) and resyncs.
   void on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out);
   // ClockAdvance to clock_done, as a resync, to `shards` for the senders of every worker member

@@ -402,7 +402,10 @@ void MemberCore::stop(MemberEffects& out) {
   if (config_.me.role == MemberRole::ps) {
     if (draining_) return;
     draining_ = true;
-    out.log.push_back("SIGTERM: draining the shards");
+    out.log.push_back(welcome_.job.replicas == 2
+                          ? "SIGTERM: draining the shards, then leaving: while training runs, "
+                            "the coordinator hands them to their backups (replicated:2)"
+                          : "SIGTERM: draining the shards");
     out.drain = true;
     return;
   }

@@ -13,7 +13,10 @@ time the crash added to the job, each also as a fraction of the uninterrupted jo
 measured in the same run. For the replicated stores ps 1 is killed and not started again: the
 other ps promotes its backup of ps 1's shard (failover), and "kill to resumed" is the time to the
 coordinator's "serves shards"; the part of it after the coordinator declared ps 1 lost (the
-heartbeat timeout, --heartbeat-timeout-ms, 3 s by default) is printed as "promotion".
+heartbeat timeout, --heartbeat-timeout-ms, 3 s by default) is printed as "promotion". With
+--stop term the replicated stores' ps 1 gets SIGTERM instead (a ps removed mid-job): it drains,
+leaves and exits 0, and the coordinator fails it over at once; "promotion" is then the time from
+the coordinator's "left" to its "serves shards".
 
 Time back to full throughput is read as `colony sim` reads it (sim/throughput_recovery.h): the
 workers' timelines (`--timeline`) give when each step's computation ended; the last 20 steps of
@@ -24,6 +27,7 @@ kill that starts as many consecutive steps taking at most W / 0.95.
                              [--store memory] [--store rocksdb] [--store tiered]
                              [--store replicated] [--store replicated-tiered]
                              [--heartbeat-timeout-ms 3000] [--kill-after 1.0]
+                             [--stop kill|term]
 
 Timings are of this machine at this moment: compare the ratios, not the seconds.
 """
@@ -80,7 +84,7 @@ def step_ends(timeline):
             and e.get("args", {}).get("role") == "worker"]
 
 
-def run_job(colony, work, data, store, epochs, kill_after, timeout_ms):
+def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kill"):
     """Returns (wall seconds, seconds from kill to resumed or None, seconds from kill back to full
     throughput or None, samples/s reported)."""
     tag = f"{store}-{'kill' if kill_after else 'plain'}"
@@ -120,15 +124,19 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms):
         time.sleep(kill_after)
         killed = time.monotonic()
         killed_unix = time.time()
-        ps[1].send_signal(signal.SIGKILL)
-        ps[1].wait()
-        if store.startswith("replicated"):  # failover: ps 0 takes over, ps 1 stays down
-            await_line(os.path.join(logs, "c.log"), "was lost", coord)
+        replicated = store.startswith("replicated")
+        ps[1].send_signal(signal.SIGTERM if replicated and stop == "term" else signal.SIGKILL)
+        if replicated:  # failover: ps 0 takes over, ps 1 stays down
+            await_line(os.path.join(logs, "c.log"),
+                       r"left \(stopped by SIGTERM\)" if stop == "term" else "was lost", coord)
             declared = time.monotonic()
             await_line(os.path.join(logs, "c.log"), "serves shards", coord)
             promotion = time.monotonic() - declared
+            if ps[1].wait() != 0 and stop == "term":
+                sys.exit(f"{tag}: ps 1 did not leave cleanly; logs in {logs}")
             ps = ps[:1]
         else:
+            ps[1].wait()
             ps[1] = start(ps_argv(1, ps1_endpoint), os.path.join(logs, "ps1-again.log"))
             await_line(os.path.join(logs, "c.log"), "has resumed shards", coord)
         resumed = time.monotonic() - killed
@@ -151,6 +159,8 @@ def main():
                     help="seconds of training before the kill")
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=3000,
                     help="how long a silent member lives (the coordinator's flag)")
+    ap.add_argument("--stop", choices=["kill", "term"], default="kill",
+                    help="how the replicated stores' ps 1 is stopped: SIGKILL or SIGTERM")
     ap.add_argument("--store", action="append",
                     choices=["memory", "rocksdb", "tiered", "replicated", "replicated-tiered"])
     a = ap.parse_args()
@@ -175,7 +185,8 @@ def main():
             print(f"{store:17} {sps:10.0f} {ratio}")
             continue
         killed, resumed, back, _, promotion = run_job(colony, work, data, store, a.epochs,
-                                                      a.kill_after, a.heartbeat_timeout_ms)
+                                                      a.kill_after, a.heartbeat_timeout_ms,
+                                                      a.stop)
         back_text = f"{back:12.3f}s" if back is not None else f"{'not back':>13}"
         promotion_text = f"{promotion:9.3f}s" if promotion is not None else f"{'-':>10}"
         print(f"{store:17} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "

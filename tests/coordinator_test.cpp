@@ -1085,3 +1085,66 @@ BOOST_AUTO_TEST_CASE(a_lost_primary_fails_over_to_the_member_holding_its_backup)
   BOOST_TEST(ended.message().find("promotes one only under replicated:2") != std::string::npos,
              ended.message());
 }
+
+// A ps member that leaves while training runs (SIGTERM: it drained, then sent Leave) under
+// replicated:2 fails over at once, as a lost one does after its heartbeats stop: its shard moves
+// to the member holding the backup. Before the start, or under replicated:3, a leaving ps ends
+// the job, saying why.
+BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_backups) {
+  // One ps member per replica, each hosting one shard, and a worker member.
+  auto cluster = [](uint32_t replicas) {
+    CoordinatorConfig c = config(replicas, 1, /*hierarchical=*/false);
+    c.job.replicas = replicas;
+    auto core = CoordinatorCore::make(c, 0).value();
+    std::vector<MemberInfo> members;
+    for (uint32_t i = 0; i < replicas; ++i) members.push_back(member(MemberRole::ps, i + 1));
+    members.push_back(member(MemberRole::worker, replicas + 1));
+    form(core, members, 0);
+    return core;
+  };
+  auto ready = [](CoordinatorCore& core) {
+    for (uint32_t i = 0; i < core.members().size(); ++i) {
+      CoordinatorEffects fx;
+      core.on_message({i, Ready{}}, 0, fx);
+    }
+  };
+  auto core = cluster(2);
+  ready(core);
+  CoordinatorEffects left;
+  core.on_message({1, Leave{"stopped by SIGTERM"}}, 500, left);
+  BOOST_TEST(left.failed.ok(), left.failed.message());
+  BOOST_TEST(
+      logged(left, "ps member 1 at tcp://10.0.0.2:7000 left (stopped by SIGTERM); failover"));
+  const auto promote = sent<ShardsMoved>(left);
+  BOOST_REQUIRE_EQUAL(promote.size(), 1u);
+  BOOST_TEST(promote[0].first == "tcp://10.0.0.1:7000");
+  BOOST_TEST((promote[0].second.shards == std::vector<NodeId>{1}));
+  BOOST_TEST(core.totals().failovers == 1u);
+  // Its heartbeats stop now: that is no second loss.
+  for (uint64_t now = 1'000; now <= 12'000; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({0, Heartbeat{now}}, now, fx);
+    core.on_message({2, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    BOOST_REQUIRE(fx.failed.ok());
+    BOOST_TEST(sent<NodesLost>(fx).empty());
+  }
+  CoordinatorEffects promoted;
+  core.on_message({0, Promoted{{1}}}, 12'100, promoted);
+  BOOST_TEST(sent<ShardsMoved>(promoted).size() == 1u);  // to the worker
+
+  // Before the start there is nothing to fail over to yet; under replicated:3 this version
+  // does not promote.
+  auto early = cluster(2);
+  CoordinatorEffects gone;
+  early.on_message({1, Leave{"stopped by SIGTERM"}}, 0, gone);
+  BOOST_TEST(gone.failed.message().find("its shards are gone") != std::string::npos,
+             gone.failed.message());
+  auto three = cluster(3);
+  ready(three);
+  CoordinatorEffects ended;
+  three.on_message({1, Leave{"stopped by SIGTERM"}}, 500, ended);
+  BOOST_TEST(
+      ended.failed.message().find("promotes one only under replicated:2") != std::string::npos,
+      ended.failed.message());
+}
