@@ -196,7 +196,7 @@ struct Bridge::Impl {
       if (Status s = layout->check_ps_message(m.ps, m.receiver, origin); !s.ok()) {
         // Sent by a shard's last server before a failover moved the shard, and still on the
         // way then: dropped, but no lie.
-        if (layout->served_before(m.ps, origin)) {
+        if (layout->served_before(m.ps, m.receiver, origin)) {
           ++late;
           return;
         }
@@ -421,6 +421,15 @@ void Bridge::unmark_lost(const std::vector<NodeId>& nodes) {
 std::vector<std::pair<std::string, uint64_t>> Bridge::bad_messages_by_peer() const {
   std::lock_guard lock(impl_->bad_mu);
   return {impl_->bad_by_peer.begin(), impl_->bad_by_peer.end()};
+}
+
+std::string late_from_moved_line(const BridgeStats& stats) {
+  const uint64_t n = stats.late_from_moved;
+  if (n == 0) return {};
+  return fmt::format(
+      "dropped {} message{} that a failed-over shard's last server sent before the failover "
+      "(late, not counted as bad)",
+      n, n == 1 ? "" : "s");
 }
 
 BridgeStats Bridge::stats() const {

@@ -82,6 +82,9 @@ struct BridgeStats {
   uint64_t late_from_moved = 0;
 };
 
+// The log line for BridgeStats::late_from_moved; empty when there were none.
+std::string late_from_moved_line(const BridgeStats& stats);
+
 class Bridge {
  public:
   using ControlHandler = std::function<void(ControlMessage&&)>;

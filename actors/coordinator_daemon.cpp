@@ -142,6 +142,7 @@ class Coordinator {
         stores.push_back(m.store);
     result_.store = fmt::format("{}", fmt::join(stores, "; "));
     const BridgeStats bs = p_.bridge->stats();
+    if (std::string late = late_from_moved_line(bs); !late.empty()) log_(late);
     result_.bad_messages = bs.bad_messages + t.counters.bad_messages;
     result_.refused_peers = bs.refused_peers;
     return result_;

@@ -243,10 +243,12 @@ Status ClusterLayout::move_shard(NodeId shard, uint32_t member) {
   return Status();
 }
 
-bool ClusterLayout::served_before(const PsMessage& m, const MessageOrigin& origin) const {
+bool ClusterLayout::served_before(const PsMessage& m, NodeId receiver,
+                                  const MessageOrigin& origin) const {
   if (origin.kind != MessageOrigin::Kind::member) return false;
   const std::pair<NodeId, uint32_t> from{header_of(m).sender, origin.member};
-  return std::find(moved_from_.begin(), moved_from_.end(), from) != moved_from_.end();
+  return std::find(moved_from_.begin(), moved_from_.end(), from) != moved_from_.end() &&
+         check_ps_message(m, receiver, MessageOrigin{}).ok();
 }
 
 Status ClusterLayout::check_move(NodeId shard, uint32_t member) const {

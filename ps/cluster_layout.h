@@ -99,10 +99,11 @@ class ClusterLayout {
   Status move_shard(NodeId shard, uint32_t member);
   // What move_shard would fail with (ok: it would move the shard).
   Status check_move(NodeId shard, uint32_t member) const;
-  // Whether `m`, from `origin`, is in the name of a shard node that origin's member served
-  // before move_shard moved it away: sent then and still on the way, it is late, not forged
-  // (check_ps_message refuses it all the same).
-  bool served_before(const PsMessage& m, const MessageOrigin& origin) const;
+  // Whether `m`, for node `receiver` from `origin`, is in the name of a shard node that origin's
+  // member served before move_shard moved it away, and otherwise well-formed (check_ps_message
+  // allows it from an unknown origin): sent then and still on the way, it is late, not forged.
+  // check_ps_message refuses it all the same.
+  bool served_before(const PsMessage& m, NodeId receiver, const MessageOrigin& origin) const;
 
   // Whether `m`, received from `origin`, may be delivered to node `receiver`. Fails with
   // invalid_input saying why not, when: the receiver or the message's sender is not a node of

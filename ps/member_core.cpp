@@ -404,7 +404,8 @@ void MemberCore::stop(MemberEffects& out) {
     draining_ = true;
     out.log.push_back(welcome_.job.replicas == 2
                           ? "SIGTERM: draining the shards, then leaving: while training runs, "
-                            "the coordinator hands them to their backups (replicated:2)"
+                            "the coordinator hands them to their backups (replicated:2; the job "
+                            "ends if one has none left)"
                           : "SIGTERM: draining the shards");
     out.drain = true;
     return;

@@ -94,12 +94,12 @@ Status ShardPrimary::on_ack(uint32_t backup, const ReplicaAck& ack, Outbox& out)
   if (backup >= acked_.size())
     return Status::invalid_input("replication: an acknowledgement from backup " +
                                  std::to_string(backup) + ", which is not a backup of this shard");
-  // Sent before its member was declared lost (or left), and still on the way then.
-  if (lost_[backup]) return Status();
   if (ack.seq > seq_)
     return Status::invalid_input("replication: backup " + std::to_string(backup) +
                                  " acknowledged forward " + std::to_string(ack.seq) +
                                  ", past the last one sent (" + std::to_string(seq_) + ")");
+  // Sent before its member was declared lost (or left), and still on the way then.
+  if (lost_[backup]) return Status();
   acked_[backup] = std::max(acked_[backup], ack.seq);
   release(out);
   return Status();

@@ -489,9 +489,14 @@ BOOST_AUTO_TEST_CASE(killed_primary_fails_over_to_its_backup_and_the_job_finishe
     took_over |= fs::exists(step.path() / "shard-1") && fs::exists(step.path() / "shard-0");
   BOOST_TEST(took_over);
   BOOST_TEST(r["pushes_lost"].get<uint64_t>() == 0u);
-  // The restarted ps's join, refused; messages ps 1 sent before it died and that arrived after
-  // the failover are late, not lies.
-  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 1u);
+  // The restarted ps's joins, refused (a retry may come before the refusal); messages ps 1 sent
+  // before it died and that arrived after the failover are late, not lies.
+  size_t refused = 0;
+  for (size_t at = 0; (at = coord->log().find("refused member 1 at", at)) != std::string::npos;
+       ++at)
+    ++refused;
+  BOOST_TEST(refused >= 1u);
+  BOOST_TEST(r["bad_messages"].get<uint64_t>() == refused);
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 480000u);
   // Shard 0 lost its backup with ps1 and shard 1 was promoted: none is replicated at the end,
   // so nothing was compared.
@@ -718,9 +723,7 @@ BOOST_AUTO_TEST_CASE(a_primary_on_another_host_fails_over,
   const auto r = report("netns-failover.json");
   BOOST_TEST(r["failovers"].get<int>() == 1);
   BOOST_TEST(r["pushes_lost"].get<uint64_t>() == 0u);
-  // The restarted ps's join, refused; messages ps 1 sent before it died and that arrived after
-  // the failover are late, not lies.
-  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 1u);
+  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u);  // what ps 1 sent before: late, no lie
   BOOST_TEST(r["train_samples"].get<uint64_t>() == 480000u);
   const double logloss = r["test_logloss"].get<double>();
   BOOST_TEST_MESSAGE("failed over across hosts " << logloss << " vs embedded " << expected);

@@ -414,10 +414,17 @@ BOOST_AUTO_TEST_CASE(a_shard_moves_only_to_a_member_holding_its_backup) {
   BOOST_TEST(!l.check_ps_message(ack, 2, p1).ok());
   // Member 1's ack is refused, but it served shard 1 before: late, not forged. Nobody else
   // served it, and member 1 never served shard 0.
-  BOOST_TEST(l.served_before(ack, p1));
-  BOOST_TEST(!l.served_before(ack, p0));
-  BOOST_TEST(!l.served_before(ack, MessageOrigin::of_member(2)));
-  BOOST_TEST(!l.served_before(ack, MessageOrigin::of_coordinator()));
-  BOOST_TEST(!l.served_before(PushAck{{0, 1, 0}}, p1));
+  BOOST_TEST(l.served_before(ack, 2, p1));
+  BOOST_TEST(!l.served_before(ack, 2, p0));
+  BOOST_TEST(!l.served_before(ack, 2, MessageOrigin::of_member(2)));
+  BOOST_TEST(!l.served_before(ack, 2, MessageOrigin::of_coordinator()));
+  BOOST_TEST(!l.served_before(PushAck{{0, 1, 0}}, 2, p1));
+  // What a shard never sends, in its name, is a lie still: a request, a reply to a shard, a
+  // forward to a backup of another shard.
+  BOOST_TEST(!l.served_before(PushRequest{{1, 1, 1}, 1, {7}, {}}, 0, p1));
+  BOOST_TEST(!l.served_before(ack, 0, p1));
+  const ReplicaForward forward{{1, 1, 0}, 1, 0, false, ClockAdvance{}};
+  BOOST_TEST(l.served_before(forward, 5, p1));   // to its own backup: late
+  BOOST_TEST(!l.served_before(forward, 4, p1));  // to shard 0's backup: a lie
   BOOST_TEST(l.durable_shards());  // replicated: clients keep pushes until acknowledged
 }

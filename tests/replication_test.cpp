@@ -719,7 +719,8 @@ BOOST_AUTO_TEST_CASE(lies_and_gaps_on_the_replication_links_are_refused) {
       replies, sent);
   BOOST_REQUIRE(two->on_backup_lost(0, replies).ok());
   BOOST_TEST(two->on_ack(0, {{}, 1}, replies).ok());
-  BOOST_TEST(replies.empty());  // backup 1 has not acknowledged
+  BOOST_TEST(!two->on_ack(0, {{}, 2}, replies).ok());  // past the last forward: a lie still
+  BOOST_TEST(replies.empty());                         // backup 1 has not acknowledged
   BOOST_TEST(two->held() == 1u);
   BOOST_TEST(!two->on_ack(1, {{}, 5}, replies).ok());
   BOOST_REQUIRE(two->on_ack(1, {{}, 1}, replies).ok());
