@@ -1007,6 +1007,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
         h.load->rows_pulled = read_keys(l.getRowsPulled());
         for (auto k : l.getHotKeys())
           h.load->hot_keys.push_back({k.getShard(), k.getKey(), k.getPulls()});
+        for (uint32_t n : l.getShards()) h.load->shards.push_back(n);
       }
       m.body = std::move(h);
       return Status();
@@ -1216,6 +1217,8 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
               hot[k].setKey(b.load->hot_keys[k].key);
               hot[k].setPulls(b.load->hot_keys[k].pulls);
             }
+            auto shards = l.initShards(static_cast<unsigned>(b.load->shards.size()));
+            for (unsigned k = 0; k < shards.size(); ++k) shards.set(k, b.load->shards[k]);
           }
         } else if constexpr (std::is_same_v<T, MemberDone>) {
           auto d = c.initDone();

@@ -194,6 +194,7 @@ class Member {
     if (auto* d = std::get_if<MemberDone>(&body)) {
       add_summary(*d);
       log_skips();
+      if (std::string late = late_from_moved_line(p_.bridge->stats()); !late.empty()) log_(late);
       if (d->error.empty())
         log_(fmt::format("done: {} samples in {} steps ({} skipped)", d->counters.samples,
                          d->counters.steps, d->counters.steps_skipped));
@@ -237,18 +238,24 @@ class Member {
       l.push_latency = counts(*worker_metrics_->push_seconds, load_latency_buckets);
     } else {
       if (!core_->layout()) return std::nullopt;
-      const NodeId first = in_layout().first_node;
-      if (sh.shard_rows.size() != first + o_.count) return std::nullopt;
-      for (size_t s = first; s < sh.shard_rows.size(); ++s) {
+      // The shards it serves (its own, and any promoted here), in node order; not its backups.
+      const NodeId shards = core_->layout()->shards();
+      for (const auto& [s, actor] : row_actors_) {
+        if (s >= shards) continue;
+        if (s >= sh.shard_rows.size()) return std::nullopt;  // not built yet
+        l.shards.push_back(s);
         // Pulled first (acquire; the shard stores it after served): never more than served.
         l.rows_pulled.push_back(sh.shard_rows_pulled[s].load(std::memory_order_acquire));
         l.rows_served.push_back(sh.shard_rows[s].load());
         l.rows_memory_bytes += sh.shard_bytes[s].load();
       }
+      if (l.shards.empty()) return std::nullopt;
       static_assert(monitor::hot_keys_listed <= load_hot_keys_per_shard_max);
-      for (const monitor::HotKeyCount& h : monitor::shard_hot_keys(*metrics_))
-        if (h.shard >= first && h.shard < first + o_.count)
-          l.hot_keys.push_back({h.shard - first, h.key, h.pulls});
+      for (const monitor::HotKeyCount& h : monitor::shard_hot_keys(*metrics_)) {
+        auto at = std::find(l.shards.begin(), l.shards.end(), h.shard);
+        if (at != l.shards.end())
+          l.hot_keys.push_back({static_cast<uint32_t>(at - l.shards.begin()), h.key, h.pulls});
+      }
     }
     l.rss_bytes = static_cast<uint64_t>(monitor::resident_bytes());
     return l;
@@ -333,7 +340,9 @@ class Member {
         sh.worker_busy_ns.emplace_back(0);
         sh.worker_steps.emplace_back(0);
       } else {
-        while (sh.shard_rows.size() <= n) {
+        // Every shard's, under replication: a failover may move any of them here (promote).
+        const size_t counted = layout.replicas() > 1 ? layout.shards() : n + 1;
+        while (sh.shard_rows.size() < counted) {
           sh.shard_rows.emplace_back(0);
           sh.shard_rows_pulled.emplace_back(0);
           sh.shard_bytes.emplace_back(0);
@@ -848,10 +857,7 @@ class Member {
                    });
     const BridgeStats bridge = p_.bridge->stats();
     sum.bad_messages += bridge.bad_messages;
-    if (bridge.late_from_moved > 0)
-      log_(fmt::format("dropped {} message{} that a failed-over shard's last server sent before "
-                       "the failover (late, not counted as bad)",
-                       bridge.late_from_moved, bridge.late_from_moved == 1 ? "" : "s"));
+    if (std::string late = late_from_moved_line(bridge); !late.empty()) log_(late);
     sum.cpu_seconds = cpu_seconds() - cpu_start_;
     return sum;
   }

@@ -266,6 +266,7 @@ struct MemberLoad {
   pushLatency @7 :LoadHistogram;
   rowsPulled @8 :List(UInt64);  # a ps: by shard
   hotKeys @9 :List(LoadHotKey);  # a ps: its shards' most-pulled keys
+  shards @10 :List(UInt32);      # a ps: the shard nodes the by-shard lists describe
 }
 # ps/cluster_protocol.h LoadHistogram: per-bucket counts (the last +Inf's) and their sum.
 struct LoadHistogram {
@@ -273,7 +274,7 @@ struct LoadHistogram {
   sum @1 :Float64;
 }
 struct LoadHotKey {
-  shard @0 :UInt32;  # position among the member's shards
+  shard @0 :UInt32;  # position in MemberLoad.shards
   key @1 :UInt64;
   pulls @2 :UInt64;
 }

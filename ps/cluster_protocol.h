@@ -145,7 +145,7 @@ inline constexpr size_t load_hot_keys_per_shard_max = 16;
 
 // One of a shard's most-pulled keys, as a ps member's sketch estimates it (monitor/hot_keys.h).
 struct LoadHotKey {
-  uint32_t shard = 0;  // the shard's position among the member's shards
+  uint32_t shard = 0;  // the shard's position in MemberLoad::shards
   uint64_t key = 0;
   uint64_t pulls = 0;  // estimated pulls since the process started
   bool operator==(const LoadHotKey&) const = default;
@@ -154,11 +154,12 @@ struct LoadHotKey {
 // What a member process is doing, sent by `colony ps` and `colony worker` with each heartbeat
 // for the coordinator's load alerts (monitor/alerts.h) and dashboard. Counters are totals since
 // the process started; a worker member fills busy_ns and steps (one entry per replica it
-// hosts) and its replicas' staleness and latency histograms, a ps member rows_served,
-// rows_pulled and rows_memory_bytes (one entry per shard it hosts, in node order) and its
+// hosts) and its replicas' staleness and latency histograms, a ps member `shards` (the shard
+// nodes it serves: those it was placed with, and any it took over in a failover, in node order),
+// rows_served and rows_pulled (one entry per shard of `shards`), rows_memory_bytes and its
 // shards' hot keys. A histogram, rows_pulled or hot_keys may be empty (nothing counted). The
-// coordinator refuses a load that does not fit the member's role and count, or whose counters
-// went down (CoordinatorCore::on_message).
+// coordinator refuses a load that does not fit the member's role and count or the shards it
+// serves, or whose counters went down (CoordinatorCore::on_message).
 struct MemberLoad {
   uint64_t rss_bytes = 0;               // resident memory of the process
   uint64_t rows_memory_bytes = 0;       // a ps: memory its stores hold for the rows
@@ -172,6 +173,7 @@ struct MemberLoad {
   // A ps: each shard's most-pulled keys (at most load_hot_keys_per_shard_max a shard), each
   // a key of that shard.
   std::vector<LoadHotKey> hot_keys{};
+  std::vector<NodeId> shards{};  // a ps: what its by-shard entries describe, in node order
   bool operator==(const MemberLoad&) const = default;
 };
 

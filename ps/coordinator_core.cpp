@@ -194,6 +194,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
                               config_.job.replicas > 2
                                   ? " (their backups hold their rows, but this version promotes "
                                     "one only under replicated:2)"
+                              : config_.job.replicas == 2
+                                  ? " (its shards' backups take over only while training runs)"
                                   : ""),
                   out);
     if (!st.finished) lose(i, "left: " + leave->reason, now_ms, out);
@@ -816,6 +818,38 @@ void add_growth(std::vector<uint64_t>& total, const std::vector<uint64_t>& now,
   }
 }
 
+// Whether a ps's load lists fewer shards than `before` did (a member serves more shards after a
+// failover, never fewer), or counts fewer rows served or pulled on one of them.
+bool shard_went_down(const MemberLoad& now, const MemberLoad& before) {
+  if (now.rows_pulled.empty() && !before.rows_pulled.empty()) return true;
+  for (size_t k = 0; k < before.shards.size(); ++k) {
+    auto at = std::find(now.shards.begin(), now.shards.end(), before.shards[k]);
+    if (at == now.shards.end()) return true;
+    const size_t j = static_cast<size_t>(at - now.shards.begin());
+    if (now.rows_served[j] < before.rows_served[k]) return true;
+    if (!before.rows_pulled.empty() && now.rows_pulled[j] < before.rows_pulled[k]) return true;
+  }
+  return false;
+}
+
+// total[shard] += now - before, shard by shard, as add_growth.
+void add_shard_growth(std::map<NodeId, uint64_t>& total, const std::vector<NodeId>& shards,
+                      const std::vector<uint64_t>& now, const MemberLoad* before,
+                      const std::vector<uint64_t> MemberLoad::*counter) {
+  for (size_t k = 0; k < now.size(); ++k) {
+    uint64_t was = 0;
+    if (before) {
+      const std::vector<uint64_t>& then = before->*counter;
+      auto at = std::find(before->shards.begin(), before->shards.end(), shards[k]);
+      const size_t j = static_cast<size_t>(at - before->shards.begin());
+      if (at != before->shards.end() && j < then.size()) was = then[j];
+    }
+    uint64_t& t = total[shards[k]];
+    const uint64_t grew = now[k] - was;
+    t = grew > UINT64_MAX - t ? UINT64_MAX : t + grew;
+  }
+}
+
 void add_growth(LoadHistogram& total, const LoadHistogram& now, const LoadHistogram* before) {
   add_growth(total.counts, now.counts, before ? &before->counts : nullptr);
   total.sum += now.sum - (before ? before->sum : 0.0);
@@ -835,26 +869,40 @@ std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) co
       return fmt::format("busy times for {} and steps for {} replicas from a worker of {}",
                          load.busy_ns.size(), load.steps.size(), m.count);
     if (!load.rows_served.empty() || load.rows_memory_bytes || !load.rows_pulled.empty() ||
-        !load.hot_keys.empty())
-      return "rows served, pulled or held, or hot keys, from a worker";
+        !load.hot_keys.empty() || !load.shards.empty())
+      return "shards, rows served, pulled or held, or hot keys, from a worker";
     for (std::string why :
          {histogram_refused("read staleness", load.staleness, load_staleness_buckets),
           histogram_refused("pull latency", load.pull_latency, load_latency_buckets),
           histogram_refused("push latency", load.push_latency, load_latency_buckets)})
       if (!why.empty()) return why;
   } else {
-    if (load.rows_served.size() != m.count)
-      return fmt::format("rows served by {} shards from a ps of {}", load.rows_served.size(),
-                         m.count);
+    // The shards it serves: those it was placed with, and any a failover moved to it (the
+    // layout moves them when the coordinator asks it to promote its backups).
+    if (load.shards.empty()) return "a ps load naming no shard";
+    for (size_t k = 0; k < load.shards.size(); ++k) {
+      const NodeId shard = load.shards[k];
+      if (k > 0 && shard <= load.shards[k - 1])
+        return fmt::format("shards {} and {}, out of node order", load.shards[k - 1], shard);
+      const bool placed = shard >= m.first_node && shard < m.first_node + m.count;
+      const bool serves =
+          layout_ ? shard < layout_->shards() && layout_->owner(shard) == i : placed;
+      if (!serves)
+        return fmt::format("a load of shard {}, which member {} does not serve", shard, i);
+    }
+    const size_t count = load.shards.size();
+    if (load.rows_served.size() != count)
+      return fmt::format("rows served by {} shards from a ps listing {}", load.rows_served.size(),
+                         count);
     const bool histograms = !load.staleness.counts.empty() || !load.pull_latency.counts.empty() ||
                             !load.push_latency.counts.empty();
     if (!load.busy_ns.empty() || !load.steps.empty() || histograms)
       return "busy times, steps or read and request histograms, from a ps";
     if (!load.rows_pulled.empty()) {
-      if (load.rows_pulled.size() != m.count)
-        return fmt::format("rows pulled from {} shards from a ps of {}", load.rows_pulled.size(),
-                           m.count);
-      for (uint32_t k = 0; k < m.count; ++k)
+      if (load.rows_pulled.size() != count)
+        return fmt::format("rows pulled from {} shards from a ps listing {}",
+                           load.rows_pulled.size(), count);
+      for (size_t k = 0; k < count; ++k)
         if (load.rows_pulled[k] > load.rows_served[k])
           return fmt::format("{} rows pulled from a shard that served {}", load.rows_pulled[k],
                              load.rows_served[k]);
@@ -867,9 +915,9 @@ std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) co
       }
       std::map<uint32_t, std::vector<uint64_t>> listed;  // by shard position
       for (const LoadHotKey& h : load.hot_keys) {
-        if (h.shard >= m.count)
-          return fmt::format("a hot key of shard {} from a ps of {}", h.shard, m.count);
-        const NodeId shard = m.first_node + h.shard;
+        if (h.shard >= count)
+          return fmt::format("a hot key of shard {} from a ps listing {}", h.shard, count);
+        const NodeId shard = load.shards[h.shard];
         if (shard_map_->shard_of(h.key) != shard)
           return fmt::format("hot key {} listed on shard {}, which does not hold it", h.key, shard);
         std::vector<uint64_t>& keys = listed[h.shard];
@@ -884,9 +932,7 @@ std::string CoordinatorCore::load_refused(uint32_t i, const MemberLoad& load) co
   const MemberState& st = state_[i];
   if (!st.load || st.load_incarnation != m.incarnation) return "";
   if (went_down(load.busy_ns, st.load->busy_ns) || went_down(load.steps, st.load->steps) ||
-      went_down(load.rows_served, st.load->rows_served) ||
-      went_down(load.rows_pulled, st.load->rows_pulled) ||
-      went_down(load.staleness, st.load->staleness) ||
+      shard_went_down(load, *st.load) || went_down(load.staleness, st.load->staleness) ||
       went_down(load.pull_latency, st.load->pull_latency) ||
       went_down(load.push_latency, st.load->push_latency))
     return "counters below those of its last heartbeat";
@@ -902,8 +948,10 @@ void CoordinatorCore::take_load(uint32_t i, const MemberLoad& load, uint64_t now
   const MemberLoad* before = st.load ? &*st.load : nullptr;
   add_growth(st.busy_ns_total, load.busy_ns, before ? &before->busy_ns : nullptr);
   add_growth(st.steps_total, load.steps, before ? &before->steps : nullptr);
-  add_growth(st.rows_served_total, load.rows_served, before ? &before->rows_served : nullptr);
-  add_growth(st.rows_pulled_total, load.rows_pulled, before ? &before->rows_pulled : nullptr);
+  add_shard_growth(st.rows_served_total, load.shards, load.rows_served, before,
+                   &MemberLoad::rows_served);
+  add_shard_growth(st.rows_pulled_total, load.shards, load.rows_pulled, before,
+                   &MemberLoad::rows_pulled);
   add_growth(st.staleness_total, load.staleness, before ? &before->staleness : nullptr);
   add_growth(st.pull_latency_total, load.pull_latency, before ? &before->pull_latency : nullptr);
   add_growth(st.push_latency_total, load.push_latency, before ? &before->push_latency : nullptr);
@@ -927,27 +975,29 @@ ClusterLoad CoordinatorCore::load() const {
       add_to(l.pull_latency, st.pull_latency_total);
       add_to(l.push_latency, st.push_latency_total);
     }
-    for (uint32_t k = 0; k < m.count; ++k) {
+    if (m.role == MemberRole::worker) {
       const bool counted = st.load.has_value();  // the totals have the member's count
-      if (m.role == MemberRole::worker) {
+      for (uint32_t k = 0; k < m.count; ++k) {
         l.worker_nodes.push_back(m.first_node + k);
         l.worker_members.push_back(i);
         l.worker_busy_s.push_back(counted ? double(st.busy_ns_total[k]) * 1e-9 : 0.0);
         l.worker_steps.push_back(counted ? st.steps_total[k] : 0);
-      } else {
-        const NodeId shard = m.first_node + k;
-        COLONY_ASSERT(shard < l.shard_rows.size(), "shard node {} beyond {} shards", shard,
-                      l.shard_rows.size());
-        l.shard_rows[shard] = counted ? st.rows_served_total[k] : 0;
-        l.shard_rows_pulled[shard] =
-            counted && k < st.rows_pulled_total.size() ? st.rows_pulled_total[k] : 0;
       }
+      continue;
     }
+    // A shard that failed over counts what each member that served it counted.
+    for (const auto& [shard, rows] : st.rows_served_total) {
+      COLONY_ASSERT(shard < l.shard_rows.size(), "shard node {} beyond {} shards", shard,
+                    l.shard_rows.size());
+      l.shard_rows[shard] += rows;
+    }
+    for (const auto& [shard, rows] : st.rows_pulled_total) l.shard_rows_pulled[shard] += rows;
     // A lost ps's shards are served by its next incarnation: the hot keys it listed last stay
-    // until then.
-    if (m.role == MemberRole::ps && st.load)
+    // until then, unless a failover moved the shard to another member.
+    if (st.load)
       for (const LoadHotKey& h : st.load->hot_keys)
-        l.hot_keys.push_back({m.first_node + h.shard, h.key, h.pulls});
+        if (const NodeId shard = st.load->shards[h.shard]; !layout_ || layout_->owner(shard) == i)
+          l.hot_keys.push_back({shard, h.key, h.pulls});
   }
   std::stable_sort(l.hot_keys.begin(), l.hot_keys.end(),
                    [](const LoadHotKey& a, const LoadHotKey& b) { return a.shard < b.shard; });

@@ -197,10 +197,12 @@ class CoordinatorCore {
   uint64_t samples_reported() const;  // from the latest heartbeats and final reports
   // Once past joining (empty before): the load the members' heartbeats reported. A heartbeat
   // whose load does not fit its member (a worker's busy times and steps, one per replica, and
-  // histograms of the protocol's buckets; a ps's rows served and pulled, one per shard, no more
-  // pulled than served, and hot keys that are keys of their shard, no key twice and at most
-  // load_hot_keys_per_shard_max a shard; nothing of the other role's) or whose counters went
-  // below its last one's is dropped whole, like any other lie (on_message).
+  // histograms of the protocol's buckets; a ps's shards, in node order, each one it serves now,
+  // rows served and pulled, one per shard listed, no more pulled than served, and hot keys that
+  // are keys of their shard, no key twice and at most load_hot_keys_per_shard_max a shard;
+  // nothing of the other role's) or whose counters went below its last one's (or that lists a
+  // shard fewer) is dropped whole, like any other lie (on_message). A shard that failed over
+  // sums the rows each of its servers counted; its hot keys are its current server's.
   ClusterLoad load() const;
   // Trained, and some ps member's ShardSummary is still awaited (until its deadline).
   bool summaries_pending() const;
@@ -222,7 +224,8 @@ class CoordinatorCore {
     // summed over incarnations.
     std::optional<MemberLoad> load{};
     uint64_t load_incarnation = 0;
-    std::vector<uint64_t> busy_ns_total{}, steps_total{}, rows_served_total{}, rows_pulled_total{};
+    std::vector<uint64_t> busy_ns_total{}, steps_total{};
+    std::map<NodeId, uint64_t> rows_served_total{}, rows_pulled_total{};  // a ps: by shard node
     LoadHistogram staleness_total{}, pull_latency_total{}, push_latency_total{};
   };
   explicit CoordinatorCore(const CoordinatorConfig& config, uint64_t now_ms);

@@ -46,6 +46,19 @@ std::vector<std::pair<std::string, T>> sent(const CoordinatorEffects& fx) {
   return out;
 }
 
+// `load` describing shard nodes `shards`.
+MemberLoad with_shards(MemberLoad load, std::vector<NodeId> shards) {
+  load.shards = std::move(shards);
+  return load;
+}
+
+// A ps's load: `rows_served` on shards 0, 1, ... (as many as it lists).
+MemberLoad ps_load(std::vector<uint64_t> rows_served, uint64_t memory_bytes = 0) {
+  std::vector<NodeId> shards;
+  for (NodeId s = 0; s < rows_served.size(); ++s) shards.push_back(s);
+  return with_shards(MemberLoad{1, memory_bytes, {}, {}, std::move(rows_served)}, shards);
+}
+
 bool logged(const CoordinatorEffects& fx, const std::string& text) {
   return std::any_of(fx.log.begin(), fx.log.end(),
                      [&](const std::string& l) { return l.find(text) != std::string::npos; });
@@ -782,8 +795,7 @@ BOOST_AUTO_TEST_CASE(heartbeat_loads_add_up_and_loads_that_cannot_be_the_members
     return MemberLoad{300u << 20, 0, {busy_ns}, {steps}, {}};
   };
   CoordinatorEffects fx;
-  core.on_message({0, Heartbeat{0, MemberLoad{500u << 20, 64u << 20, {}, {}, {1000, 3000}}}}, 200,
-                  fx);
+  core.on_message({0, Heartbeat{0, ps_load({1000, 3000}, 64u << 20)}}, 200, fx);
   core.on_message({1, Heartbeat{640, worker_load(2'000'000'000, 10)}}, 150, fx);
   BOOST_TEST(core.load().oldest_load_ms == 0u);  // member 2 has sent none
   core.on_message({2, Heartbeat{320, worker_load(1'000'000'000, 5)}}, 200, fx);
@@ -800,14 +812,19 @@ BOOST_AUTO_TEST_CASE(heartbeat_loads_add_up_and_loads_that_cannot_be_the_members
 
   // Well-formed lies, each with its sender's own key and index: dropped whole (the samples too).
   const std::vector<std::pair<uint32_t, MemberLoad>> lies = {
-      {1, MemberLoad{1, 0, {1, 2}, {1, 2}, {}}},          // two replicas from a worker of one
-      {1, MemberLoad{1, 0, {3'000'000'000}, {11}, {5}}},  // rows served, from a worker
-      {1, MemberLoad{1, 5, {3'000'000'000}, {11}, {}}},   // rows held, from a worker
-      {1, MemberLoad{1, 0, {1'000'000'000}, {11}, {}}},   // busy time went down
-      {2, MemberLoad{1, 0, {2'000'000'000}, {4}, {}}},    // steps went down
-      {0, MemberLoad{1, 0, {}, {}, {5000}}},              // one shard from a ps of two
-      {0, MemberLoad{1, 0, {7}, {7}, {2000, 4000}}},      // steps, from a ps
-      {0, MemberLoad{1, 0, {}, {}, {999, 4000}}},         // rows served went down
+      {1, MemberLoad{1, 0, {1, 2}, {1, 2}, {}}},              // two replicas from a worker of one
+      {1, MemberLoad{1, 0, {3'000'000'000}, {11}, {5}}},      // rows served, from a worker
+      {1, MemberLoad{1, 5, {3'000'000'000}, {11}, {}}},       // rows held, from a worker
+      {1, MemberLoad{1, 0, {1'000'000'000}, {11}, {}}},       // busy time went down
+      {2, MemberLoad{1, 0, {2'000'000'000}, {4}, {}}},        // steps went down
+      {1, with_shards(worker_load(3'000'000'000, 11), {0})},  // shards, from a worker
+      {0, with_shards(MemberLoad{1, 0, {}, {}, {5000}}, {0, 1})},  // one count for two shards
+      {0, ps_load({5000})},                                        // a shard fewer than before
+      {0, with_shards(MemberLoad{1, 0, {}, {}, {2000, 4000}}, {1, 0})},    // out of node order
+      {0, with_shards(MemberLoad{1, 0, {}, {}, {2000, 4000}}, {0, 2})},    // node 2 is no shard
+      {0, MemberLoad{1, 0, {}, {}, {2000, 4000}}},                         // naming no shard
+      {0, with_shards(MemberLoad{1, 0, {7}, {7}, {2000, 4000}}, {0, 1})},  // steps, from a ps
+      {0, ps_load({999, 4000})},                                           // rows served went down
   };
   for (const auto& [from, load] : lies) {
     CoordinatorEffects lie;
@@ -843,7 +860,7 @@ BOOST_AUTO_TEST_CASE(a_restarted_members_load_adds_to_what_its_last_incarnation_
     core.on_message({i, Ready{}}, 0, fx);
   }
   CoordinatorEffects fx;
-  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {5000}}}}, 100, fx);
+  core.on_message({0, Heartbeat{0, ps_load({5000})}}, 100, fx);
   BOOST_TEST(core.load().shard_rows[0] == 5000u);
   // Restarted at once: a new incarnation joins; it counts from 0.
   ps.incarnation = 2;
@@ -851,17 +868,17 @@ BOOST_AUTO_TEST_CASE(a_restarted_members_load_adds_to_what_its_last_incarnation_
   core.on_message({control_from_unknown, Join{ps}}, 200, back);
   BOOST_REQUIRE_EQUAL(sent<Welcome>(back).size(), 1u);
   core.on_message({0, Ready{}}, 300, back);
-  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {700}}}}, 400, back);
+  core.on_message({0, Heartbeat{0, ps_load({700})}}, 400, back);
   BOOST_TEST(core.totals().counters.bad_messages == 0u);
   BOOST_TEST(core.load().shard_rows[0] == 5700u);
-  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {900}}}}, 500, back);
+  core.on_message({0, Heartbeat{0, ps_load({900})}}, 500, back);
   BOOST_TEST(core.load().shard_rows[0] == 5900u);
   // Counts near the top, then a restart: the total stays at the top, never wraps back.
-  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {UINT64_MAX - 10}}}}, 600, back);
+  core.on_message({0, Heartbeat{0, ps_load({UINT64_MAX - 10})}}, 600, back);
   ps.incarnation = 3;
   core.on_message({control_from_unknown, Join{ps}}, 700, back);
   core.on_message({0, Ready{}}, 800, back);
-  core.on_message({0, Heartbeat{0, MemberLoad{1, 0, {}, {}, {1'000'000}}}}, 900, back);
+  core.on_message({0, Heartbeat{0, ps_load({1'000'000})}}, 900, back);
   BOOST_TEST(core.load().shard_rows[0] == UINT64_MAX);
 }
 
@@ -888,7 +905,7 @@ BOOST_AUTO_TEST_CASE(histograms_and_hot_keys_in_loads_add_up_and_impossible_ones
     return l;
   };
   auto ps = [&](std::vector<LoadHotKey> hot) {
-    MemberLoad l{1, 0, {}, {}, {500, 700}};
+    MemberLoad l = ps_load({500, 700});
     l.rows_pulled = {300, 600};
     l.hot_keys = std::move(hot);
     return l;
@@ -943,14 +960,14 @@ BOOST_AUTO_TEST_CASE(histograms_and_hot_keys_in_loads_add_up_and_impossible_ones
       {1, fewer_reads, "counters below those of its last heartbeat"},
       {1, less_time, "counters below those of its last heartbeat"},
       {2, nan_sum, "pull latency summing to nan"},
-      {2, from_worker, "rows served, pulled or held, or hot keys, from a worker"},
+      {2, from_worker, "shards, rows served, pulled or held, or hot keys, from a worker"},
       {0, from_ps, "busy times, steps or read and request histograms, from a ps"},
       {0, pulled_over_served, "501 rows pulled from a shard that served 500"},
       {0, pulled_down, "counters below those of its last heartbeat"},
-      {0, one_shard, "rows pulled from 1 shards from a ps of 2"},
+      {0, one_shard, "rows pulled from 1 shards from a ps listing 2"},
       {0, ps({{0, keys_of[1][0], 5}}),
        fmt::format("hot key {} listed on shard 0, which does not hold it", keys_of[1][0])},
-      {0, ps({{2, keys_of[0][0], 5}}), "a hot key of shard 2 from a ps of 2"},
+      {0, ps({{2, keys_of[0][0], 5}}), "a hot key of shard 2 from a ps listing 2"},
       {0, ps({{1, keys_of[1][0], 5}, {1, keys_of[1][0], 6}}),
        fmt::format("hot key {} listed twice", keys_of[1][0])},
       {0, ps(too_many), "over 16 hot keys for shard 0"},
@@ -1110,6 +1127,18 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
   };
   auto core = cluster(2);
   ready(core);
+  // The loads of the shards, before: each ps serves its own, and no other's.
+  const ShardMap map = ShardMap::make(core.layout().map).value();
+  uint64_t key_of[2] = {0, 0};  // a key of each shard
+  for (uint64_t key = 1; !key_of[0] || !key_of[1]; ++key) key_of[map.shard_of(key)] = key;
+  MemberLoad ps1 = with_shards(MemberLoad{1, 0, {}, {}, {100}}, {1});
+  ps1.hot_keys = {{0, key_of[1], 9}};
+  CoordinatorEffects loads;
+  core.on_message({0, Heartbeat{0, ps_load({40})}}, 400, loads);
+  core.on_message({1, Heartbeat{0, ps1}}, 400, loads);
+  core.on_message({0, Heartbeat{0, ps_load({50, 5})}}, 400, loads);  // not its shard 1 yet
+  BOOST_TEST(core.totals().counters.bad_messages == 1u);
+  BOOST_TEST((core.load().shard_rows == std::vector<uint64_t>{40, 100}));
   CoordinatorEffects left;
   core.on_message({1, Leave{"stopped by SIGTERM"}}, 500, left);
   BOOST_TEST(left.failed.ok(), left.failed.message());
@@ -1132,6 +1161,17 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
   CoordinatorEffects promoted;
   core.on_message({0, Promoted{{1}}}, 12'100, promoted);
   BOOST_TEST(sent<ShardsMoved>(promoted).size() == 1u);  // to the worker
+  // Member 0 now serves shard 1 as well: its load lists it (a load from before the promotion
+  // listed shard 0 alone), and the shard's rows add to what member 1 counted; the hot keys are
+  // member 0's.
+  MemberLoad both = ps_load({60, 30});
+  both.hot_keys = {{1, key_of[1], 4}};
+  core.on_message({0, Heartbeat{0, both}}, 12'200, promoted);
+  BOOST_TEST(core.totals().counters.bad_messages == 1u);
+  const ClusterLoad after = core.load();
+  BOOST_TEST((after.shard_rows == std::vector<uint64_t>{60, 130}));
+  BOOST_REQUIRE_EQUAL(after.hot_keys.size(), 1u);
+  BOOST_TEST((after.hot_keys[0] == LoadHotKey{1, key_of[1], 4}));
 
   // Before the start there is nothing to fail over to yet; under replicated:3 this version
   // does not promote.

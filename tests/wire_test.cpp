@@ -608,6 +608,8 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   load.rows_pulled = counts(rng.next() % 40);
   for (uint64_t k = rng.next() % 40; k > 0; --k)
     load.hot_keys.push_back({static_cast<uint32_t>(rng.next()), rng.next(), rng.next()});
+  for (uint64_t k = rng.next() % 40; k > 0; --k)
+    load.shards.push_back(static_cast<NodeId>(rng.next()));
   return {
       {from, Join{random_member(rng)}},
       {from, std::move(w)},

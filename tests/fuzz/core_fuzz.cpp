@@ -182,6 +182,29 @@ std::vector<ShardCheckpoint> checkpoints_of(Input& in) {
   return v;
 }
 
+// A member's load, mostly small and often a ps's that fits (shards in order, as many counters).
+MemberLoad load_of(Input& in) {
+  auto counts = [&](uint32_t n) {
+    std::vector<uint64_t> v(n);
+    for (uint64_t& x : v) x = in.below(4) == 0 ? in.u64() : in.below(1000);
+    return v;
+  };
+  MemberLoad l;
+  l.rss_bytes = in.u64();
+  if (in.flag()) {  // a worker's
+    l.busy_ns = counts(in.below(4));
+    l.steps = counts(in.below(4));
+    return l;
+  }
+  for (NodeId n = 0, k = in.below(4); k > 0; --k) l.shards.push_back(n += in.below(3));
+  const auto size = [&] { return in.below(4) == 0 ? in.below(4) : uint32_t(l.shards.size()); };
+  l.rows_served = counts(size());
+  l.rows_pulled = counts(in.flag() ? 0 : size());
+  for (uint32_t k = in.below(3); k > 0; --k)
+    l.hot_keys.push_back({in.below(4), in.below(64), in.below(100)});
+  return l;
+}
+
 ControlBody body_of(Input& in) {
   switch (in.below(20)) {
     case 18:
@@ -209,7 +232,7 @@ ControlBody body_of(Input& in) {
     case 3:
       return Start{};
     case 4:
-      return Heartbeat{in.u64()};
+      return in.flag() ? Heartbeat{in.u64(), load_of(in)} : Heartbeat{in.u64()};
     case 5: {
       MemberDone d;
       d.error = in.flag() ? in.text() : std::string();
