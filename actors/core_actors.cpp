@@ -172,6 +172,7 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
                                      std::shared_ptr<ShardReplication> replication) {
   if (shared->metrics)
     self->state.metrics = monitor::shard_instruments(*shared->metrics, core->config().shard_index);
+  self->state.before = self->state.counted = core->stats();
   auto handle = [self, core, shared, replication](PsMessage m) {
     auto& st = self->state;
     if (st.metrics) count_request(*st.metrics, m);
@@ -206,10 +207,14 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       st.updates_refused_reported = n;
     }
     if (const uint32_t s = core->config().shard_index; s < shared->shard_rows.size()) {
-      shared->shard_rows[s].store(core->stats().rows_pulled + core->stats().rows_pushed,
-                                  std::memory_order_relaxed);
+      const ShardStats& now = core->stats();
+      const ShardStats& before = self->state.before;
+      shared->shard_rows[s].store(
+          now.rows_pulled + now.rows_pushed - before.rows_pulled - before.rows_pushed,
+          std::memory_order_relaxed);
       // After shard_rows: a reader that loads this first reads no fewer rows served than pulled.
-      shared->shard_rows_pulled[s].store(core->stats().rows_pulled, std::memory_order_release);
+      shared->shard_rows_pulled[s].store(now.rows_pulled - before.rows_pulled,
+                                         std::memory_order_release);
       shared->shard_bytes[s].store(core->store().memory_bytes(), std::memory_order_relaxed);
     }
   };

@@ -37,6 +37,9 @@ struct shard_state {
   // With metrics: the instruments, and the core's stats they have counted up to.
   std::optional<monitor::ShardInstruments> metrics;
   ShardStats counted;
+  // The core's stats when this actor began serving it: a promoted backup's core counted the
+  // forwards it applied as a backup, which are no rows this shard served.
+  ShardStats before;
   uint64_t updates_refused_reported = 0;  // ShardStats::updates_not_finite told JobShared
   // With a timeline: the pulls its core held (the gate), by (sender, request id), since when.
   std::map<std::pair<NodeId, uint64_t>, std::chrono::steady_clock::time_point> pulls_held;
@@ -97,8 +100,8 @@ struct JobShared {
   std::shared_ptr<monitor::Registry> metrics;
   // The timeline the actors record their spans into (`--timeline`); null: none.
   std::shared_ptr<monitor::TimelineRecorder> timeline;
-  // Load, for the driver's alerts (monitor/alerts.h), where the driver sized these before the
-  // actors started (the embedded cluster does; the daemons do not): each worker's busy
+  // Load, for the driver's alerts (monitor/alerts.h) and a member daemon's heartbeats, where
+  // the driver sized these before the actors started: each worker's busy
   // nanoseconds and steps, by slot (worker_slot maps its node id), and each shard's rows served
   // (pulled and pushed), rows pulled and the memory its rows hold (RowStore::memory_bytes), by
   // shard index.

@@ -986,12 +986,15 @@ ClusterLoad CoordinatorCore::load() const {
       continue;
     }
     // A shard that failed over counts what each member that served it counted.
+    auto add = [](uint64_t& sum, uint64_t rows) {  // saturating, as the totals are
+      sum = rows > UINT64_MAX - sum ? UINT64_MAX : sum + rows;
+    };
     for (const auto& [shard, rows] : st.rows_served_total) {
       COLONY_ASSERT(shard < l.shard_rows.size(), "shard node {} beyond {} shards", shard,
                     l.shard_rows.size());
-      l.shard_rows[shard] += rows;
+      add(l.shard_rows[shard], rows);
     }
-    for (const auto& [shard, rows] : st.rows_pulled_total) l.shard_rows_pulled[shard] += rows;
+    for (const auto& [shard, rows] : st.rows_pulled_total) add(l.shard_rows_pulled[shard], rows);
     // A lost ps's shards are served by its next incarnation: the hot keys it listed last stay
     // until then, unless a failover moved the shard to another member.
     if (st.load)

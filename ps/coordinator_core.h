@@ -133,7 +133,8 @@ struct CoordinatorTotals {
 
 // The members' load as their heartbeats told it (MemberLoad), for the driver's load alerts
 // (monitor/alerts.h). Counters are totals since the job started, summed over the incarnations
-// of a restarted member; 0 for a member that has sent none.
+// of a restarted member and over the members a failed-over shard was served by (saturating);
+// 0 for a member that has sent none.
 struct ClusterLoad {
   // By worker replica, in member order (the replicas' node ids and members alongside).
   std::vector<NodeId> worker_nodes;
