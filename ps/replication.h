@@ -33,9 +33,11 @@
 // promoted primary reckons differently from its backups until every sender has resynced.
 //
 // A new backup in place of a lost or promoted one (ShardPrimary::add_backup): the driver copies the
-// primary's rows into a store, makes a core over it with ShardCore::replica, and a backup of it
-// with ShardBackup::rebuilt; from then on the primary forwards to it as to the others. So a shard
-// that lost a replica gets K again, and survives another K - 1 failures.
+// primary's rows into a store, makes a core over it with ShardCore::replica (in another process:
+// ShardCore::from_replica_state, from the rows and the primary core's replica_state(), which it
+// checks as the input off the wire it is), and a backup of it with ShardBackup::rebuilt; from
+// then on the primary forwards to it as to the others. So a shard that lost a replica gets K
+// again, and survives another K - 1 failures.
 //
 // What is not here (the drivers' part, docs/storage.md): placing backups in other processes,
 // a coordinator that declares a primary lost and re-routes its shard, and copying the rows across

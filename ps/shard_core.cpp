@@ -723,17 +723,79 @@ void ShardCore::evict_stale_rows() {
 }
 
 Expected<std::unique_ptr<ShardCore>> ShardCore::replica(std::unique_ptr<RowStore> store) const {
-  auto made = make(config_, std::move(store));
+  return from_replica_state(config_, std::move(store), replica_state());
+}
+
+ReplicaState ShardCore::replica_state() const {
+  ReplicaState s;
+  s.clocks = sender_clocks();
+  std::vector<NodeId> pending;
+  for (const auto& [sender, p] : parts_) pending.push_back(sender);
+  std::sort(pending.begin(), pending.end());
+  for (NodeId sender : pending)
+    for (const PushRequest& p : parts_.at(sender).parts) s.parts.push_back(p);
+  s.keys_dropped.assign(keys_dropped_.begin(), keys_dropped_.end());
+  std::sort(s.keys_dropped.begin(), s.keys_dropped.end());
+  s.last_checkpoint = last_checkpoint_;
+  return s;
+}
+
+Expected<std::unique_ptr<ShardCore>> ShardCore::from_replica_state(const ShardConfig& config,
+                                                                   std::unique_ptr<RowStore> store,
+                                                                   const ReplicaState& state) {
+  auto made = make(config, std::move(store));
   if (!made) return made.status();
   ShardCore& c = **made;
-  c.clocks_ = clocks_;
-  c.parts_ = parts_;
-  c.keys_dropped_ = keys_dropped_;
-  c.last_checkpoint_ = last_checkpoint_;
-  c.next_eviction_scan_ = next_eviction_scan_;
+  auto refuse = [&](const std::string& why) {
+    return Status::invalid_input(
+        fmt::format("the copy of shard {} for a new backup: {}", config.shard_index, why));
+  };
+  if (state.clocks.size() != c.clocks_.size())
+    return refuse(fmt::format("it names {} senders' clocks; the shard has {} senders",
+                              state.clocks.size(), c.clocks_.size()));
+  std::unordered_set<NodeId> seen;
+  for (const auto& [node, clock] : state.clocks) {
+    auto it = c.clocks_.find(node);
+    if (it == c.clocks_.end()) return refuse(fmt::format("node {} is not a sender", node));
+    if (!seen.insert(node).second) return refuse(fmt::format("node {}'s clock comes twice", node));
+    it->second = clock;
+  }
   uint32_t m = clock_done;
   for (const auto& [sender, clock] : c.clocks_) m = std::min(m, clock);
   c.min_clock_ = m;
+  // Each part is taken as the primary's core took it (the same checks), and must be kept.
+  Outbox replies;
+  for (size_t i = 0; i < state.parts.size(); ++i) {
+    const PushRequest& p = state.parts[i];
+    const NodeId sender = p.header.sender;
+    if (!p.more || !c.clocks_.count(sender))
+      return refuse(fmt::format("part {} (from node {}) is {}", i, sender,
+                                p.more ? "not from a sender" : "the last of its push"));
+    const size_t before = c.parts_.count(sender) ? c.parts_.at(sender).parts.size() : 0;
+    replies.clear();
+    c.take_push(p, &p.keys, replies);
+    const size_t after = c.parts_.count(sender) ? c.parts_.at(sender).parts.size() : 0;
+    if (after == before + 1) continue;
+    for (const Outgoing& o : replies)
+      if (const auto* e = std::get_if<PsError>(&o.message))
+        return refuse(fmt::format("part {} (from node {}): {}", i, sender, e->message));
+    return refuse(fmt::format(
+        "part {} (from node {}, step {}) does not follow the parts before it, or its push of that "
+        "step was applied",
+        i, sender, p.clock));
+  }
+  c.stats_ = {};  // the parts were counted where they came
+  for (const auto& [sender, clock] : state.keys_dropped) {
+    if (!c.clocks_.count(sender))
+      return refuse(fmt::format("node {}, refused for keys left out, is not a sender", sender));
+    c.keys_dropped_[sender] = clock;
+  }
+  const uint32_t every = config.checkpoint_every;
+  if (state.last_checkpoint != 0 &&
+      (every == 0 || state.last_checkpoint % every != 0 || state.last_checkpoint > m))
+    return refuse(fmt::format("its last checkpoint, step {}, is not a checkpoint step reached",
+                              state.last_checkpoint));
+  c.last_checkpoint_ = state.last_checkpoint;
   return made;
 }
 

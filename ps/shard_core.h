@@ -160,6 +160,20 @@ struct RowNotFinite {
   uint32_t clock = 0;  // the push's step
 };
 
+// What a new backup's core takes from its primary's besides the rows (ShardCore::replica_state,
+// ShardCore::from_replica_state), so that a backup can be built in another process: every
+// sender's clock, the parts of pushes whose last part has not come, the senders whose push was
+// refused for keys left out, and the step of the last checkpoint. Not what only a primary keeps
+// (pulls waiting or answered, a resync's progress): a backup never answers.
+struct ReplicaState {
+  std::vector<std::pair<NodeId, uint32_t>> clocks;  // every sender's, by node id
+  // The kept parts of unfinished pushes, by sender and then in the order taken, each with its
+  // keys (those of the pull it names filled in).
+  std::vector<PushRequest> parts;
+  std::vector<std::pair<NodeId, uint32_t>> keys_dropped;  // sender, the refused push's clock
+  uint32_t last_checkpoint = 0;
+};
+
 class ShardCore {
  public:
   // Fails with invalid_input for a bad optimizer setting, an empty sender list, a shard
@@ -183,10 +197,25 @@ class ShardCore {
   // from its live primary): the same configuration over `store`, which must hold this core's rows
   // as they are now (the driver copies them), and what applying the same forwards further depends
   // on: each sender's clock, the parts of pushes whose last part has not come, the pushes refused
-  // for keys left out, and the clocks of the next checkpoint and eviction scan. Not what only a
-  // primary keeps (pulls waiting or answered, a resync's progress): a backup never answers. Fails
-  // as make() does (a store whose rows are not row_floats(config()) floats).
+  // for keys left out, and the step of the last checkpoint (replica_state()); not the eviction
+  // scan's, as replication refuses eviction. Not what only a primary keeps (pulls waiting or
+  // answered, a resync's progress): a backup never answers. Fails as make() does (a store whose
+  // rows are not row_floats(config()) floats).
   Expected<std::unique_ptr<ShardCore>> replica(std::unique_ptr<RowStore> store) const;
+  // What replica() carries over besides the rows, to build the copy in another process.
+  ReplicaState replica_state() const;
+  // The core replica() makes, from `config` (the primary's), `store` (the primary's rows) and
+  // `state` (its replica_state()). `state` may have come off the wire: fails with invalid_input,
+  // naming what is wrong, for a store whose rows are not row_floats(config) floats, for clocks
+  // that are not exactly the config's senders' (each once), for a part that is not one its sender
+  // could have left pending (a push of the step after its clock, marked `more`, with its keys,
+  // keys of this shard and finite gradients, the parts of one sender of one step, in increasing
+  // request ids, at most shard_push_parts_bytes_max in all), a part naming the keys of a pull its
+  // sender's push was refused for, a dropped sender that is not a sender, or a checkpoint step
+  // past the slowest clock that is no multiple of checkpoint_every. Fails as make() otherwise.
+  static Expected<std::unique_ptr<ShardCore>> from_replica_state(const ShardConfig& config,
+                                                                 std::unique_ptr<RowStore> store,
+                                                                 const ReplicaState& state);
 
   // `sender`'s clock, or nullopt when it is not a sender of this shard.
   std::optional<uint32_t> sender_clock(NodeId sender) const {

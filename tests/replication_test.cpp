@@ -794,3 +794,136 @@ BOOST_AUTO_TEST_CASE(a_driver_that_promotes_a_backup_behind_another_is_caught) {
   BOOST_TEST_MESSAGE("a promotion behind caught in " << caught << " of 200 runs");
   BOOST_TEST(caught > 0u);
 }
+
+namespace {
+
+// The rows of `from`, copied into a store of their own (what a driver sends a new backup).
+std::unique_ptr<RowStore> copy_rows(const RowStore& from) {
+  auto store = std::make_unique<MemoryRowStore>(from.row_floats());
+  BOOST_REQUIRE(from.for_each([&](uint64_t key, const float* row) {
+                      std::copy(row, row + from.row_floats(), store->find_or_insert(key).first);
+                    })
+                    .ok());
+  return store;
+}
+
+// Whether two replica states say the same (parts by sender, request id, step, keys and gradients).
+bool same_state(const ReplicaState& x, const ReplicaState& y) {
+  auto same_part = [](const PushRequest& p, const PushRequest& q) {
+    return p.header.sender == q.header.sender && p.header.request_id == q.header.request_id &&
+           p.clock == q.clock && p.more == q.more && p.keys == q.keys &&
+           p.keys_of_pull == q.keys_of_pull &&
+           std::equal(p.grads.begin(), p.grads.end(), q.grads.begin(), q.grads.end());
+  };
+  return x.clocks == y.clocks && x.keys_dropped == y.keys_dropped &&
+         x.last_checkpoint == y.last_checkpoint &&
+         std::equal(x.parts.begin(), x.parts.end(), y.parts.begin(), y.parts.end(), same_part);
+}
+
+// A primary with two senders, caught between the parts of a push: sender a has kept a part that
+// names its pull's keys, sender b's part naming a pull the shard never saw was refused (keys
+// left out), and both have passed the checkpoint of step 2.
+struct PendingPrimary {
+  static constexpr NodeId a = first_client, b = first_client + 1;
+  ShardConfig sc;
+  std::unique_ptr<ShardCore> core;
+  std::unique_ptr<ShardPrimary> primary;
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+
+  PendingPrimary() : sc(shard_config({a, b}, {ConsistencyKind::asp, 0})) {
+    sc.checkpoint_every = 2;
+    core = make_core(sc);
+    primary = std::move(ShardPrimary::make(*core, 1).value());
+    uint64_t id = 1;
+    for (uint32_t clock : {1u, 2u})
+      for (NodeId n : {a, b}) primary->on_message(ClockAdvance{{n, id++, 1}, clock}, out, fw);
+    primary->on_message(PullRequest{{a, 50, 1}, 2, a, {1, 2}}, out, fw);
+    primary->on_message(part(a, 51, 3, {1, 2}, true, 50), out, fw);
+    primary->on_message(part(b, 60, 3, {}, true, 99), out, fw);
+  }
+};
+
+}  // namespace
+
+// A new backup built in another process (ShardCore::from_replica_state over a copy of the rows
+// and the primary's replica_state()) takes the rest of a push kept in parts, the resend of a push
+// refused for keys left out, and the next checkpoint as its primary does.
+BOOST_AUTO_TEST_CASE(a_backup_built_from_the_replica_state_follows_its_primary) {
+  PendingPrimary p;
+  const ReplicaState state = p.core->replica_state();
+  BOOST_REQUIRE(state.parts.size() == 1u);
+  BOOST_TEST(state.parts[0].keys == (std::vector<uint64_t>{1, 2}));  // filled in
+  BOOST_TEST((state.keys_dropped == std::vector<std::pair<NodeId, uint32_t>>{{p.b, 3}}));
+  BOOST_TEST(state.last_checkpoint == 2u);
+  BOOST_TEST((state.clocks == std::vector<std::pair<NodeId, uint32_t>>{{p.a, 2}, {p.b, 2}}));
+
+  Outbox out;
+  BOOST_REQUIRE(p.primary->on_backup_lost(0, out).ok());
+  auto copy = ShardCore::from_replica_state(p.sc, copy_rows(p.core->store()), state);
+  BOOST_REQUIRE_MESSAGE(copy.ok(), (copy.ok() ? std::string() : copy.status().message()));
+  BOOST_TEST(same_state(copy.value()->replica_state(), state));
+  ShardPrimary::NewBackup added = p.primary->add_backup();
+  const uint32_t index = added.backup;  // 1: the lost one keeps its number
+  auto backup = std::move(ShardBackup::rebuilt(std::move(copy.value()), std::move(added)).value());
+
+  std::vector<ReplicaForward> fw;
+  p.primary->on_message(part(p.a, 52, 3, {3}, false), out, fw);  // the push's last part
+  p.primary->on_message(part(p.b, 61, 3, {4}, true), out, fw);   // b's push again, whole
+  p.primary->on_message(part(p.b, 62, 3, {5}, false), out, fw);
+  for (NodeId n : {p.a, p.b}) p.primary->on_message(ClockAdvance{{n, 70 + n, 1}, 4}, out, fw);
+  for (const ReplicaForward& f : fw) {
+    auto ack = backup->on_forward(f);
+    BOOST_REQUIRE_MESSAGE(ack.ok(), (ack.ok() ? std::string() : ack.status().message()));
+    BOOST_REQUIRE(p.primary->on_ack(index, ack.value(), out).ok());
+  }
+  BOOST_TEST(p.primary->held() == 0u);
+  BOOST_TEST(p.core->stats().rows_pushed == 5u);
+  BOOST_TEST(backup->core().stats().rows_pushed == 5u);  // the kept part was not counted twice
+  BOOST_TEST(p.core->rows_digest().value() == backup->core().rows_digest().value());
+  BOOST_TEST(same_state(backup->core().replica_state(), p.core->replica_state()));
+  BOOST_TEST(backup->core().replica_state().last_checkpoint == 4u);
+}
+
+// The replica state comes off the wire from the primary's member: whatever in it the primary's
+// core could not have held is refused, naming it, and builds no core.
+BOOST_AUTO_TEST_CASE(a_replica_state_the_primary_could_not_hold_is_refused) {
+  PendingPrimary p;
+  const ReplicaState good = p.core->replica_state();
+  const std::vector<std::pair<std::string, ReplicaState>> lies = [&] {
+    std::vector<std::pair<std::string, ReplicaState>> v;
+    auto lie = [&](std::string what, auto change) {
+      ReplicaState s = good;
+      change(s);
+      v.emplace_back(std::move(what), std::move(s));
+    };
+    lie("not a sender", [](ReplicaState& s) { s.clocks[1].first = 3; });
+    lie("senders' clocks", [](ReplicaState& s) { s.clocks.pop_back(); });
+    lie("comes twice", [](ReplicaState& s) { s.clocks[1].first = s.clocks[0].first; });
+    lie("the last of its push", [](ReplicaState& s) { s.parts[0].more = false; });
+    lie("not from a sender", [](ReplicaState& s) { s.parts[0].header.sender = 3; });
+    lie("gradient floats", [](ReplicaState& s) { s.parts[0].keys.push_back(9); });
+    lie("holds a gradient of", [](ReplicaState& s) {
+      s.parts[0].grads = FloatBuffer(std::vector<float>(2 * width, std::nanf("")));
+    });
+    lie("was applied", [](ReplicaState& s) { s.parts[0].clock = 2; });
+    lie("does not follow", [](ReplicaState& s) { s.parts.push_back(s.parts[0]); });
+    lie("names the keys of pull 50 twice", [](ReplicaState& s) {
+      s.parts.push_back(s.parts[0]);
+      ++s.parts[1].header.request_id;
+    });
+    lie("refused for keys left out", [](ReplicaState& s) { s.keys_dropped[0].first = 3; });
+    lie("not a checkpoint step", [](ReplicaState& s) { s.last_checkpoint = 3; });
+    lie("not a checkpoint step", [](ReplicaState& s) { s.last_checkpoint = 4; });
+    return v;
+  }();
+  for (const auto& [what, state] : lies) {
+    BOOST_TEST_CONTEXT(what) {
+      auto copy = ShardCore::from_replica_state(p.sc, copy_rows(p.core->store()), state);
+      BOOST_REQUIRE(!copy.ok());
+      BOOST_TEST((copy.status().code() == Status::Code::invalid_input));
+      BOOST_TEST(copy.status().message().find(what) != std::string::npos, copy.status().message());
+    }
+  }
+  BOOST_TEST(ShardCore::from_replica_state(p.sc, copy_rows(p.core->store()), good).ok());
+}
