@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/value_format.h"
+#include "ps/cluster_protocol.h"
 #include "sim/simulator.h"
 
 namespace colony::cli {
@@ -182,11 +183,10 @@ Runner add_sim(CLI::App& app) {
     o.push = a->push == "flat" ? sim::PushKind::flat : sim::PushKind::hierarchical;
     o.durable_ps = a->ps_store == "durable";
     if (a->ps_store.rfind("replicated:", 0) == 0) {
-      const std::string k = a->ps_store.substr(11);
-      if (k.empty() || k.size() > 4 || k.find_first_not_of("0123456789") != std::string::npos)
-        return fail(Status::invalid_input("--ps-store " + a->ps_store +
-                                          ": replicated:K takes a number of replicas K"));
-      o.replicas = static_cast<uint32_t>(std::stoul(k));
+      // As the daemons' --durability: the simulator plans clusters they can run.
+      auto k = parse_replicated("--ps-store", a->ps_store, shard_replicas_max);
+      if (!k) return fail(k.status());
+      o.replicas = *k;
       o.durable_ps = false;
     } else if (a->ps_store != "durable" && a->ps_store != "memory") {
       return fail(Status::invalid_input("--ps-store " + a->ps_store +

@@ -99,7 +99,8 @@ BOOST_AUTO_TEST_CASE(replicated_ps_stores_are_simulated_and_bad_ones_refused) {
   BOOST_TEST(report["backups_rebuilt"].get<int>() >= 0);
   for (const char* bad :
        {"--numerics full --ps-store replicated:3", "--ps-store replicated:two",
-        "--ps-store replicated:", "--colocate --ps-store replicated:2", "--ps-store disk"}) {
+        "--ps-store replicated:", "--ps-store replicated:1", "--ps-store replicated:9",
+        "--colocate --ps-store replicated:2", "--ps-store disk"}) {
     Run b = run(std::string("--nodes 3 --ps 2 --steps 8 ") + bad);
     BOOST_TEST(b.code == 2, bad << ": " << b.out << b.err);
     BOOST_TEST(b.err.find("--ps-store") != std::string::npos, bad << ": " << b.err);
