@@ -441,7 +441,7 @@ void ShardCore::take_push(const PushRequest& r, const std::vector<uint64_t>* fil
   const AnsweredPull* pull = filled ? nullptr : pull_named_by(r);
   if (!filled && !pull) {
     parts_.erase(sender);
-    keys_dropped_[sender] = r.clock;
+    if (clocks_.count(sender)) keys_dropped_[sender] = r.clock;  // nothing kept for a stranger
     ++stats_.push_keys_unknown;
     out.push_back(
         {sender,
@@ -743,13 +743,15 @@ ReplicaState ShardCore::replica_state() const {
 Expected<std::unique_ptr<ShardCore>> ShardCore::from_replica_state(const ShardConfig& config,
                                                                    std::unique_ptr<RowStore> store,
                                                                    const ReplicaState& state) {
-  auto made = make(config, std::move(store));
-  if (!made) return made.status();
-  ShardCore& c = **made;
   auto refuse = [&](const std::string& why) {
     return Status::invalid_input(
         fmt::format("the copy of shard {} for a new backup: {}", config.shard_index, why));
   };
+  if (config.admit_after > 1 || config.evict_after > 0)
+    return refuse("a replicated shard has no feature admission and no stale-row eviction");
+  auto made = make(config, std::move(store));
+  if (!made) return made.status();
+  ShardCore& c = **made;
   if (state.clocks.size() != c.clocks_.size())
     return refuse(fmt::format("it names {} senders' clocks; the shard has {} senders",
                               state.clocks.size(), c.clocks_.size()));
@@ -768,9 +770,16 @@ Expected<std::unique_ptr<ShardCore>> ShardCore::from_replica_state(const ShardCo
   for (size_t i = 0; i < state.parts.size(); ++i) {
     const PushRequest& p = state.parts[i];
     const NodeId sender = p.header.sender;
-    if (!p.more || !c.clocks_.count(sender))
-      return refuse(fmt::format("part {} (from node {}) is {}", i, sender,
-                                p.more ? "not from a sender" : "the last of its push"));
+    auto clock = c.clocks_.find(sender);
+    const std::string part = fmt::format("part {} (from node {}, step {})", i, sender, p.clock);
+    if (!p.more) return refuse(part + " is the last of its push");
+    if (clock == c.clocks_.end()) return refuse(part + " is not from a sender");
+    if (p.header.map_version != c.map_.version())
+      return refuse(fmt::format("{} was sent under shard map version {}; the shard's is {}", part,
+                                p.header.map_version, c.map_.version()));
+    if (p.clock <= clock->second)
+      return refuse(
+          fmt::format("{} is of a step its sender's clock ({}) has passed", part, clock->second));
     const size_t before = c.parts_.count(sender) ? c.parts_.at(sender).parts.size() : 0;
     replies.clear();
     c.take_push(p, &p.keys, replies);
@@ -778,22 +787,24 @@ Expected<std::unique_ptr<ShardCore>> ShardCore::from_replica_state(const ShardCo
     if (after == before + 1) continue;
     for (const Outgoing& o : replies)
       if (const auto* e = std::get_if<PsError>(&o.message))
-        return refuse(fmt::format("part {} (from node {}): {}", i, sender, e->message));
-    return refuse(fmt::format(
-        "part {} (from node {}, step {}) does not follow the parts before it, or its push of that "
-        "step was applied",
-        i, sender, p.clock));
+        return refuse(fmt::format("{}: {}", part, e->message));
+    return refuse(part + " repeats one before it (its request id is not above theirs)");
   }
   c.stats_ = {};  // the parts were counted where they came
   for (const auto& [sender, clock] : state.keys_dropped) {
     if (!c.clocks_.count(sender))
       return refuse(fmt::format("node {}, refused for keys left out, is not a sender", sender));
-    c.keys_dropped_[sender] = clock;
+    // The primary's core forgets a sender's kept parts when it refuses its push, and the refusal
+    // when it keeps a part again.
+    if (c.parts_.count(sender))
+      return refuse(
+          fmt::format("node {} is refused for keys left out and has parts kept as well", sender));
+    if (!c.keys_dropped_.emplace(sender, clock).second)
+      return refuse(fmt::format("node {} is refused for keys left out twice", sender));
   }
   const uint32_t every = config.checkpoint_every;
-  if (state.last_checkpoint != 0 &&
-      (every == 0 || state.last_checkpoint % every != 0 || state.last_checkpoint > m))
-    return refuse(fmt::format("its last checkpoint, step {}, is not a checkpoint step reached",
+  if (state.last_checkpoint != 0 && (every == 0 || state.last_checkpoint % every != 0))
+    return refuse(fmt::format("its last checkpoint, step {}, is not a checkpoint step",
                               state.last_checkpoint));
   c.last_checkpoint_ = state.last_checkpoint;
   return made;

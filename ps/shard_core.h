@@ -199,20 +199,22 @@ class ShardCore {
   // on: each sender's clock, the parts of pushes whose last part has not come, the pushes refused
   // for keys left out, and the step of the last checkpoint (replica_state()); not the eviction
   // scan's, as replication refuses eviction. Not what only a primary keeps (pulls waiting or
-  // answered, a resync's progress): a backup never answers. Fails as make() does (a store whose
-  // rows are not row_floats(config()) floats).
+  // answered, a resync's progress): a backup never answers. Fails as from_replica_state() does (a
+  // store whose rows are not row_floats(config()) floats; a configuration replication refuses).
   Expected<std::unique_ptr<ShardCore>> replica(std::unique_ptr<RowStore> store) const;
   // What replica() carries over besides the rows, to build the copy in another process.
   ReplicaState replica_state() const;
   // The core replica() makes, from `config` (the primary's), `store` (the primary's rows) and
   // `state` (its replica_state()). `state` may have come off the wire: fails with invalid_input,
-  // naming what is wrong, for a store whose rows are not row_floats(config) floats, for clocks
-  // that are not exactly the config's senders' (each once), for a part that is not one its sender
-  // could have left pending (a push of the step after its clock, marked `more`, with its keys,
-  // keys of this shard and finite gradients, the parts of one sender of one step, in increasing
-  // request ids, at most shard_push_parts_bytes_max in all), a part naming the keys of a pull its
-  // sender's push was refused for, a dropped sender that is not a sender, or a checkpoint step
-  // past the slowest clock that is no multiple of checkpoint_every. Fails as make() otherwise.
+  // naming what is wrong, for a configuration with feature admission or stale-row eviction (which
+  // replication refuses), a store whose rows are not row_floats(config) floats, clocks that are
+  // not exactly the config's senders' (each once), a part its core could not have kept (one that
+  // is the last of its push, from a node that is no sender, under another map, of a step its
+  // sender's clock has passed, without its keys, with keys of another shard or gradients not
+  // finite, in the same push as parts of another step, repeating an earlier part's request id, or
+  // past shard_push_parts_bytes_max for its sender), a refusal for keys left out of a node that is
+  // no sender, named twice or with parts kept, or a last checkpoint that is no multiple of
+  // checkpoint_every. Fails as make() otherwise.
   static Expected<std::unique_ptr<ShardCore>> from_replica_state(const ShardConfig& config,
                                                                  std::unique_ptr<RowStore> store,
                                                                  const ReplicaState& state);

@@ -867,10 +867,13 @@ BOOST_AUTO_TEST_CASE(a_backup_built_from_the_replica_state_follows_its_primary) 
   const uint32_t index = added.backup;  // 1: the lost one keeps its number
   auto backup = std::move(ShardBackup::rebuilt(std::move(copy.value()), std::move(added)).value());
 
+  BOOST_TEST(backup->core().stats().push_parts == 0u);  // counted where it came
+
   std::vector<ReplicaForward> fw;
-  p.primary->on_message(part(p.a, 52, 3, {3}, false), out, fw);  // the push's last part
-  p.primary->on_message(part(p.b, 61, 3, {4}, true), out, fw);   // b's push again, whole
-  p.primary->on_message(part(p.b, 62, 3, {5}, false), out, fw);
+  p.primary->on_message(part(p.a, 52, 3, {3}, false), out, fw);    // the push's last part
+  p.primary->on_message(part(p.b, 61, 3, {}, true, 98), out, fw);  // the rest of b's refused push
+  p.primary->on_message(part(p.b, 62, 3, {4}, true), out, fw);     // b's push again, whole
+  p.primary->on_message(part(p.b, 63, 3, {5}, false), out, fw);
   for (NodeId n : {p.a, p.b}) p.primary->on_message(ClockAdvance{{n, 70 + n, 1}, 4}, out, fw);
   for (const ReplicaForward& f : fw) {
     auto ack = backup->on_forward(f);
@@ -879,10 +882,15 @@ BOOST_AUTO_TEST_CASE(a_backup_built_from_the_replica_state_follows_its_primary) 
   }
   BOOST_TEST(p.primary->held() == 0u);
   BOOST_TEST(p.core->stats().rows_pushed == 5u);
-  BOOST_TEST(backup->core().stats().rows_pushed == 5u);  // the kept part was not counted twice
+  BOOST_TEST(backup->core().stats().rows_pushed == 5u);
+  // The rest of the refused push was dropped on both, as the refusal it took over says.
+  BOOST_TEST(p.core->stats().push_parts_dropped == 1u);
+  BOOST_TEST(backup->core().stats().push_parts_dropped == 1u);
   BOOST_TEST(p.core->rows_digest().value() == backup->core().rows_digest().value());
   BOOST_TEST(same_state(backup->core().replica_state(), p.core->replica_state()));
-  BOOST_TEST(backup->core().replica_state().last_checkpoint == 4u);
+  // Both reached the checkpoint of step 4, and only that one (step 2's was the primary's before).
+  BOOST_TEST((p.core->checkpoint_due() == std::optional<uint32_t>(4)));
+  BOOST_TEST((backup->core().checkpoint_due() == std::optional<uint32_t>(4)));
 }
 
 // The replica state comes off the wire from the primary's member: whatever in it the primary's
@@ -897,6 +905,7 @@ BOOST_AUTO_TEST_CASE(a_replica_state_the_primary_could_not_hold_is_refused) {
       change(s);
       v.emplace_back(std::move(what), std::move(s));
     };
+    lie("no feature admission", [](ReplicaState&) {});  // with the config below
     lie("not a sender", [](ReplicaState& s) { s.clocks[1].first = 3; });
     lie("senders' clocks", [](ReplicaState& s) { s.clocks.pop_back(); });
     lie("comes twice", [](ReplicaState& s) { s.clocks[1].first = s.clocks[0].first; });
@@ -906,20 +915,38 @@ BOOST_AUTO_TEST_CASE(a_replica_state_the_primary_could_not_hold_is_refused) {
     lie("holds a gradient of", [](ReplicaState& s) {
       s.parts[0].grads = FloatBuffer(std::vector<float>(2 * width, std::nanf("")));
     });
-    lie("was applied", [](ReplicaState& s) { s.parts[0].clock = 2; });
-    lie("does not follow", [](ReplicaState& s) { s.parts.push_back(s.parts[0]); });
+    lie("its sender's clock (2) has passed", [](ReplicaState& s) { s.parts[0].clock = 2; });
+    lie("repeats one before it", [](ReplicaState& s) { s.parts.push_back(s.parts[0]); });
+    lie("under shard map version 7", [](ReplicaState& s) { s.parts[0].header.map_version = 7; });
+    lie("was not finished", [](ReplicaState& s) {
+      s.parts.push_back(s.parts[0]);
+      ++s.parts[1].header.request_id;
+      s.parts[1].keys_of_pull = 0;
+      s.parts[1].clock = 4;
+    });
+    lie("does not belong", [](ReplicaState&) {});  // with the config below
     lie("names the keys of pull 50 twice", [](ReplicaState& s) {
       s.parts.push_back(s.parts[0]);
       ++s.parts[1].header.request_id;
     });
-    lie("refused for keys left out", [](ReplicaState& s) { s.keys_dropped[0].first = 3; });
+    lie("refused for keys left out, is not a sender",
+        [](ReplicaState& s) { s.keys_dropped[0].first = 3; });
+    lie("refused for keys left out twice",
+        [](ReplicaState& s) { s.keys_dropped.push_back(s.keys_dropped[0]); });
+    lie("and has parts kept as well",
+        [](ReplicaState& s) { s.keys_dropped[0].first = first_client; });
     lie("not a checkpoint step", [](ReplicaState& s) { s.last_checkpoint = 3; });
-    lie("not a checkpoint step", [](ReplicaState& s) { s.last_checkpoint = 4; });
     return v;
   }();
   for (const auto& [what, state] : lies) {
     BOOST_TEST_CONTEXT(what) {
-      auto copy = ShardCore::from_replica_state(p.sc, copy_rows(p.core->store()), state);
+      ShardConfig sc = p.sc;
+      if (what == "no feature admission") sc.admit_after = 2;
+      if (what == "does not belong") {  // the shard of a 2-shard map that does not own key 1
+        sc.map.shards = 2;
+        sc.shard_index = 1 - ShardMap::make(sc.map).value().shard_of(1);
+      }
+      auto copy = ShardCore::from_replica_state(sc, copy_rows(p.core->store()), state);
       BOOST_REQUIRE(!copy.ok());
       BOOST_TEST((copy.status().code() == Status::Code::invalid_input));
       BOOST_TEST(copy.status().message().find(what) != std::string::npos, copy.status().message());
