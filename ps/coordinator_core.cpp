@@ -88,7 +88,15 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
         now_ms, out);
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
-  // Declared lost: what it still says does not count.
+  // Declared lost: what it still says does not count. But a member busy past the heartbeat
+  // timeout (a ps writing a large cache to disk as it drains) may still leave: its first Leave
+  // is taken for what it is, and changes nothing.
+  if (st.gone && !st.left && std::holds_alternative<Leave>(message.body)) {
+    st.left = true;
+    out.log.push_back(fmt::format("member {} at {} left ({}) after it was declared lost", i,
+                                  m.endpoint, std::get<Leave>(message.body).reason));
+    return;
+  }
   if (st.gone)
     return reject(
         fmt::format("a message of kind {} from member {}, which is lost", message.body.index(), i),
@@ -182,6 +190,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     on_promoted(i, *p, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
+    st.left = true;
     // Under replicated:2 a ps that leaves while training runs (SIGTERM, after its shards
     // drained) hands its shards to their backups, as a lost one does, without the wait for its
     // heartbeats to stop.
@@ -470,6 +479,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   }
   st.awaiting_rejoin = false;
   st.gone = false;
+  st.left = false;
   st.rejoining = true;
   st.ready = false;
   st.last_heard_ms = now_ms;

@@ -175,7 +175,8 @@ class CoordinatorCore {
   // a message is taken only when `message.sender_key` is the key member `from` joined with
   // (both empty on an --insecure cluster), and a Join only when its key is its sender's and
   // may take its role (config.key_roles); anything else, and anything from a member declared
-  // lost, is counted in totals().bad_messages, logged and dropped. A Join with a known key (or
+  // lost (but the first Leave: a member busy past the heartbeat timeout, logged), is counted in
+  // totals().bad_messages, logged and dropped. A Join with a known key (or
   // endpoint) and a new incarnation is that member restarted: before the start it is welcomed
   // again; while running the old incarnation is lost at once (a durable ps is then welcomed
   // back to resume), without waiting for the heartbeat timeout.
@@ -218,6 +219,7 @@ class CoordinatorCore {
     bool finished = false;
     bool gone = false;
     bool awaiting_rejoin = false;  // a durable ps lost while running
+    bool left = false;             // its Leave came (once declared lost, the first is taken)
     uint64_t rejoin_deadline_ms = 0;
     bool rejoining = false;          // welcomed back, not Ready yet
     uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)

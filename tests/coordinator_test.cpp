@@ -385,6 +385,37 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_is_waited_for_and_resumes) {
              failed.message());
 }
 
+// A member busy past the heartbeat timeout (a ps writing a large cache to disk as it drains)
+// is declared lost; its Leave, when it comes, is not a lie. A second one is.
+BOOST_AUTO_TEST_CASE(a_leave_after_the_loss_is_taken_once) {
+  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
+  auto core = CoordinatorCore::make(c, 0).value();
+  MemberInfo ps = member(MemberRole::ps, 1);
+  ps.durable = true;
+  form(core, {ps, member(MemberRole::worker, 2)}, 0);
+  for (uint32_t i = 0; i < 2; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  bool lost = false;
+  for (uint64_t now = 0; now <= 6'000 && !lost; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    lost = logged(fx, "its rows are on disk: waiting");
+  }
+  BOOST_REQUIRE(lost);
+  CoordinatorEffects late;
+  core.on_message({0, Leave{"stopped by SIGTERM"}}, 7'000, late);
+  BOOST_TEST(late.failed.ok());
+  BOOST_TEST(logged(late, "left (stopped by SIGTERM) after it was declared lost"));
+  BOOST_TEST(core.totals().counters.bad_messages == 0u);
+  CoordinatorEffects again;
+  core.on_message({0, Leave{"stopped by SIGTERM"}}, 7'100, again);
+  BOOST_TEST(core.totals().counters.bad_messages == 1u);
+  BOOST_TEST(!logged(again, "after it was declared lost"));
+}
+
 // A ps over a durable store stopped with SIGTERM while training runs (what a supervisor does to
 // restart it) is waited for as a lost one is, and resumes when it joins again; one whose rows are
 // in memory only takes them with it, and the job ends, saying so.
