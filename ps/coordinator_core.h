@@ -18,8 +18,7 @@
 //             ps member fails the job (its rows are gone), unless it joined as durable (its
 //             shards keep their rows on disk): then the others are told to stop sending to its
 //             nodes, and the job waits up to join_timeout_ms for it to join again from the same
-//             endpoint (also one that left, SIGTERM, while training ran: a supervisor's
-//             restart). It gets a Welcome with `resume` set; once it is Ready, the worker
+//             endpoint. It gets a Welcome with `resume` set; once it is Ready, the worker
 //             members get ShardsRestarted and re-send what it may have lost. A lost worker member
 //             fails the job when require_all_workers; otherwise the coordinator tells every shard
 //             that the lost member's senders are done (a ClockAdvance to clock_done on their

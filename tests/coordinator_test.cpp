@@ -409,64 +409,13 @@ BOOST_AUTO_TEST_CASE(a_leave_after_the_loss_is_taken_once) {
   core.on_message({0, Leave{"stopped by SIGTERM"}}, 7'000, late);
   BOOST_TEST(late.failed.ok());
   BOOST_TEST(logged(late, "left (stopped by SIGTERM) after it was declared lost"));
+  BOOST_TEST(late.control.empty());  // no second loss, nothing to anyone
+  BOOST_TEST(late.ps.empty());
   BOOST_TEST(core.totals().counters.bad_messages == 0u);
   CoordinatorEffects again;
   core.on_message({0, Leave{"stopped by SIGTERM"}}, 7'100, again);
   BOOST_TEST(core.totals().counters.bad_messages == 1u);
   BOOST_TEST(!logged(again, "after it was declared lost"));
-}
-
-// A ps over a durable store stopped with SIGTERM while training runs (what a supervisor does to
-// restart it) is waited for as a lost one is, and resumes when it joins again; one whose rows are
-// in memory only takes them with it, and the job ends, saying so.
-BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
-  for (bool durable : {true, false}) {
-    BOOST_TEST_CONTEXT((durable ? "durable" : "in memory")) {
-      CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
-      c.join_timeout_ms = 20'000;
-      auto core = CoordinatorCore::make(c, 0).value();
-      MemberInfo ps = member(MemberRole::ps, 1);
-      ps.durable = durable;
-      ps.incarnation = 1;
-      form(core, {ps, member(MemberRole::worker, 2)}, 0);
-      for (uint32_t i = 0; i < 2; ++i) {
-        CoordinatorEffects fx;
-        core.on_message({i, Ready{}}, 0, fx);
-      }
-      CoordinatorEffects left;
-      core.on_message({0, Leave{"stopped by SIGTERM"}}, 500, left);
-      if (!durable) {
-        BOOST_TEST(left.failed.message().find("left (stopped by SIGTERM): its shards are gone") !=
-                       std::string::npos,
-                   left.failed.message());
-        continue;
-      }
-      BOOST_TEST(left.failed.ok(), left.failed.message());
-      BOOST_TEST(logged(left, "was lost: left (stopped by SIGTERM); its rows are on disk"));
-      const auto lost = sent<NodesLost>(left);
-      BOOST_REQUIRE_EQUAL(lost.size(), 1u);  // to the worker
-      BOOST_TEST((lost[0].second.nodes == std::vector<NodeId>{0}));
-      // Its heartbeats have stopped, and the worker's go on: no second loss, no failure.
-      for (uint64_t now = 1'000; now <= 12'000; now += 250) {
-        CoordinatorEffects fx;
-        core.on_message({1, Heartbeat{now}}, now, fx);
-        core.on_timer(now, fx);
-        BOOST_REQUIRE(fx.failed.ok());
-        BOOST_TEST(sent<NodesLost>(fx).empty());
-      }
-      ps.incarnation = 2;  // the process started again
-      CoordinatorEffects back;
-      core.on_message({control_from_unknown, Join{ps}}, 12'000, back);
-      const auto welcomes = sent<Welcome>(back);
-      BOOST_REQUIRE_EQUAL(welcomes.size(), 1u);
-      BOOST_TEST(welcomes[0].second.resume);
-      CoordinatorEffects ready;
-      core.on_message({0, Ready{}}, 12'100, ready);
-      BOOST_TEST(sent<ShardsRestarted>(ready).size() == 1u);
-      BOOST_TEST(core.totals().ps_restarts == 1u);
-      BOOST_TEST(core.totals().counters.bad_messages == 0u);
-    }
-  }
 }
 
 // Once training is over, every ps member is asked for a summary of its shards; the driver waits

@@ -980,50 +980,6 @@ BOOST_AUTO_TEST_CASE(a_ps_restarted_at_once_is_recognised_and_resumes) {
   BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
 }
 
-// A ps over RocksDB stopped with SIGTERM mid-job and started again with the same flags (a
-// supervisor's restart, a rolling upgrade): it drains and leaves (exit 0), the coordinator waits
-// for it as for a crashed one, it resumes from its store, and the job loses nothing acknowledged
-// and ends within 1% of the uninterrupted run's logloss. It used to end the job.
-BOOST_AUTO_TEST_CASE(a_durable_ps_stopped_with_sigterm_and_started_again_resumes) {
-  Suite& s = suite();
-  const double expected =
-      embedded_report("restart-embedded", "--epochs 4")["test_logloss"].get<double>();
-  auto [coord, endpoint] = start_coordinator(
-      "term-coordinator", cat(role_key("server"), {"--shards", "2", "--workers", "2", "--epochs",
-                                                   "4", "--no-cache", "--test", s.test.string(),
-                                                   "--report", (s.dir / "term.json").string()}));
-  const std::string store1 = "rocksdb:" + (s.dir / "term-store-1").string();
-  auto ps0 = start_member(
-      "term-ps0", "ps", endpoint,
-      cat(role_key("ps-0"), {"--store", "rocksdb:" + (s.dir / "term-store-0").string()}));
-  auto ps1 = start_member("term-ps1", "ps", endpoint, cat(role_key("ps-1"), {"--store", store1}));
-  const std::string ps1_endpoint = ps1->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
-  auto w0 = start_member("term-w0", "worker", endpoint, role_key("worker-0"));
-  auto w1 = start_member("term-w1", "worker", endpoint, role_key("worker-1"));
-  w0->await("training starts");
-  w1->await("training starts");
-  std::this_thread::sleep_for(1s);  // where in the job the stop lands, not a timing assertion
-  ps1->signal(SIGTERM);
-  BOOST_TEST(ps1->wait() == 0, ps1->log());
-  BOOST_TEST(ps1->log().find("the coordinator waits up to its --join-timeout") != std::string::npos,
-             ps1->log());
-  coord->await("left \\(stopped by SIGTERM\\); its rows are on disk: waiting");
-  auto again = start_member("term-ps1-again", "ps", endpoint,
-                            cat(role_key("ps-1"), {"--store", store1, "--listen", ps1_endpoint}));
-  BOOST_TEST(coord->wait() == 0, coord->log());
-  BOOST_TEST(coord->log().find("has resumed shards") != std::string::npos, coord->log());
-  for (Child* c : {ps0.get(), again.get(), w0.get(), w1.get()})
-    BOOST_TEST(c->wait() == 0, c->log());
-  const auto r = report("term.json");
-  BOOST_TEST(r["ps_restarts"].get<int>() == 1);
-  BOOST_TEST(r["train_samples"].get<uint64_t>() == 240000u);
-  BOOST_TEST(r["pushes_lost"].get<uint64_t>() == 0u);
-  BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u);
-  const double logloss = r["test_logloss"].get<double>();
-  BOOST_TEST_MESSAGE("ps stopped and started again: " << logloss << " vs embedded " << expected);
-  BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
-}
-
 // Issue 11: the coordinator takes the job flags of `colony train` (admission, eviction,
 // checkpoints) across real daemons, and its report has every key train's has.
 BOOST_AUTO_TEST_CASE(coordinator_takes_trains_job_flags_and_writes_its_report_keys) {
