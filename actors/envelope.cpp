@@ -1054,6 +1054,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
     case wire::Control::LEAVE: {
       Leave x;
       if (Status s = read_text(r.getLeave(), x.reason, "leave reason"); !s.ok()) return s;
+      x.drained = r.getDrained();
       m.body = std::move(x);
       return Status();
     }
@@ -1249,6 +1250,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, Leave>) {
           c.setLeave(b.reason);
+          c.setDrained(b.drained);
         } else if constexpr (std::is_same_v<T, Shutdown>) {
           c.setShutdown(b.error);
         } else if constexpr (std::is_same_v<T, ShardsRestarted>) {

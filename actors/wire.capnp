@@ -253,6 +253,7 @@ struct Control {
   }
   epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved: the coordinator's count
   load @21 :MemberLoad;       # heartbeat from a member daemon: its load (unset: none)
+  drained @24 :Bool;          # leave: a ps that drained its shards and wrote them to its store
 }
 # ps/cluster_protocol.h MemberLoad: totals since the member process started.
 struct MemberLoad {

@@ -273,9 +273,12 @@ struct Promoted {
   std::vector<NodeId> shards;
 };
 
-// A member leaves on its own (SIGTERM); `reason` says why.
+// A member leaves on its own: stopped (SIGTERM) or failed; `reason` says why. `drained`: a ps
+// stopped on purpose after its shards handled everything they were sent and wrote the rows their
+// stores held only in memory to disk (MemberCore::drained); never set with an error.
 struct Leave {
   std::string reason;
+  bool drained = false;
 };
 
 // The job is over: members stop and exit (0 when `error` is empty).

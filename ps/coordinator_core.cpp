@@ -197,6 +197,13 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     if (m.role == MemberRole::ps && config_.job.replicas == 2 &&
         phase_ == CoordinatorPhase::running)
       return fail_over(i, fmt::format("left ({})", leave->reason), out);
+    // A ps whose shards keep their rows on disk, stopped while training runs (a supervisor's
+    // restart, a rolling upgrade) once they drained to its store: waited for to start again over
+    // it, as a lost one is. One that left on an error (a store it could not build or write) ends
+    // the job: it would fail again.
+    if (m.role == MemberRole::ps && m.durable && leave->drained && config_.job.replicas == 1 &&
+        phase_ == CoordinatorPhase::running)
+      return lose(i, fmt::format("left ({})", leave->reason), now_ms, out);
     if (m.role == MemberRole::ps)
       return fail(fmt::format("ps member {} at {} left ({}): its shards are gone{}", i, m.endpoint,
                               leave->reason,

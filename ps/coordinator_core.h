@@ -18,15 +18,16 @@
 //             ps member fails the job (its rows are gone), unless it joined as durable (its
 //             shards keep their rows on disk): then the others are told to stop sending to its
 //             nodes, and the job waits up to join_timeout_ms for it to join again from the same
-//             endpoint. It gets a Welcome with `resume` set; once it is Ready, the worker
-//             members get ShardsRestarted and re-send what it may have lost. A lost worker member
-//             fails the job when require_all_workers; otherwise the coordinator tells every shard
-//             that the lost member's senders are done (a ClockAdvance to clock_done on their
-//             behalf, so the consistency gate stops waiting for them), tells the other members to
-//             drop messages to its nodes, and the job goes on with the rest. Under
-//             replicated:2 a ps member that is lost, or leaves (SIGTERM: Leave once its shards
-//             have drained), fails over instead: the member holding each of its shards' backup
-//             promotes it (ShardsMoved, Promoted) and the others re-route to it (fail_over).
+//             endpoint (also one that left drained, SIGTERM, while training ran: a supervisor's
+//             restart; a Leave on an error still fails the job). It gets a Welcome with `resume`
+//             set; once it is Ready, the worker members get ShardsRestarted and re-send what it may
+//             have lost. A lost worker member fails the job when require_all_workers; otherwise the
+//             coordinator tells every shard that the lost member's senders are done (a ClockAdvance
+//             to clock_done on their behalf, so the consistency gate stops waiting for them), tells
+//             the other members to drop messages to its nodes, and the job goes on with the rest.
+//             Under replicated:2 a ps member that is lost, or leaves (SIGTERM: Leave once its
+//             shards have drained), fails over instead: the member holding each of its shards'
+//             backup promotes it (ShardsMoved, Promoted) and the others re-route to it (fail_over).
 //   trained   every worker member has finished (MemberDone) or been lost: training_done is set
 //             once, and every ps member is asked for a ShardSummary of its shards (summed into
 //             totals().shards; one that has not answered within heartbeat_timeout_ms is left

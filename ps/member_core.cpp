@@ -402,11 +402,15 @@ void MemberCore::stop(MemberEffects& out) {
   if (config_.me.role == MemberRole::ps) {
     if (draining_) return;
     draining_ = true;
-    out.log.push_back(welcome_.job.replicas == 2
-                          ? "SIGTERM: draining the shards, then leaving: while training runs, "
-                            "the coordinator hands them to their backups (replicated:2; the job "
-                            "ends if one has none left)"
-                          : "SIGTERM: draining the shards");
+    out.log.push_back(
+        welcome_.job.replicas == 2
+            ? "SIGTERM: draining the shards, then leaving: while training runs, the coordinator "
+              "hands them to their backups (replicated:2; the job ends if one has none left)"
+        : config_.me.durable && welcome_.job.replicas == 1
+            ? "SIGTERM: draining the shards and writing their rows to the store, then leaving: "
+              "while training runs, the coordinator waits up to its --join-timeout for this ps "
+              "to start again with the same --listen and --store"
+            : "SIGTERM: draining the shards");
     out.drain = true;
     return;
   }
@@ -429,7 +433,7 @@ void MemberCore::stop(MemberEffects& out) {
 void MemberCore::drained(MemberEffects& out) {
   if (phase_ != MemberPhase::serving || !draining_) return;
   out.log.push_back("drained: every shard has handled what it was sent; leaving");
-  send(Leave{"stopped by SIGTERM"}, out);
+  send(Leave{"stopped by SIGTERM", /*drained=*/true}, out);
   end(Status(), out);
 }
 

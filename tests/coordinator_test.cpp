@@ -167,6 +167,19 @@ CoordinatorCore running(bool hierarchical, bool require_all = false) {
   BOOST_REQUIRE((core.phase() == CoordinatorPhase::running));
   return core;
 }
+
+// A running job of one ps member `ps` (one shard) and one single-replica worker member, formed
+// and ready at time 0, under `c`.
+CoordinatorCore running_one_ps(const CoordinatorConfig& c, const MemberInfo& ps) {
+  auto core = CoordinatorCore::make(c, 0).value();
+  form(core, {ps, member(MemberRole::worker, 2)}, 0);
+  for (uint32_t i = 0; i < 2; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  BOOST_REQUIRE((core.phase() == CoordinatorPhase::running));
+  return core;
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_silent_worker_is_lost_its_clocks_released_and_the_job_goes_on) {
@@ -389,14 +402,9 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_is_waited_for_and_resumes) {
 // is declared lost; its Leave, when it comes, is not a lie. A second one is.
 BOOST_AUTO_TEST_CASE(a_leave_after_the_loss_is_taken_once) {
   CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
-  auto core = CoordinatorCore::make(c, 0).value();
   MemberInfo ps = member(MemberRole::ps, 1);
   ps.durable = true;
-  form(core, {ps, member(MemberRole::worker, 2)}, 0);
-  for (uint32_t i = 0; i < 2; ++i) {
-    CoordinatorEffects fx;
-    core.on_message({i, Ready{}}, 0, fx);
-  }
+  auto core = running_one_ps(c, ps);
   bool lost = false;
   for (uint64_t now = 0; now <= 6'000 && !lost; now += 250) {
     CoordinatorEffects fx;
@@ -406,16 +414,75 @@ BOOST_AUTO_TEST_CASE(a_leave_after_the_loss_is_taken_once) {
   }
   BOOST_REQUIRE(lost);
   CoordinatorEffects late;
-  core.on_message({0, Leave{"stopped by SIGTERM"}}, 7'000, late);
+  core.on_message({0, Leave{"stopped by SIGTERM", true}}, 7'000, late);
   BOOST_TEST(late.failed.ok());
   BOOST_TEST(logged(late, "left (stopped by SIGTERM) after it was declared lost"));
   BOOST_TEST(late.control.empty());  // no second loss, nothing to anyone
   BOOST_TEST(late.ps.empty());
   BOOST_TEST(core.totals().counters.bad_messages == 0u);
   CoordinatorEffects again;
-  core.on_message({0, Leave{"stopped by SIGTERM"}}, 7'100, again);
+  core.on_message({0, Leave{"stopped by SIGTERM", true}}, 7'100, again);
   BOOST_TEST(core.totals().counters.bad_messages == 1u);
   BOOST_TEST(!logged(again, "after it was declared lost"));
+}
+
+// A ps over a durable store stopped with SIGTERM while training runs (what a supervisor does to
+// restart it) leaves drained, is waited for as a lost one is, and resumes when it joins again.
+// One whose rows are in memory only takes them with it, and one that leaves on an error (no
+// `drained`) would fail again: both end the job, saying so.
+BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
+  struct Case {
+    bool durable;
+    Leave leave;
+    std::string failure;  // empty: waited for
+  };
+  const std::vector<Case> cases = {
+      {true, Leave{"stopped by SIGTERM", true}, ""},
+      {false, Leave{"stopped by SIGTERM", true}, "left (stopped by SIGTERM): its shards are gone"},
+      {true, Leave{"shard node 0: the store could not be written", false},
+       "left (shard node 0: the store could not be written): its shards are gone"},
+  };
+  for (const Case& k : cases) {
+    BOOST_TEST_CONTEXT((k.durable ? "durable, " : "in memory, ") << k.leave.reason) {
+      CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
+      c.join_timeout_ms = 20'000;
+      MemberInfo ps = member(MemberRole::ps, 1);
+      ps.durable = k.durable;
+      ps.incarnation = 1;
+      auto core = running_one_ps(c, ps);
+      CoordinatorEffects left;
+      core.on_message({0, k.leave}, 500, left);
+      if (!k.failure.empty()) {
+        BOOST_TEST(left.failed.message().find(k.failure) != std::string::npos,
+                   left.failed.message());
+        continue;
+      }
+      BOOST_TEST(left.failed.ok(), left.failed.message());
+      BOOST_TEST(logged(left, "was lost: left (stopped by SIGTERM); its rows are on disk"));
+      const auto lost = sent<NodesLost>(left);
+      BOOST_REQUIRE_EQUAL(lost.size(), 1u);  // to the worker
+      BOOST_TEST((lost[0].second.nodes == std::vector<NodeId>{0}));
+      // Its heartbeats have stopped, and the worker's go on: no second loss, no failure.
+      for (uint64_t now = 1'000; now <= 12'000; now += 250) {
+        CoordinatorEffects fx;
+        core.on_message({1, Heartbeat{now}}, now, fx);
+        core.on_timer(now, fx);
+        BOOST_REQUIRE(fx.failed.ok());
+        BOOST_TEST(sent<NodesLost>(fx).empty());
+      }
+      ps.incarnation = 2;  // the process started again
+      CoordinatorEffects back;
+      core.on_message({control_from_unknown, Join{ps}}, 12'000, back);
+      const auto welcomes = sent<Welcome>(back);
+      BOOST_REQUIRE_EQUAL(welcomes.size(), 1u);
+      BOOST_TEST(welcomes[0].second.resume);
+      CoordinatorEffects ready;
+      core.on_message({0, Ready{}}, 12'100, ready);
+      BOOST_TEST(sent<ShardsRestarted>(ready).size() == 1u);
+      BOOST_TEST(core.totals().ps_restarts == 1u);
+      BOOST_TEST(core.totals().counters.bad_messages == 0u);
+    }
+  }
 }
 
 // Once training is over, every ps member is asked for a summary of its shards; the driver waits
@@ -883,15 +950,10 @@ BOOST_AUTO_TEST_CASE(heartbeat_loads_add_up_and_loads_that_cannot_be_the_members
 // go on from what the old process had counted.
 BOOST_AUTO_TEST_CASE(a_restarted_members_load_adds_to_what_its_last_incarnation_counted) {
   CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
-  auto core = CoordinatorCore::make(c, 0).value();
   MemberInfo ps = member(MemberRole::ps, 1);
   ps.durable = true;
   ps.incarnation = 1;
-  form(core, {ps, member(MemberRole::worker, 2)}, 0);
-  for (uint32_t i = 0; i < 2; ++i) {
-    CoordinatorEffects fx;
-    core.on_message({i, Ready{}}, 0, fx);
-  }
+  auto core = running_one_ps(c, ps);
   CoordinatorEffects fx;
   core.on_message({0, Heartbeat{0, ps_load({5000})}}, 100, fx);
   BOOST_TEST(core.load().shard_rows[0] == 5000u);
@@ -1173,7 +1235,7 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
   BOOST_TEST(core.totals().counters.bad_messages == 1u);
   BOOST_TEST((core.load().shard_rows == std::vector<uint64_t>{40, 100}));
   CoordinatorEffects left;
-  core.on_message({1, Leave{"stopped by SIGTERM"}}, 500, left);
+  core.on_message({1, Leave{"stopped by SIGTERM", true}}, 500, left);
   BOOST_TEST(left.failed.ok(), left.failed.message());
   BOOST_TEST(
       logged(left, "ps member 1 at tcp://10.0.0.2:7000 left (stopped by SIGTERM); failover"));
@@ -1210,13 +1272,13 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
   // does not promote.
   auto early = cluster(2);
   CoordinatorEffects gone;
-  early.on_message({1, Leave{"stopped by SIGTERM"}}, 0, gone);
+  early.on_message({1, Leave{"stopped by SIGTERM", true}}, 0, gone);
   BOOST_TEST(gone.failed.message().find("its shards are gone") != std::string::npos,
              gone.failed.message());
   auto three = cluster(3);
   ready(three);
   CoordinatorEffects ended;
-  three.on_message({1, Leave{"stopped by SIGTERM"}}, 500, ended);
+  three.on_message({1, Leave{"stopped by SIGTERM", true}}, 500, ended);
   BOOST_TEST(
       ended.failed.message().find("promotes one only under replicated:2") != std::string::npos,
       ended.failed.message());

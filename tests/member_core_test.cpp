@@ -261,9 +261,31 @@ BOOST_AUTO_TEST_CASE(a_stopped_ps_drains_then_leaves_and_a_ps_takes_its_requests
   BOOST_TEST(!fx.exit.has_value());
   fx = {};
   core.drained(fx);
-  BOOST_TEST(count_of<Leave>(fx) == 1u);
+  BOOST_REQUIRE_EQUAL(count_of<Leave>(fx), 1u);
+  BOOST_TEST(std::get<Leave>(fx.control.back()).drained);  // its rows are in its store
   BOOST_REQUIRE(fx.exit.has_value());
   BOOST_TEST(fx.exit->ok());
+}
+
+// A ps whose drain fails (a store it cannot write) leaves with the error, not drained, and says
+// nothing more when the drain ends; nor is a ps that fails while serving drained.
+BOOST_AUTO_TEST_CASE(a_ps_that_fails_leaves_not_drained) {
+  for (bool stopped : {true, false}) {
+    BOOST_TEST_CONTEXT((stopped ? "while draining" : "while serving")) {
+      MemberCore core = welcomed(info(MemberRole::ps, 2, 2, true), layout(0, true));
+      MemberEffects fx;
+      if (stopped) core.stop(fx);
+      fx = {};
+      core.fail(Status::io_error("shard node 0 could not write its cached rows"), fx);
+      BOOST_REQUIRE_EQUAL(count_of<Leave>(fx), 1u);
+      const Leave& leave = std::get<Leave>(fx.control.back());
+      BOOST_TEST(!leave.drained);
+      BOOST_TEST(leave.reason.find("could not write") != std::string::npos, leave.reason);
+      fx = {};
+      core.drained(fx);
+      BOOST_TEST(fx.control.empty());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_worker_stopped_before_the_start_leaves_and_after_it_drains) {
