@@ -25,6 +25,8 @@ const char* to_string(FaultKind kind) {
       return "lossy";
     case FaultKind::disk_full:
       return "disk_full";
+    case FaultKind::stop:
+      return "stop";
   }
   return "unknown";
 }
@@ -101,15 +103,16 @@ struct Parser {
     if (Status s = number(e, path, "duration", out.duration_s, 0.0, trace_time_max_s, true);
         !s.ok())
       return s;
-    if (k == "crash" || k == "clog" || k == "slow" || k == "disk_full") {
-      out.kind = k == "crash"  ? FaultKind::crash
-                 : k == "clog" ? FaultKind::clog
-                 : k == "slow" ? FaultKind::slow
-                               : FaultKind::disk_full;
+    if (k == "crash" || k == "clog" || k == "slow" || k == "disk_full" || k == "stop") {
+      out.kind = k == "crash"       ? FaultKind::crash
+                 : k == "clog"      ? FaultKind::clog
+                 : k == "slow"      ? FaultKind::slow
+                 : k == "disk_full" ? FaultKind::disk_full
+                                    : FaultKind::stop;
       HostRef h;
       if (Status s = host(e, path, h); !s.ok()) return s;
-      if (out.kind == FaultKind::disk_full && !h.shard)
-        return bad(path, "disk_full needs \"shard\"");
+      if ((out.kind == FaultKind::disk_full || out.kind == FaultKind::stop) && !h.shard)
+        return bad(path, k + " needs \"shard\"");
       out.hosts = {h};
       if (out.kind == FaultKind::clog || out.kind == FaultKind::slow)
         if (Status s = number(e, path, "factor", out.factor, 1.0, 1e6, true); !s.ok()) return s;
@@ -129,8 +132,9 @@ struct Parser {
             std::pair{"reorder", &out.reorder}})
         if (Status s = number(e, path, key, *field, 0.0, 0.5, false); !s.ok()) return s;
     } else {
-      return bad(path + ".kind",
-                 "\"" + k + "\" is not one of crash, partition, clog, slow, lossy, disk_full");
+      return bad(
+          path + ".kind",
+          "\"" + k + "\" is not one of crash, partition, clog, slow, lossy, disk_full, stop");
     }
     return Status();
   }
@@ -204,6 +208,7 @@ std::string trace_json(const FaultTrace& trace) {
         break;
       case FaultKind::crash:
       case FaultKind::disk_full:
+      case FaultKind::stop:
         host(j, e.hosts.at(0));
         break;
     }

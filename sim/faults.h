@@ -30,6 +30,7 @@ enum class FaultKind : uint8_t {
   slow,       // host computes `factor` times slower for `duration`
   lossy,      // messages dropped / duplicated / reordered at these rates for `duration`
   disk_full,  // a shard cannot log pushes for `duration` (pushes wait; pulls go on)
+  stop,       // a ps host gets SIGTERM: it drains and leaves; started again `duration` later
 };
 const char* to_string(FaultKind kind);
 
@@ -37,7 +38,7 @@ struct FaultEvent {
   double at_s = 0.0;
   FaultKind kind = FaultKind::crash;
   double duration_s = 0.0;
-  std::vector<HostRef> hosts;   // crash, clog, slow, disk_full: one; partition: side a
+  std::vector<HostRef> hosts;   // crash, clog, slow, disk_full, stop: one; partition: side a
   std::vector<HostRef> side_b;  // partition only
   double factor = 1.0;          // clog, slow
   double drop = 0.0, duplicate = 0.0, reorder = 0.0;  // lossy

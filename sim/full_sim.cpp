@@ -343,10 +343,11 @@ Expected<SimResult> FullSim::run(const std::function<void(double)>& progress) {
   result_.numerics = "full";
   if (o_.colocate)
     for (const FaultEvent& e : o_.trace.events)
-      if (e.kind == FaultKind::crash)
-        return Status::invalid_input(
+      if (e.kind == FaultKind::crash || e.kind == FaultKind::stop)
+        return Status::invalid_input(fmt::format(
             "--colocate runs the embedded cluster, one process with no recovery: the trace "
-            "crashes it (drop the crash events, or simulate a cluster of daemons)");
+            "{} it (drop the {} events, or simulate a cluster of daemons)",
+            e.kind == FaultKind::crash ? "crashes" : "stops", to_string(e.kind)));
   result_.sites_enabled = enabled_sites(o_);
   for (const std::string& s : result_.sites_enabled) {
     skip_gate_ |= s == "skip_ssp_gate";

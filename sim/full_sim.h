@@ -67,6 +67,8 @@ struct MemberHost {
   bool trained = false;
   VirtualNanos armed_at = -1;
   uint64_t timer = 0;  // the generation of the armed timer event
+  // Its process got SIGTERM (FaultKind::stop): once it exits, it is started again at this time.
+  std::optional<VirtualNanos> restart_at;
 };
 
 // What the invariant checker believes a shard holds, rebuilt from the same inputs as the core.
@@ -231,6 +233,13 @@ class FullSim {
   void member_exit(uint32_t host, const std::string& why);
   void crash(uint32_t host);
   void restart(uint32_t host);
+  // SIGTERM to a ps host's process (FaultKind::stop): its member core drains the shards, leaves
+  // (Leave::drained) and exits; the host is down from then until `restart_at`, or at once if the
+  // drain outlasted it. Nothing when the host has no process.
+  void stop(uint32_t host, VirtualNanos restart_at);
+  // The process exits once its member core has: its cores and memory are gone, as in a crash,
+  // but its durable store keeps every commit (no lost log tail).
+  void process_gone(uint32_t host, bool crashed);
   // Whether the coordinator has declared the member on this host lost (or it left).
   bool member_gone(uint32_t host) const {
     return coordinated_ && members_[host].index && coordinator_->gone(*members_[host].index);

@@ -490,7 +490,9 @@ void ModelledSim::inject(const FaultEvent& e) {
       break;
     }
     case FaultKind::disk_full:
-      // Pushes to the shard wait: modelled as the shard taking no transfers until it clears.
+    case FaultKind::stop:
+      // Pushes to the shard wait (a full disk; a ps that drains, leaves and is started again):
+      // modelled as the shard taking no transfers until it clears.
       host_down_until_[host] = std::max(host_down_until_[host], end);
       break;
   }

@@ -8,6 +8,9 @@
 // A crash kills the host's process: its member core and cores are gone, only a ps's durable
 // rows survive (sim/sim_store.h). The restart starts a new process with a new incarnation,
 // which joins again; the coordinator core decides what becomes of it (see sim/full_sim.h).
+// A stop (SIGTERM) goes through the member core as in `colony ps`: the shards drain, the
+// member leaves (Leave::drained) and exits; then the process is gone as after a crash, with its
+// durable store whole, and a new one starts at the stop's end.
 #include <algorithm>
 
 #include "sim/full_sim.h"
@@ -76,6 +79,7 @@ void FullSim::member_start(uint32_t host) {
   // Control messages of the last process are not replayed to or from the new one: a CURVE
   // session is the process's own.
   sent_to_[host].clear();
+  mh.restart_at.reset();
   std::erase_if(sent_to_[coordinator_host_],
                 [&](const ControlMessage& m) { return m.sender_key == key_of(host); });
   MemberConfig mc;
@@ -189,6 +193,20 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
       }
       rebuild_backups();
     }
+    if (e.drain) {
+      // The shards (and backups) handle what they were sent, then the member leaves.
+      VirtualNanos at = now();
+      for (const Core& c : cores_)
+        if (c.host == host) at = std::max(at, c.busy_until);
+      const uint32_t incarnation = mh.incarnations;
+      q_.schedule(at, [this, host, incarnation] {
+        MemberHost& m = members_[host];
+        if (!m.core || m.incarnations != incarnation || hosts_[host].down) return;
+        MemberEffects drained;
+        m.core->drained(drained);
+        member_effects(host, drained);
+      });
+    }
     const uint32_t incarnation = mh.incarnations;
     for (ControlBody& body : e.control) {
       fill_counters(host, body);
@@ -208,8 +226,17 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
           control(host, coordinator_host_, std::move(m));
       });
     }
-    if (e.exit)
+    if (e.exit) {
+      if (mh.restart_at && !job_over_) {
+        // It was stopped: the process is gone, and the supervisor starts it again.
+        const VirtualNanos at = std::max(now(), *mh.restart_at);
+        member_exit(host, e.exit->ok() ? std::string("stopped by SIGTERM") : e.exit->message());
+        process_gone(host, /*crashed=*/false);
+        q_.schedule(at, [this, host] { restart(host); });
+        break;
+      }
       member_exit(host, e.exit->ok() ? std::string("the job is over") : e.exit->message());
+    }
     if (fx.empty()) break;
   }
   arm_member(host);
@@ -245,15 +272,31 @@ void FullSim::member_exit(uint32_t host, const std::string& why) {
 }
 
 void FullSim::crash(uint32_t host) {
-  Host& h = hosts_[host];
-  if (h.down) return;
-  h.down = true;
+  if (hosts_[host].down) return;
   mix(0xc4a54, host);
   timeline("crash", "fault", host, 0, now(), -1);
+  process_gone(host, /*crashed=*/true);
+}
+
+void FullSim::stop(uint32_t host, VirtualNanos restart_at) {
+  MemberHost& mh = members_[host];
+  if (!coordinated_ || hosts_[host].down || hosts_[host].exited || !mh.core) return;
+  mix(0x5709, host);
+  timeline("SIGTERM", "fault", host, 0, now(), -1);
+  mh.restart_at = restart_at;
+  MemberEffects fx;
+  mh.core->stop(fx);
+  member_effects(host, fx);
+}
+
+void FullSim::process_gone(uint32_t host, bool crashed) {
+  Host& h = hosts_[host];
+  h.down = true;
   if (coordinated_) {
     MemberHost& mh = members_[host];
     if (mh.core) result_.bad_messages += mh.core->bad_messages();
     mh.core.reset();
+    mh.restart_at.reset();
     ++mh.timer;
     mh.armed_at = -1;
   }
@@ -268,7 +311,7 @@ void FullSim::crash(uint32_t host) {
     c.primary.reset();
     c.shard.reset();
     if (o_.replicas > 1) continue;
-    if (lose_log_tail_) durable_[n]->lose_tail(1 + rng_.next() % 4);
+    if (crashed && lose_log_tail_) durable_[n]->lose_tail(1 + rng_.next() % 4);
     check_durable(n);
   }
   drop_backups_on(host);

@@ -350,6 +350,11 @@ void FullSim::inject(const FaultEvent& e) {
         std::erase_if(lossy_, [&](const Lossy& l) { return l.end <= end; });
       });
       break;
+    case FaultKind::stop: {
+      const uint32_t host = host_of(e.hosts[0]);
+      stop(host, end);
+      break;
+    }
     case FaultKind::disk_full: {
       const uint32_t host = host_of(e.hosts[0]);
       hosts_[host].disk_full_until = std::max(hosts_[host].disk_full_until, end);
