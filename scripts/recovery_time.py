@@ -14,9 +14,11 @@ measured in the same run. For the replicated stores ps 1 is killed and not start
 other ps promotes its backup of ps 1's shard (failover), and "kill to resumed" is the time to the
 coordinator's "serves shards"; the part of it after the coordinator declared ps 1 lost (the
 heartbeat timeout, --heartbeat-timeout-ms, 3 s by default) is printed as "promotion". With
---stop term the replicated stores' ps 1 gets SIGTERM instead (a ps removed mid-job): it drains,
-leaves and exits 0, and the coordinator fails it over at once; "promotion" is then the time from
-the coordinator's "left" to its "serves shards".
+--stop term ps 1 gets SIGTERM instead, drains, leaves and exits 0. Replicated, that is a ps
+removed mid-job: the coordinator fails it over at once, and "promotion" is the time from the
+coordinator's "left" to its "serves shards". Over rocksdb and tiered it is a supervisor's restart
+(a rolling upgrade): the ps is started again as soon as it has exited, the coordinator waits for
+it as for a crashed one, and "drain" is the time from the SIGTERM to its exit.
 
 Time back to full throughput is read as `colony sim` reads it (sim/throughput_recovery.h): the
 workers' timelines (`--timeline`) give when each step's computation ended; the last 20 steps of
@@ -86,7 +88,7 @@ def step_ends(timeline):
 
 def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kill"):
     """Returns (wall seconds, seconds from kill to resumed or None, seconds from kill back to full
-    throughput or None, samples/s reported)."""
+    throughput or None, samples/s reported, promotion seconds or None, drain seconds or None)."""
     tag = f"{store}-{'kill' if kill_after else 'plain'}"
     logs = os.path.join(work, tag)
     os.makedirs(logs)
@@ -118,14 +120,14 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kil
                       "--insecure", "--data", os.path.join(data, "train.libsvm")]
                      + (["--timeline", timelines[i]] if kill_after else []),
                      os.path.join(logs, f"w{i}.log")) for i in range(2)]
-    resumed = back = promotion = None
+    resumed = back = promotion = drain = None
     if kill_after:
         await_line(os.path.join(logs, "w0.log"), "training starts", workers[0])
         time.sleep(kill_after)
         killed = time.monotonic()
         killed_unix = time.time()
         replicated = store.startswith("replicated")
-        ps[1].send_signal(signal.SIGTERM if replicated and stop == "term" else signal.SIGKILL)
+        ps[1].send_signal(signal.SIGTERM if stop == "term" else signal.SIGKILL)
         if replicated:  # failover: ps 0 takes over, ps 1 stays down
             await_line(os.path.join(logs, "c.log"),
                        r"left \(stopped by SIGTERM\)" if stop == "term" else "was lost", coord)
@@ -135,8 +137,10 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kil
             if ps[1].wait() != 0 and stop == "term":
                 sys.exit(f"{tag}: ps 1 did not leave cleanly; logs in {logs}")
             ps = ps[:1]
-        else:
-            ps[1].wait()
+        else:  # a restart in place over the store on disk
+            if ps[1].wait() != 0 and stop == "term":
+                sys.exit(f"{tag}: ps 1 did not leave cleanly; logs in {logs}")
+            drain = time.monotonic() - killed
             ps[1] = start(ps_argv(1, ps1_endpoint), os.path.join(logs, "ps1-again.log"))
             await_line(os.path.join(logs, "c.log"), "has resumed shards", coord)
         resumed = time.monotonic() - killed
@@ -147,7 +151,7 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kil
         back = time_back(step_ends(timelines[0]) + step_ends(timelines[1]), killed_unix, 40)
     with open(os.path.join(logs, "report.json")) as f:
         sps = json.load(f)["samples_per_sec"]
-    return time.monotonic() - began, resumed, back, sps, promotion
+    return time.monotonic() - began, resumed, back, sps, promotion, drain
 
 
 def main():
@@ -160,7 +164,7 @@ def main():
     ap.add_argument("--heartbeat-timeout-ms", type=int, default=3000,
                     help="how long a silent member lives (the coordinator's flag)")
     ap.add_argument("--stop", choices=["kill", "term"], default="kill",
-                    help="how the replicated stores' ps 1 is stopped: SIGKILL or SIGTERM")
+                    help="how ps 1 is stopped: SIGKILL or SIGTERM")
     ap.add_argument("--store", action="append",
                     choices=["memory", "rocksdb", "tiered", "replicated", "replicated-tiered"])
     a = ap.parse_args()
@@ -172,10 +176,11 @@ def main():
                     "--out", data], check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
     print(f"{'store':17} {'samples/s':>10} {'of memory':>10} {'kill to resumed':>16} {'of job':>8} "
-          f"{'back to full':>13} {'time added':>11} {'of job':>8} {'promotion':>10}")
+          f"{'back to full':>13} {'time added':>11} {'of job':>8} {'promotion':>10} "
+          f"{'drain':>8}")
     memory_sps = None
     for store in stores:
-        plain, _, _, sps, _ = run_job(colony, work, data, store, a.epochs, 0,
+        plain, _, _, sps, _, _ = run_job(colony, work, data, store, a.epochs, 0,
                                       a.heartbeat_timeout_ms)
         if store == "memory":
             memory_sps = sps
@@ -184,14 +189,14 @@ def main():
         if store == "memory":
             print(f"{store:17} {sps:10.0f} {ratio}")
             continue
-        killed, resumed, back, _, promotion = run_job(colony, work, data, store, a.epochs,
-                                                      a.kill_after, a.heartbeat_timeout_ms,
-                                                      a.stop)
+        killed, resumed, back, _, promotion, drain = run_job(
+            colony, work, data, store, a.epochs, a.kill_after, a.heartbeat_timeout_ms, a.stop)
         back_text = f"{back:12.3f}s" if back is not None else f"{'not back':>13}"
         promotion_text = f"{promotion:9.3f}s" if promotion is not None else f"{'-':>10}"
+        drain_text = f"{drain:7.3f}s" if drain is not None and a.stop == "term" else f"{'-':>8}"
         print(f"{store:17} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "
               f"{back_text} {killed - plain:10.3f}s {(killed - plain) / plain:8.3f} "
-              f"{promotion_text}")
+              f"{promotion_text} {drain_text}")
     print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps, 2 workers, loopback); "
           "'of job' is a fraction of the uninterrupted job's wall time in the same run")
     shutil.rmtree(work, ignore_errors=True)  # kept, with every log, when a run fails
