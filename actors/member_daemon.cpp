@@ -836,7 +836,11 @@ class Member {
                 if (first.ok()) first = std::move(s);
               },
               [&](caf::error& e) {
-                log_(fmt::format("shard node {} did not flush: {}", n, p_.system.render(e)));
+                // Its cached rows may not be on disk: the ps must not leave as drained.
+                Status s = Status::io_error(
+                    fmt::format("shard node {} did not flush: {}", n, p_.system.render(e)));
+                log_(s.message());
+                if (first.ok()) first = std::move(s);
               });
     return first;
   }
