@@ -1055,6 +1055,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       Leave x;
       if (Status s = read_text(r.getLeave(), x.reason, "leave reason"); !s.ok()) return s;
       x.drained = r.getDrained();
+      x.incarnation = r.getIncarnation();
       m.body = std::move(x);
       return Status();
     }
@@ -1251,6 +1252,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
         } else if constexpr (std::is_same_v<T, Leave>) {
           c.setLeave(b.reason);
           c.setDrained(b.drained);
+          c.setIncarnation(b.incarnation);
         } else if constexpr (std::is_same_v<T, Shutdown>) {
           c.setShutdown(b.error);
         } else if constexpr (std::is_same_v<T, ShardsRestarted>) {

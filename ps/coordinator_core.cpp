@@ -88,6 +88,22 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
         now_ms, out);
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
+  // The Leave of the process this member's current one replaced, read after the new one joined (a
+  // restart at once): it says nothing of the new one, and is taken once. Any other incarnation's
+  // is a lie.
+  if (auto* leave = std::get_if<Leave>(&message.body);
+      leave && leave->incarnation != m.incarnation) {
+    if (leave->incarnation != st.previous_incarnation)
+      return reject(fmt::format("a Leave from member {} in the name of incarnation {}, neither its "
+                                "current one nor the one before",
+                                i, leave->incarnation),
+                    now_ms, out);
+    st.previous_incarnation.reset();
+    return out.log.push_back(
+        fmt::format("member {} at {}: a Leave ({}) from incarnation {}, not the one that joined "
+                    "last: ignored",
+                    i, m.endpoint, leave->reason, leave->incarnation));
+  }
   // Declared lost: what it still says does not count. But a member busy past the heartbeat
   // timeout (a ps writing a large cache to disk as it drains) may still leave: its first Leave
   // is taken for what it is, and changes nothing.
@@ -445,6 +461,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   }
   if (phase_ == CoordinatorPhase::joining || phase_ == CoordinatorPhase::starting) {
     // Nothing has trained yet: the new process takes the old one's place and builds afresh.
+    st.previous_incarnation = members_[i].incarnation;
     members_[i].incarnation = m.incarnation;
     dense_starts_.erase(i);  // the new process sends its own, if it resumes from any
     members_[i].durable = m.durable;
@@ -486,6 +503,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   st.ready = false;
   st.last_heard_ms = now_ms;
   st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
+  st.previous_incarnation = members_[i].incarnation;
   members_[i].incarnation = m.incarnation;
   Welcome w = welcome_for(i);
   w.resume = true;

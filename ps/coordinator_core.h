@@ -220,6 +220,8 @@ class CoordinatorCore {
     bool gone = false;
     bool awaiting_rejoin = false;  // a durable ps lost while running
     bool left = false;             // its Leave came (once declared lost, the first is taken)
+    // The incarnation its current one replaced, whose one Leave may still be on its way.
+    std::optional<uint64_t> previous_incarnation{};
     uint64_t rejoin_deadline_ms = 0;
     bool rejoining = false;          // welcomed back, not Ready yet
     uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)

@@ -59,6 +59,10 @@ void MemberCore::send(ControlBody body, MemberEffects& out) {
   if (phase_ != MemberPhase::ended) out.control.push_back(std::move(body));
 }
 
+void MemberCore::leave(std::string reason, bool drained, MemberEffects& out) {
+  send(Leave{std::move(reason), drained, config_.me.incarnation}, out);
+}
+
 void MemberCore::end(Status status, MemberEffects& out) {
   if (phase_ == MemberPhase::ended) return;
   phase_ = MemberPhase::ended;
@@ -192,7 +196,7 @@ void MemberCore::built(const Status& status, uint64_t now_ms, MemberEffects& out
                        std::optional<DenseState> dense_start) {
   if (phase_ != MemberPhase::building) return;
   if (!status.ok()) {
-    send(Leave{status.message()}, out);
+    leave(status.message(), /*drained=*/false, out);
     return end(status, out);
   }
   phase_ = MemberPhase::serving;
@@ -392,7 +396,7 @@ void MemberCore::stop(MemberEffects& out) {
       out.log.push_back("stopped by a signal before the job started");
       return end(Status(), out);
     case MemberPhase::building:
-      send(Leave{"stopped by a signal before the start"}, out);
+      leave("stopped by a signal before the start", /*drained=*/false, out);
       return end(Status(), out);
     case MemberPhase::serving:
       break;
@@ -418,7 +422,7 @@ void MemberCore::stop(MemberEffects& out) {
   draining_ = true;
   if (!started_) {
     out.log.push_back("SIGTERM before the start: leaving");
-    send(Leave{"stopped by SIGTERM before the start"}, out);
+    leave("stopped by SIGTERM before the start", /*drained=*/false, out);
     return end(Status(), out);
   }
   if (done_sent_) {
@@ -433,7 +437,7 @@ void MemberCore::stop(MemberEffects& out) {
 void MemberCore::drained(MemberEffects& out) {
   if (phase_ != MemberPhase::serving || !draining_) return;
   out.log.push_back("drained: every shard has handled what it was sent; leaving");
-  send(Leave{"stopped by SIGTERM", /*drained=*/true}, out);
+  leave("stopped by SIGTERM", /*drained=*/true, out);
   end(Status(), out);
 }
 
@@ -443,7 +447,7 @@ void MemberCore::fail(const Status& error, MemberEffects& out) {
   if (phase_ == MemberPhase::serving && config_.me.role == MemberRole::worker && !done_sent_)
     send_done(error.message(), out);
   else if (phase_ != MemberPhase::joining)
-    send(Leave{error.message()}, out);
+    leave(error.message(), /*drained=*/false, out);
   end(error, out);
 }
 

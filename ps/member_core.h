@@ -137,6 +137,8 @@ class MemberCore {
  private:
   explicit MemberCore(const MemberConfig& config, uint64_t now_ms);
   void send(ControlBody body, MemberEffects& out);
+  // Sends a Leave in this process's name (its incarnation).
+  void leave(std::string reason, bool drained, MemberEffects& out);
   void end(Status status, MemberEffects& out);
   void on_joining(const ControlMessage& m, uint64_t now_ms, MemberEffects& out);
   void on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffects& out);

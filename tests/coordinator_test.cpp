@@ -437,9 +437,10 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
     std::string failure;  // empty: waited for
   };
   const std::vector<Case> cases = {
-      {true, Leave{"stopped by SIGTERM", true}, ""},
-      {false, Leave{"stopped by SIGTERM", true}, "left (stopped by SIGTERM): its shards are gone"},
-      {true, Leave{"shard node 0: the store could not be written", false},
+      {true, Leave{"stopped by SIGTERM", true, 1}, ""},
+      {false, Leave{"stopped by SIGTERM", true, 1},
+       "left (stopped by SIGTERM): its shards are gone"},
+      {true, Leave{"shard node 0: the store could not be written", false, 1},
        "left (shard node 0: the store could not be written): its shards are gone"},
   };
   for (const Case& k : cases) {
@@ -483,6 +484,44 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
       BOOST_TEST(core.totals().counters.bad_messages == 0u);
     }
   }
+}
+
+// A ps restarted at once (SIGTERM, then its supervisor starts it again): the new process's Join
+// may be read before the old one's Leave. The Join is the restart; the late Leave, from the
+// earlier incarnation, is ignored: not a loss of the new process, not a lie. The new process's
+// own Leave is taken.
+BOOST_AUTO_TEST_CASE(a_leave_read_after_the_next_incarnation_joined_is_ignored) {
+  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
+  c.join_timeout_ms = 20'000;
+  MemberInfo ps = member(MemberRole::ps, 1);
+  ps.durable = true;
+  ps.incarnation = 1;
+  auto core = running_one_ps(c, ps);
+  ps.incarnation = 2;
+  CoordinatorEffects back;
+  core.on_message({control_from_unknown, Join{ps}}, 500, back);
+  BOOST_TEST(logged(back, "it restarted (a new incarnation joined)"));
+  BOOST_REQUIRE_EQUAL(sent<Welcome>(back).size(), 1u);
+  CoordinatorEffects late;
+  core.on_message({0, Leave{"stopped by SIGTERM", true, 1}}, 600, late);
+  BOOST_TEST(late.failed.ok(), late.failed.message());
+  BOOST_TEST(logged(late, "from incarnation 1, not the one that joined last: ignored"));
+  BOOST_TEST(late.control.empty());
+  CoordinatorEffects ready;
+  core.on_message({0, Ready{}}, 700, ready);
+  BOOST_TEST(sent<ShardsRestarted>(ready).size() == 1u);
+  BOOST_TEST(core.totals().ps_restarts == 1u);
+  BOOST_TEST(core.totals().counters.bad_messages == 0u);
+  // The same again, or another incarnation's: lies, dropped and counted.
+  for (uint64_t incarnation : {1, 7}) {
+    CoordinatorEffects lie;
+    core.on_message({0, Leave{"stopped by SIGTERM", true, incarnation}}, 750, lie);
+    BOOST_TEST(lie.control.empty());
+  }
+  BOOST_TEST(core.totals().counters.bad_messages == 2u);
+  CoordinatorEffects own;
+  core.on_message({0, Leave{"stopped by SIGTERM", true, 2}}, 800, own);
+  BOOST_TEST(logged(own, "left (stopped by SIGTERM); its rows are on disk"));
 }
 
 // Once training is over, every ps member is asked for a summary of its shards; the driver waits

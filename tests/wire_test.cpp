@@ -620,7 +620,7 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
       {from, Heartbeat{rng.next(), MemberLoad{}}},
       {from, std::move(d)},
       {from, std::move(lost)},
-      {from, Leave{random_text(rng, 300), rng.next() % 2 == 1}},
+      {from, Leave{random_text(rng, 300), rng.next() % 2 == 1, rng.next()}},
       {from, Shutdown{random_text(rng, 300)}},
       {from, Refuse{random_text(rng, 300)}},
       {from, Joined{random_text(rng, 300)}},
@@ -676,7 +676,7 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, NodesLost>)
           return x.nodes == y.nodes && x.reason == y.reason && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, Leave>)
-          return x.reason == y.reason && x.drained == y.drained;
+          return x.reason == y.reason && x.drained == y.drained && x.incarnation == y.incarnation;
         if constexpr (std::is_same_v<T, Shutdown>) return x.error == y.error;
         if constexpr (std::is_same_v<T, Refuse>) return x.reason == y.reason;
         if constexpr (std::is_same_v<T, Joined>) return x.status == y.status;

@@ -246,7 +246,7 @@ ControlBody body_of(Input& in) {
     case 6:
       return NodesLost{nodes_of(in), in.text(), in.below(8)};
     case 7:
-      return Leave{in.text(), in.flag()};
+      return Leave{in.text(), in.flag(), in.below(incarnation_pool)};
     case 8:
       return Shutdown{in.text()};
     case 9:
@@ -406,7 +406,7 @@ void fuzz_coordinator(Input& in) {
             m.body = ShardSummary{in.below(1000), in.below(1000)};
             break;
           default:
-            m.body = Leave{in.text(), in.flag()};
+            m.body = Leave{in.text(), in.flag(), in.below(incarnation_pool)};
             break;
         }
         core.on_message(m, now_ms, out);
