@@ -274,8 +274,10 @@ struct Promoted {
 };
 
 // A member leaves on its own: stopped (SIGTERM) or failed; `reason` says why. `drained`: a ps
-// stopped on purpose after its shards handled everything they were sent and wrote the rows their
-// stores held only in memory to disk (MemberCore::drained); never set with an error.
+// stopped on purpose whose store holds all it acknowledged: its shards handled everything they
+// were sent and wrote the rows their stores held only in memory to disk (MemberCore::drained),
+// or a durable ps stopped before its shards were built (it served nothing); never set with an
+// error.
 // `incarnation`: the leaving process's (its Join's MemberInfo::incarnation), so that a Leave read
 // after the member's next process joined is not taken for that one's.
 struct Leave {

@@ -396,7 +396,10 @@ void MemberCore::stop(MemberEffects& out) {
       out.log.push_back("stopped by a signal before the job started");
       return end(Status(), out);
     case MemberPhase::building:
-      leave("stopped by a signal before the start", /*drained=*/false, out);
+      // A durable ps has served nothing yet: its store is as its last process left it, and it
+      // may start again over it (a resumed ps stopped again at once).
+      leave("stopped by a signal before its shards were built",
+            /*drained=*/config_.me.role == MemberRole::ps && config_.me.durable, out);
       return end(Status(), out);
     case MemberPhase::serving:
       break;

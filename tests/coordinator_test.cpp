@@ -524,6 +524,41 @@ BOOST_AUTO_TEST_CASE(a_leave_read_after_the_next_incarnation_joined_is_ignored) 
   BOOST_TEST(logged(own, "left (stopped by SIGTERM); its rows are on disk"));
 }
 
+// A durable ps stopped again while it resumes (welcomed back, still building its shards: a
+// supervisor's retried restart) leaves drained and is waited for once more; its next process
+// resumes the shards.
+BOOST_AUTO_TEST_CASE(a_resuming_ps_stopped_again_is_waited_for_again) {
+  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
+  c.join_timeout_ms = 20'000;
+  MemberInfo ps = member(MemberRole::ps, 1);
+  ps.durable = true;
+  ps.incarnation = 1;
+  auto core = running_one_ps(c, ps);
+  CoordinatorEffects left;
+  core.on_message({0, Leave{"stopped by SIGTERM", true, 1}}, 500, left);
+  BOOST_REQUIRE(left.failed.ok());
+  ps.incarnation = 2;
+  CoordinatorEffects back;
+  core.on_message({control_from_unknown, Join{ps}}, 1'000, back);
+  BOOST_REQUIRE_EQUAL(sent<Welcome>(back).size(), 1u);
+  CoordinatorEffects again;
+  core.on_message({0, Leave{"stopped by a signal before its shards were built", true, 2}}, 1'500,
+                  again);
+  BOOST_TEST(again.failed.ok(), again.failed.message());
+  BOOST_TEST(logged(again, "its rows are on disk: waiting"));
+  ps.incarnation = 3;
+  CoordinatorEffects third;
+  core.on_message({control_from_unknown, Join{ps}}, 2'000, third);
+  const auto welcomes = sent<Welcome>(third);
+  BOOST_REQUIRE_EQUAL(welcomes.size(), 1u);
+  BOOST_TEST(welcomes[0].second.resume);
+  CoordinatorEffects ready;
+  core.on_message({0, Ready{}}, 2'100, ready);
+  BOOST_TEST(sent<ShardsRestarted>(ready).size() == 1u);
+  BOOST_TEST(core.totals().ps_restarts == 1u);
+  BOOST_TEST(core.totals().counters.bad_messages == 0u);
+}
+
 // Once training is over, every ps member is asked for a summary of its shards; the driver waits
 // (summaries_pending) until each has answered or the heartbeat timeout has passed.
 BOOST_AUTO_TEST_CASE(ps_members_summarize_their_shards_once_training_is_over) {

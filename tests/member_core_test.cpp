@@ -268,6 +268,27 @@ BOOST_AUTO_TEST_CASE(a_stopped_ps_drains_then_leaves_and_a_ps_takes_its_requests
   BOOST_TEST(fx.exit->ok());
 }
 
+// A durable ps stopped while it builds its shards (a restarted ps stopped again at once) has
+// served nothing: its store is as its last process left it, and it leaves drained. One in memory
+// does not.
+BOOST_AUTO_TEST_CASE(a_durable_ps_stopped_while_building_leaves_drained) {
+  for (bool durable : {true, false}) {
+    BOOST_TEST_CONTEXT((durable ? "durable" : "in memory")) {
+      auto core = MemberCore::make(config(info(MemberRole::ps, 2, 2, durable)), 0);
+      BOOST_REQUIRE(core.ok());
+      MemberEffects fx;
+      core->start(0, fx);
+      core->on_message({control_from_coordinator, layout(0, durable)}, 0, fx);
+      BOOST_REQUIRE(fx.build.has_value());
+      fx = {};
+      core->stop(fx);
+      BOOST_REQUIRE_EQUAL(count_of<Leave>(fx), 1u);
+      BOOST_TEST(std::get<Leave>(fx.control.back()).drained == durable);
+      BOOST_TEST(fx.exit.has_value());
+    }
+  }
+}
+
 // A ps whose drain fails (a store it cannot write) leaves with the error, not drained, and says
 // nothing more when the drain ends; nor is a ps that fails while serving drained.
 BOOST_AUTO_TEST_CASE(a_ps_that_fails_leaves_not_drained) {
