@@ -180,6 +180,19 @@ CoordinatorCore running_one_ps(const CoordinatorConfig& c, const MemberInfo& ps)
   BOOST_REQUIRE((core.phase() == CoordinatorPhase::running));
   return core;
 }
+
+// `ps` (member 0, in a new incarnation) joins again at `now`, is welcomed back to resume its
+// shards, and once it is Ready the workers are told (ShardsRestarted).
+void resumes(CoordinatorCore& core, const MemberInfo& ps, uint64_t now) {
+  CoordinatorEffects back;
+  core.on_message({control_from_unknown, Join{ps}}, now, back);
+  const auto welcomes = sent<Welcome>(back);
+  BOOST_REQUIRE_EQUAL(welcomes.size(), 1u);
+  BOOST_TEST(welcomes[0].second.resume);
+  CoordinatorEffects ready;
+  core.on_message({0, Ready{}}, now + 100, ready);
+  BOOST_TEST(sent<ShardsRestarted>(ready).size() == 1u);
+}
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_silent_worker_is_lost_its_clocks_released_and_the_job_goes_on) {
@@ -472,14 +485,7 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
         BOOST_TEST(sent<NodesLost>(fx).empty());
       }
       ps.incarnation = 2;  // the process started again
-      CoordinatorEffects back;
-      core.on_message({control_from_unknown, Join{ps}}, 12'000, back);
-      const auto welcomes = sent<Welcome>(back);
-      BOOST_REQUIRE_EQUAL(welcomes.size(), 1u);
-      BOOST_TEST(welcomes[0].second.resume);
-      CoordinatorEffects ready;
-      core.on_message({0, Ready{}}, 12'100, ready);
-      BOOST_TEST(sent<ShardsRestarted>(ready).size() == 1u);
+      resumes(core, ps, 12'000);
       BOOST_TEST(core.totals().ps_restarts == 1u);
       BOOST_TEST(core.totals().counters.bad_messages == 0u);
     }
@@ -547,14 +553,7 @@ BOOST_AUTO_TEST_CASE(a_resuming_ps_stopped_again_is_waited_for_again) {
   BOOST_TEST(again.failed.ok(), again.failed.message());
   BOOST_TEST(logged(again, "its rows are on disk: waiting"));
   ps.incarnation = 3;
-  CoordinatorEffects third;
-  core.on_message({control_from_unknown, Join{ps}}, 2'000, third);
-  const auto welcomes = sent<Welcome>(third);
-  BOOST_REQUIRE_EQUAL(welcomes.size(), 1u);
-  BOOST_TEST(welcomes[0].second.resume);
-  CoordinatorEffects ready;
-  core.on_message({0, Ready{}}, 2'100, ready);
-  BOOST_TEST(sent<ShardsRestarted>(ready).size() == 1u);
+  resumes(core, ps, 2'000);
   BOOST_TEST(core.totals().ps_restarts == 1u);
   BOOST_TEST(core.totals().counters.bad_messages == 0u);
 }
