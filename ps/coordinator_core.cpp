@@ -461,8 +461,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   }
   if (phase_ == CoordinatorPhase::joining || phase_ == CoordinatorPhase::starting) {
     // Nothing has trained yet: the new process takes the old one's place and builds afresh.
-    st.previous_incarnation = members_[i].incarnation;
-    members_[i].incarnation = m.incarnation;
+    replace_incarnation(i, m.incarnation);
     dense_starts_.erase(i);  // the new process sends its own, if it resumes from any
     members_[i].durable = m.durable;
     members_[i].data = m.data;
@@ -496,6 +495,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
                            true});
     return;
   }
+  replace_incarnation(i, m.incarnation);
   st.awaiting_rejoin = false;
   st.gone = false;
   st.left = false;
@@ -503,13 +503,19 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   st.ready = false;
   st.last_heard_ms = now_ms;
   st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
-  st.previous_incarnation = members_[i].incarnation;
-  members_[i].incarnation = m.incarnation;
   Welcome w = welcome_for(i);
   w.resume = true;
   out.log.push_back(fmt::format(
       "ps member {} is back from {}: sent it the layout to resume its shards", i, m.endpoint));
   out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, std::move(w)}});
+}
+
+void CoordinatorCore::replace_incarnation(uint32_t i, uint64_t incarnation) {
+  // The old process's Leave may still come, unless it already has.
+  MemberState& st = state_[i];
+  st.previous_incarnation =
+      st.left ? std::nullopt : std::optional<uint64_t>(members_[i].incarnation);
+  members_[i].incarnation = incarnation;
 }
 
 void CoordinatorCore::welcome(CoordinatorEffects& out) {

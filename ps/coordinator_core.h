@@ -220,7 +220,8 @@ class CoordinatorCore {
     bool gone = false;
     bool awaiting_rejoin = false;  // a durable ps lost while running
     bool left = false;             // its Leave came (once declared lost, the first is taken)
-    // The incarnation its current one replaced, whose one Leave may still be on its way.
+    // The incarnation its current one replaced, while its one Leave may still be on its way
+    // (none once that Leave came).
     std::optional<uint64_t> previous_incarnation{};
     uint64_t rejoin_deadline_ms = 0;
     bool rejoining = false;          // welcomed back, not Ready yet
@@ -238,6 +239,9 @@ class CoordinatorCore {
   void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms,
                CoordinatorEffects& out);
   void rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
+  // Member i's next process (`incarnation`) takes its place; the one it replaced is remembered
+  // while its Leave may still come.
+  void replace_incarnation(uint32_t i, uint64_t incarnation);
   void reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
                        CoordinatorEffects& out);

@@ -488,6 +488,11 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
       resumes(core, ps, 12'000);
       BOOST_TEST(core.totals().ps_restarts == 1u);
       BOOST_TEST(core.totals().counters.bad_messages == 0u);
+      // The old process's Leave again, once taken: a replay, a lie.
+      CoordinatorEffects replay;
+      core.on_message({0, k.leave}, 12'500, replay);
+      BOOST_TEST(replay.failed.ok());
+      BOOST_TEST(core.totals().counters.bad_messages == 1u);
     }
   }
 }
