@@ -168,6 +168,21 @@ CoordinatorCore running(bool hierarchical, bool require_all = false) {
   return core;
 }
 
+// Member 0 of running_one_ps: one shard, incarnation 1, over a durable store or not.
+MemberInfo first_ps(bool durable) {
+  MemberInfo ps = member(MemberRole::ps, 1);
+  ps.durable = durable;
+  ps.incarnation = 1;
+  return ps;
+}
+
+// One shard, one worker, and 20 s for a lost durable ps to come back.
+CoordinatorConfig waiting_config() {
+  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
+  c.join_timeout_ms = 20'000;
+  return c;
+}
+
 // A running job of one ps member `ps` (one shard) and one single-replica worker member, formed
 // and ready at time 0, under `c`.
 CoordinatorCore running_one_ps(const CoordinatorConfig& c, const MemberInfo& ps) {
@@ -458,12 +473,8 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
   };
   for (const Case& k : cases) {
     BOOST_TEST_CONTEXT((k.durable ? "durable, " : "in memory, ") << k.leave.reason) {
-      CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
-      c.join_timeout_ms = 20'000;
-      MemberInfo ps = member(MemberRole::ps, 1);
-      ps.durable = k.durable;
-      ps.incarnation = 1;
-      auto core = running_one_ps(c, ps);
+      MemberInfo ps = first_ps(k.durable);
+      auto core = running_one_ps(waiting_config(), ps);
       CoordinatorEffects left;
       core.on_message({0, k.leave}, 500, left);
       if (!k.failure.empty()) {
@@ -502,12 +513,8 @@ BOOST_AUTO_TEST_CASE(a_durable_ps_that_leaves_is_waited_for_as_a_lost_one_is) {
 // earlier incarnation, is ignored: not a loss of the new process, not a lie. The new process's
 // own Leave is taken.
 BOOST_AUTO_TEST_CASE(a_leave_read_after_the_next_incarnation_joined_is_ignored) {
-  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
-  c.join_timeout_ms = 20'000;
-  MemberInfo ps = member(MemberRole::ps, 1);
-  ps.durable = true;
-  ps.incarnation = 1;
-  auto core = running_one_ps(c, ps);
+  MemberInfo ps = first_ps(/*durable=*/true);
+  auto core = running_one_ps(waiting_config(), ps);
   ps.incarnation = 2;
   CoordinatorEffects back;
   core.on_message({control_from_unknown, Join{ps}}, 500, back);
@@ -539,12 +546,8 @@ BOOST_AUTO_TEST_CASE(a_leave_read_after_the_next_incarnation_joined_is_ignored) 
 // supervisor's retried restart) leaves drained and is waited for once more; its next process
 // resumes the shards.
 BOOST_AUTO_TEST_CASE(a_resuming_ps_stopped_again_is_waited_for_again) {
-  CoordinatorConfig c = config(1, 1, /*hierarchical=*/false);
-  c.join_timeout_ms = 20'000;
-  MemberInfo ps = member(MemberRole::ps, 1);
-  ps.durable = true;
-  ps.incarnation = 1;
-  auto core = running_one_ps(c, ps);
+  MemberInfo ps = first_ps(/*durable=*/true);
+  auto core = running_one_ps(waiting_config(), ps);
   CoordinatorEffects left;
   core.on_message({0, Leave{"stopped by SIGTERM", true, 1}}, 500, left);
   BOOST_REQUIRE(left.failed.ok());
