@@ -229,6 +229,8 @@ class FullSim {
   void member_start(uint32_t host);  // a new member process on the host joins
   void member_effects(uint32_t host, MemberEffects& fx);
   void arm_member(uint32_t host);
+  // When the host's cores will have handled what they were sent (now, if idle).
+  VirtualNanos host_idle_at(uint32_t host) const;
   void fill_counters(uint32_t host, ControlBody& body) const;
   void member_exit(uint32_t host, const std::string& why);
   void crash(uint32_t host);

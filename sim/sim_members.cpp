@@ -195,11 +195,8 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
     }
     if (e.drain) {
       // The shards (and backups) handle what they were sent, then the member leaves.
-      VirtualNanos at = now();
-      for (const Core& c : cores_)
-        if (c.host == host) at = std::max(at, c.busy_until);
       const uint32_t incarnation = mh.incarnations;
-      q_.schedule(at, [this, host, incarnation] {
+      q_.schedule(host_idle_at(host), [this, host, incarnation] {
         MemberHost& m = members_[host];
         if (!m.core || m.incarnations != incarnation || hosts_[host].down) return;
         MemberEffects drained;
@@ -218,10 +215,7 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
         continue;
       }
       // It leaves once the cores' last messages have.
-      VirtualNanos at = now();
-      for (const Core& c : cores_)
-        if (c.host == host) at = std::max(at, c.busy_until);
-      q_.schedule(at, [this, host, incarnation, m = std::move(m)]() mutable {
+      q_.schedule(host_idle_at(host), [this, host, incarnation, m = std::move(m)]() mutable {
         if (members_[host].incarnations == incarnation)
           control(host, coordinator_host_, std::move(m));
       });
@@ -240,6 +234,13 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
     if (fx.empty()) break;
   }
   arm_member(host);
+}
+
+VirtualNanos FullSim::host_idle_at(uint32_t host) const {
+  VirtualNanos at = now();
+  for (const Core& c : cores_)
+    if (c.host == host) at = std::max(at, c.busy_until);
+  return at;
 }
 
 void FullSim::arm_member(uint32_t host) {
