@@ -248,8 +248,8 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
         if (primary && primary->backups() > 0 && primary->backups_live() == primary->backups()) {
           auto digest = core->rows_digest();
           if (!digest) shared->fail(digest.status());
-          s.rows_digest = digest ? *digest : 0;
-          s.replicated_rows = s.table_rows;
+          s.rows_digest = digest ? digest->digest : 0;
+          s.replicated_rows = digest ? digest->rows : 0;
         }
         return s;
       },
@@ -286,11 +286,11 @@ backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_sta
         ShardSummary s;
         if (self->state.spent) return s;
         ShardCore& core = backup->core();
-        s.backup_rows = core.rows();
         s.memory_bytes = core.store().memory_bytes();
         auto digest = core.rows_digest();
         if (!digest) shared->fail(digest.status());
-        s.backup_digest = digest ? *digest : 0;
+        s.backup_rows = digest ? digest->rows : 0;
+        s.backup_digest = digest ? digest->digest : 0;
         return s;
       },
   };

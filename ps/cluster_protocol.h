@@ -321,7 +321,8 @@ struct ShardSummary {
   // Row updates refused because they would have made a row NaN or infinite (ShardStats).
   uint64_t updates_not_finite = 0;
   // Replication (JobSpec::replicas K > 1): the rows the member's backups hold, and digests of
-  // its primaries' rows and of its backups' (ShardCore::rows_digest, summed with wrap-around).
+  // its primaries' rows and of its backups' (ShardCore::rows_digest, summed with wrap-around);
+  // rows still as they were made count in neither (a pull makes rows on the primary alone).
   // Only primaries whose K - 1 backups are all live count in replicated_rows and rows_digest
   // (a failover leaves a shard and those whose backups were on the lost member with fewer).
   // Every backup holds its primary's rows when, summed over the ps members, backup_rows is

@@ -92,13 +92,19 @@ void ShardCore::on_message(const PsMessage& message, Outbox& out) {
   ++stats_.messages_refused;
 }
 
-Expected<uint64_t> ShardCore::rows_digest() const {
-  uint64_t digest = 0;
+Expected<ShardCore::RowsDigest> ShardCore::rows_digest() const {
+  RowsDigest d;
   const size_t bytes = store_->row_floats() * sizeof(float);
-  Status s = store_->for_each(
-      [&](uint64_t key, const float* row) { digest += fnv1a64(row, bytes, mix64(key)); });
+  std::vector<float> initial(width_ + state_);
+  Status s = store_->for_each([&](uint64_t key, const float* row) {
+    init_row(key, config_.init, {initial.data(), width_});
+    optimizer_->init_state({initial.data(), width_}, {initial.data() + width_, state_});
+    if (std::equal(initial.begin(), initial.end(), row)) return;
+    d.digest += fnv1a64(row, bytes, mix64(key));
+    ++d.rows;
+  });
   if (!s.ok()) return s;
-  return digest;
+  return d;
 }
 
 bool ShardCore::stale(const MessageHeader& h, Outbox& out) {

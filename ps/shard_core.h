@@ -252,11 +252,20 @@ class ShardCore {
   // The last update refused as not finite (meaningful once stats().updates_not_finite > 0).
   const RowNotFinite& last_row_not_finite() const { return last_row_not_finite_; }
   size_t rows() const { return store_->size(); }
-  // A digest of every row (key, values, optimizer state and stamps as the store gives them): a
-  // wrapping sum over rows of a hash of each, so equal for two shards holding the same rows
-  // whatever their order (replication's check that a backup equals its primary). Fails with the
-  // store's error.
-  Expected<uint64_t> rows_digest() const;
+  // A digest of the rows that differ from their initial row (key, values, optimizer state and
+  // stamps as the store gives them): a wrapping sum over those rows of a hash of each, so equal
+  // for two shards holding the same rows whatever their order (replication's check that a backup
+  // equals its primary), and how many rows it covers. A row still exactly as it was made (values
+  // and optimizer state; the stamp aside) reads as a row that is not there, and is left out: a
+  // pull makes its keys' rows on the primary alone (pulls are not forwarded), so a row pulled and
+  // never pushed (a lost worker's last step) would otherwise set a backup apart from its primary.
+  // Rows kept in fewer bits (a compact row or state format) read back rounded, so theirs are
+  // counted. Fails with the store's error.
+  struct RowsDigest {
+    uint64_t digest = 0;
+    uint64_t rows = 0;
+  };
+  Expected<RowsDigest> rows_digest() const;
   // The rows' bytes: values, optimizer state and stamps, as the store keeps them (the report's
   // table_bytes).
   uint64_t table_bytes() const { return uint64_t{rows()} * store_->row_bytes(); }
