@@ -949,6 +949,7 @@ void write_checkpointed(wire::Checkpointed::Builder w, uint32_t step,
 
 Status read_control(wire::Control::Reader r, ControlMessage& m) {
   m.from = r.getFrom();
+  m.incarnation = r.getIncarnation();
   switch (r.which()) {
     case wire::Control::JOIN: {
       Join j;
@@ -1055,7 +1056,6 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       Leave x;
       if (Status s = read_text(r.getLeave(), x.reason, "leave reason"); !s.ok()) return s;
       x.drained = r.getDrained();
-      x.incarnation = r.getIncarnation();
       m.body = std::move(x);
       return Status();
     }
@@ -1169,6 +1169,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
   root.setKind(wire_kind_control);
   auto c = root.initControl();
   c.setFrom(message.from);
+  c.setIncarnation(message.incarnation);
   std::visit(
       [&](const auto& b) {
         using T = std::decay_t<decltype(b)>;
@@ -1252,7 +1253,6 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
         } else if constexpr (std::is_same_v<T, Leave>) {
           c.setLeave(b.reason);
           c.setDrained(b.drained);
-          c.setIncarnation(b.incarnation);
         } else if constexpr (std::is_same_v<T, Shutdown>) {
           c.setShutdown(b.error);
         } else if constexpr (std::is_same_v<T, ShardsRestarted>) {

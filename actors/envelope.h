@@ -17,7 +17,7 @@
 
 namespace colony {
 
-inline constexpr uint16_t wire_protocol_version = 4;
+inline constexpr uint16_t wire_protocol_version = 5;
 // The largest encoded message accepted (and produced): 64 MiB.
 inline constexpr size_t wire_message_bytes_max = size_t{64} << 20;
 

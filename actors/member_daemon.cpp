@@ -319,7 +319,8 @@ class Member {
     const uint32_t from =
         core_ && core_->phase() != MemberPhase::joining ? core_->you() : control_from_unknown;
     return p_.bridge->send_control(o_.coordinator, keys_.server_public,
-                                   ControlMessage{from, std::move(body)}, wait);
+                                   ControlMessage{from, std::move(body), {}, me_.incarnation},
+                                   wait);
   }
 
   // Builds this member's cores from a Welcome the member core has checked.

@@ -254,7 +254,7 @@ struct Control {
   epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved: the coordinator's count
   load @21 :MemberLoad;       # heartbeat from a member daemon: its load (unset: none)
   drained @24 :Bool;          # leave: a ps that drained its shards and wrote them to its store
-  incarnation @25 :UInt64;    # leave: the leaving process's incarnation
+  incarnation @25 :UInt64;    # from a member: the sending process's incarnation (0: not stated)
 }
 # ps/cluster_protocol.h MemberLoad: totals since the member process started.
 struct MemberLoad {

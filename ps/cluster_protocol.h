@@ -278,12 +278,9 @@ struct Promoted {
 // were sent and wrote the rows their stores held only in memory to disk (MemberCore::drained),
 // or a durable ps stopped before its shards were built (it served nothing); never set with an
 // error.
-// `incarnation`: the leaving process's (its Join's MemberInfo::incarnation), so that a Leave read
-// after the member's next process joined is not taken for that one's.
 struct Leave {
   std::string reason;
   bool drained = false;
-  uint64_t incarnation = 0;
 };
 
 // The job is over: members stop and exit (0 when `error` is empty).
@@ -404,6 +401,12 @@ struct ControlMessage {
   // The CURVE public key (Z85) of the connection it came over, set by the receiving driver from
   // the transport (never encoded: a sender cannot choose it); empty on an --insecure cluster.
   std::string sender_key = {};
+  // From a member: the sending process's incarnation (its Join's MemberInfo::incarnation), which
+  // the member's driver (the daemon, the simulator) puts on every message it sends, so that what
+  // a process sent before it was restarted, read after its next process joined (a restart at
+  // once: the two come over different connections), is not taken for the new one's. 0: not
+  // stated (the coordinator's own messages, and the core tests'), taken as the current one's.
+  uint64_t incarnation = 0;
 };
 
 }  // namespace colony

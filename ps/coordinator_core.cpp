@@ -88,21 +88,26 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
         now_ms, out);
   MemberState& st = state_[i];
   const MemberInfo& m = members_[i];
-  // The Leave of the process this member's current one replaced, read after the new one joined (a
-  // restart at once): it says nothing of the new one, and is taken once. Any other incarnation's
-  // is a lie.
-  if (auto* leave = std::get_if<Leave>(&message.body);
-      leave && leave->incarnation != m.incarnation) {
-    if (leave->incarnation != st.previous_incarnation)
-      return reject(fmt::format("a Leave from member {} in the name of incarnation {}, neither its "
-                                "current one nor the one before",
-                                i, leave->incarnation),
+  // What a process this member's current one replaced sent, read after the new one joined (a
+  // restart at once): it says nothing of the new one, and is ignored, up to its Leave, the last
+  // it sends. Any other incarnation's is a lie.
+  if (message.incarnation != 0 && message.incarnation != m.incarnation) {
+    auto past =
+        std::find(st.past_incarnations.begin(), st.past_incarnations.end(), message.incarnation);
+    if (past == st.past_incarnations.end())
+      return reject(fmt::format("a message of kind {} from member {} in the name of incarnation "
+                                "{}, neither its current one nor one before it",
+                                message.body.index(), i, message.incarnation),
                     now_ms, out);
-    st.previous_incarnation.reset();
+    const auto* leave = std::get_if<Leave>(&message.body);
+    if (leave) st.past_incarnations.erase(past);
     return out.log.push_back(
-        fmt::format("member {} at {}: a Leave ({}) from incarnation {}, not the one that joined "
-                    "last: ignored",
-                    i, m.endpoint, leave->reason, leave->incarnation));
+        fmt::format("member {} at {}: {} from incarnation {}, not the one that joined last: "
+                    "ignored",
+                    i, m.endpoint,
+                    leave ? fmt::format("a Leave ({})", leave->reason)
+                          : fmt::format("a message of kind {}", message.body.index()),
+                    message.incarnation));
   }
   // Declared lost: what it still says does not count. But a member busy past the heartbeat
   // timeout (a ps writing a large cache to disk as it drains) may still leave: its first Leave
@@ -511,10 +516,13 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
 }
 
 void CoordinatorCore::replace_incarnation(uint32_t i, uint64_t incarnation) {
-  // The old process's Leave may still come, unless it already has.
+  // The old process's messages may still come, unless its Leave already has.
   MemberState& st = state_[i];
-  st.previous_incarnation =
-      st.left ? std::nullopt : std::optional<uint64_t>(members_[i].incarnation);
+  if (!st.left) {
+    if (st.past_incarnations.size() == past_incarnations_max)
+      st.past_incarnations.erase(st.past_incarnations.begin());
+    st.past_incarnations.push_back(members_[i].incarnation);
+  }
   members_[i].incarnation = incarnation;
 }
 

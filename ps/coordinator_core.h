@@ -91,6 +91,9 @@ struct CoordinatorConfig {
 
 // The most checkpoint steps the coordinator waits on at once (older ones are given up).
 inline constexpr size_t checkpoint_steps_pending_max = 16;
+// The most earlier processes of one member whose late messages the coordinator still tells
+// from lies (ControlMessage::incarnation).
+inline constexpr size_t past_incarnations_max = 8;
 
 enum class CoordinatorPhase { joining, starting, running, trained, ended };
 
@@ -179,7 +182,10 @@ class CoordinatorCore {
   // totals().bad_messages, logged and dropped. A Join with a known key (or
   // endpoint) and a new incarnation is that member restarted: before the start it is welcomed
   // again; while running the old incarnation is lost at once (a durable ps is then welcomed
-  // back to resume), without waiting for the heartbeat timeout.
+  // back to resume), without waiting for the heartbeat timeout. What the old process sent
+  // (ControlMessage::incarnation), read after that Join, is logged and ignored up to its Leave
+  // (so for the last past_incarnations_max processes); a message in the name of any other
+  // incarnation is a lie.
   void on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out);
   // Deadlines: join timeout, notices, heartbeats to send, members to declare lost.
   void on_timer(uint64_t now_ms, CoordinatorEffects& out);
@@ -220,9 +226,9 @@ class CoordinatorCore {
     bool gone = false;
     bool awaiting_rejoin = false;  // a durable ps lost while running
     bool left = false;             // its Leave came (once declared lost, the first is taken)
-    // The incarnation its current one replaced, while its one Leave may still be on its way
-    // (none once that Leave came).
-    std::optional<uint64_t> previous_incarnation{};
+    // The incarnations its current one replaced whose messages (up to each one's Leave) may
+    // still be on their way: the latest past_incarnations_max, oldest first.
+    std::vector<uint64_t> past_incarnations{};
     uint64_t rejoin_deadline_ms = 0;
     bool rejoining = false;          // welcomed back, not Ready yet
     uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)
@@ -240,7 +246,7 @@ class CoordinatorCore {
                CoordinatorEffects& out);
   void rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
   // Member i's next process (`incarnation`) takes its place; the one it replaced is remembered
-  // while its Leave may still come.
+  // while its messages may still come.
   void replace_incarnation(uint32_t i, uint64_t incarnation);
   void reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,

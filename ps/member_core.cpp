@@ -59,10 +59,6 @@ void MemberCore::send(ControlBody body, MemberEffects& out) {
   if (phase_ != MemberPhase::ended) out.control.push_back(std::move(body));
 }
 
-void MemberCore::leave(std::string reason, bool drained, MemberEffects& out) {
-  send(Leave{std::move(reason), drained, config_.me.incarnation}, out);
-}
-
 void MemberCore::end(Status status, MemberEffects& out) {
   if (phase_ == MemberPhase::ended) return;
   phase_ = MemberPhase::ended;
@@ -196,7 +192,7 @@ void MemberCore::built(const Status& status, uint64_t now_ms, MemberEffects& out
                        std::optional<DenseState> dense_start) {
   if (phase_ != MemberPhase::building) return;
   if (!status.ok()) {
-    leave(status.message(), /*drained=*/false, out);
+    send(Leave{status.message(), /*drained=*/false}, out);
     return end(status, out);
   }
   phase_ = MemberPhase::serving;
@@ -398,8 +394,9 @@ void MemberCore::stop(MemberEffects& out) {
     case MemberPhase::building:
       // A durable ps has served nothing yet: its store is as its last process left it, and it
       // may start again over it (a resumed ps stopped again at once).
-      leave("stopped by a signal before its shards were built",
-            /*drained=*/config_.me.role == MemberRole::ps && config_.me.durable, out);
+      send(Leave{"stopped by a signal before its shards were built",
+                 /*drained=*/config_.me.role == MemberRole::ps && config_.me.durable},
+           out);
       return end(Status(), out);
     case MemberPhase::serving:
       break;
@@ -425,7 +422,7 @@ void MemberCore::stop(MemberEffects& out) {
   draining_ = true;
   if (!started_) {
     out.log.push_back("SIGTERM before the start: leaving");
-    leave("stopped by SIGTERM before the start", /*drained=*/false, out);
+    send(Leave{"stopped by SIGTERM before the start", /*drained=*/false}, out);
     return end(Status(), out);
   }
   if (done_sent_) {
@@ -440,7 +437,7 @@ void MemberCore::stop(MemberEffects& out) {
 void MemberCore::drained(MemberEffects& out) {
   if (phase_ != MemberPhase::serving || !draining_) return;
   out.log.push_back("drained: every shard has handled what it was sent; leaving");
-  leave("stopped by SIGTERM", /*drained=*/true, out);
+  send(Leave{"stopped by SIGTERM", /*drained=*/true}, out);
   end(Status(), out);
 }
 
@@ -450,7 +447,7 @@ void MemberCore::fail(const Status& error, MemberEffects& out) {
   if (phase_ == MemberPhase::serving && config_.me.role == MemberRole::worker && !done_sent_)
     send_done(error.message(), out);
   else if (phase_ != MemberPhase::joining)
-    leave(error.message(), /*drained=*/false, out);
+    send(Leave{error.message(), /*drained=*/false}, out);
   end(error, out);
 }
 

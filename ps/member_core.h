@@ -60,7 +60,8 @@ enum class MemberPhase { joining, building, serving, ended };
 struct MemberEffects {
   // To the coordinator, in order. The driver completes the counters of a MemberDone, a
   // ShardSummary or a Heartbeat among them from its cores before sending (their error,
-  // drained and bad_messages fields are set here).
+  // drained and bad_messages fields are set here), and sends each in this process's name
+  // (ControlMessage::incarnation: the config's me.incarnation).
   std::vector<ControlBody> control;
   // Build the cores from this layout (checked), then call built().
   std::optional<Welcome> build;
@@ -130,6 +131,9 @@ class MemberCore {
   // After effects.promote: the backups serve as these shards now (Promoted to the coordinator).
   void promoted(std::vector<NodeId> shards, MemberEffects& out);
   const Welcome& welcome() const { return welcome_; }
+  // This process's incarnation (MemberConfig::me), for the driver to put on every message it
+  // sends (ControlMessage::incarnation).
+  uint64_t incarnation() const { return config_.me.incarnation; }
   bool started() const { return started_; }
   // Control messages dropped as out of place or not adding up.
   uint64_t bad_messages() const { return bad_messages_; }
@@ -137,8 +141,6 @@ class MemberCore {
  private:
   explicit MemberCore(const MemberConfig& config, uint64_t now_ms);
   void send(ControlBody body, MemberEffects& out);
-  // Sends a Leave in this process's name (its incarnation).
-  void leave(std::string reason, bool drained, MemberEffects& out);
   void end(Status status, MemberEffects& out);
   void on_joining(const ControlMessage& m, uint64_t now_ms, MemberEffects& out);
   void on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffects& out);

@@ -209,7 +209,9 @@ void FullSim::member_effects(uint32_t host, MemberEffects& fx) {
       fill_counters(host, body);
       ControlMessage m{
           mh.core->phase() == MemberPhase::joining ? control_from_unknown : mh.core->you(),
-          std::move(body)};
+          std::move(body),
+          {},
+          mh.core->incarnation()};
       if (!std::holds_alternative<MemberDone>(m.body)) {
         control(host, coordinator_host_, std::move(m));
         continue;

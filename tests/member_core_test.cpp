@@ -262,8 +262,8 @@ BOOST_AUTO_TEST_CASE(a_stopped_ps_drains_then_leaves_and_a_ps_takes_its_requests
   fx = {};
   core.drained(fx);
   BOOST_REQUIRE_EQUAL(count_of<Leave>(fx), 1u);
-  BOOST_TEST(std::get<Leave>(fx.control.back()).drained);              // its rows are in its store
-  BOOST_TEST(std::get<Leave>(fx.control.back()).incarnation == 102u);  // in this process's name
+  BOOST_TEST(std::get<Leave>(fx.control.back()).drained);  // its rows are in its store
+  BOOST_TEST(core.incarnation() == 102u);                  // the name its driver sends it in
   BOOST_REQUIRE(fx.exit.has_value());
   BOOST_TEST(fx.exit->ok());
 }
@@ -302,7 +302,6 @@ BOOST_AUTO_TEST_CASE(a_ps_that_fails_leaves_not_drained) {
       BOOST_REQUIRE_EQUAL(count_of<Leave>(fx), 1u);
       const Leave& leave = std::get<Leave>(fx.control.back());
       BOOST_TEST(!leave.drained);
-      BOOST_TEST(leave.incarnation == 102u);
       BOOST_TEST(leave.reason.find("could not write") != std::string::npos, leave.reason);
       fx = {};
       core.drained(fx);

@@ -246,7 +246,7 @@ ControlBody body_of(Input& in) {
     case 6:
       return NodesLost{nodes_of(in), in.text(), in.below(8)};
     case 7:
-      return Leave{in.text(), in.flag(), in.below(incarnation_pool)};
+      return Leave{in.text(), in.flag()};
     case 8:
       return Shutdown{in.text()};
     case 9:
@@ -370,6 +370,8 @@ void fuzz_coordinator(Input& in) {
         ControlMessage m;
         m.from = in.below(members);
         m.sender_key = core.members()[m.from].public_key;
+        // In its current incarnation's name, unstated, or another's (a process before a restart).
+        m.incarnation = in.flag() ? core.members()[m.from].incarnation : in.below(incarnation_pool);
         switch (in.below(10)) {
           case 9: {  // a ps member's shards checkpointed a step
             const MemberInfo& self = core.members()[m.from];
@@ -406,7 +408,7 @@ void fuzz_coordinator(Input& in) {
             m.body = ShardSummary{in.below(1000), in.below(1000)};
             break;
           default:
-            m.body = Leave{in.text(), in.flag(), in.below(incarnation_pool)};
+            m.body = Leave{in.text(), in.flag()};
             break;
         }
         core.on_message(m, now_ms, out);
