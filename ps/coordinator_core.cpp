@@ -304,16 +304,29 @@ void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint
 
 void CoordinatorCore::on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
                                       CoordinatorEffects& out) {
+  const uint32_t every = config_.job.checkpoint_every;
+  if (!every || c.step == 0 || c.step % every != 0)
+    return reject(fmt::format("ps member {} reported a checkpoint of step {}, which is no "
+                              "checkpoint step (every {})",
+                              i, c.step, every),
+                  now_ms, out);
   if (c.step <= totals_.last_checkpoint_step && totals_.checkpoints > 0)
     return reject(
         fmt::format("ps member {} reported step {}, not after the last complete one", i, c.step),
         now_ms, out);
-  for (const ShardCheckpoint& s : c.shards)
+  for (const ShardCheckpoint& s : c.shards) {
     if (s.shard >= layout_->shards() || layout_->owner(s.shard) != i)
       return reject(
           fmt::format("ps member {} reported a checkpoint of shard {}, which it does not host", i,
                       s.shard),
           now_ms, out);
+    // Where every member's manifest will say the shard's copy is (CheckpointComplete).
+    if (s.dir != fmt::format("shard-{}", s.shard))
+      return reject(fmt::format("ps member {} reported shard {}'s checkpoint in folder \"{}\", "
+                                "not shard-{}",
+                                i, s.shard, s.dir, s.shard),
+                    now_ms, out);
+  }
   auto& step = checkpoints_pending_[c.step];
   for (const ShardCheckpoint& s : c.shards) step[s.shard] = s;
   if (checkpoints_pending_.size() > checkpoint_steps_pending_max) {

@@ -40,8 +40,9 @@
 // first worker replica sends that replica's dense layers of the step (DenseCheckpointed). Once
 // every shard (and the dense layers) is in, every ps member is sent CheckpointComplete with the
 // whole list and the dense layers, and writes the step's dense.bin and manifest. A report for a
-// shard the member does not host, dense layers from another member, of another shape or of a
-// step that is no checkpoint step, are refused; at most checkpoint_steps_pending_max steps are
+// shard the member does not host, of a step that is no checkpoint step or in a folder other than
+// shard-<s>, dense layers from another member, of another shape or of a step that is no
+// checkpoint step, are refused; at most checkpoint_steps_pending_max steps are
 // pending. (A deep model's checkpoints stop completing once the worker member hosting the first
 // replica is lost.)
 //

@@ -826,6 +826,7 @@ BOOST_AUTO_TEST_CASE(the_ready_of_a_process_restarted_before_the_start_is_not_th
 // for a shard the member does not host, or from a worker, is refused.
 BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
   CoordinatorConfig c = config(3, 1, /*hierarchical=*/false);
+  c.job.checkpoint_every = 5;
   auto core = CoordinatorCore::make(c, 0).value();
   form(core,
        {member(MemberRole::ps, 1, 2), member(MemberRole::ps, 2, 1), member(MemberRole::worker, 3)},
@@ -846,6 +847,16 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
   BOOST_TEST(sent<CheckpointComplete>(forged).empty());
   BOOST_TEST(sent<CheckpointComplete>(worker).empty());
   BOOST_TEST(core.totals().counters.bad_messages == 2u);
+  // A step that is no checkpoint step, and a copy of shard 2 in a folder no manifest would name
+  // (it would have completed step 5 with a list every ps member refuses): lies.
+  CoordinatorEffects off_step, elsewhere;
+  core.on_message({1, ShardsCheckpointed{7, {copy(2)}}}, 11, off_step);
+  ShardCheckpoint moved = copy(2);
+  moved.dir = "x";
+  core.on_message({1, ShardsCheckpointed{5, {moved}}}, 11, elsewhere);
+  BOOST_TEST(sent<CheckpointComplete>(elsewhere).empty());
+  BOOST_TEST(core.totals().counters.bad_messages == 4u);
+  BOOST_TEST(core.totals().checkpoints == 0u);
   core.on_message({1, ShardsCheckpointed{5, {copy(2)}}}, 12, b);
   const auto complete = sent<CheckpointComplete>(b);
   BOOST_REQUIRE_EQUAL(complete.size(), 2u);  // to both ps members
@@ -858,7 +869,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_step_completes_once_every_shard_has_it) {
   CoordinatorEffects late;
   core.on_message({1, ShardsCheckpointed{5, {copy(2)}}}, 13, late);
   BOOST_TEST(late.control.empty());
-  BOOST_TEST(core.totals().counters.bad_messages == 3u);
+  BOOST_TEST(core.totals().counters.bad_messages == 5u);
 }
 
 namespace {
