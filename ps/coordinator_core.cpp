@@ -111,11 +111,17 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
   }
   // Declared lost: what it still says does not count. But a member busy past the heartbeat
   // timeout (a ps writing a large cache to disk as it drains) may still leave: its first Leave
-  // is taken for what it is, and changes nothing.
-  if (st.gone && !st.left && std::holds_alternative<Leave>(message.body)) {
+  // is taken for what it is, and changes nothing; unless it is the error of a durable ps the job
+  // waits for (its store could not be written as it drained): that one would fail again.
+  if (auto* leave = std::get_if<Leave>(&message.body); leave && st.gone && !st.left) {
     st.left = true;
+    if (st.awaiting_rejoin && !leave->drained)
+      return fail(fmt::format("ps member {} at {} left ({}) after it was declared lost: its "
+                              "store may not hold what it acknowledged",
+                              i, m.endpoint, leave->reason),
+                  out);
     out.log.push_back(fmt::format("member {} at {} left ({}) after it was declared lost", i,
-                                  m.endpoint, std::get<Leave>(message.body).reason));
+                                  m.endpoint, leave->reason));
     return;
   }
   if (st.gone)
@@ -469,6 +475,13 @@ void CoordinatorCore::start_training(CoordinatorEffects& out) {
 void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
                              CoordinatorEffects& out) {
   MemberState& st = state_[i];
+  // A Join a replaced process sent again (it retries until answered), read after its successor's:
+  // it says nothing of the process that runs now.
+  if (std::find(st.past_incarnations.begin(), st.past_incarnations.end(), m.incarnation) !=
+      st.past_incarnations.end())
+    return out.log.push_back(fmt::format(
+        "member {} at {}: a Join from incarnation {}, a process replaced since: ignored", i,
+        m.endpoint, m.incarnation));
   const bool restarted = m.incarnation != members_[i].incarnation;
   if (!restarted && !st.awaiting_rejoin) {
     // A retry: its Welcome, if due, is on its way. It does not count as a sign of life.
@@ -494,6 +507,19 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
     st.ready = false;
     st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
     out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, welcome_for(i)}});
+    return;
+  }
+  if (m.role == MemberRole::worker && st.finished) {
+    // Its part of the job is done (MemberDone came): restarted by a supervisor, it is not lost,
+    // and has nothing left to train.
+    replace_incarnation(i, m.incarnation);
+    out.log.push_back(fmt::format(
+        "worker member {} at {} restarted after it finished: told to stop", i, m.endpoint));
+    out.control.push_back(
+        {m.endpoint,
+         m.public_key,
+         {control_from_coordinator, Refuse{"this worker member has already finished its part"}},
+         true});
     return;
   }
   if (!st.gone) lose(i, "it restarted (a new incarnation joined)", now_ms, out);

@@ -185,8 +185,9 @@ class CoordinatorCore {
   // again; while running the old incarnation is lost at once (a durable ps is then welcomed
   // back to resume), without waiting for the heartbeat timeout. What the old process sent
   // (ControlMessage::incarnation), read after that Join, is logged and ignored up to its Leave
-  // (so for the last past_incarnations_max processes); a message in the name of any other
-  // incarnation is a lie.
+  // (so for the last past_incarnations_max processes), its Join included; a message in the name
+  // of any other incarnation is a lie. A worker member restarted after it finished is refused
+  // (it has nothing left to train), not lost.
   void on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out);
   // Deadlines: join timeout, notices, heartbeats to send, members to declare lost.
   void on_timer(uint64_t now_ms, CoordinatorEffects& out);

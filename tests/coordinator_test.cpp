@@ -454,6 +454,55 @@ BOOST_AUTO_TEST_CASE(a_leave_after_the_loss_is_taken_once) {
   BOOST_TEST(!logged(again, "after it was declared lost"));
 }
 
+// The same ps, but its drain failed (its cache could not be written to its store): its Leave,
+// late as it is, ends the job, as it would have had it come in time. The job does not wait for
+// a process that would resume over a store missing what it acknowledged.
+BOOST_AUTO_TEST_CASE(an_error_leave_after_the_loss_ends_the_job) {
+  auto core = running_one_ps(waiting_config(), first_ps(/*durable=*/true));
+  bool lost = false;
+  for (uint64_t now = 0; now <= 12'000 && !lost; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    lost = logged(fx, "its rows are on disk: waiting");
+  }
+  BOOST_REQUIRE(lost);
+  CoordinatorEffects late;
+  core.on_message({0, Leave{"shard node 0 could not write its cached rows", false}, {}, 1}, 12'500,
+                  late);
+  BOOST_TEST(late.failed.message().find("left (shard node 0 could not write its cached rows) "
+                                        "after it was declared lost") != std::string::npos,
+             late.failed.message());
+  BOOST_TEST((core.phase() == CoordinatorPhase::ended));
+}
+
+// A worker member that finished its part (MemberDone) and is then started again by its
+// supervisor is told to stop: it is not lost (the job, even with --require-all-workers, goes
+// on) and not a lie.
+BOOST_AUTO_TEST_CASE(a_worker_restarted_after_it_finished_is_told_to_stop) {
+  for (bool require_all : {false, true}) {
+    BOOST_TEST_CONTEXT("require_all_workers " << require_all) {
+      CoordinatorCore core = running(/*hierarchical=*/false, require_all);
+      CoordinatorEffects done;
+      core.on_message({1, MemberDone{}}, 500, done);
+      MemberInfo again = member(MemberRole::worker, 2);
+      again.incarnation = 5;
+      CoordinatorEffects back;
+      core.on_message({control_from_unknown, Join{again}}, 600, back);
+      BOOST_TEST(back.failed.ok(), back.failed.message());
+      BOOST_TEST(sent<Refuse>(back).size() == 1u);
+      BOOST_TEST(sent<NodesLost>(back).empty());
+      BOOST_TEST(back.ps.empty());
+      BOOST_TEST(core.totals().workers_lost == 0u);
+      BOOST_TEST(core.totals().counters.bad_messages == 0u);
+      // The other worker finishes: the job is trained.
+      CoordinatorEffects last;
+      core.on_message({2, MemberDone{}}, 700, last);
+      BOOST_TEST(last.training_done);
+    }
+  }
+}
+
 // A ps over a durable store stopped with SIGTERM while training runs (what a supervisor does to
 // restart it) leaves drained, is waited for as a lost one is, and resumes when it joins again.
 // One whose rows are in memory only takes them with it, and one that leaves on an error (no
@@ -801,6 +850,15 @@ BOOST_AUTO_TEST_CASE(the_ready_of_a_process_restarted_before_the_start_is_not_th
     CoordinatorEffects back;
     core.on_message({control_from_unknown, Join{again}}, 10, back);
     BOOST_REQUIRE_EQUAL(sent<Welcome>(back).size(), 1u);
+  }
+  // Their Joins again (a process retries its Join until answered), read after the newest one's.
+  for (uint64_t old : {8, 79}) {
+    again.incarnation = old;
+    CoordinatorEffects late;
+    core.on_message({control_from_unknown, Join{again}}, 15, late);
+    BOOST_TEST(logged(late, "a Join from incarnation " + std::to_string(old) +
+                                ", a process replaced since: ignored"));
+    BOOST_TEST(late.control.empty());
   }
   // Their Ready, and a heartbeat each sent before it died.
   for (uint64_t old : {8, 79})
