@@ -151,6 +151,9 @@ Expected<std::unique_ptr<ShardBackup>> ShardBackup::rebuilt(std::unique_ptr<Shar
 }
 
 Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
+  // A core whose store failed stops applying anything: acknowledging would tell the primary a
+  // push is on this replica when it is not.
+  if (!core_->error().ok()) return store_failed(forward.seq);
   if (forward.seq <= applied_) return ReplicaAck{{}, applied_};  // a duplicate
   if (forward.seq != applied_ + 1)
     return Status::invalid_input("replication: forward " + std::to_string(forward.seq) +
@@ -184,11 +187,17 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
     core_->on_filled_push(*push, scratch_);
   else  // the primary answers the clients
     std::visit([&](const auto& m) { core_->on_message(PsMessage(m), scratch_); }, forward.message);
+  if (!core_->error().ok()) return store_failed(forward.seq);
   applied_ = forward.seq;
   // Kept until every backup has it (a promotion of this one re-sends them to the others).
   log_.erase(log_.begin(), first_kept);
   log_.push_back(forward);
   return ReplicaAck{{}, applied_};
+}
+
+Status ShardBackup::store_failed(uint64_t seq) const {
+  return Status::io_error("replication: the backup's store failed, so forward " +
+                          std::to_string(seq) + " is not applied: " + core_->error().message());
 }
 
 ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {

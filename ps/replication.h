@@ -161,8 +161,10 @@ class ShardBackup {
   // invalid_input, applying nothing, for a forward past the next (one was lost: the backup can no
   // longer follow the primary), keys filled in for a push that names no pull, a
   // `committed` at or past the forward's own seq (no backup can have applied a forward not yet
-  // sent), or one that would leave more than replica_log_max forwards kept; the backup is then out
-  // of date and must not be promoted.
+  // sent), or one that would leave more than replica_log_max forwards kept; and with io_error
+  // once its core's store has failed (ShardCore::error(): a write the store refused), this
+  // forward unapplied or applied only in part. Either way the backup is then out of date and
+  // must not be promoted.
   Expected<ReplicaAck> on_forward(const ReplicaForward& forward);
   // The last forward applied.
   uint64_t applied() const { return applied_; }
@@ -191,6 +193,7 @@ class ShardBackup {
  private:
   ShardBackup(std::unique_ptr<ShardCore> core, ReplicationFaults faults)
       : core_(std::move(core)), faults_(faults) {}
+  Status store_failed(uint64_t seq) const;
   std::unique_ptr<ShardCore> core_;
   ReplicationFaults faults_;
   uint64_t applied_ = 0;

@@ -990,3 +990,49 @@ BOOST_AUTO_TEST_CASE(rows_pulled_and_never_pushed_leave_the_digests_equal) {
   BOOST_TEST(alone->rows_digest().value().rows == 2u);
   BOOST_TEST(alone->rows_digest().value().digest != on_backup.digest);
 }
+
+// A backup whose store fails (a write-back refused: a full disk) acknowledges nothing more: an
+// acknowledgement would tell the primary a push is on two replicas when it is on one. It fails
+// instead, and keeps failing, duplicates included, so its driver stops it.
+BOOST_AUTO_TEST_CASE(a_backup_whose_store_failed_acknowledges_nothing_more) {
+  // A memory store whose commit fails once `full` is set.
+  struct FillingStore final : RowStore {
+    explicit FillingStore(size_t n) : inner(n) {}
+    float* find(uint64_t k) override { return inner.find(k); }
+    std::pair<float*, bool> find_or_insert(uint64_t k) override { return inner.find_or_insert(k); }
+    void prefetch(uint64_t k) const override { inner.prefetch(k); }
+    bool stable_rows() const override { return false; }
+    size_t size() const override { return inner.size(); }
+    size_t row_floats() const override { return inner.row_floats(); }
+    size_t memory_bytes() const override { return inner.memory_bytes(); }
+    Status for_each(const std::function<void(uint64_t, const float*)>& f) const override {
+      return inner.for_each(f);
+    }
+    Status erase(std::span<const uint64_t> keys) override { return inner.erase(keys); }
+    Status commit() override { return *full ? Status::io_error("no space left") : Status(); }
+    MemoryRowStore inner;
+    std::shared_ptr<bool> full = std::make_shared<bool>(false);
+  };
+  constexpr NodeId a = first_client;
+  const ShardConfig sc = shard_config({a}, {ConsistencyKind::asp, 0});
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 1).value());
+  auto store = std::make_unique<FillingStore>(ShardCore::row_floats(sc).value());
+  const std::shared_ptr<bool> full = store->full;
+  auto backup = std::move(
+      ShardBackup::make(std::move(ShardCore::make(sc, std::move(store)).value())).value());
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+  primary->on_message(part(a, 1, 1, {1, 2}, false), out, fw);
+  primary->on_message(part(a, 2, 2, {3}, false), out, fw);
+  BOOST_REQUIRE_EQUAL(fw.size(), 2u);
+  BOOST_TEST(backup->on_forward(fw[0]).ok());
+  *full = true;
+  for (const ReplicaForward& f : {fw[1], fw[0]}) {  // the next, and a duplicate
+    auto ack = backup->on_forward(f);
+    BOOST_REQUIRE(!ack.ok());
+    BOOST_TEST(ack.status().message().find("no space left") != std::string::npos,
+               ack.status().message());
+  }
+  BOOST_TEST(backup->applied() == 1u);
+}
