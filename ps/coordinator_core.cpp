@@ -181,6 +181,12 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     if (!done->error.empty())
       return fail(fmt::format("worker member {} at {} failed: {}", i, m.endpoint, done->error),
                   out);
+    // A shard that restarted or failed over waits for each sender's resync. This member may have
+    // exited before it took the ShardsRestarted or ShardsMoved, sent while it was not yet known
+    // to have finished: resynced as done on its behalf (a finished sender's resync changes
+    // nothing else, so a second one is harmless).
+    if (!shards_resynced_.empty())
+      resync_as_done(m, {shards_resynced_.begin(), shards_resynced_.end()}, out);
     if (done->drained) {
       ++totals_.workers_drained;
       out.log.push_back(
@@ -741,18 +747,22 @@ void CoordinatorCore::resync_gone_workers(const std::vector<NodeId>& shards,
                                           CoordinatorEffects& out) {
   // Worker members that are gone (lost, or finished and exited) will never resync: resync
   // their senders as done on their behalf, or the shards would wait for them.
-  for (size_t w = 0; w < members_.size(); ++w) {
-    const MemberInfo& wm = members_[w];
-    if (wm.role != MemberRole::worker || !(state_[w].gone || state_[w].finished)) continue;
-    std::vector<NodeId> senders;
-    if (wm.has_aggregator)
-      senders.push_back(wm.aggregator);
-    else
-      for (NodeId n = wm.first_node; n < wm.first_node + wm.count; ++n) senders.push_back(n);
-    for (NodeId sender : senders)
-      for (NodeId shard : shards)
-        out.ps.push_back({shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
-  }
+  shards_resynced_.insert(shards.begin(), shards.end());
+  for (size_t w = 0; w < members_.size(); ++w)
+    if (members_[w].role == MemberRole::worker && (state_[w].gone || state_[w].finished))
+      resync_as_done(members_[w], shards, out);
+}
+
+void CoordinatorCore::resync_as_done(const MemberInfo& wm, const std::vector<NodeId>& shards,
+                                     CoordinatorEffects& out) {
+  std::vector<NodeId> senders;
+  if (wm.has_aggregator)
+    senders.push_back(wm.aggregator);
+  else
+    for (NodeId n = wm.first_node; n < wm.first_node + wm.count; ++n) senders.push_back(n);
+  for (NodeId sender : senders)
+    for (NodeId shard : shards)
+      out.ps.push_back({shard, ClockAdvance{{sender, 0, config_.map.version}, clock_done, true}});
 }
 
 void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {

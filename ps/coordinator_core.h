@@ -56,6 +56,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -275,9 +276,13 @@ class CoordinatorCore {
   void fail_over(uint32_t i, const std::string& what, CoordinatorEffects& out);
   // Member i serves `p.shards` now: every other member is told (ShardsMoved) and resyncs.
   void on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out);
-  // ClockAdvance to clock_done, as a resync, to `shards` for the senders of every worker member
-  // that is gone or finished (they never resync themselves).
+  // ClockAdvance to clock_done, as a resync, to `shards` (restarted or failed over: added to
+  // shards_resynced_) for the senders of every worker member that is gone or finished (they
+  // never resync themselves).
   void resync_gone_workers(const std::vector<NodeId>& shards, CoordinatorEffects& out);
+  // That ClockAdvance for worker member `wm`'s senders.
+  void resync_as_done(const MemberInfo& wm, const std::vector<NodeId>& shards,
+                      CoordinatorEffects& out);
   void maybe_trained(uint64_t now_ms, CoordinatorEffects& out);
   void send_all(const ControlBody& body, CoordinatorEffects& out);
   std::string waiting_for() const;
@@ -305,6 +310,8 @@ class CoordinatorCore {
   uint64_t membership_epoch_ = 0;  // NodesLost, ShardsRestarted, ShardsMoved sent (their epoch)
   std::optional<ClusterLayout> layout_;  // once welcomed; failovers move its shards
   std::vector<bool> shard_backed_;       // by shard: its backup is live (replication)
+  // Shards that restarted or failed over during the job: each waits for every sender's resync.
+  std::set<NodeId> shards_resynced_;
   // Member -> the shards of each ShardsMoved it was sent and has not answered (Promoted).
   std::multimap<uint32_t, std::vector<NodeId>> promoting_;
   uint64_t rejects_unlogged_ = 0;

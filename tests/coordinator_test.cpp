@@ -1469,3 +1469,39 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
       ended.failed.message().find("promotes one only under replicated:2") != std::string::npos,
       ended.failed.message());
 }
+
+// A worker member that finishes (here: drained on SIGTERM) and exits as its shard fails over:
+// the ShardsMoved reached it too late to resync, and its MemberDone is read after the Promoted.
+// The promoted shard waits for every sender's resync: the coordinator resyncs the finished
+// member's sender as done on its behalf, or the other worker's pulls would wait for good.
+BOOST_AUTO_TEST_CASE(a_worker_that_finishes_as_its_shard_fails_over_is_resynced_as_done) {
+  CoordinatorConfig c = config(2, 2, /*hierarchical=*/false);
+  c.job.replicas = 2;
+  auto core = CoordinatorCore::make(c, 0).value();
+  form(core,
+       {member(MemberRole::ps, 1), member(MemberRole::ps, 2), member(MemberRole::worker, 3),
+        member(MemberRole::worker, 4)},
+       0);
+  for (uint32_t i = 0; i < 4; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  // Shards 0-1, replicas 2 (member 2) and 3 (member 3).
+  CoordinatorEffects left;
+  core.on_message({1, Leave{"stopped by SIGTERM", true}}, 500, left);
+  BOOST_REQUIRE_EQUAL(sent<ShardsMoved>(left).size(), 1u);
+  CoordinatorEffects promoted;
+  core.on_message({0, Promoted{{1}}}, 600, promoted);
+  BOOST_TEST(promoted.ps.empty());  // every worker still runs: each resyncs itself
+  CoordinatorEffects done;
+  MemberDone drained;
+  drained.drained = true;
+  core.on_message({2, drained}, 700, done);
+  BOOST_REQUIRE_EQUAL(done.ps.size(), 1u);
+  BOOST_TEST(done.ps[0].to == 1u);
+  const auto& resync = std::get<ClockAdvance>(done.ps[0].message);
+  BOOST_TEST(resync.header.sender == 2u);
+  BOOST_TEST(resync.clock == clock_done);
+  BOOST_TEST(resync.resync);
+  BOOST_TEST(core.totals().workers_drained == 1u);
+}
