@@ -163,6 +163,19 @@ bool ShardCore::owns_all(const MessageHeader& h, const std::vector<uint64_t>& ke
 void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
   if (stale(r.header, out)) return;
   if (!owns_all(r.header, r.keys, out)) return;
+  // A client pulls in parts of at most part_bytes_max (ps/protocol.h): a larger pull is a lie
+  // whose reply (or, under replication, the forward of the push naming it) no message could carry.
+  if (const size_t most = part_keys(part_bytes_max, width_, config_.wire_format);
+      r.keys.size() > most) {
+    ++stats_.messages_refused;
+    out.push_back({r.header.sender,
+                   PsError{{config_.id, r.header.request_id, map_.version()},
+                           PsErrorCode::bad_request,
+                           fmt::format("a pull of {} keys: its reply would pass the {} bytes of "
+                                       "a part ({} keys at most)",
+                                       r.keys.size(), part_bytes_max, most)}});
+    return;
+  }
   if (may_answer(r)) {
     answer(r, out);
     return;

@@ -125,8 +125,8 @@ struct ShardStats {
   uint64_t updates_dropped = 0;    // pushed rows dropped: the key had not been admitted
   uint64_t rows_evicted = 0;       // rows removed for not being updated for evict_after steps
   // Replies sent to a shard (dropped), and pulls past shard_waiting_pulls_per_sender_max or
-  // waiting_pull_keys_max
-  // (refused with a PsError): a peer's mistake or lie.
+  // waiting_pull_keys_max, or of more keys than a reply of part_bytes_max holds (refused with a
+  // PsError): a peer's mistake or lie.
   uint64_t messages_refused = 0;
   // Acknowledged pushes a restarted shard found missing: at each sender's first resync, how far
   // the clock of its last acknowledged push (ClockAdvance::acked_push) is ahead of the clock the
@@ -237,7 +237,9 @@ class ShardCore {
   void follow_resync(const ClockAdvance& r, Outbox& out);
 
   // Handles one message addressed to this shard; replies go to `out`. A reply kind (which only
-  // clients take) is dropped and counted in stats().messages_refused. Replies go to the
+  // clients take) is dropped and counted in stats().messages_refused; a pull of more keys than
+  // part_keys(part_bytes_max, width, wire_format) (clients pull in parts: ps/protocol.h) is
+  // refused with a PsError and counted there too. Replies go to the
   // message's sender: the driver must have checked that it is a node it can reach
   // (ClusterLayout::check_ps_message).
   void on_message(const PsMessage& message, Outbox& out);

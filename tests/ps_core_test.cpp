@@ -1388,3 +1388,29 @@ BOOST_AUTO_TEST_CASE(a_client_refuses_error_feedback_over_its_bound) {
   BOOST_REQUIRE(!client.ok());
   BOOST_TEST(client.status().message().find("error feedback") != std::string::npos);
 }
+
+// A client pulls in parts (ps/protocol.h): a pull of more keys than a reply of part_bytes_max
+// holds is a lie whose reply no message could carry (the wire's limit is 64 MiB), refused with
+// an error rather than answered; one at the bound is answered.
+BOOST_AUTO_TEST_CASE(a_pull_larger_than_any_part_is_refused) {
+  ShardConfig sc = colony::testing::small_adagrad_shard();
+  sc.width = 64;
+  auto shard = std::move(ShardCore::make(sc).value());
+  const size_t most = part_keys(part_bytes_max, sc.width, sc.wire_format);
+  BOOST_TEST(most == part_bytes_max / (8 + 64 * 4));
+  std::vector<uint64_t> keys(most + 1);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = make_key(1, i);
+  Outbox out;
+  shard->on_message(PullRequest{{7, 1, 1}, 0, 7, keys}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  const auto* error = std::get_if<PsError>(&out[0].message);
+  BOOST_REQUIRE(error);
+  BOOST_TEST(error->message.find("its reply would pass") != std::string::npos, error->message);
+  BOOST_TEST(shard->stats().messages_refused == 1u);
+  BOOST_TEST(shard->rows() == 0u);
+  keys.pop_back();
+  out.clear();
+  shard->on_message(PullRequest{{7, 2, 1}, 0, 7, keys}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_TEST(std::get<PullReply>(out[0].message).values.size() == most * 64);
+}
