@@ -110,7 +110,12 @@ class Member {
       if (auto exit = carry_out(fx)) return *exit;
       const uint64_t now = now_ms(), deadline = core_->next_deadline();
       const uint64_t wait = deadline <= now ? 0 : std::min<uint64_t>(poll_ms, deadline - now);
-      for (ControlMessage& m : p_.inbox.wait(wait)) core_->on_message(m, now_ms(), fx);
+      // Each message's effects carried out before the next is taken: NodesLost, ShardsRestarted
+      // and ShardsMoved change the routes in the order they came (MemberEffects).
+      for (ControlMessage& m : p_.inbox.wait(wait)) {
+        core_->on_message(m, now_ms(), fx);
+        if (auto exit = carry_out(fx)) return *exit;
+      }
     }
   }
 

@@ -310,6 +310,8 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
       const Status s = layout_->move_shard(n, moved->member);
       COLONY_ASSERT(s.ok(), "a move check_served took: {}", s.message());
     }
+    // One move in a set of effects (the driver carries out each message's before the next).
+    COLONY_ASSERT(out.promote.empty() && !out.moved, "two ShardsMoved in one set of effects");
     if (moved->member == you_) {
       out.promote = moved->shards;
       out.log.push_back(fmt::format("failover: promoting this ps's backups of shards {}",

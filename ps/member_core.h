@@ -57,6 +57,10 @@ struct MemberConfig {
 
 enum class MemberPhase { joining, building, serving, ended };
 
+// What the member core asks its driver to do. The driver carries out the effects of one control
+// message (on_message) before it hands the core the next: `lost`, `restarted` and `moved` are
+// sets, so NodesLost, ShardsRestarted and ShardsMoved take effect in the order they came only
+// that way (a ps lost again right after its restart must end up lost), and `moved` holds one.
 struct MemberEffects {
   // To the coordinator, in order. The driver completes the counters of a MemberDone, a
   // ShardSummary or a Heartbeat among them from its cores before sending (their error,
