@@ -343,6 +343,15 @@ Status ClusterLayout::check_ps_message(const PsMessage& m, NodeId receiver,
       return Status::invalid_input(fmt::format("a {} in the name of node {}, a {}", kind_name(m),
                                                h.sender, role_name(from)));
   }
+  // A cluster's shard map is the Welcome's for the whole job: an update can only restate it.
+  if (const auto* update = std::get_if<ShardMapUpdate>(&m);
+      update && (update->version != map_.version || update->shards != map_.shards ||
+                 update->vnodes_per_shard != map_.vnodes_per_shard || update->seed != map_.seed))
+    return Status::invalid_input(fmt::format(
+        "a shard map update from node {} to version {} ({} shards, {} vnodes, seed {}): the "
+        "cluster's map is version {} ({} shards, {} vnodes, seed {})",
+        h.sender, update->version, update->shards, update->vnodes_per_shard, update->seed,
+        map_.version, map_.shards, map_.vnodes_per_shard, map_.seed));
   if (const auto* pull = std::get_if<PullRequest>(&m)) {
     const bool writer_ok = pull->writer < nodes() && role_[pull->writer] != NodeRole::shard &&
                            owner_[pull->writer] == owner_[h.sender];

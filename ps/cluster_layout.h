@@ -111,7 +111,9 @@ class ClusterLayout {
   // replies (pull reply, ack, map update, error) to a shard; a request's sender is a shard, or a
   // reply's sender is not one; a replica forward goes anywhere but from a shard to one of its own
   // backups, or a replica ack anywhere but from a backup to its own shard; any other message
-  // goes to or comes from a backup; a pull's writer is not a node of its sender's member (or the
+  // goes to or comes from a backup; a shard map update describes another map than the layout's
+  // (a cluster keeps one map for the whole job); a pull's writer is not a node of its sender's
+  // member (or the
   // coordinator's own node for its own pulls); a dense message does not follow an edge of the
   // all-reduce tree; or the sender's node is not the origin member's. The tree's edges: a
   // DenseReduce goes to an aggregator from a replica of the same member, or to the root

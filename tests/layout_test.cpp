@@ -209,6 +209,20 @@ BOOST_AUTO_TEST_CASE(members_speak_only_for_their_own_nodes) {
   // A member cannot pose as the coordinator's node.
   BOOST_TEST(!l.check_ps_message(pull(7, 7), 0, w0).ok());
 
+  // A shard's map update can only restate the cluster's map: one to another map (a new version,
+  // another seed) would set a client's routing apart from every shard's for good.
+  const ShardMapSpec& map = l.map();
+  const ShardMapUpdate same{
+      {1, 1, map.version}, map.version, map.shards, map.vnodes_per_shard, map.seed};
+  BOOST_TEST(l.check_ps_message(same, 5, p1).ok());
+  ShardMapUpdate newer = same, reseeded = same;
+  newer.version = map.version + 1;
+  reseeded.seed = map.seed + 1;
+  for (const ShardMapUpdate& lie : {newer, reseeded}) {
+    BOOST_TEST(!l.check_ps_message(lie, 5, p1).ok());
+    BOOST_TEST(!l.check_ps_message(lie, 5, MessageOrigin{}).ok());
+  }
+
   // On an --insecure cluster only the structure is checked.
   BOOST_TEST(l.check_ps_message(ClockAdvance{{5, 9, 0}, 3, false}, 0, MessageOrigin{}).ok());
   BOOST_TEST(!l.check_ps_message(pull(1'000'000, 3), 0, MessageOrigin{}).ok());
