@@ -225,12 +225,14 @@ std::deque<PullRequest> ShardCore::take_waiting() {
 void ShardCore::begin_resync() {
   if (config_.fault_skip_resync) return;
   resyncing_ = true;
+  skip_cut_after_resync_ = true;
   resynced_.clear();
   durable_clocks_ = store_->committed_clocks();
 }
 
 void ShardCore::begin_takeover() {
   resyncing_ = true;
+  skip_cut_after_resync_ = true;
   resynced_.clear();
   durable_clocks_.clear();
   for (const auto& [sender, clock] : clocks_) durable_clocks_[sender] = clock;
@@ -655,16 +657,22 @@ void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
 
 void ShardCore::release_waiting(Outbox& out) {
   uint32_t m = clock_done;
+  bool every_sender_resynced = true;
   // A sender a restarted shard has not heard from since is at an unknown clock: count it as 0.
-  for (const auto& [sender, clock] : clocks_)
-    m = std::min(m, resyncing_ && !resynced_.count(sender) ? 0u : clock);
+  for (const auto& [sender, clock] : clocks_) {
+    const bool unknown = resyncing_ && !resynced_.count(sender);
+    every_sender_resynced = every_sender_resynced && !unknown;
+    m = std::min(m, unknown ? 0u : clock);
+  }
   min_clock_ = m;
   // At the job's end (every sender done) there is no step boundary to name: no checkpoint.
   const uint32_t every = config_.checkpoint_every;
+  const bool resync_done = skip_cut_after_resync_ && every_sender_resynced;
   if (every && m != clock_done && m / every * every > last_checkpoint_) {
     last_checkpoint_ = m / every * every;
-    checkpoint_due_ = last_checkpoint_;
+    if (!resync_done) checkpoint_due_ = last_checkpoint_;
   }
+  if (resync_done) skip_cut_after_resync_ = false;
   if (config_.evict_after && m != clock_done && m >= next_eviction_scan_) {
     evict_stale_rows();
     next_eviction_scan_ = m + std::max<uint32_t>(1, config_.evict_after / 2);

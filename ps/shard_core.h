@@ -286,7 +286,10 @@ class ShardCore {
   // The driver then checkpoints the store before handing the core its next message, so the
   // checkpoint holds every update of the steps before that clock from every sender, and,
   // under SSP and ASP, any update of later steps that faster senders had already pushed
-  // (sender_clocks() says which: a sender's clock c means its steps < c are in).
+  // (sender_clocks() says which: a sender's clock c means its steps < c are in). A shard that
+  // restarted or took over (begin_resync, begin_takeover) names none for the steps its slowest
+  // clock has reached when the last sender resyncs: its rows are those it had, past those steps,
+  // and their copies (taken before by the process it replaced) are no cut of them.
   std::optional<uint32_t> checkpoint_due() {
     auto due = checkpoint_due_;
     checkpoint_due_.reset();
@@ -420,6 +423,9 @@ class ShardCore {
   uint32_t next_eviction_scan_ = 0;
   std::vector<uint64_t> evict_keys_;
   std::optional<uint32_t> checkpoint_due_;
+  // Since begin_resync or begin_takeover, until every sender has resynced: the checkpoint steps
+  // the minimum then passes are skipped (checkpoint_due).
+  bool skip_cut_after_resync_ = false;
   bool resyncing_ = false;                       // see begin_resync
   std::unordered_set<NodeId> resynced_;          // nodes whose resync arrived
   std::map<uint64_t, uint32_t> durable_clocks_;  // the store's committed clocks at the restart

@@ -289,3 +289,26 @@ BOOST_AUTO_TEST_CASE(acknowledged_pushes_a_store_lost_are_counted_at_the_resync)
   deliver(*shard, out, *ca, *cb);
   BOOST_TEST(shard->stats().pushes_lost == 2u);
 }
+
+// A shard restarted mid-job checkpoints every 5 steps. Its process crashed with both senders at
+// step 12, after the copy of step 10 was taken: its rows are past step 10 now, so once every
+// sender has resynced it names no checkpoint for step 10 (whose complete copy, in its folder,
+// another one would have collided with); the next, step 15, is due as usual. A pull-only client
+// resyncing first changes nothing.
+BOOST_AUTO_TEST_CASE(a_restarted_shard_takes_no_checkpoint_of_the_steps_it_resumed_past) {
+  ShardConfig sc = config();
+  sc.checkpoint_every = 5;
+  auto shard = std::move(ShardCore::make(sc).value());
+  shard->begin_resync();
+  Outbox out;
+  uint64_t id = 1;
+  shard->on_message(ClockAdvance{{a + 7, id++, 1}, 0, /*resync=*/true}, out);  // pulls only
+  for (NodeId n : {a, b}) {
+    shard->on_message(ClockAdvance{{n, id++, 1}, 12, /*resync=*/true}, out);
+    BOOST_TEST(!shard->checkpoint_due().has_value());
+  }
+  BOOST_TEST(shard->min_clock() == 12u);
+  for (uint32_t clock = 13; clock <= 15; ++clock)
+    for (NodeId n : {a, b}) shard->on_message(ClockAdvance{{n, id++, 1}, clock}, out);
+  BOOST_TEST((shard->checkpoint_due() == std::optional<uint32_t>(15)));
+}
