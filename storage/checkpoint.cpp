@@ -54,12 +54,14 @@ Status write_manifest(const std::string& root, const CheckpointManifest& m) {
   if (!m.dense_shape.empty())
     j["dense"] = {{"file", dense_file_name}, {"shape", m.dense_shape}, {"params", m.dense_params}};
   // The copies' folders are on disk before the manifest says the step is complete (RocksDB syncs
-  // the files of a copy, not the folder that names them)...
+  // the files of a copy, not the folder that names them), and so are their names in the step
+  // folder (a copy is renamed into place there)...
   const fs::path step_dir = checkpoint_step_dir(root, m.step);
   std::error_code ec;
   for (const ShardCheckpoint& s : m.shard_checkpoints)
     if (fs::exists(step_dir / s.dir, ec))  // another ps's copy may live on another host
       if (Status st = sync_folder((step_dir / s.dir).string()); !st.ok()) return st;
+  if (Status st = sync_folder(step_dir.string()); !st.ok()) return st;
   // ...and the manifest is written with a temporary name of this process's own: the ps daemons
   // of one job may share a checkpoint folder and write the same manifest at once. The step
   // folder is synced with it; the root, which names the step folder, after it.
