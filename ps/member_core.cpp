@@ -251,6 +251,13 @@ Status MemberCore::check_served(const ControlMessage& m) const {
       if (done->shards[s].shard != s || done->shards[s].dir != fmt::format("shard-{}", s))
         return Status::invalid_input(
             fmt::format("CheckpointComplete's entry {} is not shard {}", s, s));
+    // A checkpoint step after the last one completed: a manifest is never written over another.
+    const uint32_t every = welcome_.job.checkpoint_every;
+    if (!every || done->step == 0 || done->step % every != 0 || done->step <= last_complete_)
+      return Status::invalid_input(
+          fmt::format("CheckpointComplete of step {}: no checkpoint step after the last complete "
+                      "one ({}; every {})",
+                      done->step, last_complete_, every));
     return Status();
   }
   if (std::holds_alternative<DenseStart>(m.body) &&
@@ -294,6 +301,7 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
     s.bad_messages = bad_messages_;
     send(s, out);
   } else if (auto* complete = std::get_if<CheckpointComplete>(&m.body)) {
+    last_complete_ = complete->step;
     out.manifest = *complete;
   } else if (auto* start = std::get_if<DenseStart>(&m.body)) {
     out.log.push_back(

@@ -172,6 +172,7 @@ class MemberCore {
   size_t nodes_done_ = 0;
   std::string local_error_;
   uint64_t bad_messages_ = 0;
+  uint32_t last_complete_ = 0;  // the step of the last CheckpointComplete taken
   uint64_t next_drop_log_ms_ = 0;
   uint64_t membership_epoch_ = 0;  // of the last NodesLost or ShardsRestarted taken
 };

@@ -535,3 +535,38 @@ BOOST_AUTO_TEST_CASE(members_and_the_coordinator_finish_a_job_under_garbled_cont
     BOOST_TEST(refused >= garbled, "seed " << seed);
   }
 }
+
+// A ps writes the manifest of each checkpoint step the coordinator completes, once: a
+// CheckpointComplete of step 0, of a step that is no checkpoint step, or of a step not after the
+// last one taken (it would overwrite that step's manifest, or name copies never taken) is dropped
+// and counted.
+BOOST_AUTO_TEST_CASE(a_ps_writes_each_checkpoint_steps_manifest_once) {
+  Welcome w = layout(0);
+  w.job.checkpoint_every = 25;
+  MemberConfig c = config(info(MemberRole::ps, 2, 2));
+  c.takes_checkpoints = true;
+  auto made = MemberCore::make(c, 0);
+  BOOST_REQUIRE(made.ok());
+  MemberCore& core = made.value();
+  MemberEffects fx;
+  core.start(0, fx);
+  core.on_message({control_from_coordinator, w}, 0, fx);
+  BOOST_REQUIRE(fx.build.has_value());
+  core.built(Status(), 0, fx);
+  auto complete = [](uint32_t step) {
+    return CheckpointComplete{step, {{0, "shard-0", 1, {}}, {1, "shard-1", 1, {}}}};
+  };
+  fx = {};
+  core.on_message({control_from_coordinator, complete(25)}, 10, fx);
+  BOOST_REQUIRE(fx.manifest.has_value());
+  BOOST_TEST(fx.manifest->step == 25u);
+  for (uint32_t step : {25u, 0u, 30u, 10u}) {
+    fx = {};
+    core.on_message({control_from_coordinator, complete(step)}, 11, fx);
+    BOOST_TEST(!fx.manifest.has_value(), "step " << step);
+  }
+  BOOST_TEST(core.bad_messages() == 4u);
+  fx = {};
+  core.on_message({control_from_coordinator, complete(50)}, 12, fx);
+  BOOST_TEST(fx.manifest.has_value());
+}
