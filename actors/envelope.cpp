@@ -668,6 +668,7 @@ Status read_member(wire::MemberInfo::Reader r, MemberInfo& m) {
   m.aggregator = r.getAggregator();
   m.durable = r.getDurable();
   m.incarnation = r.getIncarnation();
+  m.resumed_from = r.getResumedFrom();
   if (Status s = read_text(r.getStore(), m.store, "member store"); !s.ok()) return s;
   return Status();
 }
@@ -684,6 +685,7 @@ void write_member(wire::MemberInfo::Builder w, const MemberInfo& m) {
   w.setDurable(m.durable);
   w.setIncarnation(m.incarnation);
   w.setStore(m.store);
+  w.setResumedFrom(m.resumed_from);
 }
 
 void write_job(wire::JobSpec::Builder w, const JobSpec& j) {

@@ -65,6 +65,12 @@ class Member {
     me_.data = o_.data;
     me_.durable = o_.role == MemberRole::ps && o_.store.kind != StoreKind::memory;
     if (o_.role == MemberRole::ps) me_.store = to_string(o_.store);
+    if (o_.role == MemberRole::ps && !o_.resume_from.empty()) {
+      // The coordinator checks that every ps starts from the same step.
+      auto manifest = read_manifest(o_.resume_from);
+      if (!manifest) return manifest.status();
+      me_.resumed_from = manifest->step;
+    }
     // This start of the process: a restart with the same key is told apart from a retry.
     me_.incarnation = (uint64_t{std::random_device{}()} << 32 | std::random_device{}()) | 1;
     log_(fmt::format("{} listening on {} ({}), joining the coordinator at {}", to_string(o_.role),

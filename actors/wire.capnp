@@ -190,6 +190,7 @@ struct MemberInfo {
   durable @8 :Bool;
   incarnation @9 :UInt64;
   store @10 :Text;
+  resumedFrom @11 :UInt32;   # a ps's --resume-from checkpoint step (0: none)
 }
 struct Welcome {
   you @0 :UInt32;

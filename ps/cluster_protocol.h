@@ -97,6 +97,9 @@ struct MemberInfo {
   // --insecure cluster, the same endpoint) and another incarnation is the member restarted.
   uint64_t incarnation = 0;
   std::string store = {};  // a ps's row store (its --store), for reports
+  // A ps started with --resume-from: the checkpoint step its shards start from (0: none). Every
+  // ps member of a job must start from the same one.
+  uint32_t resumed_from = 0;
   // Assigned by the coordinator (in Welcome):
   NodeId first_node = 0;  // its cores are nodes first_node .. first_node + count - 1
   bool has_aggregator = false;

@@ -502,6 +502,9 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
     dense_starts_.erase(i);  // the new process sends its own, if it resumes from any
     members_[i].durable = m.durable;
     members_[i].data = m.data;
+    members_[i].resumed_from = m.resumed_from;
+    if (phase_ == CoordinatorPhase::starting)
+      if (std::string differ = resume_steps_differ(); !differ.empty()) return fail(differ, out);
     st.last_heard_ms = now_ms;
     out.log.push_back(fmt::format("{} member {} at {} restarted before the start",
                                   to_string(m.role), i, m.endpoint));
@@ -584,6 +587,7 @@ void CoordinatorCore::welcome(CoordinatorEffects& out) {
   }
   phase_ = CoordinatorPhase::starting;
   same_data_ = same_data;
+  if (std::string differ = resume_steps_differ(); !differ.empty()) return fail(differ, out);
   // What every member will check of the layout (more replicas of a shard than ps members, ...)
   // is said here, once, rather than by each member refusing its Welcome.
   auto layout = ClusterLayout::make(welcome_for(0));
@@ -597,6 +601,26 @@ void CoordinatorCore::welcome(CoordinatorEffects& out) {
       "every member has joined ({} shards, {} worker replicas{}): sent the layout", config_.shards,
       config_.workers,
       same_data ? ", one training file split among them" : ", each member its own file"));
+}
+
+std::string CoordinatorCore::resume_steps_differ() const {
+  const MemberInfo* first = nullptr;
+  for (const MemberInfo& m : members_) {
+    if (m.role != MemberRole::ps) continue;
+    if (!first) {
+      first = &m;
+    } else if (m.resumed_from != first->resumed_from) {
+      auto from = [](const MemberInfo& x) {
+        return x.resumed_from ? fmt::format("the checkpoint of step {}", x.resumed_from)
+                              : std::string("no checkpoint");
+      };
+      return fmt::format(
+          "the ps at {} starts from {} and the ps at {} from {}: every ps of a "
+          "job must resume from the same step (--resume-from)",
+          first->endpoint, from(*first), m.endpoint, from(m));
+    }
+  }
+  return "";
 }
 
 Welcome CoordinatorCore::welcome_for(uint32_t i) const {

@@ -248,6 +248,9 @@ class CoordinatorCore {
   void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms,
                CoordinatorEffects& out);
   void rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
+  // Why the ps members cannot start together: two that start from different checkpoint steps
+  // (MemberInfo::resumed_from), named; empty when every one starts from the same (or none).
+  std::string resume_steps_differ() const;
   // Member i's next process (`incarnation`) takes its place; the one it replaced is remembered
   // while its messages may still come.
   void replace_incarnation(uint32_t i, uint64_t incarnation);

@@ -1505,3 +1505,39 @@ BOOST_AUTO_TEST_CASE(a_worker_that_finishes_as_its_shard_fails_over_is_resynced_
   BOOST_TEST(resync.resync);
   BOOST_TEST(core.totals().workers_drained == 1u);
 }
+
+// Every ps of a job starts from the same checkpoint step: two ps members given --resume-from
+// roots whose newest complete steps differ (one was killed before it wrote its manifest), or one
+// resuming and one not, would train from a cut of two steps. The job fails at the layout, naming
+// both; the same step on both starts it. A ps restarted before the start from another step fails
+// it too.
+BOOST_AUTO_TEST_CASE(ps_members_resuming_from_different_steps_fail_the_job) {
+  auto members = [](uint32_t a, uint32_t b) {
+    MemberInfo p0 = member(MemberRole::ps, 1), p1 = member(MemberRole::ps, 2);
+    p0.resumed_from = a;
+    p1.resumed_from = b;
+    return std::vector<MemberInfo>{p0, p1, member(MemberRole::worker, 3)};
+  };
+  for (auto [a, b] : {std::pair{100u, 75u}, std::pair{100u, 0u}}) {
+    auto core = CoordinatorCore::make(config(2, 1, /*hierarchical=*/false), 0).value();
+    CoordinatorEffects fx;
+    for (const MemberInfo& m : members(a, b))
+      core.on_message({control_from_unknown, Join{m}}, 0, fx);
+    BOOST_TEST(fx.failed.message().find("every ps of a job must resume from the same step") !=
+                   std::string::npos,
+               fx.failed.message());
+    BOOST_TEST(fx.failed.message().find(b ? "from the checkpoint of step 75" : "no checkpoint") !=
+                   std::string::npos,
+               fx.failed.message());
+    BOOST_TEST(sent<Welcome>(fx).empty());
+  }
+  auto core = CoordinatorCore::make(config(2, 1, /*hierarchical=*/false), 0).value();
+  form(core, members(100, 100), 0);
+  BOOST_TEST((core.phase() == CoordinatorPhase::starting));
+  MemberInfo again = members(100, 50)[1];
+  again.incarnation = 9;
+  CoordinatorEffects back;
+  core.on_message({control_from_unknown, Join{again}}, 10, back);
+  BOOST_TEST(back.failed.message().find("from the checkpoint of step 50") != std::string::npos,
+             back.failed.message());
+}

@@ -494,6 +494,7 @@ MemberInfo random_member(SplitMix64& rng) {
   m.durable = rng.next() % 2;
   m.incarnation = rng.next();
   m.store = random_text(rng, 20);
+  m.resumed_from = static_cast<uint32_t>(rng.next());
   return m;
 }
 
