@@ -183,17 +183,33 @@ CoordinatorConfig waiting_config() {
   return c;
 }
 
-// A running job of one ps member `ps` (one shard) and one single-replica worker member, formed
-// and ready at time 0, under `c`.
-CoordinatorCore running_one_ps(const CoordinatorConfig& c, const MemberInfo& ps) {
+// A running job of `members` under `c`, formed and every member ready at time 0.
+CoordinatorCore running_with(const CoordinatorConfig& c, const std::vector<MemberInfo>& members) {
   auto core = CoordinatorCore::make(c, 0).value();
-  form(core, {ps, member(MemberRole::worker, 2)}, 0);
-  for (uint32_t i = 0; i < 2; ++i) {
+  form(core, members, 0);
+  for (uint32_t i = 0; i < members.size(); ++i) {
     CoordinatorEffects fx;
     core.on_message({i, Ready{}}, 0, fx);
   }
   BOOST_REQUIRE((core.phase() == CoordinatorPhase::running));
   return core;
+}
+
+// A running job of one ps member `ps` (one shard) and one single-replica worker member, under `c`.
+CoordinatorCore running_one_ps(const CoordinatorConfig& c, const MemberInfo& ps) {
+  return running_with(c, {ps, member(MemberRole::worker, 2)});
+}
+
+// The worker (member 1) of running_one_ps sends heartbeats and the durable ps (member 0) none,
+// until `until_ms`: whether the coordinator has declared the ps lost and waits for it by then.
+bool durable_ps_goes_silent(CoordinatorCore& core, uint64_t until_ms) {
+  for (uint64_t now = 0; now <= until_ms; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    if (logged(fx, "its rows are on disk: waiting")) return true;
+  }
+  return false;
 }
 
 // `ps` (member 0, in a new incarnation) joins again at `now`, is welcomed back to resume its
@@ -433,14 +449,7 @@ BOOST_AUTO_TEST_CASE(a_leave_after_the_loss_is_taken_once) {
   MemberInfo ps = member(MemberRole::ps, 1);
   ps.durable = true;
   auto core = running_one_ps(c, ps);
-  bool lost = false;
-  for (uint64_t now = 0; now <= 6'000 && !lost; now += 250) {
-    CoordinatorEffects fx;
-    core.on_message({1, Heartbeat{now}}, now, fx);
-    core.on_timer(now, fx);
-    lost = logged(fx, "its rows are on disk: waiting");
-  }
-  BOOST_REQUIRE(lost);
+  BOOST_REQUIRE(durable_ps_goes_silent(core, 6'000));
   CoordinatorEffects late;
   core.on_message({0, Leave{"stopped by SIGTERM", true}}, 7'000, late);
   BOOST_TEST(late.failed.ok());
@@ -459,14 +468,7 @@ BOOST_AUTO_TEST_CASE(a_leave_after_the_loss_is_taken_once) {
 // a process that would resume over a store missing what it acknowledged.
 BOOST_AUTO_TEST_CASE(an_error_leave_after_the_loss_ends_the_job) {
   auto core = running_one_ps(waiting_config(), first_ps(/*durable=*/true));
-  bool lost = false;
-  for (uint64_t now = 0; now <= 12'000 && !lost; now += 250) {
-    CoordinatorEffects fx;
-    core.on_message({1, Heartbeat{now}}, now, fx);
-    core.on_timer(now, fx);
-    lost = logged(fx, "its rows are on disk: waiting");
-  }
-  BOOST_REQUIRE(lost);
+  BOOST_REQUIRE(durable_ps_goes_silent(core, 12'000));
   CoordinatorEffects late;
   core.on_message({0, Leave{"shard node 0 could not write its cached rows", false}, {}, 1}, 12'500,
                   late);
@@ -1364,15 +1366,8 @@ BOOST_AUTO_TEST_CASE(a_lost_primary_fails_over_to_the_member_holding_its_backup)
   // Replicated:3 is not failed over in this version: the job ends, saying so.
   CoordinatorConfig c3 = config(3, 1, /*hierarchical=*/false);
   c3.job.replicas = 3;
-  auto three = CoordinatorCore::make(c3, 0).value();
-  form(three,
-       {member(MemberRole::ps, 1), member(MemberRole::ps, 2), member(MemberRole::ps, 3),
-        member(MemberRole::worker, 4)},
-       0);
-  for (uint32_t i = 0; i < 4; ++i) {
-    CoordinatorEffects fx;
-    three.on_message({i, Ready{}}, 0, fx);
-  }
+  auto three = running_with(c3, {member(MemberRole::ps, 1), member(MemberRole::ps, 2),
+                                 member(MemberRole::ps, 3), member(MemberRole::worker, 4)});
   Status ended;
   for (uint64_t now = 0; now <= 10'000 && ended.ok(); now += 250) {
     CoordinatorEffects fx;
@@ -1477,15 +1472,8 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
 BOOST_AUTO_TEST_CASE(a_worker_that_finishes_as_its_shard_fails_over_is_resynced_as_done) {
   CoordinatorConfig c = config(2, 2, /*hierarchical=*/false);
   c.job.replicas = 2;
-  auto core = CoordinatorCore::make(c, 0).value();
-  form(core,
-       {member(MemberRole::ps, 1), member(MemberRole::ps, 2), member(MemberRole::worker, 3),
-        member(MemberRole::worker, 4)},
-       0);
-  for (uint32_t i = 0; i < 4; ++i) {
-    CoordinatorEffects fx;
-    core.on_message({i, Ready{}}, 0, fx);
-  }
+  auto core = running_with(c, {member(MemberRole::ps, 1), member(MemberRole::ps, 2),
+                               member(MemberRole::worker, 3), member(MemberRole::worker, 4)});
   // Shards 0-1, replicas 2 (member 2) and 3 (member 3).
   CoordinatorEffects left;
   core.on_message({1, Leave{"stopped by SIGTERM", true}}, 500, left);

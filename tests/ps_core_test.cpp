@@ -708,21 +708,7 @@ BOOST_AUTO_TEST_CASE(consistency_flag_parses) {
 // A store that does not promise stable row pointers (as a tiered store cannot) gets the same
 // results: the shard then looks rows up again for every push.
 BOOST_AUTO_TEST_CASE(shard_gives_the_same_rows_over_a_store_without_stable_pointers) {
-  struct Unstable final : RowStore {
-    explicit Unstable(size_t n) : inner(n) {}
-    float* find(uint64_t k) override { return inner.find(k); }
-    std::pair<float*, bool> find_or_insert(uint64_t k) override { return inner.find_or_insert(k); }
-    void prefetch(uint64_t k) const override { inner.prefetch(k); }
-    bool stable_rows() const override { return false; }
-    size_t size() const override { return inner.size(); }
-    size_t row_floats() const override { return inner.row_floats(); }
-    size_t memory_bytes() const override { return inner.memory_bytes(); }
-    Status for_each(const std::function<void(uint64_t, const float*)>& f) const override {
-      return inner.for_each(f);
-    }
-    Status erase(std::span<const uint64_t> keys) override { return inner.erase(keys); }
-    MemoryRowStore inner;
-  };
+  using Unstable = colony::testing::UnstableStore;
   const ShardConfig sc = colony::testing::small_adagrad_shard();
   const size_t state = make_optimizer(sc.optimizer).value()->state_floats(3);
   auto stable = std::move(ShardCore::make(sc).value());

@@ -17,6 +17,7 @@
 
 #include "common/hash.h"
 #include "ps/replication.h"
+#include "tests/test_shard.h"
 #include "worker/kv_client.h"
 
 using namespace colony;
@@ -995,29 +996,11 @@ BOOST_AUTO_TEST_CASE(rows_pulled_and_never_pushed_leave_the_digests_equal) {
 // acknowledgement would tell the primary a push is on two replicas when it is on one. It fails
 // instead, and keeps failing, duplicates included, so its driver stops it.
 BOOST_AUTO_TEST_CASE(a_backup_whose_store_failed_acknowledges_nothing_more) {
-  // A memory store whose commit fails once `full` is set.
-  struct FillingStore final : RowStore {
-    explicit FillingStore(size_t n) : inner(n) {}
-    float* find(uint64_t k) override { return inner.find(k); }
-    std::pair<float*, bool> find_or_insert(uint64_t k) override { return inner.find_or_insert(k); }
-    void prefetch(uint64_t k) const override { inner.prefetch(k); }
-    bool stable_rows() const override { return false; }
-    size_t size() const override { return inner.size(); }
-    size_t row_floats() const override { return inner.row_floats(); }
-    size_t memory_bytes() const override { return inner.memory_bytes(); }
-    Status for_each(const std::function<void(uint64_t, const float*)>& f) const override {
-      return inner.for_each(f);
-    }
-    Status erase(std::span<const uint64_t> keys) override { return inner.erase(keys); }
-    Status commit() override { return *full ? Status::io_error("no space left") : Status(); }
-    MemoryRowStore inner;
-    std::shared_ptr<bool> full = std::make_shared<bool>(false);
-  };
   constexpr NodeId a = first_client;
   const ShardConfig sc = shard_config({a}, {ConsistencyKind::asp, 0});
   auto core = make_core(sc);
   auto primary = std::move(ShardPrimary::make(*core, 1).value());
-  auto store = std::make_unique<FillingStore>(ShardCore::row_floats(sc).value());
+  auto store = std::make_unique<colony::testing::UnstableStore>(ShardCore::row_floats(sc).value());
   const std::shared_ptr<bool> full = store->full;
   auto backup = std::move(
       ShardBackup::make(std::move(ShardCore::make(sc, std::move(store)).value())).value());
