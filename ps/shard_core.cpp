@@ -207,7 +207,7 @@ void ShardCore::on_pull(const PullRequest& r, Outbox& out) {
 void ShardCore::on_hint(const PullHint& h) {
   // Advisory: one this shard cannot use is dropped unanswered. A restarted shard has no use for
   // one until every sender has resynced, nor does a shard whose job is over.
-  const bool usable = !resyncing_ && min_clock_ != clock_done &&
+  const bool usable = (!resyncing_ || senders_resynced_) && min_clock_ != clock_done &&
                       h.header.map_version == map_.version() && !foreign_key(h.keys);
   if (!usable) {
     ++stats_.hints_dropped;
@@ -226,6 +226,7 @@ void ShardCore::begin_resync() {
   if (config_.fault_skip_resync) return;
   resyncing_ = true;
   skip_cut_after_resync_ = true;
+  senders_resynced_ = false;
   resynced_.clear();
   durable_clocks_ = store_->committed_clocks();
 }
@@ -233,6 +234,7 @@ void ShardCore::begin_resync() {
 void ShardCore::begin_takeover() {
   resyncing_ = true;
   skip_cut_after_resync_ = true;
+  senders_resynced_ = false;
   resynced_.clear();
   durable_clocks_.clear();
   for (const auto& [sender, clock] : clocks_) durable_clocks_[sender] = clock;
@@ -665,6 +667,7 @@ void ShardCore::release_waiting(Outbox& out) {
     m = std::min(m, unknown ? 0u : clock);
   }
   min_clock_ = m;
+  senders_resynced_ = every_sender_resynced;
   // At the job's end (every sender done) there is no step boundary to name: no checkpoint.
   const uint32_t every = config_.checkpoint_every;
   const bool resync_done = skip_cut_after_resync_ && every_sender_resynced;

@@ -426,8 +426,9 @@ class ShardCore {
   // Since begin_resync or begin_takeover, until every sender has resynced: the checkpoint steps
   // the minimum then passes are skipped (checkpoint_due).
   bool skip_cut_after_resync_ = false;
-  bool resyncing_ = false;                       // see begin_resync
-  std::unordered_set<NodeId> resynced_;          // nodes whose resync arrived
+  bool resyncing_ = false;               // see begin_resync
+  bool senders_resynced_ = false;        // every sender resynced since (release_waiting keeps it)
+  std::unordered_set<NodeId> resynced_;  // nodes whose resync arrived
   std::map<uint64_t, uint32_t> durable_clocks_;  // the store's committed clocks at the restart
   // Pushes in parts whose last part has not come, by sender (PushRequest::more).
   struct PushParts {

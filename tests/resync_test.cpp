@@ -312,3 +312,22 @@ BOOST_AUTO_TEST_CASE(a_restarted_shard_takes_no_checkpoint_of_the_steps_it_resum
     for (NodeId n : {a, b}) shard->on_message(ClockAdvance{{n, id++, 1}, clock}, out);
   BOOST_TEST((shard->checkpoint_due() == std::optional<uint32_t>(15)));
 }
+
+// A restarted shard drops pull hints while it waits for its senders' resyncs, and takes them
+// again (its store reads their rows ahead) once every sender has resynced: before, it dropped
+// every hint for the rest of the job.
+BOOST_AUTO_TEST_CASE(a_restarted_shard_takes_pull_hints_again_once_every_sender_resynced) {
+  auto shard = std::move(ShardCore::make(config()).value());
+  shard->begin_resync();
+  Outbox out;
+  const PullHint hint{{a, 1, 1}, {1, 2, 3}};
+  shard->on_message(hint, out);
+  shard->on_message(ClockAdvance{{a, 2, 1}, 4, /*resync=*/true}, out);
+  shard->on_message(hint, out);
+  BOOST_TEST(shard->stats().hints_dropped == 2u);
+  shard->on_message(ClockAdvance{{b, 3, 1}, 4, /*resync=*/true}, out);
+  shard->on_message(hint, out);
+  BOOST_TEST(shard->stats().hints == 1u);
+  BOOST_TEST(shard->stats().hints_dropped == 2u);
+  BOOST_TEST(out.empty());  // hints are never answered
+}
