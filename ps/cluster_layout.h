@@ -113,10 +113,9 @@ class ClusterLayout {
   // backups, or a replica ack anywhere but from a backup to its own shard; any other message
   // goes to or comes from a backup; a shard map update describes another map than the layout's
   // (a cluster keeps one map for the whole job); a pull's writer is not a node of its sender's
-  // member (or the
-  // coordinator's own node for its own pulls); a dense message does not follow an edge of the
-  // all-reduce tree; or the sender's node is not the origin member's. The tree's edges: a
-  // DenseReduce goes to an aggregator from a replica of the same member, or to the root
+  // member (or the coordinator's own node for its own pulls); a dense message does not follow an
+  // edge of the all-reduce tree; or the sender's node is not the origin member's. The tree's
+  // edges: a DenseReduce goes to an aggregator from a replica of the same member, or to the root
   // (dense_root) from any aggregator, the root's own included; a DenseBroadcast goes to an
   // aggregator from the root only, and to a replica from its own member's aggregator; nothing
   // dense goes to a shard or the coordinator. The coordinator may send requests as its own

@@ -92,15 +92,13 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
   // restart at once): it says nothing of the new one, and is ignored, up to its Leave, the last
   // it sends. Any other incarnation's is a lie.
   if (message.incarnation != 0 && message.incarnation != m.incarnation) {
-    auto past =
-        std::find(st.past_incarnations.begin(), st.past_incarnations.end(), message.incarnation);
-    if (past == st.past_incarnations.end())
+    if (!replaced(i, message.incarnation))
       return reject(fmt::format("a message of kind {} from member {} in the name of incarnation "
                                 "{}, neither its current one nor one before it",
                                 message.body.index(), i, message.incarnation),
                     now_ms, out);
     const auto* leave = std::get_if<Leave>(&message.body);
-    if (leave) st.past_incarnations.erase(past);
+    if (leave) std::erase(st.past_incarnations, message.incarnation);
     return out.log.push_back(
         fmt::format("member {} at {}: {} from incarnation {}, not the one that joined last: "
                     "ignored",
@@ -314,17 +312,24 @@ void CoordinatorCore::on_join(const Join& j, const std::string& sender_key, uint
   }
 }
 
+bool CoordinatorCore::pending_checkpoint_step(uint32_t step) const {
+  const uint32_t every = config_.job.checkpoint_every;
+  return every && step && step % every == 0 &&
+         !(step <= totals_.last_checkpoint_step && totals_.checkpoints > 0);
+}
+
+bool CoordinatorCore::replaced(uint32_t i, uint64_t incarnation) const {
+  const std::vector<uint64_t>& past = state_[i].past_incarnations;
+  return std::find(past.begin(), past.end(), incarnation) != past.end();
+}
+
 void CoordinatorCore::on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
                                       CoordinatorEffects& out) {
-  const uint32_t every = config_.job.checkpoint_every;
-  if (!every || c.step == 0 || c.step % every != 0)
-    return reject(fmt::format("ps member {} reported a checkpoint of step {}, which is no "
-                              "checkpoint step (every {})",
-                              i, c.step, every),
-                  now_ms, out);
-  if (c.step <= totals_.last_checkpoint_step && totals_.checkpoints > 0)
+  if (!pending_checkpoint_step(c.step))
     return reject(
-        fmt::format("ps member {} reported step {}, not after the last complete one", i, c.step),
+        fmt::format("ps member {} reported a checkpoint of step {}: not a pending "
+                    "checkpoint step (every {}, the last complete {})",
+                    i, c.step, config_.job.checkpoint_every, totals_.last_checkpoint_step),
         now_ms, out);
   for (const ShardCheckpoint& s : c.shards) {
     if (s.shard >= layout_->shards() || layout_->owner(s.shard) != i)
@@ -382,8 +387,7 @@ void CoordinatorCore::on_dense_checkpointed(uint32_t i, DenseState state, uint64
                               i),
                   now_ms, out);
   if (!every) return reject("dense layers of a checkpoint: the job takes none", now_ms, out);
-  if (state.step == 0 || state.step % every != 0 ||
-      (state.step <= totals_.last_checkpoint_step && totals_.checkpoints > 0))
+  if (!pending_checkpoint_step(state.step))
     return reject(fmt::format("dense layers of step {}: not a pending checkpoint step (every {}, "
                               "the last complete {})",
                               state.step, every, totals_.last_checkpoint_step),
@@ -483,8 +487,7 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   MemberState& st = state_[i];
   // A Join a replaced process sent again (it retries until answered), read after its successor's:
   // it says nothing of the process that runs now.
-  if (std::find(st.past_incarnations.begin(), st.past_incarnations.end(), m.incarnation) !=
-      st.past_incarnations.end())
+  if (replaced(i, m.incarnation))
     return out.log.push_back(fmt::format(
         "member {} at {}: a Join from incarnation {}, a process replaced since: ignored", i,
         m.endpoint, m.incarnation));

@@ -40,11 +40,10 @@
 // first worker replica sends that replica's dense layers of the step (DenseCheckpointed). Once
 // every shard (and the dense layers) is in, every ps member is sent CheckpointComplete with the
 // whole list and the dense layers, and writes the step's dense.bin and manifest. A report for a
-// shard the member does not host, of a step that is no checkpoint step or in a folder other than
-// shard-<s>, dense layers from another member, of another shape or of a step that is no
-// checkpoint step, are refused; at most checkpoint_steps_pending_max steps are
-// pending. (A deep model's checkpoints stop completing once the worker member hosting the first
-// replica is lost.)
+// shard the member does not host or in a folder other than shard-<s>, dense layers from another
+// member or of another shape, and either of a step that is no pending checkpoint step, are
+// refused; at most checkpoint_steps_pending_max steps are pending. (A deep model's checkpoints
+// stop completing once the worker member hosting the first replica is lost.)
 //
 // Resuming a deep model (`colony ps --resume-from`): each ps member sends the checkpoint's dense
 // layers (DenseStart) before its Ready. Once every member is ready, the coordinator checks that
@@ -260,6 +259,10 @@ class CoordinatorCore {
   void on_dense_checkpointed(uint32_t i, DenseState state, uint64_t now_ms,
                              CoordinatorEffects& out);
   void on_dense_start(uint32_t i, DenseState state, uint64_t now_ms, CoordinatorEffects& out);
+  // Whether `step` is a checkpoint step of the job after the last complete checkpoint.
+  bool pending_checkpoint_step(uint32_t step) const;
+  // Whether `incarnation` is one of the processes member i's current one replaced.
+  bool replaced(uint32_t i, uint64_t incarnation) const;
   // Why `state` is not this job's dense layers; empty when it is.
   std::string dense_mismatch(const DenseState& state) const;
   // Completes checkpoint step `step` once every shard, and a deep model's dense layers, are in.
