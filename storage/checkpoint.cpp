@@ -252,39 +252,85 @@ Expected<uint64_t> verify_checkpoint(const std::string& step_dir) {
   return total;
 }
 
+namespace {
+// Removes what an interrupted restore_checkpoint put into `store_dir` (the names its marker
+// lists, and their staged copies), then the marker.
+Status undo_restore(const fs::path& store_dir) {
+  const fs::path marker = store_dir / restore_marker_name;
+  std::ifstream in(marker);
+  std::error_code ec;
+  for (std::string name; std::getline(in, name);) {
+    // The marker names plain entries of the folder; anything else is not this code's.
+    if (name.empty() || fs::path(name).filename() != name || name == "." || name == "..")
+      return Status::invalid_input(
+          fmt::format("{}: names \"{}\", not an entry of the folder", marker.string(), name));
+    fs::remove_all(store_dir / name, ec);
+    if (!ec) fs::remove_all(store_dir / (name + ".restoring"), ec);
+    if (ec)
+      return Status::io_error(fmt::format("{}: cannot remove what an unfinished restore left: {}",
+                                          (store_dir / name).string(), ec.message()));
+  }
+  fs::remove(marker, ec);
+  if (ec)
+    return Status::io_error(fmt::format("{}: cannot remove: {}", marker.string(), ec.message()));
+  return sync_folder(store_dir.string());
+}
+}  // namespace
+
 Status restore_checkpoint(const std::string& step_dir, const std::string& store_dir) {
   auto verified = verify_checkpoint(step_dir);
   if (!verified) return verified.status();
   const CheckpointManifest m = read_manifest(step_dir).value();
+  const fs::path store(store_dir);
   std::error_code ec;
-  for (uint32_t i = 0; i < m.shards; ++i) {
-    const std::string target = shard_store_path(store_dir, i);
-    if (fs::exists(target, ec))
+  // An earlier restore into this folder stopped before its end: what it left is no store.
+  if (fs::exists(store / restore_marker_name, ec))
+    if (Status s = undo_restore(store); !s.ok()) return s;
+  // What the restore puts into the store folder, each made beside its place (NAME.restoring).
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < m.shards; ++i) names.push_back(fmt::format("shard-{}", i));
+  if (!m.dense_shape.empty()) names.push_back(dense_file_name);
+  for (const std::string& name : names)
+    if (fs::exists(store / name, ec))
       return Status::invalid_input(
-          fmt::format("{}: exists; restoring never merges into a store: remove it first", target));
-  }
-  const fs::path dense_target = fs::path(store_dir) / dense_file_name;
-  if (!m.dense_shape.empty() && fs::exists(dense_target, ec))
-    return Status::invalid_input(fmt::format(
-        "{}: exists; restoring never merges into a store: remove it first", dense_target.string()));
-  for (uint32_t i = 0; i < m.shards; ++i) {
-    const std::string target = shard_store_path(store_dir, i);
+          fmt::format("{}: exists; restoring never merges into a store: remove it first",
+                      (store / name).string()));
+  // The marker, before the first change: until it is removed, after the last, no shard store of
+  // this folder opens (open_shard_store), and a restore run again starts by undoing this one.
+  std::string listed;
+  for (const std::string& name : names) listed += name + "\n";
+  fs::create_directories(store, ec);
+  if (ec) return Status::io_error(fmt::format("{}: cannot create: {}", store_dir, ec.message()));
+  if (Status s = write_file_atomically((store / restore_marker_name).string(), listed); !s.ok())
+    return s;
+  Status done;
+  for (uint32_t i = 0; i < m.shards && done.ok(); ++i)
     // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
-    fs::create_directories(target, ec);
-    if (!ec)
-      fs::copy(fs::path(step_dir) / m.shard_checkpoints[i].dir, target, fs::copy_options::recursive,
-               ec);
-    if (ec)
-      return Status::io_error(fmt::format("{}: cannot copy the checkpoint of shard {} there: {}",
-                                          target, i, ec.message()));
-  }
-  if (!m.dense_shape.empty()) {
-    // Through a temporary name: a dense.bin in the store is always a whole one.
+    done = copy_folder_synced((fs::path(step_dir) / m.shard_checkpoints[i].dir).string(),
+                              (store / (names[i] + ".restoring")).string());
+  if (done.ok() && !m.dense_shape.empty()) {
     auto d = read_dense_state((fs::path(step_dir) / dense_file_name).string());
-    if (!d) return d.status();
-    return write_dense_state(dense_target.string(), *d);
+    done = d ? write_dense_state((store / (names.back() + ".restoring")).string(), *d) : d.status();
   }
-  return {};
+  for (size_t i = 0; i < names.size() && done.ok(); ++i) {
+    fs::rename(store / (names[i] + ".restoring"), store / names[i], ec);
+    if (ec)
+      done = Status::io_error(fmt::format("{}: cannot rename into place: {}",
+                                          (store / names[i]).string(), ec.message()));
+  }
+  if (done.ok()) done = sync_folder(store_dir);
+  if (!done.ok()) {
+    // Nothing of this restore stays: the store folder is as it was.
+    if (Status u = undo_restore(store); !u.ok())
+      return Status::io_error(
+          fmt::format("{}; and undoing the restore failed: {}", done.message(), u.message()));
+    return Status::io_error(fmt::format("{}; nothing was restored", done.message()));
+  }
+  fs::remove(store / restore_marker_name, ec);
+  if (ec)
+    return Status::io_error(
+        fmt::format("{}: cannot remove: {}", (store / restore_marker_name).string(), ec.message()));
+  return sync_folder(store_dir);
 }
 
 Expected<uint64_t> export_rows(const std::string& dir, uint32_t value_floats,

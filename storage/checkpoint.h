@@ -97,7 +97,13 @@ Expected<uint64_t> verify_checkpoint(const std::string& step_dir);
 // Verifies the checkpoint, then copies shard i's rows to STORE_DIR/shard-<i> for every shard
 // (and a deep model's dense.bin to STORE_DIR/dense.bin), so that a job (or a PS daemon) opened
 // on STORE_DIR continues from it. Fails, touching nothing, when a STORE_DIR/shard-<i> or
-// STORE_DIR/dense.bin exists (remove it first: restoring never merges).
+// STORE_DIR/dense.bin exists (remove it first: restoring never merges). All or nothing: every
+// copy is made beside its place (NAME.restoring) and synced, and renamed into place only once
+// all are complete, under the marker STORE_DIR/RESTORING (restore_marker_name,
+// storage/store_spec.h), written first and removed last. A failed restore removes what it made;
+// one that stopped (a crash) leaves the marker, so that no shard of STORE_DIR opens, and the next
+// restore into STORE_DIR first removes what the marker names. io_error naming the file or folder
+// when a copy fails.
 Status restore_checkpoint(const std::string& step_dir, const std::string& store_dir);
 
 // Writes every row of a checkpoint (or of a store folder holding shard-<i>/ databases) to

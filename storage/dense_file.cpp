@@ -55,6 +55,44 @@ Status sync_folder(const std::string& folder) {
   return {};
 }
 
+namespace {
+// fsync of one regular file, by path.
+Status sync_file(const fs::path& file) {
+  const int fd = ::open(file.c_str(), O_RDONLY);
+  if (fd < 0)
+    return Status::io_error(
+        fmt::format("{}: cannot open: {}", file.string(), std::strerror(errno)));
+  const bool ok = ::fsync(fd) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!ok)
+    return Status::io_error(
+        fmt::format("{}: cannot sync: {}", file.string(), std::strerror(saved)));
+  return {};
+}
+}  // namespace
+
+Status copy_folder_synced(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::copy(from, to, fs::copy_options::recursive, ec);
+  if (ec)
+    return Status::io_error(fmt::format("{}: cannot copy {} there: {}", to, from, ec.message()));
+  // Every file, then every folder (which names them), the top one last.
+  std::vector<fs::path> folders;
+  for (auto it = fs::recursive_directory_iterator(to, ec); !ec && it != fs::end(it);
+       it.increment(ec)) {
+    if (it->is_directory(ec)) {
+      folders.push_back(it->path());
+    } else if (Status s = sync_file(it->path()); !s.ok()) {
+      return s;
+    }
+  }
+  if (ec) return Status::io_error(fmt::format("{}: cannot list: {}", to, ec.message()));
+  for (auto f = folders.rbegin(); f != folders.rend(); ++f)
+    if (Status s = sync_folder(f->string()); !s.ok()) return s;
+  return sync_folder(to);
+}
+
 std::string dense_store_path(const std::string& store_dir) {
   return (fs::path(store_dir) / dense_file_name).string();
 }

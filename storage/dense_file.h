@@ -50,5 +50,11 @@ Status write_file_atomically(const std::string& path, const std::string& bytes);
 // fsync of a folder, so that the names it holds (files renamed or linked into it) survive a
 // crash of the machine. io_error naming the folder when it cannot be opened or synced.
 Status sync_folder(const std::string& folder);
+// Copies folder `from` to `to` (which must not exist) recursively, then fsyncs every file and
+// folder of the copy, so that once `to` is renamed into place (and its parent synced) the whole
+// copy survives a crash of the machine. io_error naming `to` when a copy or a sync fails (files
+// other than regular files and folders cannot be copied); the partial copy is left for the
+// caller to remove.
+Status copy_folder_synced(const std::string& from, const std::string& to);
 
 }  // namespace colony

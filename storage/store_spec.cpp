@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "storage/dense_file.h"
+
 namespace colony {
 
 Expected<StoreSpec> parse_store_spec(const std::string& text, size_t cache_bytes) {
@@ -127,6 +129,13 @@ Expected<std::unique_ptr<RowStore>> memory_store(const StoreSpec& spec, size_t r
 Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
                                                      const StoreIdentity& identity) {
   if (spec.kind == StoreKind::memory) return memory_store(spec, identity.row_floats);
+  std::error_code ec;
+  if (const auto marker = std::filesystem::path(spec.dir) / restore_marker_name;
+      std::filesystem::exists(marker, ec))
+    return Status::invalid_input(fmt::format(
+        "{}: a restore of a checkpoint into this store did not finish: run `colony checkpoint "
+        "restore` into it again (the store is not opened)",
+        marker.string()));
   RocksTableOptions o;
   o.path = shard_store_path(spec.dir, identity.shard_index);
   o.block_cache_bytes = spec.block_cache_bytes;
@@ -197,19 +206,22 @@ Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
   const std::string target = shard_store_path(spec.dir, identity.shard_index);
   // The copy is made beside the store and swapped in whole: the live store is never removed
   // before its replacement is complete, and a failed copy leaves it as it was.
+  // The copy is synced before the exchange: after a crash of the machine `target` is the old
+  // store or the whole copy, never a copy missing what its files had not yet written.
   const std::string staged = target + ".restoring";
   std::error_code ec;
   fs::remove_all(staged, ec);  // left by an earlier restore that failed
-  if (!ec) fs::create_directories(staged, ec);
+  if (!ec) fs::create_directories(fs::path(staged).parent_path(), ec);
   // A copy, not hard links: RocksDB appends to some of its files (the MANIFEST) in place.
-  if (!ec) fs::copy(checkpoint_dir, staged, fs::copy_options::recursive, ec);
-  if (ec) {
+  Status copied = ec ? Status::io_error(fmt::format("{}: {}", spec.dir, ec.message()))
+                     : copy_folder_synced(checkpoint_dir, staged);
+  if (!copied.ok()) {
     std::error_code ignored;
     fs::remove_all(staged, ignored);
     return Status::io_error(
-        fmt::format("{}: cannot copy the checkpoint {} beside it ({}): {}; the "
+        fmt::format("{}: cannot copy the checkpoint {} beside it: {}; the "
                     "store is as it was",
-                    target, checkpoint_dir, staged, ec.message()));
+                    target, checkpoint_dir, copied.message()));
   }
   if (fs::exists(target, ec)) {
     // One atomic exchange: `target` is the old store or the whole copy at every moment.
@@ -224,6 +236,7 @@ Expected<std::unique_ptr<RowStore>> restore_shard_store(const StoreSpec& spec,
   if (ec)
     return Status::io_error(
         fmt::format("{}: cannot finish replacing it: {}", target, ec.message()));
+  if (Status s = sync_folder(fs::path(target).parent_path().string()); !s.ok()) return s;
   return open_shard_store(spec, identity);
 }
 

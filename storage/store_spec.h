@@ -87,6 +87,10 @@ size_t tiered_rocksdb_buffer_bytes(size_t cache_bytes);
 
 // DIR/shard-<index>.
 std::string shard_store_path(const std::string& dir, uint32_t shard_index);
+// DIR/RESTORING: the file restore_checkpoint (storage/checkpoint.h) writes into a store folder
+// before its first change there and removes after its last. While it is there, a restore did not
+// finish, and open_shard_store refuses every shard of that folder.
+inline constexpr const char* restore_marker_name = "RESTORING";
 
 // Opens shard `identity.shard_index`'s store as `spec` says (memory: a new empty one; compact, or
 // on disk in fewer bytes, when spec.compact_parts says, whose floats must then add up to
@@ -95,7 +99,8 @@ std::string shard_store_path(const std::string& dir, uint32_t shard_index);
 // tiered_rocksdb_buffer_bytes says; under log or fsync durability it
 // keeps a push log in its folder, and whatever push log the folder holds is replayed first
 // (StoreStats::log_records_replayed). Fails as RocksTable::open does (another job's store, a
-// corrupt or locked database), or as the push log's replay does, naming the path.
+// corrupt or locked database), or as the push log's replay does, naming the path; with
+// invalid_input naming DIR/RESTORING when a restore into DIR did not finish.
 Expected<std::unique_ptr<RowStore>> open_shard_store(const StoreSpec& spec,
                                                      const StoreIdentity& identity);
 

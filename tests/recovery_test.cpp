@@ -63,6 +63,17 @@ ClusterJob job_on(const InMemoryData& d) {
   return j;
 }
 
+// A job of job_on(d) over the store rocksdb:STORE_DIR, checkpointing every 5 steps into
+// STORE_DIR/checkpoints, run to its end.
+ClusterJob checkpointed_job(const InMemoryData& d, const std::string& store_dir) {
+  ClusterJob j = job_on(d);
+  j.cluster.store = parse_store_spec("rocksdb:" + store_dir, 0).value();
+  j.cluster.checkpoint_every = 5;
+  auto c = std::move(EmbeddedCluster::make(j).value());
+  BOOST_REQUIRE(c->run(nullptr).ok());
+  return j;
+}
+
 // The complete checkpoints under `root`, each checked to verify.
 std::vector<CheckpointListing> verified_checkpoints(const std::string& root) {
   std::vector<CheckpointListing> listed = list_checkpoints(root).value(), complete;
@@ -280,13 +291,7 @@ BOOST_AUTO_TEST_CASE(
     corrupt_or_missing_checkpoints_are_errors_naming_the_path_never_a_fresh_start) {
   const InMemoryData d = data_of(6000);
   TempDir dir;
-  ClusterJob j = job_on(d);
-  j.cluster.store = parse_store_spec("rocksdb:" + dir.sub("store"), 0).value();
-  j.cluster.checkpoint_every = 5;
-  {
-    auto c = std::move(EmbeddedCluster::make(j).value());
-    BOOST_REQUIRE(c->run(nullptr).ok());
-  }
+  checkpointed_job(d, dir.sub("store"));
   const std::string root = dir.sub("store/checkpoints");
   auto latest = latest_checkpoint(root);
   BOOST_REQUIRE(latest.ok());
@@ -343,6 +348,50 @@ BOOST_AUTO_TEST_CASE(
   auto r = c->run(nullptr);
   BOOST_REQUIRE(!r.ok());
   BOOST_TEST(names(r.status(), dir.sub("other/checkpoints")), r.status().message());
+}
+
+// `colony checkpoint restore` is all or nothing: a copy that fails leaves no shard behind (a
+// partial store would open as one missing rows), and a restore cut short (its marker left)
+// keeps every shard of the folder from opening until a restore runs again and redoes it.
+BOOST_AUTO_TEST_CASE(a_restore_is_all_or_nothing_and_one_cut_short_is_redone) {
+  const InMemoryData d = data_of(6000);
+  TempDir dir;
+  ClusterJob j = checkpointed_job(d, dir.sub("store"));
+  const std::string step = latest_checkpoint(dir.sub("store/checkpoints")).value();
+  const CheckpointManifest m = read_manifest(step).value();
+  BOOST_REQUIRE(m.shards >= 2u);
+  const uint64_t rows = verify_checkpoint(step).value();
+  const std::string target = dir.sub("target");
+
+  // The last shard's copy fails, after the others' succeeded.
+  const std::string fifo = fmt::format("{}/shard-{}/in-the-way", step, m.shards - 1);
+  BOOST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  Status failed = restore_checkpoint(step, target);
+  BOOST_REQUIRE(!failed.ok());
+  BOOST_TEST(failed.message().find("nothing was restored") != std::string::npos, failed.message());
+  BOOST_TEST(fs::is_empty(target));
+  fs::remove(fifo);
+
+  // A restore killed between its copies: its marker, one shard renamed into place, one staged.
+  fs::create_directories(target + "/shard-0");
+  fs::create_directories(target + "/shard-1.restoring");
+  { std::ofstream(target + "/RESTORING") << "shard-0\nshard-1\n"; }
+  j.cluster.store = parse_store_spec("rocksdb:" + target, 0).value();
+  auto refused = EmbeddedCluster::make(j);
+  BOOST_REQUIRE(!refused.ok());
+  BOOST_TEST(refused.status().message().find(target + "/RESTORING") != std::string::npos,
+             refused.status().message());
+
+  Status redone = restore_checkpoint(step, target);
+  BOOST_REQUIRE_MESSAGE(redone.ok(), redone.message());
+  BOOST_TEST(!fs::exists(target + "/RESTORING"));
+  BOOST_TEST(!fs::exists(target + "/shard-1.restoring"));
+  auto exported = export_rows(target, uint32_t(m.value_floats), dir.sub("rows.bin"));
+  BOOST_REQUIRE_MESSAGE(exported.ok(), (exported.ok() ? "" : exported.status().message()));
+  BOOST_TEST(*exported == rows);
+  auto c = EmbeddedCluster::make(j);
+  BOOST_REQUIRE_MESSAGE(c.ok(), (c.ok() ? "" : c.status().message()));
+  BOOST_TEST((*c)->run(nullptr).ok());
 }
 
 namespace {
