@@ -236,6 +236,8 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [](quiesce_atom) { return true; },
       [core](flush_atom) { return core->store().flush(); },
       [self, core, shared, replication](summary_atom) {
+        if (shared->slow_summary_ms)
+          std::this_thread::sleep_for(std::chrono::milliseconds(shared->slow_summary_ms));
         const ShardStats& st = core->stats();
         ShardSummary s{core->rows(),         core->table_bytes(), st.pulls_deferred,
                        st.rows_not_admitted, st.updates_dropped,  st.rows_evicted};

@@ -111,6 +111,8 @@ struct JobShared {
   // Tests (a straggler): the worker in this slot sleeps slow_ms after each of its steps.
   size_t slow_slot = 0;
   uint32_t slow_ms = 0;
+  // Tests (a slow disk): each shard takes slow_summary_ms more to summarize itself.
+  uint32_t slow_summary_ms = 0;
   std::mutex mutex;
   Status first_error;  // guarded by mutex
   void fail(const Status& s) {

@@ -120,8 +120,10 @@ struct MemberDaemonOptions {
   // none.
   std::shared_ptr<monitor::TimelineRecorder> timeline;
   // Faults for tests and drills: a worker's first replica sleeps this many milliseconds after
-  // each of its steps (a straggler); once training has begun here (a step taken, a row served),
-  // the process allocates and keeps this many MiB more, 64 MiB at each heartbeat (a leak).
+  // each of its steps (a straggler), or each of a ps's shards takes this many milliseconds more
+  // to summarize itself when training ends (a slow disk); once training has begun here (a step
+  // taken, a row served), the process allocates and keeps this many MiB more, 64 MiB at each
+  // heartbeat (a leak).
   uint32_t fault_slow_ms = 0;
   uint32_t fault_leak_mb = 0;
 };

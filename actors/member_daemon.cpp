@@ -2,6 +2,7 @@
 // serves until the coordinator ends the job (actors/daemon.h).
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <random>
 
@@ -112,16 +113,20 @@ class Member {
       for (DenseState& d : p_.inbox.take_dense_checkpoints())
         core_->dense_checkpointed(std::move(d), fx);
       for (auto& [id, error] : done) core_->node_done(id, error, fx);
-      if (now_ms() >= core_->next_deadline()) core_->on_timer(now_ms(), fx);
       if (auto exit = carry_out(fx)) return *exit;
       const uint64_t now = now_ms(), deadline = core_->next_deadline();
       const uint64_t wait = deadline <= now ? 0 : std::min<uint64_t>(poll_ms, deadline - now);
       // Each message's effects carried out before the next is taken: NodesLost, ShardsRestarted
-      // and ShardsMoved change the routes in the order they came (MemberEffects).
-      for (ControlMessage& m : p_.inbox.wait(wait)) {
-        core_->on_message(m, now_ms(), fx);
-        if (auto exit = carry_out(fx)) return *exit;
-      }
+      // and ShardsMoved change the routes in the order they came (MemberEffects). Then what came
+      // while they were carried out, before the timers: once this thread was busy past the
+      // heartbeat timeout (while_heartbeating), what the coordinator sent meanwhile is heard
+      // before its silence is judged.
+      for (uint64_t w : {wait, uint64_t{0}})
+        for (ControlMessage& m : p_.inbox.wait(w)) {
+          core_->on_message(m, now_ms(), fx);
+          if (auto exit = carry_out(fx)) return *exit;
+        }
+      if (now_ms() >= core_->next_deadline()) core_->on_timer(now_ms(), fx);
     }
   }
 
@@ -174,8 +179,11 @@ class Member {
       if (e.manifest)
         if (Status s = write_checkpoint_manifest(*e.manifest); !s.ok()) core_->fail(s, fx);
       if (e.drain) {
-        drain_ps();
-        if (Status s = flush_ps(); !s.ok()) core_->fail(s, fx);
+        Status flushed = while_heartbeating([this] {
+          drain_ps();
+          return flush_ps();
+        });
+        if (!flushed.ok()) core_->fail(flushed, fx);
         core_->drained(fx);
       }
       for (ControlBody& body : e.control) {
@@ -197,6 +205,22 @@ class Member {
     }
   }
 
+  // Runs `work` (which waits on this process's actors: a ps's quiesce, flush or summary, each
+  // over all of its store for a large one) on a thread of its own, while this thread sends a
+  // heartbeat every heartbeat interval: however long it takes, the coordinator does not
+  // declare this member lost meanwhile. `work` must not use the control connection.
+  template <typename F>
+  auto while_heartbeating(F work) -> decltype(work()) {
+    auto done = std::async(std::launch::async, std::move(work));
+    const auto every = std::chrono::milliseconds(core_->welcome().heartbeat_ms);
+    while (done.wait_for(every) != std::future_status::ready) {
+      ControlBody heartbeat = Heartbeat{};
+      fill_counters(heartbeat);
+      (void)send(std::move(heartbeat), /*wait=*/false);  // the next one is sent all the same
+    }
+    return done.get();
+  }
+
   // This member as the layout numbers it.
   const MemberInfo& in_layout() const { return core_->welcome().members[core_->you()]; }
 
@@ -212,7 +236,7 @@ class Member {
     } else if (auto* s = std::get_if<ShardSummary>(&body)) {
       log_skips();  // the shards' last refused updates
       const uint64_t own = s->bad_messages;
-      *s = summarize_shards();
+      *s = while_heartbeating([this] { return summarize_shards(); });
       s->bad_messages += own;
       const size_t shards = row_actors_.size() - backups_.size();  // its own and taken over
       log_(fmt::format("training is over: {} rows in {} shard{}", s->table_rows, shards,
@@ -352,6 +376,7 @@ class Member {
         sh.worker_busy_ns.emplace_back(0);
         sh.worker_steps.emplace_back(0);
       } else {
+        sh.slow_summary_ms = o_.fault_slow_ms;
         // Every shard's, under replication: a failover may move any of them here (promote).
         const size_t counted = layout.replicas() > 1 ? layout.shards() : n + 1;
         while (sh.shard_rows.size() < counted) {

@@ -563,12 +563,13 @@ Runner add_member(CLI::App& app, MemberRole role) {
         ->check(CLI::Range(size_t{1}, max_compute_threads))
         ->capture_default_str();
   }
-  // Faults for tests and drills (hidden from --help): a straggler, a leak.
-  if (!ps)
-    cmd->add_option("--fault-slow-ms", o.fault_slow_ms,
-                    "The first replica sleeps MS milliseconds after each of its steps")
-        ->check(CLI::Range(1u, 60000u))
-        ->group("");
+  // Faults for tests and drills (hidden from --help): a straggler or a slow disk, a leak.
+  cmd->add_option("--fault-slow-ms", o.fault_slow_ms,
+                  ps ? "Each shard takes MS milliseconds more to summarize itself when training "
+                       "ends"
+                     : "The first replica sleeps MS milliseconds after each of its steps")
+      ->check(CLI::Range(1u, 60000u))
+      ->group("");
   cmd->add_option("--fault-leak-mb", o.fault_leak_mb,
                   "Once training has begun here, allocate and keep N MiB more (320 MiB a "
                   "second)")

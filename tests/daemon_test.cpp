@@ -345,6 +345,31 @@ BOOST_AUTO_TEST_CASE(killed_worker_is_noticed_and_the_job_goes_on) {
   BOOST_TEST(std::isfinite(r["test_logloss"].get<double>()));
 }
 
+// A ps whose shards take longer to summarize themselves when training ends (each a digest of a
+// large store) than the coordinator waits for a silent member: it keeps sending heartbeats
+// meanwhile, so the job that trained finishes well, its summary left out of the counts. Before,
+// its silence had it declared lost after training, and the job failed.
+BOOST_AUTO_TEST_CASE(a_ps_slow_to_summarize_is_not_lost) {
+  Suite& s = suite();
+  auto [coord, endpoint] = start_coordinator(
+      "slow-summary-coordinator",
+      cat(secure("server"), {"--shards", "2", "--workers", "1", "--epochs", "2", "--no-cache",
+                             "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "2000", "--test",
+                             s.test.string(), "--report", (s.dir / "slow-summary.json").string()}));
+  // Two shards, each 2.5 s to summarize (the member waits up to 2 s for each): silent for 4 s.
+  auto ps = start_member("slow-summary-ps", "ps", endpoint,
+                         cat(secure("node-0"), {"--shards", "2", "--fault-slow-ms", "2500"}));
+  auto w = start_member("slow-summary-w", "worker", endpoint, secure("node-2"));
+  BOOST_TEST(coord->wait() == 0, coord->log());
+  BOOST_TEST(coord->log().find("was lost") == std::string::npos, coord->log());
+  BOOST_TEST(coord->log().find("sent no shard summary") != std::string::npos, coord->log());
+  BOOST_TEST(ps->wait() == 0, ps->log());
+  BOOST_TEST(w->wait() == 0, w->log());
+  const auto r = report("slow-summary.json");
+  BOOST_TEST(r["ps_summaries"].get<int>() == 0);
+  BOOST_TEST(std::isfinite(r["test_logloss"].get<double>()));
+}
+
 // Issue 5: kill -9 of a ps whose shards keep their rows in RocksDB, then the same ps started
 // again (same --listen, same --store): it rejoins, the workers resync with it, and the job
 // finishes within 1% of the embedded cluster's logloss on the same data and epochs. The job
