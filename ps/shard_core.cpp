@@ -493,6 +493,16 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
   if (r.grads.size() != r.keys.size() * width_)
     return refuse(fmt::format("push has {} keys but {} gradient floats (width {})", r.keys.size(),
                               r.grads.size(), width_));
+  // A client pushes in parts of at most part_bytes_max, keys counted where it leaves them out
+  // (KvClient): a larger part is a lie whose forward to the backups, which carries its keys, no
+  // message could carry.
+  if (const size_t most = part_keys(part_bytes_max, width_, r.format); r.keys.size() > most) {
+    ++stats_.messages_refused;
+    return refuse(
+        fmt::format("a push part of {} keys from node {}: with its keys it would pass "
+                    "the {} bytes of a part ({} keys at most)",
+                    r.keys.size(), sender, part_bytes_max, most));
+  }
   // A gradient that is not finite would make its row NaN for good: the push is refused whole,
   // before its clock counts, naming the key (the sender's client fails).
   if (const size_t bad = first_not_finite({r.grads.data(), r.grads.size()}); bad < r.grads.size()) {

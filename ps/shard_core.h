@@ -238,8 +238,9 @@ class ShardCore {
 
   // Handles one message addressed to this shard; replies go to `out`. A reply kind (which only
   // clients take) is dropped and counted in stats().messages_refused; a pull of more keys than
-  // part_keys(part_bytes_max, width, wire_format) (clients pull in parts: ps/protocol.h) is
-  // refused with a PsError and counted there too. Replies go to the
+  // part_keys(part_bytes_max, width, wire_format) (clients pull in parts: ps/protocol.h), or a
+  // push part of more keys, its own or its pull's, than part_keys(part_bytes_max, width, its
+  // format), is refused with a PsError and counted there too. Replies go to the
   // message's sender: the driver must have checked that it is a node it can reach
   // (ClusterLayout::check_ps_message).
   void on_message(const PsMessage& message, Outbox& out);

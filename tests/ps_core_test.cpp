@@ -1045,6 +1045,83 @@ BOOST_AUTO_TEST_CASE(a_client_leaves_out_the_keys_it_pulled_and_sends_them_when_
   for (const Outgoing& m : out) BOOST_TEST(!std::get<PushRequest>(m.message).keys.empty());
 }
 
+// A client leaves the keys out of a push only where each part would fit part_bytes with them:
+// the shard's forwards to its backups carry them. Pulls in int8 hold more keys a part than
+// pushes in fp32 with their keys: those pushes go with their keys, in parts that fit.
+BOOST_AUTO_TEST_CASE(a_client_leaves_out_keys_only_of_parts_that_fit_with_them) {
+  const ShardMapSpec map{1, 1, 16, 0};
+  ShardConfig sc{0,   0,  9, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{},
+                 {5}, map};
+  sc.wire_format = ValueFormat::int8;
+  auto shard = std::move(ShardCore::make(sc).value());
+  KvClient::Options o{5, map, {0}, 9, false};
+  o.part_bytes = part_bytes_min;
+  o.pull_format = ValueFormat::int8;  // 1024 / (8 + 13): 48 keys a pull part
+  const size_t fits = part_keys(o.part_bytes, 9, ValueFormat::fp32);  // 1024 / (8 + 36): 23
+  BOOST_REQUIRE(part_keys(o.part_bytes, 9, ValueFormat::int8) > fits);
+  auto client = std::move(KvClient::make(o).value());
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 300; ++i) keys.push_back(make_key(2, mix64(i)));
+  std::vector<float> values(300 * 9), grads(300 * 9, 0.25f);
+  auto deliver = [&](Outbox out) {
+    while (!out.empty()) {
+      Outbox replies, next;
+      for (const Outgoing& m : out) shard->on_message(m.message, replies);
+      for (const Outgoing& m : replies) client->on_message(m.message, next);
+      out = std::move(next);
+    }
+  };
+  Outbox out;
+  const auto pull = client->pull(keys, 0, 5, values, out);
+  deliver(std::move(out));
+  BOOST_REQUIRE(client->done(pull));
+  out.clear();
+  const auto push = client->push(keys, grads, 1, out);
+  for (const Outgoing& m : out) {
+    const auto& p = std::get<PushRequest>(m.message);
+    BOOST_TEST(!p.keys.empty());
+    BOOST_TEST(p.grads.size() / 9 <= fits);
+  }
+  deliver(std::move(out));
+  BOOST_TEST(client->done(push));
+  BOOST_TEST(client->error().ok());
+  BOOST_TEST(shard->stats().pushes_applied == 1u);
+}
+
+// A push part of more keys than a part holds with them (its own, or those of the pull it names,
+// which the shard's forwards to its backups carry) is a lie no forward could carry: refused
+// whole, nothing applied. One at the bound is applied.
+BOOST_AUTO_TEST_CASE(a_push_part_larger_than_any_part_is_refused) {
+  ShardConfig sc = colony::testing::small_adagrad_shard();
+  sc.width = 64;
+  sc.wire_format = ValueFormat::int8;  // its pull parts hold more keys than fp32 pushes'
+  auto shard = std::move(ShardCore::make(sc).value());
+  const size_t most = part_keys(part_bytes_max, sc.width, ValueFormat::fp32);
+  BOOST_REQUIRE(part_keys(part_bytes_max, sc.width, ValueFormat::int8) > most);
+  std::vector<uint64_t> keys(most + 1);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = make_key(1, i);
+  Outbox out;
+  shard->on_message(PullRequest{{7, 1, 1}, 0, 7, keys}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_REQUIRE(std::holds_alternative<PullReply>(out[0].message));
+  out.clear();
+  PushRequest named{{7, 2, 1}, 1, {}, std::vector<float>(keys.size() * 64, 0.5f)};
+  named.keys_of_pull = 1;
+  shard->on_message(named, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  const auto* error = std::get_if<PsError>(&out[0].message);
+  BOOST_REQUIRE(error);
+  BOOST_TEST(error->message.find("it would pass") != std::string::npos, error->message);
+  BOOST_TEST(shard->stats().messages_refused == 1u);
+  BOOST_TEST(shard->stats().pushes_applied == 0u);
+  keys.pop_back();
+  out.clear();
+  shard->on_message(PushRequest{{7, 3, 1}, 1, keys, std::vector<float>(most * 64, 0.5f)}, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  BOOST_TEST(std::holds_alternative<PushAck>(out[0].message));
+  BOOST_TEST(shard->stats().pushes_applied == 1u);
+}
+
 namespace {
 // An aggregator (node 9) for replicas 10, 11 and 12 over two shards (nodes 0 and 1), rows of 2.
 std::unique_ptr<AggregatorCore> node_aggregator() {

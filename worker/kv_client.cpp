@@ -184,20 +184,21 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
       continue;
     }
     // The parts: aligned with the pull's answered parts, leaving the keys out, where the pull
-    // covers the shard's keys and each part fits part_bytes; else of at most `part` keys.
+    // covers the shard's keys and each part would fit part_bytes with its keys (as the shard's
+    // forwards to its backups carry it); else of at most `part` keys.
+    const size_t part = part_keys(options_.part_bytes, width, options_.push_format);
     std::vector<Part> parts;
     if (pulled) {
       size_t covered = 0;
       bool fit = true;
       for (const Part& q : pulled->parts[shard]) {
         covered += q.count;
-        fit = fit && (q.count == 1 || q.count * row <= options_.part_bytes);
+        fit = fit && q.count <= part;
       }
       if (fit && covered == pos.size()) parts = pulled->parts[shard];
     }
     const bool elide = !parts.empty();
     if (!elide) {
-      const size_t part = part_keys(options_.part_bytes, width, options_.push_format);
       for (size_t first = 0; first < pos.size(); first += part)
         parts.push_back({0, uint32_t(first), uint32_t(std::min(part, pos.size() - first))});
     }

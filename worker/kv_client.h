@@ -62,7 +62,8 @@ class KvClient {
     ValueFormat push_format = ValueFormat::fp32;
     // The most bytes of keys and rows (pushes in push_format, pull replies in pull_format) one
     // message carries: a larger pull or push to a shard goes in parts (ps/protocol.h), each at
-    // most this large but for one key. part_bytes_min..part_bytes_max.
+    // most this large but for one key. A push part that leaves its keys out counts them all the
+    // same: a shard's forwards to its backups carry them. part_bytes_min..part_bytes_max.
     size_t part_bytes = part_bytes_default;
     // How the shards' pull replies carry rows (the job's --wire-format, ShardConfig::
     // wire_format): it sizes the parts of a pull.
