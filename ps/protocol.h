@@ -77,6 +77,13 @@ struct ValueFormats {
   uint64_t error_feedback_rows = 0;
   bool operator==(const ValueFormats&) const = default;
 };
+// What a shard keeps of each writer's answered pulls for the pushes that leave their keys out
+// (ShardCore): an entry a pull part, at most answered_pulls_max of them, and by default at most
+// answered_rows_default keys (ShardConfig::answered_rows_max). A client leaves a push's keys out
+// only where its pull to that shard fits both: otherwise the shard would have dropped the first
+// parts, and the push would be refused for its keys (PsErrorCode::keys_unknown).
+inline constexpr size_t answered_pulls_max = 512;
+inline constexpr uint64_t answered_rows_default = uint64_t{1} << 24;
 // The keys of a part of rows of `width` values in `format`: at least 1.
 inline size_t part_keys(size_t part_bytes, size_t width, ValueFormat format) {
   const size_t row = sizeof(uint64_t) + row_bytes(format, width);

@@ -89,7 +89,7 @@ struct ShardConfig {
   // their pushes may leave the keys out and need not look the rows up again (16 bytes each; the
   // default, 2^24, is 256 MiB). A pull of more keys is answered but not kept: its push must
   // carry its keys (or is refused with PsErrorCode::keys_unknown), and looks its rows up.
-  uint64_t answered_rows_max = uint64_t{1} << 24;
+  uint64_t answered_rows_max = answered_rows_default;
   // A seeded fault site (FoundationDB's BUGGIFY) that only the simulator switches on: pulls
   // skip the consistency bound (read-my-writes still holds). Off everywhere else.
   bool fault_skip_consistency_gate = false;
@@ -413,7 +413,6 @@ class ShardCore {
   };
   std::unordered_map<NodeId, Answered> answered_;
   static constexpr uint32_t answered_steps_max = 8;  // steps kept, per writer
-  static constexpr size_t answered_pulls_max = 512;  // entries kept (one a pull part), per writer
   ShardStats stats_;
   RowNotFinite last_row_not_finite_;
   std::vector<float> saved_row_;  // Optimizer::apply_finite's scratch

@@ -1088,6 +1088,57 @@ BOOST_AUTO_TEST_CASE(a_client_leaves_out_keys_only_of_parts_that_fit_with_them) 
   BOOST_TEST(shard->stats().pushes_applied == 1u);
 }
 
+// A pull to one shard in more parts than the shard keeps for its push (answered_pulls_max): the
+// client sends that push with its keys. Before, it left them out, the shard refused the push
+// for them (its first parts dropped), and the client's clock_done, sent right behind it, passed
+// the step: the push sent again with its keys was taken for a copy, acknowledged and never
+// applied.
+BOOST_AUTO_TEST_CASE(a_pull_in_more_parts_than_a_shard_keeps_is_pushed_with_its_keys) {
+  const ShardMapSpec map{1, 1, 16, 0};
+  ShardConfig sc{0,   0,  2, default_optimizer_config(OptimizerKind::sgd), RowInit{}, Consistency{},
+                 {5}, map};
+  auto shard = std::move(ShardCore::make(sc).value());
+  KvClient::Options o{5, map, {0}, 2, false};
+  o.part_bytes = part_bytes_min;  // 64 keys a part
+  auto client = std::move(KvClient::make(o).value());
+  const size_t per_part = part_keys(o.part_bytes, 2, ValueFormat::fp32);
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < (answered_pulls_max + 1) * per_part; ++i)
+    keys.push_back(make_key(2, mix64(i)));
+  std::vector<float> values(keys.size() * 2), grads(keys.size() * 2, 0.25f);
+  size_t refused = 0;
+  auto deliver = [&](Outbox out) {
+    while (!out.empty()) {
+      Outbox replies, next;
+      for (const Outgoing& m : out) shard->on_message(m.message, replies);
+      for (const Outgoing& m : replies) {
+        auto* e = std::get_if<PsError>(&m.message);
+        refused += e != nullptr;
+        client->on_message(m.message, next);
+      }
+      out = std::move(next);
+    }
+  };
+  Outbox out;
+  const auto pull = client->pull(keys, 0, 5, values, out);
+  BOOST_TEST(out.size() == answered_pulls_max + 1);
+  deliver(std::move(out));
+  BOOST_REQUIRE(client->done(pull));
+  out.clear();
+  const auto push = client->push(keys, grads, 1, out);
+  client->finish(out);  // the last step: clock_done right behind the push
+  deliver(std::move(out));
+  BOOST_TEST(refused == 0u);
+  BOOST_TEST(client->done(push));
+  BOOST_TEST(client->error().ok());
+  BOOST_TEST(shard->stats().pushes_applied == 1u);
+  std::vector<float> row(2), init(2);
+  shard->row_value(keys.front(), row);
+  auto fresh = std::move(ShardCore::make(sc).value());
+  fresh->row_value(keys.front(), init);
+  BOOST_TEST(row[0] != init[0]);
+}
+
 // A push part of more keys than a part holds with them (its own, or those of the pull it names,
 // which the shard's forwards to its backups carry) is a lie no forward could carry: refused
 // whole, nothing applied. One at the bound is applied.

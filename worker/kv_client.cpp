@@ -184,18 +184,20 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
       continue;
     }
     // The parts: aligned with the pull's answered parts, leaving the keys out, where the pull
-    // covers the shard's keys and each part would fit part_bytes with its keys (as the shard's
-    // forwards to its backups carry it); else of at most `part` keys.
+    // covers the shard's keys, the shard kept all of it (answered_pulls_max parts and
+    // answered_rows_default keys: ps/protocol.h) and each part would fit part_bytes with its keys
+    // (as the shard's forwards to its backups carry it); else of at most `part` keys.
     const size_t part = part_keys(options_.part_bytes, width, options_.push_format);
     std::vector<Part> parts;
-    if (pulled) {
+    if (pulled && pulled->parts[shard].size() <= answered_pulls_max) {
       size_t covered = 0;
       bool fit = true;
       for (const Part& q : pulled->parts[shard]) {
         covered += q.count;
         fit = fit && q.count <= part;
       }
-      if (fit && covered == pos.size()) parts = pulled->parts[shard];
+      if (fit && covered == pos.size() && covered <= answered_rows_default)
+        parts = pulled->parts[shard];
     }
     const bool elide = !parts.empty();
     if (!elide) {
