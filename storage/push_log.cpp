@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -144,6 +145,7 @@ void PushLog::HashStateFree::operator()(XXH3_state_s* s) const {
 }
 
 Status PushLog::append(const Record& r) {
+  if (!injected_append_failure_.ok()) return std::exchange(injected_append_failure_, Status());
   if (r.keys.empty() && r.clocks.empty()) return {};
   const size_t row_bytes = r.kind == Kind::rows ? r.keys.size() * row_floats_ * sizeof(float) : 0;
   // The record's header and counts and clocks are put together here; its keys and rows are

@@ -78,6 +78,8 @@ class PushLog {
   // Empties the log (keeps the header; a version-1 log gets a version-2 one). Call only when every
   // row it names is in the table.
   Status truncate();
+  // Tests (a full disk): the next append fails with `s`, writing nothing.
+  void inject_append_failure(Status s) { injected_append_failure_ = std::move(s); }
   // Bytes in the file now, header included.
   uint64_t bytes() const { return bytes_; }
   const std::string& path() const { return path_; }
@@ -90,6 +92,7 @@ class PushLog {
   uint64_t checksum(std::span<const std::span<const char>> pieces) const;
 
   std::string path_;
+  Status injected_append_failure_;
   int fd_ = -1;
   size_t row_floats_ = 0;
   bool sync_ = false;

@@ -579,7 +579,7 @@ Status TieredRowStore::commit() {
     error_ = Status();
     written_.clear();
     staged_clocks_.clear();
-    return e;
+    return refuse_write_backs(e);
   }
   if (log_) {
     // The rows as this batch left them, each once; they are all still cached (eviction follows).
@@ -594,7 +594,7 @@ Status TieredRowStore::commit() {
     written_.clear();
     if (!s.ok()) {
       staged_clocks_.clear();
-      return s;
+      return refuse_write_backs(s);
     }
   }
   for (auto [sender, clock] : staged_clocks_) clocks_[sender] = clock;
@@ -611,7 +611,17 @@ Status TieredRowStore::flush() {
   return table_->flush();
 }
 
+Status TieredRowStore::refuse_write_backs(const Status& failed) {
+  if (uncommitted_.ok())
+    uncommitted_ = Status::io_error(
+        fmt::format("{}: the rows cached in memory are not written back: a batch failed to commit "
+                    "({}), and its rows there are not the store's",
+                    table_->path(), failed.message()));
+  return failed;
+}
+
 Status TieredRowStore::write_back() {
+  if (!uncommitted_.ok()) return uncommitted_;
   const size_t rf = table_->row_floats();
   keys_buf_.clear();
   rows_buf_.clear();

@@ -185,7 +185,10 @@ class TieredRowStore final : public RowStore {
   // With a push log, appends the rows handed out by find_or_insert since the last commit and the
   // staged clocks to it; writes back when the updates since the last write-back call for it
   // (TieredOptions::log_bytes_max, write_back_ratio); then evicts down to the budget, writing
-  // dirty victims back in one batch.
+  // dirty victims back in one batch. A commit that fails before its batch is committed (a
+  // read of the batch or the log's append failed) leaves that batch's rows changed in the
+  // cache: from then on the store writes nothing back (write_back, flush and checkpoint fail,
+  // naming the first failure), so that its table and push log keep the last committed batch.
   Status commit() override;
   // Writes every dirty cached row to the table (write_back) and flushes it.
   Status flush() override;
@@ -267,7 +270,10 @@ class TieredRowStore final : public RowStore {
   uint64_t dirty_ = 0;       // cached rows changed since they were last written
   uint64_t updated_ = 0;     // rows handed out by find_or_insert since the last write-back
   uint64_t rng_;
+  // Sets uncommitted_ (once), from `failed`, which it returns.
+  Status refuse_write_backs(const Status& failed);
   Status error_;
+  Status uncommitted_;  // set for good by a commit that failed before its batch was committed
   StoreStats stats_;
   std::unique_ptr<PushLog> log_;
   std::vector<uint64_t> written_;  // keys handed out by find_or_insert in this batch

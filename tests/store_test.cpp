@@ -1001,6 +1001,43 @@ BOOST_AUTO_TEST_CASE(a_failed_write_fails_the_commit_and_stops_the_shard) {
   BOOST_TEST(out.empty());  // a failed shard answers nothing more
 }
 
+// A tiered store whose commit failed (its push log could not be written: a full disk) holds
+// that batch's rows changed in its cache, and they are not the store's: it writes nothing back
+// after (before, an exit's flush put them in the table without the batch's clocks and emptied
+// the log, so a push never acknowledged was there, and taken again when sent again). Reopened,
+// the store holds the last committed batch, rows and clocks together.
+BOOST_AUTO_TEST_CASE(a_tiered_store_whose_commit_failed_writes_nothing_back) {
+  TempDir dir;
+  const StoreIdentity id{"c", 0, 1, 2};
+  const uint64_t keys[] = {make_key(1, 1)};
+  auto batch = [&](TieredRowStore& store, float value, uint32_t clock) {
+    BOOST_REQUIRE(store.load(keys).ok());
+    std::fill_n(store.find_or_insert(keys[0]).first, 2, value);
+    store.stage_clock(7, clock);
+    return store.commit();
+  };
+  auto open = [&] {
+    auto store = std::make_unique<TieredRowStore>(open_table(dir.sub("db"), id), TieredOptions{});
+    auto log = PushLog::open(dir.sub("log"), 2, false);
+    BOOST_REQUIRE(log.ok());
+    PushLog* raw = log->get();
+    BOOST_REQUIRE(store->attach_log(std::move(log.value()), true).ok());
+    return std::make_pair(std::move(store), raw);
+  };
+  {
+    auto [store, log] = open();
+    BOOST_REQUIRE(batch(*store, 1.0f, 1).ok());
+    log->inject_append_failure(Status::io_error(log->path() + ": No space left on device"));
+    BOOST_REQUIRE(!batch(*store, 2.0f, 2).ok());
+    const Status flushed = store->flush();  // as the ps does on its way out
+    BOOST_TEST(flushed.message().find("failed to commit") != std::string::npos, flushed.message());
+    BOOST_TEST(!store->checkpoint(dir.sub("ckpt"), id).ok());
+  }
+  auto [store, log] = open();
+  BOOST_TEST((store->committed_clocks() == std::map<uint64_t, uint32_t>{{7, 1}}));
+  BOOST_TEST(store->find(keys[0])[0] == 1.0f);
+}
+
 BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_shard) {
   TempDir dir;
   const ShardConfig sc = colony::testing::small_adagrad_shard();
