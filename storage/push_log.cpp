@@ -198,27 +198,39 @@ Status PushLog::truncate() {
 
 Status PushLog::replay(const std::function<Status(const Record&)>& f, Replayed& out) {
   out = {};
-  std::string bytes(bytes_ - header_bytes, '\0');
-  size_t got = 0;
-  while (got < bytes.size()) {
-    const ssize_t n =
-        ::pread(fd_, bytes.data() + got, bytes.size() - got, off_t(header_bytes + got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail("read it");
-    got += size_t(n);
-  }
+  // Record by record: what is held at once is one record, not the log (which may be several
+  // times a large cache).
+  const uint64_t end = bytes_;
+  auto read = [&](char* to, size_t n, uint64_t from) {
+    for (size_t got = 0; got < n;) {
+      const ssize_t r = ::pread(fd_, to + got, n - got, off_t(from + got));
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return false;
+      if (r == 0) {
+        errno = EIO;  // the file is shorter than it was when opened
+        return false;
+      }
+      got += size_t(r);
+    }
+    return true;
+  };
+  char h[record_header_bytes];
+  std::string payload_buf;
   std::vector<std::pair<uint64_t, uint32_t>> clocks;
   std::vector<uint64_t> keys;
   std::vector<float> rows;
-  size_t at = 0;
-  while (bytes.size() - at >= record_header_bytes) {
-    const char* h = bytes.data() + at;
+  uint64_t at = header_bytes;
+  while (end - at >= record_header_bytes) {
+    if (!read(h, record_header_bytes, at)) return fail("read it");
     const uint32_t kind = get<uint32_t>(h);
     const uint64_t payload = get<uint64_t>(h + 8);
     if ((kind != uint32_t(Kind::rows) && kind != uint32_t(Kind::erase)) || payload < 16 ||
-        payload > bytes.size() - at - record_header_bytes)
+        payload > end - at - record_header_bytes)
       break;
-    const char* p = h + record_header_bytes;
+    payload_buf.resize(payload);
+    if (!read(payload_buf.data(), payload, at + record_header_bytes)) return fail("read it");
+    out.largest_record = std::max(out.largest_record, record_header_bytes + payload);
+    const char* p = payload_buf.data();
     const std::span<const char> whole[1] = {{p, payload}};
     if (checksum(whole) != get<uint64_t>(h + 16)) break;
     const uint64_t n_clocks = get<uint64_t>(p), n_keys = get<uint64_t>(p + 8);
@@ -247,11 +259,11 @@ Status PushLog::replay(const std::function<Status(const Record&)>& f, Replayed& 
     if (kind == uint32_t(Kind::rows)) out.rows += n_keys;
     at += record_header_bytes + payload;
   }
-  out.dropped_bytes = bytes.size() - at;
+  out.dropped_bytes = end - at;
   if (out.dropped_bytes) {
-    if (::ftruncate(fd_, off_t(header_bytes + at)) != 0 || ::fdatasync(fd_) != 0)
+    if (::ftruncate(fd_, off_t(at)) != 0 || ::fdatasync(fd_) != 0)
       return fail("cut off its torn tail");
-    bytes_ = header_bytes + at;
+    bytes_ = at;
   }
   return {};
 }

@@ -57,6 +57,8 @@ class PushLog {
     uint64_t records = 0;
     uint64_t rows = 0;
     uint64_t dropped_bytes = 0;  // a torn or damaged tail, cut off
+    // The bytes of the largest record read: replay holds one record at a time, never the log.
+    uint64_t largest_record = 0;
   };
 
   // Opens the log at `path`, creating it (with its header) when missing or shorter than its
