@@ -145,7 +145,6 @@ void PushLog::HashStateFree::operator()(XXH3_state_s* s) const {
 }
 
 Status PushLog::append(const Record& r) {
-  if (!injected_append_failure_.ok()) return std::exchange(injected_append_failure_, Status());
   if (r.keys.empty() && r.clocks.empty()) return {};
   const size_t row_bytes = r.kind == Kind::rows ? r.keys.size() * row_floats_ * sizeof(float) : 0;
   // The record's header and counts and clocks are put together here; its keys and rows are
@@ -171,9 +170,25 @@ Status PushLog::append(const Record& r) {
   iovec iov[3] = {{buf_.data(), buf_.size()},
                   {const_cast<char*>(pieces[1].data()), pieces[1].size()},
                   {const_cast<char*>(pieces[2].data()), pieces[2].size()}};
-  if (Status s = write_all(fd_, iov); !s.ok())
-    return Status::io_error(fmt::format("{}: cannot append a push: {}", path_, s.message()));
-  if (sync_ && ::fdatasync(fd_) != 0) return fail("sync it");
+  Status written;
+  if (!injected_append_failure_.ok()) {
+    const size_t part = std::min(injected_append_bytes_, buf_.size());
+    written = write_all(fd_, buf_.data(), part);
+    if (written.ok()) written = std::exchange(injected_append_failure_, Status());
+  } else {
+    written = write_all(fd_, iov);
+    if (written.ok() && sync_ && ::fdatasync(fd_) != 0) written = fail("sync it");
+  }
+  if (!written.ok()) {
+    // Nothing of a failed append stays: a record appended after its torn bytes would be cut off
+    // with them at replay.
+    if (::ftruncate(fd_, off_t(bytes_)) != 0)
+      return Status::io_error(
+          fmt::format("{}: cannot append a push ({}), nor cut off what it "
+                      "wrote: {}",
+                      path_, written.message(), std::strerror(errno)));
+    return Status::io_error(fmt::format("{}: cannot append a push: {}", path_, written.message()));
+  }
   bytes_ += buf_.size() + pieces[1].size() + pieces[2].size();
   return {};
 }
@@ -216,48 +231,75 @@ Status PushLog::replay(const std::function<Status(const Record&)>& f, Replayed& 
   };
   char h[record_header_bytes];
   std::string payload_buf;
-  std::vector<std::pair<uint64_t, uint32_t>> clocks;
-  std::vector<uint64_t> keys;
-  std::vector<float> rows;
-  uint64_t at = header_bytes;
-  while (end - at >= record_header_bytes) {
-    if (!read(h, record_header_bytes, at)) return fail("read it");
+  Status read_error;
+  // The payload's size when the record at `at` is whole, read into payload_buf (its kind in
+  // h); 0 when it is torn or damaged, or could not be read (read_error).
+  auto whole = [&](uint64_t at) -> uint64_t {
+    if (end - at < record_header_bytes) return 0;
+    if (!read(h, record_header_bytes, at)) {
+      read_error = fail("read it");
+      return 0;
+    }
     const uint32_t kind = get<uint32_t>(h);
     const uint64_t payload = get<uint64_t>(h + 8);
     if ((kind != uint32_t(Kind::rows) && kind != uint32_t(Kind::erase)) || payload < 16 ||
         payload > end - at - record_header_bytes)
-      break;
+      return 0;
     payload_buf.resize(payload);
-    if (!read(payload_buf.data(), payload, at + record_header_bytes)) return fail("read it");
+    if (!read(payload_buf.data(), payload, at + record_header_bytes)) {
+      read_error = fail("read it");
+      return 0;
+    }
     out.largest_record = std::max(out.largest_record, record_header_bytes + payload);
     const char* p = payload_buf.data();
-    const std::span<const char> whole[1] = {{p, payload}};
-    if (checksum(whole) != get<uint64_t>(h + 16)) break;
+    const std::span<const char> all[1] = {{p, payload}};
+    if (checksum(all) != get<uint64_t>(h + 16)) return 0;
     const uint64_t n_clocks = get<uint64_t>(p), n_keys = get<uint64_t>(p + 8);
     const uint64_t row_bytes =
         kind == uint32_t(Kind::rows) ? n_keys * row_floats_ * sizeof(float) : 0;
     // A record that checks out but whose counts do not add up was not written by append().
     if (n_clocks > payload / 16 || n_keys > payload / 8 ||
         16 + n_clocks * 16 + n_keys * 8 + row_bytes != payload)
-      break;
+      return 0;
+    for (uint64_t i = 0; i < n_clocks; ++i)
+      if (get<uint64_t>(p + 16 + i * 16 + 8) > UINT32_MAX) return 0;
+    return payload;
+  };
+  std::vector<std::pair<uint64_t, uint32_t>> clocks;
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;
+  uint64_t at = header_bytes;
+  while (const uint64_t payload = whole(at)) {
+    const uint32_t kind = get<uint32_t>(h);
+    const char* p = payload_buf.data();
+    const uint64_t n_clocks = get<uint64_t>(p), n_keys = get<uint64_t>(p + 8);
     p += 16;
     clocks.clear();
-    bool clocks_fit = true;
-    for (uint64_t i = 0; i < n_clocks; ++i, p += 16) {
-      const uint64_t clock = get<uint64_t>(p + 8);
-      clocks_fit &= clock <= UINT32_MAX;
-      clocks.emplace_back(get<uint64_t>(p), uint32_t(clock));
-    }
-    if (!clocks_fit) break;
+    for (uint64_t i = 0; i < n_clocks; ++i, p += 16)
+      clocks.emplace_back(get<uint64_t>(p), uint32_t(get<uint64_t>(p + 8)));
     keys.resize(n_keys);
     std::memcpy(keys.data(), p, n_keys * 8);
     p += n_keys * 8;
-    rows.resize(row_bytes / sizeof(float));
-    std::memcpy(rows.data(), p, row_bytes);
+    rows.resize(kind == uint32_t(Kind::rows) ? n_keys * row_floats_ : 0);
+    std::memcpy(rows.data(), p, rows.size() * sizeof(float));
     if (Status s = f(Record{Kind(kind), clocks, keys, rows}); !s.ok()) return s;
     ++out.records;
     if (kind == uint32_t(Kind::rows)) out.rows += n_keys;
     at += record_header_bytes + payload;
+  }
+  if (!read_error.ok()) return read_error;
+  // Under sync every record was on disk before the next was written: a bad record followed by
+  // a whole one is damage, not the torn tail of a crash, and cutting it would lose what was
+  // acknowledged after it. (Without sync a crash of the machine may lose any unsynced page.)
+  if (sync_ && end - at >= record_header_bytes) {
+    const uint64_t declared = get<uint64_t>(h + 8);
+    if (declared <= end - at - record_header_bytes &&
+        whole(at + record_header_bytes + declared) != 0)
+      return Status::io_error(fmt::format(
+          "{}: the record at byte {} is damaged and whole records follow it: not a torn tail; the "
+          "log is kept (moving it away starts the store without the {} bytes from there on)",
+          path_, at, end - at));
+    if (!read_error.ok()) return read_error;
   }
   out.dropped_bytes = end - at;
   if (out.dropped_bytes) {

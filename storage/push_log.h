@@ -71,17 +71,23 @@ class PushLog {
   PushLog& operator=(const PushLog&) = delete;
 
   // Calls f for every whole record in the order they were appended, then cuts off a torn tail.
-  // Fails with io_error when the file cannot be read or cut, or with f's first failure.
+  // Fails with io_error when the file cannot be read or cut, or with f's first failure; and,
+  // for a log opened with `sync`, naming the byte, when a damaged record is followed by a whole
+  // one (every record was synced before the next: that is damage, not a torn tail), keeping it.
   Status replay(const std::function<Status(const Record&)>& f, Replayed& out);
   // Appends one record (one writev, then fdatasync when `sync`). A record with no keys and no
-  // clocks writes nothing. Fails with io_error; the log may then end in a torn record, which
-  // replay() cuts off.
+  // clocks writes nothing. Fails with io_error, having cut off what it wrote (a crash meanwhile
+  // leaves a torn record at the end, which replay() cuts off).
   Status append(const Record& record);
   // Empties the log (keeps the header; a version-1 log gets a version-2 one). Call only when every
   // row it names is in the table.
   Status truncate();
-  // Tests (a full disk): the next append fails with `s`, writing nothing.
-  void inject_append_failure(Status s) { injected_append_failure_ = std::move(s); }
+  // Tests (a full disk): the next append writes the first `bytes` of its record (at most its
+  // header), then fails with `s`.
+  void inject_append_failure(Status s, size_t bytes = 0) {
+    injected_append_failure_ = std::move(s);
+    injected_append_bytes_ = bytes;
+  }
   // Bytes in the file now, header included.
   uint64_t bytes() const { return bytes_; }
   const std::string& path() const { return path_; }
@@ -95,6 +101,7 @@ class PushLog {
 
   std::string path_;
   Status injected_append_failure_;
+  size_t injected_append_bytes_ = 0;
   int fd_ = -1;
   size_t row_floats_ = 0;
   bool sync_ = false;

@@ -195,6 +195,17 @@ BOOST_AUTO_TEST_CASE(a_senders_clock_is_committed_with_its_rows_and_kept_across_
   BOOST_TEST((tiered.committed_clocks() == std::map<uint64_t, uint32_t>{{10, 3}}));
 }
 
+// Flips one bit of the byte at `offset` of the file at `path` (damage to a log).
+void flip_byte(const std::string& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(std::streamoff(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = char(c ^ 0x40);
+  f.seekp(std::streamoff(offset));
+  f.write(&c, 1);
+}
+
 // Issue 14: the push log gives back whole records in the order they were appended, and cuts off
 // the torn tail a crash leaves; a damaged record ends the replay there.
 BOOST_AUTO_TEST_CASE(a_push_log_replays_whole_records_in_order_and_cuts_a_torn_tail) {
@@ -251,18 +262,9 @@ BOOST_AUTO_TEST_CASE(a_push_log_replays_whole_records_in_order_and_cuts_a_torn_t
   BOOST_TEST((got[1].kind == PushLog::Kind::erase && got[1].keys == k2 && got[1].rows.empty()));
   BOOST_TEST((got[2].clocks == c3 && got[2].keys == k3 && got[2].rows == r3));
   // A flipped byte inside the second record: the first is all that is given back.
-  {
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    // The file's header, the first record (24 + 16 + one clock + two keys + two rows), the
-    // second's header, then into its key.
-    const auto second = std::streamoff(16 + (24 + 16 + 16 + 2 * 8 + 2 * rf * 4) + 24 + 20);
-    f.seekg(second);
-    char c = 0;
-    f.read(&c, 1);
-    c = char(c ^ 0x40);
-    f.seekp(second);
-    f.write(&c, 1);
-  }
+  // The file's header, the first record (24 + 16 + one clock + two keys + two rows), the
+  // second's header, then into its key.
+  flip_byte(path, 16 + (24 + 16 + 16 + 2 * 8 + 2 * rf * 4) + 24 + 20);
   got.clear();
   BOOST_TEST(replay(got).records == 1u);
   // Not a push log, or one of another row width: refused, naming the file.
@@ -339,6 +341,92 @@ BOOST_AUTO_TEST_CASE(a_push_log_of_version_1_replays_and_is_started_again_as_ver
   in.read(magic, 8);
   BOOST_TEST(std::string(magic, 8) == "COLONYL2");
   BOOST_TEST(keys_replayed() == std::vector<uint64_t>{43});
+}
+
+// One push (key 3 by sender 7 at clock 1) for the push log tests, and a replay that counts
+// records: its status, the records given back, and what replay() said.
+struct OnePush {
+  std::vector<std::pair<uint64_t, uint32_t>> clocks{{7, 1}};
+  std::vector<uint64_t> keys{3};
+  std::vector<float> rows = std::vector<float>(rf, 1.0f);
+  PushLog::Record record() const { return {PushLog::Kind::rows, clocks, keys, rows}; }
+};
+struct Counted {
+  Status status;
+  uint64_t records = 0;
+  PushLog::Replayed replayed;
+};
+Counted replay_counting(const std::string& path, bool sync) {
+  Counted c;
+  auto log = PushLog::open(path, rf, sync);
+  if (!log) {
+    c.status = log.status();
+    return c;
+  }
+  c.status = (*log)->replay(
+      [&](const PushLog::Record&) {
+        ++c.records;
+        return Status();
+      },
+      c.replayed);
+  return c;
+}
+
+// An append that fails after writing part of its record (a full disk) cuts off what it wrote: a
+// record appended next replays after the one before it. Before, replay stopped at the failed
+// append's bytes and cut off every record after them, acknowledged ones included.
+BOOST_AUTO_TEST_CASE(a_failed_append_leaves_nothing_in_the_log) {
+  TempDir dir;
+  const std::string path = dir.sub("log");
+  const OnePush push;
+  {
+    auto log = std::move(PushLog::open(path, rf, false).value());
+    BOOST_REQUIRE(log->append(push.record()).ok());
+    const uint64_t before = log->bytes();
+    log->inject_append_failure(Status::io_error("No space left on device (injected)"), 20);
+    BOOST_TEST(!log->append(push.record()).ok());
+    BOOST_TEST(fs::file_size(path) == before);
+    BOOST_REQUIRE(log->append(push.record()).ok());
+  }
+  const Counted c = replay_counting(path, false);
+  BOOST_REQUIRE(c.status.ok());
+  BOOST_TEST(c.records == 2u);
+  BOOST_TEST(c.replayed.dropped_bytes == 0u);
+}
+
+// Under --durability fsync every record is synced before the next is written: a damaged record
+// followed by a whole one is damage, not the torn tail of a crash. Replay refuses it, naming the
+// byte, and keeps the log (cutting there would lose what was acknowledged after it). Without
+// sync a crash of the machine may lose any unsynced page: the damage is cut off as a tail.
+BOOST_AUTO_TEST_CASE(a_synced_push_log_damaged_before_its_end_is_refused_not_cut) {
+  TempDir dir;
+  const std::string path = dir.sub("log");
+  const OnePush push;
+  uint64_t second = 0;
+  {
+    auto log = std::move(PushLog::open(path, rf, true).value());
+    for (int i = 0; i < 3; ++i) {
+      if (i == 1) second = log->bytes();
+      BOOST_REQUIRE(log->append(push.record()).ok());
+    }
+  }
+  const uint64_t size = fs::file_size(path);
+  flip_byte(path, second + 24 + 16 + 16);  // into the second record's key
+  for (bool sync : {true, false}) {
+    const Counted c = replay_counting(path, sync);
+    const Status& s = c.status;
+    BOOST_TEST(c.records == 1u);
+    if (sync) {
+      BOOST_REQUIRE(!s.ok());
+      BOOST_TEST(s.message().find(fmt::format("{}: the record at byte {}", path, second)) !=
+                     std::string::npos,
+                 s.message());
+      BOOST_TEST(fs::file_size(path) == size);  // kept
+    } else {
+      BOOST_TEST(s.ok());
+      BOOST_TEST(fs::file_size(path) == second);  // cut off as a torn tail
+    }
+  }
 }
 
 // Issue 14: a tiered store under --durability log or fsync appends every committed batch to its
