@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "common/hash.h"
+#include "storage/dense_file.h"
 
 namespace colony {
 
@@ -104,6 +106,11 @@ Expected<std::unique_ptr<PushLog>> PushLog::open(const std::string& path, size_t
     if (Status s = write_all(fd, h.data(), h.size()); !s.ok()) return log->fail("write its header");
     if (::fdatasync(fd) != 0) return log->fail("sync it");
     log->bytes_ = h.size();
+    // Its name too, before any record is acknowledged from it.
+    if (sync) {
+      const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+      if (Status s = sync_folder(folder.empty() ? "." : folder.string()); !s.ok()) return s;
+    }
     return log;
   }
   char h[header_bytes];

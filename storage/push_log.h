@@ -63,7 +63,7 @@ class PushLog {
 
   // Opens the log at `path`, creating it (with its header) when missing or shorter than its
   // header (a crash while it was created); `sync`: every append and truncate is followed by
-  // fdatasync. Fails as the header says.
+  // fdatasync, and a log created here has its folder synced too. Fails as the header says.
   static Expected<std::unique_ptr<PushLog>> open(const std::string& path, size_t row_floats,
                                                  bool sync);
   ~PushLog();
