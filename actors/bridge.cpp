@@ -203,7 +203,9 @@ struct Bridge::Impl {
         return bad_message(peer, s.message(), key);
       }
     }
-    layout_lock.unlock();
+    // Queued under the layout's lock: once detach_shards or a reroute returns, nothing the
+    // layout took before it is still to be queued (a backup asked how far it applied after its
+    // shard was detached has every forward it will ever take from the lost primary).
     caf::actor& target = shared->nodes[m.receiver];
     std::visit([&](auto& msg) { caf::anon_send(target, std::move(msg)); }, m.ps);
   }
@@ -391,6 +393,12 @@ Status Bridge::move_shards(const std::vector<NodeId>& shards, uint32_t member,
   for (NodeId shard : shards)
     if (Status s = impl_->reroute(shard, member, Impl::Route{*l, {}}); !s.ok()) return s;
   return Status();
+}
+
+void Bridge::detach_shards(const std::vector<NodeId>& shards) {
+  std::unique_lock layout_lock(impl_->layout_mu);
+  if (impl_->layout)
+    for (NodeId s : shards) impl_->layout->detach_shard(s);
 }
 
 Status Bridge::serve_shard(NodeId shard, uint32_t member, caf::actor actor) {

@@ -137,6 +137,11 @@ class Bridge {
   // be opened (none moved).
   Status move_shards(const std::vector<NodeId>& shards, uint32_t member,
                      const std::string& endpoint, const std::string& public_key);
+  // Failover under replication: the primary of these shard nodes was lost. Messages in their
+  // name are taken from no member's key until move_shards or serve_shard names their next
+  // (ClusterLayout::detach_shard); what the lost primary sent is dropped as late. On return,
+  // every message taken before is queued for its local actor. Any thread.
+  void detach_shards(const std::vector<NodeId>& shards);
   // Failover on the member that took the shard over (`member`, this process): shard node
   // `shard` is served here by `actor` from now on (its proxy hands what it is sent to the actor,
   // and received messages for it are delivered). Fails, changing nothing, as

@@ -245,13 +245,13 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
         s.pushes_lost = st.pushes_lost;
         s.updates_not_finite = st.updates_not_finite;
         s.bad_messages = self->state.acks_refused;
-        // Only a primary whose backups are all live has rows to compare with theirs.
+        // Once for each live backup, which should hold the same rows (ShardSummary).
         const ShardPrimary* primary = replication ? replication->primary.get() : nullptr;
-        if (primary && primary->backups() > 0 && primary->backups_live() == primary->backups()) {
+        if (const uint32_t live = primary ? primary->backups_live() : 0; live > 0) {
           auto digest = core->rows_digest();
           if (!digest) shared->fail(digest.status());
-          s.rows_digest = digest ? digest->digest : 0;
-          s.replicated_rows = digest ? digest->rows : 0;
+          s.rows_digest = digest ? live * digest->digest : 0;  // wraps round, as the sums do
+          s.replicated_rows = digest ? live * digest->rows : 0;
         }
         return s;
       },
@@ -280,6 +280,7 @@ backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_sta
         self->state.spent = true;
         return true;
       },
+      [backup](applied_atom) { return backup->applied(); },
       [](quiesce_atom) { return true; },
       [self, backup](flush_atom) {
         return self->state.spent ? Status() : backup->core().store().flush();

@@ -949,6 +949,19 @@ void write_checkpointed(wire::Checkpointed::Builder w, uint32_t step,
   }
 }
 
+// A list of node ids, at most control_nodes_max of them (`what` names them in the error).
+Status read_nodes(capnp::List<uint32_t>::Reader r, std::vector<NodeId>& out, const char* what) {
+  if (r.size() > control_nodes_max)
+    return Status::invalid_input(fmt::format("{} {}, over {}", r.size(), what, control_nodes_max));
+  out.clear();
+  for (uint32_t id : r) out.push_back(id);
+  return Status();
+}
+
+void write_nodes(capnp::List<uint32_t>::Builder w, const std::vector<NodeId>& nodes) {
+  for (unsigned i = 0; i < nodes.size(); ++i) w.set(i, nodes[i]);
+}
+
 Status read_control(wire::Control::Reader r, ControlMessage& m) {
   m.from = r.getFrom();
   m.incarnation = r.getIncarnation();
@@ -1045,10 +1058,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
     case wire::Control::NODES_LOST: {
       auto n = r.getNodesLost();
       NodesLost x;
-      if (n.getNodes().size() > control_nodes_max)
-        return Status::invalid_input(
-            fmt::format("{} lost nodes, over {}", n.getNodes().size(), control_nodes_max));
-      for (uint32_t id : n.getNodes()) x.nodes.push_back(id);
+      if (Status s = read_nodes(n.getNodes(), x.nodes, "lost nodes"); !s.ok()) return s;
       if (Status s = read_text(n.getReason(), x.reason, "lost reason"); !s.ok()) return s;
       x.epoch = r.getEpoch();
       m.body = std::move(x);
@@ -1074,35 +1084,45 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       return Status();
     }
     case wire::Control::SHARDS_RESTARTED: {
-      auto n = r.getShardsRestarted();
-      if (n.size() > control_nodes_max)
-        return Status::invalid_input(
-            fmt::format("{} restarted nodes, over {}", n.size(), control_nodes_max));
       ShardsRestarted x;
-      for (uint32_t id : n) x.nodes.push_back(id);
+      if (Status s = read_nodes(r.getShardsRestarted(), x.nodes, "restarted nodes"); !s.ok())
+        return s;
       x.epoch = r.getEpoch();
       m.body = std::move(x);
       return Status();
     }
     case wire::Control::SHARDS_MOVED: {
       auto n = r.getShardsMoved();
-      if (n.getShards().size() > control_nodes_max)
-        return Status::invalid_input(
-            fmt::format("{} moved shards, over {}", n.getShards().size(), control_nodes_max));
       ShardsMoved x;
-      for (uint32_t id : n.getShards()) x.shards.push_back(id);
+      if (Status s = read_nodes(n.getShards(), x.shards, "moved shards"); !s.ok()) return s;
+      if (Status s = read_nodes(n.getBackups(), x.backups, "backups of moved shards"); !s.ok())
+        return s;
       x.member = n.getMember();
       x.epoch = r.getEpoch();
       m.body = std::move(x);
       return Status();
     }
     case wire::Control::PROMOTED: {
-      auto n = r.getPromoted();
-      if (n.size() > control_nodes_max)
-        return Status::invalid_input(
-            fmt::format("{} promoted shards, over {}", n.size(), control_nodes_max));
       Promoted x;
-      for (uint32_t id : n) x.shards.push_back(id);
+      if (Status s = read_nodes(r.getPromoted(), x.shards, "promoted shards"); !s.ok()) return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::REPORT_APPLIED: {
+      ReportApplied x;
+      if (Status s = read_nodes(r.getReportApplied(), x.backups, "backups asked"); !s.ok())
+        return s;
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::APPLIED: {
+      auto n = r.getApplied();
+      Applied x;
+      if (Status s = read_nodes(n.getBackups(), x.backups, "backups applied"); !s.ok()) return s;
+      if (n.getApplied().size() != x.backups.size())
+        return Status::invalid_input(fmt::format("applied forwards of {} backups for {} nodes",
+                                                 n.getApplied().size(), x.backups.size()));
+      for (uint64_t seq : n.getApplied()) x.applied.push_back(seq);
       m.body = std::move(x);
       return Status();
     }
@@ -1248,8 +1268,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
                                   b.dense.size() * sizeof(float)));
         } else if constexpr (std::is_same_v<T, NodesLost>) {
           auto n = c.initNodesLost();
-          auto nodes = n.initNodes(static_cast<unsigned>(b.nodes.size()));
-          for (unsigned i = 0; i < b.nodes.size(); ++i) nodes.set(i, b.nodes[i]);
+          write_nodes(n.initNodes(static_cast<unsigned>(b.nodes.size())), b.nodes);
           n.setReason(b.reason);
           c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, Leave>) {
@@ -1258,8 +1277,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
         } else if constexpr (std::is_same_v<T, Shutdown>) {
           c.setShutdown(b.error);
         } else if constexpr (std::is_same_v<T, ShardsRestarted>) {
-          auto nodes = c.initShardsRestarted(static_cast<unsigned>(b.nodes.size()));
-          for (unsigned i = 0; i < b.nodes.size(); ++i) nodes.set(i, b.nodes[i]);
+          write_nodes(c.initShardsRestarted(static_cast<unsigned>(b.nodes.size())), b.nodes);
           c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, Refuse>) {
           c.setRefuse(b.reason);
@@ -1284,13 +1302,19 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           x.setReplicatedRows(b.replicated_rows);
         } else if constexpr (std::is_same_v<T, ShardsMoved>) {
           auto x = c.initShardsMoved();
-          auto shards = x.initShards(static_cast<unsigned>(b.shards.size()));
-          for (unsigned i = 0; i < b.shards.size(); ++i) shards.set(i, b.shards[i]);
+          write_nodes(x.initShards(static_cast<unsigned>(b.shards.size())), b.shards);
+          write_nodes(x.initBackups(static_cast<unsigned>(b.backups.size())), b.backups);
           x.setMember(b.member);
           c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, Promoted>) {
-          auto shards = c.initPromoted(static_cast<unsigned>(b.shards.size()));
-          for (unsigned i = 0; i < b.shards.size(); ++i) shards.set(i, b.shards[i]);
+          write_nodes(c.initPromoted(static_cast<unsigned>(b.shards.size())), b.shards);
+        } else if constexpr (std::is_same_v<T, ReportApplied>) {
+          write_nodes(c.initReportApplied(static_cast<unsigned>(b.backups.size())), b.backups);
+        } else if constexpr (std::is_same_v<T, Applied>) {
+          auto x = c.initApplied();
+          write_nodes(x.initBackups(static_cast<unsigned>(b.backups.size())), b.backups);
+          auto applied = x.initApplied(static_cast<unsigned>(b.applied.size()));
+          for (unsigned i = 0; i < b.applied.size(); ++i) applied.set(i, b.applied[i]);
         } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
           write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
         } else if constexpr (std::is_same_v<T, CheckpointComplete>) {

@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 
+#include <fmt/ranges.h>
+
 #include "actors/daemon_process.h"
 #include "actors/embedded_cluster.h"
 #include "common/log_cadence.h"
@@ -156,8 +158,16 @@ class Member {
         p_.bridge->mark_lost(e.lost);
         backups_lost(e.lost);
       }
+      if (!e.detach.empty()) p_.bridge->detach_shards(e.detach);
+      if (!e.report_applied.empty()) {
+        auto applied = report_applied(e.report_applied);
+        if (!applied)
+          core_->fail(applied.status(), fx);
+        else
+          core_->applied(std::move(*applied), fx);
+      }
       if (!e.promote.empty()) {
-        if (Status s = promote(e.promote); !s.ok())
+        if (Status s = promote(e.promote, e.promote_backups); !s.ok())
           core_->fail(s, fx);
         else
           core_->promoted(std::move(e.promote), fx);
@@ -802,10 +812,37 @@ class Member {
           caf::anon_send(caf::actor_cast<shard_actor>(it->second), backup_lost_atom::value, n);
   }
 
+  // Failover under K > 2 (ReportApplied): how far each of these backups here applied its
+  // primary's forwards, asked of its actor once it has handled what it was sent (its shard is
+  // detached: nothing more comes from the lost primary). Bounded by the heartbeat timeout.
+  Expected<Applied> report_applied(const std::vector<NodeId>& nodes) {
+    caf::scoped_actor self{p_.system};
+    const auto bound = std::chrono::milliseconds(core_->welcome().heartbeat_timeout_ms);
+    Applied out;
+    for (NodeId b : nodes) {
+      if (backups_.count(b) == 0)
+        return Status::internal(
+            fmt::format("failover: asked how far backup node {} applied, which this ps no longer "
+                        "holds (promoted)",
+                        b));
+      std::optional<uint64_t> applied;
+      self->request(caf::actor_cast<backup_actor>(p_.shared->nodes[b]), bound, applied_atom::value)
+          .receive([&](uint64_t seq) { applied = seq; }, [](caf::error&) {});
+      if (!applied)
+        return Status::internal(fmt::format(
+            "failover: backup node {} did not answer within the heartbeat timeout ({} ms)", b,
+            bound.count()));
+      out.backups.push_back(b);
+      out.applied.push_back(*applied);
+    }
+    return out;
+  }
+
   // Failover (ShardsMoved to this ps): the backups this ps holds of `shards` become their
-  // primaries (ShardBackup::promote), each served by a shard actor of its own, without backups
-  // (replicated:2 has none left); from then on this process takes the shards' messages.
-  Status promote(const std::vector<NodeId>& shards) {
+  // primaries (ShardBackup::promote), each served by a shard actor of its own that forwards to
+  // the shard's nodes among `backup_nodes` (its other live backups: none under replicated:2),
+  // first what they may lack; from then on this process takes the shards' messages.
+  Status promote(const std::vector<NodeId>& shards, const std::vector<NodeId>& backup_nodes) {
     const ClusterLayout& layout = *core_->layout();
     caf::scoped_actor self{p_.system};
     for (NodeId s : shards) {
@@ -814,6 +851,9 @@ class Member {
       if (it == backups_.end())
         return Status::internal(fmt::format("failover: this ps holds no backup of shard {}", s));
       const NodeId b = it->first;
+      std::vector<NodeId> others;
+      for (NodeId n : backup_nodes)
+        if (layout.shard_of_backup(n) == s) others.push_back(n);
       // The backup actor handles what it was sent before, then leaves its backup to this thread.
       bool spent = false;
       // Bounded: this thread keeps the member's heartbeats.
@@ -824,22 +864,33 @@ class Member {
         return Status::internal(fmt::format(
             "failover: the backup of shard {} did not stop within the heartbeat timeout ({} ms)", s,
             bound.count()));
-      ShardBackup::Promotion promotion = it->second.backup->promote(0);
+      ShardBackup::Promotion promotion =
+          it->second.backup->promote(static_cast<uint32_t>(others.size()));
       // A checkpoint step the backup's clocks reached is not this primary's to copy: its rows
       // are past it now.
       (void)promotion.core->checkpoint_due();
-      log_(fmt::format("shard {}: promoted its backup (forward {} applied, {} rows)", s,
-                       it->second.backup->applied(), promotion.core->rows()));
+      log_(fmt::format("shard {}: promoted its backup (forward {} applied, {} rows){}", s,
+                       it->second.backup->applied(), promotion.core->rows(),
+                       others.empty()
+                           ? std::string()
+                           : fmt::format("; its backups are nodes {}, sent {} forwards "
+                                         "they may lack",
+                                         fmt::join(others, ", "), promotion.resend.size())));
       {
         std::lock_guard lock(identities_mu_);  // the shards' actors read it (checkpoint_shard)
         identities_.emplace(s, it->second.identity);
       }
       shard_cores_.push_back(std::shared_ptr<ShardCore>(std::move(promotion.core)));
       auto replication = std::make_shared<ShardReplication>(
-          ShardReplication{std::move(promotion.primary), std::vector<NodeId>{}, b});
+          ShardReplication{std::move(promotion.primary), others, b});
       auto actor = caf::actor_cast<caf::actor>(
           p_.system.spawn(shard_fun, shard_cores_.back(), p_.shared, replication));
       if (Status st = p_.bridge->serve_shard(s, core_->you(), actor); !st.ok()) return st;
+      // What the other backups may lack, ahead of every forward the new primary makes: nothing
+      // reaches it before the coordinator hears Promoted, which this member sends after. Sent
+      // once the shard is served here, so that their acknowledgements are taken.
+      for (const ReplicaForward& f : promotion.resend)
+        for (NodeId n : others) caf::anon_send(p_.shared->nodes[n], f);
       p_.bridge->unmark_lost({s});
       row_actors_.erase(b);
       row_actors_[s] = actor;

@@ -90,6 +90,7 @@ using run_atom = caf::atom_constant<caf::atom("run")>;
 using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 using backup_lost_atom = caf::atom_constant<caf::atom("backuplost")>;
 using promote_atom = caf::atom_constant<caf::atom("promote")>;
+using applied_atom = caf::atom_constant<caf::atom("applied")>;
 
 // A parameter-server shard: pulls, pushes, clocks and pull hints in; replies go out to the
 // senders.
@@ -107,12 +108,12 @@ using shard_actor = caf::typed_actor<
 // A backup of a replicated shard (ps/replication.h): its primary's forwards in, acknowledgements
 // out; `quiesce`, `flush` and `summary` as a shard's (its summary counts its rows as a backup's).
 // `promote` (failover): the backup is spent from then on, its ShardBackup the caller's to promote
-// once the answer is in; forwards still arriving (from the lost primary) are dropped.
-using backup_actor =
-    caf::typed_actor<caf::reacts_to<ReplicaForward>, caf::replies_to<promote_atom>::with<bool>,
-                     caf::replies_to<quiesce_atom>::with<bool>,
-                     caf::replies_to<flush_atom>::with<Status>,
-                     caf::replies_to<summary_atom>::with<ShardSummary>>;
+// once the answer is in; forwards still arriving (from the lost primary) are dropped. `applied`
+// answers how far it applied its primary's forwards, once it has handled what came before.
+using backup_actor = caf::typed_actor<
+    caf::reacts_to<ReplicaForward>, caf::replies_to<promote_atom>::with<bool>,
+    caf::replies_to<applied_atom>::with<uint64_t>, caf::replies_to<quiesce_atom>::with<bool>,
+    caf::replies_to<flush_atom>::with<Status>, caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
 // `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.

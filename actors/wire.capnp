@@ -251,6 +251,8 @@ struct Control {
     denseStart @20 :DenseState;
     shardsMoved @22 :ShardsMoved;
     promoted @23 :List(UInt32);  # shard nodes a ps member promoted its backups of
+    reportApplied @26 :List(UInt32);  # backup nodes whose applied forwards the coordinator asks
+    applied @27 :Applied;
   }
   epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved: the coordinator's count
   load @21 :MemberLoad;       # heartbeat from a member daemon: its load (unset: none)
@@ -293,6 +295,12 @@ struct DenseState {
 struct ShardsMoved {
   shards @0 :List(UInt32);
   member @1 :UInt32;
+  backups @2 :List(UInt32);  # to the member promoting: the shards' other live backup nodes
+}
+# ps/cluster_protocol.h Applied: how far each backup node applied its primary's forwards.
+struct Applied {
+  backups @0 :List(UInt32);
+  applied @1 :List(UInt64);
 }
 struct ShardSummary {
   tableRows @0 :UInt64;

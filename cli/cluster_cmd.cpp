@@ -446,13 +446,13 @@ Runner add_coordinator(CLI::App& app) {
                        : j.durability ? std::string(to_string(*j.durability))
                                       : std::string("default (none for memory, log on disk)")},
         {"replicas", j.replicas},
-        // ps members that took over a lost one's shards (replicated:2).
+        // Promotions of backups by a ps member in place of a lost one (replication).
         {"failovers", r->totals.failovers},
         // Every backup held its primary's rows when training ended (ShardSummary).
         // Null where nothing was compared: no replication, or no shard still replicated (every
         // one failed over or lost its backup).
         {"backups_equal", j.replicas > 1 && r->totals.shards.replicated_rows > 0
-                              ? nlohmann::json(r->totals.shards.backups_equal(j.replicas))
+                              ? nlohmann::json(r->totals.shards.backups_equal())
                               : nlohmann::json(nullptr)},
         // The daemons count what a restarted ps lacked in steps (pushes_lost), not in rows:
         // losing a ps with a memory store fails the job.

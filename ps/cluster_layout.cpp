@@ -236,11 +236,17 @@ std::vector<NodeId> ClusterLayout::backup_nodes_of(uint32_t i) const {
 
 Status ClusterLayout::move_shard(NodeId shard, uint32_t member) {
   if (Status s = check_move(shard, member); !s.ok()) return s;
+  if (owner_[shard] != member) detach_shard(shard);
+  owner_[shard] = member;
+  return Status();
+}
+
+void ClusterLayout::detach_shard(NodeId shard) {
+  if (shard >= shards_ || owner_[shard] == detached) return;
   const std::pair<NodeId, uint32_t> from{shard, owner_[shard]};
   if (std::find(moved_from_.begin(), moved_from_.end(), from) == moved_from_.end())
     moved_from_.push_back(from);
-  owner_[shard] = member;
-  return Status();
+  owner_[shard] = detached;
 }
 
 bool ClusterLayout::served_before(const PsMessage& m, NodeId receiver,
@@ -376,6 +382,7 @@ Status ClusterLayout::check_ps_message(const PsMessage& m, NodeId receiver,
             "member {}'s key sent a {} in the name of node {}, which is {}", origin.member,
             kind_name(m), h.sender,
             owner_[h.sender] < members_.size() ? fmt::format("member {}'s", owner_[h.sender])
+            : owner_[h.sender] == detached     ? std::string("no member's (its primary was lost)")
                                                : std::string("the coordinator's")));
       return Status();
   }

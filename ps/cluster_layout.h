@@ -97,6 +97,11 @@ class ClusterLayout {
   // nothing, unless `shard` is a shard node and `member` hosts one of its backups: a member can
   // only take over a shard it holds a copy of. nodes_of() still names the shards as first placed.
   Status move_shard(NodeId shard, uint32_t member);
+  // Failover under replication: the primary of shard node `shard` was lost, and its next member
+  // is not known yet. No member's key speaks for the shard until move_shard names one (owner()
+  // is nullopt); what its last server sent is late (served_before). Nothing for a node that is
+  // no shard, or is detached already.
+  void detach_shard(NodeId shard);
   // What move_shard would fail with (ok: it would move the shard).
   Status check_move(NodeId shard, uint32_t member) const;
   // Whether `m`, for node `receiver` from `origin`, is in the name of a shard node that origin's
@@ -129,7 +134,9 @@ class ClusterLayout {
   std::vector<MemberInfo> members_;
   ShardMapSpec map_;
   std::vector<NodeRole> role_;
-  std::vector<uint32_t> owner_;  // by node; members_.size() for the coordinator's node
+  // By node; members_.size() for the coordinator's node, `detached` for a detached shard.
+  static constexpr uint32_t detached = 0xffffffffu;
+  std::vector<uint32_t> owner_;
   std::vector<std::pair<NodeId, uint32_t>> moved_from_;      // (shard, member) of each move_shard
   std::unordered_map<std::string, uint32_t> member_of_key_;  // non-empty keys only
   uint32_t shards_ = 0;

@@ -265,10 +265,33 @@ struct ShardsRestarted {
 // every other member: the shards' messages go to `member` from now on (and are taken from its
 // key), and every client re-sends what the lost primary had not acknowledged (KvClient::resync),
 // as to a restarted shard. Numbered with NodesLost and ShardsRestarted (`epoch`).
+//
+// Under K > 2 a shard may keep backups: `backups` names, to the member promoting, the other
+// live backup nodes of the shards it promotes (the new primaries forward to them and send them
+// what they may lack, ShardBackup::Promotion::resend); empty for every other member. Before
+// that, the coordinator asked each live backup how far it applied (ReportApplied, Applied) to
+// promote the most advanced, and moved the shards on the members holding the other backups
+// first (a ShardsMoved, then a ReportApplied whose answer says it was taken), so that they take
+// the new primary's forwards from its first.
 struct ShardsMoved {
   std::vector<NodeId> shards;
   uint32_t member = 0;
   uint64_t epoch = 0;
+  std::vector<NodeId> backups = {};
+};
+
+// Failover under K > 2, to a ps member: how far have these backup nodes it hosts applied their
+// primary's forwards (ShardBackup::applied)? Once their primary was declared lost (NodesLost)
+// nothing more from it reaches them, so the answer (Applied) is final until a ShardsMoved names
+// their new primary.
+struct ReportApplied {
+  std::vector<NodeId> backups;
+};
+
+// The answer to ReportApplied: `applied[j]` is how far backup node `backups[j]` applied.
+struct Applied {
+  std::vector<NodeId> backups;
+  std::vector<uint64_t> applied;
 };
 
 // From a ps member that promoted its backups of `shards` (ShardsMoved): they serve as the shards.
@@ -323,17 +346,16 @@ struct ShardSummary {
   // Replication (JobSpec::replicas K > 1): the rows the member's backups hold, and digests of
   // its primaries' rows and of its backups' (ShardCore::rows_digest, summed with wrap-around);
   // rows still as they were made count in neither (a pull makes rows on the primary alone).
-  // Only primaries whose K - 1 backups are all live count in replicated_rows and rows_digest
-  // (a failover leaves a shard and those whose backups were on the lost member with fewer).
-  // Every backup holds its primary's rows when, summed over the ps members, backup_rows is
-  // (K - 1) x replicated_rows and backup_digest is (K - 1) x rows_digest (backups_equal).
+  // A primary counts once for each of its live backups in replicated_rows and rows_digest (a
+  // failover leaves a shard, and those whose backups were on the lost member, with fewer; one
+  // with none counts in neither). Every backup holds its primary's rows when, summed over the ps
+  // members, backup_rows is replicated_rows and backup_digest is rows_digest (backups_equal).
   uint64_t backup_rows = 0;
   uint64_t rows_digest = 0;
   uint64_t backup_digest = 0;
   uint64_t replicated_rows = 0;
-  bool backups_equal(uint32_t replicas) const {
-    return backup_rows == (replicas - 1) * replicated_rows &&
-           backup_digest == (replicas - 1) * rows_digest;
+  bool backups_equal() const {
+    return backup_rows == replicated_rows && backup_digest == rows_digest;
   }
   ShardSummary& operator+=(const ShardSummary& o) {
     table_rows += o.table_rows;
@@ -392,7 +414,7 @@ using ControlBody =
     std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown,
                  Refuse, Joined, ShardsRestarted, ShardSummaryRequest, ShardSummary,
                  ShardsCheckpointed, CheckpointComplete, DenseCheckpointed, DenseStart, ShardsMoved,
-                 Promoted>;
+                 Promoted, ReportApplied, Applied>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

@@ -134,7 +134,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
                            std::holds_alternative<ShardsCheckpointed>(message.body) ||
                            std::holds_alternative<DenseCheckpointed>(message.body) ||
                            std::holds_alternative<DenseStart>(message.body) ||
-                           std::holds_alternative<Promoted>(message.body);
+                           std::holds_alternative<Promoted>(message.body) ||
+                           std::holds_alternative<Applied>(message.body);
   if (!from_member)
     return reject(
         fmt::format("a message of kind {} from member {}: only the coordinator sends that",
@@ -219,14 +220,15 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
                     now_ms, out);
     promoting_.erase(asked);
     on_promoted(i, *p, out);
+  } else if (auto* a = std::get_if<Applied>(&message.body)) {
+    on_applied(i, *a, now_ms, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     st.left = true;
-    // Under replicated:2 a ps that leaves while training runs (SIGTERM, after its shards
+    // Under replication a ps that leaves while training runs (SIGTERM, after its shards
     // drained) hands its shards to their backups, as a lost one does, without the wait for its
     // heartbeats to stop.
-    if (m.role == MemberRole::ps && config_.job.replicas == 2 &&
-        phase_ == CoordinatorPhase::running)
+    if (m.role == MemberRole::ps && config_.job.replicas > 1 && phase_ == CoordinatorPhase::running)
       return fail_over(i, fmt::format("left ({})", leave->reason), out);
     // A ps whose shards keep their rows on disk, stopped while training runs (a supervisor's
     // restart, a rolling upgrade) once they drained to its store: waited for to start again over
@@ -238,10 +240,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     if (m.role == MemberRole::ps)
       return fail(fmt::format("ps member {} at {} left ({}): its shards are gone{}", i, m.endpoint,
                               leave->reason,
-                              config_.job.replicas > 2
-                                  ? " (their backups hold their rows, but this version promotes "
-                                    "one only under replicated:2)"
-                              : config_.job.replicas == 2
+                              config_.job.replicas > 1
                                   ? " (its shards' backups take over only while training runs)"
                                   : ""),
                   out);
@@ -596,7 +595,9 @@ void CoordinatorCore::welcome(CoordinatorEffects& out) {
   auto layout = ClusterLayout::make(welcome_for(0));
   if (!layout) return fail("the members joined make no layout: " + layout.status().message(), out);
   layout_.emplace(std::move(layout.value()));
-  shard_backed_.assign(layout_->shards(), layout_->replicas() > 1);
+  live_backups_.clear();
+  for (NodeId sh = 0; sh < layout_->shards(); ++sh)
+    live_backups_.push_back(layout_->backups_of(sh));
   for (uint32_t i = 0; i < members_.size(); ++i)
     out.control.push_back(
         {members_[i].endpoint, members_[i].public_key, {control_from_coordinator, welcome_for(i)}});
@@ -664,17 +665,14 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
     send_all(NodesLost{nodes, reason, ++membership_epoch_}, out);
     return;
   }
-  if (m.role == MemberRole::ps && config_.job.replicas == 2 && phase_ == CoordinatorPhase::running)
+  if (m.role == MemberRole::ps && config_.job.replicas > 1 && phase_ == CoordinatorPhase::running)
     return fail_over(i, "was lost: " + why, out);
   if (m.role == MemberRole::ps)
     return fail(
-        fmt::format("lost ps member {} at {} (shards {}..{}): {}{}", i, m.endpoint, m.first_node,
-                    m.first_node + m.count - 1, why,
-                    config_.job.replicas > 2
-                        ? " (its shards' backups hold their rows, but this version "
-                          "promotes one only under replicated:2)"
-                    : config_.job.replicas > 1 ? " (a backup is promoted only while training runs)"
-                                               : ""),
+        fmt::format(
+            "lost ps member {} at {} (shards {}..{}): {}{}", i, m.endpoint, m.first_node,
+            m.first_node + m.count - 1, why,
+            config_.job.replicas > 1 ? " (a backup is promoted only while training runs)" : ""),
         out);
   if (phase_ == CoordinatorPhase::starting || config_.require_all_workers)
     return fail(fmt::format("lost worker member {} at {}: {}{}", i, m.endpoint, why,
@@ -708,61 +706,192 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
 
 void CoordinatorCore::fail_over(uint32_t i, const std::string& what, CoordinatorEffects& out) {
   const MemberInfo& m = members_[i];
-  // The shards it served (its own, and any it took over before), each moved to the member that
-  // holds its backup; and the shards whose backup it held, which go on without one.
-  std::map<uint32_t, std::vector<NodeId>> moves;  // member -> shards it takes over
-  std::vector<NodeId> lost;
+  // The shards it served (its own, any it took over, and any chosen to move to it), each to fail
+  // over; the backups it held, gone; the failovers that waited on it, to move on.
+  std::vector<NodeId> lost, restart, waiting;
   for (NodeId s = 0; s < layout_->shards(); ++s) {
-    const NodeId backup = layout_->backups_of(s).front();
-    const uint32_t backup_host = *layout_->owner(backup);
+    std::vector<NodeId>& live = live_backups_[s];
+    const auto held = std::stable_partition(live.begin(), live.end(),
+                                            [&](NodeId b) { return *layout_->owner(b) != i; });
+    lost.insert(lost.end(), held, live.end());
+    live.erase(held, live.end());
     if (*layout_->owner(s) == i) {
       lost.push_back(s);
-      if (!shard_backed_[s] || state_[backup_host].gone)
-        return fail(fmt::format("ps member {} at {} {}; it served shard {}, whose other replica "
-                                "is gone too: its rows are lost",
-                                i, m.endpoint, what, s),
-                    out);
-      moves[backup_host].push_back(s);
-    } else if (backup_host == i) {
-      if (shard_backed_[s]) lost.push_back(backup);
-    } else {
-      continue;
+      restart.push_back(s);
+    } else if (auto f = failovers_.find(s); f != failovers_.end()) {
+      // Its answers will not come: the failover goes on without them.
+      std::erase_if(f->second.applied,
+                    [&](const auto& e) { return *layout_->owner(e.first) == i; });
+      f->second.moving.erase(i);
+      waiting.push_back(s);
     }
-    shard_backed_[s] = false;  // its backup promoted, or gone with the member
   }
+  questions_.erase(i);
+  promoting_.erase(i);
   std::sort(lost.begin(), lost.end());
   const std::string reason = fmt::format("ps member {} at {} {}", i, m.endpoint, what);
-  const auto unbacked = std::count(shard_backed_.begin(), shard_backed_.end(), false);
+  // Once promoted: each shard it served has a backup fewer (the one promoted).
+  size_t unbacked = 0;
+  for (NodeId s = 0; s < layout_->shards(); ++s)
+    unbacked += live_backups_[s].size() <= size_t(std::count(restart.begin(), restart.end(), s));
   out.log.push_back(fmt::format(
-      "{}; failover: its shards' backups are promoted (replicated:2), and {} shard{} go on "
+      "{}; failover: its shards' backups are promoted (replicated:{}), and {} shard{} on "
       "without a backup",
-      reason, unbacked, unbacked == 1 ? "" : "s"));
-  // Nothing goes to its nodes until their new members serve them (ShardsMoved); the primaries
-  // whose backups it held stop waiting for them.
+      reason, config_.job.replicas, unbacked, unbacked == 1 ? " goes" : "s go"));
+  // Nothing goes to its nodes until their new members serve them (ShardsMoved), the members
+  // take nothing more in the name of its shards (their backups' progress stops where it is,
+  // before they are asked for it), and the primaries whose backups it held stop waiting for them.
   send_all(NodesLost{lost, reason, ++membership_epoch_}, out);
-  for (auto& [host, shards] : moves) {
-    for (NodeId s : shards) {
-      const Status moved = layout_->move_shard(s, host);
-      COLONY_ASSERT(moved.ok(), "the coordinator's own failover: {}", moved.message());
+  // A shard with one live backup goes to it at once, in one ShardsMoved with the others its
+  // member takes (replicated:2); one with more asks them first.
+  std::map<uint32_t, std::vector<NodeId>> at_once;  // member -> shards
+  for (NodeId s : restart) {
+    if (live_backups_[s].empty())
+      return fail(fmt::format("ps member {} at {} {}; it served shard {}, whose other replica{} "
+                              "gone too: its rows are lost",
+                              i, m.endpoint, what, s, config_.job.replicas > 2 ? "s are" : " is"),
+                  out);
+    if (live_backups_[s].size() > 1) {
+      start_failover(s, out);
+      continue;
     }
-    promoting_.emplace(host, shards);
-    out.control.push_back(
-        {members_[host].endpoint,
-         members_[host].public_key,
-         {control_from_coordinator, ShardsMoved{shards, host, ++membership_epoch_}}});
-    ++totals_.failovers;
+    failovers_[s] = ShardFailover{++failover_rounds_};
+    at_once[choose(s, live_backups_[s].front())].push_back(s);
   }
+  for (auto& [host, shards] : at_once) promote_chosen(host, std::move(shards), out);
+  for (NodeId s : waiting) advance_failover(s, out);
+}
+
+void CoordinatorCore::start_failover(NodeId s, CoordinatorEffects& out) {
+  const std::vector<NodeId>& live = live_backups_[s];
+  ShardFailover& f = failovers_[s];
+  f = ShardFailover{++failover_rounds_};
+  for (NodeId b : live) f.applied[b] = std::nullopt;
+  std::map<uint32_t, std::vector<NodeId>> by_member;
+  for (NodeId b : live) by_member[*layout_->owner(b)].push_back(b);
+  for (auto& [member, backups] : by_member) ask_applied(s, std::move(backups), out);
+}
+
+void CoordinatorCore::ask_applied(NodeId s, std::vector<NodeId> backups, CoordinatorEffects& out) {
+  const uint32_t member = *layout_->owner(backups.front());
+  questions_[member].push_back({s, failovers_.at(s).round, backups});
+  out.control.push_back({members_[member].endpoint,
+                         members_[member].public_key,
+                         {control_from_coordinator, ReportApplied{std::move(backups)}}});
+}
+
+void CoordinatorCore::on_applied(uint32_t i, const Applied& a, uint64_t now_ms,
+                                 CoordinatorEffects& out) {
+  auto q = questions_.find(i);
+  if (q == questions_.end() || q->second.empty() || q->second.front().backups != a.backups ||
+      a.applied.size() != a.backups.size())
+    return reject(fmt::format("an Applied from member {} for backups {} it was not asked about", i,
+                              fmt::join(a.backups, ", ")),
+                  now_ms, out);
+  const Question asked = std::move(q->second.front());
+  q->second.pop_front();
+  auto f = failovers_.find(asked.shard);
+  if (f == failovers_.end() || f->second.round != asked.round) return;  // an earlier attempt's
+  if (f->second.stage == ShardFailover::Stage::asking) {
+    for (size_t j = 0; j < a.backups.size(); ++j)
+      if (auto e = f->second.applied.find(a.backups[j]); e != f->second.applied.end())
+        e->second = a.applied[j];
+  } else if (f->second.stage == ShardFailover::Stage::moving) {
+    // It took the move: it follows the chosen one from now on.
+    f->second.moving.erase(i);
+    f->second.moved.insert(i);
+  }
+  advance_failover(asked.shard, out);
+}
+
+void CoordinatorCore::advance_failover(NodeId s, CoordinatorEffects& out) {
+  auto it = failovers_.find(s);
+  if (it == failovers_.end()) return;
+  ShardFailover& f = it->second;
+  if (f.stage == ShardFailover::Stage::asking) {
+    if (f.applied.empty())
+      return fail(fmt::format("shard {}: every replica was lost during its failover", s), out);
+    std::optional<std::pair<uint64_t, NodeId>> best;
+    std::vector<std::string> answers;
+    for (const auto& [b, applied] : f.applied) {
+      if (!applied) return;  // an answer yet to come
+      // The most advanced; of equals, the first in layout order.
+      if (!best || *applied > best->first) best = std::pair{*applied, b};
+      answers.push_back(fmt::format("node {} {}", b, *applied));
+    }
+    out.log.push_back(fmt::format("shard {}: forwards its backups applied: {}; promoting node {}",
+                                  s, fmt::join(answers, ", "), best->second));
+    return decide(s, best->second, out);
+  }
+  if (f.stage == ShardFailover::Stage::moving && f.moving.empty())
+    promote_chosen(*layout_->owner(f.chosen), {s}, out);
+}
+
+uint32_t CoordinatorCore::choose(NodeId s, NodeId chosen) {
+  failovers_.at(s).chosen = chosen;
+  const uint32_t host = *layout_->owner(chosen);
+  std::vector<NodeId>& live = live_backups_[s];
+  live.erase(std::find(live.begin(), live.end(), chosen));  // spent on the promotion
+  const Status moved = layout_->move_shard(s, host);
+  COLONY_ASSERT(moved.ok(), "the coordinator's own failover: {}", moved.message());
+  return host;
+}
+
+void CoordinatorCore::decide(NodeId s, NodeId chosen, CoordinatorEffects& out) {
+  const uint32_t host = choose(s, chosen);
+  ShardFailover& f = failovers_.at(s);
+  // The members holding the other backups take the move first, so that they take the new
+  // primary's forwards from the first: a ReportApplied after each ShardsMoved on the same link
+  // is answered once the move is taken.
+  f.stage = ShardFailover::Stage::moving;
+  std::map<uint32_t, std::vector<NodeId>> by_member;
+  for (NodeId b : live_backups_[s]) by_member[*layout_->owner(b)].push_back(b);
+  for (auto& [member, backups] : by_member) {
+    out.control.push_back(
+        {members_[member].endpoint,
+         members_[member].public_key,
+         {control_from_coordinator, ShardsMoved{{s}, host, ++membership_epoch_}}});
+    ask_applied(s, std::move(backups), out);
+    f.moving.insert(member);
+  }
+  advance_failover(s, out);
+}
+
+void CoordinatorCore::promote_chosen(uint32_t host, std::vector<NodeId> shards,
+                                     CoordinatorEffects& out) {
+  std::vector<NodeId> backups;
+  for (NodeId s : shards) {
+    failovers_.at(s).stage = ShardFailover::Stage::promoting;
+    backups.insert(backups.end(), live_backups_[s].begin(), live_backups_[s].end());
+  }
+  promoting_.emplace(host, shards);
+  out.control.push_back({members_[host].endpoint,
+                         members_[host].public_key,
+                         {control_from_coordinator,
+                          ShardsMoved{std::move(shards), host, ++membership_epoch_, backups}}});
+  ++totals_.failovers;
 }
 
 void CoordinatorCore::on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out) {
+  // Members holding other backups took the move before the promotion (every one of the shards').
+  std::set<uint32_t> told;
+  for (size_t k = 0; k < p.shards.size(); ++k) {
+    auto f = failovers_.find(p.shards[k]);
+    const std::set<uint32_t> moved = f == failovers_.end() ? std::set<uint32_t>{} : f->second.moved;
+    if (k == 0)
+      told = moved;
+    else
+      std::erase_if(told, [&](uint32_t w) { return moved.count(w) == 0; });
+    if (f != failovers_.end()) failovers_.erase(f);
+  }
   out.log.push_back(fmt::format(
       "ps member {} serves shards {} now: the clients re-send what the lost primary had not "
       "acknowledged",
       i, fmt::join(p.shards, ", ")));
   resync_gone_workers(p.shards, out);
   const uint64_t epoch = ++membership_epoch_;
-  for (size_t w = 0; w < members_.size(); ++w)
-    if (w != i && !state_[w].gone)
+  for (uint32_t w = 0; w < members_.size(); ++w)
+    if (w != i && !state_[w].gone && told.count(w) == 0)
       out.control.push_back({members_[w].endpoint,
                              members_[w].public_key,
                              {control_from_coordinator, ShardsMoved{p.shards, i, epoch}}});

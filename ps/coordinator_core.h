@@ -25,9 +25,11 @@
 //             coordinator tells every shard that the lost member's senders are done (a ClockAdvance
 //             to clock_done on their behalf, so the consistency gate stops waiting for them), tells
 //             the other members to drop messages to its nodes, and the job goes on with the rest.
-//             Under replicated:2 a ps member that is lost, or leaves (SIGTERM: Leave once its
-//             shards have drained), fails over instead: the member holding each of its shards'
-//             backup promotes it (ShardsMoved, Promoted) and the others re-route to it (fail_over).
+//             Under replicated:K a ps member that is lost, or leaves (SIGTERM: Leave once its
+//             shards have drained), fails over instead: a member holding a backup of each of its
+//             shards promotes it (ShardsMoved, Promoted) and the others re-route to it
+//             (fail_over). With more than one live backup (K > 2) the most advanced is promoted,
+//             and the others follow it (start_failover).
 //   trained   every worker member has finished (MemberDone) or been lost: training_done is set
 //             once, and every ps member is asked for a ShardSummary of its shards (summed into
 //             totals().shards; one that has not answered within heartbeat_timeout_ms is left
@@ -52,6 +54,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -128,7 +131,7 @@ struct CoordinatorTotals {
   uint32_t workers_lost = 0;     // worker members lost (heartbeat timeout)
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
-  uint32_t failovers = 0;        // ps members that took over a lost one's shards (replicated:2)
+  uint32_t failovers = 0;        // promotions of backups by a ps member (ShardsMoved to it)
   bool read_from_cache = true;   // every worker member read binary caches in its last epoch
   uint32_t checkpoints = 0;      // steps every shard has checkpointed (the job's checkpoint_every)
   uint32_t last_checkpoint_step = 0;
@@ -275,11 +278,32 @@ class CoordinatorCore {
   Welcome welcome_for(uint32_t i) const;
   void lose(uint32_t i, const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void fail(const std::string& why, CoordinatorEffects& out);
-  // Replicated:2, ps member i lost or left while training (`what` says which, as "was lost:
-  // ..." or "left (...)"): each shard it served moves to the member that holds its backup
-  // (ShardsMoved to that member, which promotes it and answers Promoted); fails the job when a
-  // shard's backup is gone too.
+  // Replication, ps member i lost or left while training (`what` says which, as "was lost:
+  // ..." or "left (...)"): the backups it held are gone (their primaries stop waiting for them:
+  // NodesLost), and each shard it served, or was about to serve, fails over (start_failover);
+  // fails the job when a shard has no live backup left.
   void fail_over(uint32_t i, const std::string& what, CoordinatorEffects& out);
+  // Failover of shard s, whose primary is gone (every member detached it on NodesLost), among
+  // its live backups (more than one; fail_over moves a shard with one at once): each is asked
+  // how far it applied (ReportApplied) and the most advanced is chosen (decide).
+  void start_failover(NodeId s, CoordinatorEffects& out);
+  // Backup node `chosen` of shard s is to be promoted: it is spent, and this core's layout moves
+  // the shard to its member, which it returns.
+  uint32_t choose(NodeId s, NodeId chosen);
+  // Shard s goes to its live backup `chosen` (choose): the members holding the others take the
+  // move first, each answering a ReportApplied sent after it, then the chosen one promotes
+  // (promote_chosen).
+  void decide(NodeId s, NodeId chosen, CoordinatorEffects& out);
+  // ShardsMoved of `shards` to member `host`, which holds their chosen backups, naming their
+  // other live backups.
+  void promote_chosen(uint32_t host, std::vector<NodeId> shards, CoordinatorEffects& out);
+  // Moves the failover of shard s on once no answer it waits for is missing (a lost member's
+  // never comes: fail_over takes it out).
+  void advance_failover(NodeId s, CoordinatorEffects& out);
+  // An Applied from member i: the answer to the oldest ReportApplied it has not answered.
+  void on_applied(uint32_t i, const Applied& a, uint64_t now_ms, CoordinatorEffects& out);
+  // ReportApplied for backup nodes `backups` of shard s (all on one member) to their member.
+  void ask_applied(NodeId s, std::vector<NodeId> backups, CoordinatorEffects& out);
   // Member i serves `p.shards` now: every other member is told (ShardsMoved) and resyncs.
   void on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out);
   // ClockAdvance to clock_done, as a resync, to `shards` (restarted or failed over: added to
@@ -315,7 +339,28 @@ class CoordinatorCore {
   uint64_t next_reject_log_ms_ = 0;               // rejections are logged at most once a minute
   uint64_t membership_epoch_ = 0;  // NodesLost, ShardsRestarted, ShardsMoved sent (their epoch)
   std::optional<ClusterLayout> layout_;  // once welcomed; failovers move its shards
-  std::vector<bool> shard_backed_;       // by shard: its backup is live (replication)
+  // Replication, by shard: its backup nodes still live (their member is there, and they were
+  // not promoted), in layout order.
+  std::vector<std::vector<NodeId>> live_backups_;
+  // A failover under way, by shard.
+  struct ShardFailover {
+    uint64_t round = 0;  // its attempt (a new one once its chosen member is lost)
+    enum class Stage { asking, moving, promoting } stage = Stage::asking;
+    std::map<NodeId, std::optional<uint64_t>> applied{};  // asking: each live backup's answer
+    NodeId chosen = 0;                                    // moving, promoting: the backup promoted
+    std::set<uint32_t> moving{};  // moving: members holding the others, yet to answer
+    std::set<uint32_t> moved{};   // members that took the move already (not told again)
+  };
+  std::map<NodeId, ShardFailover> failovers_;
+  uint64_t failover_rounds_ = 0;
+  // Member -> the ReportApplied it was sent and has not answered, oldest first: each member
+  // answers in order, so an answer is its oldest question's (one for an earlier round is stale).
+  struct Question {
+    NodeId shard = 0;
+    uint64_t round = 0;
+    std::vector<NodeId> backups;
+  };
+  std::map<uint32_t, std::deque<Question>> questions_;
   // Shards that restarted or failed over during the job: each waits for every sender's resync.
   std::set<NodeId> shards_resynced_;
   // Member -> the shards of each ShardsMoved it was sent and has not answered (Promoted).

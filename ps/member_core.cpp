@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -32,7 +33,9 @@ const char* kind_name(const ControlBody& b) {
                                           "DenseCheckpointed",
                                           "DenseStart",
                                           "ShardsMoved",
-                                          "Promoted"};
+                                          "Promoted",
+                                          "ReportApplied",
+                                          "Applied"};
   static_assert(std::size(names) == std::variant_size_v<ControlBody>);
   return names[b.index()];
 }
@@ -239,6 +242,25 @@ Status MemberCore::check_served(const ControlMessage& m) const {
         return Status::invalid_input("ShardsMoved: " + s.message());
     if (moved->member == you_ && config_.me.role != MemberRole::ps)
       return Status::invalid_input("ShardsMoved to a worker");
+    // The other backups of the shards it promotes, named to the promoting member only.
+    std::set<NodeId> seen;
+    for (NodeId b : moved->backups) {
+      const auto shard = layout.shard_of_backup(b);
+      if (moved->member != you_ || !shard ||
+          std::find(moved->shards.begin(), moved->shards.end(), *shard) == moved->shards.end() ||
+          layout.owner(b) == you_ || !seen.insert(b).second)
+        return Status::invalid_input(
+            fmt::format("ShardsMoved names node {} as a backup of shards it moves to member {}", b,
+                        moved->member));
+    }
+    return Status();
+  }
+  if (auto* report = std::get_if<ReportApplied>(&m.body)) {
+    std::set<NodeId> seen;
+    for (NodeId b : report->backups)
+      if (!layout.shard_of_backup(b) || layout.owner(b) != you_ || !seen.insert(b).second)
+        return Status::invalid_input(
+            fmt::format("ReportApplied names node {}, which is no backup this ps hosts", b));
     return Status();
   }
   if (auto* done = std::get_if<CheckpointComplete>(&m.body)) {
@@ -296,6 +318,17 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
   } else if (auto* lost = std::get_if<NodesLost>(&m.body)) {
     out.lost.insert(out.lost.end(), lost->nodes.begin(), lost->nodes.end());
     out.log.push_back(lost->reason + ": no longer sending to its nodes");
+    // A replicated shard whose primary was lost: nothing more is taken in its name until its
+    // next member is named, so that the backups' applied forwards stop where they are.
+    if (layout_->replicas() > 1)
+      for (NodeId n : lost->nodes)
+        if (layout_->role(n) == NodeRole::shard) {
+          layout_->detach_shard(n);
+          out.detach.push_back(n);
+        }
+  } else if (auto* report = std::get_if<ReportApplied>(&m.body)) {
+    out.report_applied.insert(out.report_applied.end(), report->backups.begin(),
+                              report->backups.end());
   } else if (std::holds_alternative<ShardSummaryRequest>(m.body)) {
     ShardSummary s;
     s.bad_messages = bad_messages_;
@@ -322,6 +355,7 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
     COLONY_ASSERT(out.promote.empty() && !out.moved, "two ShardsMoved in one set of effects");
     if (moved->member == you_) {
       out.promote = moved->shards;
+      out.promote_backups = moved->backups;
       out.log.push_back(fmt::format("failover: promoting this ps's backups of shards {}",
                                     fmt::join(moved->shards, ", ")));
       return;
@@ -343,6 +377,11 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
 void MemberCore::promoted(std::vector<NodeId> shards, MemberEffects& out) {
   if (phase_ != MemberPhase::serving) return;
   send(Promoted{std::move(shards)}, out);
+}
+
+void MemberCore::applied(Applied applied, MemberEffects& out) {
+  if (phase_ != MemberPhase::serving) return;
+  send(std::move(applied), out);
 }
 
 void MemberCore::drop(const Status& why, uint64_t now_ms, MemberEffects& out) {
@@ -417,9 +456,9 @@ void MemberCore::stop(MemberEffects& out) {
     if (draining_) return;
     draining_ = true;
     out.log.push_back(
-        welcome_.job.replicas == 2
+        welcome_.job.replicas > 1
             ? "SIGTERM: draining the shards, then leaving: while training runs, the coordinator "
-              "hands them to their backups (replicated:2; the job ends if one has none left)"
+              "hands them to their backups (the job ends if one has none left)"
         : config_.me.durable && welcome_.job.replicas == 1
             ? "SIGTERM: draining the shards and writing their rows to the store, then leaving: "
               "while training runs, the coordinator waits up to its --join-timeout for this ps "

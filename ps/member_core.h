@@ -27,7 +27,9 @@
 // Trust: control messages reach this core only from the coordinator's key (the driver checks
 // the key). They are still not believed blindly: a Welcome that does not add up, a message out
 // of place in the current phase or naming nodes outside the layout, a ShardsMoved to a member
-// that holds no backup of a shard it names, or a NodesLost, ShardsRestarted or ShardsMoved whose
+// that holds no backup of a shard it names (or naming as the shards' other backups nodes that are
+// not, or are this member's), a ReportApplied naming nodes that are not backups this ps hosts,
+// or a NodesLost, ShardsRestarted or ShardsMoved whose
 // epoch is not after the last one taken (a late or repeated one), is
 // dropped and counted in bad_messages(); one log line a minute at most says so. Nothing here
 // asserts on a message's content.
@@ -75,7 +77,16 @@ struct MemberEffects {
   std::vector<NodeId> lost;       // drop messages to these nodes from now on
   std::vector<NodeId> restarted;  // these shards restarted: send to them again, clients resync
   // Failover: promote this ps's backups of these shards to serve as them, then call promoted().
+  // Under K > 2 the new primaries forward to `promote_backups` (each a backup node of one of
+  // them, hosted elsewhere), starting with what they may lack (ShardBackup::Promotion::resend).
   std::vector<NodeId> promote;
+  std::vector<NodeId> promote_backups;
+  // Failover under replication: the primary of these shards was lost. Take nothing more in their
+  // name (the backups here apply no more of the lost primary's forwards) until a ShardsMoved
+  // names their new member (ClusterLayout::detach_shard).
+  std::vector<NodeId> detach;
+  // Failover under K > 2: ask these backups here how far each applied, then call applied().
+  std::vector<NodeId> report_applied;
   // Failover: these shards are served by another member from now on (the layout says so
   // already): send their messages there (`restarted` names them too).
   std::optional<ShardsMoved> moved;
@@ -89,8 +100,8 @@ struct MemberEffects {
   // Nothing to carry out.
   bool empty() const {
     return control.empty() && !build && !start && !stop_feeding && !drain && lost.empty() &&
-           restarted.empty() && promote.empty() && !moved && !manifest && !dense_start && !exit &&
-           log.empty();
+           restarted.empty() && promote.empty() && detach.empty() && report_applied.empty() &&
+           !moved && !manifest && !dense_start && !exit && log.empty();
   }
 };
 
@@ -134,6 +145,8 @@ class MemberCore {
   const std::optional<ClusterLayout>& layout() const { return layout_; }
   // After effects.promote: the backups serve as these shards now (Promoted to the coordinator).
   void promoted(std::vector<NodeId> shards, MemberEffects& out);
+  // After effects.report_applied: how far each of those backups applied (Applied).
+  void applied(Applied applied, MemberEffects& out);
   const Welcome& welcome() const { return welcome_; }
   // This process's incarnation (MemberConfig::me), for the driver to put on every message it
   // sends (ControlMessage::incarnation).

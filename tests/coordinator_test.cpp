@@ -1283,8 +1283,7 @@ BOOST_AUTO_TEST_CASE(histograms_and_hot_keys_in_loads_add_up_and_impossible_ones
 // Promoted, to every other live member (and to the coordinator's own routes), with clock_done
 // resyncs for the senders of a worker member lost before. A Promoted from another member, or
 // naming other shards, is refused. Losing the member that now serves a shard whose backup is
-// gone fails the job; so does any ps loss under replicated:3, which this version does not fail
-// over.
+// gone fails the job.
 BOOST_AUTO_TEST_CASE(a_lost_primary_fails_over_to_the_member_holding_its_backup) {
   CoordinatorConfig c = config(3, 2, /*hierarchical=*/false);
   c.job.replicas = 2;
@@ -1362,27 +1361,11 @@ BOOST_AUTO_TEST_CASE(a_lost_primary_fails_over_to_the_member_holding_its_backup)
   }
   BOOST_TEST(failed.message().find("whose other replica is gone too") != std::string::npos,
              failed.message());
-
-  // Replicated:3 is not failed over in this version: the job ends, saying so.
-  CoordinatorConfig c3 = config(3, 1, /*hierarchical=*/false);
-  c3.job.replicas = 3;
-  auto three = running_with(c3, {member(MemberRole::ps, 1), member(MemberRole::ps, 2),
-                                 member(MemberRole::ps, 3), member(MemberRole::worker, 4)});
-  Status ended;
-  for (uint64_t now = 0; now <= 10'000 && ended.ok(); now += 250) {
-    CoordinatorEffects fx;
-    for (uint32_t i : {0u, 1u, 3u}) three.on_message({i, Heartbeat{now}}, now, fx);
-    three.on_timer(now, fx);
-    ended = fx.failed;
-  }
-  BOOST_TEST(ended.message().find("promotes one only under replicated:2") != std::string::npos,
-             ended.message());
 }
 
 // A ps member that leaves while training runs (SIGTERM: it drained, then sent Leave) under
 // replicated:2 fails over at once, as a lost one does after its heartbeats stop: its shard moves
-// to the member holding the backup. Before the start, or under replicated:3, a leaving ps ends
-// the job, saying why.
+// to the member holding the backup. Before the start a leaving ps ends the job, saying why.
 BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_backups) {
   // One ps member per replica, each hosting one shard, and a worker member.
   auto cluster = [](uint32_t replicas) {
@@ -1449,20 +1432,193 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
   BOOST_REQUIRE_EQUAL(after.hot_keys.size(), 1u);
   BOOST_TEST((after.hot_keys[0] == LoadHotKey{1, key_of[1], 4}));
 
-  // Before the start there is nothing to fail over to yet; under replicated:3 this version
-  // does not promote.
+  // Before the start there is nothing to fail over to yet.
   auto early = cluster(2);
   CoordinatorEffects gone;
   early.on_message({1, Leave{"stopped by SIGTERM", true}}, 0, gone);
   BOOST_TEST(gone.failed.message().find("its shards are gone") != std::string::npos,
              gone.failed.message());
-  auto three = cluster(3);
-  ready(three);
-  CoordinatorEffects ended;
-  three.on_message({1, Leave{"stopped by SIGTERM", true}}, 500, ended);
-  BOOST_TEST(
-      ended.failed.message().find("promotes one only under replicated:2") != std::string::npos,
-      ended.failed.message());
+}
+
+namespace {
+
+// Replicated:3 over three ps members, one shard each, and a worker member (node 3); the
+// coordinator's node 4. Backups: shard 0's nodes 5 (member 1) and 6 (member 2), shard 1's 7
+// (member 2) and 8 (member 0), shard 2's 9 (member 0) and 10 (member 1).
+CoordinatorCore three_replicas() {
+  CoordinatorConfig c = config(3, 1, /*hierarchical=*/false);
+  c.job.replicas = 3;
+  auto core = running_with(c, {member(MemberRole::ps, 1), member(MemberRole::ps, 2),
+                               member(MemberRole::ps, 3), member(MemberRole::worker, 4)});
+  return core;
+}
+
+// The control messages of `fx` to member endpoint `to`, in order, by kind name.
+std::vector<std::string> kinds_to(const CoordinatorEffects& fx, const std::string& to) {
+  std::vector<std::string> out;
+  for (const ControlOut& c : fx.control)
+    if (c.endpoint == to)
+      out.push_back(std::visit(
+          [](const auto& b) -> std::string {
+            using T = std::decay_t<decltype(b)>;
+            if constexpr (std::is_same_v<T, NodesLost>) return "NodesLost";
+            if constexpr (std::is_same_v<T, ReportApplied>) return "ReportApplied";
+            if constexpr (std::is_same_v<T, ShardsMoved>) return "ShardsMoved";
+            return "other";
+          },
+          c.message.body));
+  return out;
+}
+
+}  // namespace
+
+// Failover under replicated:3: a primary's member leaves while training runs. Every member is
+// told its nodes are lost before anything else; each live backup is asked how far it applied
+// (ReportApplied), and the most advanced is promoted: the member holding the other backup takes
+// the move first (ShardsMoved, then a ReportApplied whose answer says it was taken), and only then
+// the chosen member is sent the ShardsMoved naming that backup. Answers not asked for, from
+// another member or about other backups, are refused. A second loss then promotes the last
+// backups at once, both of one member's shards in one ShardsMoved.
+BOOST_AUTO_TEST_CASE(under_three_replicas_the_most_advanced_backup_is_promoted) {
+  auto core = three_replicas();
+  const std::string m1 = "tcp://10.0.0.2:7000", m2 = "tcp://10.0.0.3:7000";
+  CoordinatorEffects left;
+  core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+  BOOST_REQUIRE(left.failed.ok());
+  const auto lost = sent<NodesLost>(left);
+  BOOST_REQUIRE_EQUAL(lost.size(), 3u);
+  BOOST_TEST((lost[0].second.nodes == std::vector<NodeId>{0, 8, 9}));
+  BOOST_TEST(sent<ShardsMoved>(left).empty());
+  BOOST_TEST((kinds_to(left, m1) == std::vector<std::string>{"NodesLost", "ReportApplied"}));
+  BOOST_TEST((kinds_to(left, m2) == std::vector<std::string>{"NodesLost", "ReportApplied"}));
+  const auto asked = sent<ReportApplied>(left);
+  BOOST_TEST((asked[0].second.backups == std::vector<NodeId>{5}));
+  BOOST_TEST((asked[1].second.backups == std::vector<NodeId>{6}));
+
+  // Lies: the worker, a member about a backup it was not asked of, the lost member.
+  const uint64_t bad = core.totals().counters.bad_messages;
+  for (const ControlMessage& lie :
+       {ControlMessage{3, Applied{{5}, {40}}}, ControlMessage{1, Applied{{6}, {40}}},
+        ControlMessage{0, Applied{{5}, {40}}}}) {
+    CoordinatorEffects fx;
+    core.on_message(lie, 600, fx);
+    BOOST_TEST(fx.control.empty());
+  }
+  BOOST_TEST(core.totals().counters.bad_messages == bad + 3);
+
+  CoordinatorEffects first;
+  core.on_message({1, Applied{{5}, {10}}}, 700, first);
+  BOOST_TEST(first.control.empty());  // member 2 has not answered yet
+  CoordinatorEffects second;
+  core.on_message({2, Applied{{6}, {12}}}, 800, second);
+  BOOST_TEST(logged(second, "promoting node 6"));
+  // Member 1, holding the other backup, moves first; member 2 is not told yet.
+  BOOST_TEST((kinds_to(second, m1) == std::vector<std::string>{"ShardsMoved", "ReportApplied"}));
+  BOOST_TEST(kinds_to(second, m2).empty());
+  const auto follow = sent<ShardsMoved>(second);
+  BOOST_TEST((follow[0].second.shards == std::vector<NodeId>{0}));
+  BOOST_TEST(follow[0].second.member == 2u);
+  BOOST_TEST(follow[0].second.backups.empty());
+  BOOST_TEST(core.totals().failovers == 0u);
+
+  CoordinatorEffects taken;
+  core.on_message({1, Applied{{5}, {10}}}, 900, taken);
+  const auto promote = sent<ShardsMoved>(taken);
+  BOOST_REQUIRE_EQUAL(promote.size(), 1u);
+  BOOST_TEST(promote[0].first == m2);
+  BOOST_TEST((promote[0].second.backups == std::vector<NodeId>{5}));
+  BOOST_TEST(promote[0].second.epoch > follow[0].second.epoch);
+  BOOST_TEST(core.totals().failovers == 1u);
+
+  CoordinatorEffects promoted;
+  core.on_message({2, Promoted{{0}}}, 1'000, promoted);
+  const auto rerouted = sent<ShardsMoved>(promoted);
+  BOOST_REQUIRE_EQUAL(rerouted.size(), 1u);  // member 3: member 1 took the move already
+  BOOST_TEST(rerouted[0].first == "tcp://10.0.0.4:7000");
+  BOOST_REQUIRE_EQUAL(promoted.moved.size(), 1u);
+  BOOST_TEST(promoted.moved[0].member == 2u);
+
+  // Member 2 (serving shards 0 and 2) is lost: each has one live backup left, both on member 1
+  // (nodes 5 and 10), which takes both in one ShardsMoved without being asked.
+  CoordinatorEffects second_loss;
+  for (uint64_t now = 1'000; now <= 8'000 && sent<NodesLost>(second_loss).empty(); now += 250) {
+    second_loss = CoordinatorEffects{};
+    core.on_message({1, Heartbeat{now}}, now, second_loss);
+    core.on_message({3, Heartbeat{now}}, now, second_loss);
+    core.on_timer(now, second_loss);
+  }
+  BOOST_REQUIRE(second_loss.failed.ok());
+  BOOST_TEST(sent<ReportApplied>(second_loss).empty());
+  const auto last = sent<ShardsMoved>(second_loss);
+  BOOST_REQUIRE_EQUAL(last.size(), 1u);
+  BOOST_TEST(last[0].first == m1);
+  BOOST_TEST((last[0].second.shards == std::vector<NodeId>{0, 2}));
+  BOOST_TEST(last[0].second.backups.empty());
+}
+
+// Losses during a failover under replicated:3. A backup's member lost while it is asked: the
+// failover goes on with the answers it has. The chosen member lost before it promoted: the
+// failover starts over among the backups left (its NodesLost detaches the shard again), and an
+// answer to the earlier attempt that comes after is taken as stale, not as a lie or an answer.
+BOOST_AUTO_TEST_CASE(a_failover_goes_on_past_losses_during_it) {
+  const std::string m1 = "tcp://10.0.0.2:7000", m2 = "tcp://10.0.0.3:7000";
+  auto heartbeats_until_lost = [](CoordinatorCore& core, std::vector<uint32_t> alive,
+                                  uint64_t from) {
+    CoordinatorEffects fx;
+    for (uint64_t now = from; now <= from + 8'000 && sent<NodesLost>(fx).empty(); now += 250) {
+      fx = CoordinatorEffects{};
+      for (uint32_t i : alive) core.on_message({i, Heartbeat{now}}, now, fx);
+      core.on_timer(now, fx);
+    }
+    return fx;
+  };
+  {
+    // Member 0 leaves; member 2 is lost before it answers: shard 0 goes to node 5 (member 1)
+    // once member 1 answers, with no backup left to name; shard 2 (member 2's) goes to node 10
+    // at once.
+    auto core = three_replicas();
+    CoordinatorEffects left;
+    core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+    BOOST_TEST(sent<ReportApplied>(left).size() == 2u);
+    CoordinatorEffects gone = heartbeats_until_lost(core, {1, 3}, 1'000);
+    BOOST_REQUIRE(gone.failed.ok());
+    const auto at_once = sent<ShardsMoved>(gone);
+    BOOST_REQUIRE_EQUAL(at_once.size(), 1u);
+    BOOST_TEST((at_once[0].second.shards == std::vector<NodeId>{2}));
+    CoordinatorEffects answer;
+    core.on_message({1, Applied{{5}, {7}}}, 9'500, answer);
+    const auto promote = sent<ShardsMoved>(answer);
+    BOOST_REQUIRE_EQUAL(promote.size(), 1u);
+    BOOST_TEST(promote[0].first == m1);
+    BOOST_TEST((promote[0].second.shards == std::vector<NodeId>{0}));
+    BOOST_TEST(promote[0].second.backups.empty());
+  }
+  {
+    // Member 0 leaves; node 5 (member 1) applied more and is chosen; member 1 is lost before
+    // member 2 has taken the move: shard 0 goes to node 6 (member 2) at once.
+    auto core = three_replicas();
+    CoordinatorEffects left, answers;
+    core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+    core.on_message({1, Applied{{5}, {12}}}, 600, answers);
+    core.on_message({2, Applied{{6}, {10}}}, 600, answers);
+    BOOST_TEST((kinds_to(answers, m2) == std::vector<std::string>{"ShardsMoved", "ReportApplied"}));
+    CoordinatorEffects gone = heartbeats_until_lost(core, {2, 3}, 1'000);
+    BOOST_REQUIRE(gone.failed.ok());
+    BOOST_TEST((sent<NodesLost>(gone)[0].second.nodes == std::vector<NodeId>{0, 1, 10}));
+    const auto promote = sent<ShardsMoved>(gone);
+    BOOST_REQUIRE_EQUAL(promote.size(), 1u);
+    BOOST_TEST(promote[0].first == m2);
+    BOOST_TEST((promote[0].second.shards == std::vector<NodeId>{0, 1}));
+    // Member 2's answer to the move of the first attempt: stale.
+    const uint64_t bad = core.totals().counters.bad_messages;
+    CoordinatorEffects stale;
+    core.on_message({2, Applied{{6}, {10}}}, 9'500, stale);
+    BOOST_TEST(stale.control.empty());
+    BOOST_TEST(core.totals().counters.bad_messages == bad);
+    CoordinatorEffects promoted;
+    core.on_message({2, Promoted{{0, 1}}}, 9'600, promoted);
+    BOOST_TEST(sent<ShardsMoved>(promoted).size() == 1u);  // to the worker member
+  }
 }
 
 // A worker member that finishes (here: drained on SIGTERM) and exits as its shard fails over:

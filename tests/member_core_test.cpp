@@ -414,6 +414,66 @@ BOOST_AUTO_TEST_CASE(shards_moved_promotes_at_the_backup_and_reroutes_everyone_e
   BOOST_TEST(worker.bad_messages() == 5u);
 }
 
+// Failover under replicated:3. A NodesLost naming a shard detaches it (nothing more is taken in
+// its name), so that a ReportApplied for the backups this ps holds is answered with where they
+// stopped; a ShardsMoved then re-points the shard to the chosen member, and to the chosen member
+// itself it names the shard's other backups to forward to. A ReportApplied naming a node that is
+// not a backup of this ps, or one node twice, and a ShardsMoved naming backups that are not the
+// moved shards' or are the promoting member's own, or naming any to another member, are dropped.
+BOOST_AUTO_TEST_CASE(under_three_replicas_backups_report_and_follow_the_chosen_one) {
+  // Three ps members of one shard each, a worker member (node 3), the coordinator's node 4;
+  // backups of shard 0: nodes 5 (member 1) and 6 (member 2); of shard 1: 7 (member 2), 8
+  // (member 0); of shard 2: 9 (member 0), 10 (member 1).
+  std::vector<MemberInfo> members = {info(MemberRole::ps, 2), info(MemberRole::ps, 4),
+                                     info(MemberRole::ps, 5), info(MemberRole::worker, 3)};
+  JobSpec job;
+  job.replicas = 3;
+  Welcome w = plan_layout(members, job, ShardMapSpec{});
+  w.heartbeat_ms = 1'000;
+  w.heartbeat_timeout_ms = 5'000;
+  w.you = 1;
+  MemberCore ps1 = welcomed(members[1], w);
+  w.you = 2;
+  MemberCore ps2 = welcomed(members[2], w);
+  BOOST_REQUIRE((ps1.layout()->backup_nodes_of(1) == std::vector<NodeId>{5, 10}));
+
+  MemberEffects fx;
+  ps1.on_message({control_from_coordinator, NodesLost{{0, 8, 9}, "ps 0 left", 1}}, 1, fx);
+  BOOST_TEST(fx.detach == std::vector<NodeId>({0}), boost::test_tools::per_element());
+  BOOST_TEST(!ps1.layout()->owner(0).has_value());
+
+  fx = {};
+  for (ControlBody lie :
+       {ControlBody{ReportApplied{{6}}}, ControlBody{ReportApplied{{0}}},
+        ControlBody{ReportApplied{{5, 5}}}, ControlBody{ShardsMoved{{0}, 2, 2, {5}}},
+        ControlBody{ShardsMoved{{0}, 1, 2, {5}}}, ControlBody{ShardsMoved{{0}, 1, 2, {7}}}})
+    ps1.on_message({control_from_coordinator, lie}, 2, fx);
+  BOOST_TEST(ps1.bad_messages() == 6u);
+  BOOST_TEST(fx.report_applied.empty());
+  BOOST_TEST(fx.promote.empty());
+  BOOST_TEST(!fx.moved.has_value());
+
+  ps1.on_message({control_from_coordinator, ReportApplied{{5}}}, 3, fx);
+  BOOST_TEST(fx.report_applied == std::vector<NodeId>({5}), boost::test_tools::per_element());
+  MemberEffects answered;
+  ps1.applied(Applied{{5}, {17}}, answered);
+  BOOST_REQUIRE_EQUAL(count_of<Applied>(answered), 1u);
+  BOOST_TEST((std::get<Applied>(answered.control.front()).applied == std::vector<uint64_t>{17}));
+
+  // Node 6 (member 2) is chosen: member 1 follows it, member 2 promotes and forwards to node 5.
+  fx = {};
+  ps1.on_message({control_from_coordinator, ShardsMoved{{0}, 2, 3}}, 4, fx);
+  BOOST_REQUIRE(fx.moved.has_value());
+  BOOST_TEST(*ps1.layout()->owner(0) == 2u);
+  BOOST_TEST(ps1.bad_messages() == 6u);
+  fx = {};
+  ps2.on_message({control_from_coordinator, NodesLost{{0, 8, 9}, "ps 0 left", 1}}, 1, fx);
+  ps2.on_message({control_from_coordinator, ShardsMoved{{0}, 2, 4, {5}}}, 4, fx);
+  BOOST_TEST(fx.promote == std::vector<NodeId>({0}), boost::test_tools::per_element());
+  BOOST_TEST(fx.promote_backups == std::vector<NodeId>({5}), boost::test_tools::per_element());
+  BOOST_TEST(ps2.bad_messages() == 0u);
+}
+
 // Members and the real coordinator core, wired through a queue: every seed runs a job to the
 // end while control messages are duplicated, replayed and garbled on the way to the members.
 // Each member ends with the job (none fails), and every message the member core refuses is

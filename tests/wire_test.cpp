@@ -633,8 +633,12 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
                           rng.next(), rng.next(), rng.next(), rng.next(), rng.next()}},
       {from, ShardsMoved{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())},
                          static_cast<uint32_t>(rng.next()),
-                         rng.next()}},
+                         rng.next(),
+                         {static_cast<uint32_t>(rng.next())}}},
       {from, Promoted{{static_cast<uint32_t>(rng.next())}}},
+      {from, ReportApplied{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
+      {from, Applied{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())},
+                     {rng.next(), rng.next()}}},
       {from, ShardsCheckpointed{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
       {from,
        CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng),
@@ -685,8 +689,12 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
           return x.nodes == y.nodes && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, ShardSummary>) return x == y;
         if constexpr (std::is_same_v<T, ShardsMoved>)
-          return x.shards == y.shards && x.member == y.member && x.epoch == y.epoch;
+          return x.shards == y.shards && x.member == y.member && x.epoch == y.epoch &&
+                 x.backups == y.backups;
         if constexpr (std::is_same_v<T, Promoted>) return x.shards == y.shards;
+        if constexpr (std::is_same_v<T, ReportApplied>) return x.backups == y.backups;
+        if constexpr (std::is_same_v<T, Applied>)
+          return x.backups == y.backups && x.applied == y.applied;
         if constexpr (std::is_same_v<T, ShardsCheckpointed>)
           return x.step == y.step && same_checkpoints(x.shards, y.shards);
         if constexpr (std::is_same_v<T, CheckpointComplete>)
@@ -1466,4 +1474,18 @@ BOOST_AUTO_TEST_CASE(a_float_buffer_view_is_copied_before_it_is_changed) {
   BOOST_TEST((*owner == std::vector<float>{1, 2, 3}));  // the viewed floats are untouched
   BOOST_TEST((other == FloatBuffer{1, 2, 3}));
   BOOST_TEST(owner.use_count() == 2);
+}
+
+// An Applied whose answers are not one per backup named is refused when read, as a lie.
+BOOST_AUTO_TEST_CASE(an_applied_with_answers_not_one_per_backup_is_refused) {
+  for (const Applied& a : {Applied{{5, 6}, {1}}, Applied{{5}, {1, 2}}}) {
+    auto bytes = encode_control_message({1, a}, 9);
+    BOOST_REQUIRE(bytes.ok());
+    auto back = decode_wire_message(*bytes, 9);
+    BOOST_REQUIRE(!back.ok());
+    BOOST_TEST(back.status().message().find("applied forwards of") != std::string::npos,
+               back.status().message());
+  }
+  auto ok = decode_wire_message(encode_control_message({1, Applied{{5, 6}, {1, 2}}}, 9).value(), 9);
+  BOOST_TEST(ok.ok());
 }

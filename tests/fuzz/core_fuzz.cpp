@@ -207,10 +207,23 @@ MemberLoad load_of(Input& in) {
 
 ControlBody body_of(Input& in) {
   switch (in.below(20)) {
-    case 18:
-      return ShardsMoved{nodes_of(in), in.below(6), in.below(8)};
+    case 18: {
+      ShardsMoved m{nodes_of(in), in.below(6), in.below(8)};
+      if (in.flag()) m.backups = nodes_of(in);
+      return m;
+    }
     case 19:
-      return Promoted{nodes_of(in)};
+      switch (in.below(3)) {
+        case 0:
+          return Promoted{nodes_of(in)};
+        case 1:
+          return ReportApplied{nodes_of(in)};
+        default: {
+          Applied a{nodes_of(in), {}};
+          for (size_t j = 0; j < a.backups.size(); ++j) a.applied.push_back(in.below(64));
+          return a;
+        }
+      }
     case 16:
       return ShardsCheckpointed{in.below(64), checkpoints_of(in)};
     case 17:
