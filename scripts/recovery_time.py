@@ -4,7 +4,8 @@
 Runs the same job on 127.0.0.1 (one coordinator, two ps, two workers, --insecure) over each store:
 memory (the baseline), rocksdb and tiered (both under the default --durability log), and with
 --durability replicated:2 over memory (replicated) and over the tiered store (replicated-tiered:
-memory with RocksDB as its capacity tier). For each it prints the uninterrupted job's samples/s as
+memory with RocksDB as its capacity tier), and with --durability replicated:3 over memory on three
+ps (replicated-3: each shard keeps a backup after the failover). For each it prints the uninterrupted job's samples/s as
 a ratio to the memory store's on the same daemons;
 for rocksdb and tiered it runs the job again with ps 1 killed with SIGKILL partway and started
 again at once with the same flags (what systemd does), and prints the time from the kill to the
@@ -28,6 +29,7 @@ kill that starts as many consecutive steps taking at most W / 0.95.
     scripts/recovery_time.py [--colony build/colony] [--rows 200000] [--epochs 4]
                              [--store memory] [--store rocksdb] [--store tiered]
                              [--store replicated] [--store replicated-tiered]
+                             [--store replicated-3]
                              [--heartbeat-timeout-ms 3000] [--kill-after 1.0]
                              [--stop kill|term]
 
@@ -93,11 +95,13 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kil
     logs = os.path.join(work, tag)
     os.makedirs(logs)
     store_root = os.path.join(logs, "store")
+    replicas = 3 if store == "replicated-3" else 2 if store.startswith("replicated") else 1
+    n_ps = max(2, replicas)
     coord = start([colony, "coordinator", "--listen", "tcp://127.0.0.1:*", "--insecure",
-                   "--shards", "2", "--workers", "2", "--epochs", str(epochs), "--no-cache",
+                   "--shards", str(n_ps), "--workers", "2", "--epochs", str(epochs), "--no-cache",
                    "--heartbeat-ms", "200", "--heartbeat-timeout-ms", str(timeout_ms),
                    "--test", os.path.join(data, "test.libsvm")]
-                  + (["--durability", "replicated:2"] if store.startswith("replicated") else [])
+                  + (["--durability", f"replicated:{replicas}"] if replicas > 1 else [])
                   + ["--report", os.path.join(logs, "report.json")], os.path.join(logs, "c.log"))
     endpoint = await_line(os.path.join(logs, "c.log"),
                           r"coordinator listening on (tcp://[0-9.]+:[0-9]+)", coord).group(1)
@@ -105,14 +109,14 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kil
 
     def ps_argv(i, listen):
         a = [colony, "ps", "--coordinator", endpoint, "--listen", listen, "--insecure",
-             "--store", "memory" if store in ("memory", "replicated")
+             "--store", "memory" if store in ("memory", "replicated", "replicated-3")
              else f"rocksdb:{store_root}-{i}"]
         if store.endswith("tiered"):
             a += ["--cache-bytes", "100000000"]
         return a
 
     ps = [start(ps_argv(i, "tcp://127.0.0.1:*"), os.path.join(logs, f"ps{i}.log"))
-          for i in range(2)]
+          for i in range(n_ps)]
     ps1_endpoint = await_line(os.path.join(logs, "ps1.log"),
                               r"ps listening on (tcp://[0-9.]+:[0-9]+)", ps[1]).group(1)
     timelines = [os.path.join(logs, f"w{i}-timeline.json") for i in range(2)]
@@ -128,7 +132,7 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kil
         killed_unix = time.time()
         replicated = store.startswith("replicated")
         ps[1].send_signal(signal.SIGTERM if stop == "term" else signal.SIGKILL)
-        if replicated:  # failover: ps 0 takes over, ps 1 stays down
+        if replicated:  # failover: another ps takes over, ps 1 stays down
             await_line(os.path.join(logs, "c.log"),
                        r"left \(stopped by SIGTERM\)" if stop == "term" else "was lost", coord)
             declared = time.monotonic()
@@ -136,7 +140,7 @@ def run_job(colony, work, data, store, epochs, kill_after, timeout_ms, stop="kil
             promotion = time.monotonic() - declared
             if ps[1].wait() != 0 and stop == "term":
                 sys.exit(f"{tag}: ps 1 did not leave cleanly; logs in {logs}")
-            ps = ps[:1]
+            ps = ps[:1] + ps[2:]
         else:  # a restart in place over the store on disk
             if ps[1].wait() != 0 and stop == "term":
                 sys.exit(f"{tag}: ps 1 did not leave cleanly; logs in {logs}")
@@ -166,7 +170,8 @@ def main():
     ap.add_argument("--stop", choices=["kill", "term"], default="kill",
                     help="how ps 1 is stopped: SIGKILL or SIGTERM")
     ap.add_argument("--store", action="append",
-                    choices=["memory", "rocksdb", "tiered", "replicated", "replicated-tiered"])
+                    choices=["memory", "rocksdb", "tiered", "replicated", "replicated-tiered",
+                             "replicated-3"])
     a = ap.parse_args()
     stores = a.store or ["memory", "rocksdb", "tiered"]
     colony = os.path.abspath(a.colony)
@@ -197,7 +202,8 @@ def main():
         print(f"{store:17} {sps:10.0f} {ratio} {resumed:15.3f}s {resumed / plain:8.3f} "
               f"{back_text} {killed - plain:10.3f}s {(killed - plain) / plain:8.3f} "
               f"{promotion_text} {drain_text}")
-    print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps, 2 workers, loopback); "
+    print(f"one run each ({a.rows} rows, {a.epochs} epochs, 2 ps (3 for replicated-3), 2 workers, "
+          "loopback); "
           "'of job' is a fraction of the uninterrupted job's wall time in the same run")
     shutil.rmtree(work, ignore_errors=True)  # kept, with every log, when a run fails
 
