@@ -1123,6 +1123,7 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
         return Status::invalid_input(fmt::format("applied forwards of {} backups for {} nodes",
                                                  n.getApplied().size(), x.backups.size()));
       for (uint64_t seq : n.getApplied()) x.applied.push_back(seq);
+      x.epoch = r.getEpoch();
       m.body = std::move(x);
       return Status();
     }
@@ -1315,6 +1316,7 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           write_nodes(x.initBackups(static_cast<unsigned>(b.backups.size())), b.backups);
           auto applied = x.initApplied(static_cast<unsigned>(b.applied.size()));
           for (unsigned i = 0; i < b.applied.size(); ++i) applied.set(i, b.applied[i]);
+          c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, ShardsCheckpointed>) {
           write_checkpointed(c.initShardsCheckpointed(), b.step, b.shards);
         } else if constexpr (std::is_same_v<T, CheckpointComplete>) {

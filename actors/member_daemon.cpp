@@ -160,7 +160,8 @@ class Member {
       }
       if (!e.detach.empty()) p_.bridge->detach_shards(e.detach);
       if (!e.report_applied.empty()) {
-        auto applied = report_applied(e.report_applied);
+        // Bounded by the heartbeat timeout per backup; heartbeats go on meanwhile.
+        auto applied = while_heartbeating([&] { return report_applied(e.report_applied); });
         if (!applied)
           core_->fail(applied.status(), fx);
         else

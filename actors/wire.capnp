@@ -254,7 +254,8 @@ struct Control {
     reportApplied @26 :List(UInt32);  # backup nodes whose applied forwards the coordinator asks
     applied @27 :Applied;
   }
-  epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved: the coordinator's count
+  epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved: the coordinator's count;
+                              # applied: the last of them the member took
   load @21 :MemberLoad;       # heartbeat from a member daemon: its load (unset: none)
   drained @24 :Bool;          # leave: a ps that drained its shards and wrote them to its store
   incarnation @25 :UInt64;    # from a member: the sending process's incarnation (0: not stated)

@@ -289,9 +289,12 @@ struct ReportApplied {
 };
 
 // The answer to ReportApplied: `applied[j]` is how far backup node `backups[j]` applied.
+// `epoch`: the member's last NodesLost, ShardsRestarted or ShardsMoved taken, which shows that it
+// took the one sent before the question (a detach, or the move it confirms).
 struct Applied {
   std::vector<NodeId> backups;
   std::vector<uint64_t> applied;
+  uint64_t epoch = 0;
 };
 
 // From a ps member that promoted its backups of `shards` (ShardsMoved): they serve as the shards.

@@ -229,7 +229,7 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     // drained) hands its shards to their backups, as a lost one does, without the wait for its
     // heartbeats to stop.
     if (m.role == MemberRole::ps && config_.job.replicas > 1 && phase_ == CoordinatorPhase::running)
-      return fail_over(i, fmt::format("left ({})", leave->reason), out);
+      return fail_over(i, fmt::format("left ({})", leave->reason), now_ms, out);
     // A ps whose shards keep their rows on disk, stopped while training runs (a supervisor's
     // restart, a rolling upgrade) once they drained to its store: waited for to start again over
     // it, as a lost one is. One that left on an error (a store it could not build or write) ends
@@ -666,7 +666,7 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
     return;
   }
   if (m.role == MemberRole::ps && config_.job.replicas > 1 && phase_ == CoordinatorPhase::running)
-    return fail_over(i, "was lost: " + why, out);
+    return fail_over(i, "was lost: " + why, now_ms, out);
   if (m.role == MemberRole::ps)
     return fail(
         fmt::format(
@@ -704,7 +704,8 @@ void CoordinatorCore::lose(uint32_t i, const std::string& why, uint64_t now_ms,
   maybe_trained(now_ms, out);
 }
 
-void CoordinatorCore::fail_over(uint32_t i, const std::string& what, CoordinatorEffects& out) {
+void CoordinatorCore::fail_over(uint32_t i, const std::string& what, uint64_t now_ms,
+                                CoordinatorEffects& out) {
   const MemberInfo& m = members_[i];
   // The shards it served (its own, any it took over, and any chosen to move to it), each to fail
   // over; the backups it held, gone; the failovers that waited on it, to move on.
@@ -741,7 +742,8 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& what, Coordinator
   // Nothing goes to its nodes until their new members serve them (ShardsMoved), the members
   // take nothing more in the name of its shards (their backups' progress stops where it is,
   // before they are asked for it), and the primaries whose backups it held stop waiting for them.
-  send_all(NodesLost{lost, reason, ++membership_epoch_}, out);
+  const uint64_t lost_epoch = ++membership_epoch_;
+  send_all(NodesLost{lost, reason, lost_epoch}, out);
   // A shard with one live backup goes to it at once, in one ShardsMoved with the others its
   // member takes (replicated:2); one with more asks them first.
   std::map<uint32_t, std::vector<NodeId>> at_once;  // member -> shards
@@ -751,30 +753,31 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& what, Coordinator
                               "gone too: its rows are lost",
                               i, m.endpoint, what, s, config_.job.replicas > 2 ? "s are" : " is"),
                   out);
-    if (live_backups_[s].size() > 1) {
-      start_failover(s, out);
-      continue;
-    }
-    failovers_[s] = ShardFailover{++failover_rounds_};
-    at_once[choose(s, live_backups_[s].front())].push_back(s);
+    if (live_backups_[s].size() > 1)
+      start_failover(s, lost_epoch, out);
+    else
+      failovers_[s] = ShardFailover{++failover_rounds_};
+    failovers_[s].deadline_ms = now_ms + config_.join_timeout_ms;
+    if (live_backups_[s].size() == 1) at_once[choose(s, live_backups_[s].front())].push_back(s);
   }
   for (auto& [host, shards] : at_once) promote_chosen(host, std::move(shards), out);
   for (NodeId s : waiting) advance_failover(s, out);
 }
 
-void CoordinatorCore::start_failover(NodeId s, CoordinatorEffects& out) {
+void CoordinatorCore::start_failover(NodeId s, uint64_t lost_epoch, CoordinatorEffects& out) {
   const std::vector<NodeId>& live = live_backups_[s];
   ShardFailover& f = failovers_[s];
   f = ShardFailover{++failover_rounds_};
   for (NodeId b : live) f.applied[b] = std::nullopt;
   std::map<uint32_t, std::vector<NodeId>> by_member;
   for (NodeId b : live) by_member[*layout_->owner(b)].push_back(b);
-  for (auto& [member, backups] : by_member) ask_applied(s, std::move(backups), out);
+  for (auto& [member, backups] : by_member) ask_applied(s, std::move(backups), lost_epoch, out);
 }
 
-void CoordinatorCore::ask_applied(NodeId s, std::vector<NodeId> backups, CoordinatorEffects& out) {
+void CoordinatorCore::ask_applied(NodeId s, std::vector<NodeId> backups, uint64_t after_epoch,
+                                  CoordinatorEffects& out) {
   const uint32_t member = *layout_->owner(backups.front());
-  questions_[member].push_back({s, failovers_.at(s).round, backups});
+  questions_[member].push_back({s, failovers_.at(s).round, backups, after_epoch});
   out.control.push_back({members_[member].endpoint,
                          members_[member].public_key,
                          {control_from_coordinator, ReportApplied{std::move(backups)}}});
@@ -792,6 +795,18 @@ void CoordinatorCore::on_applied(uint32_t i, const Applied& a, uint64_t now_ms,
   q->second.pop_front();
   auto f = failovers_.find(asked.shard);
   if (f == failovers_.end() || f->second.round != asked.round) return;  // an earlier attempt's
+  // Its detach (NodesLost), or the move it confirms (ShardsMoved), never reached it: its backup
+  // could take the lost primary's forwards after answering, or refuse the new one's. A control
+  // message that cannot be sent is dropped (the driver logs it); the job cannot go on safely.
+  if (a.epoch < asked.after_epoch)
+    return fail(
+        fmt::format("shard {}: ps member {} at {} answered how far its backups applied "
+                    "before it took the {} sent to it (epoch {} of {}): a control message "
+                    "to it was lost",
+                    asked.shard, i, members_[i].endpoint,
+                    f->second.stage == ShardFailover::Stage::asking ? "NodesLost" : "ShardsMoved",
+                    a.epoch, asked.after_epoch),
+        out);
   if (f->second.stage == ShardFailover::Stage::asking) {
     for (size_t j = 0; j < a.backups.size(); ++j)
       if (auto e = f->second.applied.find(a.backups[j]); e != f->second.applied.end())
@@ -847,11 +862,11 @@ void CoordinatorCore::decide(NodeId s, NodeId chosen, CoordinatorEffects& out) {
   std::map<uint32_t, std::vector<NodeId>> by_member;
   for (NodeId b : live_backups_[s]) by_member[*layout_->owner(b)].push_back(b);
   for (auto& [member, backups] : by_member) {
-    out.control.push_back(
-        {members_[member].endpoint,
-         members_[member].public_key,
-         {control_from_coordinator, ShardsMoved{{s}, host, ++membership_epoch_}}});
-    ask_applied(s, std::move(backups), out);
+    const uint64_t epoch = ++membership_epoch_;
+    out.control.push_back({members_[member].endpoint,
+                           members_[member].public_key,
+                           {control_from_coordinator, ShardsMoved{{s}, host, epoch}}});
+    ask_applied(s, std::move(backups), epoch, out);
     f.moving.insert(member);
   }
   advance_failover(s, out);
@@ -869,10 +884,10 @@ void CoordinatorCore::promote_chosen(uint32_t host, std::vector<NodeId> shards,
                          members_[host].public_key,
                          {control_from_coordinator,
                           ShardsMoved{std::move(shards), host, ++membership_epoch_, backups}}});
-  ++totals_.failovers;
 }
 
 void CoordinatorCore::on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out) {
+  ++totals_.failovers;
   // Members holding other backups took the move before the promotion (every one of the shards').
   std::set<uint32_t> told;
   for (size_t k = 0; k < p.shards.size(); ++k) {
@@ -1000,6 +1015,16 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
                       i, members_[i].endpoint, config_.heartbeat_timeout_ms));
     }
   }
+  for (const auto& [s, f] : failovers_)
+    if (now_ms >= f.deadline_ms)
+      return fail(
+          fmt::format("shard {}: its failover did not complete within {} s (--join-timeout): {}", s,
+                      config_.join_timeout_ms / 1000,
+                      f.stage == ShardFailover::Stage::promoting
+                          ? fmt::format("ps member {} never said it promoted its backup",
+                                        *layout_->owner(f.chosen))
+                          : std::string("a backup's member never answered how far it applied")),
+          out);
   for (uint32_t i = 0; i < members_.size() && phase_ != CoordinatorPhase::ended; ++i) {
     const MemberState& st = state_[i];
     if (st.awaiting_rejoin && now_ms >= st.rejoin_deadline_ms)
@@ -1029,6 +1054,7 @@ uint64_t CoordinatorCore::next_deadline() const {
   if (phase_ == CoordinatorPhase::joining) return std::min(join_deadline_ms_, next_notice_ms_);
   uint64_t t = next_heartbeat_ms_;
   if (summaries_pending()) t = std::min(t, summary_deadline_ms_);
+  for (const auto& [s, f] : failovers_) t = std::min(t, f.deadline_ms);
   for (size_t i = 0; i < members_.size(); ++i) {
     if (state_[i].awaiting_rejoin) t = std::min(t, state_[i].rejoin_deadline_ms);
     if (!state_[i].gone && !state_[i].finished)

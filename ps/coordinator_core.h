@@ -131,7 +131,7 @@ struct CoordinatorTotals {
   uint32_t workers_lost = 0;     // worker members lost (heartbeat timeout)
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
-  uint32_t failovers = 0;        // promotions of backups by a ps member (ShardsMoved to it)
+  uint32_t failovers = 0;        // promotions done: each Promoted, a member took over shards
   bool read_from_cache = true;   // every worker member read binary caches in its last epoch
   uint32_t checkpoints = 0;      // steps every shard has checkpointed (the job's checkpoint_every)
   uint32_t last_checkpoint_step = 0;
@@ -282,11 +282,12 @@ class CoordinatorCore {
   // ..." or "left (...)"): the backups it held are gone (their primaries stop waiting for them:
   // NodesLost), and each shard it served, or was about to serve, fails over (start_failover);
   // fails the job when a shard has no live backup left.
-  void fail_over(uint32_t i, const std::string& what, CoordinatorEffects& out);
+  void fail_over(uint32_t i, const std::string& what, uint64_t now_ms, CoordinatorEffects& out);
   // Failover of shard s, whose primary is gone (every member detached it on NodesLost), among
   // its live backups (more than one; fail_over moves a shard with one at once): each is asked
-  // how far it applied (ReportApplied) and the most advanced is chosen (decide).
-  void start_failover(NodeId s, CoordinatorEffects& out);
+  // how far it applied (ReportApplied, after NodesLost of epoch `lost_epoch`) and the most
+  // advanced is chosen (decide).
+  void start_failover(NodeId s, uint64_t lost_epoch, CoordinatorEffects& out);
   // Backup node `chosen` of shard s is to be promoted: it is spent, and this core's layout moves
   // the shard to its member, which it returns.
   uint32_t choose(NodeId s, NodeId chosen);
@@ -302,8 +303,10 @@ class CoordinatorCore {
   void advance_failover(NodeId s, CoordinatorEffects& out);
   // An Applied from member i: the answer to the oldest ReportApplied it has not answered.
   void on_applied(uint32_t i, const Applied& a, uint64_t now_ms, CoordinatorEffects& out);
-  // ReportApplied for backup nodes `backups` of shard s (all on one member) to their member.
-  void ask_applied(NodeId s, std::vector<NodeId> backups, CoordinatorEffects& out);
+  // ReportApplied for backup nodes `backups` of shard s (all on one member) to their member, whose
+  // answer must show it took the message of epoch `after_epoch` sent to it before.
+  void ask_applied(NodeId s, std::vector<NodeId> backups, uint64_t after_epoch,
+                   CoordinatorEffects& out);
   // Member i serves `p.shards` now: every other member is told (ShardsMoved) and resyncs.
   void on_promoted(uint32_t i, const Promoted& p, CoordinatorEffects& out);
   // ClockAdvance to clock_done, as a resync, to `shards` (restarted or failed over: added to
@@ -344,7 +347,8 @@ class CoordinatorCore {
   std::vector<std::vector<NodeId>> live_backups_;
   // A failover under way, by shard.
   struct ShardFailover {
-    uint64_t round = 0;  // its attempt (a new one once its chosen member is lost)
+    uint64_t round = 0;        // its attempt (a new one once its chosen member is lost)
+    uint64_t deadline_ms = 0;  // the attempt fails the job once past it (join_timeout_ms)
     enum class Stage { asking, moving, promoting } stage = Stage::asking;
     std::map<NodeId, std::optional<uint64_t>> applied{};  // asking: each live backup's answer
     NodeId chosen = 0;                                    // moving, promoting: the backup promoted
@@ -359,6 +363,7 @@ class CoordinatorCore {
     NodeId shard = 0;
     uint64_t round = 0;
     std::vector<NodeId> backups;
+    uint64_t after_epoch = 0;  // the answer's epoch must be at least this
   };
   std::map<uint32_t, std::deque<Question>> questions_;
   // Shards that restarted or failed over during the job: each waits for every sender's resync.

@@ -381,6 +381,7 @@ void MemberCore::promoted(std::vector<NodeId> shards, MemberEffects& out) {
 
 void MemberCore::applied(Applied applied, MemberEffects& out) {
   if (phase_ != MemberPhase::serving) return;
+  applied.epoch = membership_epoch_;
   send(std::move(applied), out);
 }
 

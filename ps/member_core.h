@@ -145,7 +145,8 @@ class MemberCore {
   const std::optional<ClusterLayout>& layout() const { return layout_; }
   // After effects.promote: the backups serve as these shards now (Promoted to the coordinator).
   void promoted(std::vector<NodeId> shards, MemberEffects& out);
-  // After effects.report_applied: how far each of those backups applied (Applied).
+  // After effects.report_applied: how far each of those backups applied (Applied, with the
+  // epoch of the last NodesLost, ShardsRestarted or ShardsMoved taken).
   void applied(Applied applied, MemberEffects& out);
   const Welcome& welcome() const { return welcome_; }
   // This process's incarnation (MemberConfig::me), for the driver to put on every message it

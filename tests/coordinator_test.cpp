@@ -1319,7 +1319,7 @@ BOOST_AUTO_TEST_CASE(a_lost_primary_fails_over_to_the_member_holding_its_backup)
   BOOST_TEST((promote[0].second.shards == std::vector<NodeId>{1, 2}));
   BOOST_TEST(promote[0].second.member == 0u);
   BOOST_TEST(promote[0].second.epoch > nodes_lost[0].second.epoch);
-  BOOST_TEST(core.totals().failovers == 1u);
+  BOOST_TEST(core.totals().failovers == 0u);  // counted once Promoted
 
   // Lies: a worker says it promoted them; the right member names other shards.
   for (const ControlMessage& lie :
@@ -1331,6 +1331,7 @@ BOOST_AUTO_TEST_CASE(a_lost_primary_fails_over_to_the_member_holding_its_backup)
   }
   CoordinatorEffects promoted;
   core.on_message({0, Promoted{{1, 2}}}, 9'200, promoted);
+  BOOST_TEST(core.totals().failovers == 1u);
   const auto moved = sent<ShardsMoved>(promoted);
   BOOST_REQUIRE_EQUAL(moved.size(), 1u);  // the live worker; member 0 knows, 1 and 3 are gone
   BOOST_TEST(moved[0].first == "tcp://10.0.0.3:7000");
@@ -1407,7 +1408,7 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
   BOOST_REQUIRE_EQUAL(promote.size(), 1u);
   BOOST_TEST(promote[0].first == "tcp://10.0.0.1:7000");
   BOOST_TEST((promote[0].second.shards == std::vector<NodeId>{1}));
-  BOOST_TEST(core.totals().failovers == 1u);
+  BOOST_TEST(core.totals().failovers == 0u);  // counted once Promoted
   // Its heartbeats stop now: that is no second loss.
   for (uint64_t now = 1'000; now <= 12'000; now += 250) {
     CoordinatorEffects fx;
@@ -1419,6 +1420,7 @@ BOOST_AUTO_TEST_CASE(a_ps_that_leaves_while_training_hands_its_shards_to_their_b
   }
   CoordinatorEffects promoted;
   core.on_message({0, Promoted{{1}}}, 12'100, promoted);
+  BOOST_TEST(core.totals().failovers == 1u);
   BOOST_TEST(sent<ShardsMoved>(promoted).size() == 1u);  // to the worker
   // Member 0 now serves shard 1 as well: its load lists it (a load from before the promotion
   // listed shard 0 alone), and the shard's rows add to what member 1 counted; the hot keys are
@@ -1506,11 +1508,13 @@ BOOST_AUTO_TEST_CASE(under_three_replicas_the_most_advanced_backup_is_promoted) 
   }
   BOOST_TEST(core.totals().counters.bad_messages == bad + 3);
 
+  // Each answer shows it took the NodesLost before the question (its epoch).
+  const uint64_t detached = lost[0].second.epoch;
   CoordinatorEffects first;
-  core.on_message({1, Applied{{5}, {10}}}, 700, first);
+  core.on_message({1, Applied{{5}, {10}, detached}}, 700, first);
   BOOST_TEST(first.control.empty());  // member 2 has not answered yet
   CoordinatorEffects second;
-  core.on_message({2, Applied{{6}, {12}}}, 800, second);
+  core.on_message({2, Applied{{6}, {12}, detached + 1}}, 800, second);
   BOOST_TEST(logged(second, "promoting node 6"));
   // Member 1, holding the other backup, moves first; member 2 is not told yet.
   BOOST_TEST((kinds_to(second, m1) == std::vector<std::string>{"ShardsMoved", "ReportApplied"}));
@@ -1521,17 +1525,19 @@ BOOST_AUTO_TEST_CASE(under_three_replicas_the_most_advanced_backup_is_promoted) 
   BOOST_TEST(follow[0].second.backups.empty());
   BOOST_TEST(core.totals().failovers == 0u);
 
+  // Its answer after the move shows it took it.
   CoordinatorEffects taken;
-  core.on_message({1, Applied{{5}, {10}}}, 900, taken);
+  core.on_message({1, Applied{{5}, {10}, follow[0].second.epoch}}, 900, taken);
   const auto promote = sent<ShardsMoved>(taken);
   BOOST_REQUIRE_EQUAL(promote.size(), 1u);
   BOOST_TEST(promote[0].first == m2);
   BOOST_TEST((promote[0].second.backups == std::vector<NodeId>{5}));
   BOOST_TEST(promote[0].second.epoch > follow[0].second.epoch);
-  BOOST_TEST(core.totals().failovers == 1u);
 
+  BOOST_TEST(core.totals().failovers == 0u);  // counted once done
   CoordinatorEffects promoted;
   core.on_message({2, Promoted{{0}}}, 1'000, promoted);
+  BOOST_TEST(core.totals().failovers == 1u);
   const auto rerouted = sent<ShardsMoved>(promoted);
   BOOST_REQUIRE_EQUAL(rerouted.size(), 1u);  // member 3: member 1 took the move already
   BOOST_TEST(rerouted[0].first == "tcp://10.0.0.4:7000");
@@ -1586,7 +1592,7 @@ BOOST_AUTO_TEST_CASE(a_failover_goes_on_past_losses_during_it) {
     BOOST_REQUIRE_EQUAL(at_once.size(), 1u);
     BOOST_TEST((at_once[0].second.shards == std::vector<NodeId>{2}));
     CoordinatorEffects answer;
-    core.on_message({1, Applied{{5}, {7}}}, 9'500, answer);
+    core.on_message({1, Applied{{5}, {7}, sent<NodesLost>(gone)[0].second.epoch}}, 9'500, answer);
     const auto promote = sent<ShardsMoved>(answer);
     BOOST_REQUIRE_EQUAL(promote.size(), 1u);
     BOOST_TEST(promote[0].first == m1);
@@ -1599,8 +1605,9 @@ BOOST_AUTO_TEST_CASE(a_failover_goes_on_past_losses_during_it) {
     auto core = three_replicas();
     CoordinatorEffects left, answers;
     core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
-    core.on_message({1, Applied{{5}, {12}}}, 600, answers);
-    core.on_message({2, Applied{{6}, {10}}}, 600, answers);
+    const uint64_t detached = sent<NodesLost>(left)[0].second.epoch;
+    core.on_message({1, Applied{{5}, {12}, detached}}, 600, answers);
+    core.on_message({2, Applied{{6}, {10}, detached}}, 600, answers);
     BOOST_TEST((kinds_to(answers, m2) == std::vector<std::string>{"ShardsMoved", "ReportApplied"}));
     CoordinatorEffects gone = heartbeats_until_lost(core, {2, 3}, 1'000);
     BOOST_REQUIRE(gone.failed.ok());
@@ -1612,12 +1619,46 @@ BOOST_AUTO_TEST_CASE(a_failover_goes_on_past_losses_during_it) {
     // Member 2's answer to the move of the first attempt: stale.
     const uint64_t bad = core.totals().counters.bad_messages;
     CoordinatorEffects stale;
-    core.on_message({2, Applied{{6}, {10}}}, 9'500, stale);
+    core.on_message({2, Applied{{6}, {10}, detached}}, 9'500, stale);
     BOOST_TEST(stale.control.empty());
     BOOST_TEST(core.totals().counters.bad_messages == bad);
     CoordinatorEffects promoted;
     core.on_message({2, Promoted{{0, 1}}}, 9'600, promoted);
     BOOST_TEST(sent<ShardsMoved>(promoted).size() == 1u);  // to the worker member
+  }
+}
+
+// A failover under replicated:3 never waits without end and never goes on unsafely: an answer
+// from a member that did not take the NodesLost sent before the question (a control message to
+// it was lost: its backup could still take the lost primary's forwards) ends the job, saying
+// so; so does a failover not done within the join timeout (answers that never come).
+BOOST_AUTO_TEST_CASE(a_failover_missing_a_message_or_an_answer_ends_the_job) {
+  {
+    auto core = three_replicas();
+    CoordinatorEffects left, answer;
+    core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+    core.on_message({1, Applied{{5}, {10}, sent<NodesLost>(left)[0].second.epoch - 1}}, 600,
+                    answer);
+    BOOST_TEST(
+        answer.failed.message().find("a control message to it was lost") != std::string::npos,
+        answer.failed.message());
+  }
+  {
+    auto core = three_replicas();
+    CoordinatorEffects left;
+    core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+    Status failed;
+    uint64_t now = 500;
+    for (; now <= 70'000 && failed.ok(); now += 250) {
+      CoordinatorEffects fx;
+      for (uint32_t i : {1u, 2u, 3u}) core.on_message({i, Heartbeat{now}}, now, fx);
+      core.on_timer(now, fx);
+      failed = fx.failed;
+    }
+    BOOST_TEST(now > 60'500u);
+    BOOST_TEST(failed.message().find("shard 0: its failover did not complete within 60 s") !=
+                   std::string::npos,
+               failed.message());
   }
 }
 

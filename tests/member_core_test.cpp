@@ -459,6 +459,7 @@ BOOST_AUTO_TEST_CASE(under_three_replicas_backups_report_and_follow_the_chosen_o
   ps1.applied(Applied{{5}, {17}}, answered);
   BOOST_REQUIRE_EQUAL(count_of<Applied>(answered), 1u);
   BOOST_TEST((std::get<Applied>(answered.control.front()).applied == std::vector<uint64_t>{17}));
+  BOOST_TEST(std::get<Applied>(answered.control.front()).epoch == 1u);  // it took the NodesLost
 
   // Node 6 (member 2) is chosen: member 1 follows it, member 2 promotes and forwards to node 5.
   fx = {};

@@ -638,7 +638,8 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
       {from, Promoted{{static_cast<uint32_t>(rng.next())}}},
       {from, ReportApplied{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
       {from, Applied{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())},
-                     {rng.next(), rng.next()}}},
+                     {rng.next(), rng.next()},
+                     rng.next()}},
       {from, ShardsCheckpointed{static_cast<uint32_t>(rng.next()), random_checkpoints(rng)}},
       {from,
        CheckpointComplete{static_cast<uint32_t>(rng.next()), random_checkpoints(rng),
@@ -694,7 +695,7 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
         if constexpr (std::is_same_v<T, Promoted>) return x.shards == y.shards;
         if constexpr (std::is_same_v<T, ReportApplied>) return x.backups == y.backups;
         if constexpr (std::is_same_v<T, Applied>)
-          return x.backups == y.backups && x.applied == y.applied;
+          return x.backups == y.backups && x.applied == y.applied && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, ShardsCheckpointed>)
           return x.step == y.step && same_checkpoints(x.shards, y.shards);
         if constexpr (std::is_same_v<T, CheckpointComplete>)
