@@ -724,6 +724,7 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& what, uint64_t no
       std::erase_if(f->second.applied,
                     [&](const auto& e) { return *layout_->owner(e.first) == i; });
       f->second.moving.erase(i);
+      f->second.deadline_ms = now_ms + config_.join_timeout_ms;
       waiting.push_back(s);
     }
   }
@@ -1015,16 +1016,6 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
                       i, members_[i].endpoint, config_.heartbeat_timeout_ms));
     }
   }
-  for (const auto& [s, f] : failovers_)
-    if (now_ms >= f.deadline_ms)
-      return fail(
-          fmt::format("shard {}: its failover did not complete within {} s (--join-timeout): {}", s,
-                      config_.join_timeout_ms / 1000,
-                      f.stage == ShardFailover::Stage::promoting
-                          ? fmt::format("ps member {} never said it promoted its backup",
-                                        *layout_->owner(f.chosen))
-                          : std::string("a backup's member never answered how far it applied")),
-          out);
   for (uint32_t i = 0; i < members_.size() && phase_ != CoordinatorPhase::ended; ++i) {
     const MemberState& st = state_[i];
     if (st.awaiting_rejoin && now_ms >= st.rejoin_deadline_ms)
@@ -1047,6 +1038,26 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
           i,
           fmt::format("no heartbeat for {} ms (--heartbeat-timeout-ms)", now_ms - st.last_heard_ms),
           now_ms, out);
+  }
+  // After the losses: a member lost while a failover waits on it is left out of it (fail_over),
+  // which gives the failover a fresh wait.
+  if (phase_ == CoordinatorPhase::ended) return;
+  for (const auto& [s, f] : failovers_) {
+    if (now_ms < f.deadline_ms) continue;
+    std::string waits;
+    if (f.stage == ShardFailover::Stage::asking)
+      waits = "a backup's member never answered how far it applied";
+    else if (f.stage == ShardFailover::Stage::moving)
+      waits = fmt::format("ps member{} {} never confirmed {} the new primary",
+                          f.moving.size() == 1 ? "" : "s", fmt::join(f.moving, ", "),
+                          f.moving.size() == 1 ? "it follows" : "they follow");
+    else
+      waits =
+          fmt::format("ps member {} never said it promoted its backup", *layout_->owner(f.chosen));
+    return fail(
+        fmt::format("shard {}: its failover did not complete within {} s (--join-timeout): {}", s,
+                    config_.join_timeout_ms / 1000, waits),
+        out);
   }
 }
 

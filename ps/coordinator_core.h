@@ -347,8 +347,10 @@ class CoordinatorCore {
   std::vector<std::vector<NodeId>> live_backups_;
   // A failover under way, by shard.
   struct ShardFailover {
-    uint64_t round = 0;        // its attempt (a new one once its chosen member is lost)
-    uint64_t deadline_ms = 0;  // the attempt fails the job once past it (join_timeout_ms)
+    uint64_t round = 0;  // its attempt (a new one once its chosen member is lost)
+    // The attempt fails the job once past it: join_timeout_ms after its start or after the last
+    // loss of a member it waited on (on_timer declares losses first).
+    uint64_t deadline_ms = 0;
     enum class Stage { asking, moving, promoting } stage = Stage::asking;
     std::map<NodeId, std::optional<uint64_t>> applied{};  // asking: each live backup's answer
     NodeId chosen = 0;                                    // moving, promoting: the backup promoted

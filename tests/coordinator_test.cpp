@@ -1447,9 +1447,10 @@ namespace {
 // Replicated:3 over three ps members, one shard each, and a worker member (node 3); the
 // coordinator's node 4. Backups: shard 0's nodes 5 (member 1) and 6 (member 2), shard 1's 7
 // (member 2) and 8 (member 0), shard 2's 9 (member 0) and 10 (member 1).
-CoordinatorCore three_replicas() {
+CoordinatorCore three_replicas(uint64_t join_timeout_ms = 60'000) {
   CoordinatorConfig c = config(3, 1, /*hierarchical=*/false);
   c.job.replicas = 3;
+  c.join_timeout_ms = join_timeout_ms;
   auto core = running_with(c, {member(MemberRole::ps, 1), member(MemberRole::ps, 2),
                                member(MemberRole::ps, 3), member(MemberRole::worker, 4)});
   return core;
@@ -1631,7 +1632,9 @@ BOOST_AUTO_TEST_CASE(a_failover_goes_on_past_losses_during_it) {
 // A failover under replicated:3 never waits without end and never goes on unsafely: an answer
 // from a member that did not take the NodesLost sent before the question (a control message to
 // it was lost: its backup could still take the lost primary's forwards) ends the job, saying
-// so; so does a failover not done within the join timeout (answers that never come).
+// so; so does a failover not done within the join timeout, naming what it waits for: an answer
+// of how far a backup applied, a member's answer that it took the move to the chosen backup, or
+// the chosen member's Promoted.
 BOOST_AUTO_TEST_CASE(a_failover_missing_a_message_or_an_answer_ends_the_job) {
   {
     auto core = three_replicas();
@@ -1643,23 +1646,78 @@ BOOST_AUTO_TEST_CASE(a_failover_missing_a_message_or_an_answer_ends_the_job) {
         answer.failed.message().find("a control message to it was lost") != std::string::npos,
         answer.failed.message());
   }
-  {
+  // Member 0 leaves at 500; members 1 and 2 answer `answers` of the questions they are sent
+  // (node 6, member 2's, applied more and is chosen); every live member heartbeats until the
+  // job fails: when, and why.
+  auto stuck = [](size_t answers) {
     auto core = three_replicas();
-    CoordinatorEffects left;
-    core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+    CoordinatorEffects fx;
+    core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, fx);
+    const uint64_t detached = sent<NodesLost>(fx)[0].second.epoch;
+    if (answers >= 1) {
+      core.on_message({1, Applied{{5}, {10}, detached}}, 600, fx);
+      core.on_message({2, Applied{{6}, {12}, detached}}, 600, fx);
+    }
+    if (answers >= 2) core.on_message({1, Applied{{5}, {10}, detached + 1}}, 700, fx);
+    BOOST_TEST(sent<ShardsMoved>(fx).size() == answers);
     Status failed;
     uint64_t now = 500;
     for (; now <= 70'000 && failed.ok(); now += 250) {
-      CoordinatorEffects fx;
-      for (uint32_t i : {1u, 2u, 3u}) core.on_message({i, Heartbeat{now}}, now, fx);
-      core.on_timer(now, fx);
-      failed = fx.failed;
+      CoordinatorEffects tick;
+      for (uint32_t i : {1u, 2u, 3u}) core.on_message({i, Heartbeat{now}}, now, tick);
+      core.on_timer(now, tick);
+      failed = tick.failed;
     }
     BOOST_TEST(now > 60'500u);
-    BOOST_TEST(failed.message().find("shard 0: its failover did not complete within 60 s") !=
-                   std::string::npos,
-               failed.message());
-  }
+    return failed.message();
+  };
+  const std::string within =
+      "shard 0: its failover did not complete within 60 s (--join-timeout): ";
+  const std::string asking = stuck(0), moving = stuck(1), promoting = stuck(2);
+  BOOST_TEST(asking.find(within + "a backup's member never answered how far it applied") !=
+                 std::string::npos,
+             asking);
+  BOOST_TEST(moving.find(within + "ps member 1 never confirmed it follows the new primary") !=
+                 std::string::npos,
+             moving);
+  BOOST_TEST(
+      promoting.find(within + "ps member 2 never said it promoted its backup") != std::string::npos,
+      promoting);
+}
+
+// A failover's deadline and the heartbeat timeout of the member it waits on pass before the
+// same timer (a join timeout no longer than the heartbeat timeout, or a driver late to call):
+// the member is declared lost first and left out, and the failover goes on without its answer
+// instead of ending the job.
+BOOST_AUTO_TEST_CASE(a_member_lost_as_its_failover_times_out_is_left_out_first) {
+  auto core = three_replicas(/*join_timeout_ms=*/5'000);
+  CoordinatorEffects left, answer;
+  core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+  core.on_message({1, Applied{{5}, {10}, sent<NodesLost>(left)[0].second.epoch}}, 600, answer);
+  BOOST_TEST(sent<ShardsMoved>(answer).empty());  // member 2 has not answered
+  // At 6 s: member 2 silent since 0 (heartbeat timeout 5 s), the failover started at 0.5 s.
+  CoordinatorEffects late;
+  for (uint32_t i : {1u, 3u}) core.on_message({i, Heartbeat{6'000}}, 6'000, late);
+  core.on_timer(6'000, late);
+  BOOST_REQUIRE_MESSAGE(late.failed.ok(), late.failed.message());
+  BOOST_TEST(core.gone(2));
+  // Shard 2 (member 2's) goes to its last backup, node 10; shard 0 to node 5: both on member 1.
+  const auto moved = sent<ShardsMoved>(late);
+  BOOST_REQUIRE_EQUAL(moved.size(), 2u);
+  BOOST_TEST(moved[0].first == "tcp://10.0.0.2:7000");
+  BOOST_TEST((moved[0].second.shards == std::vector<NodeId>{2}));
+  BOOST_TEST(moved[1].first == "tcp://10.0.0.2:7000");
+  BOOST_TEST((moved[1].second.shards == std::vector<NodeId>{0}));
+  // The loss gave it a fresh wait: the Promoted has until 11 s.
+  CoordinatorEffects waits;
+  core.on_message({1, Heartbeat{10'000}}, 10'000, waits);
+  core.on_message({3, Heartbeat{10'000}}, 10'000, waits);
+  core.on_timer(10'000, waits);
+  BOOST_TEST(waits.failed.ok());
+  CoordinatorEffects promoted;
+  core.on_message({1, Promoted{{2}}}, 10'100, promoted);
+  core.on_message({1, Promoted{{0}}}, 10'100, promoted);
+  BOOST_TEST(core.totals().failovers == 2u);
 }
 
 // A worker member that finishes (here: drained on SIGTERM) and exits as its shard fails over:
