@@ -51,19 +51,22 @@ bool logged(const MemberEffects& fx, const std::string& text) {
                      [&](const std::string& l) { return l.find(text) != std::string::npos; });
 }
 
-// A layout of one ps (two shards) and one worker (two replicas, an aggregator), as the
-// coordinator would hand it out, addressed to member `you`.
-Welcome layout(uint32_t you, bool durable = false) {
-  std::vector<MemberInfo> members = {info(MemberRole::ps, 2, 2, durable),
-                                     info(MemberRole::worker, 3, 2)};
-  JobSpec job;
-  job.hierarchical = true;
-  ShardMapSpec map;
-  Welcome w = plan_layout(members, job, map);
+// The layout of `members` training `job`, as the coordinator would hand it out, addressed to
+// member `you` (heartbeats every second, lost after 5 s).
+Welcome planned(const std::vector<MemberInfo>& members, const JobSpec& job, uint32_t you) {
+  Welcome w = plan_layout(members, job, ShardMapSpec{});
   w.you = you;
   w.heartbeat_ms = 1'000;
   w.heartbeat_timeout_ms = 5'000;
   return w;
+}
+
+// A layout of one ps (two shards) and one worker (two replicas, an aggregator), addressed to
+// member `you`.
+Welcome layout(uint32_t you, bool durable = false) {
+  JobSpec job;
+  job.hierarchical = true;
+  return planned({info(MemberRole::ps, 2, 2, durable), info(MemberRole::worker, 3, 2)}, job, you);
 }
 
 MemberCore welcomed(const MemberInfo& me, const Welcome& w, uint64_t now = 0) {
@@ -367,10 +370,7 @@ BOOST_AUTO_TEST_CASE(shards_moved_promotes_at_the_backup_and_reroutes_everyone_e
                                      info(MemberRole::worker, 3, 2)};
   JobSpec job;
   job.replicas = 2;
-  Welcome w = plan_layout(members, job, ShardMapSpec{});
-  w.heartbeat_ms = 1'000;
-  w.heartbeat_timeout_ms = 5'000;
-  w.you = 0;
+  Welcome w = planned(members, job, 0);
   MemberCore ps0 = welcomed(members[0], w);
   w.you = 2;
   MemberCore worker = welcomed(members[2], w);
@@ -428,10 +428,7 @@ BOOST_AUTO_TEST_CASE(under_three_replicas_backups_report_and_follow_the_chosen_o
                                      info(MemberRole::ps, 5), info(MemberRole::worker, 3)};
   JobSpec job;
   job.replicas = 3;
-  Welcome w = plan_layout(members, job, ShardMapSpec{});
-  w.heartbeat_ms = 1'000;
-  w.heartbeat_timeout_ms = 5'000;
-  w.you = 1;
+  Welcome w = planned(members, job, 1);
   MemberCore ps1 = welcomed(members[1], w);
   w.you = 2;
   MemberCore ps2 = welcomed(members[2], w);
