@@ -114,8 +114,15 @@ Expected<std::unique_ptr<PushLog>> PushLog::open(const std::string& path, size_t
     return log;
   }
   char h[header_bytes];
-  if (::pread(fd, h, sizeof h, 0) != ssize_t(sizeof h))
-    return Status::invalid_input(fmt::format("{}: not a Colony push log", path));
+  // The file holds a whole header (above): a read that fails or comes short is the disk's or a
+  // concurrent writer's doing, not a file of another kind.
+  const ssize_t got = ::pread(fd, h, sizeof h, 0);
+  if (got < 0) return log->fail("read its header");
+  if (got != ssize_t(sizeof h))
+    return Status::io_error(
+        fmt::format("{}: cannot read its header: {} of its {} bytes read (cut "
+                    "short while being opened?)",
+                    path, got, header_bytes));
   if (std::memcmp(h, magic_v1, sizeof magic_v1) == 0)
     log->version_ = 1;
   else if (std::memcmp(h, magic, sizeof magic) != 0)
