@@ -865,6 +865,58 @@ BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
   BOOST_TEST(ignored.empty());
 }
 
+// Nothing answers a ClockAdvance but a refusal. A shard that refuses one (here: it skips a step)
+// leaves the sender's clock behind for good, so the client fails, naming the refusal, instead of
+// dropping it as a reply to nothing; a refusal of a ClockAdvance from another node than its
+// shard, or read after a later reply from that shard (which took the ClockAdvance before it), is
+// dropped as any reply to nothing.
+BOOST_AUTO_TEST_CASE(a_client_fails_when_a_shard_refuses_its_clock_advance) {
+  ShardConfig sc{0,         0,
+                 1,         default_optimizer_config(OptimizerKind::sgd),
+                 RowInit{}, Consistency{},
+                 {5},       ShardMapSpec{1, 1, 16, 0}};
+  auto shard = std::move(ShardCore::make(sc).value());
+  auto client = std::move(KvClient::make({5, ShardMapSpec{1, 1, 16, 0}, {0}, 1, false}).value());
+  Outbox out, replies;
+  client->push({}, {}, 1, out);
+  BOOST_REQUIRE_EQUAL(out.size(), 1u);
+  const uint64_t first = std::get<ClockAdvance>(out[0].message).header.request_id;
+  shard->on_message(out[0].message, replies);
+  BOOST_TEST(replies.empty());  // taken: nothing answers it
+  // A pull answered after it: the first ClockAdvance was taken; a refusal of it now is a lie.
+  out.clear();
+  std::vector<float> values(1);
+  const uint64_t k = make_key(1, 1);
+  client->pull(std::span(&k, 1), 1, 5, values, out);
+  shard->on_message(out[0].message, replies);
+  BOOST_REQUIRE_EQUAL(replies.size(), 1u);
+  Outbox ignored;
+  client->on_message(replies[0].message, ignored);
+  const uint64_t before = client->replies_dropped();
+  client->on_message(PsError{{0, first, 1}, PsErrorCode::out_of_order, "late lie"}, ignored);
+  BOOST_TEST(client->replies_dropped() == before + 1);
+  BOOST_TEST(client->error().ok());
+  // Step 3 after step 1: the shard refuses it. From another node, the refusal is dropped.
+  out.clear();
+  replies.clear();
+  client->push({}, {}, 3, out);
+  shard->on_message(out[0].message, replies);
+  BOOST_REQUIRE_EQUAL(replies.size(), 1u);
+  PsError refusal = std::get<PsError>(replies[0].message);
+  BOOST_TEST(int(refusal.code) == int(PsErrorCode::out_of_order));
+  PsError forged = refusal;
+  forged.header.sender = 7;
+  const uint64_t dropped = client->replies_dropped();
+  client->on_message(forged, ignored);
+  BOOST_TEST(client->replies_dropped() == dropped + 1);
+  BOOST_TEST(client->error().ok());
+  client->on_message(refusal, ignored);
+  BOOST_TEST(client->error().message().find("refused the clock advance") != std::string::npos,
+             client->error().message());
+  BOOST_TEST(client->error().message().find("skips steps") != std::string::npos);
+  BOOST_TEST(ignored.empty());
+}
+
 // A push part may leave its keys out and name the pull (part) whose keys it carries
 // (PushRequest::keys_of_pull): the shard applies it as the keys of that pull, its sender's for
 // the step before. A pull it does not hold (another step's, another sender's, none) is refused

@@ -33,7 +33,18 @@ KvClient::KvClient(const Options& options, ShardMap map)
       map_(std::move(map)),
       sent_(map_.shards()),
       last_clock_(map_.shards(), 0),
-      acked_push_(map_.shards(), 0) {}
+      acked_push_(map_.shards(), 0),
+      clock_requests_(map_.shards()) {}
+
+void KvClient::send_clock(uint32_t shard, uint32_t clock, Outbox& out, bool resync,
+                          uint32_t acked_push) {
+  const uint64_t id = next_request_++;
+  std::deque<uint64_t>& ids = clock_requests_[shard];
+  if (ids.size() == clock_requests_max) ids.pop_front();
+  ids.push_back(id);
+  out.push_back({options_.shard_nodes[shard],
+                 ClockAdvance{{options_.id, id, map_.version()}, clock, resync, acked_push}});
+}
 
 void KvClient::log_sent(uint32_t shard, Sent sent) {
   last_clock_[shard] = sent.clock;
@@ -179,8 +190,7 @@ KvClient::Ticket KvClient::push(std::span<const uint64_t> keys, std::span<const 
     ++messages_sent_;
     if (pos.empty()) {
       log_sent(shard, Sent{clock, false, false, 0, 0, {}});
-      out.push_back({options_.shard_nodes[shard],
-                     ClockAdvance{{options_.id, next_request_++, map_.version()}, clock}});
+      send_clock(shard, clock, out);
       continue;
     }
     // The parts: aligned with the pull's answered parts, leaving the keys out, where the pull
@@ -272,8 +282,7 @@ void KvClient::hint(std::span<const uint64_t> keys, Outbox& out) {
 void KvClient::finish(Outbox& out) {
   for (uint32_t shard = 0; shard < options_.shard_nodes.size(); ++shard) {
     log_sent(shard, Sent{clock_done, false, false, 0, 0, {}});
-    out.push_back({options_.shard_nodes[shard],
-                   ClockAdvance{{options_.id, next_request_++, map_.version()}, clock_done}});
+    send_clock(shard, clock_done, out);
   }
 }
 
@@ -286,9 +295,7 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
   const NodeId node = options_.shard_nodes[shard];
   auto& log = sent_[shard];
   const uint32_t base = log.empty() ? last_clock_[shard] : log.front().clock - 1;
-  out.push_back(
-      {node, ClockAdvance{
-                 {options_.id, next_request_++, map_.version()}, base, true, acked_push_[shard]}});
+  send_clock(shard, base, out, /*resync=*/true, acked_push_[shard]);
   // The restarted shard knows none of the pulls it answered before: no push to it leaves its
   // keys out on their account (the pulls answered whole are forgotten; a restart is rare).
   for (auto& [ticket, open] : open_) {
@@ -298,12 +305,10 @@ bool KvClient::resync(uint32_t shard, Outbox& out) {
   pulled_.clear();
   pulled_keys_ = 0;
   for (Sent& s : log) {
-    if (!s.is_push) {
-      out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
-      continue;
-    }
-    if (s.acked) {  // applied: a clock advance keeps the sequence without applying it twice
-      out.push_back({node, ClockAdvance{{options_.id, next_request_++, map_.version()}, s.clock}});
+    // A clock advance, or an applied push: a clock advance keeps the sequence without applying
+    // it twice.
+    if (!s.is_push || s.acked) {
+      send_clock(shard, s.clock, out);
       continue;
     }
     // Every part again, under fresh request ids: the parts acknowledged before were kept by
@@ -399,6 +404,9 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
       if (o != open_.end() && o->second.is_pull != *pull) return {};
     }
     requests_.erase(it);
+    // The shard took every ClockAdvance sent to it before this request.
+    std::deque<uint64_t>& clocks = clock_requests_[r.shard];
+    while (!clocks.empty() && clocks.front() < request) clocks.pop_front();
     return r;
   };
   if (auto* reply = std::get_if<PullReply>(&message)) {
@@ -489,6 +497,15 @@ void KvClient::on_message(const PsMessage& message, Outbox& out) {
     const Request r = find(err->header.request_id);
     auto it = open_.find(r.ticket);
     if (it == open_.end()) {
+      // A ClockAdvance refused (it skips steps, came amid a push in parts, or from no sender of
+      // the shard): this client's clock there would stay behind, and the job wait for it.
+      for (uint32_t shard = 0; shard < options_.shard_nodes.size(); ++shard)
+        if (options_.shard_nodes[shard] == from &&
+            std::binary_search(clock_requests_[shard].begin(), clock_requests_[shard].end(),
+                               err->header.request_id))
+          return fail(
+              Status::internal(fmt::format("node {} refused the clock advance of request {}: {}",
+                                           from, err->header.request_id, err->message)));
       ++replies_dropped_;
       return;
     }

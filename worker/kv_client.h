@@ -181,6 +181,10 @@ class KvClient {
   void send_pull(Ticket ticket, const Open& open, uint32_t shard, uint32_t first, uint32_t count,
                  Outbox& out);
   void fail(Status s);
+  // Sends shard `shard` a ClockAdvance to `clock` (a resync naming `acked_push` with `resync`)
+  // under a new request id, kept in clock_requests_.
+  void send_clock(uint32_t shard, uint32_t clock, Outbox& out, bool resync = false,
+                  uint32_t acked_push = 0);
   // The pull of step clock - 1 whose keys are `keys` (in order) under the current map, answered
   // whole, or nullptr.
   std::shared_ptr<const Pulled> pulled_for(std::span<const uint64_t> keys, uint32_t clock) const;
@@ -221,6 +225,12 @@ class KvClient {
   uint64_t pushes_keyed_again_ = 0;
   std::vector<uint32_t> last_clock_;  // per shard: the clock of the latest push or advance
   std::vector<uint32_t> acked_push_;  // per shard: the clock of the latest acknowledged push
+  // Per shard: the request ids of the ClockAdvances sent to it that no later reply from it shows
+  // taken (a shard answers one sender in the order it sent), oldest first, the latest
+  // clock_requests_max. Nothing answers a ClockAdvance but a refusal (PsError), which would
+  // otherwise name no request this client knows, and leave its clock behind for good.
+  static constexpr size_t clock_requests_max = 1024;
+  std::vector<std::deque<uint64_t>> clock_requests_;
   Status error_;
 };
 
