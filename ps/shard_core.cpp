@@ -450,6 +450,13 @@ void ShardCore::on_filled_push(const PushRequest& r, Outbox& out) {
 void ShardCore::take_push(const PushRequest& r, const std::vector<uint64_t>* filled, Outbox& out) {
   if (stale(r.header, out)) return;
   const NodeId sender = r.header.sender;
+  if (applied_already(sender, r.clock)) {
+    // Acknowledged as its first copy was (its keys, left out or not, are not needed), and
+    // applied no more.
+    ++(r.more ? stats_.push_parts_duplicate : stats_.pushes_duplicate);
+    out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
+    return;
+  }
   if (r.keys_of_pull == 0) {
     keys_dropped_.erase(sender);  // the sender moved on, or sends the push again with its keys
     return apply_push(r, out);
@@ -533,13 +540,6 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
     if (clock == clocks_.end())
       return refuse(
           fmt::format("node {} is not a sender of shard {}", sender, config_.shard_index));
-    if (open == parts_.end() && r.clock <= clock->second) {
-      // A part of a push applied already (a late copy, or a push re-sent after a resync):
-      // acknowledged, as its last part will be, and not kept.
-      ++stats_.push_parts_duplicate;
-      out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
-      return;
-    }
     if (!owns_all(r.header, r.keys, out)) return (void)parts_.erase(sender);
     PushParts& parts = parts_[sender];
     parts.clock = r.clock;
@@ -574,60 +574,59 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
   if (!rows && !owns_all(r.header, r.keys, out)) return;
   bool duplicate = false;
   if (!advance(r.header, r.clock, duplicate, out)) return;
-  if (duplicate) {
-    ++stats_.pushes_duplicate;
-  } else {
-    // Every part with the rows of its pull, or nullptr: those are looked up, in one batch
-    // against the store.
-    std::vector<std::pair<const PushRequest*, std::vector<float*>*>> all;
-    for (const PushRequest& p : earlier) all.emplace_back(&p, pulled_rows(p));
-    all.emplace_back(&r, rows);
-    const bool batch = std::any_of(all.begin(), all.end(), [](auto& a) { return !a.second; });
-    if (batch) {
-      Status loaded;
-      if (earlier.empty()) {
-        loaded = store_->load(r.keys);
-      } else {
-        std::vector<uint64_t> keys;
-        for (const auto& [p, pulled] : all)
-          if (!pulled) keys.insert(keys.end(), p->keys.begin(), p->keys.end());
-        loaded = store_->load(keys);
-      }
-      if (!store_ok(loaded)) return;
-    }
-    for (const auto& [p, pulled] : all) {
-      constexpr size_t ahead = 8;  // index slots prefetched ahead of the lookups, as answer()
-      for (size_t i = 0; i < p->keys.size(); ++i) {
-        float* row_of = nullptr;
-        if (pulled) {
-          row_of = (*pulled)[i];
-        } else {
-          if (i + ahead < p->keys.size()) store_->prefetch(p->keys[i + ahead]);
-          row_of = sketch_ ? existing_row(p->keys[i]) : row(p->keys[i]);
-        }
-        if (!row_of) {
-          ++stats_.updates_dropped;  // not admitted: the key has no row to update
-          continue;
-        }
-        // An update that would overflow the row is not made: it keeps its last finite value.
-        if (!optimizer_->apply_finite({row_of, width_}, {row_of + width_, state_},
-                                      {&p->grads[i * width_], width_}, saved_row_)) {
-          ++stats_.updates_not_finite;
-          last_row_not_finite_ = {p->keys[i], sender, r.clock};
-          continue;
-        }
-        if (stamp_) row_of[width_ + state_] = float(r.clock);
-      }
-      stats_.rows_pushed += p->keys.size();
-    }
-    if (batch) {
-      store_->stage_clock(sender, r.clock);  // in the same atomic batch as the rows
-      if (!store_ok(store_->commit())) return;
+  // take_push acknowledged a step applied already before anything else.
+  COLONY_ASSERT(!duplicate, "the push of step {} from node {} was applied already", r.clock,
+                sender);
+  // Every part with the rows of its pull, or nullptr: those are looked up, in one batch
+  // against the store.
+  std::vector<std::pair<const PushRequest*, std::vector<float*>*>> all;
+  for (const PushRequest& p : earlier) all.emplace_back(&p, pulled_rows(p));
+  all.emplace_back(&r, rows);
+  const bool batch = std::any_of(all.begin(), all.end(), [](auto& a) { return !a.second; });
+  if (batch) {
+    Status loaded;
+    if (earlier.empty()) {
+      loaded = store_->load(r.keys);
     } else {
-      ++stats_.pushes_reusing_pull_rows;
+      std::vector<uint64_t> keys;
+      for (const auto& [p, pulled] : all)
+        if (!pulled) keys.insert(keys.end(), p->keys.begin(), p->keys.end());
+      loaded = store_->load(keys);
     }
-    ++stats_.pushes_applied;
+    if (!store_ok(loaded)) return;
   }
+  for (const auto& [p, pulled] : all) {
+    constexpr size_t ahead = 8;  // index slots prefetched ahead of the lookups, as answer()
+    for (size_t i = 0; i < p->keys.size(); ++i) {
+      float* row_of = nullptr;
+      if (pulled) {
+        row_of = (*pulled)[i];
+      } else {
+        if (i + ahead < p->keys.size()) store_->prefetch(p->keys[i + ahead]);
+        row_of = sketch_ ? existing_row(p->keys[i]) : row(p->keys[i]);
+      }
+      if (!row_of) {
+        ++stats_.updates_dropped;  // not admitted: the key has no row to update
+        continue;
+      }
+      // An update that would overflow the row is not made: it keeps its last finite value.
+      if (!optimizer_->apply_finite({row_of, width_}, {row_of + width_, state_},
+                                    {&p->grads[i * width_], width_}, saved_row_)) {
+        ++stats_.updates_not_finite;
+        last_row_not_finite_ = {p->keys[i], sender, r.clock};
+        continue;
+      }
+      if (stamp_) row_of[width_ + state_] = float(r.clock);
+    }
+    stats_.rows_pushed += p->keys.size();
+  }
+  if (batch) {
+    store_->stage_clock(sender, r.clock);  // in the same atomic batch as the rows
+    if (!store_ok(store_->commit())) return;
+  } else {
+    ++stats_.pushes_reusing_pull_rows;
+  }
+  ++stats_.pushes_applied;
   out.push_back({sender, PushAck{{config_.id, r.header.request_id, map_.version()}}});
   release_waiting(out);
 }
@@ -644,6 +643,8 @@ void ShardCore::follow_resync(const ClockAdvance& r, Outbox& out) {
 
 void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
   if (stale(r.header, out)) return;
+  // A late copy (a resync sets the clock anew: it goes on).
+  if (!r.resync && applied_already(r.header.sender, r.clock)) return;
   if (parts_.erase(r.header.sender)) {
     out.push_back({r.header.sender,
                    PsError{{config_.id, r.header.request_id, map_.version()},

@@ -353,6 +353,13 @@ class ShardCore {
   // Accepts a new clock from a sender: false (with a PsError queued) if it is out of order or
   // from an unknown sender, and sets `duplicate` when it is a retry.
   bool advance(const MessageHeader& h, uint32_t clock, bool& duplicate, Outbox& out);
+  // Whether step `clock` of `sender` is one this core applied already: a message of it is a late
+  // copy, or one sent again after a resync, and must not touch what is open for the sender now
+  // (its push in parts, a push refused for its keys).
+  bool applied_already(NodeId sender, uint32_t clock) const {
+    auto it = clocks_.find(sender);
+    return it != clocks_.end() && clock <= it->second;
+  }
   bool stale(const MessageHeader& h, Outbox& out);
   // The first of `keys` that does not belong to this shard under its map, or nullptr.
   const uint64_t* foreign_key(const std::vector<uint64_t>& keys) const;

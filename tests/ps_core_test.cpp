@@ -31,6 +31,17 @@ using namespace colony;
 
 namespace {
 
+// A shard alone in its map (shard 0, node 0) for `senders`, rows of `width` floats updated by
+// SGD at learning rate 1 (a push of g subtracts g), whose pull replies travel in `wire_format`.
+std::unique_ptr<ShardCore> sgd_shard(std::vector<NodeId> senders, size_t width = 1,
+                                     ValueFormat wire_format = ValueFormat::fp32) {
+  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
+  sgd.lr = 1.0f;
+  ShardConfig sc{0, 0, width, sgd, RowInit{}, Consistency{}, senders, ShardMapSpec{1, 1, 16, 0}};
+  sc.wire_format = wire_format;
+  return std::move(ShardCore::make(sc).value());
+}
+
 struct Setup {
   uint32_t shards = 2;
   uint32_t workers = 2;
@@ -484,12 +495,7 @@ BOOST_AUTO_TEST_CASE(shard_refuses_out_of_order_and_ignores_duplicate_pushes) {
 // a duplicate). A part out of protocol drops the parts kept and is refused: one of another step,
 // a clock advance in the middle, a part not finite, a part from a node that is not a sender.
 BOOST_AUTO_TEST_CASE(a_push_in_parts_is_applied_whole_at_its_last_part_and_once) {
-  ShardConfig sc{0,         0,
-                 1,         default_optimizer_config(OptimizerKind::sgd),
-                 RowInit{}, Consistency{},
-                 {7},       ShardMapSpec{1, 1, 16, 0}};
-  sc.optimizer.lr = 1.0f;
-  auto shard = std::move(ShardCore::make(sc).value());
+  auto shard = sgd_shard({7});
   const uint64_t k1 = make_key(1, 1), k2 = make_key(1, 2), k3 = make_key(1, 3);
   auto value = [&](uint64_t key) {
     float v = 0;
@@ -570,6 +576,49 @@ BOOST_AUTO_TEST_CASE(a_push_in_parts_is_applied_whole_at_its_last_part_and_once)
   BOOST_TEST(refused(Outbox{out[1]}, "was not finished"));
   BOOST_TEST(shard->min_clock() == clock_done);
   BOOST_TEST(value(k1) == v1 - 1.0f);
+}
+
+// A late copy of a step applied already (a part, a last part, a part naming a pull the shard no
+// longer holds, a clock advance) that comes while the sender's next push is in parts is a
+// duplicate: acknowledged (a push's) or ignored, never refused; the open push stays whole and is
+// applied with its last part, and the sender's client hears no refusal.
+BOOST_AUTO_TEST_CASE(late_copies_of_an_applied_step_leave_a_push_in_parts_whole) {
+  auto shard = sgd_shard({7});
+  const uint64_t k1 = make_key(1, 1), k2 = make_key(1, 2);
+  auto value = [&](uint64_t key) {
+    float v = 0;
+    shard->row_value(key, {&v, 1});
+    return v;
+  };
+  const float v1 = value(k1), v2 = value(k2);
+  auto part = [](uint64_t request, uint32_t clock, uint64_t key, float g, bool more) {
+    return PushRequest{{7, request, 1}, clock, {key}, {g}, ValueFormat::fp32, more};
+  };
+  Outbox out;
+  shard->on_message(part(1, 1, k1, 1.0f, true), out);
+  shard->on_message(part(2, 1, k2, 1.0f, false), out);
+  shard->on_message(ClockAdvance{{7, 3, 1}, 2}, out);
+  BOOST_REQUIRE_EQUAL(shard->min_clock(), 2u);
+  // Step 3 in parts; late copies of steps 1 and 2 come in the middle.
+  shard->on_message(part(4, 3, k1, 2.0f, true), out);
+  PushRequest named = part(1, 1, 0, 1.0f, true);
+  named.keys.clear();
+  named.keys_of_pull = 99;  // a pull the shard does not hold
+  out.clear();
+  for (const PsMessage& copy :
+       {PsMessage{part(1, 1, k1, 1.0f, true)}, PsMessage{part(2, 1, k2, 1.0f, false)},
+        PsMessage{named}, PsMessage{ClockAdvance{{7, 3, 1}, 2}}})
+    shard->on_message(copy, out);
+  BOOST_TEST(out.size() == 3u);  // the pushes' acknowledgements; nothing answers a clock
+  for (const Outgoing& o : out) BOOST_TEST(std::holds_alternative<PushAck>(o.message));
+  BOOST_TEST(shard->stats().push_parts_duplicate == 2u);
+  BOOST_TEST(shard->stats().pushes_duplicate == 1u);
+  BOOST_TEST(shard->stats().push_keys_unknown == 0u);
+  shard->on_message(part(5, 3, k2, 4.0f, false), out);
+  BOOST_TEST(shard->min_clock() == 3u);
+  BOOST_TEST(shard->stats().pushes_applied == 2u);
+  BOOST_TEST(value(k1) == v1 - 3.0f);
+  BOOST_TEST(value(k2) == v2 - 5.0f);
 }
 
 // A NaN or infinite gradient never reaches a row: the push is refused whole (its finite rows
@@ -871,11 +920,7 @@ BOOST_AUTO_TEST_CASE(a_client_drops_replies_that_answer_nothing_it_asked) {
 // shard, or read after a later reply from that shard (which took the ClockAdvance before it), is
 // dropped as any reply to nothing.
 BOOST_AUTO_TEST_CASE(a_client_fails_when_a_shard_refuses_its_clock_advance) {
-  ShardConfig sc{0,         0,
-                 1,         default_optimizer_config(OptimizerKind::sgd),
-                 RowInit{}, Consistency{},
-                 {5},       ShardMapSpec{1, 1, 16, 0}};
-  auto shard = std::move(ShardCore::make(sc).value());
+  auto shard = sgd_shard({5});
   auto client = std::move(KvClient::make({5, ShardMapSpec{1, 1, 16, 0}, {0}, 1, false}).value());
   Outbox out, replies;
   client->push({}, {}, 1, out);
@@ -924,13 +969,8 @@ BOOST_AUTO_TEST_CASE(a_client_fails_when_a_shard_refuses_its_clock_advance) {
 // and the push sent again with its keys is applied once: the rows end as a shard's that only
 // ever saw pushes with keys.
 BOOST_AUTO_TEST_CASE(a_push_that_leaves_its_keys_out_is_applied_as_the_keys_of_the_pull_it_names) {
-  ShardConfig sc{0,         0,
-                 1,         default_optimizer_config(OptimizerKind::sgd),
-                 RowInit{}, Consistency{},
-                 {7, 8},    ShardMapSpec{1, 1, 16, 0}};
-  sc.optimizer.lr = 1.0f;
-  auto shard = std::move(ShardCore::make(sc).value());
-  auto twin = std::move(ShardCore::make(sc).value());  // sees only pushes with keys
+  auto shard = sgd_shard({7, 8});
+  auto twin = sgd_shard({7, 8});  // sees only pushes with keys
   const uint64_t k1 = make_key(1, 1), k2 = make_key(1, 2), k3 = make_key(1, 3);
   auto code = [](const Outbox& out) {
     auto* e = out.empty() ? nullptr : std::get_if<PsError>(&out.back().message);
@@ -1335,16 +1375,6 @@ BOOST_AUTO_TEST_CASE(the_aggregator_refuses_pulls_out_of_protocol) {
   }
 }
 
-// A shard of one map slot range for sender 7, rows of `width` floats updated by SGD at step 1
-// (a push of g subtracts g), whose pull replies travel in `wire_format`.
-std::unique_ptr<ShardCore> sgd_shard(size_t width, ValueFormat wire_format) {
-  OptimizerConfig sgd = default_optimizer_config(OptimizerKind::sgd);
-  sgd.lr = 1.0f;
-  ShardConfig sc{0, 0, width, sgd, RowInit{}, Consistency{}, {7}, ShardMapSpec{1, 1, 16, 0}};
-  sc.wire_format = wire_format;
-  return std::move(ShardCore::make(sc).value());
-}
-
 // --wire-format bf16: a shard rounds the rows it sends to the nearest bf16 value but keeps them
 // fp32, so updates smaller than bf16's spacing still add up; a client rounds each gradient it
 // pushes stochastically, the same way in every run, and without bias: averaged over many steps,
@@ -1394,7 +1424,7 @@ void check_pushes_unbiased(ValueFormat format, int spacing_log2, Check check) {
 // the scales beside them, while the shard's rows stay fp32 (and reads after training get them
 // whole); a client's pushed rows are rounded stochastically, reproducibly and without bias.
 BOOST_AUTO_TEST_CASE(int8_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
-  auto shard = sgd_shard(3, ValueFormat::int8);
+  auto shard = sgd_shard({7}, 3, ValueFormat::int8);
   const uint64_t key = make_key(1, 1);
   std::vector<float> init(3);
   shard->row_value(key, init);
@@ -1436,7 +1466,7 @@ BOOST_AUTO_TEST_CASE(int8_on_the_wire_rounds_replies_and_pushes_but_never_the_ro
 }
 
 BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
-  auto shard = sgd_shard(1, ValueFormat::bf16);
+  auto shard = sgd_shard({7}, 1, ValueFormat::bf16);
   const uint64_t key = make_key(1, 1);
   Outbox out;
   // Ten steps of -1e-4 from 1: each far below bf16's spacing at 1 (2^-7), together 1e-3.
@@ -1470,7 +1500,7 @@ BOOST_AUTO_TEST_CASE(bf16_on_the_wire_rounds_replies_and_pushes_but_never_the_ro
 // --wire-format fp16: replies rounded to the nearest fp16 (saturating at +-65504), pushes
 // stochastically (their mean is the gradient), two bytes a value; the rows stay fp32.
 BOOST_AUTO_TEST_CASE(fp16_on_the_wire_rounds_replies_and_pushes_but_never_the_rows) {
-  auto shard = sgd_shard(2, ValueFormat::fp16);
+  auto shard = sgd_shard({7}, 2, ValueFormat::fp16);
   const uint64_t key = make_key(1, 1);
   Outbox out;
   shard->on_message(PushRequest{{7, 1, 1}, 1, {key}, {-0.1f, -1e6f}}, out);  // 0 -> 0.1, 1e6
