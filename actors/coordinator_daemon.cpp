@@ -172,6 +172,7 @@ class Coordinator {
     if (was_joining && core_->phase() != CoordinatorPhase::joining &&
         core_->phase() != CoordinatorPhase::ended)
       setup_routing();
+    std::vector<std::pair<uint32_t, ControlBody>> unsent;  // member, what it did not get
     for (ControlOut& c : fx.control) {
       if (auto* lost = std::get_if<NodesLost>(&c.message.body)) p_.bridge->mark_lost(lost->nodes);
       if (auto* back = std::get_if<ShardsRestarted>(&c.message.body))
@@ -179,8 +180,12 @@ class Coordinator {
       // Not waiting: the loop keeps its deadlines even when a member's queue is full or gone.
       if (Status s = p_.bridge->send_control(c.endpoint, c.public_key, c.message, /*wait=*/false,
                                              c.one_off);
-          !s.ok())
+          !s.ok()) {
         log_(fmt::format("could not send to {}: {}", c.endpoint, s.message()));
+        const auto& members = core_->members();
+        for (uint32_t i = 0; i < members.size() && !c.one_off; ++i)
+          if (members[i].endpoint == c.endpoint) unsent.emplace_back(i, c.message.body);
+      }
     }
     // A failover: this process's messages to the moved shards (the lost workers' clocks below,
     // evaluation pulls) go to their new member.
@@ -196,6 +201,11 @@ class Coordinator {
       if (std::holds_alternative<Start>(c.message.body)) start_ms_ = now_ms();
     if (fx.training_done) trained_ = true;
     if (!fx.failed.ok() && failed_.ok()) failed_ = fx.failed;
+    for (const auto& [i, body] : unsent) {
+      CoordinatorEffects more;
+      core_->on_send_failed(i, body, now_ms(), more);
+      apply(more);
+    }
   }
 
   // A deep model's final dense layers come with the worker members' MemberDone. Kept for

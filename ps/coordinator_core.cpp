@@ -1061,6 +1061,20 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
   }
 }
 
+void CoordinatorCore::on_send_failed(uint32_t i, const ControlBody& body, uint64_t now_ms,
+                                     CoordinatorEffects& out) {
+  if (i >= members_.size() || state_[i].gone || phase_ == CoordinatorPhase::ended) return;
+  const char* missed = std::holds_alternative<NodesLost>(body)         ? "NodesLost"
+                       : std::holds_alternative<ShardsMoved>(body)     ? "ShardsMoved"
+                       : std::holds_alternative<ShardsRestarted>(body) ? "ShardsRestarted"
+                                                                       : nullptr;
+  if (!missed) return;
+  lose(i,
+       fmt::format("a {} could not be sent to it: it would act on a cluster that has moved on",
+                   missed),
+       now_ms, out);
+}
+
 uint64_t CoordinatorCore::next_deadline() const {
   if (phase_ == CoordinatorPhase::joining) return std::min(join_deadline_ms_, next_notice_ms_);
   uint64_t t = next_heartbeat_ms_;

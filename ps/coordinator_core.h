@@ -14,7 +14,8 @@
 //             logs who it still waits for; after join_timeout_ms it fails the job naming them.
 //   starting  every member is sent a Welcome with the whole layout; the job starts (Start to
 //             every worker member) once each has answered Ready.
-//   running   members send heartbeats; a member silent for heartbeat_timeout_ms is lost. A lost
+//   running   members send heartbeats; a member silent for heartbeat_timeout_ms is lost, and so
+//             is one the driver could not send a membership change (on_send_failed). A lost
 //             ps member fails the job (its rows are gone), unless it joined as durable (its
 //             shards keep their rows on disk): then the others are told to stop sending to its
 //             nodes, and the job waits up to join_timeout_ms for it to join again from the same
@@ -194,6 +195,14 @@ class CoordinatorCore {
   void on_message(const ControlMessage& message, uint64_t now_ms, CoordinatorEffects& out);
   // Deadlines: join timeout, notices, heartbeats to send, members to declare lost.
   void on_timer(uint64_t now_ms, CoordinatorEffects& out);
+  // The driver could not hand member i (not a one-off joiner) the control message `body` it was
+  // given to send (its queue stayed full, or it is gone). One that changes what the member may
+  // send or take (NodesLost, ShardsMoved, ShardsRestarted) leaves it acting on a cluster that has
+  // moved on, and nothing later tells it what it missed: it is declared lost at once, as a silent
+  // one is (under replication its shards fail over; a failover waiting on it goes on without it).
+  // Any other is logged by the driver only. Nothing for a member gone already.
+  void on_send_failed(uint32_t i, const ControlBody& body, uint64_t now_ms,
+                      CoordinatorEffects& out);
   // The next time on_timer has something to do.
   uint64_t next_deadline() const;
 

@@ -1720,6 +1720,46 @@ BOOST_AUTO_TEST_CASE(a_member_lost_as_its_failover_times_out_is_left_out_first) 
   BOOST_TEST(core.totals().failovers == 2u);
 }
 
+// A control message that changes what a member may do, which the driver could not send it (its
+// queue stayed full), leaves the member acting on a cluster that has moved on: under
+// replicated:3, a member that cannot be told of a move it must take before the promotion is lost
+// at once, and the failover goes on without it (its answer would otherwise confirm a move it
+// never took, once a later message's epoch reached it). A heartbeat that could not be sent
+// changes nothing.
+BOOST_AUTO_TEST_CASE(a_member_that_cannot_be_told_of_a_move_is_lost_at_once) {
+  auto core = three_replicas();
+  const std::string m2 = "tcp://10.0.0.3:7000";
+  CoordinatorEffects left, answers;
+  core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, left);
+  const uint64_t detached = sent<NodesLost>(left)[0].second.epoch;
+  core.on_message({1, Applied{{5}, {10}, detached}}, 600, answers);
+  core.on_message({2, Applied{{6}, {12}, detached}}, 600, answers);
+  const auto follow = sent<ShardsMoved>(answers);  // to member 1, which holds node 5
+  BOOST_REQUIRE_EQUAL(follow.size(), 1u);
+  CoordinatorEffects nothing;
+  core.on_send_failed(1, Heartbeat{1}, 700, nothing);
+  BOOST_TEST(nothing.control.empty());
+  BOOST_TEST(!core.gone(1));
+  CoordinatorEffects unsent;
+  core.on_send_failed(1, follow[0].second, 700, unsent);
+  BOOST_REQUIRE(unsent.failed.ok());
+  BOOST_TEST(core.gone(1));
+  BOOST_TEST(logged(unsent, "a ShardsMoved could not be sent to it"));
+  // Member 1's own shard goes to its last backup, node 7 (member 2), at once; shard 0 to the
+  // chosen node 6, with no backup left to name.
+  const auto moved = sent<ShardsMoved>(unsent);
+  BOOST_REQUIRE_EQUAL(moved.size(), 2u);
+  for (const auto& [to, m] : moved) {
+    BOOST_TEST(to == m2);
+    BOOST_TEST(m.backups.empty());
+  }
+  BOOST_TEST((moved[0].second.shards == std::vector<NodeId>{1}));
+  BOOST_TEST((moved[1].second.shards == std::vector<NodeId>{0}));
+  CoordinatorEffects again;
+  core.on_send_failed(1, follow[0].second, 800, again);  // gone already
+  BOOST_TEST(again.control.empty());
+}
+
 // A worker member that finishes (here: drained on SIGTERM) and exits as its shard fails over:
 // the ShardsMoved reached it too late to resync, and its MemberDone is read after the Promoted.
 // The promoted shard waits for every sender's resync: the coordinator resyncs the finished
