@@ -720,11 +720,15 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& what, uint64_t no
       lost.push_back(s);
       restart.push_back(s);
     } else if (auto f = failovers_.find(s); f != failovers_.end()) {
-      // Its answers will not come: the failover goes on without them.
-      std::erase_if(f->second.applied,
-                    [&](const auto& e) { return *layout_->owner(e.first) == i; });
-      f->second.moving.erase(i);
-      f->second.deadline_ms = now_ms + config_.join_timeout_ms;
+      // Its answers will not come: the failover goes on without them, with a fresh wait if it
+      // waited on any (only then: a failover stuck on a live member ends at its own deadline).
+      ShardFailover& w = f->second;
+      const size_t answers =
+          std::erase_if(w.applied, [&](const auto& e) { return *layout_->owner(e.first) == i; });
+      const size_t moves = w.moving.erase(i);
+      if ((w.stage == ShardFailover::Stage::asking && answers > 0) ||
+          (w.stage == ShardFailover::Stage::moving && moves > 0))
+        w.deadline_ms = now_ms + config_.join_timeout_ms;
       waiting.push_back(s);
     }
   }
@@ -1063,11 +1067,26 @@ void CoordinatorCore::on_timer(uint64_t now_ms, CoordinatorEffects& out) {
 
 void CoordinatorCore::on_send_failed(uint32_t i, const ControlBody& body, uint64_t now_ms,
                                      CoordinatorEffects& out) {
-  if (i >= members_.size() || state_[i].gone || phase_ == CoordinatorPhase::ended) return;
-  const char* missed = std::holds_alternative<NodesLost>(body)         ? "NodesLost"
-                       : std::holds_alternative<ShardsMoved>(body)     ? "ShardsMoved"
-                       : std::holds_alternative<ShardsRestarted>(body) ? "ShardsRestarted"
-                                                                       : nullptr;
+  // A member not ready yet (building its cores, or welcomed back) has not acted on the layout:
+  // it is left to its ready deadline.
+  if (i >= members_.size() || state_[i].gone || !state_[i].ready || state_[i].rejoining ||
+      phase_ == CoordinatorPhase::ended)
+    return;
+  const bool worker = members_[i].role == MemberRole::worker;
+  const char* missed = nullptr;
+  if (const auto* lost = std::get_if<NodesLost>(&body)) {
+    // A ps needs it only to detach the shards and backups it names (replication); of workers'
+    // nodes, it only stops answering them.
+    const bool replicas = std::any_of(lost->nodes.begin(), lost->nodes.end(), [&](NodeId n) {
+      return n < layout_->nodes() &&
+             (layout_->role(n) == NodeRole::shard || layout_->role(n) == NodeRole::backup);
+    });
+    if (worker || (replicas && config_.job.replicas > 1)) missed = "NodesLost";
+  } else if (std::holds_alternative<ShardsMoved>(body)) {
+    missed = "ShardsMoved";
+  } else if (worker && std::holds_alternative<ShardsRestarted>(body)) {
+    missed = "ShardsRestarted";  // its clients would never resync with the restarted shards
+  }
   if (!missed) return;
   lose(i,
        fmt::format("a {} could not be sent to it: it would act on a cluster that has moved on",

@@ -196,11 +196,14 @@ class CoordinatorCore {
   // Deadlines: join timeout, notices, heartbeats to send, members to declare lost.
   void on_timer(uint64_t now_ms, CoordinatorEffects& out);
   // The driver could not hand member i (not a one-off joiner) the control message `body` it was
-  // given to send (its queue stayed full, or it is gone). One that changes what the member may
-  // send or take (NodesLost, ShardsMoved, ShardsRestarted) leaves it acting on a cluster that has
-  // moved on, and nothing later tells it what it missed: it is declared lost at once, as a silent
-  // one is (under replication its shards fail over; a failover waiting on it goes on without it).
-  // Any other is logged by the driver only. Nothing for a member gone already.
+  // given to send (its queue stayed full, or it is gone). One that changes what the ready member
+  // may send or take leaves it acting on a cluster that has moved on, and nothing later tells it
+  // what it missed: it is declared lost at once, as a silent one is (under replication its shards
+  // fail over; a failover waiting on it goes on without it). Those are, to a worker member, any
+  // NodesLost, ShardsMoved or ShardsRestarted; to a ps member, a ShardsMoved, or under
+  // replication a NodesLost naming shards or backups. Any other is logged by the driver only.
+  // Nothing for a member gone already, or not ready (building its cores, or welcomed back: its
+  // ready deadline applies).
   void on_send_failed(uint32_t i, const ControlBody& body, uint64_t now_ms,
                       CoordinatorEffects& out);
   // The next time on_timer has something to do.
@@ -358,7 +361,8 @@ class CoordinatorCore {
   struct ShardFailover {
     uint64_t round = 0;  // its attempt (a new one once its chosen member is lost)
     // The attempt fails the job once past it: join_timeout_ms after its start or after the last
-    // loss of a member it waited on (on_timer declares losses first).
+    // loss of a member whose answer it waited for, asking or moving (on_timer declares losses
+    // first).
     uint64_t deadline_ms = 0;
     enum class Stage { asking, moving, promoting } stage = Stage::asking;
     std::map<NodeId, std::optional<uint64_t>> applied{};  // asking: each live backup's answer

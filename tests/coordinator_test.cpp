@@ -1720,6 +1720,35 @@ BOOST_AUTO_TEST_CASE(a_member_lost_as_its_failover_times_out_is_left_out_first) 
   BOOST_TEST(core.totals().failovers == 2u);
 }
 
+// Only a loss the failover waited on gives it a fresh wait: shard 0's chosen member (2) never
+// says it promoted, and member 1, which had answered and taken the move, is lost in the timer
+// that passes the failover's deadline: the job still ends, naming member 2.
+BOOST_AUTO_TEST_CASE(a_loss_the_failover_did_not_wait_on_does_not_extend_it) {
+  auto core = three_replicas();
+  CoordinatorEffects fx;
+  core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, fx);
+  const uint64_t detached = sent<NodesLost>(fx)[0].second.epoch;
+  core.on_message({1, Applied{{5}, {10}, detached}}, 600, fx);
+  core.on_message({2, Applied{{6}, {12}, detached}}, 600, fx);
+  core.on_message({1, Applied{{5}, {10}, detached + 1}}, 700, fx);
+  BOOST_REQUIRE_EQUAL(sent<ShardsMoved>(fx).size(), 2u);  // member 2 is to promote
+  for (uint64_t now = 1'000; now <= 55'000; now += 1'000) {
+    CoordinatorEffects tick;
+    for (uint32_t i : {1u, 2u, 3u}) core.on_message({i, Heartbeat{now}}, now, tick);
+    core.on_timer(now, tick);
+    BOOST_REQUIRE(tick.failed.ok());
+  }
+  // At 61 s: member 1 silent since 55 s, the failover started at 0.5 s.
+  CoordinatorEffects late;
+  for (uint32_t i : {2u, 3u}) core.on_message({i, Heartbeat{61'000}}, 61'000, late);
+  core.on_timer(61'000, late);
+  BOOST_TEST(core.gone(1));
+  BOOST_TEST(late.failed.message().find("shard 0: its failover did not complete within 60 s "
+                                        "(--join-timeout): ps member 2 never said it promoted") !=
+                 std::string::npos,
+             late.failed.message());
+}
+
 // A control message that changes what a member may do, which the driver could not send it (its
 // queue stayed full), leaves the member acting on a cluster that has moved on: under
 // replicated:3, a member that cannot be told of a move it must take before the promotion is lost
@@ -1736,8 +1765,11 @@ BOOST_AUTO_TEST_CASE(a_member_that_cannot_be_told_of_a_move_is_lost_at_once) {
   core.on_message({2, Applied{{6}, {12}, detached}}, 600, answers);
   const auto follow = sent<ShardsMoved>(answers);  // to member 1, which holds node 5
   BOOST_REQUIRE_EQUAL(follow.size(), 1u);
+  // Nothing it needs: a heartbeat, and the loss of a worker's nodes (a ps only stops answering
+  // them).
   CoordinatorEffects nothing;
   core.on_send_failed(1, Heartbeat{1}, 700, nothing);
+  core.on_send_failed(1, NodesLost{{3}, "a worker was lost", detached + 1}, 700, nothing);
   BOOST_TEST(nothing.control.empty());
   BOOST_TEST(!core.gone(1));
   CoordinatorEffects unsent;
