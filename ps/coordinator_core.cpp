@@ -723,8 +723,12 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& what, uint64_t no
       // Its answers will not come: the failover goes on without them, with a fresh wait if it
       // waited on any (only then: a failover stuck on a live member ends at its own deadline).
       ShardFailover& w = f->second;
-      const size_t answers =
-          std::erase_if(w.applied, [&](const auto& e) { return *layout_->owner(e.first) == i; });
+      size_t answers = 0;  // those it still waited for
+      std::erase_if(w.applied, [&](const auto& e) {
+        const bool its = *layout_->owner(e.first) == i;
+        answers += its && !e.second;
+        return its;
+      });
       const size_t moves = w.moving.erase(i);
       if ((w.stage == ShardFailover::Stage::asking && answers > 0) ||
           (w.stage == ShardFailover::Stage::moving && moves > 0))
@@ -1069,8 +1073,8 @@ void CoordinatorCore::on_send_failed(uint32_t i, const ControlBody& body, uint64
                                      CoordinatorEffects& out) {
   // A member not ready yet (building its cores, or welcomed back) has not acted on the layout:
   // it is left to its ready deadline.
-  if (i >= members_.size() || state_[i].gone || !state_[i].ready || state_[i].rejoining ||
-      phase_ == CoordinatorPhase::ended)
+  if (i >= members_.size() || state_[i].gone || state_[i].finished || !state_[i].ready ||
+      state_[i].rejoining || phase_ == CoordinatorPhase::ended)
     return;
   const bool worker = members_[i].role == MemberRole::worker;
   const char* missed = nullptr;

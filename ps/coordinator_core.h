@@ -202,8 +202,8 @@ class CoordinatorCore {
   // fail over; a failover waiting on it goes on without it). Those are, to a worker member, any
   // NodesLost, ShardsMoved or ShardsRestarted; to a ps member, a ShardsMoved, or under
   // replication a NodesLost naming shards or backups. Any other is logged by the driver only.
-  // Nothing for a member gone already, or not ready (building its cores, or welcomed back: its
-  // ready deadline applies).
+  // Nothing for a member gone already, finished (a worker whose MemberDone came), or not ready
+  // (building its cores, or welcomed back: its ready deadline applies).
   void on_send_failed(uint32_t i, const ControlBody& body, uint64_t now_ms,
                       CoordinatorEffects& out);
   // The next time on_timer has something to do.

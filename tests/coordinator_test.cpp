@@ -1720,33 +1720,40 @@ BOOST_AUTO_TEST_CASE(a_member_lost_as_its_failover_times_out_is_left_out_first) 
   BOOST_TEST(core.totals().failovers == 2u);
 }
 
-// Only a loss the failover waited on gives it a fresh wait: shard 0's chosen member (2) never
-// says it promoted, and member 1, which had answered and taken the move, is lost in the timer
-// that passes the failover's deadline: the job still ends, naming member 2.
+// Only the loss of a member whose answer a failover waits for gives it a fresh wait. Member 1
+// answers (and, once node 6 of member 2 is chosen, takes the move), then is lost in the timer that
+// passes the failover's deadline: the job still ends, naming what it waited for, member 2's
+// answer (asking) or its Promoted.
 BOOST_AUTO_TEST_CASE(a_loss_the_failover_did_not_wait_on_does_not_extend_it) {
-  auto core = three_replicas();
-  CoordinatorEffects fx;
-  core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, fx);
-  const uint64_t detached = sent<NodesLost>(fx)[0].second.epoch;
-  core.on_message({1, Applied{{5}, {10}, detached}}, 600, fx);
-  core.on_message({2, Applied{{6}, {12}, detached}}, 600, fx);
-  core.on_message({1, Applied{{5}, {10}, detached + 1}}, 700, fx);
-  BOOST_REQUIRE_EQUAL(sent<ShardsMoved>(fx).size(), 2u);  // member 2 is to promote
-  for (uint64_t now = 1'000; now <= 55'000; now += 1'000) {
-    CoordinatorEffects tick;
-    for (uint32_t i : {1u, 2u, 3u}) core.on_message({i, Heartbeat{now}}, now, tick);
-    core.on_timer(now, tick);
-    BOOST_REQUIRE(tick.failed.ok());
+  for (const bool chosen : {false, true}) {
+    auto core = three_replicas();
+    CoordinatorEffects fx;
+    core.on_message({0, Leave{"stopped by SIGTERM", true}}, 500, fx);
+    const uint64_t detached = sent<NodesLost>(fx)[0].second.epoch;
+    core.on_message({1, Applied{{5}, {10}, detached}}, 600, fx);
+    if (chosen) {
+      core.on_message({2, Applied{{6}, {12}, detached}}, 600, fx);
+      core.on_message({1, Applied{{5}, {10}, detached + 1}}, 700, fx);
+      BOOST_REQUIRE_EQUAL(sent<ShardsMoved>(fx).size(), 2u);  // member 2 is to promote
+    }
+    for (uint64_t now = 1'000; now <= 55'000; now += 1'000) {
+      CoordinatorEffects tick;
+      for (uint32_t i : {1u, 2u, 3u}) core.on_message({i, Heartbeat{now}}, now, tick);
+      core.on_timer(now, tick);
+      BOOST_REQUIRE(tick.failed.ok());
+    }
+    // At 61 s: member 1 silent since 55 s, the failover started at 0.5 s.
+    CoordinatorEffects late;
+    for (uint32_t i : {2u, 3u}) core.on_message({i, Heartbeat{61'000}}, 61'000, late);
+    core.on_timer(61'000, late);
+    BOOST_TEST(core.gone(1));
+    const std::string waits = chosen ? "ps member 2 never said it promoted"
+                                     : "a backup's member never answered how far it applied";
+    BOOST_TEST(late.failed.message().find("shard 0: its failover did not complete within 60 s "
+                                          "(--join-timeout): " +
+                                          waits) != std::string::npos,
+               late.failed.message());
   }
-  // At 61 s: member 1 silent since 55 s, the failover started at 0.5 s.
-  CoordinatorEffects late;
-  for (uint32_t i : {2u, 3u}) core.on_message({i, Heartbeat{61'000}}, 61'000, late);
-  core.on_timer(61'000, late);
-  BOOST_TEST(core.gone(1));
-  BOOST_TEST(late.failed.message().find("shard 0: its failover did not complete within 60 s "
-                                        "(--join-timeout): ps member 2 never said it promoted") !=
-                 std::string::npos,
-             late.failed.message());
 }
 
 // A control message that changes what a member may do, which the driver could not send it (its
@@ -1790,6 +1797,17 @@ BOOST_AUTO_TEST_CASE(a_member_that_cannot_be_told_of_a_move_is_lost_at_once) {
   CoordinatorEffects again;
   core.on_send_failed(1, follow[0].second, 800, again);  // gone already
   BOOST_TEST(again.control.empty());
+
+  // Under replication a ps needs a NodesLost naming shards or backups (it detaches them); a
+  // worker member that has finished needs nothing more.
+  auto fresh = three_replicas();
+  CoordinatorEffects detach;
+  fresh.on_send_failed(2, NodesLost{{0, 8, 9}, "ps 0 lost", 1}, 500, detach);
+  BOOST_TEST(fresh.gone(2));
+  CoordinatorEffects done, unsent_to_done;
+  fresh.on_message({3, MemberDone{}}, 600, done);
+  fresh.on_send_failed(3, ShardsMoved{{2}, 1, 9}, 700, unsent_to_done);
+  BOOST_TEST(!fresh.gone(3));
 }
 
 // A worker member that finishes (here: drained on SIGTERM) and exits as its shard fails over:
