@@ -96,7 +96,11 @@ class KvClient {
   // Tells every shard this client is done (no ticket: nothing is acknowledged).
   void finish(Outbox& out);
 
-  // A reply addressed to this client (PullReply, PushAck, ShardMapUpdate, PsError).
+  // A reply addressed to this client (PullReply, PushAck, ShardMapUpdate, PsError). A PsError
+  // from the shard a request went to fails the client (error(), naming the shard's reason) when
+  // it refuses a request still open, but a push part that left its keys out (sent again with
+  // them), or a ClockAdvance that no later reply from that shard shows taken; a reply that
+  // answers nothing open is dropped and counted (replies_dropped()).
   void on_message(const PsMessage& message, Outbox& out);
   // Shard `shard` (an index of the map) restarted over its durable store and lost whatever
   // was in flight (ShardCore::begin_resync): sends it a resync ClockAdvance with this client's
