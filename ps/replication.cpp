@@ -22,6 +22,15 @@ Status check_replicable(const ShardCore* core) {
   return Status();
 }
 
+// What a kept forward counts against replica_log_bytes_max.
+uint64_t forward_kept_bytes(const ReplicaForward& f) {
+  uint64_t bytes = replica_forward_overhead_bytes;
+  if (const auto* push = std::get_if<PushRequest>(&f.message))
+    bytes += push->keys.size() * sizeof(uint64_t) +
+             (push->grads.size() + push->scales.size()) * sizeof(float);
+  return bytes;
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<ShardPrimary>> ShardPrimary::make(ShardCore& core, uint32_t backups,
@@ -147,6 +156,7 @@ Expected<std::unique_ptr<ShardBackup>> ShardBackup::rebuilt(std::unique_ptr<Shar
   if (!made) return made.status();
   (*made)->applied_ = added.applied;
   (*made)->log_ = std::move(added.kept);
+  for (const ReplicaForward& f : (*made)->log_) (*made)->log_bytes_ += forward_kept_bytes(f);
   return made;
 }
 
@@ -174,6 +184,13 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
         "replication: forward " + std::to_string(forward.seq) + " would leave " +
         std::to_string(keep) + " forwards uncommitted, over the " +
         std::to_string(replica_log_max) + " a backup keeps: its primary stopped committing");
+  uint64_t bytes = log_bytes_ + forward_kept_bytes(forward);
+  for (auto f = log_.begin(); f != first_kept; ++f) bytes -= forward_kept_bytes(*f);
+  if (bytes > replica_log_bytes_max)
+    return Status::invalid_input(
+        "replication: forward " + std::to_string(forward.seq) + " would leave " +
+        std::to_string(bytes) + " bytes of forwards uncommitted, over the " +
+        std::to_string(replica_log_bytes_max) + " a backup keeps: its primary stopped committing");
   const auto* push = std::get_if<PushRequest>(&forward.message);
   // Filled-in keys may be none: the named pull had none, and the primary took the part so.
   if (forward.keys_filled && (!push || push->keys_of_pull == 0))
@@ -192,6 +209,7 @@ Expected<ReplicaAck> ShardBackup::on_forward(const ReplicaForward& forward) {
   // Kept until every backup has it (a promotion of this one re-sends them to the others).
   log_.erase(log_.begin(), first_kept);
   log_.push_back(forward);
+  log_bytes_ = bytes;
   return ReplicaAck{{}, applied_};
 }
 
@@ -210,6 +228,7 @@ ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {
   p.primary.reset(new ShardPrimary(*p.core, backups, faults_, applied_));
   if (backups > 0) {
     p.resend = std::move(log_);
+    log_bytes_ = 0;
     // The others have at least what the oldest kept forward says every backup had.
     const uint64_t committed = p.resend.empty() ? applied_ : p.resend.front().seq - 1;
     std::fill(p.primary->acked_.begin(), p.primary->acked_.end(), committed);

@@ -60,6 +60,13 @@ namespace colony {
 // sender and step; a primary past this many has stopped advancing `committed` (a fault, or a lie
 // from its member) and would grow the backup's log without end.
 inline constexpr size_t replica_log_max = 1u << 16;
+// The most bytes of forwards a backup keeps past the last `committed`, counted as a shard counts
+// the parts of a push it keeps (keys and gradients at 8 and 4 bytes a value, int8 scales, and
+// replica_forward_overhead_bytes a forward): the count alone would let a primary that stops
+// committing, or its member's key lying, make the backup keep 65,536 pushes of up to
+// part_bytes_max each, 2 TiB.
+inline constexpr uint64_t replica_log_bytes_max = uint64_t{4} << 30;
+inline constexpr uint64_t replica_forward_overhead_bytes = 64;
 
 struct ReplicationFaults {
   // Seeded faults the property tests switch on to show that the invariants catch them. Off
@@ -161,7 +168,8 @@ class ShardBackup {
   // invalid_input, applying nothing, for a forward past the next (one was lost: the backup can no
   // longer follow the primary), keys filled in for a push that names no pull, a
   // `committed` at or past the forward's own seq (no backup can have applied a forward not yet
-  // sent), or one that would leave more than replica_log_max forwards kept; and with io_error
+  // sent), or one that would leave more than replica_log_max forwards, or replica_log_bytes_max
+  // bytes of them, kept; and with io_error
   // once its core's store has failed (ShardCore::error(): a write the store refused), this
   // forward unapplied or applied only in part. Either way the backup is then out of date and
   // must not be promoted.
@@ -170,6 +178,8 @@ class ShardBackup {
   uint64_t applied() const { return applied_; }
   // Forwards kept for a promotion (those past the last ReplicaForward::committed).
   size_t kept() const { return log_.size(); }
+  // Their bytes, as replica_log_bytes_max counts them.
+  uint64_t kept_bytes() const { return log_bytes_; }
   const ShardCore& core() const { return *core_; }
   // For the driver's upkeep of the store (ShardCore::store: flush); messages go through
   // on_forward only.
@@ -198,6 +208,7 @@ class ShardBackup {
   ReplicationFaults faults_;
   uint64_t applied_ = 0;
   std::vector<ReplicaForward> log_;  // applied, past the last committed
+  uint64_t log_bytes_ = 0;           // of log_
   Outbox scratch_;
 };
 

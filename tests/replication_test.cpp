@@ -784,6 +784,41 @@ BOOST_AUTO_TEST_CASE(a_primary_that_stops_committing_is_refused_past_the_log_bou
   BOOST_TEST(backup->kept() == 1u);
 }
 
+// The same lie in fewer, larger pushes: past replica_log_bytes_max bytes kept the backup refuses,
+// long before the count bound. The pushes share one gradient buffer, so the test holds 4 MiB.
+BOOST_AUTO_TEST_CASE(a_primary_that_stops_committing_large_pushes_is_refused_past_the_byte_bound) {
+  constexpr size_t wide = 1024, keys = 1024;  // 4 MiB of gradients a push
+  ShardConfig sc = shard_config({first_client}, Consistency{ConsistencyKind::asp, 0});
+  sc.width = wide;
+  sc.init = RowInit{0, wide, 0.0f};
+  auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+  auto grads = std::make_shared<std::vector<float>>(keys * wide, 0.0f);
+  std::vector<uint64_t> key_list(keys);
+  for (size_t k = 0; k < keys; ++k) key_list[k] = k;
+  auto push = [&](uint64_t seq) {
+    return PushRequest{{first_client, seq, 1},
+                       0,
+                       key_list,
+                       FloatBuffer::view(grads, grads->data(), grads->size())};
+  };
+  const uint64_t each =
+      colony::replica_forward_overhead_bytes + keys * (sizeof(uint64_t) + wide * sizeof(float));
+  const uint64_t fit = colony::replica_log_bytes_max / each;
+  BOOST_REQUIRE(fit < colony::replica_log_max);
+  for (uint64_t seq = 1; seq <= fit; ++seq)
+    BOOST_REQUIRE(backup->on_forward(forward(seq, push(seq))).ok());
+  BOOST_TEST(backup->kept_bytes() == fit * each);
+  auto refused = backup->on_forward(forward(fit + 1, push(fit + 1)));
+  BOOST_REQUIRE(!refused.ok());
+  BOOST_TEST(refused.status().message().find("bytes of forwards uncommitted") != std::string::npos,
+             refused.status().message());
+  BOOST_TEST(backup->applied() == fit);
+  // Committing all but the last kept forward makes room, and the count of bytes follows the trim.
+  BOOST_TEST(backup->on_forward(forward(fit + 1, push(fit + 1), fit - 1)).ok());
+  BOOST_TEST(backup->kept() == 2u);
+  BOOST_TEST(backup->kept_bytes() == 2 * each);
+}
+
 BOOST_AUTO_TEST_CASE(a_driver_that_promotes_a_backup_behind_another_is_caught) {
   // With two backups a crash may leave one ahead of the other; promoting the one behind makes the
   // other take the new primary's forwards for those it already had.

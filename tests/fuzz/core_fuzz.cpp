@@ -31,7 +31,8 @@
 //                forged forwards (any seq, committed or keys) and acknowledgements (any backup,
 //                any seq) come in between. Until a forged forward is taken, the backup takes
 //                every forward its primary made; its applied() moves by at most one a forward
-//                and never back; its log stays within replica_log_max; an acknowledgement past
+//                and never back; its log stays within replica_log_max forwards and
+//                replica_log_bytes_max bytes; an acknowledgement past
 //                the primary's last forward is refused.
 //
 // Every size is bounded by the constants below, so no input allocates without bound.
@@ -1183,6 +1184,8 @@ void fuzz_replication(Input& in) {
             "a backup's applied() moved by more than one forward");
     require(!ack.ok() || ack->seq == backup->applied(), "a backup acknowledged another seq");
     require(backup->kept() <= replica_log_max, "a backup kept more than replica_log_max");
+    require(backup->kept_bytes() <= replica_log_bytes_max,
+            "a backup kept more than replica_log_bytes_max");
     if (!made && ack.ok() && backup->applied() > before) forged = true;
   };
   for (int i = 0; i < 64 && !in.empty(); ++i) {
