@@ -166,7 +166,8 @@ Runner add_sim(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option(
          "--heartbeat-timeout-ms", o.heartbeat_timeout_ms,
-         "Full numerics: silence after which the coordinator declares a member lost (simulated ms)")
+         "Silence after which the coordinator declares a member lost (simulated ms; modelled "
+         "numerics: a replicated ps host's failover)")
       ->capture_default_str();
   cmd->add_flag("--buggify", o.buggify, "Switch each seeded fault site on with probability 1/2");
   cmd->add_option("--fault-site", o.force_sites,
@@ -353,13 +354,20 @@ Runner add_sim(CLI::App& app) {
       rep["heartbeat_ms"] = o.heartbeat_ms;
       rep["heartbeat_timeout_ms"] = o.heartbeat_timeout_ms;
     }
+    if (r.members == 0 && o.replicas > 1) {  // modelled numerics' failover
+      rep["ps_failovers"] = r.ps_failovers;
+      rep["job_error"] = r.job_error;
+    }
     if (!r.ps_crash_recovery.empty()) {
       nlohmann::json recoveries = nlohmann::json::array();
       for (const sim::ThroughputRecovery& t : r.ps_crash_recovery)
         recoveries.push_back(
             {{"crash_seconds", t.crash_s},
              {"time_back_seconds", t.back_s ? nlohmann::json(*t.back_s) : nlohmann::json()},
-             {"not_measured", t.why}});
+             {"not_measured", t.why},
+             {"steady_rate", t.steady_rate ? nlohmann::json(*t.steady_rate) : nlohmann::json()},
+             {"time_to_steady_seconds",
+              t.steady_s ? nlohmann::json(*t.steady_s) : nlohmann::json()}});
       rep["ps_crash_recovery"] = recoveries;
     }
     if (o.days > 0) {
@@ -408,13 +416,22 @@ Runner add_sim(CLI::App& app) {
           r.ps_restarts == 1 ? "" : "s", static_cast<unsigned long long>(r.resyncs),
           static_cast<unsigned long long>(r.bad_messages),
           r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
+    if (r.members == 0 && o.replicas > 1)
+      std::printf("\n  failover: %u shard%s moved to a backup's host%s%s", r.ps_failovers,
+                  r.ps_failovers == 1 ? "" : "s",
+                  r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
     if (!r.ps_crash_recovery.empty()) {
       std::string times;
       for (const sim::ThroughputRecovery& t : r.ps_crash_recovery)
-        times += t.back_s ? fmt::format("{}{:.3f} s (crash at {:.3f} s)", times.empty() ? "" : ", ",
-                                        *t.back_s, t.crash_s)
-                          : fmt::format("{}not measured at {:.3f} s: {}", times.empty() ? "" : ", ",
-                                        t.crash_s, t.why);
+        times += t.back_s
+                     ? fmt::format("{}{:.3f} s (crash at {:.3f} s)", times.empty() ? "" : ", ",
+                                   *t.back_s, t.crash_s)
+                     : fmt::format("{}not measured at {:.3f} s: {}{}", times.empty() ? "" : ", ",
+                                   t.crash_s, t.why,
+                                   t.steady_rate ? fmt::format(" (it settled at {:.2f} of the "
+                                                               "rate {:.3f} s after the crash)",
+                                                               *t.steady_rate, *t.steady_s)
+                                                 : "");
       std::printf("\n  time back to full throughput after ps crashes: %s", times.c_str());
     }
     std::printf("\n  invariants: %s\n",

@@ -16,6 +16,7 @@
 // down shard wait for the heal, slow and clogged hosts stretch compute and transfers.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "common/hash.h"
 #include "data/generator.h"
@@ -146,8 +147,25 @@ class ModelledSim {
   // once; hierarchical: the node's, each key once), starting at `from` or when its CPU is free;
   // returns when it is done.
   VirtualNanos shard_work(uint32_t s, VirtualNanos from) {
-    return shard_apply(s, from, shard_rows());
+    return shard_apply(serving_[s], std::max(from, serves_from_[s]), shard_rows());
   }
+  // The host serving shard s (its own, or after a failover one of its backups').
+  uint32_t server_host(uint32_t s) const { return shard_host(serving_[s]); }
+  // Replication's failover (replicas > 1), as the coordinator runs it (docs/storage.md): ps host
+  // p went down at now() and is declared lost at `lost_at` (the heartbeat timeout after a crash;
+  // at once for a stop, whose Leave is the loss). Each shard it served moves, once the promotion's
+  // messages have gone round (promotion_ns), to the first of its replicas on a ps host still in
+  // the job; with none left the job fails. p serves nothing again (a ps does not join a running
+  // job), and from `lost_at` the primaries no longer wait for the backups it held.
+  void fail_over(uint32_t p, VirtualNanos lost_at);
+  VirtualNanos promotion_ns(uint32_t live_backups) const {
+    // ShardsMoved to the promoting member, its Promoted, ShardsMoved to every member, the
+    // clients' resync and its answer; with more than one live backup first a ReportApplied to
+    // each and their Applied.
+    const double hop_us = o_.network.latency_us + o_.network.spine_latency_us;
+    return static_cast<VirtualNanos>((live_backups > 1 ? 7 : 5) * hop_us * 1e3);
+  }
+  bool out_of_job(uint32_t p) const { return out_since_[p] >= 0 && out_since_[p] <= now(); }
   // The rows of one node's step at one shard.
   uint64_t shard_rows() const {
     return (o_.push == PushKind::hierarchical ? u_node_ : uint64_t{o_.gpus_per_node} * u_gpu_) /
@@ -158,24 +176,49 @@ class ModelledSim {
   // applies it on its host's CPU and acknowledges, and the push completes (phase_pushed) once every
   // acknowledgement is back. Each hop is an event at its time, so the network sees transfers in
   // time order.
+  // After a failover the shard's primary is the backup that serves it, and its backups the rest of
+  // its replicas; a replica on a host out of the job acknowledges nothing: its primary stops
+  // waiting for it when the host is declared lost.
   void replicate(uint32_t n, const std::vector<VirtualNanos>& applied) {
     nodes_[n].acks_pending = o_.ps * (o_.replicas - 1);
     for (uint32_t s = 0; s < o_.ps; ++s) q_.schedule(applied[s], [this, n, s] { forward(n, s); });
   }
+  void acked(uint32_t n) {
+    if (--nodes_[n].acks_pending == 0) at_node(n, now(), phase_pushed);
+  }
   void forward(uint32_t n, uint32_t s) {
     const uint64_t rows = shard_rows();
     const uint64_t bytes = rows * (8 + row_bytes(o_.push_format, o_.model.width())) + header_bytes;
-    for (uint32_t r = 1; r < o_.replicas; ++r) {
+    const uint32_t p = serving_[s];
+    for (uint32_t r = 0; r < o_.replicas; ++r) {
       const uint32_t b = (s + r) % o_.ps;
-      q_.schedule(transfer(shard_host(s), shard_host(b), bytes, now()), [this, n, s, b, rows] {
-        q_.schedule(shard_apply(b, now(), rows), [this, n, s, b] {
-          q_.schedule(transfer(shard_host(b), shard_host(s), header_bytes, now()), [this, n] {
-            if (--nodes_[n].acks_pending == 0) at_node(n, now(), phase_pushed);
-          });
+      if (b == p) continue;
+      if (out_of_job(b)) {
+        ack_when_lost(n, b);
+        continue;
+      }
+      messages_ += 2;
+      // A backup that goes down meanwhile acknowledges nothing more (its primary stops waiting
+      // for it when it is declared lost); a primary that does is replaced, and its backup's
+      // acknowledgement, if it comes, is for the new one.
+      q_.schedule(transfer(shard_host(p), shard_host(b), bytes, now()), [this, n, s, p, b, rows] {
+        if (out_of_job(b)) return ack_when_lost(n, b);
+        q_.schedule(shard_apply(b, now(), rows), [this, n, s, p, b] {
+          if (out_of_job(b)) return ack_when_lost(n, b);
+          // The client sends its push again once the shard is served anew; the new primary
+          // acknowledges it as one it has.
+          if (out_of_job(p)) {
+            q_.schedule(std::max(now(), serves_from_[s]), [this, n] { acked(n); });
+            return;
+          }
+          q_.schedule(transfer(shard_host(b), shard_host(p), header_bytes, now()),
+                      [this, n] { acked(n); });
         });
       });
     }
-    messages_ += 2 * uint64_t{o_.replicas - 1};
+  }
+  void ack_when_lost(uint32_t n, uint32_t b) {
+    q_.schedule(std::max(now(), lost_at_[b]), [this, n] { acked(n); });
   }
   // Shard s's CPU applies `rows` rows from `from` or when it is free; returns when it is done.
   VirtualNanos shard_apply(uint32_t s, VirtualNanos from, uint64_t rows) {
@@ -252,9 +295,15 @@ class ModelledSim {
   std::vector<Partition> partitions_;
   double drop_ = 0.0;
   uint64_t u_gpu_ = 0, u_node_ = 0;
-  // When each shard's CPU is free: a shard reads or updates its rows one after another
+  // When each ps host's CPU is free: its shards read or update their rows one after another
   // (ComputeSpec::shard_ns_per_row), in the order the requests were modelled.
   std::vector<VirtualNanos> shard_free_;
+  // Failover (fail_over): by shard, the ps host serving it and from when; by ps host, when it
+  // went down for good and when it was declared lost (-1: never).
+  std::vector<uint32_t> serving_;
+  std::vector<VirtualNanos> serves_from_;
+  std::vector<VirtualNanos> out_since_, lost_at_;
+  bool job_failed_ = false;
   uint64_t dense_bytes_ = 0;  // a deep model's dense parameters, 4 bytes each; 0 for LR and FM
   std::vector<uint32_t> dense_in_;        // by step: nodes whose dense gradients reached the root
   std::vector<VirtualNanos> dense_last_;  // by step: when the last of them arrived
@@ -307,7 +356,7 @@ void ModelledSim::pull(uint32_t n) {
                                  : o_.gpus_per_node * (u_gpu_ * width_bytes / o_.ps + header_bytes);
   VirtualNanos arrival = now();
   for (uint32_t s = 0; s < o_.ps; ++s)
-    arrival = std::max(arrival, transfer(shard_host(s), n, per_shard, shard_work(s, now())));
+    arrival = std::max(arrival, transfer(server_host(s), n, per_shard, shard_work(s, now())));
   messages_ += 2ull * (hier ? 1 : o_.gpus_per_node) * o_.ps;
   if (hier && o_.gpus_per_node > 1) {
     arrival = transfer(n, n, uint64_t{o_.gpus_per_node - 1} * u_gpu_ * fanned_bytes, arrival);
@@ -392,7 +441,8 @@ void ModelledSim::push_shards(uint32_t n) {
 void ModelledSim::push_to_shards(uint32_t n, uint64_t per_shard) {
   std::vector<VirtualNanos> applied(o_.ps);
   for (uint32_t s = 0; s < o_.ps; ++s)
-    applied[s] = shard_work(s, transfer(n, shard_host(s), per_shard, now()));
+    applied[s] =
+        shard_work(s, transfer(n, server_host(s), per_shard, std::max(now(), serves_from_[s])));
   if (o_.replicas > 1) return replicate(n, applied);
   at_node(n, *std::max_element(applied.begin(), applied.end()), phase_pushed);
 }
@@ -440,6 +490,9 @@ void ModelledSim::inject(const FaultEvent& e) {
   switch (e.kind) {
     case FaultKind::crash:
       host_down_until_[host] = std::max(host_down_until_[host], end);
+      if (e.hosts[0].shard && o_.replicas > 1)
+        fail_over(e.hosts[0].index,
+                  now() + static_cast<VirtualNanos>(o_.heartbeat_timeout_ms) * 1'000'000);
       if (!e.hosts[0].shard && !nodes_[host].down) {
         Node& node = nodes_[host];
         node.down = true;
@@ -489,12 +542,48 @@ void ModelledSim::inject(const FaultEvent& e) {
       q_.schedule(end, [this, before] { drop_ = before; });
       break;
     }
-    case FaultKind::disk_full:
     case FaultKind::stop:
+      // Replicated, a ps that leaves while training runs is failed over at once.
+      if (o_.replicas > 1) {
+        host_down_until_[host] = std::max(host_down_until_[host], end);
+        fail_over(e.hosts[0].index, now());
+        break;
+      }
+      [[fallthrough]];
+    case FaultKind::disk_full:
       // Pushes to the shard wait (a full disk; a ps that drains, leaves and is started again):
       // modelled as the shard taking no transfers until it clears.
       host_down_until_[host] = std::max(host_down_until_[host], end);
       break;
+  }
+}
+
+void ModelledSim::fail_over(uint32_t p, VirtualNanos lost_at) {
+  if (out_since_[p] >= 0) return;  // out of the job already: it serves and backs up nothing
+  out_since_[p] = now();
+  lost_at_[p] = lost_at;
+  for (uint32_t s = 0; s < o_.ps; ++s) {
+    if (serving_[s] != p) continue;
+    std::optional<uint32_t> next;
+    uint32_t live = 0;
+    for (uint32_t r = 0; r < o_.replicas; ++r)
+      if (const uint32_t b = (s + r) % o_.ps; out_since_[b] < 0) {
+        if (!next) next = b;
+        ++live;
+      }
+    if (!next) {
+      result_.job_error = fmt::format(
+          "shard {} lost every one of its {} replicas (ps host {} went down at {:.6f} s)", s,
+          o_.replicas, p, double(now()) / 1e9);
+      job_failed_ = true;
+      return;
+    }
+    serving_[s] = *next;
+    serves_from_[s] = lost_at + promotion_ns(live);
+    last_heal_ = std::max(last_heal_, serves_from_[s]);  // the fault lasts until the shard moved
+    ++result_.ps_failovers;
+    mix(0xfa11, (uint64_t{s} << 32) | *next);
+    timeline("failover", "fault", shard_host(*next), serves_from_[s], 0);
   }
 }
 
@@ -515,6 +604,11 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
   }
   host_down_until_.assign(o_.nodes + o_.ps, 0);
   shard_free_.assign(o_.ps, 0);
+  serving_.resize(o_.ps);
+  for (uint32_t s = 0; s < o_.ps; ++s) serving_[s] = s;
+  serves_from_.assign(o_.ps, 0);
+  out_since_.assign(o_.ps, -1);
+  lost_at_.assign(o_.ps, -1);
   at_clock_.assign(o_.steps + 2, 0);
   at_clock_[0] = o_.nodes;
   waiters_.resize(o_.steps + 2);
@@ -525,13 +619,15 @@ Expected<SimResult> ModelledSim::run(const std::function<void(double)>& progress
                 [this] { checkpoint(); });
   for (uint32_t n = 0; n < o_.nodes; ++n) q_.schedule(0, [this, n] { try_start(n); });
   uint64_t next_progress = 0;
-  while (finished_ < o_.nodes && q_.executed() < o_.events_max && q_.run_next()) {
+  while (finished_ < o_.nodes && !job_failed_ && q_.executed() < o_.events_max && q_.run_next()) {
     if (progress && q_.executed() >= next_progress) {
       next_progress = q_.executed() + 1'000'000;
       progress(double(min_pushed_) / double(o_.steps));
     }
   }
-  if (finished_ < o_.nodes) {
+  if (job_failed_) {
+    result_.simulated_seconds = double(now()) / 1e9;
+  } else if (finished_ < o_.nodes) {
     if (q_.executed() >= o_.events_max)
       violation(
           fmt::format("run stopped after {} events (the events bound) before every node finished",

@@ -127,7 +127,8 @@ struct SimOptions {
   uint64_t events_max = 200'000'000;  // bound on events; exceeding it is a reported failure
   // Full numerics, not colocated: the coordinator core's heartbeat interval and the silence after
   // which it declares a member lost (as `colony coordinator
-  // --heartbeat-ms/--heartbeat-timeout-ms`).
+  // --heartbeat-ms/--heartbeat-timeout-ms`). Modelled numerics under replication: the timeout
+  // after which a crashed ps host's shards fail over.
   uint32_t heartbeat_ms = 1000;
   uint32_t heartbeat_timeout_ms = 10'000;
   // Full numerics, not colocated: the ps members keep their rows in a durable store (as
@@ -140,7 +141,11 @@ struct SimOptions {
   // ps host that joins again takes its shards back from their most advanced live backup
   // (ShardBackup::promote), as the durable store's restart does, with no disk, and a shard whose
   // every replica is lost fails the job. Modelled numerics charge what it costs: the forwards'
-  // bytes, the backups' CPU, the acknowledgements' round trip before a push completes.
+  // bytes, the backups' CPU, the acknowledgements' round trip before a push completes; and they
+  // fail a ps host that crashes (after heartbeat_timeout_ms) or stops (at once) over as the
+  // daemons' coordinator does: each shard it served moves to the next of its replicas on a host
+  // still in the job, which serves it beside its own from then on, and the host serves nothing
+  // again; a shard with no replica left fails the job.
   uint32_t replicas = 1;
 };
 
@@ -187,6 +192,9 @@ struct SimResult {
   // Replicated shards (replicas > 1): backups made anew from a live primary in place of one lost
   // or promoted (re-replication).
   uint32_t backups_rebuilt = 0;
+  // Modelled numerics, replicated: shards moved to a backup's host after their ps host went down
+  // (failover). Full numerics take a crashed host's shards back on it when it restarts instead.
+  uint32_t ps_failovers = 0;
   // What the invariants count across ps crashes (each is a violation too): store commits a
   // shard had acknowledged pushes of and its store did not hold at the crash, and pushes a
   // restarted shard committed a second time (a re-sent one its store already held).

@@ -36,6 +36,15 @@ std::vector<ThroughputRecovery> throughput_recovery(std::vector<VirtualNanos> st
     }
     if (!r.back_s)
       r.why = "the run ended before " + std::to_string(n) + " steps completed at the rate";
+    if (step_ends.size() - after >= n) {
+      const double last = double(step_ends.back() - step_ends[step_ends.size() - n]);
+      r.steady_rate = last > 0 ? before / last : 1.0;
+      for (size_t i = after; i + n <= step_ends.size(); ++i)
+        if (double(step_ends[i + n - 1] - step_ends[i]) <= last / fraction) {
+          r.steady_s = double(step_ends[i] - crash) / 1e9;
+          break;
+        }
+    }
     out.push_back(std::move(r));
   }
   return out;

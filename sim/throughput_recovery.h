@@ -25,6 +25,13 @@ struct ThroughputRecovery {
   // window completed at the rate.
   std::optional<double> back_s;
   std::string why;
+  // The rate the run settled at after the crash, which may stay below the full one (a failover
+  // leaves a ps host serving two shards): that of its last window_steps steps, as a fraction of
+  // the rate before the crash, and the seconds from the crash to the first window_steps
+  // consecutive completions at that rate (within `fraction`). Empty when either window is
+  // missing (fewer than window_steps steps before the crash or after it).
+  std::optional<double> steady_rate;
+  std::optional<double> steady_s;
 };
 
 // One entry per crash in `crashes` (virtual times, any order), in that order. `step_ends` are

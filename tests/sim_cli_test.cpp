@@ -132,6 +132,36 @@ BOOST_AUTO_TEST_CASE(a_ps_crash_reports_its_time_back_to_full_throughput) {
   BOOST_TEST(t["not_measured"] == "");
 }
 
+// Replicated, the same crash fails the shard over to its backup's host after the heartbeat
+// timeout: the report counts the failover and gives the rate the job settled at.
+BOOST_AUTO_TEST_CASE(a_replicated_ps_crash_reports_its_failover) {
+  const std::string args =
+      "--nodes 20 --gpus-per-node 2 --ps 4 --steps 100 --seed 3 --ps-store replicated:2 ";
+  const fs::path clean = dir / "clean-r.json", crashed = dir / "crashed-r.json",
+                 trace = dir / "crash-r.json";
+  BOOST_TEST_REQUIRE(run(args + "--report " + clean.string()).code == 0);
+  const auto before = nlohmann::json::parse(slurp(clean));
+  BOOST_TEST(before["ps_failovers"] == 0);
+  const double length = before["simulated_seconds"].get<double>();
+  std::ofstream(trace) << nlohmann::json{
+      {"events", {{{"at", length / 2}, {"kind", "crash"}, {"shard", 1}, {"duration", length}}}}};
+  const int timeout_ms = std::max(2, static_cast<int>(length / 20 * 1e3));
+  Run r = run(args + "--heartbeat-ms " + std::to_string(timeout_ms / 2) +
+              " --heartbeat-timeout-ms " + std::to_string(timeout_ms) + " --trace " +
+              trace.string() + " --report " + crashed.string());
+  BOOST_TEST_REQUIRE(r.code == 0, r.out << r.err);
+  BOOST_TEST(r.out.find("failover: 1 shard moved to a backup's host") != std::string::npos, r.out);
+  const auto report = nlohmann::json::parse(slurp(crashed));
+  BOOST_TEST(report["ps_failovers"] == 1);
+  BOOST_TEST(report["job_error"] == "");
+  BOOST_TEST_REQUIRE(report["ps_crash_recovery"].size() == 1u, report.dump());
+  const auto& t = report["ps_crash_recovery"][0];
+  BOOST_TEST_REQUIRE(t["time_to_steady_seconds"].is_number(), t.dump());
+  BOOST_TEST(t["time_to_steady_seconds"].get<double>() >= timeout_ms / 1e3, t.dump());
+  BOOST_TEST(t["time_to_steady_seconds"].get<double>() < length / 2, t.dump());
+  BOOST_TEST(t["steady_rate"].is_number(), t.dump());
+}
+
 BOOST_AUTO_TEST_CASE(modelled_numerics_for_large_clusters) {
   const fs::path a = dir / "m.json";
   Run r = run("--nodes 200 --gpus-per-node 8 --ps 16 --steps 20 --seed 2 --report " + a.string());

@@ -1373,6 +1373,71 @@ BOOST_AUTO_TEST_CASE(modelled_replication_costs_bytes_and_throughput) {
                      << runs[2].samples_per_sec_simulated / runs[0].samples_per_sec_simulated);
 }
 
+// Modelled numerics fail a replicated shard over as the coordinator does: a crashed ps host's
+// shards move to a backup's host after the heartbeat timeout, a stopped one's at once (its Leave
+// is the loss), and neither host serves again. Under replicated:2 losing the host that took a
+// shard over too fails the job, saying which shard; under replicated:3 the job outlives it.
+BOOST_AUTO_TEST_CASE(modelled_failover_moves_shards_to_their_backups) {
+  colony::sim::SimOptions o;
+  o.nodes = 16;
+  o.gpus_per_node = 2;
+  o.ps = 4;
+  o.steps = 100;
+  o.replicas = 2;
+  o.numerics = colony::sim::Numerics::modelled;
+  auto clean = colony::sim::simulate(o);
+  BOOST_REQUIRE(clean.ok());
+  const double length = clean->simulated_seconds;
+  o.heartbeat_timeout_ms = static_cast<uint32_t>(std::max(2.0, length / 10 * 1e3));
+  o.heartbeat_ms = o.heartbeat_timeout_ms / 2;
+  const double timeout = o.heartbeat_timeout_ms / 1e3;
+  auto fault = [&](FaultKind kind, uint32_t shard, double at) {
+    colony::sim::FaultEvent e;
+    e.kind = kind;
+    e.at_s = at;
+    e.duration_s = length;  // restarted long after: a failed-over ps does not rejoin
+    e.hosts = {{true, shard}};
+    return e;
+  };
+  // A crash: served again after the timeout, not the restart.
+  o.trace.events = {fault(FaultKind::crash, 1, length / 3)};
+  auto crashed = colony::sim::simulate(o);
+  BOOST_REQUIRE(crashed.ok());
+  BOOST_TEST(crashed->invariant_violations.empty(), joined(crashed->invariant_violations));
+  BOOST_TEST(crashed->job_error.empty(), crashed->job_error);
+  BOOST_TEST(crashed->ps_failovers == 1u);
+  BOOST_TEST(crashed->samples == clean->samples);
+  BOOST_REQUIRE(crashed->ps_crash_recovery.size() == 1u);
+  BOOST_REQUIRE(crashed->ps_crash_recovery[0].steady_s.has_value());
+  BOOST_TEST(*crashed->ps_crash_recovery[0].steady_s >= timeout);
+  BOOST_TEST(*crashed->ps_crash_recovery[0].steady_s < length / 2);
+  BOOST_TEST(crashed->simulated_seconds < length * 1.5);
+  // A stop: no timeout to wait for, so the job loses less time.
+  o.trace.events = {fault(FaultKind::stop, 1, length / 3)};
+  auto stopped = colony::sim::simulate(o);
+  BOOST_REQUIRE(stopped.ok());
+  BOOST_TEST(stopped->invariant_violations.empty(), joined(stopped->invariant_violations));
+  BOOST_TEST(stopped->ps_failovers == 1u);
+  BOOST_TEST(stopped->samples == clean->samples);
+  BOOST_TEST(stopped->simulated_seconds < crashed->simulated_seconds);
+  // Shard 1 moved to host 2; losing host 2 as well leaves shard 1 no replica.
+  o.trace.events = {fault(FaultKind::crash, 1, length / 4), fault(FaultKind::crash, 2, length / 2)};
+  auto gone = colony::sim::simulate(o);
+  BOOST_REQUIRE(gone.ok());
+  BOOST_TEST(gone->job_error.find("shard 1 lost every one of its 2 replicas") != std::string::npos,
+             gone->job_error);
+  BOOST_TEST(gone->invariant_violations.empty(), joined(gone->invariant_violations));
+  BOOST_TEST(gone->samples < clean->samples);
+  // Under replicated:3 shard 1 moves to host 2, then to host 3.
+  o.replicas = 3;
+  auto three = colony::sim::simulate(o);
+  BOOST_REQUIRE(three.ok());
+  BOOST_TEST(three->job_error.empty(), three->job_error);
+  BOOST_TEST(three->invariant_violations.empty(), joined(three->invariant_violations));
+  BOOST_TEST(three->ps_failovers == 3u);  // shard 1 to host 2; shards 1 and 2 on to host 3
+  BOOST_TEST(three->samples == clean->samples);
+}
+
 // Time back to full throughput (sim/throughput_recovery.h), on step times made by hand: one
 // step every millisecond, with a stall or a slower stretch after a crash at 100 ms.
 namespace {
@@ -1405,6 +1470,10 @@ BOOST_AUTO_TEST_CASE(time_back_to_full_throughput_reads_stalls_and_slow_stretche
   r = throughput_recovery(stalled, {100 * ms}, 20);
   BOOST_REQUIRE(r[0].back_s.has_value());
   BOOST_TEST(*r[0].back_s == 0.050, boost::test_tools::tolerance(1e-9));
+  // It settled at the full rate, when it was back.
+  BOOST_REQUIRE(r[0].steady_rate.has_value());
+  BOOST_TEST(*r[0].steady_rate == 1.0, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(*r[0].steady_s == 0.050, boost::test_tools::tolerance(1e-9));
 
   // A stall, then half the rate for 100 ms, then the full rate: back when the full rate is.
   std::vector<VirtualNanos> slow;
@@ -1424,18 +1493,25 @@ BOOST_AUTO_TEST_CASE(time_back_to_full_throughput_reads_stalls_and_slow_stretche
   r = throughput_recovery(never, {100 * ms}, 20);
   BOOST_TEST(!r[0].back_s.has_value());
   BOOST_TEST(r[0].why.find("run ended") != std::string::npos, r[0].why);
+  // It settled at half the rate from its first step after the crash.
+  BOOST_REQUIRE(r[0].steady_rate.has_value());
+  BOOST_TEST(*r[0].steady_rate == 0.5, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(*r[0].steady_s == 0.001, boost::test_tools::tolerance(1e-9));
 
   // A crash before a window's worth of steps: not measured. Two crashes: one entry each.
   r = throughput_recovery(stalled, {5 * ms, 100 * ms}, 20);
   BOOST_REQUIRE(r.size() == 2u);
   BOOST_TEST(!r[0].back_s.has_value());
   BOOST_TEST(r[0].why.find("fewer than 20 steps") != std::string::npos, r[0].why);
+  BOOST_TEST(!r[0].steady_rate.has_value());
   BOOST_TEST(r[1].back_s.has_value());
 }
 
-// Both numerics report the time back after each crash of a ps host, and only of a ps host: a
-// longer restart keeps the job down longer, and it is back no sooner than the ps is (every step
-// pulls from every shard).
+// Both numerics report the time back after each crash of a ps host, and only of a ps host.
+// Full numerics take a crashed host's shards back on it when it restarts: a longer restart keeps
+// the job down longer, and it is back no sooner than the ps is (every step pulls from every
+// shard). Modelled numerics fail its shards over to their backups once the coordinator declares
+// the host lost (--heartbeat-timeout-ms): back after about that long, however long the restart.
 BOOST_AUTO_TEST_CASE(a_ps_crash_reports_the_time_back_to_full_throughput) {
   colony::sim::SimOptions full = full_run(2, 2, 2, 60, 16, colony::sim::PushKind::hierarchical);
   full.durable_ps = false;
@@ -1452,8 +1528,12 @@ BOOST_AUTO_TEST_CASE(a_ps_crash_reports_the_time_back_to_full_throughput) {
     BOOST_REQUIRE(clean.ok());
     BOOST_TEST(clean->ps_crash_recovery.empty());
     const double length = clean->simulated_seconds;
+    // Modelled: the loss is declared a twentieth of the run after the crash.
+    o->heartbeat_timeout_ms = static_cast<uint32_t>(std::max(2.0, length / 20 * 1e3));
+    o->heartbeat_ms = o->heartbeat_timeout_ms / 2;
+    const double timeout = o->heartbeat_timeout_ms / 1e3;
     std::vector<double> back;
-    for (double restart : {length / 20, length / 5}) {
+    for (double restart : {length / 10, length / 4}) {
       colony::sim::FaultEvent crash = mid_run_crash({true, 1}, length);
       crash.duration_s = restart;
       o->trace.events = {crash};
@@ -1468,18 +1548,34 @@ BOOST_AUTO_TEST_CASE(a_ps_crash_reports_the_time_back_to_full_throughput) {
       auto r = colony::sim::simulate(*o);
       BOOST_REQUIRE(r.ok());
       BOOST_TEST(r->invariant_violations.empty(), joined(r->invariant_violations));
+      BOOST_TEST(r->job_error.empty(), r->job_error);
       BOOST_REQUIRE(r->ps_crash_recovery.size() == 1u);
       const colony::sim::ThroughputRecovery& t = r->ps_crash_recovery[0];
       BOOST_TEST(std::abs(t.crash_s - crash.at_s) < 1e-9);
-      BOOST_REQUIRE_MESSAGE(t.back_s.has_value(), t.why);
-      BOOST_TEST(*t.back_s >= restart,
-                 r->numerics << ": back " << *t.back_s << " s, restart " << restart << " s");
-      back.push_back(*t.back_s);
+      if (o == &full) {
+        BOOST_REQUIRE_MESSAGE(t.back_s.has_value(), t.why);
+        BOOST_TEST(*t.back_s >= restart, "full: back " << *t.back_s << " s, restart " << restart);
+      } else {
+        // Shard 1 moves to host 2, which then serves two of the eight shards: this job, bound by
+        // its ps hosts, settles below its full rate.
+        BOOST_TEST(r->ps_failovers == 1u);
+        BOOST_REQUIRE(t.steady_s.has_value());
+        BOOST_TEST(*t.steady_s >= timeout,
+                   "modelled: steady " << *t.steady_s << " s, timeout " << timeout);
+        BOOST_TEST(*t.steady_s < restart,
+                   "modelled: steady " << *t.steady_s << " s, restart " << restart);
+        BOOST_TEST(*t.steady_rate < 0.95);
+        BOOST_TEST_MESSAGE("modelled: steady at " << *t.steady_rate << " of the rate");
+      }
+      back.push_back(t.back_s ? *t.back_s : *t.steady_s);
     }
     o->trace.events.clear();
-    BOOST_TEST(back[1] > back[0]);
+    if (o == &full)
+      BOOST_TEST(back[1] > back[0]);
+    else  // the same failover, whatever the restart
+      BOOST_TEST(std::abs(back[1] - back[0]) < timeout / 2);
     BOOST_TEST_MESSAGE(clean->numerics << ": time back " << back[0] << " s and " << back[1]
-                                       << " s after restarts of " << length / 20 << " s and "
-                                       << length / 5 << " s");
+                                       << " s after restarts of " << length / 10 << " s and "
+                                       << length / 4 << " s");
   }
 }
