@@ -631,11 +631,21 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
   release_waiting(out);
 }
 
+bool ShardCore::resync_over_parts(const ClockAdvance& r) {
+  auto kept = parts_.find(r.header.sender);
+  if (kept == parts_.end()) return true;
+  if (r.clock != clock_done && r.header.request_id < kept->second.parts.front().header.request_id)
+    return false;
+  parts_.erase(kept);
+  keys_dropped_.erase(r.header.sender);
+  return true;
+}
+
 void ShardCore::follow_resync(const ClockAdvance& r, Outbox& out) {
   if (stale(r.header, out)) return;
   auto it = clocks_.find(r.header.sender);
   if (it == clocks_.end()) return;
-  parts_.erase(r.header.sender);
+  if (!resync_over_parts(r)) return;
   keys_dropped_.erase(r.header.sender);
   it->second = std::max(it->second, r.clock);
   release_waiting(out);
@@ -645,6 +655,7 @@ void ShardCore::on_clock(const ClockAdvance& r, Outbox& out) {
   if (stale(r.header, out)) return;
   // A late copy (a resync sets the clock anew: it goes on).
   if (!r.resync && applied_already(r.header.sender, r.clock)) return;
+  if (r.resync && !resync_over_parts(r)) return;
   if (parts_.erase(r.header.sender)) {
     out.push_back({r.header.sender,
                    PsError{{config_.id, r.header.request_id, map_.version()},

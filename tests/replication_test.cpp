@@ -654,6 +654,34 @@ BOOST_AUTO_TEST_CASE(a_copy_of_a_push_part_is_applied_once_on_every_replica) {
   }
 }
 
+// A copy of a client's resync that comes after the first part of a push it sent after the resync
+// is late: the primary and its backup both keep the part, and the push is applied whole on both.
+BOOST_AUTO_TEST_CASE(a_late_copy_of_a_resync_leaves_a_push_in_parts_whole_on_every_replica) {
+  const NodeId a = first_client;
+  const ShardConfig sc = shard_config({a}, {ConsistencyKind::asp, 0});
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 1).value());
+  auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+  const ClockAdvance resync{{a, 3, 1}, 0, true};
+  primary->on_message(resync, out, fw);
+  primary->on_message(part(a, 4, 1, {1}, true), out, fw);
+  primary->on_message(resync, out, fw, /*discard_replies=*/true);
+  primary->on_message(part(a, 5, 1, {2}, false), out, fw);
+  for (const ReplicaForward& f : fw)
+    BOOST_REQUIRE(primary->on_ack(0, backup->on_forward(f).value(), out).ok());
+  for (const Outgoing& o : out) BOOST_TEST(!std::holds_alternative<PsError>(o.message));
+  BOOST_TEST(core->stats().pushes_applied == 1u);
+  for (uint64_t k : {1, 2}) {
+    float mine[width], theirs[width];
+    core->row_value(k, mine);
+    const_cast<ShardCore&>(backup->core()).row_value(k, theirs);
+    BOOST_TEST(mine[0] == 1.0f, "key " << k);
+    BOOST_TEST(theirs[0] == mine[0], "key " << k);
+  }
+}
+
 // A copy of a message the network made (the simulator's duplicates): forwarded like any other,
 // so the backups see what the core saw, but its replies are dropped.
 BOOST_AUTO_TEST_CASE(a_duplicate_is_forwarded_and_its_replies_dropped) {

@@ -194,6 +194,56 @@ BOOST_AUTO_TEST_CASE(a_push_in_parts_is_applied_once_across_a_restart) {
   BOOST_TEST(shard->error().ok());
 }
 
+// A copy of a client's resync (the simulator's network duplicates messages to shards) that
+// arrives after the first part of a push it re-sent is late: it must leave the kept part alone,
+// or the push is applied without it. A newer resync from the same client (a ShardsRestarted seen
+// twice) drops the kept parts without failing the client, which sends those pushes whole again.
+BOOST_AUTO_TEST_CASE(a_resync_amid_a_push_in_parts_keeps_or_drops_its_parts_as_it_should) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 200; ++k) keys.push_back(k * 7919);  // 3 parts of at most 85 keys
+  const std::vector<float> grads(keys.size(), 1.0f);
+  for (bool newer : {false, true}) {
+    BOOST_TEST_CONTEXT((newer ? "a newer resync" : "a late copy")) {
+      TempDir dir;
+      auto ca = client(a, part_bytes_min), cb = client(b, part_bytes_min);
+      std::vector<float> init(keys.size()), after(keys.size());
+      Outbox out;
+      {
+        auto shard = open_shard(dir.path.string(), true);
+        BOOST_REQUIRE(shard->row_values(keys, init).ok());
+        ca->push(keys, grads, 1, out);
+        out.clear();  // the shard dies before any part arrives
+      }
+      auto shard = open_shard(dir.path.string());
+      shard->begin_resync();
+      ca->resync(0, out);
+      cb->resync(0, out);
+      BOOST_REQUIRE_EQUAL(out.size(), 5u);  // a's resync and 3 parts, b's resync
+      Outbox replies, ignored;
+      shard->on_message(out[0].message, replies);  // a's resync
+      shard->on_message(out[1].message, replies);  // a's first part, kept
+      if (newer) {
+        // a resyncs again before the rest arrived: the rest of the first resync is not sent.
+        Outbox again;
+        ca->resync(0, again);
+        out.erase(out.begin() + 2, out.begin() + 4);
+        out.insert(out.end(), again.begin(), again.end());
+      } else {
+        Outbox discarded;  // the copy's replies go nowhere
+        shard->on_message(out[0].message, discarded);
+      }
+      for (size_t i = 2; i < out.size(); ++i) shard->on_message(out[i].message, replies);
+      for (Outgoing& r : replies) (r.to == a ? *ca : *cb).on_message(r.message, ignored);
+      BOOST_TEST(ca->error().ok(), ca->error().message());
+      BOOST_TEST(shard->error().ok());
+      BOOST_TEST(shard->stats().pushes_applied == 1u);
+      BOOST_REQUIRE(shard->row_values(keys, after).ok());
+      for (size_t i = 0; i < keys.size(); ++i) BOOST_TEST(after[i] == init[i] - 1.0f);
+      BOOST_TEST(ca->open_tickets() == 0u);
+    }
+  }
+}
+
 // Found by the simulator: a second resync from a sender (a ShardsRestarted seen twice, or one
 // its process sent before it died, arriving after the coordinator declared it done) must not
 // move its clock back; a pull-only client's resync (a replica under hierarchical push) is taken
