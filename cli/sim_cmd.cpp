@@ -354,7 +354,7 @@ Runner add_sim(CLI::App& app) {
       rep["heartbeat_ms"] = o.heartbeat_ms;
       rep["heartbeat_timeout_ms"] = o.heartbeat_timeout_ms;
     }
-    if (r.members == 0 && o.replicas > 1) {  // modelled numerics' failover
+    if (r.members == 0 && o.replicas > 1 && o.days == 0) {  // modelled numerics' failover
       rep["ps_failovers"] = r.ps_failovers;
       rep["job_error"] = r.job_error;
     }
@@ -416,7 +416,7 @@ Runner add_sim(CLI::App& app) {
           r.ps_restarts == 1 ? "" : "s", static_cast<unsigned long long>(r.resyncs),
           static_cast<unsigned long long>(r.bad_messages),
           r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());
-    if (r.members == 0 && o.replicas > 1)
+    if (r.members == 0 && o.replicas > 1 && o.days == 0)
       std::printf("\n  failover: %u shard%s moved to a backup's host%s%s", r.ps_failovers,
                   r.ps_failovers == 1 ? "" : "s",
                   r.job_error.empty() ? "" : ", job failed: ", r.job_error.c_str());

@@ -162,8 +162,11 @@ class ModelledSim {
     // ShardsMoved to the promoting member, its Promoted, ShardsMoved to every member, the
     // clients' resync and its answer; with more than one live backup first a ReportApplied to
     // each and their Applied.
-    const double hop_us = o_.network.latency_us + o_.network.spine_latency_us;
-    return static_cast<VirtualNanos>((live_backups > 1 ? 7 : 5) * hop_us * 1e3);
+    return (live_backups > 1 ? 7 : 5) * hop_ns();
+  }
+  // One message between hosts of different racks, as the promotion's are counted.
+  VirtualNanos hop_ns() const {
+    return static_cast<VirtualNanos>((o_.network.latency_us + o_.network.spine_latency_us) * 1e3);
   }
   bool out_of_job(uint32_t p) const { return out_since_[p] >= 0 && out_since_[p] <= now(); }
   // The rows of one node's step at one shard.
@@ -179,17 +182,28 @@ class ModelledSim {
   // After a failover the shard's primary is the backup that serves it, and its backups the rest of
   // its replicas; a replica on a host out of the job acknowledges nothing: its primary stops
   // waiting for it when the host is declared lost.
-  void replicate(uint32_t n, const std::vector<VirtualNanos>& applied) {
+  void replicate(uint32_t n, const std::vector<VirtualNanos>& applied, uint64_t per_shard) {
     nodes_[n].acks_pending = o_.ps * (o_.replicas - 1);
-    for (uint32_t s = 0; s < o_.ps; ++s) q_.schedule(applied[s], [this, n, s] { forward(n, s); });
+    for (uint32_t s = 0; s < o_.ps; ++s)
+      q_.schedule(applied[s],
+                  [this, n, s, per_shard, p = serving_[s]] { forward(n, s, p, per_shard); });
   }
   void acked(uint32_t n) {
     if (--nodes_[n].acks_pending == 0) at_node(n, now(), phase_pushed);
   }
-  void forward(uint32_t n, uint32_t s) {
+  // Shard s's primary on ps host p applied node n's push (of `per_shard` bytes): its forwards.
+  void forward(uint32_t n, uint32_t s, uint32_t p, uint64_t per_shard) {
+    if (p != serving_[s]) {
+      // p went down before it applied the push: the client sends it again once the shard is
+      // served anew, and the new primary applies and forwards it.
+      const VirtualNanos again =
+          shard_work(s, transfer(n, server_host(s), per_shard, std::max(now(), serves_from_[s])));
+      q_.schedule(again,
+                  [this, n, s, per_shard, to = serving_[s]] { forward(n, s, to, per_shard); });
+      return;
+    }
     const uint64_t rows = shard_rows();
     const uint64_t bytes = rows * (8 + row_bytes(o_.push_format, o_.model.width())) + header_bytes;
-    const uint32_t p = serving_[s];
     for (uint32_t r = 0; r < o_.replicas; ++r) {
       const uint32_t b = (s + r) % o_.ps;
       if (b == p) continue;
@@ -207,18 +221,20 @@ class ModelledSim {
           if (out_of_job(b)) return ack_when_lost(n, b);
           // The client sends its push again once the shard is served anew; the new primary
           // acknowledges it as one it has.
-          if (out_of_job(p)) {
-            q_.schedule(std::max(now(), serves_from_[s]), [this, n] { acked(n); });
-            return;
-          }
-          q_.schedule(transfer(shard_host(b), shard_host(p), header_bytes, now()),
-                      [this, n] { acked(n); });
+          if (out_of_job(p)) return ack_when_served(n, s);
+          q_.schedule(transfer(shard_host(b), shard_host(p), header_bytes, now()), [this, n, s, p] {
+            if (out_of_job(p)) return ack_when_served(n, s);
+            acked(n);
+          });
         });
       });
     }
   }
   void ack_when_lost(uint32_t n, uint32_t b) {
     q_.schedule(std::max(now(), lost_at_[b]), [this, n] { acked(n); });
+  }
+  void ack_when_served(uint32_t n, uint32_t s) {
+    q_.schedule(std::max(now(), serves_from_[s]), [this, n] { acked(n); });
   }
   // Shard s's CPU applies `rows` rows from `from` or when it is free; returns when it is done.
   VirtualNanos shard_apply(uint32_t s, VirtualNanos from, uint64_t rows) {
@@ -443,7 +459,7 @@ void ModelledSim::push_to_shards(uint32_t n, uint64_t per_shard) {
   for (uint32_t s = 0; s < o_.ps; ++s)
     applied[s] =
         shard_work(s, transfer(n, server_host(s), per_shard, std::max(now(), serves_from_[s])));
-  if (o_.replicas > 1) return replicate(n, applied);
+  if (o_.replicas > 1) return replicate(n, applied, per_shard);
   at_node(n, *std::max_element(applied.begin(), applied.end()), phase_pushed);
 }
 
@@ -490,9 +506,12 @@ void ModelledSim::inject(const FaultEvent& e) {
   switch (e.kind) {
     case FaultKind::crash:
       host_down_until_[host] = std::max(host_down_until_[host], end);
+      // Lost after the heartbeat timeout, or sooner when the restarted process joins again (the
+      // coordinator then knows the old one is gone, and refuses the new one).
       if (e.hosts[0].shard && o_.replicas > 1)
         fail_over(e.hosts[0].index,
-                  now() + static_cast<VirtualNanos>(o_.heartbeat_timeout_ms) * 1'000'000);
+                  std::min(now() + static_cast<VirtualNanos>(o_.heartbeat_timeout_ms) * 1'000'000,
+                           end + hop_ns()));
       if (!e.hosts[0].shard && !nodes_[host].down) {
         Node& node = nodes_[host];
         node.down = true;
@@ -572,10 +591,13 @@ void ModelledSim::fail_over(uint32_t p, VirtualNanos lost_at) {
         ++live;
       }
     if (!next) {
-      result_.job_error = fmt::format(
-          "shard {} lost every one of its {} replicas (ps host {} went down at {:.6f} s)", s,
-          o_.replicas, p, double(now()) / 1e9);
-      job_failed_ = true;
+      // The job fails once the coordinator declares the last replica's host lost.
+      q_.schedule(lost_at, [this, why = fmt::format("shard {} lost every one of its {} replicas "
+                                                    "(ps host {} went down at {:.6f} s)",
+                                                    s, o_.replicas, p, double(now()) / 1e9)] {
+        result_.job_error = why;
+        job_failed_ = true;
+      });
       return;
     }
     serving_[s] = *next;

@@ -29,7 +29,8 @@ struct ThroughputRecovery {
   // leaves a ps host serving two shards): that of its last window_steps steps, as a fraction of
   // the rate before the crash, and the seconds from the crash to the first window_steps
   // consecutive completions at that rate (within `fraction`). Empty when either window is
-  // missing (fewer than window_steps steps before the crash or after it).
+  // missing (fewer than window_steps steps before the crash or after it). The run's end is every
+  // crash's: a later crash's effect is in an earlier one's steady rate.
   std::optional<double> steady_rate;
   std::optional<double> steady_s;
 };

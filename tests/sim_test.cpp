@@ -1412,6 +1412,15 @@ BOOST_AUTO_TEST_CASE(modelled_failover_moves_shards_to_their_backups) {
   BOOST_TEST(*crashed->ps_crash_recovery[0].steady_s >= timeout);
   BOOST_TEST(*crashed->ps_crash_recovery[0].steady_s < length / 2);
   BOOST_TEST(crashed->simulated_seconds < length * 1.5);
+  // A crash whose process is back before the timeout: the new incarnation's Join is the loss.
+  o.trace.events = {fault(FaultKind::crash, 1, length / 3)};
+  o.trace.events[0].duration_s = timeout / 2;
+  auto restarted = colony::sim::simulate(o);
+  BOOST_REQUIRE(restarted.ok());
+  BOOST_TEST(restarted->ps_failovers == 1u);
+  BOOST_REQUIRE(restarted->ps_crash_recovery[0].steady_s.has_value());
+  BOOST_TEST(*restarted->ps_crash_recovery[0].steady_s >= timeout / 2);
+  BOOST_TEST(*restarted->ps_crash_recovery[0].steady_s < timeout);
   // A stop: no timeout to wait for, so the job loses less time.
   o.trace.events = {fault(FaultKind::stop, 1, length / 3)};
   auto stopped = colony::sim::simulate(o);
