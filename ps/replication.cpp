@@ -154,9 +154,17 @@ Expected<std::unique_ptr<ShardBackup>> ShardBackup::rebuilt(std::unique_ptr<Shar
                                                             ReplicationFaults faults) {
   auto made = make(std::move(core), faults);
   if (!made) return made.status();
+  uint64_t bytes = 0;
+  for (const ReplicaForward& f : added.kept) bytes += forward_kept_bytes(f);
+  if (added.kept.size() > replica_log_max || bytes > replica_log_bytes_max)
+    return Status::invalid_input("replication: a new backup was handed " +
+                                 std::to_string(added.kept.size()) + " forwards (" +
+                                 std::to_string(bytes) + " bytes) to keep, over the " +
+                                 std::to_string(replica_log_max) + " forwards and " +
+                                 std::to_string(replica_log_bytes_max) + " bytes a backup keeps");
   (*made)->applied_ = added.applied;
   (*made)->log_ = std::move(added.kept);
-  for (const ReplicaForward& f : (*made)->log_) (*made)->log_bytes_ += forward_kept_bytes(f);
+  (*made)->log_bytes_ = bytes;
   return made;
 }
 

@@ -157,7 +157,8 @@ class ShardBackup {
 
   // A backup added to a live shard (ShardPrimary::add_backup): `core` is the primary's copy
   // (ShardCore::replica), holding the forwards up to `added.applied`; it keeps `added.kept`
-  // for a promotion. Fails as make().
+  // for a promotion. Fails as make(), and with invalid_input for more kept forwards than
+  // replica_log_max or replica_log_bytes_max allow (`added` may come off the wire).
   static Expected<std::unique_ptr<ShardBackup>> rebuilt(std::unique_ptr<ShardCore> core,
                                                         ShardPrimary::NewBackup added,
                                                         ReplicationFaults faults = {});

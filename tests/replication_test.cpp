@@ -845,6 +845,19 @@ BOOST_AUTO_TEST_CASE(a_primary_that_stops_committing_large_pushes_is_refused_pas
   BOOST_TEST(backup->on_forward(forward(fit + 1, push(fit + 1), fit - 1)).ok());
   BOOST_TEST(backup->kept() == 2u);
   BOOST_TEST(backup->kept_bytes() == 2 * each);
+  // A backup rebuilt from a live primary counts the forwards it is handed, and refuses more than
+  // a backup keeps.
+  ShardPrimary::NewBackup added{0, 2, {forward(1, push(1)), forward(2, push(2))}};
+  auto rebuilt = ShardBackup::rebuilt(make_core(sc), added);
+  BOOST_REQUIRE(rebuilt.ok());
+  BOOST_TEST(rebuilt.value()->kept_bytes() == 2 * each);
+  added.kept.clear();
+  for (uint64_t seq = 1; seq <= fit + 1; ++seq) added.kept.push_back(forward(seq, push(seq)));
+  added.applied = fit + 1;
+  auto over = ShardBackup::rebuilt(make_core(sc), std::move(added));
+  BOOST_REQUIRE(!over.ok());
+  BOOST_TEST(over.status().message().find("a backup keeps") != std::string::npos,
+             over.status().message());
 }
 
 BOOST_AUTO_TEST_CASE(a_driver_that_promotes_a_backup_behind_another_is_caught) {
