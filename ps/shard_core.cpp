@@ -634,10 +634,12 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
 bool ShardCore::resync_over_parts(const ClockAdvance& r) {
   auto kept = parts_.find(r.header.sender);
   if (kept == parts_.end()) return true;
-  if (r.clock != clock_done && r.header.request_id < kept->second.parts.front().header.request_id)
+  // (A backup sees the clock its primary set: clock_done only for a sender done, which keeps no
+  // parts, so both decide alike.)
+  if (r.clock != clock_done && !kept->second.parts.empty() &&
+      r.header.request_id < kept->second.parts.front().header.request_id)
     return false;
   parts_.erase(kept);
-  keys_dropped_.erase(r.header.sender);
   return true;
 }
 

@@ -370,10 +370,11 @@ class ShardCore {
   bool admit_while_resyncing(const PsMessage& message, Outbox& out);
   // A resync from r's sender (on_clock, follow_resync) while parts of its push are kept: a late
   // copy of one sent before those parts (a lower request id: the simulator's network duplicates
-  // messages) changes nothing and returns false; a newer one (a client told twice that the shard
-  // restarted), or the coordinator's word that the sender is done (clock_done, request id 0),
-  // drops them and the sender's refusal for keys left out, as the sender sends that push whole
-  // again after it (KvClient::resync) or never, and returns true. Without kept parts: true.
+  // messages) changes nothing and returns false; a newer one (a client resyncing again after the
+  // first resync's parts were lost on the way, which FIFO links do not do), or the coordinator's
+  // word that the sender is done (clock_done, request id 0), drops them, as the sender sends that
+  // push whole again after it (KvClient::resync) or never, and returns true. Without kept parts:
+  // true.
   bool resync_over_parts(const ClockAdvance& r);
   void answer(const PullRequest& r, Outbox& out);
   void release_waiting(Outbox& out);

@@ -196,8 +196,9 @@ BOOST_AUTO_TEST_CASE(a_push_in_parts_is_applied_once_across_a_restart) {
 
 // A copy of a client's resync (the simulator's network duplicates messages to shards) that
 // arrives after the first part of a push it re-sent is late: it must leave the kept part alone,
-// or the push is applied without it. A newer resync from the same client (a ShardsRestarted seen
-// twice) drops the kept parts without failing the client, which sends those pushes whole again.
+// or the push is applied without it. A newer resync from the same client (resyncing again after
+// the first resync's other parts were lost) drops the kept parts without failing the client, which
+// sends those pushes whole again.
 BOOST_AUTO_TEST_CASE(a_resync_amid_a_push_in_parts_keeps_or_drops_its_parts_as_it_should) {
   std::vector<uint64_t> keys;
   for (uint64_t k = 1; k <= 200; ++k) keys.push_back(k * 7919);  // 3 parts of at most 85 keys
