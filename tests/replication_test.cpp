@@ -682,6 +682,68 @@ BOOST_AUTO_TEST_CASE(a_late_copy_of_a_resync_leaves_a_push_in_parts_whole_on_eve
   }
 }
 
+// A newer resync over kept parts (the first resync's other parts lost on the way) drops them on
+// the primary and its backup alike, and the push the client sends again whole is applied once on
+// both. After a failover under three replicas, the other backup drops the parts it kept from the
+// lost primary's forwards at the client's resync with the promoted one, as that one has.
+BOOST_AUTO_TEST_CASE(a_resync_over_kept_parts_drops_them_on_every_replica_alike) {
+  const NodeId a = first_client;
+  const ShardConfig sc = shard_config({a}, {ConsistencyKind::asp, 0});
+  auto applied_once = [&](const ShardCore& mine, const ShardCore& theirs) {
+    BOOST_TEST(mine.stats().pushes_applied == 1u);
+    BOOST_TEST(theirs.stats().pushes_applied == 1u);
+    for (uint64_t k : {1, 2}) {
+      float m[width], t[width];
+      const_cast<ShardCore&>(mine).row_value(k, m);
+      const_cast<ShardCore&>(theirs).row_value(k, t);
+      BOOST_TEST(m[0] == 1.0f, "key " << k);
+      BOOST_TEST(t[0] == m[0], "key " << k);
+    }
+  };
+  {
+    auto core = make_core(sc);
+    auto primary = std::move(ShardPrimary::make(*core, 1).value());
+    auto backup = std::move(ShardBackup::make(make_core(sc)).value());
+    Outbox out;
+    std::vector<ReplicaForward> fw;
+    primary->on_message(ClockAdvance{{a, 3, 1}, 0, true}, out, fw);
+    primary->on_message(part(a, 4, 1, {1}, true), out, fw);  // kept; part 5 is lost
+    primary->on_message(ClockAdvance{{a, 6, 1}, 0, true}, out, fw);
+    primary->on_message(part(a, 7, 1, {1}, true), out, fw);
+    primary->on_message(part(a, 8, 1, {2}, false), out, fw);
+    for (const ReplicaForward& f : fw)
+      BOOST_REQUIRE(primary->on_ack(0, backup->on_forward(f).value(), out).ok());
+    for (const Outgoing& o : out) BOOST_TEST(!std::holds_alternative<PsError>(o.message));
+    applied_once(*core, backup->core());
+  }
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 2).value());
+  std::vector<std::unique_ptr<ShardBackup>> backups;
+  for (int i = 0; i < 2; ++i)
+    backups.push_back(std::move(ShardBackup::make(make_core(sc)).value()));
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+  primary->on_message(part(a, 4, 1, {1}, true), out, fw);
+  for (auto& backup : backups)
+    for (const ReplicaForward& f : fw) BOOST_REQUIRE(backup->on_forward(f).ok());
+  // The primary dies before the push's last part; backup 0 is promoted, backup 1 follows it.
+  ShardBackup::Promotion p = backups[0]->promote(1);
+  ShardBackup& other = *backups[1];
+  for (const ReplicaForward& f : p.resend)
+    BOOST_REQUIRE(p.primary->on_ack(0, other.on_forward(f).value(), out).ok());
+  out.clear();
+  for (const PsMessage& m :
+       {PsMessage(ClockAdvance{{a, 6, 1}, 0, true}), PsMessage(part(a, 7, 1, {1}, true)),
+        PsMessage(part(a, 8, 1, {2}, false))}) {
+    fw.clear();
+    p.primary->on_message(m, out, fw);
+    for (const ReplicaForward& f : fw)
+      BOOST_REQUIRE(p.primary->on_ack(0, other.on_forward(f).value(), out).ok());
+  }
+  for (const Outgoing& o : out) BOOST_TEST(!std::holds_alternative<PsError>(o.message));
+  applied_once(*p.core, other.core());
+}
+
 // A copy of a message the network made (the simulator's duplicates): forwarded like any other,
 // so the backups see what the core saw, but its replies are dropped.
 BOOST_AUTO_TEST_CASE(a_duplicate_is_forwarded_and_its_replies_dropped) {
