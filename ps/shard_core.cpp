@@ -119,8 +119,8 @@ bool ShardCore::stale(const MessageHeader& h, Outbox& out) {
   return true;
 }
 
-float* ShardCore::row(uint64_t key) {
-  auto [r, inserted] = store_->find_or_insert(key);
+float* ShardCore::initialised(uint64_t key, std::pair<float*, bool> found) {
+  auto [r, inserted] = found;
   if (inserted) {
     init_row(key, config_.init, {r, width_});
     optimizer_->init_state({r, width_}, {r + width_, state_});
@@ -584,26 +584,27 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
   all.emplace_back(&r, rows);
   const bool batch = std::any_of(all.begin(), all.end(), [](auto& a) { return !a.second; });
   if (batch) {
-    Status loaded;
-    if (earlier.empty()) {
-      loaded = store_->load(r.keys);
-    } else {
-      std::vector<uint64_t> keys;
+    std::vector<uint64_t> joined;
+    if (!earlier.empty())
       for (const auto& [p, pulled] : all)
-        if (!pulled) keys.insert(keys.end(), p->keys.begin(), p->keys.end());
-      loaded = store_->load(keys);
-    }
-    if (!store_ok(loaded)) return;
+        if (!pulled) joined.insert(joined.end(), p->keys.begin(), p->keys.end());
+    const std::span<const uint64_t> keys = earlier.empty() ? r.keys : joined;
+    // Without admission every key gets a row, handed out with the load (the tiered store then
+    // looks each key up once). With it, a key with no row is not given one (existing_row, below).
+    if (!store_ok(sketch_ ? store_->load(keys) : store_->load_for_write(keys, write_rows_))) return;
   }
+  size_t written = 0;  // the next of write_rows_
   for (const auto& [p, pulled] : all) {
     constexpr size_t ahead = 8;  // index slots prefetched ahead of the lookups, as answer()
     for (size_t i = 0; i < p->keys.size(); ++i) {
       float* row_of = nullptr;
       if (pulled) {
         row_of = (*pulled)[i];
+      } else if (!sketch_) {
+        row_of = initialised(p->keys[i], write_rows_[written++]);
       } else {
         if (i + ahead < p->keys.size()) store_->prefetch(p->keys[i + ahead]);
-        row_of = sketch_ ? existing_row(p->keys[i]) : row(p->keys[i]);
+        row_of = existing_row(p->keys[i]);
       }
       if (!row_of) {
         ++stats_.updates_dropped;  // not admitted: the key has no row to update
@@ -620,6 +621,8 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
     }
     stats_.rows_pushed += p->keys.size();
   }
+  COLONY_ASSERT(!batch || sketch_ || written == write_rows_.size(),
+                "{} of the {} rows loaded for writing were used", written, write_rows_.size());
   if (batch) {
     store_->stage_clock(sender, r.clock);  // in the same atomic batch as the rows
     if (!store_ok(store_->commit())) return;

@@ -380,7 +380,11 @@ class ShardCore {
   void release_waiting(Outbox& out);
   // Removes the rows not updated during the last evict_after steps.
   void evict_stale_rows();
-  float* row(uint64_t key);
+  // The row of `key`, created (initialised) when it has none.
+  float* row(uint64_t key) { return initialised(key, store_->find_or_insert(key)); }
+  // The row of `found` (RowStore::find_or_insert's answer for `key`), initialised if it was
+  // inserted.
+  float* initialised(uint64_t key, std::pair<float*, bool> found);
   // The row of `key` for a pull: found, or created when admission allows; nullptr when the
   // key is not admitted yet (counts the sighting).
   float* admitted_row(uint64_t key);
@@ -430,7 +434,8 @@ class ShardCore {
   static constexpr uint32_t answered_steps_max = 8;  // steps kept, per writer
   ShardStats stats_;
   RowNotFinite last_row_not_finite_;
-  std::vector<float> saved_row_;  // Optimizer::apply_finite's scratch
+  std::vector<float> saved_row_;                     // Optimizer::apply_finite's scratch
+  std::vector<std::pair<float*, bool>> write_rows_;  // apply_push: RowStore::load_for_write's rows
   Status error_;
   std::unique_ptr<CountMinSketch> sketch_;  // only with admission
   uint32_t last_checkpoint_ = 0;

@@ -381,6 +381,26 @@ uint32_t TieredRowStore::insert(uint64_t key, const float* row, bool on_disk) {
 }
 
 Status TieredRowStore::load(std::span<const uint64_t> keys) {
+  return load_batch(keys, false);
+}
+
+Status TieredRowStore::load_for_write(std::span<const uint64_t> keys,
+                                      std::vector<std::pair<float*, bool>>& rows) {
+  if (Status s = load_batch(keys, true); !s.ok()) return s;
+  rows.resize(keys.size());
+  const uint64_t batch = batch_;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t id = ids_buf_[i];
+    // A cached row was touched for writing by the load; the others, read from disk by it or
+    // known to be absent, take find_or_insert's way (which then reads nothing).
+    rows[i] = id != KeyIndex::missing ? std::pair{arena_.row(uint32_t(id)), false}
+                                      : find_or_insert(keys[i]);
+  }
+  COLONY_ASSERT(batch_ == batch, "load_for_write loaded again while handing out rows");
+  return {};
+}
+
+Status TieredRowStore::load_batch(std::span<const uint64_t> keys, bool write) {
   ++batch_;
   absent_.clear();
   keys_buf_.clear();
@@ -394,21 +414,25 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
     for (uint64_t k : keys) awaited_.erase(k);
     if (batch_ >= next_expiry_) expire_hints();
   }
-  // The lookups are cache misses on a large cache (index slot, then the slot's bookkeeping and
-  // row): look every key up first with the index slots prefetched a few keys ahead, prefetching
-  // what each found key's touch and the caller's find will read; then touch.
+  // Each key's lookup is a few cache misses on a large cache: its index slot, then its slot's
+  // bookkeeping and row, and under lfu its block of the sketch. One pass, pipelined: key i + 2A's
+  // index slot is prefetched, key i + A looked up and what its touch (and the caller) will read
+  // prefetched, and key i touched.
   constexpr size_t ahead = 8;
-  ids_buf_.resize(keys.size());
-  for (size_t i = 0; i < std::min(keys.size(), ahead); ++i) index_.prefetch(keys[i]);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (i + ahead < keys.size()) index_.prefetch(keys[i + ahead]);
-    const uint64_t id = ids_buf_[i] = index_.get(keys[i]);
-    if (id != KeyIndex::missing) {
-      __builtin_prefetch(&slots_[id]);
-      __builtin_prefetch(arena_.row(uint32_t(id)));
-    }
-  }
-  for (size_t i = 0; i < keys.size(); ++i) {
+  const size_t n = keys.size();
+  ids_buf_.resize(n);
+  const auto look_up = [&](size_t j) {
+    const uint64_t id = ids_buf_[j] = index_.get(keys[j]);
+    if (id == KeyIndex::missing) return;
+    __builtin_prefetch(&slots_[id]);
+    __builtin_prefetch(arena_.row(uint32_t(id)));
+    if (sketch_) sketch_->prefetch(keys[j]);
+  };
+  for (size_t i = 0; i < std::min(n, 2 * ahead); ++i) index_.prefetch(keys[i]);
+  for (size_t i = 0; i < std::min(n, ahead); ++i) look_up(i);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + 2 * ahead < n) index_.prefetch(keys[i + 2 * ahead]);
+    if (i + ahead < n) look_up(i + ahead);
     const uint64_t k = keys[i];
     const uint64_t id = ids_buf_[i];
     if (id == KeyIndex::missing) {
@@ -421,7 +445,10 @@ Status TieredRowStore::load(std::span<const uint64_t> keys) {
     } else {
       // Count the batch's use now, so that eviction sees it even if the caller only reads.
       ++stats_.cache_hits;
-      touch(uint32_t(id), false);
+      if (write)
+        written(k, uint32_t(id));
+      else
+        touch(uint32_t(id), false);
     }
   }
   std::sort(keys_buf_.begin(), keys_buf_.end());
@@ -458,9 +485,13 @@ float* TieredRowStore::find(uint64_t key) {
   return id == KeyIndex::missing ? nullptr : arena_.row(uint32_t(id));
 }
 
-std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
-  if (log_) written_.push_back(key);
+float* TieredRowStore::written(uint64_t key, uint32_t id) {
+  if (log_) written_.emplace_back(key, id);
   ++updated_;
+  return touch(id, true);
+}
+
+std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
   uint64_t id = index_.get(key);
   if (id == KeyIndex::missing && !absent_.count(key)) {
     const uint64_t one[1] = {key};
@@ -470,9 +501,9 @@ std::pair<float*, bool> TieredRowStore::find_or_insert(uint64_t key) {
     }
     id = index_.get(key);
   }
-  if (id != KeyIndex::missing) return {touch(uint32_t(id), true), false};
+  if (id != KeyIndex::missing) return {written(key, uint32_t(id)), false};
   absent_.erase(key);
-  return {touch(insert(key, nullptr, false), true), true};
+  return {written(key, insert(key, nullptr, false)), true};
 }
 
 uint32_t TieredRowStore::pick_victim(bool scan) {
@@ -582,15 +613,21 @@ Status TieredRowStore::commit() {
     return refuse_write_backs(e);
   }
   if (log_) {
-    // The rows as this batch left them, each once; they are all still cached (eviction follows).
+    // The rows as this batch left them, each once, in key order; they are all still cached in
+    // the slots they were handed out from (eviction follows).
     std::sort(written_.begin(), written_.end());
     written_.erase(std::unique(written_.begin(), written_.end()), written_.end());
     const size_t rf = table_->row_floats();
+    keys_buf_.resize(written_.size());
     rows_buf_.resize(written_.size() * rf);
-    for (size_t i = 0; i < written_.size(); ++i)
-      std::memcpy(&rows_buf_[i * rf], arena_.row(uint32_t(index_.get(written_[i]))),
-                  rf * sizeof(float));
-    Status s = log_->append({PushLog::Kind::rows, staged_clocks_, written_, rows_buf_});
+    for (size_t i = 0; i < written_.size(); ++i) {
+      const Slot& slot = slots_[written_[i].second];
+      COLONY_ASSERT(slot.used && slot.key == written_[i].first,
+                    "the row of key {:#x} left its slot within a batch", written_[i].first);
+      keys_buf_[i] = written_[i].first;
+      std::memcpy(&rows_buf_[i * rf], arena_.row(written_[i].second), rf * sizeof(float));
+    }
+    Status s = log_->append({PushLog::Kind::rows, staged_clocks_, keys_buf_, rows_buf_});
     written_.clear();
     if (!s.ok()) {
       staged_clocks_.clear();

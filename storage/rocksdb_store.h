@@ -182,7 +182,13 @@ class TieredRowStore final : public RowStore {
   // installed.
   void read_ahead(std::span<const uint64_t> keys) override;
   Status load(std::span<const uint64_t> keys) override;
-  // With a push log, appends the rows handed out by find_or_insert since the last commit and the
+  // load() and find_or_insert in one pass over the keys: a cached row is looked up and touched
+  // once. A failed read leaves the rows found cached marked dirty (unchanged) and fails the next
+  // commit(), as a failed load() does.
+  Status load_for_write(std::span<const uint64_t> keys,
+                        std::vector<std::pair<float*, bool>>& rows) override;
+  // With a push log, appends the rows handed out for writing (find_or_insert, load_for_write)
+  // since the last commit and the
   // staged clocks to it; writes back when the updates since the last write-back call for it
   // (TieredOptions::log_bytes_max, write_back_ratio); then evicts down to the budget, writing
   // dirty victims back in one batch. A commit that fails before its batch is committed (a
@@ -238,6 +244,11 @@ class TieredRowStore final : public RowStore {
   };
   struct Reader;  // the read-ahead I/O thread (rocksdb_store.cpp)
   float* touch(uint32_t id, bool write);
+  // touch(id, true), and counts the row as handed out for writing in this batch.
+  float* written(uint64_t key, uint32_t id);
+  // load(), and with `write` also find_or_insert's bookkeeping for every key found cached (whose
+  // slot ids_buf_ then holds).
+  Status load_batch(std::span<const uint64_t> keys, bool write);
   uint32_t insert(uint64_t key, const float* row, bool on_disk);
   // Installs the reads ahead done so far; with `all`, waits for every one handed out first.
   void take_read_ahead(bool all);
@@ -276,11 +287,12 @@ class TieredRowStore final : public RowStore {
   Status uncommitted_;  // set for good by a commit that failed before its batch was committed
   StoreStats stats_;
   std::unique_ptr<PushLog> log_;
-  std::vector<uint64_t> written_;  // keys handed out by find_or_insert in this batch
+  // (key, slot) of the rows handed out for writing in this batch (a key may repeat)
+  std::vector<std::pair<uint64_t, uint32_t>> written_;
   std::vector<std::pair<uint64_t, uint32_t>> staged_clocks_;
   std::map<uint64_t, uint32_t> clocks_;  // every sender's last committed clock
   std::vector<uint64_t> keys_buf_;
-  std::vector<uint64_t> ids_buf_;  // load(): each key's slot, or KeyIndex::missing
+  std::vector<uint64_t> ids_buf_;  // load_batch(): each key's slot if cached, or KeyIndex::missing
   std::vector<float> rows_buf_;
   std::vector<uint8_t> found_buf_;
   // Read-ahead. A key is in reading_ from its hint until its read is installed (it is then not

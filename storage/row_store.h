@@ -23,6 +23,7 @@
 // Thread-safety: none; one shard owns a store.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -31,6 +32,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "storage/rocks_table.h"
@@ -90,6 +92,23 @@ class RowStore {
   // Fails with io_error (naming the store's path) when the disk read fails.
   virtual Status load(std::span<const uint64_t> keys) {
     (void)keys;
+    return {};
+  }
+  // Steps 1 and 2 at once for a batch that writes the rows of `keys`: load(keys), then
+  // rows[i] = find_or_insert(keys[i]) for each key in order (a repeated key's later entries are
+  // not inserted). A store may do it in one pass. Fails as load() does; `rows` is then
+  // unspecified, and rows found may already count as handed out for writing (the next commit()
+  // fails with the same error all the same).
+  virtual Status load_for_write(std::span<const uint64_t> keys,
+                                std::vector<std::pair<float*, bool>>& rows) {
+    if (Status s = load(keys); !s.ok()) return s;
+    constexpr size_t ahead = 8;
+    rows.resize(keys.size());
+    for (size_t i = 0; i < std::min(keys.size(), ahead); ++i) prefetch(keys[i]);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i + ahead < keys.size()) prefetch(keys[i + ahead]);
+      rows[i] = find_or_insert(keys[i]);
+    }
     return {};
   }
   // Step 3: writes back the rows handed out by find_or_insert, atomically. Fails with the

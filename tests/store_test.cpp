@@ -61,7 +61,8 @@ size_t rows_unlike(RocksTable& t, const std::map<uint64_t, std::vector<float>>& 
 }
 
 // Applies `steps` batches of random reads and writes to `store` and to a map of what it
-// should hold; each batch follows the load / find_or_insert / commit protocol. With `ahead`,
+// should hold; each batch follows the load / find_or_insert / commit protocol, every third one
+// as load_for_write / commit, writing every row (keys repeat within a batch). With `ahead`,
 // each batch first hands the keys of the batch `ahead` steps later to store.read_ahead.
 void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, uint64_t seed,
               int steps, uint64_t key_space, int ahead = 0) {
@@ -76,6 +77,22 @@ void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, u
         for (int i = 0; i < std::min(ahead, steps); ++i) store.read_ahead(batches[size_t(i)]);
       if (step + ahead < steps) store.read_ahead(batches[size_t(step + ahead)]);
     }
+    auto update = [&](uint64_t k, std::pair<float*, bool> row) {
+      auto [r, inserted] = row;
+      BOOST_REQUIRE_EQUAL(inserted, expect.find(k) == expect.end());
+      auto& e = expect[k];
+      e.resize(rf);
+      for (size_t j = 0; j < rf; ++j) r[j] = e[j] = r[j] + float(step + j);
+    };
+    if (step % 3 == 2) {
+      std::vector<std::pair<float*, bool>> rows;
+      BOOST_REQUIRE(store.load_for_write(keys, rows).ok());
+      BOOST_REQUIRE_EQUAL(rows.size(), keys.size());
+      for (size_t i = 0; i < keys.size(); ++i) update(keys[i], rows[i]);
+      BOOST_REQUIRE(store.commit().ok());
+      BOOST_REQUIRE_EQUAL(store.size(), expect.size());
+      continue;
+    }
     BOOST_REQUIRE(store.load(keys).ok());
     for (uint64_t k : keys) {
       if (rng.next() % 2) {
@@ -84,11 +101,7 @@ void exercise(RowStore& store, std::map<uint64_t, std::vector<float>>& expect, u
         BOOST_REQUIRE_EQUAL(r != nullptr, it != expect.end());
         if (r) BOOST_REQUIRE(std::vector<float>(r, r + rf) == it->second);
       } else {
-        auto [r, inserted] = store.find_or_insert(k);
-        BOOST_REQUIRE_EQUAL(inserted, expect.find(k) == expect.end());
-        auto& e = expect[k];
-        e.resize(rf);
-        for (size_t j = 0; j < rf; ++j) r[j] = e[j] = r[j] + float(step + j);
+        update(k, store.find_or_insert(k));
       }
     }
     BOOST_REQUIRE(store.commit().ok());
