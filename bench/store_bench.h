@@ -11,7 +11,9 @@
 // Runs each figure for about `seconds_per_figure` (after a warm-up of as long, which for the
 // tiered store also fills its cache). The tiered figures put their hit rate next to Belady's
 // optimum on the same accesses; the "-ahead" ones hand each batch's keys to the store's
-// read-ahead a few batches early. Fails with the store's error (disk full, ...).
+// read-ahead a few batches early; "tiered-lfu-all" has a cache that holds every row, all read in
+// before the warm-up, so that it measures the hit path against the memory store's. Fails with
+// the store's error (disk full, ...).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,8 @@ struct StoreBenchOptions {
 };
 
 struct StoreBenchFigure {
-  // memory, rocksdb, rocksdb-raw-get, tiered-lru, tiered-lfu, tiered-lru-ahead, tiered-lfu-ahead
+  // memory, rocksdb, rocksdb-raw-get, tiered-lru, tiered-lfu, tiered-lru-ahead, tiered-lfu-ahead,
+  // tiered-lfu-all (the cache holds every row, read in before timing: the hit path alone)
   std::string store;
   double rows_per_sec = 0;  // get+put rows (the raw baseline: gets)
   double hit_rate = 0;      // tiered: rows found in memory, once its cache was full

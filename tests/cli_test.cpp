@@ -979,6 +979,13 @@ BOOST_AUTO_TEST_CASE(bench_store_puts_the_tiered_hit_rate_next_to_beladys) {
   for (const auto& f : j["figures"]) {
     const std::string store = f["store"].get<std::string>();
     if (store.rfind("tiered", 0) != 0) continue;
+    if (store == "tiered-lfu-all") {
+      // Every row was read in before timing: the hit path alone, nothing to replay.
+      BOOST_TEST(f["hit_rate"].get<double>() == 1.0);
+      BOOST_TEST(!f.contains("belady_hit_rate"));
+      BOOST_TEST(f["rows_per_sec"].get<double>() > 0.0);
+      continue;
+    }
     const double hit = f["hit_rate"].get<double>(), best = f["belady_hit_rate"].get<double>();
     hit_rate[store] = hit;
     BOOST_TEST_MESSAGE(store << " hit rate " << hit << ", Belady " << best << ", read ahead "
