@@ -329,6 +329,7 @@ Status RocksTable::multi_get(std::span<const uint64_t> keys, std::vector<float>&
   out.resize(n * rf);
   found.assign(n, 0);
   if (n == 0) return {};
+  if (!injected_read_failure_.ok()) return injected_read_failure_;
   std::vector<std::string> key_bytes(n);
   std::vector<rocksdb::Slice> slices(n);
   for (size_t i = 0; i < n; ++i) {

@@ -160,6 +160,9 @@ class RocksTable {
 
   // Tests: every later write fails with this status (a full disk, injected).
   void inject_write_failure(Status s) { injected_write_failure_ = std::move(s); }
+  // Tests: every later multi_get fails with this status (a bad sector, injected); an ok status
+  // ends it.
+  void inject_read_failure(Status s) { injected_read_failure_ = std::move(s); }
 
  private:
   RocksTable() = default;
@@ -195,6 +198,7 @@ class RocksTable {
   rocksdb::ColumnFamilyHandle* meta_ = nullptr;  // the default family, owned by db_
   rocksdb::ColumnFamilyHandle* rows_cf_ = nullptr;
   Status injected_write_failure_;
+  Status injected_read_failure_;
 };
 
 // The 8 big-endian bytes of a key, and back.

@@ -1142,6 +1142,49 @@ BOOST_AUTO_TEST_CASE(a_tiered_store_whose_commit_failed_writes_nothing_back) {
   BOOST_TEST(store->find(keys[0])[0] == 1.0f);
 }
 
+// A read that fails in load_for_write (a row evicted to disk cannot be read back) fails the
+// batch, and its commit, with the read's error naming the store; the store writes nothing back
+// after, and reopened holds the last committed batch, rows and clock together.
+BOOST_AUTO_TEST_CASE(a_failed_read_in_load_for_write_fails_the_batch_and_loses_nothing_committed) {
+  TempDir dir;
+  const StoreIdentity id{"c", 0, 1, 2};
+  const std::vector<uint64_t> keys = {make_key(1, 1), make_key(1, 2)};
+  TieredOptions o;
+  o.cache_bytes = 1 * (2 * sizeof(float) + 64);  // one row: the other is evicted at each commit
+  auto open = [&] {
+    auto store = std::make_unique<TieredRowStore>(open_table(dir.sub("db"), id), o);
+    auto log = PushLog::open(dir.sub("log"), 2, false);
+    BOOST_REQUIRE(log.ok());
+    BOOST_REQUIRE(store->attach_log(std::move(log.value()), true).ok());
+    return store;
+  };
+  std::vector<std::pair<float*, bool>> rows;
+  {
+    auto store = open();
+    BOOST_REQUIRE(store->load_for_write(keys, rows).ok());
+    BOOST_TEST((rows[0].second && rows[1].second));
+    std::fill_n(rows[0].first, 2, 1.0f);
+    std::fill_n(rows[1].first, 2, 2.0f);
+    store->stage_clock(7, 1);
+    BOOST_REQUIRE(store->commit().ok());
+    BOOST_REQUIRE(store->cached_rows() == 1u);
+    store->table().inject_read_failure(Status::io_error(dir.sub("db") + ": bad sector (injected)"));
+    const Status loaded = store->load_for_write(keys, rows);
+    BOOST_TEST((loaded.code() == Status::Code::io_error));
+    BOOST_TEST(loaded.message().find("bad sector") != std::string::npos, loaded.message());
+    store->stage_clock(7, 2);
+    const Status committed = store->commit();
+    BOOST_TEST(committed.message().find("bad sector") != std::string::npos, committed.message());
+    store->table().inject_read_failure(Status());
+    BOOST_TEST(!store->flush().ok());  // the failed batch is not the store's
+  }
+  auto store = open();
+  BOOST_TEST((store->committed_clocks() == std::map<uint64_t, uint32_t>{{7, 1}}));
+  BOOST_REQUIRE(store->load(keys).ok());
+  BOOST_TEST(store->find(keys[0])[0] == 1.0f);
+  BOOST_TEST(store->find(keys[1])[0] == 2.0f);
+}
+
 BOOST_AUTO_TEST_CASE(shard_over_rocksdb_and_tiered_gives_the_rows_of_the_memory_shard) {
   TempDir dir;
   const ShardConfig sc = colony::testing::small_adagrad_shard();
