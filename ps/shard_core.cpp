@@ -594,13 +594,23 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
     if (!store_ok(sketch_ ? store_->load(keys) : store_->load_for_write(keys, write_rows_))) return;
   }
   size_t written = 0;  // the next of write_rows_
+  // The rows to update, fetched whole a few ahead for writing: a large push's rows do not stay
+  // cached from its pull or its load, and the optimizer reads and writes all of each.
+  const size_t row_bytes = (width_ + state_) * sizeof(float);
+  auto fetch = [row_bytes](const float* row) {
+    const char* first = reinterpret_cast<const char*>(row);
+    for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(first + b, 1);
+    __builtin_prefetch(first + row_bytes - 1, 1);  // the last line, for a row not aligned to one
+  };
   for (const auto& [p, pulled] : all) {
     constexpr size_t ahead = 8;  // index slots prefetched ahead of the lookups, as answer()
     for (size_t i = 0; i < p->keys.size(); ++i) {
       float* row_of = nullptr;
       if (pulled) {
+        if (i + ahead < pulled->size()) fetch((*pulled)[i + ahead]);
         row_of = (*pulled)[i];
       } else if (!sketch_) {
+        if (written + ahead < write_rows_.size()) fetch(write_rows_[written + ahead].first);
         row_of = initialised(p->keys[i], write_rows_[written++]);
       } else {
         if (i + ahead < p->keys.size()) store_->prefetch(p->keys[i + ahead]);
