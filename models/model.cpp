@@ -121,8 +121,15 @@ void BatchIndex::build(const Batch& batch, bool dense_rows) {
   };
   slot_of(bias_key);
   for (size_t j = 0; j < dense; ++j) slot_of(dense_key(static_cast<uint32_t>(j)));
+  // A large batch's table is far bigger than the CPU's first caches and each key lands anywhere
+  // in it: the slot of a key a few ahead is fetched while this one is placed.
+  constexpr size_t ahead = 16;
   const uint64_t* keys = batch.keys.data();
-  for (size_t i = 0; i < batch.features(); ++i) slots_[i] = slot_of(keys[i]);
+  const size_t n = batch.features();
+  for (size_t i = 0; i < n; ++i) {
+    if (i + ahead < n) __builtin_prefetch(&table_[mix64(keys[i + ahead]) & mask]);
+    slots_[i] = slot_of(keys[i]);
+  }
 }
 
 void Model::init_dense(std::span<float> params, uint64_t) const {
