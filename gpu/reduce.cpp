@@ -54,7 +54,10 @@ class CpuReducer final : public Reducer {
     for (size_t i = 0; i < inputs.size(); ++i) {
       const SparseGrads& in = *inputs[i];
       const uint32_t stamp = first + static_cast<uint32_t>(i);
+      constexpr size_t ahead = 16;  // a large table: the slot of a key ahead is fetched meanwhile
       for (size_t j = 0; j < in.keys.size(); ++j) {
+        if (j + ahead < in.keys.size())
+          __builtin_prefetch(&slots_[mix64(in.keys[j + ahead]) & mask_]);
         const uint64_t key = in.keys[j];
         const float* src = in.values.data() + j * width;
         size_t pos = mix64(key) & mask_;

@@ -135,9 +135,10 @@ void AggregatorCore::serve_pulls(Outbox& out) {
           break;
         }
         for (uint64_t key : p.asked[r]->keys) {
-          auto [at, fresh] = index_.try_emplace(key, uint32_t(p.keys.size()));
+          const auto [place, fresh] =
+              index_.find_or_insert(key, [&] { return uint64_t(p.keys.size()); });
           if (fresh) p.keys.push_back(key);
-          p.places[r].push_back(at->second);
+          p.places[r].push_back(uint32_t(place));
         }
       }
       p.values.resize(p.keys.size() * config_.width);

@@ -26,6 +26,7 @@
 
 #include "gpu/reduce.h"
 #include "ps/protocol.h"
+#include "storage/key_index.h"
 #include "worker/dense_tree.h"
 #include "worker/kv_client.h"
 
@@ -122,8 +123,8 @@ class AggregatorCore {
     std::vector<std::vector<uint32_t>> places;  // per replica: its keys' indices in `keys`
     bool whole = false;  // one replica asked: `keys` are its keys, `values` its rows
   };
-  std::map<uint32_t, NodePull> pulls_;            // step -> the node's pull
-  std::unordered_map<uint64_t, uint32_t> index_;  // key -> its place in a NodePull's keys
+  std::map<uint32_t, NodePull> pulls_;  // step -> the node's pull
+  KeyIndex index_;  // key -> its place in a NodePull's keys (no allocation a key)
   uint32_t next_step_ = 0;
   std::vector<KvClient::Ticket> push_tickets_;  // not yet acknowledged by every shard
   bool done_sent_ = false;
