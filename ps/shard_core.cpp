@@ -595,8 +595,9 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
   }
   size_t written = 0;  // the next of write_rows_
   // The rows to update, fetched whole a few ahead for writing: a large push's rows do not stay
-  // cached from its pull or its load, and the optimizer reads and writes all of each.
-  const size_t row_bytes = (width_ + state_) * sizeof(float);
+  // cached from its pull or its load, and the optimizer reads and writes all of each (and the
+  // clock stamp after it, with eviction).
+  const size_t row_bytes = (width_ + state_ + stamp_) * sizeof(float);
   auto fetch = [row_bytes](const float* row) {
     const char* first = reinterpret_cast<const char*>(row);
     for (size_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(first + b, 1);
@@ -607,7 +608,9 @@ void ShardCore::apply_push(const PushRequest& r, Outbox& out) {
     for (size_t i = 0; i < p->keys.size(); ++i) {
       float* row_of = nullptr;
       if (pulled) {
-        if (i + ahead < pulled->size()) fetch((*pulled)[i + ahead]);
+        // (A pull's row is null for a key not admitted yet: nothing to fetch.)
+        if (i + ahead < pulled->size())
+          if (const float* ahead_row = (*pulled)[i + ahead]) fetch(ahead_row);
         row_of = (*pulled)[i];
       } else if (!sketch_) {
         if (written + ahead < write_rows_.size()) fetch(write_rows_[written + ahead].first);
