@@ -293,6 +293,11 @@ void TieredRowStore::expire_hints() {
   }
 }
 
+void RowArena::grow(uint32_t id) {
+  while ((id >> chunk_log2) >= chunks_.size())
+    chunks_.emplace_back(new float[(size_t{1} << chunk_log2) * row_floats_]);
+}
+
 Status TieredRowStore::attach_log(std::unique_ptr<PushLog> log, bool keep) {
   COLONY_ASSERT(!log_ && index_.empty(), "attach_log after the store was used");
   const size_t rf = table_->row_floats();

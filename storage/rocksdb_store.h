@@ -50,8 +50,8 @@ class RowArena {
   explicit RowArena(size_t row_floats) : row_floats_(row_floats) {}
   // Row `id`, allocating chunks up to it.
   float* row(uint32_t id) {
-    while ((id >> chunk_log2) >= chunks_.size())
-      chunks_.emplace_back(new float[(size_t{1} << chunk_log2) * row_floats_]);
+    if ((id >> chunk_log2) >= chunks_.size()) [[unlikely]]
+      grow(id);
     return chunks_[id >> chunk_log2].get() + (id & ((1u << chunk_log2) - 1)) * row_floats_;
   }
   size_t bytes() const {
@@ -60,6 +60,9 @@ class RowArena {
 
  private:
   static constexpr uint32_t chunk_log2 = 10;
+  // Allocates chunks up to row `id`'s: out of line, so that row(), called for every key a
+  // tiered store looks up, is inlined there.
+  void grow(uint32_t id);
   size_t row_floats_;
   std::vector<std::unique_ptr<float[]>> chunks_;
 };
