@@ -1350,6 +1350,52 @@ BOOST_AUTO_TEST_CASE(the_aggregator_pulls_each_key_once_per_step_for_its_node) {
   BOOST_TEST(agg->error().ok(), agg->error().message());
 }
 
+// Each step's pull merges its replicas' keys afresh: a key an earlier step pulled is pulled
+// again, and every replica gets its own rows in its own order.
+BOOST_AUTO_TEST_CASE(the_aggregator_merges_each_steps_pulls_afresh) {
+  auto agg = node_aggregator();
+  Outbox out;
+  agg->on_message(ClockAdvance{{12, 1, 1}, clock_done}, out);  // replica 12 finished
+  // Answers the shard pulls in `requests` (key k's row is (10k, 10k + 1)); each replica's rows.
+  auto answer = [&](const Outbox& requests) {
+    Outbox replies;
+    for (const Outgoing& o : requests)
+      if (const auto* p = std::get_if<PullRequest>(&o.message)) {
+        std::vector<float> rows;
+        for (uint64_t k : p->keys) rows.insert(rows.end(), {10.0f * k, 10.0f * k + 1});
+        agg->on_message(PullReply{{o.to, p->header.request_id, 1}, 1, rows}, replies);
+      }
+    std::map<NodeId, std::vector<float>> got;
+    for (const Outgoing& o : replies)
+      if (const auto* r = std::get_if<PullReply>(&o.message))
+        got[o.to].assign(r->values.begin(), r->values.end());
+    return got;
+  };
+  Outbox step0;
+  agg->on_message(replica_pull(10, 2, 0, {1, 2, 3}), step0);
+  agg->on_message(replica_pull(11, 2, 0, {3, 4}), step0);
+  auto got0 = answer(step0);
+  BOOST_TEST((got0[10] == std::vector<float>{10, 11, 20, 21, 30, 31}));
+  BOOST_TEST((got0[11] == std::vector<float>{30, 31, 40, 41}));
+  BOOST_TEST(agg->stats().keys_pulled == 4u);
+
+  Outbox step1;
+  agg->on_message(PushRequest{{10, 3, 1}, 1, {1}, {0.5f, 0.5f}}, step1);
+  agg->on_message(PushRequest{{11, 3, 1}, 1, {4}, {0.5f, 0.5f}}, step1);
+  agg->on_message(replica_pull(10, 4, 1, {4, 6}), step1);
+  agg->on_message(replica_pull(11, 4, 1, {6, 1}), step1);
+  std::set<uint64_t> pulled;
+  for (const Outgoing& o : step1)
+    if (const auto* p = std::get_if<PullRequest>(&o.message))
+      pulled.insert(p->keys.begin(), p->keys.end());
+  BOOST_TEST((pulled == std::set<uint64_t>{1, 4, 6}));
+  auto got1 = answer(step1);
+  BOOST_TEST((got1[10] == std::vector<float>{40, 41, 60, 61}));
+  BOOST_TEST((got1[11] == std::vector<float>{60, 61, 10, 11}));
+  BOOST_TEST(agg->stats().keys_pulled == 7u);
+  BOOST_TEST(agg->error().ok(), agg->error().message());
+}
+
 // A pull the protocol does not allow, from this node's own replicas, is a bug: it stops the
 // aggregator, naming it.
 BOOST_AUTO_TEST_CASE(the_aggregator_refuses_pulls_out_of_protocol) {
