@@ -1,5 +1,7 @@
 #include "actors/bridge.h"
 
+#include <fmt/ranges.h>
+
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -38,7 +40,8 @@ struct Bridge::Impl {
   std::atomic<bool> routing_ready{false};
   // Written before routing_ready; after it, changed by a failover under layout_mu.
   mutable std::shared_mutex layout_mu;
-  std::vector<bool> local;  // by node id
+  std::vector<bool> local;   // by node id
+  std::vector<bool> former;  // by node id: hosted by this member's last process, not this one
   std::optional<ClusterLayout> layout;
   std::string coordinator_key;
   std::set<std::string> control_keys;                        // fixed at open
@@ -57,7 +60,8 @@ struct Bridge::Impl {
   std::unordered_set<NodeId> lost;           // guarded by lost_mu
   std::unordered_map<NodeId, Route> routes;  // guarded by lost_mu
 
-  std::atomic<uint64_t> received{0}, sent{0}, bad{0}, dropped{0}, refused{0}, late{0};
+  std::atomic<uint64_t> received{0}, sent{0}, bad{0}, dropped{0}, refused{0}, late{0}, earlier{0},
+      before_layout{0};
   std::map<std::string, std::chrono::steady_clock::time_point> bad_logged;  // poller thread only
   mutable std::mutex bad_mu;
   std::map<std::string, uint64_t> bad_by_peer;  // guarded by bad_mu; see bad_messages_by_peer
@@ -171,14 +175,21 @@ struct Bridge::Impl {
   }
 
   void deliver(WireMessage& m, const std::string& peer, const std::string& key) {
-    if (!routing_ready.load(std::memory_order_acquire))
-      return bad_message(
-          peer,
-          fmt::format("a message for node {} before this process has its layout", m.receiver));
+    // Nothing is taken before the layout; what it was is known once the layout comes
+    // (set_routing_ready): queued by a peer for this member's last process, or bad.
+    if (!routing_ready.load(std::memory_order_acquire)) {
+      ++before_layout;
+      return;
+    }
     std::shared_lock layout_lock(layout_mu);
-    if (m.receiver >= local.size() || !local[m.receiver])
+    if (m.receiver >= local.size() || !local[m.receiver]) {
+      if (m.receiver < former.size() && former[m.receiver]) {
+        ++earlier;
+        return;
+      }
       return bad_message(
           peer, fmt::format("a message for node {}, which is not in this process", m.receiver));
+    }
     if (layout) {
       MessageOrigin origin;
       if (!key.empty()) {
@@ -302,8 +313,9 @@ caf::behavior proxy_fun(caf::event_based_actor* self, NodeId to,
       [forward](PullHint& m) { forward(PsMessage(std::move(m))); },
       [forward](ReplicaForward& m) { forward(PsMessage(std::move(m))); },
       [forward](ReplicaAck& m) { forward(PsMessage(std::move(m))); },
+      [forward](ReplicaCopy& m) { forward(PsMessage(std::move(m))); },
   };
-  static_assert(std::variant_size_v<PsMessage> == 12, "a ps message kind the proxy cannot carry");
+  static_assert(std::variant_size_v<PsMessage> == 13, "a ps message kind the proxy cannot carry");
 }
 
 }  // namespace
@@ -401,13 +413,45 @@ void Bridge::detach_shards(const std::vector<NodeId>& shards) {
     for (NodeId s : shards) impl_->layout->detach_shard(s);
 }
 
+Expected<caf::actor> Bridge::place_backup(NodeId backup, uint32_t member,
+                                          const std::string& endpoint,
+                                          const std::string& public_key) {
+  auto l = impl_->link(endpoint, public_key);
+  if (!l) return l.status();
+  {
+    std::unique_lock layout_lock(impl_->layout_mu);
+    if (backup >= impl_->local.size())
+      return Status::invalid_input(
+          fmt::format("node {} outside {} nodes", backup, impl_->local.size()));
+    if (impl_->layout)
+      if (Status s = impl_->layout->place_backup(backup, member); !s.ok()) return s;
+    impl_->local[backup] = false;
+  }
+  {
+    std::lock_guard lock(impl_->lost_mu);
+    impl_->routes[backup] = Impl::Route{*l, {}};
+    impl_->lost.erase(backup);
+  }
+  return caf::actor(impl_->system->spawn(proxy_fun, backup, impl_));
+}
+
+Status Bridge::take_placement(NodeId backup, uint32_t member) {
+  std::unique_lock layout_lock(impl_->layout_mu);
+  return impl_->layout ? impl_->layout->place_backup(backup, member) : Status();
+}
+
 Status Bridge::serve_shard(NodeId shard, uint32_t member, caf::actor actor) {
   return impl_->reroute(shard, member, Impl::Route{{}, std::move(actor)});
 }
 
-void Bridge::set_routing_ready(const std::vector<NodeId>& local_nodes) {
+void Bridge::set_routing_ready(const std::vector<NodeId>& local_nodes,
+                               const std::vector<NodeId>& former_nodes, bool restarted) {
   std::unique_lock layout_lock(impl_->layout_mu);
+  (restarted ? impl_->earlier : impl_->bad) += impl_->before_layout.exchange(0);
   impl_->local.assign(impl_->shared->nodes.size(), false);
+  impl_->former.assign(impl_->shared->nodes.size(), false);
+  for (NodeId n : former_nodes)
+    if (n < impl_->former.size()) impl_->former[n] = true;
   for (NodeId n : local_nodes) {
     COLONY_ASSERT(n < impl_->local.size(), "local node {} outside {} nodes", n,
                   impl_->local.size());
@@ -432,17 +476,22 @@ std::vector<std::pair<std::string, uint64_t>> Bridge::bad_messages_by_peer() con
 }
 
 std::string late_from_moved_line(const BridgeStats& stats) {
-  const uint64_t n = stats.late_from_moved;
-  if (n == 0) return {};
-  return fmt::format(
-      "dropped {} message{} that a failed-over shard's last server sent before the failover "
-      "(late, not counted as bad)",
-      n, n == 1 ? "" : "s");
+  std::vector<std::string> late;
+  if (const uint64_t n = stats.late_from_moved)
+    late.push_back(
+        fmt::format("{} message{} that a failed-over shard's last server sent before the failover",
+                    n, n == 1 ? "" : "s"));
+  if (const uint64_t n = stats.for_earlier_process)
+    late.push_back(fmt::format("{} message{} peers had queued for this member's last process", n,
+                               n == 1 ? "" : "s"));
+  if (late.empty()) return {};
+  return fmt::format("dropped {} (late, not counted as bad)", fmt::join(late, " and "));
 }
 
 BridgeStats Bridge::stats() const {
   return BridgeStats{impl_->received.load(), impl_->sent.load(),    impl_->bad.load(),
-                     impl_->dropped.load(),  impl_->refused.load(), impl_->late.load()};
+                     impl_->dropped.load(),  impl_->refused.load(), impl_->late.load(),
+                     impl_->earlier.load()};
 }
 
 }  // namespace colony

@@ -25,8 +25,11 @@
 // JobShared::nodes stays as built. A received message that
 // does not decode, or names a node that is not local, is counted and dropped, and logged at
 // most once per peer address per minute; one from a shard's server before a failover moved it
-// is dropped and counted apart (BridgeStats::late_from_moved). Connections the CURVE handshake
-// refused are logged with the peer's address and key. ZeroMQ reconnects a link whose peer restarts.
+// is dropped and counted apart (BridgeStats::late_from_moved), and so is one for this member's
+// last process: a restarted process takes the messages its peers had queued for the process
+// before it (before it has its layout, or for a node it no longer hosts; BridgeStats::
+// for_earlier_process). Connections the CURVE handshake refused are logged with the peer's
+// address and key. ZeroMQ reconnects a link whose peer restarts.
 //
 // With a timeline (JobShared::timeline) the bridge records, as pid bridge_timeline_pid and
 // role "bridge": "serialize" spans (encoding a message to node N on track N, decoding each one
@@ -80,9 +83,14 @@ struct BridgeStats {
   // In the name of a shard, from the member that served it before a failover moved it
   // (ClusterLayout::served_before): sent before the move, dropped without counting as bad.
   uint64_t late_from_moved = 0;
+  // For this member's last process (queued by a peer before it was lost, delivered to this one):
+  // before this process had its layout, or for a node it hosted and no longer does. Dropped
+  // without counting as bad; nothing in them is taken.
+  uint64_t for_earlier_process = 0;
 };
 
-// The log line for BridgeStats::late_from_moved; empty when there were none.
+// The log line for BridgeStats::late_from_moved and for_earlier_process; empty when there were
+// none.
 std::string late_from_moved_line(const BridgeStats& stats);
 
 class Bridge {
@@ -123,9 +131,12 @@ class Bridge {
   void set_layout(ClusterLayout layout, const std::string& coordinator_key);
   // Counts a message dropped above the bridge (a control message its receiver refused).
   void count_bad_message();
-  // Marks which node ids are this process's own (received ps messages for others are bad),
-  // then lets the poller deliver ps messages. Before this, ps messages are counted as bad.
-  void set_routing_ready(const std::vector<NodeId>& local_nodes);
+  // Marks which node ids are this process's own (received ps messages for others are bad, but
+  // those for `former_nodes`, which this member hosted before and no longer does: late), then
+  // lets the poller deliver ps messages. Those received before are dropped, and counted as late
+  // (for_earlier_process) for a `restarted` member's process, else as bad.
+  void set_routing_ready(const std::vector<NodeId>& local_nodes,
+                         const std::vector<NodeId>& former_nodes = {}, bool restarted = false);
   // From now on, messages to these nodes are dropped (counted), not sent. Any thread.
   void mark_lost(const std::vector<NodeId>& nodes);
   // These nodes are back (a restarted ps): messages to them are sent again. Any thread.
@@ -147,6 +158,19 @@ class Bridge {
   // and received messages for it are delivered). Fails, changing nothing, as
   // ClusterLayout::move_shard does.
   Status serve_shard(NodeId shard, uint32_t member, caf::actor actor);
+
+  // Re-replication (BackupsPlaced): backup node `backup` is hosted by member `member` from now
+  // on, at `endpoint` (server key `public_key`): the layout takes its messages from that member's
+  // key, messages to it are sent again (it may have been declared lost), and its proxy sends
+  // there. Returns a proxy of its own for the node, for a primary here whose shard it backs
+  // (JobShared::nodes may name a spent local backup actor for it). Any thread after
+  // set_routing_ready. Fails, changing nothing, as ClusterLayout::place_backup does, or when no
+  // link can be opened.
+  Expected<caf::actor> place_backup(NodeId backup, uint32_t member, const std::string& endpoint,
+                                    const std::string& public_key);
+  // The same for the layout alone, in a process that sends nothing to backups (a worker, the
+  // coordinator): a later move of a shard to that member is checked against it. Any thread.
+  Status take_placement(NodeId backup, uint32_t member);
 
   BridgeStats stats() const;
   // stats().bad_messages by sender: its CURVE key where the transport knew it, else its address

@@ -196,6 +196,8 @@ class Coordinator {
         failed_ = s;
       p_.bridge->unmark_lost(moved.shards);
     }
+    for (const NodePlacement& placed : fx.placed)
+      if (Status s = p_.bridge->take_placement(placed.node, placed.member); !s.ok()) failed_ = s;
     if (!fx.ps.empty()) route(*p_.shared, fx.ps);
     for (const ControlOut& c : fx.control)
       if (std::holds_alternative<Start>(c.message.body)) start_ms_ = now_ms();

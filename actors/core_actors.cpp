@@ -140,28 +140,49 @@ void record_shard_spans(shard_state& st, monitor::TimelineRecorder& timeline, No
 }
 
 // The kinds of PsMessage, by variant index (the aggregator's spans are named by them).
-constexpr const char* message_kinds[] = {"pull",      "pull reply",      "push",
-                                         "push ack",  "clock",           "shard map",
-                                         "ps error",  "dense reduce",    "dense broadcast",
-                                         "pull hint", "replica forward", "replica ack"};
+constexpr const char* message_kinds[] = {"pull",        "pull reply",      "push",
+                                         "push ack",    "clock",           "shard map",
+                                         "ps error",    "dense reduce",    "dense broadcast",
+                                         "pull hint",   "replica forward", "replica ack",
+                                         "replica copy"};
 static_assert(std::size(message_kinds) == std::variant_size_v<PsMessage>);
 
 }  // namespace
 
 namespace {
 
-// Sends a replicated shard's forwards to every backup, in order.
-void send_forwards(JobShared& shared, const std::vector<NodeId>& backups,
+// Where a replicated shard's backup node is reached: through the proxy it was placed with, or
+// as the job's nodes say.
+const caf::actor& backup_route(const JobShared& shared, const ShardReplication& r, NodeId node) {
+  auto placed = r.placed.find(node);
+  if (placed != r.placed.end()) return placed->second;
+  COLONY_ASSERT(node < shared.nodes.size(), "a backup at unknown node {}", node);
+  return shared.nodes[node];
+}
+
+// Sends a replicated shard's forwards to every live backup, in order.
+void send_forwards(JobShared& shared, const ShardReplication& r,
                    std::vector<ReplicaForward>& forwards) {
+  size_t last = r.backups.size();  // the last live one takes each forward, the others a copy
+  for (size_t b = 0; b < r.backups.size(); ++b)
+    if (r.primary->live(uint32_t(b))) last = b;
   for (ReplicaForward& f : forwards)
-    for (size_t b = 0; b < backups.size(); ++b) {
-      COLONY_ASSERT(backups[b] < shared.nodes.size(), "a backup at unknown node {}", backups[b]);
-      if (b + 1 == backups.size())
-        caf::anon_send(shared.nodes[backups[b]], std::move(f));
+    for (size_t b = 0; b <= last && last < r.backups.size(); ++b) {
+      if (!r.primary->live(uint32_t(b))) continue;
+      if (b == last)
+        caf::anon_send(backup_route(shared, r, r.backups[b]), std::move(f));
       else
-        caf::anon_send(shared.nodes[backups[b]], f);
+        caf::anon_send(backup_route(shared, r, r.backups[b]), f);
     }
   forwards.clear();
+}
+
+// The primary's number for the live backup at `node` (a node placed again after it was lost has
+// a lost number and a live one); nullopt when none is live.
+std::optional<uint32_t> live_backup(const ShardReplication& r, NodeId node) {
+  for (size_t b = r.backups.size(); b-- > 0;)
+    if (r.backups[b] == node && r.primary->live(uint32_t(b))) return uint32_t(b);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -181,15 +202,16 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       // Only this shard's backups may acknowledge (the layout checked it); a lie about how far
       // one got changes nothing (ShardPrimary::on_ack) and is counted.
       if (replication && replication->promoted_from == ack->header.sender) return;
-      const std::vector<NodeId>* backups = replication ? &replication->backups : nullptr;
-      auto it = backups ? std::find(backups->begin(), backups->end(), ack->header.sender)
-                        : std::vector<NodeId>::const_iterator();
-      if (!backups || it == backups->end() ||
-          !replication->primary->on_ack(uint32_t(it - backups->begin()), *ack, st.out).ok())
-        ++st.acks_refused;
+      const std::optional<uint32_t> b =
+          replication ? live_backup(*replication, ack->header.sender) : std::nullopt;
+      // One from a backup declared lost was on its way then (no lie).
+      const bool lost = replication && !b &&
+                        std::find(replication->backups.begin(), replication->backups.end(),
+                                  ack->header.sender) != replication->backups.end();
+      if (!lost && (!b || !replication->primary->on_ack(*b, *ack, st.out).ok())) ++st.acks_refused;
     } else if (replication) {
       replication->primary->on_message(m, st.out, st.forwards);
-      send_forwards(*shared, replication->backups, st.forwards);
+      send_forwards(*shared, *replication, st.forwards);
     } else {
       core->on_message(m, st.out);
     }
@@ -226,12 +248,24 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
       [handle](ReplicaAck& m) { handle(std::move(m)); },
       [self, shared, replication](backup_lost_atom, NodeId backup) {
         if (!replication) return;
-        const auto& backups = replication->backups;
-        auto it = std::find(backups.begin(), backups.end(), backup);
-        if (it == backups.end()) return;
         // Already lost (a repeated notice) changes nothing.
-        (void)replication->primary->on_backup_lost(uint32_t(it - backups.begin()), self->state.out);
+        if (auto b = live_backup(*replication, backup))
+          (void)replication->primary->on_backup_lost(*b, self->state.out);
         route(*shared, self->state.out);
+      },
+      [core, shared, replication](add_backup_atom, NodeId backup, caf::actor to) {
+        if (!replication) return;
+        // The copy it starts from, then (as for every backup) the forwards made after it.
+        ShardPrimary::NewBackup added = replication->primary->add_backup();
+        COLONY_ASSERT(added.backup == replication->backups.size(), "backup {} of {}", added.backup,
+                      replication->backups.size());
+        replication->backups.push_back(backup);
+        replication->placed[backup] = to;
+        if (replication->promoted_from == backup) replication->promoted_from.reset();
+        const Status sent =
+            send_copy(*core, std::move(added), replica_copy_rows_per_part,
+                      [&](ReplicaCopy&& part) { caf::anon_send(to, std::move(part)); });
+        if (!sent.ok()) shared->fail(sent);
       },
       [](quiesce_atom) { return true; },
       [core](flush_atom) { return core->store().flush(); },
@@ -260,35 +294,59 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
 
 backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_state> self,
                                        std::shared_ptr<ShardBackup> backup,
+                                       std::shared_ptr<BackupCopy> copy,
                                        std::shared_ptr<JobShared> shared, NodeId id) {
+  self->state.backup = std::move(backup);
+  self->state.copy = std::move(copy);
+  auto cannot_follow = [shared, id](NodeId primary, const std::string& why) {
+    shared->fail(Status::internal(
+        fmt::format("the backup (node {}) of shard node {} can no longer follow its primary: {}",
+                    id, primary, why)));
+  };
   return {
-      [self, backup, shared, id](ReplicaForward& f) {
-        if (self->state.spent) return;  // from the lost primary, after the promotion
-        auto ack = backup->on_forward(f);
-        if (!ack) {
-          shared->fail(Status::internal(
-              fmt::format("the backup (node {}) of shard node {} can no longer follow its "
-                          "primary: {}",
-                          id, f.header.sender, ack.status().message())));
-          return;
+      [self, shared, id, cannot_follow](ReplicaForward& f) {
+        auto& st = self->state;
+        if (st.spent) return;  // from the lost primary, after the promotion
+        if (!st.backup) {
+          // Sent to this node's last process before it was lost, and queued on the link since:
+          // a new primary's copy comes ahead of its forwards.
+          if (st.copy && st.copy->parts() == 0) return;
+          return cannot_follow(f.header.sender, "a forward before its copy was complete");
         }
+        auto ack = st.backup->on_forward(f);
+        if (!ack) return cannot_follow(f.header.sender, ack.status().message());
         ack->header = {id, ack->seq, f.header.map_version};
         // The sender is this backup's shard (the bridge checked it against the layout).
         caf::anon_send(shared->nodes[f.header.sender], std::move(*ack));
+      },
+      [self, shared, id, cannot_follow](ReplicaCopy& part) {
+        auto& st = self->state;
+        if (st.spent) return;
+        if (!st.copy || st.backup)
+          return cannot_follow(part.header.sender, "a copy it did not wait for");
+        if (Status s = st.copy->on_part(part); !s.ok())
+          return cannot_follow(part.header.sender, s.message());
+        if (!st.copy->done()) return;
+        st.backup = std::shared_ptr<ShardBackup>(st.copy->take());
+        if (shared->backup_copied) shared->backup_copied(id, st.backup);
       },
       [self](promote_atom) {
         self->state.spent = true;
         return true;
       },
-      [backup](applied_atom) { return backup->applied(); },
-      [](quiesce_atom) { return true; },
-      [self, backup](flush_atom) {
-        return self->state.spent ? Status() : backup->core().store().flush();
+      [self](applied_atom) {
+        return self->state.backup ? self->state.backup->applied() : uint64_t{0};
       },
-      [self, backup, shared](summary_atom) {
+      [](quiesce_atom) { return true; },
+      [self](flush_atom) {
+        auto& st = self->state;
+        return st.spent || !st.backup ? Status() : st.backup->core().store().flush();
+      },
+      [self, shared](summary_atom) {
         ShardSummary s;
-        if (self->state.spent) return s;
-        ShardCore& core = backup->core();
+        auto& st = self->state;
+        if (st.spent || !st.backup) return s;
+        ShardCore& core = st.backup->core();
         s.memory_bytes = core.store().memory_bytes();
         auto digest = core.rows_digest();
         if (!digest) shared->fail(digest.status());

@@ -51,6 +51,9 @@ struct backup_state {
   // when it can, and C++20 would initialize `spent` from it (true).
   backup_state() = default;
   bool spent = false;  // promoted: the ShardBackup is no longer this actor's
+  // A backup placed on a ps that rejoined: its copy, until the last part built the backup.
+  std::shared_ptr<ShardBackup> backup;
+  std::shared_ptr<BackupCopy> copy;
 };
 
 struct worker_state {
@@ -88,6 +91,8 @@ struct JobShared {
   std::function<void(ShardCore&)> after_shard_message;
   // Called by a worker's actor after each message, with its core (dense-layer checkpoints).
   std::function<void(WorkerCore&)> after_worker_message;
+  // Called by a backup's actor once its copy built the backup (a ps that rejoined).
+  std::function<void(NodeId, std::shared_ptr<ShardBackup>)> backup_copied;
   std::atomic<uint64_t> samples{0};
   std::atomic<double> loss_sum{0.0};       // the workers' progressive logloss, summed over samples
   std::atomic<uint64_t> steps_skipped{0};  // --on-nan skip
@@ -222,7 +227,11 @@ struct ShardReplication {
   // A promoted backup's own node: its last acknowledgements, meant for the lost primary, are
   // routed here once this shard serves in its place, and are dropped (no lie).
   std::optional<NodeId> promoted_from;
+  // Backups placed on a ps that rejoined (add_backup), by node: the proxy that reaches each.
+  std::map<NodeId, caf::actor> placed = {};
 };
+// Rows a part of a copy to a new backup carries (send_copy).
+inline constexpr size_t replica_copy_rows_per_part = 8192;
 
 // A shard: each message to its core (with `replication`, to its primary, whose forwards go to
 // the backups' nodes and whose replies wait for their acknowledgements), the replies routed.
@@ -234,8 +243,13 @@ shard_actor::behavior_type shard_fun(shard_actor::stateful_pointer<shard_state> 
 // A backup of a replicated shard, node `id`: applies its primary's forwards in order and
 // acknowledges each to the primary (the forward's sender). A forward it cannot apply (one lost on
 // the way, or a lie from the primary's member) fails the job: the backup can no longer follow.
+// With `copy` instead of `backup` (a backup placed on a ps that rejoined) it first takes its
+// primary's copy (ReplicaCopy parts, in order) and hands the backup it built to
+// JobShared::backup_copied; a part it cannot take, a forward before the copy is complete or a copy
+// it does not wait for fails the same way.
 backup_actor::behavior_type backup_fun(backup_actor::stateful_pointer<backup_state> self,
                                        std::shared_ptr<ShardBackup> backup,
+                                       std::shared_ptr<BackupCopy> copy,
                                        std::shared_ptr<JobShared> shared, NodeId id);
 
 // A worker replica: on `start` and after every reply, hands batches from `source` to its core

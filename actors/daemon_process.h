@@ -52,7 +52,7 @@ class Inbox {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
       return !control_.empty() || !done_.empty() || !checkpoints_.empty() ||
-             !dense_checkpoints_.empty();
+             !dense_checkpoints_.empty() || !backups_copied_.empty();
     });
     std::deque<ControlMessage> out;
     out.swap(control_);
@@ -85,6 +85,20 @@ class Inbox {
     out.swap(dense_checkpoints_);
     return out;
   }
+  // A backup placed on this ps (a rejoined one) built from its copy, from the backup's actor.
+  void push_backup_copied(NodeId node, std::shared_ptr<ShardBackup> backup) {
+    {
+      std::lock_guard lock(mu_);
+      backups_copied_.emplace_back(node, std::move(backup));
+    }
+    cv_.notify_one();
+  }
+  std::vector<std::pair<NodeId, std::shared_ptr<ShardBackup>>> take_backups_copied() {
+    std::lock_guard lock(mu_);
+    std::vector<std::pair<NodeId, std::shared_ptr<ShardBackup>>> out;
+    out.swap(backups_copied_);
+    return out;
+  }
   std::vector<std::pair<NodeId, Status>> take_done() {
     std::lock_guard lock(mu_);
     std::vector<std::pair<NodeId, Status>> out;
@@ -99,6 +113,7 @@ class Inbox {
   std::vector<std::pair<NodeId, Status>> done_;
   std::vector<std::pair<uint32_t, ShardCheckpoint>> checkpoints_;
   std::vector<DenseState> dense_checkpoints_;
+  std::vector<std::pair<NodeId, std::shared_ptr<ShardBackup>>> backups_copied_;
 };
 
 struct Keys {

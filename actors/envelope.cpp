@@ -18,6 +18,7 @@
 #include "common/bf16.h"
 #include "common/fp16.h"
 #include "common/int8.h"
+#include "ps/replication.h"
 
 namespace colony {
 
@@ -369,7 +370,46 @@ void set_clock(wire::ClockAdvance::Builder w, const ClockAdvance& m) {
 
 // Every alternative of PsMessage has its branch in build_ps and read_ps (and a name in
 // ClusterLayout's checks): a new message must be added to each.
-static_assert(std::variant_size_v<PsMessage> == 12, "a ps message kind without a wire encoding");
+static_assert(std::variant_size_v<PsMessage> == 13, "a ps message kind without a wire encoding");
+
+void set_forward(capnp::MessageBuilder& builder, wire::ReplicaForward::Builder w,
+                 const ReplicaForward& m) {
+  set_header(w, m.header);
+  w.setSeq(m.seq);
+  w.setCommitted(m.committed);
+  w.setKeysFilled(m.keys_filled);
+  if (auto* push = std::get_if<PushRequest>(&m.message))
+    set_push(builder, w.initPush(), *push);
+  else
+    set_clock(w.initClock(), std::get<ClockAdvance>(m.message));
+}
+
+void set_copy(capnp::MessageBuilder& builder, wire::ReplicaCopy::Builder w, const ReplicaCopy& m) {
+  set_header(w, m.header);
+  set_keys(w.initKeys(m.keys.size()), m.keys);
+  w.setRows(kj::arrayPtr(reinterpret_cast<const kj::byte*>(m.rows.data()),
+                         m.rows.size() * sizeof(float)));
+  w.setLast(m.last);
+  if (!m.last) return;
+  w.setApplied(m.applied);
+  auto kept = w.initKept(static_cast<unsigned>(m.kept.size()));
+  for (unsigned i = 0; i < m.kept.size(); ++i) set_forward(builder, kept[i], m.kept[i]);
+  auto nodes = w.initClockNodes(static_cast<unsigned>(m.state.clocks.size()));
+  auto clocks = w.initClockValues(static_cast<unsigned>(m.state.clocks.size()));
+  for (unsigned i = 0; i < m.state.clocks.size(); ++i) {
+    nodes.set(i, m.state.clocks[i].first);
+    clocks.set(i, m.state.clocks[i].second);
+  }
+  auto parts = w.initParts(static_cast<unsigned>(m.state.parts.size()));
+  for (unsigned i = 0; i < m.state.parts.size(); ++i) set_push(builder, parts[i], m.state.parts[i]);
+  auto dropped_nodes = w.initDroppedNodes(static_cast<unsigned>(m.state.keys_dropped.size()));
+  auto dropped_clocks = w.initDroppedClocks(static_cast<unsigned>(m.state.keys_dropped.size()));
+  for (unsigned i = 0; i < m.state.keys_dropped.size(); ++i) {
+    dropped_nodes.set(i, m.state.keys_dropped[i].first);
+    dropped_clocks.set(i, m.state.keys_dropped[i].second);
+  }
+  w.setLastCheckpoint(m.state.last_checkpoint);
+}
 
 // Builds the envelope of a ps message; float arrays become external segments where they can
 // (`message` must outlive `builder`).
@@ -428,19 +468,13 @@ void build_ps(capnp::MessageBuilder& builder, const PsMessage& message, uint64_t
     set_header(w, m->header);
     set_keys(w.initKeys(m->keys.size()), m->keys);
   } else if (auto* m = std::get_if<ReplicaForward>(&message)) {
-    auto w = ps.initReplicaForward();
-    set_header(w, m->header);
-    w.setSeq(m->seq);
-    w.setCommitted(m->committed);
-    w.setKeysFilled(m->keys_filled);
-    if (auto* push = std::get_if<PushRequest>(&m->message))
-      set_push(builder, w.initPush(), *push);
-    else
-      set_clock(w.initClock(), std::get<ClockAdvance>(m->message));
+    set_forward(builder, ps.initReplicaForward(), *m);
   } else if (auto* m = std::get_if<ReplicaAck>(&message)) {
     auto w = ps.initReplicaAck();
     set_header(w, m->header);
     w.setSeq(m->seq);
+  } else if (auto* m = std::get_if<ReplicaCopy>(&message)) {
+    set_copy(builder, ps.initReplicaCopy(), *m);
   }
 }
 
@@ -543,6 +577,75 @@ ClockAdvance read_clock(wire::ClockAdvance::Reader r) {
   return ClockAdvance{get_header(r.getHeader()), r.getClock(), r.getResync(), r.getAckedPush()};
 }
 
+Status read_forward(wire::ReplicaForward::Reader r, const FrameWords& words, ReplicaForward& m) {
+  m = ReplicaForward{
+      get_header(r.getHeader()), r.getSeq(), r.getCommitted(), r.getKeysFilled(), {}};
+  if (r.which() == wire::ReplicaForward::PUSH) {
+    PushRequest push;
+    Status status = read_push(r.getPush(), words, m.keys_filled, push);
+    m.message = std::move(push);
+    return status;
+  }
+  if (r.which() == wire::ReplicaForward::CLOCK) {
+    m.message = read_clock(r.getClock());
+    if (m.keys_filled)
+      return Status::invalid_input("a replica forward fills in the keys of a clock advance");
+    return Status();
+  }
+  return Status::invalid_input("a replica forward holds neither a push nor a clock advance");
+}
+
+Status read_floats(capnp::Data::Reader blob, std::vector<float>& out, size_t max, const char* what);
+
+// A part of a copy; the shard's own checks (BackupCopy::on_part, ShardCore::from_replica_state)
+// judge the rows and the state, here only their shapes.
+Status read_copy(wire::ReplicaCopy::Reader r, const FrameWords& words, ReplicaCopy& m) {
+  m.header = get_header(r.getHeader());
+  if (r.getKeys().size() > replica_copy_rows_max)
+    return Status::invalid_input(fmt::format("a replica copy of {} rows, over {}",
+                                             r.getKeys().size(), replica_copy_rows_max));
+  m.keys = read_keys(r.getKeys());
+  if (Status s = read_floats(r.getRows(), m.rows, replica_copy_floats_max, "replica copy rows");
+      !s.ok())
+    return s;
+  m.last = r.getLast();
+  if (!m.last) {
+    if (r.hasKept() || r.hasClockNodes() || r.hasParts() || r.hasDroppedNodes())
+      return Status::invalid_input("a replica copy's state in a part before the last");
+    return Status();
+  }
+  m.applied = r.getApplied();
+  // Counted before anything is made of them: a list of empty elements costs the sender a word
+  // each. A backup keeps no more forwards than replica_log_max (ShardBackup::rebuilt); no more
+  // push parts are taken either.
+  if (r.getKept().size() > replica_log_max || r.getParts().size() > replica_log_max)
+    return Status::invalid_input(fmt::format(
+        "a replica copy's state lists over {} forwards or push parts", replica_log_max));
+  if (r.getClockNodes().size() > control_nodes_max ||
+      r.getDroppedNodes().size() > control_nodes_max)
+    return Status::invalid_input(
+        fmt::format("a replica copy's state lists over {} senders", control_nodes_max));
+  m.kept.resize(r.getKept().size());
+  for (unsigned i = 0; i < m.kept.size(); ++i)
+    if (Status s = read_forward(r.getKept()[i], words, m.kept[i]); !s.ok()) return s;
+  if (r.getClockNodes().size() != r.getClockValues().size() ||
+      r.getDroppedNodes().size() != r.getDroppedClocks().size())
+    return Status::invalid_input("a replica copy's clocks or refusals of unequal lengths");
+  for (unsigned i = 0; i < r.getClockNodes().size(); ++i)
+    m.state.clocks.emplace_back(r.getClockNodes()[i], r.getClockValues()[i]);
+  for (unsigned i = 0; i < r.getDroppedNodes().size(); ++i)
+    m.state.keys_dropped.emplace_back(r.getDroppedNodes()[i], r.getDroppedClocks()[i]);
+  m.state.parts.resize(r.getParts().size());
+  for (unsigned i = 0; i < m.state.parts.size(); ++i) {
+    auto part = r.getParts()[i];
+    // A kept part carries its keys, those of the pull it names included.
+    if (Status s = read_push(part, words, part.getKeysOfPull() != 0, m.state.parts[i]); !s.ok())
+      return s;
+  }
+  m.state.last_checkpoint = r.getLastCheckpoint();
+  return Status();
+}
+
 // Decodes the ps union of an envelope; `status` says what was wrong.
 Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const FrameWords& words,
                PsMessage& out) {
@@ -610,20 +713,14 @@ Status read_ps(wire::PsMessage::Reader ps, uint64_t envelope_sender, const Frame
       break;
     }
     case wire::PsMessage::REPLICA_FORWARD: {
-      auto r = ps.getReplicaForward();
-      ReplicaForward m{
-          get_header(r.getHeader()), r.getSeq(), r.getCommitted(), r.getKeysFilled(), {}};
-      if (r.which() == wire::ReplicaForward::PUSH) {
-        PushRequest push;
-        status = read_push(r.getPush(), words, m.keys_filled, push);
-        m.message = std::move(push);
-      } else if (r.which() == wire::ReplicaForward::CLOCK) {
-        if (m.keys_filled)
-          status = Status::invalid_input("a replica forward fills in the keys of a clock advance");
-        m.message = read_clock(r.getClock());
-      } else {
-        return Status::invalid_input("a replica forward holds neither a push nor a clock advance");
-      }
+      ReplicaForward m;
+      status = read_forward(ps.getReplicaForward(), words, m);
+      out = std::move(m);
+      break;
+    }
+    case wire::PsMessage::REPLICA_COPY: {
+      ReplicaCopy m;
+      if (Status s = read_copy(ps.getReplicaCopy(), words, m); !s.ok()) return s;
       out = std::move(m);
       break;
     }
@@ -962,6 +1059,30 @@ void write_nodes(capnp::List<uint32_t>::Builder w, const std::vector<NodeId>& no
   for (unsigned i = 0; i < nodes.size(); ++i) w.set(i, nodes[i]);
 }
 
+// Node placements, at most control_nodes_max of them.
+Status read_placements(wire::Placements::Reader r, std::vector<NodePlacement>& out,
+                       const char* what) {
+  if (r.getNodes().size() != r.getMembers().size())
+    return Status::invalid_input(fmt::format("{}: {} nodes for {} members", what,
+                                             r.getNodes().size(), r.getMembers().size()));
+  if (r.getNodes().size() > control_nodes_max)
+    return Status::invalid_input(
+        fmt::format("{} {}, over {}", r.getNodes().size(), what, control_nodes_max));
+  out.clear();
+  for (unsigned i = 0; i < r.getNodes().size(); ++i)
+    out.push_back({r.getNodes()[i], r.getMembers()[i]});
+  return Status();
+}
+
+void write_placements(wire::Placements::Builder w, const std::vector<NodePlacement>& placed) {
+  auto nodes = w.initNodes(static_cast<unsigned>(placed.size()));
+  auto members = w.initMembers(static_cast<unsigned>(placed.size()));
+  for (unsigned i = 0; i < placed.size(); ++i) {
+    nodes.set(i, placed[i].node);
+    members.set(i, placed[i].member);
+  }
+}
+
 Status read_control(wire::Control::Reader r, ControlMessage& m) {
   m.from = r.getFrom();
   m.incarnation = r.getIncarnation();
@@ -997,6 +1118,9 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
       x.heartbeat_ms = w.getHeartbeatMs();
       x.heartbeat_timeout_ms = w.getHeartbeatTimeoutMs();
       x.resume = w.getResume();
+      x.backups_only = w.getBackupsOnly();
+      if (Status s = read_placements(w.getPlaced(), x.placed, "welcome placements"); !s.ok())
+        return s;
       if (x.heartbeat_ms == 0 || x.heartbeat_timeout_ms == 0)
         return Status::invalid_input("welcome with a zero heartbeat interval or timeout");
       m.body = std::move(x);
@@ -1099,6 +1223,21 @@ Status read_control(wire::Control::Reader r, ControlMessage& m) {
         return s;
       x.member = n.getMember();
       x.epoch = r.getEpoch();
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::BACKUPS_PLACED: {
+      BackupsPlaced x;
+      if (Status s = read_placements(r.getBackupsPlaced(), x.placed, "placed backups"); !s.ok())
+        return s;
+      x.epoch = r.getEpoch();
+      m.body = std::move(x);
+      return Status();
+    }
+    case wire::Control::BACKUPS_COPIED: {
+      BackupsCopied x;
+      if (Status s = read_nodes(r.getBackupsCopied(), x.backups, "copied backups"); !s.ok())
+        return s;
       m.body = std::move(x);
       return Status();
     }
@@ -1214,6 +1353,8 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           w.setHeartbeatMs(b.heartbeat_ms);
           w.setHeartbeatTimeoutMs(b.heartbeat_timeout_ms);
           w.setResume(b.resume);
+          w.setBackupsOnly(b.backups_only);
+          if (!b.placed.empty()) write_placements(w.initPlaced(), b.placed);
         } else if constexpr (std::is_same_v<T, Ready>) {
           c.setReady();
         } else if constexpr (std::is_same_v<T, Start>) {
@@ -1309,6 +1450,11 @@ Expected<std::vector<uint8_t>> encode_control_message(const ControlMessage& mess
           c.setEpoch(b.epoch);
         } else if constexpr (std::is_same_v<T, Promoted>) {
           write_nodes(c.initPromoted(static_cast<unsigned>(b.shards.size())), b.shards);
+        } else if constexpr (std::is_same_v<T, BackupsPlaced>) {
+          write_placements(c.initBackupsPlaced(), b.placed);
+          c.setEpoch(b.epoch);
+        } else if constexpr (std::is_same_v<T, BackupsCopied>) {
+          write_nodes(c.initBackupsCopied(static_cast<unsigned>(b.backups.size())), b.backups);
         } else if constexpr (std::is_same_v<T, ReportApplied>) {
           write_nodes(c.initReportApplied(static_cast<unsigned>(b.backups.size())), b.backups);
         } else if constexpr (std::is_same_v<T, Applied>) {

@@ -115,6 +115,14 @@ class Member {
       for (DenseState& d : p_.inbox.take_dense_checkpoints())
         core_->dense_checkpointed(std::move(d), fx);
       for (auto& [id, error] : done) core_->node_done(id, error, fx);
+      if (auto copied = p_.inbox.take_backups_copied(); !copied.empty()) {
+        std::vector<NodeId> nodes;
+        for (auto& [b, backup] : copied) {
+          backups_.at(b).backup = std::move(backup);
+          nodes.push_back(b);
+        }
+        core_->backups_copied(std::move(nodes), fx);
+      }
       if (auto exit = carry_out(fx)) return *exit;
       const uint64_t now = now_ms(), deadline = core_->next_deadline();
       const uint64_t wait = deadline <= now ? 0 : std::min<uint64_t>(poll_ms, deadline - now);
@@ -173,6 +181,8 @@ class Member {
         else
           core_->promoted(std::move(e.promote), fx);
       }
+      if (!e.placed.empty())
+        if (Status s = place_backups(e.placed); !s.ok()) core_->fail(s, fx);
       if (e.moved) {
         const MemberInfo& to = core_->welcome().members[e.moved->member];
         if (Status s = p_.bridge->move_shards(e.moved->shards, e.moved->member, to.endpoint,
@@ -396,7 +406,8 @@ class Member {
           sh.shard_bytes.emplace_back(0);
         }
       }
-      local.push_back(n);
+      // A ps back to hold backups only: its shards are served by other members now.
+      if (!w.backups_only) local.push_back(n);
     }
     if (o_.role == MemberRole::ps) {
       // A deep model started from a checkpoint continues its dense layers too: the coordinator
@@ -417,7 +428,7 @@ class Member {
         if (checkpoint_root_.empty())
           checkpoint_root_ = (std::filesystem::path(o_.store.dir) / "checkpoints").string();
         // A ps resumed mid-job finds this job's own checkpoints there.
-        if (!w.resume)
+        if (!w.resume && !w.backups_only)
           if (Status s = check_checkpoint_root_free(checkpoint_root_, job.checkpoint_every);
               !s.ok())
             return s;
@@ -529,16 +540,20 @@ class Member {
         row_actors_[n] = nodes[n];
       }
       if (Status s = build_backups(w, store_spec, local); !s.ok()) return s;
-      for (const MemberInfo& m : w.members) {
-        if (m.role == MemberRole::ps && &m != &self) {
-          // Replication: forwards to the backups it hosts, acknowledgements to its primaries.
-          std::vector<NodeId> peers = layout.backup_nodes_of(uint32_t(&m - w.members.data()));
-          if (!peers.empty() || !layout.backup_nodes_of(w.you).empty())
-            for (NodeId n = m.first_node; n < m.first_node + m.count; ++n) peers.push_back(n);
-          for (NodeId n : peers)
-            if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, n, 1); !s.ok())
-              return s;
+      // Replication: forwards to the backups other members host, acknowledgements to the
+      // primaries, wherever the layout has them now (a failover moves shards, a rejoin places
+      // backups).
+      if (layout.replicas() > 1)
+        for (NodeId n = 0; n < layout.nodes(); ++n) {
+          const NodeRole role = layout.role(n);
+          const std::optional<uint32_t> owner = layout.owner(n);
+          if ((role != NodeRole::shard && role != NodeRole::backup) || !owner || *owner == w.you)
+            continue;
+          const MemberInfo& m = w.members[*owner];
+          if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, n, 1); !s.ok())
+            return s;
         }
+      for (const MemberInfo& m : w.members) {
         if (m.role != MemberRole::worker) continue;
         if (Status s = p_.bridge->add_remote_nodes(m.endpoint, m.public_key, m.first_node, m.count);
             !s.ok())
@@ -633,8 +648,12 @@ class Member {
             return s;
         }
     }
+    // A ps back to hold backups: what its peers queued for its shards' last process is late.
+    std::vector<NodeId> former;
+    for (NodeId n : layout.nodes_of(w.you))
+      if (layout.owner(n) != w.you) former.push_back(n);
     p_.bridge->set_layout(layout, keys_.server_public);
-    p_.bridge->set_routing_ready(local);
+    p_.bridge->set_routing_ready(local, former, w.resume || w.backups_only);
     return Status();
   }
 
@@ -679,26 +698,60 @@ class Member {
       const StoreIdentity identity{store_owner(job), shard, w.map.shards, *row_floats};
       auto store = open_shard_store(backup_spec, identity);
       if (!store) return store.status();
-      if (Status s = check_empty_replica(**store, fmt::format("the backup of shard {}", shard),
+      if (w.backups_only) {
+        // Back to hold backups: what an earlier process of this ps kept is stale, and the
+        // primary's copy replaces it.
+        if (Status s = erase_all(**store, fmt::format("the backup of shard {}", shard)); !s.ok())
+          return s;
+      } else if (Status s =
+                     check_empty_replica(**store, fmt::format("the backup of shard {}", shard),
                                          shard_store_path(backup_spec.dir, shard));
-          !s.ok())
+                 !s.ok()) {
         return s;
+      }
       if (Status cleared = (*store)->clear_clocks(); !cleared.ok()) return cleared;
-      auto core = ShardCore::make(sc, std::move(store.value()));
-      if (!core) return core.status();
-      auto backup = ShardBackup::make(std::move(core.value()));
-      if (!backup) return backup.status();
-      auto held = std::shared_ptr<ShardBackup>(std::move(backup.value()));
+      std::shared_ptr<ShardBackup> held;
+      std::shared_ptr<BackupCopy> copy;
+      if (w.backups_only) {
+        auto made = BackupCopy::make(sc, std::move(store.value()));
+        if (!made) return made.status();
+        copy = std::move(made.value());
+      } else {
+        auto core = ShardCore::make(sc, std::move(store.value()));
+        if (!core) return core.status();
+        auto backup = ShardBackup::make(std::move(core.value()));
+        if (!backup) return backup.status();
+        held = std::move(backup.value());
+      }
       p_.shared->nodes[b] =
-          caf::actor_cast<caf::actor>(p_.system.spawn(backup_fun, held, p_.shared, b));
+          caf::actor_cast<caf::actor>(p_.system.spawn(backup_fun, held, copy, p_.shared, b));
       backups_.emplace(b, HeldBackup{held, identity});
       row_actors_[b] = p_.shared->nodes[b];
       local.push_back(b);
     }
     if (!backups_.empty())
-      log_(fmt::format("holding {} backup{} of other members' shards (replicas {})",
-                       backups_.size(), backups_.size() == 1 ? "" : "s", layout.replicas()));
+      log_(fmt::format("holding {} backup{} of other members' shards (replicas {}){}",
+                       backups_.size(), backups_.size() == 1 ? "" : "s", layout.replicas(),
+                       w.backups_only ? ", each waiting for its primary's copy" : ""));
+    // A backup built from its copy is this member's to promote from then on (the loop takes it).
+    if (w.backups_only)
+      p_.shared->backup_copied = [this](NodeId b, std::shared_ptr<ShardBackup> backup) {
+        p_.inbox.push_backup_copied(b, std::move(backup));
+      };
     return Status();
+  }
+
+  // Removes every row of `store` (`what`, for errors), which an earlier process left.
+  Status erase_all(RowStore& store, const std::string& what) const {
+    if (store.size() == 0) return Status();
+    std::vector<uint64_t> keys;
+    if (Status s = store.for_each([&](uint64_t key, const float*) { keys.push_back(key); });
+        !s.ok())
+      return s;
+    log_(fmt::format("{}: dropping the {} rows an earlier process of this ps kept", what,
+                     keys.size()));
+    if (Status s = store.erase(keys); !s.ok()) return s;
+    return store.flush();
   }
 
   // Copies shard `core`'s store as step `step`'s checkpoint (an actor's thread).
@@ -803,6 +856,32 @@ class Member {
       d.read_from_cache = d.read_from_cache && s->last_stats().from_cache;
   }
 
+  // Re-replication (BackupsPlaced): these backups are hosted by the members named from now on;
+  // a shard served here whose backup was placed sends it its copy, and forwards to it after.
+  Status place_backups(const std::vector<NodePlacement>& placed) {
+    const ClusterLayout& layout = *core_->layout();
+    for (const NodePlacement& p : placed) {
+      if (o_.role != MemberRole::ps) {
+        if (Status s = p_.bridge->take_placement(p.node, p.member); !s.ok()) return s;
+        continue;
+      }
+      const MemberInfo& to = core_->welcome().members[p.member];
+      auto proxy = p_.bridge->place_backup(p.node, p.member, to.endpoint, to.public_key);
+      if (!proxy) return proxy.status();
+      // Told to exit with the others at the end: the shard actor that holds it would otherwise
+      // keep it, and the bridge it holds, alive.
+      p_.extra.push_back(*proxy);
+      const uint32_t shard = *layout.shard_of_backup(p.node);
+      if (auto it = row_actors_.find(shard); it != row_actors_.end()) {
+        log_(fmt::format("shard {}: copying its rows to its new backup, node {} on member {}",
+                         shard, p.node, p.member));
+        caf::anon_send(caf::actor_cast<shard_actor>(it->second), add_backup_atom::value, p.node,
+                       std::move(*proxy));
+      }
+    }
+    return Status();
+  }
+
   // Failover: the coordinator declared these nodes lost: the primaries here whose backups they
   // were stop waiting for them (ShardPrimary::on_backup_lost).
   void backups_lost(const std::vector<NodeId>& lost) {
@@ -851,6 +930,9 @@ class Member {
                              [&](const auto& b) { return layout.shard_of_backup(b.first) == s; });
       if (it == backups_.end())
         return Status::internal(fmt::format("failover: this ps holds no backup of shard {}", s));
+      if (!it->second.backup)
+        return Status::internal(
+            fmt::format("failover: this ps's backup of shard {} has no copy of its rows yet", s));
       const NodeId b = it->first;
       std::vector<NodeId> others;
       for (NodeId n : backup_nodes)

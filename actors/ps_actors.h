@@ -91,29 +91,34 @@ using restarted_atom = caf::atom_constant<caf::atom("restarted")>;
 using backup_lost_atom = caf::atom_constant<caf::atom("backuplost")>;
 using promote_atom = caf::atom_constant<caf::atom("promote")>;
 using applied_atom = caf::atom_constant<caf::atom("applied")>;
+using add_backup_atom = caf::atom_constant<caf::atom("addbackup")>;
 
 // A parameter-server shard: pulls, pushes, clocks and pull hints in; replies go out to the
 // senders.
 // `quiesce` answers once everything queued before it has been handled; `flush` writes the rows
 // its store holds only in memory (a tiered store's cache) to disk and answers how that went;
 // `summary` answers with the shard's table size and counters (a ShardSummary of this one shard).
-// A replicated shard's primary also takes its backups' acknowledgements (ReplicaAck), and
-// `backup_lost` (a backup node the coordinator declared lost: the primary stops waiting for it).
+// A replicated shard's primary also takes its backups' acknowledgements (ReplicaAck),
+// `backup_lost` (a backup node the coordinator declared lost: the primary stops waiting for it)
+// and `add_backup` (a backup node placed on another member, reached through the actor given: the
+// primary sends it a copy, ReplicaCopy parts, and forwards to it from then on).
 using shard_actor = caf::typed_actor<
     caf::reacts_to<PullRequest>, caf::reacts_to<PushRequest>, caf::reacts_to<ClockAdvance>,
     caf::reacts_to<PullHint>, caf::reacts_to<ReplicaAck>, caf::reacts_to<backup_lost_atom, NodeId>,
-    caf::replies_to<quiesce_atom>::with<bool>, caf::replies_to<flush_atom>::with<Status>,
-    caf::replies_to<summary_atom>::with<ShardSummary>>;
+    caf::reacts_to<add_backup_atom, NodeId, caf::actor>, caf::replies_to<quiesce_atom>::with<bool>,
+    caf::replies_to<flush_atom>::with<Status>, caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A backup of a replicated shard (ps/replication.h): its primary's forwards in, acknowledgements
 // out; `quiesce`, `flush` and `summary` as a shard's (its summary counts its rows as a backup's).
 // `promote` (failover): the backup is spent from then on, its ShardBackup the caller's to promote
 // once the answer is in; forwards still arriving (from the lost primary) are dropped. `applied`
-// answers how far it applied its primary's forwards, once it has handled what came before.
+// answers how far it applied its primary's forwards, once it has handled what came before. A
+// backup placed on a ps that rejoined takes its copy first (ReplicaCopy parts, BackupCopy).
 using backup_actor = caf::typed_actor<
-    caf::reacts_to<ReplicaForward>, caf::replies_to<promote_atom>::with<bool>,
-    caf::replies_to<applied_atom>::with<uint64_t>, caf::replies_to<quiesce_atom>::with<bool>,
-    caf::replies_to<flush_atom>::with<Status>, caf::replies_to<summary_atom>::with<ShardSummary>>;
+    caf::reacts_to<ReplicaForward>, caf::reacts_to<ReplicaCopy>,
+    caf::replies_to<promote_atom>::with<bool>, caf::replies_to<applied_atom>::with<uint64_t>,
+    caf::replies_to<quiesce_atom>::with<bool>, caf::replies_to<flush_atom>::with<Status>,
+    caf::replies_to<summary_atom>::with<ShardSummary>>;
 
 // A worker replica: started by the coordinator, then driven by the replies it gets.
 // `restarted` (shard nodes): those shards restarted over durable stores; re-send what they lost.
@@ -144,3 +149,4 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(colony::Status)
 // A replica forward holds a std::variant, which CAF 0.17 cannot inspect; it travels between
 // processes in our own codec (actors/envelope.h), never in CAF's.
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(colony::ReplicaForward)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(colony::ReplicaCopy)

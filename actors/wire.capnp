@@ -105,6 +105,22 @@ struct ReplicaAck {
   seq @1 :UInt64;
 }
 
+# ps/protocol.h ReplicaCopy: a part of the copy a new backup in another process starts from.
+struct ReplicaCopy {
+  header @0 :Header;
+  keys @1 :List(UInt64);
+  rows @2 :Data;                  # float32 blob: a row of the shard's row floats a key
+  last @3 :Bool;
+  applied @4 :UInt64;             # the last part: the forwards the copy holds
+  kept @5 :List(ReplicaForward);  # the last part: forwards the backup keeps for a promotion
+  clockNodes @6 :List(UInt32);    # the last part: each sender's clock (ReplicaState)
+  clockValues @7 :List(UInt32);
+  parts @8 :List(PushRequest);    # the last part: kept parts of unfinished pushes
+  droppedNodes @9 :List(UInt32);  # the last part: pushes refused for keys left out
+  droppedClocks @10 :List(UInt32);
+  lastCheckpoint @11 :UInt32;
+}
+
 struct PsMessage {
   union {
     none @0 :Void;
@@ -120,6 +136,7 @@ struct PsMessage {
     pullHint @10 :PullHint;
     replicaForward @11 :ReplicaForward;
     replicaAck @12 :ReplicaAck;
+    replicaCopy @13 :ReplicaCopy;
   }
 }
 
@@ -206,6 +223,13 @@ struct Welcome {
   heartbeatMs @10 :UInt32;
   heartbeatTimeoutMs @11 :UInt32;
   resume @12 :Bool;
+  backupsOnly @13 :Bool;          # a ps rejoining a replicated job: it holds backups only
+  placed @14 :Placements;         # every move of a node since the layout was placed, in order
+}
+# ps/cluster_protocol.h NodePlacement lists: node i is served by member i.
+struct Placements {
+  nodes @0 :List(UInt32);
+  members @1 :List(UInt32);
 }
 struct MemberDone {
   error @0 :Text;
@@ -253,8 +277,11 @@ struct Control {
     promoted @23 :List(UInt32);  # shard nodes a ps member promoted its backups of
     reportApplied @26 :List(UInt32);  # backup nodes whose applied forwards the coordinator asks
     applied @27 :Applied;
+    backupsPlaced @28 :Placements;   # backup nodes placed on a ps that rejoined
+    backupsCopied @29 :List(UInt32); # backup nodes that have their copies
   }
-  epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved: the coordinator's count;
+  epoch @18 :UInt64;          # nodesLost, shardsRestarted, shardsMoved, backupsPlaced: the
+                              # coordinator's count;
                               # applied: the last of them the member took
   load @21 :MemberLoad;       # heartbeat from a member daemon: its load (unset: none)
   drained @24 :Bool;          # leave: a ps that drained its shards and wrote them to its store

@@ -448,6 +448,8 @@ Runner add_coordinator(CLI::App& app) {
         {"replicas", j.replicas},
         // Promotions of backups by a ps member in place of a lost one (replication).
         {"failovers", r->totals.failovers},
+        // Backups copied to a ps that joined again after its shards failed over (replication).
+        {"backups_added", r->totals.backups_added},
         // Every backup held its primary's rows when training ended (ShardSummary).
         // Null where nothing was compared: no replication, or no shard still replicated (every
         // one failed over or lost its backup).

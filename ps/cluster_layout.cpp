@@ -26,10 +26,11 @@ bool is_dense(const PsMessage& m) {
 }
 
 const char* kind_name(const PsMessage& m) {
-  static constexpr const char* names[] = {"pull",      "pull reply",      "push",
-                                          "push ack",  "clock advance",   "shard map update",
-                                          "error",     "dense reduce",    "dense broadcast",
-                                          "pull hint", "replica forward", "replica ack"};
+  static constexpr const char* names[] = {"pull",        "pull reply",      "push",
+                                          "push ack",    "clock advance",   "shard map update",
+                                          "error",       "dense reduce",    "dense broadcast",
+                                          "pull hint",   "replica forward", "replica ack",
+                                          "replica copy"};
   static_assert(std::size(names) == std::variant_size_v<PsMessage>, "a ps message without a name");
   return names[m.index()];
 }
@@ -211,6 +212,13 @@ Expected<ClusterLayout> ClusterLayout::make(const Welcome& w) {
         l.owner_[b] = ps_members[(p + 1 + j) % ps_members.size()];
       }
   }
+  for (const NodePlacement& p : w.placed) {
+    const Status s =
+        p.node < l.shards_ ? l.move_shard(p.node, p.member) : l.place_backup(p.node, p.member);
+    if (!s.ok())
+      return Status::invalid_input(fmt::format("the layout's move of node {} to member {}: {}",
+                                               p.node, p.member, s.message()));
+  }
   return l;
 }
 
@@ -267,6 +275,27 @@ Status ClusterLayout::check_move(NodeId shard, uint32_t member) const {
       "member {} holds no backup of shard {}: it cannot serve the shard", member, shard));
 }
 
+Status ClusterLayout::place_backup(NodeId backup, uint32_t member) {
+  if (Status s = check_place(backup, member); !s.ok()) return s;
+  owner_[backup] = member;
+  return Status();
+}
+
+Status ClusterLayout::check_place(NodeId backup, uint32_t member) const {
+  const std::optional<uint32_t> shard = shard_of_backup(backup);
+  if (!shard) return Status::invalid_input(fmt::format("node {} is no shard backup", backup));
+  if (member >= members_.size() || members_[member].role != MemberRole::ps)
+    return Status::invalid_input(fmt::format("member {} is no ps member", member));
+  if (owner_[*shard] == member)
+    return Status::invalid_input(fmt::format(
+        "member {} serves shard {}: it cannot hold a backup of it too", member, *shard));
+  for (NodeId b : backups_of(*shard))
+    if (b != backup && owner_[b] == member)
+      return Status::invalid_input(
+          fmt::format("member {} holds backup node {} of shard {} already", member, b, *shard));
+  return Status();
+}
+
 std::optional<uint32_t> ClusterLayout::owner(NodeId n) const {
   if (n >= owner_.size() || owner_[n] >= members_.size()) return std::nullopt;
   return owner_[n];
@@ -306,7 +335,8 @@ Status ClusterLayout::check_ps_message(const PsMessage& m, NodeId receiver,
     return Status::invalid_input(
         fmt::format("a {} from node {}, of {}", kind_name(m), h.sender, nodes()));
   const NodeRole to = role_[receiver], from = role_[h.sender];
-  const bool forward = std::holds_alternative<ReplicaForward>(m);
+  const bool forward =
+      std::holds_alternative<ReplicaForward>(m) || std::holds_alternative<ReplicaCopy>(m);
   if (forward || std::holds_alternative<ReplicaAck>(m)) {
     // Between a shard and its own backups only: forwards down, acknowledgements up.
     const NodeId backup = forward ? receiver : h.sender, shard = forward ? h.sender : receiver;

@@ -61,7 +61,9 @@ class ClusterLayout {
   // distinct id after the replicas, numbered in the order of their members (so every member
   // agrees on dense_root); the coordinator's node is the one after all of them; the job's
   // replicas K are 1..shard_replicas_max and at most the ps members; a non-empty public key is
-  // not used by two members; and the heartbeat timeout is above the interval.
+  // not used by two members; the heartbeat timeout is above the interval; and each of the
+  // Welcome's `placed` moves (a shard: move_shard, a backup: place_backup), replayed in order,
+  // is allowed.
   static Expected<ClusterLayout> make(const Welcome& w);
 
   uint32_t nodes() const { return static_cast<uint32_t>(role_.size()); }
@@ -104,6 +106,13 @@ class ClusterLayout {
   void detach_shard(NodeId shard);
   // What move_shard would fail with (ok: it would move the shard).
   Status check_move(NodeId shard, uint32_t member) const;
+  // Re-replication (BackupsPlaced): backup node `backup` is hosted by ps member `member` from now
+  // on. Fails with invalid_input, changing nothing, unless `backup` is a backup node and `member`
+  // a ps member that holds no other replica of its shard (serves it, or hosts another of its
+  // backup nodes): the K replicas of a shard stay on K members.
+  Status place_backup(NodeId backup, uint32_t member);
+  // What place_backup would fail with (ok: it would place the backup).
+  Status check_place(NodeId backup, uint32_t member) const;
   // Whether `m`, for node `receiver` from `origin`, is in the name of a shard node that origin's
   // member served before move_shard moved it away, and otherwise well-formed (check_ps_message
   // allows it from an unknown origin): sent then and still on the way, it is late, not forged.
@@ -114,14 +123,14 @@ class ClusterLayout {
   // invalid_input saying why not, when: the receiver or the message's sender is not a node of
   // this layout; requests (pull, push, clock, pull hint) go to a node that is not a shard, or
   // replies (pull reply, ack, map update, error) to a shard; a request's sender is a shard, or a
-  // reply's sender is not one; a replica forward goes anywhere but from a shard to one of its own
-  // backups, or a replica ack anywhere but from a backup to its own shard; any other message
-  // goes to or comes from a backup; a shard map update describes another map than the layout's
-  // (a cluster keeps one map for the whole job); a pull's writer is not a node of its sender's
-  // member (or the coordinator's own node for its own pulls); a dense message does not follow an
-  // edge of the all-reduce tree; or the sender's node is not the origin member's. The tree's
-  // edges: a DenseReduce goes to an aggregator from a replica of the same member, or to the root
-  // (dense_root) from any aggregator, the root's own included; a DenseBroadcast goes to an
+  // reply's sender is not one; a replica forward or copy goes anywhere but from a shard to one of
+  // its own backups, or a replica ack anywhere but from a backup to its own shard; any other
+  // message goes to or comes from a backup; a shard map update describes another map than the
+  // layout's (a cluster keeps one map for the whole job); a pull's writer is not a node of its
+  // sender's member (or the coordinator's own node for its own pulls); a dense message does not
+  // follow an edge of the all-reduce tree; or the sender's node is not the origin member's. The
+  // tree's edges: a DenseReduce goes to an aggregator from a replica of the same member, or to the
+  // root (dense_root) from any aggregator, the root's own included; a DenseBroadcast goes to an
   // aggregator from the root only, and to a replica from its own member's aggregator; nothing
   // dense goes to a shard or the coordinator. The coordinator may send requests as its own
   // node, and a ClockAdvance to clock_done in the name of any replica or aggregator (it does

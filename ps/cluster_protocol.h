@@ -111,6 +111,14 @@ struct Join {
   MemberInfo member;  // the assigned fields are ignored
 };
 
+// Where a node of the layout is served from, when no longer where the layout first placed it:
+// a shard a failover moved (ShardsMoved), a backup placed on a ps that rejoined (BackupsPlaced).
+struct NodePlacement {
+  NodeId node = 0;
+  uint32_t member = 0;
+  bool operator==(const NodePlacement&) const = default;
+};
+
 struct Welcome {
   uint32_t you = 0;                 // the receiver's index in `members`
   std::vector<MemberInfo> members;  // every member, in join order
@@ -126,6 +134,12 @@ struct Welcome {
   // To a ps that restarted and rejoined: reopen the shards' stores (they must exist) and wait
   // for every peer to resync (ShardCore::begin_resync).
   bool resume = false;
+  // To a ps that rejoins a replicated job (JobSpec::replicas K > 1) after its shards failed
+  // over: it serves no shard, and builds the backups the layout places on it (backup_nodes_of),
+  // each empty until its primary sends it a copy (ReplicaCopy). `placed` is every move of a node
+  // since the layout was first placed, in the order made (ClusterLayout::make replays them).
+  bool backups_only = false;
+  std::vector<NodePlacement> placed = {};
 };
 
 struct Ready {};
@@ -302,6 +316,22 @@ struct Promoted {
   std::vector<NodeId> shards;
 };
 
+// Re-replication (JobSpec::replicas K > 1): backup nodes placed on a ps member that rejoined the
+// job (Welcome::backups_only), sent to every other member once that member is Ready. Each takes
+// the placements into its layout (ClusterLayout::place_backup); a member serving a placed
+// backup's shard sends the new backup its copy (ReplicaCopy, ShardPrimary::add_backup) and
+// forwards to it from then on. Numbered with NodesLost, ShardsRestarted and ShardsMoved (`epoch`).
+struct BackupsPlaced {
+  std::vector<NodePlacement> placed;
+  uint64_t epoch = 0;
+};
+
+// From the ps member hosting them: these placed backups have their copy and follow their
+// primaries; each may now be promoted.
+struct BackupsCopied {
+  std::vector<NodeId> backups;
+};
+
 // A member leaves on its own: stopped (SIGTERM) or failed; `reason` says why. `drained`: a ps
 // stopped on purpose whose store holds all it acknowledged: its shards handled everything they
 // were sent and wrote the rows their stores held only in memory to disk (MemberCore::drained),
@@ -417,7 +447,7 @@ using ControlBody =
     std::variant<Join, Welcome, Ready, Start, Heartbeat, MemberDone, NodesLost, Leave, Shutdown,
                  Refuse, Joined, ShardsRestarted, ShardSummaryRequest, ShardSummary,
                  ShardsCheckpointed, CheckpointComplete, DenseCheckpointed, DenseStart, ShardsMoved,
-                 Promoted, ReportApplied, Applied>;
+                 Promoted, ReportApplied, Applied, BackupsPlaced, BackupsCopied>;
 
 // A control message and who sent it: a member's index once welcomed, or control_from_unknown
 // (a joiner, or the coordinator, which is control_from_coordinator).

@@ -135,7 +135,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
                            std::holds_alternative<DenseCheckpointed>(message.body) ||
                            std::holds_alternative<DenseStart>(message.body) ||
                            std::holds_alternative<Promoted>(message.body) ||
-                           std::holds_alternative<Applied>(message.body);
+                           std::holds_alternative<Applied>(message.body) ||
+                           std::holds_alternative<BackupsCopied>(message.body);
   if (!from_member)
     return reject(
         fmt::format("a message of kind {} from member {}: only the coordinator sends that",
@@ -149,6 +150,33 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     if (!st.finished) st.samples = hb->samples;
     if (hb->load) take_load(i, *hb->load, now_ms);
   } else if (std::holds_alternative<Ready>(message.body)) {
+    if (st.rejoining && st.rebackup) {
+      // Its Welcome says how the cluster was: a change since (a loss, a move) never reached it.
+      if (st.welcome_epoch != membership_epoch_) {
+        const std::string why = "the cluster changed while it built its backups: start it again";
+        out.control.push_back(
+            {m.endpoint, m.public_key, {control_from_coordinator, Shutdown{why}}, true});
+        return lose(i, why, now_ms, out);
+      }
+      // It built its backups, empty: every ps member takes the placements, and the primaries
+      // of the placed backups send them their copies.
+      st.rejoining = false;
+      st.ready = true;
+      const std::vector<NodePlacement>& placed = copying_[i];
+      std::vector<NodeId> nodes;
+      for (const NodePlacement& p : placed) nodes.push_back(p.node);
+      out.log.push_back(fmt::format(
+          "ps member {} is ready to hold backup nodes {}: their primaries send the copies", i,
+          fmt::join(nodes, ", ")));
+      const uint64_t epoch = ++membership_epoch_;
+      for (uint32_t j = 0; j < members_.size(); ++j)
+        if (j != i && !state_[j].gone && !rebuilding(j))
+          out.control.push_back({members_[j].endpoint,
+                                 members_[j].public_key,
+                                 {control_from_coordinator, BackupsPlaced{placed, epoch}}});
+      out.placed.insert(out.placed.end(), placed.begin(), placed.end());
+      return welcome_rebackups(out);
+    }
     if (st.rejoining) {
       st.rejoining = false;
       st.ready = true;
@@ -222,6 +250,8 @@ void CoordinatorCore::on_message(const ControlMessage& message, uint64_t now_ms,
     on_promoted(i, *p, out);
   } else if (auto* a = std::get_if<Applied>(&message.body)) {
     on_applied(i, *a, now_ms, out);
+  } else if (auto* c = std::get_if<BackupsCopied>(&message.body)) {
+    on_backups_copied(i, *c, now_ms, out);
   } else if (auto* leave = std::get_if<Leave>(&message.body)) {
     st.gone = true;
     st.left = true;
@@ -535,12 +565,14 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
   }
   if (!st.gone) lose(i, "it restarted (a new incarnation joined)", now_ms, out);
   if (phase_ == CoordinatorPhase::ended) return;
+  // Replicated, its shards failed over: it comes back to hold backups.
+  if (m.role == MemberRole::ps && config_.job.replicas > 1 && phase_ == CoordinatorPhase::running)
+    return rebackup(i, m, now_ms, out);
   if (!st.awaiting_rejoin || !m.durable) {
     ++totals_.counters.bad_messages;
-    // Replicated, its shards failed over: nothing waits for it, and no ps joins a running job.
+    // Replicated, training is over: there is nothing left to hold backups for.
     const std::string why = m.role == MemberRole::ps && config_.job.replicas > 1
-                                ? "its shards failed over to other members, and a ps does not "
-                                  "join a running job in this version"
+                                ? "its shards failed over to other members, and training is over"
                                 : "only a ps with durable shards resumes";
     out.log.push_back(
         fmt::format("refused member {} at {} after its restart: {}", i, m.endpoint, why));
@@ -550,19 +582,116 @@ void CoordinatorCore::rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms,
                            true});
     return;
   }
-  replace_incarnation(i, m.incarnation);
+  readmit(i, m.incarnation, now_ms);
   st.awaiting_rejoin = false;
+  Welcome w = welcome_for(i);
+  w.resume = true;
+  out.log.push_back(fmt::format(
+      "ps member {} is back from {}: sent it the layout to resume its shards", i, m.endpoint));
+  out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, std::move(w)}});
+}
+
+void CoordinatorCore::rebackup(uint32_t i, const MemberInfo& m, uint64_t now_ms,
+                               CoordinatorEffects& out) {
+  // Its wait for the failovers under way counts against the time it has to be ready.
+  readmit(i, m.incarnation, now_ms);
+  state_[i].rebackup = true;
+  state_[i].rebackup_waiting = true;
+  out.log.push_back(
+      fmt::format("ps member {} is back from {}: it will hold backups", i, m.endpoint));
+  welcome_rebackups(out);
+}
+
+void CoordinatorCore::welcome_rebackups(CoordinatorEffects& out) {
+  if (phase_ != CoordinatorPhase::running || !failovers_.empty()) return;
+  for (uint32_t i = 0; i < members_.size(); ++i) {
+    MemberState& st = state_[i];
+    if (st.rebackup && st.rejoining && !st.rebackup_waiting && !st.gone) return;  // not ready
+  }
+  for (uint32_t i = 0; i < members_.size(); ++i) {
+    MemberState& st = state_[i];
+    if (!st.rebackup_waiting || st.gone) continue;
+    st.rebackup_waiting = false;
+    std::vector<NodePlacement> placed;
+    for (NodeId s = 0; s < layout_->shards(); ++s)
+      for (NodeId b : layout_->backups_of(s)) {
+        const std::vector<NodeId>& live = live_backups_[s];
+        const bool copying = std::any_of(copying_.begin(), copying_.end(), [&](const auto& e) {
+          return std::any_of(e.second.begin(), e.second.end(),
+                             [&](const NodePlacement& p) { return p.node == b; });
+        });
+        if (std::find(live.begin(), live.end(), b) != live.end() || copying) continue;
+        if (layout_->place_backup(b, i).ok()) placed.push_back({b, i});
+      }
+    if (placed.empty()) {
+      // Every shard has its K replicas, or none can take one here: nothing for it to hold.
+      st.gone = true;
+      st.rejoining = false;
+      st.rebackup = false;
+      const std::string why = "every shard's replicas are held by other members";
+      out.log.push_back(
+          fmt::format("refused ps member {} at {}: {}", i, members_[i].endpoint, why));
+      out.control.push_back({members_[i].endpoint,
+                             members_[i].public_key,
+                             {control_from_coordinator, Refuse{why}},
+                             true});
+      continue;
+    }
+    placed_.insert(placed_.end(), placed.begin(), placed.end());
+    copying_[i] = placed;
+    st.welcome_epoch = membership_epoch_;
+    Welcome w = welcome_for(i);
+    w.backups_only = true;
+    w.placed = placed_;
+    std::vector<NodeId> nodes;
+    for (const NodePlacement& p : placed) nodes.push_back(p.node);
+    out.log.push_back(fmt::format("ps member {}: sent it the layout to hold backup nodes {}", i,
+                                  fmt::join(nodes, ", ")));
+    out.control.push_back(
+        {members_[i].endpoint, members_[i].public_key, {control_from_coordinator, std::move(w)}});
+    return;  // one at a time: the next once this one is Ready
+  }
+}
+
+void CoordinatorCore::on_backups_copied(uint32_t i, const BackupsCopied& c, uint64_t now_ms,
+                                        CoordinatorEffects& out) {
+  auto it = copying_.find(i);
+  // Only from a member that built its backups (Ready): before, nothing was copied to them.
+  if (it == copying_.end() || c.backups.empty() || rebuilding(i))
+    return reject(fmt::format("a BackupsCopied from member {}, which is not taking copies", i),
+                  now_ms, out);
+  for (NodeId b : c.backups) {
+    const bool pending = std::any_of(it->second.begin(), it->second.end(),
+                                     [&](const NodePlacement& p) { return p.node == b; });
+    if (!pending || std::count(c.backups.begin(), c.backups.end(), b) > 1)
+      return reject(fmt::format("a BackupsCopied from member {} naming node {}, which is no "
+                                "backup being copied to it",
+                                i, b),
+                    now_ms, out);
+  }
+  for (NodeId b : c.backups) {
+    std::erase_if(it->second, [&](const NodePlacement& p) { return p.node == b; });
+    const uint32_t s = *layout_->shard_of_backup(b);
+    std::vector<NodeId>& live = live_backups_[s];
+    live.insert(std::upper_bound(live.begin(), live.end(), b), b);
+    ++totals_.backups_added;
+    out.log.push_back(
+        fmt::format("shard {}: backup node {} on ps member {} has its copy ({} of {} "
+                    "replicas live)",
+                    s, b, i, live.size() + 1, config_.job.replicas));
+  }
+  if (it->second.empty()) copying_.erase(it);
+}
+
+void CoordinatorCore::readmit(uint32_t i, uint64_t incarnation, uint64_t now_ms) {
+  replace_incarnation(i, incarnation);
+  MemberState& st = state_[i];
   st.gone = false;
   st.left = false;
   st.rejoining = true;
   st.ready = false;
   st.last_heard_ms = now_ms;
   st.ready_deadline_ms = now_ms + config_.join_timeout_ms;
-  Welcome w = welcome_for(i);
-  w.resume = true;
-  out.log.push_back(fmt::format(
-      "ps member {} is back from {}: sent it the layout to resume its shards", i, m.endpoint));
-  out.control.push_back({m.endpoint, m.public_key, {control_from_coordinator, std::move(w)}});
 }
 
 void CoordinatorCore::replace_incarnation(uint32_t i, uint64_t incarnation) {
@@ -738,6 +867,15 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& what, uint64_t no
   }
   questions_.erase(i);
   promoting_.erase(i);
+  // Copies under way to it, or from the shards it served, never complete: those backups are lost.
+  for (auto c = copying_.begin(); c != copying_.end();) {
+    std::erase_if(c->second, [&](const NodePlacement& p) {
+      const bool gone = c->first == i || layout_->owner(*layout_->shard_of_backup(p.node)) == i;
+      if (gone) lost.push_back(p.node);
+      return gone;
+    });
+    c = c->second.empty() ? copying_.erase(c) : std::next(c);
+  }
   std::sort(lost.begin(), lost.end());
   const std::string reason = fmt::format("ps member {} at {} {}", i, m.endpoint, what);
   // Once promoted: each shard it served has a backup fewer (the one promoted).
@@ -771,6 +909,7 @@ void CoordinatorCore::fail_over(uint32_t i, const std::string& what, uint64_t no
   }
   for (auto& [host, shards] : at_once) promote_chosen(host, std::move(shards), out);
   for (NodeId s : waiting) advance_failover(s, out);
+  welcome_rebackups(out);  // one waiting behind a member that was lost while it rebuilt
 }
 
 void CoordinatorCore::start_failover(NodeId s, uint64_t lost_epoch, CoordinatorEffects& out) {
@@ -858,6 +997,7 @@ uint32_t CoordinatorCore::choose(NodeId s, NodeId chosen) {
   live.erase(std::find(live.begin(), live.end(), chosen));  // spent on the promotion
   const Status moved = layout_->move_shard(s, host);
   COLONY_ASSERT(moved.ok(), "the coordinator's own failover: {}", moved.message());
+  placed_.push_back({s, host});
   return host;
 }
 
@@ -915,12 +1055,13 @@ void CoordinatorCore::on_promoted(uint32_t i, const Promoted& p, CoordinatorEffe
   resync_gone_workers(p.shards, out);
   const uint64_t epoch = ++membership_epoch_;
   for (uint32_t w = 0; w < members_.size(); ++w)
-    if (w != i && !state_[w].gone && told.count(w) == 0)
+    if (w != i && !state_[w].gone && !rebuilding(w) && told.count(w) == 0)
       out.control.push_back({members_[w].endpoint,
                              members_[w].public_key,
                              {control_from_coordinator, ShardsMoved{p.shards, i, epoch}}});
   // This coordinator's own messages to the shards (evaluation pulls) go there too.
   out.moved.push_back(ShardsMoved{p.shards, i, epoch});
+  welcome_rebackups(out);  // a member waiting for the failover to hold backups
 }
 
 void CoordinatorCore::resync_gone_workers(const std::vector<NodeId>& shards,
@@ -960,6 +1101,19 @@ void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {
   phase_ = CoordinatorPhase::trained;
   out.training_done = true;
   out.log.push_back(fmt::format("training done: {} samples", totals_.counters.samples));
+  // A ps back to hold backups that is not ready yet has nothing left to hold them for.
+  for (uint32_t i = 0; i < members_.size(); ++i) {
+    if (!rebuilding(i) || state_[i].gone) continue;
+    state_[i].gone = true;
+    state_[i].rejoining = state_[i].rebackup = state_[i].rebackup_waiting = false;
+    copying_.erase(i);
+    const std::string why = "training is over: there are no backups left to hold";
+    out.log.push_back(fmt::format("ps member {} at {}: {}", i, members_[i].endpoint, why));
+    out.control.push_back({members_[i].endpoint,
+                           members_[i].public_key,
+                           {control_from_coordinator, Refuse{why}},
+                           true});
+  }
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].role != MemberRole::ps || state_[i].gone) continue;
     state_[i].summary_pending = true;
@@ -992,7 +1146,7 @@ void CoordinatorCore::finish(const std::string& error, CoordinatorEffects& out) 
 
 void CoordinatorCore::send_all(const ControlBody& body, CoordinatorEffects& out) {
   for (size_t i = 0; i < members_.size(); ++i)
-    if (!state_[i].gone)
+    if (!state_[i].gone && !rebuilding(i))
       out.control.push_back(
           {members_[i].endpoint, members_[i].public_key, {control_from_coordinator, body}});
 }
@@ -1088,6 +1242,8 @@ void CoordinatorCore::on_send_failed(uint32_t i, const ControlBody& body, uint64
     if (worker || (replicas && config_.job.replicas > 1)) missed = "NodesLost";
   } else if (std::holds_alternative<ShardsMoved>(body)) {
     missed = "ShardsMoved";
+  } else if (std::holds_alternative<BackupsPlaced>(body)) {
+    missed = "BackupsPlaced";
   } else if (worker && std::holds_alternative<ShardsRestarted>(body)) {
     missed = "ShardsRestarted";  // its clients would never resync with the restarted shards
   }

@@ -30,7 +30,14 @@
 //             shards have drained), fails over instead: a member holding a backup of each of its
 //             shards promotes it (ShardsMoved, Promoted) and the others re-route to it
 //             (fail_over). With more than one live backup (K > 2) the most advanced is promoted,
-//             and the others follow it (start_failover).
+//             and the others follow it (start_failover). A ps member whose shards failed over
+//             may join again (a restarted process with its key): once no failover is under way
+//             it is welcomed to hold backups only (Welcome::backups_only): each shard's backup
+//             nodes that are neither live nor being copied, one a shard, are placed on it; once
+//             it is Ready every other ps member is told (BackupsPlaced), the primaries send
+//             the copies, and each backup counts as live once its member says it has its copy
+//             (BackupsCopied). So a job that lost a ps gets its K replicas back, and outlives
+//             a loss of any member again (rebackup).
 //   trained   every worker member has finished (MemberDone) or been lost: training_done is set
 //             once, and every ps member is asked for a ShardSummary of its shards (summed into
 //             totals().shards; one that has not answered within heartbeat_timeout_ms is left
@@ -120,6 +127,9 @@ struct CoordinatorEffects {
   // Failover: the coordinator's own messages to these shards (evaluation pulls, clocks of lost
   // workers) go to their new member from now on.
   std::vector<ShardsMoved> moved;
+  // Re-replication: backup nodes placed on a ps that rejoined (BackupsPlaced), for the driver's
+  // own copy of the layout (a later ShardsMoved to that member is checked against it).
+  std::vector<NodePlacement> placed;
 };
 
 // What the members reported at the end, summed.
@@ -133,6 +143,7 @@ struct CoordinatorTotals {
   uint32_t workers_drained = 0;  // worker members that stopped early on SIGTERM
   uint32_t ps_restarts = 0;      // ps members lost and back (durable stores)
   uint32_t failovers = 0;        // promotions done: each Promoted, a member took over shards
+  uint32_t backups_added = 0;    // backups copied to a ps that rejoined (BackupsCopied)
   bool read_from_cache = true;   // every worker member read binary caches in its last epoch
   uint32_t checkpoints = 0;      // steps every shard has checkpointed (the job's checkpoint_every)
   uint32_t last_checkpoint_step = 0;
@@ -247,7 +258,15 @@ class CoordinatorCore {
     // still be on their way: the latest past_incarnations_max, oldest first.
     std::vector<uint64_t> past_incarnations{};
     uint64_t rejoin_deadline_ms = 0;
-    bool rejoining = false;          // welcomed back, not Ready yet
+    bool rejoining = false;  // welcomed back, not Ready yet
+    // A ps rejoining a replicated job to hold backups (rebackup): welcomed with backups_only,
+    // or, while `rebackup_waiting`, to be once no failover or other rebackup is under way.
+    bool rebackup = false;
+    bool rebackup_waiting = false;
+    // The membership epoch its backups-only Welcome described: a change after it (NodesLost,
+    // ShardsMoved, BackupsPlaced), which is not sent to it while it rejoins, makes its Ready a
+    // loss.
+    uint64_t welcome_epoch = 0;
     uint64_t ready_deadline_ms = 0;  // welcomed: building its cores until Ready (join_timeout_ms)
     bool summary_pending = false;    // a ps member asked for its ShardSummary
     // Its load: the latest of its current incarnation (`load_incarnation`), and its counters
@@ -262,12 +281,27 @@ class CoordinatorCore {
   void on_join(const Join& j, const std::string& sender_key, uint64_t now_ms,
                CoordinatorEffects& out);
   void rejoin(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
+  // Member i, a ps whose shards failed over, joined again: it is welcomed to hold backups
+  // (welcome_rebackups), at once or once no failover or other rebackup is under way.
+  void rebackup(uint32_t i, const MemberInfo& m, uint64_t now_ms, CoordinatorEffects& out);
+  // Welcomes the members waiting to hold backups, when nothing holds them back: places on each
+  // the backup nodes no member holds (one a shard), or refuses it when there are none.
+  void welcome_rebackups(CoordinatorEffects& out);
+  // Whether member i is rejoining to hold backups (waiting for its Welcome, or building): the
+  // membership changes are not sent to it (its Welcome or its loss covers them).
+  bool rebuilding(uint32_t i) const { return state_[i].rebackup && state_[i].rejoining; }
+  // From member i: its placed backups have their copies (they become live).
+  void on_backups_copied(uint32_t i, const BackupsCopied& c, uint64_t now_ms,
+                         CoordinatorEffects& out);
   // Why the ps members cannot start together: two that start from different checkpoint steps
   // (MemberInfo::resumed_from), named; empty when every one starts from the same (or none).
   std::string resume_steps_differ() const;
   // Member i's next process (`incarnation`) takes its place; the one it replaced is remembered
   // while its messages may still come.
   void replace_incarnation(uint32_t i, uint64_t incarnation);
+  // Member i, lost, is back as process `incarnation` (replace_incarnation): welcomed again, it has
+  // until the join timeout to be ready.
+  void readmit(uint32_t i, uint64_t incarnation, uint64_t now_ms);
   void reject(const std::string& why, uint64_t now_ms, CoordinatorEffects& out);
   void on_checkpointed(uint32_t i, const ShardsCheckpointed& c, uint64_t now_ms,
                        CoordinatorEffects& out);
@@ -357,6 +391,11 @@ class CoordinatorCore {
   // Replication, by shard: its backup nodes still live (their member is there, and they were
   // not promoted), in layout order.
   std::vector<std::vector<NodeId>> live_backups_;
+  // Every move of a node since the layout was placed, in order (Welcome::placed): shards moved
+  // by failovers, backups placed on members that rejoined.
+  std::vector<NodePlacement> placed_;
+  // Member -> the backups placed on it whose copy has not come yet (BackupsCopied).
+  std::map<uint32_t, std::vector<NodePlacement>> copying_;
   // A failover under way, by shard.
   struct ShardFailover {
     uint64_t round = 0;  // its attempt (a new one once its chosen member is lost)

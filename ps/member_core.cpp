@@ -35,7 +35,9 @@ const char* kind_name(const ControlBody& b) {
                                           "ShardsMoved",
                                           "Promoted",
                                           "ReportApplied",
-                                          "Applied"};
+                                          "Applied",
+                                          "BackupsPlaced",
+                                          "BackupsCopied"};
   static_assert(std::size(names) == std::variant_size_v<ControlBody>);
   return names[b.index()];
 }
@@ -184,6 +186,10 @@ Status MemberCore::take_layout(const Welcome& w) {
                                              to_string(self.role), self.endpoint, self.count));
   if (me.role == MemberRole::ps && w.resume && !me.durable)
     return Status::invalid_input("it resumes shards this member does not keep on disk");
+  if (w.backups_only && (me.role != MemberRole::ps || w.resume || w.job.replicas < 2 ||
+                         layout->backup_nodes_of(w.you).empty()))
+    return Status::invalid_input(
+        "it has this member hold backups only, but it is no ps of a replicated job given backups");
   layout_.emplace(std::move(layout.value()));
   welcome_ = w;
   you_ = w.you;
@@ -255,6 +261,18 @@ Status MemberCore::check_served(const ControlMessage& m) const {
     }
     return Status();
   }
+  if (auto* placed = std::get_if<BackupsPlaced>(&m.body)) {
+    // Checked in order on a copy: two placements of one message must not put two replicas of a
+    // shard on one member either.
+    ClusterLayout after = layout;
+    for (const NodePlacement& p : placed->placed) {
+      if (p.member == you_)
+        return Status::invalid_input("BackupsPlaced places a backup on this member");
+      if (Status s = after.place_backup(p.node, p.member); !s.ok())
+        return Status::invalid_input("BackupsPlaced: " + s.message());
+    }
+    return Status();
+  }
   if (auto* report = std::get_if<ReportApplied>(&m.body)) {
     std::set<NodeId> seen;
     for (NodeId b : report->backups)
@@ -301,6 +319,7 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
   if (auto* lost = std::get_if<NodesLost>(&m.body)) epoch = &lost->epoch;
   if (auto* back = std::get_if<ShardsRestarted>(&m.body)) epoch = &back->epoch;
   if (auto* moved = std::get_if<ShardsMoved>(&m.body)) epoch = &moved->epoch;
+  if (auto* placed = std::get_if<BackupsPlaced>(&m.body)) epoch = &placed->epoch;
   if (epoch) {
     if (*epoch <= membership_epoch_)
       return drop(Status::invalid_input(fmt::format("a {} of epoch {}, not after {}",
@@ -326,6 +345,12 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
           layout_->detach_shard(n);
           out.detach.push_back(n);
         }
+  } else if (auto* placed = std::get_if<BackupsPlaced>(&m.body)) {
+    for (const NodePlacement& p : placed->placed) {
+      const Status s = layout_->place_backup(p.node, p.member);
+      COLONY_ASSERT(s.ok(), "a placement check_served took: {}", s.message());
+    }
+    out.placed.insert(out.placed.end(), placed->placed.begin(), placed->placed.end());
   } else if (auto* report = std::get_if<ReportApplied>(&m.body)) {
     out.report_applied.insert(out.report_applied.end(), report->backups.begin(),
                               report->backups.end());
@@ -377,6 +402,16 @@ void MemberCore::on_serving(const ControlMessage& m, uint64_t now_ms, MemberEffe
 void MemberCore::promoted(std::vector<NodeId> shards, MemberEffects& out) {
   if (phase_ != MemberPhase::serving) return;
   send(Promoted{std::move(shards)}, out);
+}
+
+void MemberCore::backups_copied(std::vector<NodeId> backups, MemberEffects& out) {
+  if (phase_ != MemberPhase::serving || backups.empty()) return;
+  out.log.push_back(fmt::format(
+      "backup node{} {} {} and follow{} {} primar{}", backups.size() == 1 ? "" : "s",
+      fmt::join(backups, ", "), backups.size() == 1 ? "has its copy" : "have their copies",
+      backups.size() == 1 ? "s" : "", backups.size() == 1 ? "its" : "their",
+      backups.size() == 1 ? "y" : "ies"));
+  send(BackupsCopied{std::move(backups)}, out);
 }
 
 void MemberCore::applied(Applied applied, MemberEffects& out) {

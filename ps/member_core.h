@@ -29,7 +29,8 @@
 // of place in the current phase or naming nodes outside the layout, a ShardsMoved to a member
 // that holds no backup of a shard it names (or naming as the shards' other backups nodes that are
 // not, or are this member's), a ReportApplied naming nodes that are not backups this ps hosts,
-// or a NodesLost, ShardsRestarted or ShardsMoved whose
+// a BackupsPlaced that places a backup on this member or where ClusterLayout::place_backup
+// refuses it, or a NodesLost, ShardsRestarted, ShardsMoved or BackupsPlaced whose
 // epoch is not after the last one taken (a late or repeated one), is
 // dropped and counted in bad_messages(); one log line a minute at most says so. Nothing here
 // asserts on a message's content.
@@ -87,6 +88,11 @@ struct MemberEffects {
   std::vector<NodeId> detach;
   // Failover under K > 2: ask these backups here how far each applied, then call applied().
   std::vector<NodeId> report_applied;
+  // Re-replication: backup nodes placed on another ps member (the layout says so already, and a
+  // later ShardsMoved is checked against it): their messages go there from now on, and a shard
+  // served here whose backup was placed sends it its copy and forwards to it
+  // (ShardPrimary::add_backup, send_copy).
+  std::vector<NodePlacement> placed;
   // Failover: these shards are served by another member from now on (the layout says so
   // already): send their messages there (`restarted` names them too).
   std::optional<ShardsMoved> moved;
@@ -101,7 +107,7 @@ struct MemberEffects {
   bool empty() const {
     return control.empty() && !build && !start && !stop_feeding && !drain && lost.empty() &&
            restarted.empty() && promote.empty() && detach.empty() && report_applied.empty() &&
-           !moved && !manifest && !dense_start && !exit && log.empty();
+           placed.empty() && !moved && !manifest && !dense_start && !exit && log.empty();
   }
 };
 
@@ -145,6 +151,9 @@ class MemberCore {
   const std::optional<ClusterLayout>& layout() const { return layout_; }
   // After effects.promote: the backups serve as these shards now (Promoted to the coordinator).
   void promoted(std::vector<NodeId> shards, MemberEffects& out);
+  // A ps welcomed to hold backups only (Welcome::backups_only): these backups here have their
+  // copies (BackupsCopied to the coordinator).
+  void backups_copied(std::vector<NodeId> backups, MemberEffects& out);
   // After effects.report_applied: how far each of those backups applied (Applied, with the
   // epoch of the last NodesLost, ShardsRestarted or ShardsMoved taken).
   void applied(Applied applied, MemberEffects& out);
@@ -188,7 +197,8 @@ class MemberCore {
   uint64_t bad_messages_ = 0;
   uint32_t last_complete_ = 0;  // the step of the last CheckpointComplete taken
   uint64_t next_drop_log_ms_ = 0;
-  uint64_t membership_epoch_ = 0;  // of the last NodesLost or ShardsRestarted taken
+  uint64_t membership_epoch_ =
+      0;  // of the last NodesLost, ShardsRestarted, ShardsMoved or BackupsPlaced taken
 };
 
 }  // namespace colony

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -227,10 +228,44 @@ struct ReplicaAck {
   uint64_t seq = 0;
 };
 
+// What a new backup's core takes from its primary's besides the rows (ShardCore::replica_state,
+// ShardCore::from_replica_state), so that a backup can be built in another process: every
+// sender's clock, the parts of pushes whose last part has not come, the senders whose push was
+// refused for keys left out, and the step of the last checkpoint. Not what only a primary keeps
+// (pulls waiting or answered, a resync's progress): a backup never answers.
+struct ReplicaState {
+  std::vector<std::pair<NodeId, uint32_t>> clocks;  // every sender's, by node id
+  // The kept parts of unfinished pushes, by sender and then in the order taken, each with its
+  // keys (those of the pull it names filled in).
+  std::vector<PushRequest> parts;
+  std::vector<std::pair<NodeId, uint32_t>> keys_dropped;  // sender, the refused push's clock
+  uint32_t last_checkpoint = 0;
+};
+
+// Re-replication across processes (ps/replication.h, ShardPrimary::add_backup): a shard's primary
+// sends a new backup in another process the copy it starts from, in parts numbered from 0
+// (header.request_id), ahead of any forward to it: the rows as the primary's store holds them
+// (row_floats floats each), then, in the last part, what the core carries over besides the rows
+// and where the backup stands in the primary's forwards. Only a shard's node sends it, to one
+// of its own backups.
+struct ReplicaCopy {
+  MessageHeader header;  // the primary's node; request_id: the part's number
+  std::vector<uint64_t> keys;
+  std::vector<float> rows;  // keys.size() rows, one after another
+  bool last = false;
+  // The last part only:
+  uint64_t applied = 0;  // the forwards the copy holds (ShardPrimary::NewBackup::applied)
+  std::vector<ReplicaForward> kept{};  // ShardPrimary::NewBackup::kept
+  ReplicaState state{};
+};
+// The most rows, and floats, one part of a copy carries.
+inline constexpr size_t replica_copy_rows_max = 1u << 16;
+inline constexpr size_t replica_copy_floats_max = size_t{1} << 22;
+
 // A message addressed to a core.
-using PsMessage =
-    std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance, ShardMapUpdate,
-                 PsError, DenseReduce, DenseBroadcast, PullHint, ReplicaForward, ReplicaAck>;
+using PsMessage = std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance,
+                               ShardMapUpdate, PsError, DenseReduce, DenseBroadcast, PullHint,
+                               ReplicaForward, ReplicaAck, ReplicaCopy>;
 struct Outgoing {
   NodeId to = 0;
   PsMessage message;

@@ -1,8 +1,11 @@
 #include "ps/replication.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <utility>
+
+#include <fmt/format.h>
 
 namespace colony {
 
@@ -244,6 +247,130 @@ ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {
     p.primary->unacked_.assign(p.resend.begin(), p.resend.end());
   }
   return p;
+}
+
+}  // namespace colony
+
+namespace colony {
+
+Status send_copy(ShardCore& core, ShardPrimary::NewBackup added, size_t rows_per_part,
+                 const std::function<void(ReplicaCopy&&)>& send) {
+  const size_t width = core.store().row_floats();
+  if (rows_per_part == 0 || rows_per_part > replica_copy_rows_max)
+    return Status::invalid_input(fmt::format("replication: a copy of {} rows a part, outside 1..{}",
+                                             rows_per_part, replica_copy_rows_max));
+  const size_t per_part = std::max<size_t>(
+      1, std::min(rows_per_part, replica_copy_floats_max / std::max<size_t>(1, width)));
+  const ShardConfig& config = core.config();
+  uint64_t part = 0;
+  ReplicaCopy next;
+  auto header = [&] { return MessageHeader{config.id, part++, config.map.version}; };
+  next.header = header();
+  Status read = core.store().for_each([&](uint64_t key, const float* row) {
+    next.keys.push_back(key);
+    next.rows.insert(next.rows.end(), row, row + width);
+    if (next.keys.size() < per_part) return;
+    send(std::move(next));
+    next = ReplicaCopy{};
+    next.header = header();
+  });
+  if (!read.ok()) return read;
+  if (!next.keys.empty()) {  // the state goes in a part of its own, apart from any rows
+    send(std::move(next));
+    next = ReplicaCopy{};
+    next.header = header();
+  }
+  next.last = true;
+  next.applied = added.applied;
+  next.kept = std::move(added.kept);
+  next.state = core.replica_state();
+  send(std::move(next));
+  return Status();
+}
+
+Expected<std::unique_ptr<BackupCopy>> BackupCopy::make(const ShardConfig& config,
+                                                       std::unique_ptr<RowStore> store,
+                                                       ReplicationFaults faults) {
+  if (!store || store->size() != 0)
+    return Status::invalid_input(fmt::format(
+        "replication: the store of a new backup of shard {} is not empty", config.shard_index));
+  auto floats = ShardCore::row_floats(config);
+  if (!floats) return floats.status();
+  if (store->row_floats() != *floats)
+    return Status::invalid_input(
+        fmt::format("replication: the store of a new backup of shard {} keeps rows of {} floats, "
+                    "the shard's are {}",
+                    config.shard_index, store->row_floats(), *floats));
+  auto map = ShardMap::make(config.map);
+  if (!map) return map.status();
+  return std::unique_ptr<BackupCopy>(
+      new BackupCopy(config, std::move(store), std::move(map.value()), faults));
+}
+
+Status BackupCopy::check_rows(const ReplicaCopy& part) const {
+  const size_t width = store_->row_floats();
+  if (part.keys.size() > replica_copy_rows_max || part.rows.size() > replica_copy_floats_max)
+    return Status::invalid_input(fmt::format(
+        "{} rows of {} floats, over the {} rows and {} floats a part carries", part.keys.size(),
+        part.rows.size(), replica_copy_rows_max, replica_copy_floats_max));
+  if (part.rows.size() != part.keys.size() * width)
+    return Status::invalid_input(
+        fmt::format("{} floats for {} rows of {}", part.rows.size(), part.keys.size(), width));
+  for (uint64_t key : part.keys)
+    if (map_.shard_of(key) != config_.shard_index)
+      return Status::invalid_input(
+          fmt::format("key {} belongs to shard {}", key, map_.shard_of(key)));
+  for (size_t i = 0; i < part.rows.size(); ++i)
+    if (!std::isfinite(part.rows[i]))
+      return Status::invalid_input(
+          fmt::format("the row of key {} is not finite", part.keys[i / width]));
+  return Status();
+}
+
+Status BackupCopy::on_part(const ReplicaCopy& part) {
+  auto refuse = [&](const std::string& why) {
+    failed_ = true;
+    return Status::invalid_input(
+        fmt::format("replication: part {} of the copy for a new backup of shard {}: {}",
+                    part.header.request_id, config_.shard_index, why));
+  };
+  if (failed_) return refuse("the copy failed before");
+  if (done()) return refuse("the copy is complete already");
+  if (part.header.request_id != parts_)
+    return refuse(fmt::format("out of order (part {} is next)", parts_));
+  if (Status s = check_rows(part); !s.ok()) return refuse(s.message());
+  if (Status s = store_->load_for_write(part.keys, slots_); !s.ok()) {
+    failed_ = true;
+    return s;
+  }
+  const size_t width = store_->row_floats();
+  for (size_t i = 0; i < part.keys.size(); ++i) {
+    if (!slots_[i].second) {
+      (void)store_->commit();  // hands the batch's rows back; the copy is spent
+      return refuse(fmt::format("key {} came before", part.keys[i]));
+    }
+    std::copy_n(part.rows.data() + i * width, width, slots_[i].first);
+  }
+  if (Status s = store_->commit(); !s.ok()) {
+    failed_ = true;
+    return s;
+  }
+  ++parts_;
+  rows_ += part.keys.size();
+  if (!part.last) return Status();
+  auto core = ShardCore::from_replica_state(config_, std::move(store_), part.state);
+  if (!core) return refuse(core.status().message());
+  auto backup = ShardBackup::rebuilt(std::move(core.value()),
+                                     ShardPrimary::NewBackup{0, part.applied, part.kept}, faults_);
+  if (!backup) return refuse(backup.status().message());
+  backup_ = std::move(backup.value());
+  return Status();
+}
+
+std::unique_ptr<ShardBackup> BackupCopy::take() {
+  if (failed_) return nullptr;
+  if (backup_) taken_ = true;
+  return std::move(backup_);
 }
 
 }  // namespace colony

@@ -39,19 +39,25 @@
 // then on the primary forwards to it as to the others. So a shard that lost a replica gets K
 // again, and survives another K - 1 failures.
 //
-// What is not here (the drivers' part, docs/storage.md): placing backups in other processes,
-// a coordinator that declares a primary lost and re-routes its shard, and copying the rows across
-// processes.
+// In another process the copy travels as ReplicaCopy parts (ps/protocol.h): the primary's driver
+// makes them with send_copy right after add_backup, ahead of any later forward, and the new
+// backup's driver feeds them, in order, to a BackupCopy over an empty store, which builds the
+// backup from the last one.
+//
+// What is not here (the drivers' part, docs/storage.md): placing backups in other processes and
+// a coordinator that declares a primary lost and re-routes its shard.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "common/status.h"
 #include "ps/protocol.h"
 #include "ps/shard_core.h"
+#include "ps/shard_map.h"
 
 namespace colony {
 
@@ -119,6 +125,8 @@ class ShardPrimary {
 
   uint32_t backups() const { return static_cast<uint32_t>(acked_.size()); }
   uint32_t backups_live() const;
+  // Whether backup `backup` (< backups()) is live: not declared lost (on_backup_lost).
+  bool live(uint32_t backup) const { return !lost_[backup]; }
   // The last forward made (0: none).
   uint64_t last_seq() const { return seq_; }
   // Replies held for the backups' acknowledgements.
@@ -211,6 +219,60 @@ class ShardBackup {
   std::vector<ReplicaForward> log_;  // applied, past the last committed
   uint64_t log_bytes_ = 0;           // of log_
   Outbox scratch_;
+};
+
+// The primary's side of a copy across processes: the copy a new backup starts from, `added`
+// (ShardPrimary::add_backup, just called) over `core`'s rows as its store holds them now, handed
+// to `send` as ReplicaCopy parts numbered from 0, each of at most `rows_per_part` rows (1 to
+// replica_copy_rows_max, fewer where a part would pass replica_copy_floats_max floats), from the
+// shard's node; the last part holds no rows and carries `added` and the core's replica_state()
+// (its size is that of the forwards the other backups lack, and of the unfinished pushes). Fails
+// with invalid_input for a bad rows_per_part, and with the store's io_error when its rows cannot be
+// read (parts may have been sent by then: the copy is spent).
+Status send_copy(ShardCore& core, ShardPrimary::NewBackup added, size_t rows_per_part,
+                 const std::function<void(ReplicaCopy&&)>& send);
+
+// The new backup's side: takes a copy's parts in order into an empty store, then builds the
+// backup (ShardCore::from_replica_state, ShardBackup::rebuilt). Parts come off the wire: each is
+// checked before any of it is written.
+class BackupCopy {
+ public:
+  // Fails with invalid_input when `store` is not empty or its rows are not
+  // ShardCore::row_floats(config) floats, and as ShardMap::make for config.map.
+  static Expected<std::unique_ptr<BackupCopy>> make(const ShardConfig& config,
+                                                    std::unique_ptr<RowStore> store,
+                                                    ReplicationFaults faults = {});
+  // The next part. Fails with invalid_input for a part after the last, one
+  // out of order (its request id is not the number of parts taken), a part over
+  // replica_copy_rows_max rows or replica_copy_floats_max floats, rows that are not row_floats
+  // floats a key or not finite, a key of another shard or one taken before, or (the last part) a
+  // state from_replica_state or kept forwards rebuilt() refuse; with io_error when the store
+  // cannot write it. Every check but that of a key taken before comes before any of the part is
+  // written; after a failure the copy is spent (every later part fails).
+  Status on_part(const ReplicaCopy& part);
+  // Whether the last part was taken and the backup built.
+  bool done() const { return backup_ != nullptr || taken_; }
+  // The backup, once, after the last part (nullptr before, after it was taken, and once a part
+  // failed).
+  std::unique_ptr<ShardBackup> take();
+  uint64_t rows() const { return rows_; }
+  uint64_t parts() const { return parts_; }
+
+ private:
+  BackupCopy(const ShardConfig& config, std::unique_ptr<RowStore> store, ShardMap map,
+             ReplicationFaults faults)
+      : config_(config), store_(std::move(store)), map_(std::move(map)), faults_(faults) {}
+  Status check_rows(const ReplicaCopy& part) const;
+  ShardConfig config_;
+  std::unique_ptr<RowStore> store_;
+  ShardMap map_;
+  ReplicationFaults faults_;
+  std::unique_ptr<ShardBackup> backup_;
+  bool taken_ = false;
+  bool failed_ = false;
+  uint64_t parts_ = 0;
+  uint64_t rows_ = 0;
+  std::vector<std::pair<float*, bool>> slots_;
 };
 
 }  // namespace colony

@@ -160,20 +160,6 @@ struct RowNotFinite {
   uint32_t clock = 0;  // the push's step
 };
 
-// What a new backup's core takes from its primary's besides the rows (ShardCore::replica_state,
-// ShardCore::from_replica_state), so that a backup can be built in another process: every
-// sender's clock, the parts of pushes whose last part has not come, the senders whose push was
-// refused for keys left out, and the step of the last checkpoint. Not what only a primary keeps
-// (pulls waiting or answered, a resync's progress): a backup never answers.
-struct ReplicaState {
-  std::vector<std::pair<NodeId, uint32_t>> clocks;  // every sender's, by node id
-  // The kept parts of unfinished pushes, by sender and then in the order taken, each with its
-  // keys (those of the pull it names filled in).
-  std::vector<PushRequest> parts;
-  std::vector<std::pair<NodeId, uint32_t>> keys_dropped;  // sender, the refused push's clock
-  uint32_t last_checkpoint = 0;
-};
-
 class ShardCore {
  public:
   // Fails with invalid_input for a bad optimizer setting, an empty sender list, a shard

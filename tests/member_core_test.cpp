@@ -628,3 +628,77 @@ BOOST_AUTO_TEST_CASE(a_ps_writes_each_checkpoint_steps_manifest_once) {
   core.on_message({control_from_coordinator, complete(50)}, 12, fx);
   BOOST_TEST(fx.manifest.has_value());
 }
+
+// Re-replication. A ps member welcomed to hold backups only (its shards failed over) takes a
+// layout with the moves since it was placed and answers Ready; it reports copies done once
+// serving. The other members take BackupsPlaced, in epoch order, unless it places a backup on
+// themselves or where a shard would have two replicas on one member.
+BOOST_AUTO_TEST_CASE(backups_placed_on_a_member_that_rejoined_reroute_the_primaries) {
+  // Two ps members of one shard each (0 and 1), one worker (replicas 2, 3); backups of shard 0
+  // on member 1 (node 5), of shard 1 on member 0 (node 6).
+  std::vector<MemberInfo> members = {info(MemberRole::ps, 2), info(MemberRole::ps, 4),
+                                     info(MemberRole::worker, 3, 2)};
+  JobSpec job;
+  job.replicas = 2;
+  Welcome w = planned(members, job, 0);
+  MemberCore ps0 = welcomed(members[0], w);
+  w.you = 2;
+  MemberCore worker = welcomed(members[2], w);
+
+  // Member 1 came back to hold backups: shard 1 moved to member 0, backups 5 and 6 are its.
+  Welcome back = planned(members, job, 1);
+  back.backups_only = true;
+  back.placed = {{1, 0}, {5, 1}, {6, 1}};
+  MemberCore ps1 = welcomed(members[1], back);
+  BOOST_TEST((ps1.layout()->backup_nodes_of(1) == std::vector<NodeId>{5, 6}));
+  BOOST_TEST(*ps1.layout()->owner(1) == 0u);
+  MemberEffects copied;
+  ps1.backups_copied({5, 6}, copied);
+  BOOST_REQUIRE_EQUAL(count_of<BackupsCopied>(copied), 1u);
+  BOOST_TEST((std::get<BackupsCopied>(copied.control[0]).backups == std::vector<NodeId>{5, 6}));
+  // A worker, or a ps given no backups, is not told to hold backups only.
+  for (uint32_t you : {2u, 0u}) {
+    Welcome odd = back;
+    odd.you = you;
+    odd.placed = {{1, 0}, {5, 1}, {6, 1}};
+    auto core = MemberCore::make(config(members[you]), 0).value();
+    MemberEffects fx;
+    core.start(0, fx);
+    core.on_message({control_from_coordinator, odd}, 0, fx);
+    BOOST_TEST(!fx.build.has_value());
+    BOOST_TEST(core.bad_messages() == 1u);
+  }
+
+  // Member 0 hears of the placements after the failover (epochs 1 and 2).
+  MemberEffects fx;
+  ps0.on_message({control_from_coordinator, NodesLost{{1, 5}, "ps lost", 1}}, 1, fx);
+  ps0.on_message({control_from_coordinator, ShardsMoved{{1}, 0, 2}}, 1, fx);
+  ps0.promoted(fx.promote, fx);
+  // Lies: placements on itself (one of a shard it serves), on a worker, and one of an epoch
+  // not after the last it took.
+  const uint64_t bad = ps0.bad_messages();
+  for (const BackupsPlaced& lie :
+       {BackupsPlaced{{{5, 0}}, 3}, BackupsPlaced{{{6, 0}}, 3}, BackupsPlaced{{{5, 2}}, 3},
+        BackupsPlaced{{{6, 1}, {5, 1}, {6, 1}}, 2}}) {
+    fx = {};
+    ps0.on_message({control_from_coordinator, lie}, 2, fx);
+    BOOST_TEST(fx.placed.empty());
+  }
+  BOOST_TEST(ps0.bad_messages() == bad + 4);
+  fx = {};
+  ps0.on_message({control_from_coordinator, BackupsPlaced{{{5, 1}, {6, 1}}, 3}}, 3, fx);
+  BOOST_TEST((fx.placed == std::vector<NodePlacement>{{5, 1}, {6, 1}}));
+  BOOST_TEST(*ps0.layout()->owner(6) == 1u);
+  // Repeated: an epoch not after the last.
+  fx = {};
+  ps0.on_message({control_from_coordinator, BackupsPlaced{{{5, 1}, {6, 1}}, 3}}, 3, fx);
+  BOOST_TEST(fx.placed.empty());
+  // A worker takes them into its layout: a later move of shard 1 to member 1 is checked
+  // against it.
+  fx = {};
+  worker.on_message({control_from_coordinator, NodesLost{{1, 5}, "ps lost", 1}}, 3, fx);
+  worker.on_message({control_from_coordinator, ShardsMoved{{1}, 0, 2}}, 3, fx);
+  worker.on_message({control_from_coordinator, BackupsPlaced{{{5, 1}, {6, 1}}, 3}}, 3, fx);
+  BOOST_TEST((fx.placed == std::vector<NodePlacement>{{5, 1}, {6, 1}}));
+  BOOST_TEST(worker.layout()->check_move(1, 1).ok());
+}

@@ -9,6 +9,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -194,23 +195,41 @@ struct Run {
     reply(out);
   }
 
-  // A new backup: the primary's rows and state copied as they are now (ShardCore::replica).
+  // A new backup: the primary's rows and state copied as they are now, in this process
+  // (ShardCore::replica) or, every other time, as another process gets them (send_copy, in parts
+  // of a random size, taken by a BackupCopy).
   void rebuild_backup() {
     ++outcome.rebuilt;
-    const RowStore& from = core->store();
-    auto store = std::make_unique<MemoryRowStore>(from.row_floats());
-    BOOST_REQUIRE(from.for_each([&](uint64_t key, const float* row) {
-                        std::copy(row, row + from.row_floats(), store->find_or_insert(key).first);
-                      })
-                      .ok());
-    auto copy = core->replica(std::move(store));
-    BOOST_REQUIRE(copy.ok());
-    ShardPrimary::NewBackup added = primary->add_backup();
-    BOOST_REQUIRE(added.backup == backups.size());
-    if (rebuild_unkept) added.kept.clear();
-    auto backup = ShardBackup::rebuilt(std::move(copy.value()), std::move(added), faults);
-    BOOST_REQUIRE(backup.ok());
-    backups.push_back(std::move(backup.value()));
+    if (below(2) == 0) {
+      ShardPrimary::NewBackup added = primary->add_backup();
+      BOOST_REQUIRE(added.backup == backups.size());
+      auto copy = BackupCopy::make(
+          core->config(), std::make_unique<MemoryRowStore>(core->store().row_floats()), faults);
+      BOOST_REQUIRE(copy.ok());
+      std::vector<ReplicaCopy> parts;
+      BOOST_REQUIRE(send_copy(*core, std::move(added), 1 + below(64), [&](ReplicaCopy&& part) {
+                      parts.push_back(std::move(part));
+                    }).ok());
+      if (rebuild_unkept) parts.back().kept.clear();
+      for (const ReplicaCopy& part : parts) BOOST_REQUIRE((*copy)->on_part(part).ok());
+      backups.push_back((*copy)->take());
+      BOOST_REQUIRE(backups.back());
+    } else {
+      const RowStore& from = core->store();
+      auto store = std::make_unique<MemoryRowStore>(from.row_floats());
+      BOOST_REQUIRE(from.for_each([&](uint64_t key, const float* row) {
+                          std::copy(row, row + from.row_floats(), store->find_or_insert(key).first);
+                        })
+                        .ok());
+      auto copy = core->replica(std::move(store));
+      BOOST_REQUIRE(copy.ok());
+      ShardPrimary::NewBackup added = primary->add_backup();
+      BOOST_REQUIRE(added.backup == backups.size());
+      if (rebuild_unkept) added.kept.clear();
+      auto backup = ShardBackup::rebuilt(std::move(copy.value()), std::move(added), faults);
+      BOOST_REQUIRE(backup.ok());
+      backups.push_back(std::move(backup.value()));
+    }
     forwards.emplace_back();
     acks.emplace_back();
   }
@@ -415,11 +434,11 @@ BOOST_AUTO_TEST_CASE(no_acknowledged_push_is_lost_or_applied_twice_across_failov
 }
 
 // Re-replication (ShardPrimary::add_backup): a backup lost or promoted is replaced, at a random
-// moment, by a copy of the primary's core and rows, which takes the primary's forwards from then
-// on. The primary may crash three times with one or two backups: nothing acknowledged is lost,
-// nothing is applied twice, and every live backup ends with the primary's rows. A driver that
-// does not give the new backup the forwards the others still lack is caught: when the new backup
-// is promoted, an older one cannot follow it.
+// moment, by a copy of the primary's core and rows (made in place, or sent in parts as between
+// processes), which takes the primary's forwards from then on. The primary may crash three times
+// with one or two backups: nothing acknowledged is lost, nothing is applied twice, and every live
+// backup ends with the primary's rows. A driver that does not give the new backup the forwards the
+// others still lack is caught: when the new backup is promoted, an older one cannot follow it.
 BOOST_AUTO_TEST_CASE(a_rebuilt_backup_lets_a_shard_survive_more_crashes_than_it_has_backups) {
   uint64_t rebuilt = 0, beyond = 0;
   for (uint64_t seed = 1; seed <= 500; ++seed) {
@@ -1156,4 +1175,147 @@ BOOST_AUTO_TEST_CASE(a_backup_whose_store_failed_acknowledges_nothing_more) {
                ack.status().message());
   }
   BOOST_TEST(backup->applied() == 1u);
+}
+
+// A copy across processes (send_copy, BackupCopy): the primary's rows go in parts of at most the
+// rows asked for, its state in the last; the backup built from them holds the same rows and
+// follows the primary's next forwards as a backup built in place does.
+BOOST_AUTO_TEST_CASE(a_backup_built_from_a_copy_in_parts_follows_its_primary) {
+  PendingPrimary p;
+  // More rows than a part carries: pulls make them (every key starts at zero), pushes move them.
+  std::vector<ReplicaForward> fw;
+  Outbox out;
+  std::vector<uint64_t> many;
+  for (uint64_t k = 10; k < 110; ++k) many.push_back(k);
+  p.primary->on_message(PullRequest{{p.a, 80, 1}, 2, p.a, many}, out, fw);
+  BOOST_REQUIRE(p.primary->on_backup_lost(0, out).ok());
+  ShardPrimary::NewBackup added = p.primary->add_backup();
+  const uint32_t index = added.backup;
+  std::vector<ReplicaCopy> parts;
+  BOOST_REQUIRE(send_copy(*p.core, std::move(added), 16, [&](ReplicaCopy&& part) {
+                  parts.push_back(std::move(part));
+                }).ok());
+  const size_t rows = p.core->store().size();
+  BOOST_TEST(parts.size() == (rows + 15) / 16 + 1);  // the last carries no rows
+  for (size_t i = 0; i < parts.size(); ++i) {
+    BOOST_TEST(parts[i].header.request_id == i);
+    BOOST_TEST(parts[i].header.sender == shard_node);
+    BOOST_TEST(parts[i].keys.size() <= 16u);
+    BOOST_TEST(parts[i].last == (i + 1 == parts.size()));
+  }
+  auto copy = BackupCopy::make(p.sc, std::make_unique<MemoryRowStore>(p.core->store().row_floats()))
+                  .value();
+  for (const ReplicaCopy& part : parts) {
+    BOOST_TEST(!copy->done());
+    const Status taken = copy->on_part(part);
+    BOOST_REQUIRE_MESSAGE(taken.ok(), taken.message());
+  }
+  BOOST_REQUIRE(copy->done());
+  BOOST_TEST(copy->rows() == rows);
+  std::unique_ptr<ShardBackup> backup = copy->take();
+  BOOST_REQUIRE(backup);
+  BOOST_TEST(!copy->take());  // once
+  BOOST_TEST(p.core->rows_digest().value().digest == backup->core().rows_digest().value().digest);
+
+  fw.clear();
+  p.primary->on_message(part(p.a, 52, 3, {3}, false), out, fw);
+  p.primary->on_message(part(p.b, 62, 3, {4}, true), out, fw);
+  p.primary->on_message(part(p.b, 63, 3, {5, 20}, false), out, fw);
+  for (const ReplicaForward& f : fw) {
+    auto ack = backup->on_forward(f);
+    BOOST_REQUIRE_MESSAGE(ack.ok(), (ack.ok() ? std::string() : ack.status().message()));
+    BOOST_REQUIRE(p.primary->on_ack(index, ack.value(), out).ok());
+  }
+  BOOST_TEST(p.primary->held() == 0u);
+  BOOST_TEST(p.core->rows_digest().value().digest == backup->core().rows_digest().value().digest);
+  BOOST_TEST(same_state(backup->core().replica_state(), p.core->replica_state()));
+}
+
+// The parts come off the wire from the primary's member: a part out of order, of rows not the
+// shard's width, not finite or of another shard's keys, a key sent twice, a state the primary
+// could not hold or a part after the last is refused, naming it, and the copy is spent.
+BOOST_AUTO_TEST_CASE(a_copy_the_primary_could_not_have_made_is_refused) {
+  PendingPrimary p;
+  Outbox out;
+  BOOST_REQUIRE(p.primary->on_backup_lost(0, out).ok());
+  std::vector<ReplicaCopy> good;
+  BOOST_REQUIRE(send_copy(*p.core, p.primary->add_backup(), 1, [&](ReplicaCopy&& part) {
+                  good.push_back(std::move(part));
+                }).ok());
+  BOOST_REQUIRE(good.size() == 3u);  // keys 1 and 2, then the state
+  const size_t floats = p.core->store().row_floats();
+  // Another shard's keys: the same configuration as shard 0 of two.
+  ShardConfig two = p.sc;
+  two.map = ShardMapSpec{1, 2, 16, 0};
+  const ShardMap map = ShardMap::make(two.map).value();
+  uint64_t foreign = 1;
+  while (map.shard_of(foreign) == 0) ++foreign;
+
+  struct Lie {
+    std::string what;
+    ShardConfig config;
+    std::vector<ReplicaCopy> parts;
+  };
+  std::vector<Lie> lies;
+  auto with = [&](std::string what, auto change, ShardConfig sc) {
+    std::vector<ReplicaCopy> parts = good;
+    change(parts);
+    lies.push_back({std::move(what), sc, std::move(parts)});
+  };
+  with(
+      "out of order", [](auto& v) { std::swap(v[0], v[1]); }, p.sc);
+  with(
+      "floats for", [](auto& v) { v[0].rows.pop_back(); }, p.sc);
+  with(
+      "not finite", [](auto& v) { v[1].rows[0] = std::nanf(""); }, p.sc);
+  with(
+      "came before", [](auto& v) { v[1].keys = v[0].keys; }, p.sc);
+  with(
+      "belongs to shard", [&](auto& v) { v[0].keys = {foreign}; }, two);
+  with(
+      "senders' clocks", [](auto& v) { v[2].state.clocks.pop_back(); }, p.sc);
+  with(
+      "complete already",
+      [](auto& v) {
+        v.push_back(v.back());
+        v.back().header.request_id = 3;
+      },
+      p.sc);
+  with(
+      "rows of",
+      [&](auto& v) {
+        v[0].keys.assign(replica_copy_rows_max + 1, 1);
+        v[0].rows.assign(v[0].keys.size() * floats, 0.0f);
+      },
+      p.sc);
+  for (const Lie& lie : lies) {
+    auto copy = BackupCopy::make(lie.config, std::make_unique<MemoryRowStore>(floats)).value();
+    Status refused;
+    for (const ReplicaCopy& part : lie.parts) {
+      refused = copy->on_part(part);
+      if (!refused.ok()) break;
+    }
+    BOOST_TEST(!refused.ok(), lie.what);
+    BOOST_TEST(refused.message().find(lie.what) != std::string::npos,
+               lie.what << ": " << refused.message());
+    BOOST_TEST(!copy->take(), lie.what);
+    // Spent: even the right next part is refused now.
+    BOOST_TEST(!copy->on_part(good[0]).ok(), lie.what);
+  }
+  // A store that is not empty, or of another width, is no place for a copy.
+  auto full = std::make_unique<MemoryRowStore>(floats);
+  full->find_or_insert(7);
+  BOOST_TEST(!BackupCopy::make(p.sc, std::move(full)).ok());
+  BOOST_TEST(!BackupCopy::make(p.sc, std::make_unique<MemoryRowStore>(floats + 1)).ok());
+  // A copy of no rows at all is one part, the last.
+  auto empty_core = make_core(p.sc);
+  auto empty_primary = std::move(ShardPrimary::make(*empty_core, 0).value());
+  std::vector<ReplicaCopy> one;
+  BOOST_REQUIRE(send_copy(*empty_core, empty_primary->add_backup(), 4, [&](ReplicaCopy&& part) {
+                  one.push_back(std::move(part));
+                }).ok());
+  BOOST_REQUIRE(one.size() == 1u);
+  BOOST_TEST(one[0].last);
+  BOOST_TEST(one[0].keys.empty());
+  BOOST_TEST(!send_copy(*empty_core, empty_primary->add_backup(), 0, [](ReplicaCopy&&) {}).ok());
 }

@@ -329,6 +329,29 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
                      ClockAdvance{random_header(rng), static_cast<uint32_t>(rng.next()), true,
                                   static_cast<uint32_t>(rng.next())}},
       ReplicaAck{random_header(rng), rng.next()},
+      [&] {  // a part of a copy, rows only
+        ReplicaCopy c{random_header(rng), random_keys(rng, n), {}};
+        c.rows.resize(n * width, 0.5f);
+        return c;
+      }(),
+      [&] {  // the last part: the rows' rest, the kept forwards and the state
+        ReplicaCopy c{random_header(rng), random_keys(rng, n), {}};
+        c.rows.resize(n * width, -2.0f);
+        c.last = true;
+        c.applied = rng.next();
+        c.kept.push_back(ReplicaForward{random_header(rng), rng.next(), rng.next(), false,
+                                        ClockAdvance{random_header(rng), 3}});
+        PushRequest kept{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
+                         random_floats(rng, n * width)};
+        c.kept.push_back(ReplicaForward{random_header(rng), rng.next(), rng.next(), false, kept});
+        kept.more = true;
+        kept.keys_of_pull = rng.next() | 1;  // a part naming its pull, its keys filled in
+        c.state.parts.push_back(kept);
+        c.state.clocks = {{3, 4}, {5, 6}};
+        c.state.keys_dropped = {{5, 7}};
+        c.state.last_checkpoint = static_cast<uint32_t>(rng.next());
+        return c;
+      }(),
   };
 }
 
@@ -373,6 +396,23 @@ bool same(const PsMessage& a, const PsMessage& b) {
                       std::is_same_v<T, ReplicaForward>)
           return same_update(x, y);
         if constexpr (std::is_same_v<T, ReplicaAck>) return x.seq == y.seq;
+        if constexpr (std::is_same_v<T, ReplicaCopy>) {
+          auto same_forwards = [](const std::vector<ReplicaForward>& p,
+                                  const std::vector<ReplicaForward>& q) {
+            return std::equal(p.begin(), p.end(), q.begin(), q.end(),
+                              [](const auto& f, const auto& g) { return same_update(f, g); });
+          };
+          auto same_parts = [](const std::vector<PushRequest>& p,
+                               const std::vector<PushRequest>& q) {
+            return std::equal(p.begin(), p.end(), q.begin(), q.end(),
+                              [](const auto& f, const auto& g) { return same_update(f, g); });
+          };
+          return x.keys == y.keys && x.rows == y.rows && x.last == y.last &&
+                 x.applied == y.applied && same_forwards(x.kept, y.kept) &&
+                 x.state.clocks == y.state.clocks && x.state.keys_dropped == y.state.keys_dropped &&
+                 x.state.last_checkpoint == y.state.last_checkpoint &&
+                 same_parts(x.state.parts, y.state.parts);
+        }
         if constexpr (std::is_same_v<T, ShardMapUpdate>)
           return x.version == y.version && x.shards == y.shards &&
                  x.vnodes_per_shard == y.vnodes_per_shard && x.seed == y.seed;
@@ -583,6 +623,9 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
   w.split_data = rng.next() % 2;
   w.heartbeat_ms = 1 + static_cast<uint32_t>(rng.next() % 5000);
   w.heartbeat_timeout_ms = 1 + static_cast<uint32_t>(rng.next() % 50000);
+  w.backups_only = rng.next() % 2;
+  for (size_t i = rng.next() % 5; i > 0; --i)
+    w.placed.push_back({static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())});
   MemberDone d{random_text(rng, 200),
                rng.next() % 2 == 0,
                WorkerCounters{rng.next(), 0.25 * double(rng.next() % 1000), rng.next(), rng.next(),
@@ -636,6 +679,10 @@ std::vector<ControlMessage> random_control_messages(SplitMix64& rng) {
                          rng.next(),
                          {static_cast<uint32_t>(rng.next())}}},
       {from, Promoted{{static_cast<uint32_t>(rng.next())}}},
+      {from, BackupsPlaced{{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())},
+                            {static_cast<uint32_t>(rng.next()), 2}},
+                           rng.next()}},
+      {from, BackupsCopied{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
       {from, ReportApplied{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())}}},
       {from, Applied{{static_cast<uint32_t>(rng.next()), static_cast<uint32_t>(rng.next())},
                      {rng.next(), rng.next()},
@@ -672,7 +719,8 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
                  x.map.vnodes_per_shard == y.map.vnodes_per_shard && x.map.seed == y.map.seed &&
                  x.coordinator_node == y.coordinator_node && x.workers_total == y.workers_total &&
                  x.split_data == y.split_data && x.heartbeat_ms == y.heartbeat_ms &&
-                 x.heartbeat_timeout_ms == y.heartbeat_timeout_ms;
+                 x.heartbeat_timeout_ms == y.heartbeat_timeout_ms &&
+                 x.backups_only == y.backups_only && x.placed == y.placed;
         if constexpr (std::is_same_v<T, Heartbeat>)
           return x.samples == y.samples && x.load == y.load;
         if constexpr (std::is_same_v<T, MemberDone>)
@@ -694,6 +742,9 @@ bool same_body(const ControlBody& a, const ControlBody& b) {
                  x.backups == y.backups;
         if constexpr (std::is_same_v<T, Promoted>) return x.shards == y.shards;
         if constexpr (std::is_same_v<T, ReportApplied>) return x.backups == y.backups;
+        if constexpr (std::is_same_v<T, BackupsPlaced>)
+          return x.placed == y.placed && x.epoch == y.epoch;
+        if constexpr (std::is_same_v<T, BackupsCopied>) return x.backups == y.backups;
         if constexpr (std::is_same_v<T, Applied>)
           return x.backups == y.backups && x.applied == y.applied && x.epoch == y.epoch;
         if constexpr (std::is_same_v<T, ShardsCheckpointed>)

@@ -33,7 +33,9 @@
 //                every forward its primary made; its applied() moves by at most one a forward
 //                and never back; its log stays within replica_log_max forwards and
 //                replica_log_bytes_max bytes; an acknowledgement past
-//                the primary's last forward is refused.
+//                the primary's last forward is refused. A new backup built from a copy of the
+//                primary (send_copy, BackupCopy) holds the primary's rows, unless a forged part
+//                came in between.
 //
 // Every size is bounded by the constants below, so no input allocates without bound.
 #include <algorithm>
@@ -214,11 +216,18 @@ ControlBody body_of(Input& in) {
       return m;
     }
     case 19:
-      switch (in.below(3)) {
+      switch (in.below(5)) {
         case 0:
           return Promoted{nodes_of(in)};
         case 1:
           return ReportApplied{nodes_of(in)};
+        case 2:
+          return BackupsCopied{nodes_of(in)};
+        case 3: {
+          BackupsPlaced b{{}, in.below(8)};
+          for (NodeId n : nodes_of(in)) b.placed.push_back({n, in.below(6)});
+          return b;
+        }
         default: {
           Applied a{nodes_of(in), {}};
           for (size_t j = 0; j < a.backups.size(); ++j) a.applied.push_back(in.below(64));
@@ -239,6 +248,8 @@ ControlBody body_of(Input& in) {
       for (MemberInfo& m : w.members) m = member_of(in);
       w.you = in.below(static_cast<uint32_t>(w.members.size()));
       w.resume = in.flag();
+      w.backups_only = in.flag();
+      for (NodeId n : nodes_of(in)) w.placed.push_back({n, in.below(6)});
       return w;
     }
     case 2:
@@ -1188,9 +1199,54 @@ void fuzz_replication(Input& in) {
             "a backup kept more than replica_log_bytes_max");
     if (!made && ack.ok() && backup->applied() > before) forged = true;
   };
+  // A new backup from a copy of the primary as it is now (send_copy, BackupCopy), forged parts
+  // coming in between: without a forged one, every part is taken and the backup holds the
+  // primary's rows.
+  auto copy_to_new_backup = [&] {
+    auto copy =
+        BackupCopy::make(config, std::make_unique<MemoryRowStore>(core->store().row_floats()))
+            .value();
+    std::vector<ReplicaCopy> parts;
+    require(send_copy(*core, primary->add_backup(), 1 + in.below(8),
+                      [&](ReplicaCopy&& part) { parts.push_back(std::move(part)); })
+                .ok(),
+            "a copy of a memory store failed");
+    bool lied = false;
+    for (const ReplicaCopy& part : parts) {
+      if (in.below(6) == 0) {
+        ReplicaCopy lie = part;
+        switch (in.below(4)) {
+          case 0:
+            lie.header.request_id = in.below(4);
+            break;
+          case 1:
+            lie.keys.push_back(in.flag() ? in.u64() : in.below(64));
+            break;
+          case 2:
+            if (!lie.rows.empty()) lie.rows[in.below(uint32_t(lie.rows.size()))] = in.real();
+            break;
+          default:
+            lie.last = !lie.last;
+            break;
+        }
+        lied = true;
+        (void)copy->on_part(lie);
+      }
+      const Status s = copy->on_part(part);
+      require(lied || s.ok(), "a new backup refused a copy its primary made");
+    }
+    std::unique_ptr<ShardBackup> made = copy->take();
+    if (lied) return;
+    require(made != nullptr, "a whole copy built no backup");
+    require(made->core().rows_digest().value().digest == core->rows_digest().value().digest,
+            "a backup built from a copy holds other rows than its primary");
+  };
   for (int i = 0; i < 64 && !in.empty(); ++i) {
     out.clear();
-    switch (in.below(4)) {
+    switch (in.below(5)) {
+      case 4:
+        copy_to_new_backup();
+        break;
       case 0:
       case 1: {
         const PsMessage m =
