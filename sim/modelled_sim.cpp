@@ -155,8 +155,9 @@ class ModelledSim {
   // p went down at now() and is declared lost at `lost_at` (the heartbeat timeout after a crash;
   // at once for a stop, whose Leave is the loss). Each shard it served moves, once the promotion's
   // messages have gone round (promotion_ns), to the first of its replicas on a ps host still in
-  // the job; with none left the job fails. p serves nothing again (a ps does not join a running
-  // job), and from `lost_at` the primaries no longer wait for the backups it held.
+  // the job; with none left the job fails. p serves nothing again (a restarted ps holding
+  // backups again, as the daemons' does, is not modelled), and from `lost_at` the primaries no
+  // longer wait for the backups it held.
   void fail_over(uint32_t p, VirtualNanos lost_at);
   VirtualNanos promotion_ns(uint32_t live_backups) const {
     // ShardsMoved to the promoting member, its Promoted, ShardsMoved to every member, the
