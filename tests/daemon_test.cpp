@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -190,8 +191,8 @@ nlohmann::json report(const std::string& name) {
 
 // The report <name>.json of a daemon job that failed over `failovers` times, checked: nothing
 // acknowledged lost, nothing refused as a lie (what a lost ps sent before it died is late, not a
-// lie), `samples` trained, and the test logloss within `tolerance` (1%) of `expected` (logged,
-// after `what`). Returned for the test's own checks.
+// lie), `samples` trained, and the test logloss within `tolerance` (1%; 0: exactly) of `expected`
+// (logged, after `what`). Returned for the test's own checks.
 nlohmann::json failed_over(const std::string& name, int failovers, uint64_t samples,
                            double expected, const std::string& what, double tolerance = 0.01) {
   const auto r = report(name + ".json");
@@ -200,22 +201,23 @@ nlohmann::json failed_over(const std::string& name, int failovers, uint64_t samp
   BOOST_TEST(r["bad_messages"].get<uint64_t>() == 0u);
   BOOST_TEST(r["train_samples"].get<uint64_t>() == samples);
   const double logloss = r["test_logloss"].get<double>();
-  BOOST_TEST_MESSAGE("daemons " << what << ": " << logloss << " vs embedded " << expected
-                                << ", pushes re-sent " << r["pushes_resent"].get<uint64_t>());
-  BOOST_TEST(std::abs(logloss / expected - 1.0) < tolerance);
+  BOOST_TEST_MESSAGE("daemons " << what << ": " << std::setprecision(10) << logloss
+                                << " vs embedded " << expected << ", pushes re-sent "
+                                << r["pushes_resent"].get<uint64_t>());
+  BOOST_TEST(std::abs(logloss / expected - 1.0) <= tolerance);
   return r;
 }
 
-// The report of the embedded cluster (2 shards, 2 workers) on the suite's data with `flags`:
-// what a daemon run of the same job is compared with. Made once per name.
+// The report of the embedded cluster (2 shards, `workers` workers) on the suite's data with
+// `flags`: what a daemon run of the same job is compared with. Made once per name.
 // The daemons train with FTRL's defaults (they try no settings): the embedded run the
 // daemons are compared with names that optimizer, where `colony train` would choose by trial.
-nlohmann::json embedded_report(const std::string& name, const std::string& flags) {
+nlohmann::json embedded_report(const std::string& name, const std::string& flags, int workers = 2) {
   const fs::path path = suite().dir / (name + ".json");
   if (!fs::exists(path))
     BOOST_REQUIRE(run(bin() + " train --data " + suite().data.string() + " --test " +
-                      suite().test.string() + " --shards 2 --workers 2 --no-cache " +
-                      "--optimizer ftrl " + flags + " --report " + path.string() +
+                      suite().test.string() + " --shards 2 --workers " + std::to_string(workers) +
+                      " --no-cache " + "--optimizer ftrl " + flags + " --report " + path.string() +
                       " >/dev/null 2>&1") == 0);
   return nlohmann::json::parse(slurp(path));
 }
@@ -518,21 +520,26 @@ BOOST_AUTO_TEST_CASE(replicated_shards_end_equal_to_their_backups) {
 
 // Failover and re-replication (issue 14): kill -9 of a ps mid-job under --durability
 // replicated:2, then the same ps started again at once, as systemd would. The coordinator declares
-// it lost, the other ps promotes its backup of the lost shard, the workers re-send what the lost
+// it lost, the other ps promotes its backup of the lost shard, the worker re-sends what the lost
 // primary had not acknowledged; the restarted ps joins again to hold backups: once the failover is
 // done the coordinator places on it the backups the cluster lacks (both shards'), and the other
 // ps copies its rows to it. Then the other ps is killed too: both shards fail over to the
-// restarted one. The job finishes: every sample trained, no acknowledged push missing from a
-// promoted backup (pushes_lost, counted by its resync), checkpoints going on (the promoted shard's
-// beside the other's), and the logloss of the uninterrupted job within 2% (below).
+// restarted one, whose rows came from the copies and the forwards after them. The job finishes:
+// every sample trained, no acknowledged push missing from a promoted backup (pushes_lost, counted
+// by its resync), checkpoints going on (the promoted shard's beside the other's), and the test
+// logloss of the uninterrupted job to every digit. One worker: with two, the order in which a
+// step's two pushes reach a shard is timing (BSP does not fix it), the optimizer's result depends
+// on it, and a failover re-sends the step it cuts in the order the workers resync, so only a band
+// could be checked (docs/storage.md); with one, an update lost, applied twice, applied out of
+// order or read stale anywhere on the way changes the logloss.
 BOOST_AUTO_TEST_CASE(killed_primary_fails_over_to_its_backup_and_the_job_finishes) {
   Suite& s = suite();
   const double expected =
-      embedded_report("rebackup-embedded", "--epochs 12")["test_logloss"].get<double>();
+      embedded_report("rebackup-embedded", "--epochs 6", 1)["test_logloss"].get<double>();
   auto [coord, endpoint] = start_coordinator(
       "failover-coordinator",
       cat(secure("server"),
-          {"--shards", "2", "--workers", "2", "--epochs", "12", "--no-cache", "--durability",
+          {"--shards", "2", "--workers", "1", "--epochs", "6", "--no-cache", "--durability",
            "replicated:2", "--heartbeat-ms", "200", "--heartbeat-timeout-ms", "3000", "--test",
            s.test.string(), "--checkpoint-every", "100", "--report",
            (s.dir / "failover.json").string()}));
@@ -545,13 +552,11 @@ BOOST_AUTO_TEST_CASE(killed_primary_fails_over_to_its_backup_and_the_job_finishe
       cat(secure("node-1"), {"--checkpoint-dir", checkpoints.string() + "-1"});
   auto ps1 = start_member("failover-ps1", "ps", endpoint, ps1_flags);
   const std::string ps1_endpoint = ps1->await("ps listening on (tcp://[0-9.]+:[0-9]+)");
-  // One worker slowed (20 ms a step; under BSP the other waits for it, and the results do not
-  // change), so that the job outlasts two failovers and a copy: where in the job the crashes land.
+  // The worker slowed (20 ms a step: the results do not change), so that the job outlasts two
+  // failovers and a copy: where in the job the crashes land.
   auto w0 = start_member("failover-w0", "worker", endpoint,
                          cat(secure("node-2"), {"--fault-slow-ms", "20"}));
-  auto w1 = start_member("failover-w1", "worker", endpoint, secure("node-3"));
   w0->await("training starts");
-  w1->await("training starts");
   std::this_thread::sleep_for(1s);
   ps1->signal(SIGKILL);
   BOOST_TEST(ps1->wait() == 128 + SIGKILL);
@@ -568,13 +573,9 @@ BOOST_AUTO_TEST_CASE(killed_primary_fails_over_to_its_backup_and_the_job_finishe
              coord->log());
   BOOST_TEST(again->log().find("shard 0: promoted its backup") != std::string::npos, again->log());
   BOOST_TEST(again->log().find("shard 1: promoted its backup") != std::string::npos, again->log());
-  for (Child* c : {again.get(), w0.get(), w1.get()}) BOOST_TEST(c->wait() == 0, c->log());
-  // 2%: with two workers the uninterrupted logloss of this job is itself a band about 1.3% wide,
-  // set by the order in which each step's two pushes reach a shard (timing, under BSP), and a
-  // failover re-sends the step it cuts in the order the workers resync: failover runs ended
-  // between 1.26% below and 0.16% above the embedded run's (docs/storage.md).
-  const auto r = failed_over("failover", 2, 720000, expected,
-                             "after a kill, a rejoin to hold backups and a second kill", 0.02);
+  for (Child* c : {again.get(), w0.get()}) BOOST_TEST(c->wait() == 0, c->log());
+  const auto r = failed_over("failover", 2, 360000, expected,
+                             "after a kill, a rejoin to hold backups and a second kill", 0.0);
   BOOST_TEST(r["checkpoints"].get<int>() > 0);
   BOOST_TEST(r["backups_added"].get<int>() == 2);
   // A promoted shard checkpoints beside the other into its new server's folder (before, each
