@@ -451,11 +451,12 @@ Runner add_coordinator(CLI::App& app) {
         // Backups copied to a ps that joined again after its shards failed over (replication).
         {"backups_added", r->totals.backups_added},
         // Every backup held its primary's rows when training ended (ShardSummary).
-        // Null where nothing was compared: no replication, or no shard still replicated (every
-        // one failed over or lost its backup).
-        {"backups_equal", j.replicas > 1 && r->totals.shards.replicated_rows > 0
-                              ? nlohmann::json(r->totals.shards.backups_equal())
-                              : nlohmann::json(nullptr)},
+        // Null where nothing was compared: no replication, no shard still replicated (every
+        // one failed over or lost its backup), or backups still taking their copies.
+        {"backups_equal",
+         j.replicas > 1 && r->totals.shards.replicated_rows > 0 && r->totals.backups_copying == 0
+             ? nlohmann::json(r->totals.shards.backups_equal())
+             : nlohmann::json(nullptr)},
         // The daemons count what a restarted ps lacked in steps (pushes_lost), not in rows:
         // losing a ps with a memory store fails the job.
         {"updates_lost", nullptr},

@@ -1114,6 +1114,16 @@ void CoordinatorCore::maybe_trained(uint64_t now_ms, CoordinatorEffects& out) {
                            {control_from_coordinator, Refuse{why}},
                            true});
   }
+  for (const auto& [i, nodes] : copying_) {
+    if (nodes.empty() || state_[i].gone) continue;
+    totals_.backups_copying += static_cast<uint32_t>(nodes.size());
+    std::vector<NodeId> ids;
+    for (const NodePlacement& p : nodes) ids.push_back(p.node);
+    out.log.push_back(fmt::format(
+        "backup nodes {} on ps member {} were still taking their copies: the replicas' rows are "
+        "not compared",
+        fmt::join(ids, ", "), i));
+  }
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i].role != MemberRole::ps || state_[i].gone) continue;
     state_[i].summary_pending = true;

@@ -149,6 +149,10 @@ struct CoordinatorTotals {
   uint32_t last_checkpoint_step = 0;
   ShardSummary shards;           // the ps members' shards once training is over
   uint32_t shard_summaries = 0;  // ps members whose summary is in `shards`
+  // Backups placed on a ps that rejoined whose copies were not all in when training ended: the
+  // primaries count them as backups and their holder has no rows yet, so the rows are not
+  // compared (the report's backups_equal is null).
+  uint32_t backups_copying = 0;
 };
 
 // The members' load as their heartbeats told it (MemberLoad), for the driver's load alerts

@@ -2090,6 +2090,21 @@ BOOST_AUTO_TEST_CASE(backups_being_copied_are_not_live_and_a_rejoin_waits_for_th
     }
   }
   {
+    // Training ends while its copies come (Ready, no BackupsCopied yet): the member stays to give
+    // its summary, and its backups, which hold no rows yet, are not compared.
+    uint64_t now = 0;
+    auto core = lost_and_failed_over(now);
+    CoordinatorEffects joined, ready, done;
+    core.on_message({control_from_unknown, Join{restarted_ps(83)}}, now, joined);
+    core.on_message({1, Ready{}}, now, ready);
+    core.on_message({2, MemberDone{}}, now + 10, done);
+    BOOST_TEST(done.training_done);
+    BOOST_TEST(sent<Refuse>(done).empty());
+    BOOST_TEST(sent<ShardSummaryRequest>(done).size() == 2u);
+    BOOST_TEST(core.totals().backups_copying == 2u);
+    BOOST_TEST(logged(done, "backup nodes 4, 5 on ps member 1 were still taking their copies"));
+  }
+  {
     // The primary lost before the copy completes: its shards have no live backup.
     uint64_t now = 0;
     auto core = lost_and_failed_over(now);
