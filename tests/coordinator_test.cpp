@@ -2079,6 +2079,7 @@ BOOST_AUTO_TEST_CASE(backups_being_copied_are_not_live_and_a_rejoin_waits_for_th
     BOOST_REQUIRE_EQUAL(sent<Refuse>(done).size(), 1u);
     BOOST_TEST(sent<Refuse>(done)[0].first == "tcp://10.0.0.2:7000");
     BOOST_TEST(sent<ShardSummaryRequest>(done).size() == 1u);  // member 0's
+    BOOST_TEST(core.totals().backups_copying == 0u);           // refused: it holds none of them
     CoordinatorEffects late;
     core.on_message({1, Ready{}}, now + 20, late);
     BOOST_TEST(sent<BackupsPlaced>(late).empty());
