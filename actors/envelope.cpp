@@ -390,18 +390,18 @@ void set_copy(capnp::MessageBuilder& builder, wire::ReplicaCopy::Builder w, cons
   w.setRows(kj::arrayPtr(reinterpret_cast<const kj::byte*>(m.rows.data()),
                          m.rows.size() * sizeof(float)));
   w.setLast(m.last);
-  if (!m.last) return;
-  w.setApplied(m.applied);
   auto kept = w.initKept(static_cast<unsigned>(m.kept.size()));
   for (unsigned i = 0; i < m.kept.size(); ++i) set_forward(builder, kept[i], m.kept[i]);
+  auto parts = w.initParts(static_cast<unsigned>(m.state.parts.size()));
+  for (unsigned i = 0; i < m.state.parts.size(); ++i) set_push(builder, parts[i], m.state.parts[i]);
+  if (!m.last) return;
+  w.setApplied(m.applied);
   auto nodes = w.initClockNodes(static_cast<unsigned>(m.state.clocks.size()));
   auto clocks = w.initClockValues(static_cast<unsigned>(m.state.clocks.size()));
   for (unsigned i = 0; i < m.state.clocks.size(); ++i) {
     nodes.set(i, m.state.clocks[i].first);
     clocks.set(i, m.state.clocks[i].second);
   }
-  auto parts = w.initParts(static_cast<unsigned>(m.state.parts.size()));
-  for (unsigned i = 0; i < m.state.parts.size(); ++i) set_push(builder, parts[i], m.state.parts[i]);
   auto dropped_nodes = w.initDroppedNodes(static_cast<unsigned>(m.state.keys_dropped.size()));
   auto dropped_clocks = w.initDroppedClocks(static_cast<unsigned>(m.state.keys_dropped.size()));
   for (unsigned i = 0; i < m.state.keys_dropped.size(); ++i) {
@@ -609,32 +609,15 @@ Status read_copy(wire::ReplicaCopy::Reader r, const FrameWords& words, ReplicaCo
       !s.ok())
     return s;
   m.last = r.getLast();
-  if (!m.last) {
-    if (r.hasKept() || r.hasClockNodes() || r.hasParts() || r.hasDroppedNodes())
-      return Status::invalid_input("a replica copy's state in a part before the last");
-    return Status();
-  }
-  m.applied = r.getApplied();
-  // Counted before anything is made of them: a list of empty elements costs the sender a word
-  // each. A backup keeps no more forwards than replica_log_max (ShardBackup::rebuilt); no more
-  // push parts are taken either.
+  // The tail may come in any part. Counted before anything is made of them: a list of empty
+  // elements costs the sender a word each. A backup keeps no more forwards than replica_log_max
+  // (ShardBackup::rebuilt); no more push parts are taken either.
   if (r.getKept().size() > replica_log_max || r.getParts().size() > replica_log_max)
     return Status::invalid_input(fmt::format(
         "a replica copy's state lists over {} forwards or push parts", replica_log_max));
-  if (r.getClockNodes().size() > control_nodes_max ||
-      r.getDroppedNodes().size() > control_nodes_max)
-    return Status::invalid_input(
-        fmt::format("a replica copy's state lists over {} senders", control_nodes_max));
   m.kept.resize(r.getKept().size());
   for (unsigned i = 0; i < m.kept.size(); ++i)
     if (Status s = read_forward(r.getKept()[i], words, m.kept[i]); !s.ok()) return s;
-  if (r.getClockNodes().size() != r.getClockValues().size() ||
-      r.getDroppedNodes().size() != r.getDroppedClocks().size())
-    return Status::invalid_input("a replica copy's clocks or refusals of unequal lengths");
-  for (unsigned i = 0; i < r.getClockNodes().size(); ++i)
-    m.state.clocks.emplace_back(r.getClockNodes()[i], r.getClockValues()[i]);
-  for (unsigned i = 0; i < r.getDroppedNodes().size(); ++i)
-    m.state.keys_dropped.emplace_back(r.getDroppedNodes()[i], r.getDroppedClocks()[i]);
   m.state.parts.resize(r.getParts().size());
   for (unsigned i = 0; i < m.state.parts.size(); ++i) {
     auto part = r.getParts()[i];
@@ -642,6 +625,24 @@ Status read_copy(wire::ReplicaCopy::Reader r, const FrameWords& words, ReplicaCo
     if (Status s = read_push(part, words, part.getKeysOfPull() != 0, m.state.parts[i]); !s.ok())
       return s;
   }
+  if (!m.last) {
+    if (r.getApplied() != 0 || r.hasClockNodes() || r.hasClockValues() || r.hasDroppedNodes() ||
+        r.hasDroppedClocks() || r.getLastCheckpoint() != 0)
+      return Status::invalid_input("a replica copy's state in a part before the last");
+    return Status();
+  }
+  m.applied = r.getApplied();
+  if (r.getClockNodes().size() > control_nodes_max ||
+      r.getDroppedNodes().size() > control_nodes_max)
+    return Status::invalid_input(
+        fmt::format("a replica copy's state lists over {} senders", control_nodes_max));
+  if (r.getClockNodes().size() != r.getClockValues().size() ||
+      r.getDroppedNodes().size() != r.getDroppedClocks().size())
+    return Status::invalid_input("a replica copy's clocks or refusals of unequal lengths");
+  for (unsigned i = 0; i < r.getClockNodes().size(); ++i)
+    m.state.clocks.emplace_back(r.getClockNodes()[i], r.getClockValues()[i]);
+  for (unsigned i = 0; i < r.getDroppedNodes().size(); ++i)
+    m.state.keys_dropped.emplace_back(r.getDroppedNodes()[i], r.getDroppedClocks()[i]);
   m.state.last_checkpoint = r.getLastCheckpoint();
   return Status();
 }

@@ -112,10 +112,10 @@ struct ReplicaCopy {
   rows @2 :Data;                  # float32 blob: a row of the shard's row floats a key
   last @3 :Bool;
   applied @4 :UInt64;             # the last part: the forwards the copy holds
-  kept @5 :List(ReplicaForward);  # the last part: forwards the backup keeps for a promotion
+  kept @5 :List(ReplicaForward);  # any part, continued: forwards the backup keeps for a promotion
   clockNodes @6 :List(UInt32);    # the last part: each sender's clock (ReplicaState)
   clockValues @7 :List(UInt32);
-  parts @8 :List(PushRequest);    # the last part: kept parts of unfinished pushes
+  parts @8 :List(PushRequest);    # any part, continued: kept parts of unfinished pushes
   droppedNodes @9 :List(UInt32);  # the last part: pushes refused for keys left out
   droppedClocks @10 :List(UInt32);
   lastCheckpoint @11 :UInt32;

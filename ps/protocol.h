@@ -245,22 +245,30 @@ struct ReplicaState {
 // Re-replication across processes (ps/replication.h, ShardPrimary::add_backup): a shard's primary
 // sends a new backup in another process the copy it starts from, in parts numbered from 0
 // (header.request_id), ahead of any forward to it: the rows as the primary's store holds them
-// (row_floats floats each), then, in the last part, what the core carries over besides the rows
-// and where the backup stands in the primary's forwards. Only a shard's node sends it, to one
-// of its own backups.
+// (row_floats floats each), then what the core carries over besides the rows and where the backup
+// stands in the primary's forwards. The kept forwards and the unfinished pushes' parts (the
+// copy's tail) may be spread over several parts, each list continued in the next part in order,
+// so that no message grows with them; the rest of the state comes in the last part. Only a
+// shard's node sends it, to one of its own backups.
 struct ReplicaCopy {
   MessageHeader header;  // the primary's node; request_id: the part's number
   std::vector<uint64_t> keys;
   std::vector<float> rows;  // keys.size() rows, one after another
   bool last = false;
-  // The last part only:
-  uint64_t applied = 0;  // the forwards the copy holds (ShardPrimary::NewBackup::applied)
-  std::vector<ReplicaForward> kept{};  // ShardPrimary::NewBackup::kept
+  // The last part only: the forwards the copy holds (ShardPrimary::NewBackup::applied).
+  uint64_t applied = 0;
+  // The tail, in any part, each list continued from the part before: the forwards the backup
+  // keeps (ShardPrimary::NewBackup::kept) and the unfinished pushes' parts (ReplicaState::parts).
+  std::vector<ReplicaForward> kept{};
+  // The last part only, but for its `parts` (the tail, above): the core's state.
   ReplicaState state{};
 };
 // The most rows, and floats, one part of a copy carries.
 inline constexpr size_t replica_copy_rows_max = 1u << 16;
 inline constexpr size_t replica_copy_floats_max = size_t{1} << 22;
+// The bytes of the tail one part of a copy carries (counted as a backup counts what it keeps:
+// replica_log_bytes_max), unless a single forward or push part is larger: it then goes alone.
+inline constexpr uint64_t replica_copy_tail_bytes = uint64_t{16} << 20;
 
 // A message addressed to a core.
 using PsMessage = std::variant<PullRequest, PullReply, PushRequest, PushAck, ClockAdvance,

@@ -25,13 +25,16 @@ Status check_replicable(const ShardCore* core) {
   return Status();
 }
 
+// What a kept push part counts against replica_log_bytes_max (and a copy's tail).
+uint64_t push_kept_bytes(const PushRequest& push) {
+  return replica_forward_overhead_bytes + push.keys.size() * sizeof(uint64_t) +
+         (push.grads.size() + push.scales.size()) * sizeof(float);
+}
+
 // What a kept forward counts against replica_log_bytes_max.
 uint64_t forward_kept_bytes(const ReplicaForward& f) {
-  uint64_t bytes = replica_forward_overhead_bytes;
-  if (const auto* push = std::get_if<PushRequest>(&f.message))
-    bytes += push->keys.size() * sizeof(uint64_t) +
-             (push->grads.size() + push->scales.size()) * sizeof(float);
-  return bytes;
+  if (const auto* push = std::get_if<PushRequest>(&f.message)) return push_kept_bytes(*push);
+  return replica_forward_overhead_bytes;
 }
 
 }  // namespace
@@ -254,11 +257,13 @@ ShardBackup::Promotion ShardBackup::promote(uint32_t backups) {
 namespace colony {
 
 Status send_copy(ShardCore& core, ShardPrimary::NewBackup added, size_t rows_per_part,
-                 const std::function<void(ReplicaCopy&&)>& send) {
+                 const std::function<void(ReplicaCopy&&)>& send, uint64_t tail_bytes_per_part) {
   const size_t width = core.store().row_floats();
   if (rows_per_part == 0 || rows_per_part > replica_copy_rows_max)
     return Status::invalid_input(fmt::format("replication: a copy of {} rows a part, outside 1..{}",
                                              rows_per_part, replica_copy_rows_max));
+  if (tail_bytes_per_part == 0)
+    return Status::invalid_input("replication: a copy's tail of 0 bytes a part");
   const size_t per_part = std::max<size_t>(
       1, std::min(rows_per_part, replica_copy_floats_max / std::max<size_t>(1, width)));
   const ShardConfig& config = core.config();
@@ -275,15 +280,35 @@ Status send_copy(ShardCore& core, ShardPrimary::NewBackup added, size_t rows_per
     next.header = header();
   });
   if (!read.ok()) return read;
-  if (!next.keys.empty()) {  // the state goes in a part of its own, apart from any rows
+  if (!next.keys.empty()) {  // the state goes in parts of its own, apart from any rows
     send(std::move(next));
     next = ReplicaCopy{};
     next.header = header();
   }
+  // The tail: a part is sent once the next forward or push part would take it past the bytes.
+  ReplicaState state = core.replica_state();
+  uint64_t bytes = 0;
+  auto make_room = [&](uint64_t more) {
+    if (bytes > 0 && bytes + more > tail_bytes_per_part) {
+      send(std::move(next));
+      next = ReplicaCopy{};
+      next.header = header();
+      bytes = 0;
+    }
+    bytes += more;
+  };
+  for (ReplicaForward& f : added.kept) {
+    make_room(forward_kept_bytes(f));
+    next.kept.push_back(std::move(f));
+  }
+  for (PushRequest& p : state.parts) {
+    make_room(push_kept_bytes(p));
+    next.state.parts.push_back(std::move(p));
+  }
+  state.parts = std::move(next.state.parts);  // what the last part carries of them
   next.last = true;
   next.applied = added.applied;
-  next.kept = std::move(added.kept);
-  next.state = core.replica_state();
+  next.state = std::move(state);
   send(std::move(next));
   return Status();
 }
@@ -339,6 +364,20 @@ Status BackupCopy::on_part(const ReplicaCopy& part) {
   if (part.header.request_id != parts_)
     return refuse(fmt::format("out of order (part {} is next)", parts_));
   if (Status s = check_rows(part); !s.ok()) return refuse(s.message());
+  if (!part.last && (part.applied != 0 || !part.state.clocks.empty() ||
+                     !part.state.keys_dropped.empty() || part.state.last_checkpoint != 0))
+    return refuse("state only the last part carries, in a part before it");
+  uint64_t tail_bytes = tail_bytes_;
+  for (const ReplicaForward& f : part.kept) tail_bytes += forward_kept_bytes(f);
+  for (const PushRequest& p : part.state.parts) tail_bytes += push_kept_bytes(p);
+  if (kept_.size() + part.kept.size() > replica_log_max ||
+      tail_parts_.size() + part.state.parts.size() > replica_log_max ||
+      tail_bytes > replica_log_bytes_max)
+    return refuse(fmt::format(
+        "a tail of {} forwards and {} push parts ({} bytes), over the {} of each and {} bytes a "
+        "backup keeps",
+        kept_.size() + part.kept.size(), tail_parts_.size() + part.state.parts.size(), tail_bytes,
+        replica_log_max, replica_log_bytes_max));
   if (Status s = store_->load_for_write(part.keys, slots_); !s.ok()) {
     failed_ = true;
     return s;
@@ -357,11 +396,16 @@ Status BackupCopy::on_part(const ReplicaCopy& part) {
   }
   ++parts_;
   rows_ += part.keys.size();
+  kept_.insert(kept_.end(), part.kept.begin(), part.kept.end());
+  tail_parts_.insert(tail_parts_.end(), part.state.parts.begin(), part.state.parts.end());
+  tail_bytes_ = tail_bytes;
   if (!part.last) return Status();
-  auto core = ShardCore::from_replica_state(config_, std::move(store_), part.state);
+  const ReplicaState state{part.state.clocks, std::move(tail_parts_), part.state.keys_dropped,
+                           part.state.last_checkpoint};
+  auto core = ShardCore::from_replica_state(config_, std::move(store_), state);
   if (!core) return refuse(core.status().message());
-  auto backup = ShardBackup::rebuilt(std::move(core.value()),
-                                     ShardPrimary::NewBackup{0, part.applied, part.kept}, faults_);
+  auto backup = ShardBackup::rebuilt(
+      std::move(core.value()), ShardPrimary::NewBackup{0, part.applied, std::move(kept_)}, faults_);
   if (!backup) return refuse(backup.status().message());
   backup_ = std::move(backup.value());
   return Status();

@@ -223,14 +223,18 @@ class ShardBackup {
 
 // The primary's side of a copy across processes: the copy a new backup starts from, `added`
 // (ShardPrimary::add_backup, just called) over `core`'s rows as its store holds them now, handed
-// to `send` as ReplicaCopy parts numbered from 0, each of at most `rows_per_part` rows (1 to
-// replica_copy_rows_max, fewer where a part would pass replica_copy_floats_max floats), from the
-// shard's node; the last part holds no rows and carries `added` and the core's replica_state()
-// (its size is that of the forwards the other backups lack, and of the unfinished pushes). Fails
-// with invalid_input for a bad rows_per_part, and with the store's io_error when its rows cannot be
-// read (parts may have been sent by then: the copy is spent).
+// to `send` as ReplicaCopy parts numbered from 0, from the shard's node: first the rows, at most
+// `rows_per_part` a part (1 to replica_copy_rows_max, fewer where a part would pass
+// replica_copy_floats_max floats); then the tail (added.kept, the forwards the other backups
+// lack, and the core's unfinished pushes' parts), at most `tail_bytes_per_part` of it a part
+// (counted as replica_log_bytes_max counts; a forward or push part larger than that goes alone);
+// the last part, which holds no rows, ends the tail and carries the rest of added and of the
+// core's replica_state(). Fails with invalid_input for a bad rows_per_part or a
+// tail_bytes_per_part of 0, and with the store's io_error when its rows cannot be read (parts may
+// have been sent by then: the copy is spent).
 Status send_copy(ShardCore& core, ShardPrimary::NewBackup added, size_t rows_per_part,
-                 const std::function<void(ReplicaCopy&&)>& send);
+                 const std::function<void(ReplicaCopy&&)>& send,
+                 uint64_t tail_bytes_per_part = replica_copy_tail_bytes);
 
 // The new backup's side: takes a copy's parts in order into an empty store, then builds the
 // backup (ShardCore::from_replica_state, ShardBackup::rebuilt). Parts come off the wire: each is
@@ -245,10 +249,13 @@ class BackupCopy {
   // The next part. Fails with invalid_input for a part after the last, one
   // out of order (its request id is not the number of parts taken), a part over
   // replica_copy_rows_max rows or replica_copy_floats_max floats, rows that are not row_floats
-  // floats a key or not finite, a key of another shard or one taken before, or (the last part) a
-  // state from_replica_state or kept forwards rebuilt() refuse; with io_error when the store
-  // cannot write it. Every check but that of a key taken before comes before any of the part is
-  // written; after a failure the copy is spent (every later part fails).
+  // floats a key or not finite, a key of another shard or one taken before, a part before the last
+  // with state only the last carries (clocks, refusals, a checkpoint, forwards applied), a tail
+  // that grows past what a backup keeps (replica_log_max forwards, as many push parts, and
+  // replica_log_bytes_max bytes of both together), or (the last part) a state from_replica_state
+  // or kept forwards rebuilt() refuse; with io_error when the store cannot write it. Every check
+  // but that of a key taken before comes before any of the part is written or kept; after a
+  // failure the copy is spent (every later part fails).
   Status on_part(const ReplicaCopy& part);
   // Whether the last part was taken and the backup built.
   bool done() const { return backup_ != nullptr || taken_; }
@@ -273,6 +280,10 @@ class BackupCopy {
   uint64_t parts_ = 0;
   uint64_t rows_ = 0;
   std::vector<std::pair<float*, bool>> slots_;
+  // The tail taken so far, and its bytes as replica_log_bytes_max counts them.
+  std::vector<ReplicaForward> kept_;
+  std::vector<PushRequest> tail_parts_;
+  uint64_t tail_bytes_ = 0;
 };
 
 }  // namespace colony

@@ -1231,6 +1231,83 @@ BOOST_AUTO_TEST_CASE(a_backup_built_from_a_copy_in_parts_follows_its_primary) {
   BOOST_TEST(same_state(backup->core().replica_state(), p.core->replica_state()));
 }
 
+// A copy's tail (the forwards the other backups lack, the parts of unfinished pushes) may be far
+// larger than a message: it goes in parts of at most tail_bytes_per_part (a forward or push part
+// larger than that alone), and the backup built from them is the one a copy in one part builds.
+BOOST_AUTO_TEST_CASE(a_copy_whose_tail_passes_a_part_goes_in_several) {
+  // Three replicas: backup 0 acknowledges nothing, backup 1 is lost and placed again, so the new
+  // one keeps every forward backup 0 lacks. Both senders are between the parts of a push.
+  constexpr NodeId a = first_client, b = first_client + 1;
+  const ShardConfig sc = shard_config({a, b}, {ConsistencyKind::asp, 0});
+  auto core = make_core(sc);
+  auto primary = std::move(ShardPrimary::make(*core, 2).value());
+  Outbox out;
+  std::vector<ReplicaForward> fw;
+  uint64_t id = 1;
+  for (NodeId n : {a, b}) primary->on_message(ClockAdvance{{n, id++, 1}, 1}, out, fw);
+  std::vector<uint64_t> keys;  // rows for three parts of four
+  for (uint64_t k = 1; k <= 12; ++k) keys.push_back(k);
+  primary->on_message(PullRequest{{a, 10, 1}, 1, a, keys}, out, fw);
+  for (uint64_t k = 0; k < 3; ++k) {
+    primary->on_message(part(a, 20 + k, 2, {1 + k, 10 + k}, true), out, fw);
+    primary->on_message(part(b, 30 + k, 2, {20 + k}, true), out, fw);
+  }
+  BOOST_REQUIRE(primary->on_backup_lost(1, out).ok());
+  BOOST_REQUIRE(core->replica_state().parts.size() == 6u);
+
+  auto copied = [&](uint64_t tail_bytes) {
+    std::vector<ReplicaCopy> parts;
+    BOOST_REQUIRE(send_copy(
+                      *core, primary->add_backup(), 4,
+                      [&](ReplicaCopy&& p) { parts.push_back(std::move(p)); }, tail_bytes)
+                      .ok());
+    return parts;
+  };
+  auto built = [&](const std::vector<ReplicaCopy>& parts) {
+    auto copy =
+        BackupCopy::make(sc, std::make_unique<MemoryRowStore>(core->store().row_floats())).value();
+    for (const ReplicaCopy& p : parts) {
+      const Status taken = copy->on_part(p);
+      BOOST_REQUIRE_MESSAGE(taken.ok(), taken.message());
+    }
+    std::unique_ptr<ShardBackup> backup = copy->take();
+    BOOST_REQUIRE(backup);
+    return backup;
+  };
+  const size_t row_parts = (core->store().size() + 3) / 4;
+  BOOST_REQUIRE(row_parts == 3u);
+
+  // At the default bytes the tail is small enough for the last part alone.
+  const std::vector<ReplicaCopy> whole = copied(replica_copy_tail_bytes);
+  BOOST_REQUIRE(whole.size() == row_parts + 1);
+  const size_t kept = whole.back().kept.size();
+  BOOST_TEST(kept == fw.size());  // every forward: backup 0 acknowledged none
+  BOOST_TEST(whole.back().state.parts.size() == 6u);
+
+  // At one byte a part each forward and push part goes alone, the last with the state.
+  const std::vector<ReplicaCopy> spread = copied(1);
+  BOOST_REQUIRE(spread.size() == row_parts + kept + 6);
+  for (size_t i = row_parts; i < spread.size(); ++i) {
+    BOOST_TEST(spread[i].keys.empty());
+    BOOST_TEST(spread[i].kept.size() + spread[i].state.parts.size() == 1u);
+    BOOST_TEST(spread[i].last == (i + 1 == spread.size()));
+    BOOST_TEST(spread[i].state.clocks.empty() == !spread[i].last);
+  }
+  // A budget of about two forwards' bytes: fewer parts than one a forward, more than one.
+  const uint64_t two =
+      2 * (replica_forward_overhead_bytes + 3 * sizeof(uint64_t) + 3 * width * sizeof(float));
+  const std::vector<ReplicaCopy> pairs = copied(two);
+  BOOST_TEST(pairs.size() > row_parts + 1);
+  BOOST_TEST(pairs.size() < spread.size());
+
+  for (const auto* parts : {&whole, &spread, &pairs}) {
+    std::unique_ptr<ShardBackup> backup = built(*parts);
+    BOOST_TEST(backup->kept() == kept);
+    BOOST_TEST(same_state(backup->core().replica_state(), core->replica_state()));
+    BOOST_TEST(core->rows_digest().value().digest == backup->core().rows_digest().value().digest);
+  }
+}
+
 // The parts come off the wire from the primary's member: a part out of order, of rows not the
 // shard's width, not finite or of another shard's keys, a key sent twice, a state the primary
 // could not hold or a part after the last is refused, naming it, and the copy is spent.
@@ -1274,6 +1351,16 @@ BOOST_AUTO_TEST_CASE(a_copy_the_primary_could_not_have_made_is_refused) {
       "belongs to shard", [&](auto& v) { v[0].keys = {foreign}; }, two);
   with(
       "senders' clocks", [](auto& v) { v[2].state.clocks.pop_back(); }, p.sc);
+  with(
+      "only the last part carries", [](auto& v) { v[1].state.clocks = v[2].state.clocks; }, p.sc);
+  with(
+      "a tail of",
+      [](auto& v) {  // more forwards than a backup keeps, over two parts
+        const ReplicaForward f = forward(1, ClockAdvance{{first_client, 1, 1}, 1});
+        v[0].kept.assign(replica_log_max / 2 + 1, f);
+        v[1].kept.assign(replica_log_max / 2, f);
+      },
+      p.sc);
   with(
       "complete already",
       [](auto& v) {

@@ -334,6 +334,16 @@ std::vector<PsMessage> random_ps_messages(SplitMix64& rng) {
         c.rows.resize(n * width, 0.5f);
         return c;
       }(),
+      [&] {  // a part of a copy's tail: kept forwards and push parts, no rows
+        ReplicaCopy c{random_header(rng), {}, {}};
+        c.kept.push_back(ReplicaForward{random_header(rng), rng.next(), rng.next(), false,
+                                        ClockAdvance{random_header(rng), 5}});
+        PushRequest kept{random_header(rng), static_cast<uint32_t>(rng.next()), random_keys(rng, n),
+                         random_floats(rng, n * width)};
+        kept.more = true;
+        c.state.parts.push_back(kept);
+        return c;
+      }(),
       [&] {  // the last part: the rows' rest, the kept forwards and the state
         ReplicaCopy c{random_header(rng), random_keys(rng, n), {}};
         c.rows.resize(n * width, -2.0f);
