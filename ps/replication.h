@@ -251,11 +251,12 @@ class BackupCopy {
   // replica_copy_rows_max rows or replica_copy_floats_max floats, rows that are not row_floats
   // floats a key or not finite, a key of another shard or one taken before, a part before the last
   // with state only the last carries (clocks, refusals, a checkpoint, forwards applied), a tail
-  // that grows past what a backup keeps (replica_log_max forwards, as many push parts, and
-  // replica_log_bytes_max bytes of both together), or (the last part) a state from_replica_state
-  // or kept forwards rebuilt() refuse; with io_error when the store cannot write it. Every check
-  // but that of a key taken before comes before any of the part is written or kept; after a
-  // failure the copy is spent (every later part fails).
+  // past what a backup keeps (replica_log_max forwards, replica_log_bytes_max bytes of them) or
+  // a core keeps (replica_log_max push parts, shard_push_parts_bytes_max bytes of them a sender),
+  // or (the last part) a state from_replica_state or kept forwards rebuilt() refuse; with io_error
+  // when the store cannot write it. A part's rows and tail are checked before any of them is
+  // written or kept, but for a key taken before; the last part's state after its rows are
+  // written. After a failure the copy is spent (every later part fails).
   Status on_part(const ReplicaCopy& part);
   // Whether the last part was taken and the backup built.
   bool done() const { return backup_ != nullptr || taken_; }
@@ -280,10 +281,11 @@ class BackupCopy {
   uint64_t parts_ = 0;
   uint64_t rows_ = 0;
   std::vector<std::pair<float*, bool>> slots_;
-  // The tail taken so far, and its bytes as replica_log_bytes_max counts them.
+  // The tail taken so far, and the bytes of each as on_part counts them.
   std::vector<ReplicaForward> kept_;
   std::vector<PushRequest> tail_parts_;
-  uint64_t tail_bytes_ = 0;
+  uint64_t kept_bytes_ = 0;
+  uint64_t parts_bytes_ = 0;
 };
 
 }  // namespace colony

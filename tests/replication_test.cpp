@@ -1283,6 +1283,20 @@ BOOST_AUTO_TEST_CASE(a_copy_whose_tail_passes_a_part_goes_in_several) {
   const size_t kept = whole.back().kept.size();
   BOOST_TEST(kept == fw.size());  // every forward: backup 0 acknowledged none
   BOOST_TEST(whole.back().state.parts.size() == 6u);
+  // What a part's tail counts (replica_log_bytes_max's reckoning).
+  auto push_bytes = [](const PushRequest& p) {
+    return replica_forward_overhead_bytes + p.keys.size() * sizeof(uint64_t) +
+           (p.grads.size() + p.scales.size()) * sizeof(float);
+  };
+  auto tail_bytes = [&](const ReplicaCopy& c) {
+    uint64_t bytes = 0;
+    for (const ReplicaForward& f : c.kept)
+      bytes += std::holds_alternative<PushRequest>(f.message)
+                   ? push_bytes(std::get<PushRequest>(f.message))
+                   : replica_forward_overhead_bytes;
+    for (const PushRequest& p : c.state.parts) bytes += push_bytes(p);
+    return bytes;
+  };
 
   // At one byte a part each forward and push part goes alone, the last with the state.
   const std::vector<ReplicaCopy> spread = copied(1);
@@ -1299,12 +1313,17 @@ BOOST_AUTO_TEST_CASE(a_copy_whose_tail_passes_a_part_goes_in_several) {
   const std::vector<ReplicaCopy> pairs = copied(two);
   BOOST_TEST(pairs.size() > row_parts + 1);
   BOOST_TEST(pairs.size() < spread.size());
+  for (size_t i = row_parts; i < pairs.size(); ++i) BOOST_TEST(tail_bytes(pairs[i]) <= two);
 
   for (const auto* parts : {&whole, &spread, &pairs}) {
     std::unique_ptr<ShardBackup> backup = built(*parts);
     BOOST_TEST(backup->kept() == kept);
     BOOST_TEST(same_state(backup->core().replica_state(), core->replica_state()));
     BOOST_TEST(core->rows_digest().value().digest == backup->core().rows_digest().value().digest);
+    // The forwards in their order: a promotion of it sends them to backup 0 again.
+    const auto promoted = backup->promote(1);
+    BOOST_REQUIRE(promoted.resend.size() == fw.size());
+    for (size_t i = 0; i < fw.size(); ++i) BOOST_TEST(promoted.resend[i].seq == fw[i].seq);
   }
 }
 
@@ -1359,6 +1378,14 @@ BOOST_AUTO_TEST_CASE(a_copy_the_primary_could_not_have_made_is_refused) {
         const ReplicaForward f = forward(1, ClockAdvance{{first_client, 1, 1}, 1});
         v[0].kept.assign(replica_log_max / 2 + 1, f);
         v[1].kept.assign(replica_log_max / 2, f);
+      },
+      p.sc);
+  with(
+      "push parts",
+      [](auto& v) {  // more parts than a core keeps, over two parts
+        const PushRequest kept = part(first_client, 1, 3, {}, true);
+        v[0].state.parts.assign(replica_log_max / 2 + 1, kept);
+        v[1].state.parts.assign(replica_log_max / 2, kept);
       },
       p.sc);
   with(
