@@ -852,7 +852,7 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--report", a->report, "Write a JSON report to this file");
   CLI::Option* rows = cmd->add_option("--rows", a->rows,
                                       "Generated rows to train on (store: rows stored, default 1M)")
-                          ->check(CLI::PositiveNumber)
+                          ->check(positive_number())
                           ->capture_default_str();
   cmd->add_option("--repeats", a->repeats, "Timed passes per figure (best is kept)")
       ->check(CLI::Range(1, 100))

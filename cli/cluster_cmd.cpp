@@ -75,7 +75,7 @@ void add_common(CLI::App* cmd, CommonArgs& a) {
       ->capture_default_str();
   cmd->add_option("--join-timeout", a.join_timeout_s,
                   "Seconds to wait for the cluster to form before giving up")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   add_metrics_flags(cmd, a.metrics);
   add_config_option(cmd);
@@ -144,10 +144,10 @@ Runner add_coordinator(CLI::App& app) {
   cmd->add_option("--l1", a->l1, "L1 strength, FTRL only");
   cmd->add_option("--l2", a->l2, "L2 strength");
   cmd->add_option("--batch", a->batch, "Samples per step")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "Passes over the training data")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed for initialisation and the shard map")
       ->capture_default_str();
@@ -171,11 +171,11 @@ Runner add_coordinator(CLI::App& app) {
   cmd->add_option("--cache-dir", a->cache_dir, "Where the test file's binary cache goes");
   add_format_option(cmd, a->format);
   cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--heartbeat-timeout-ms", a->heartbeat_timeout_ms,
                   "Silence after which a member is lost")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--alert-window", a->alert_window_s,
                   "Seconds over which the load alerts (leak suspect per member, straggler, hot "

@@ -29,6 +29,13 @@ Runner add_export(CLI::App& app);
 Runner add_sim(CLI::App& app);
 Runner add_profile(CLI::App& app);
 
+// For a flag's number that must be above 0, or 0 or above: CLI11's PositiveNumber and
+// NonNegativeNumber (named as theirs in --help: POSITIVE, NONNEGATIVE), refusing a value with a
+// message a user can read ("--epochs: must be a number above 0, not 0") where theirs print
+// their range to the 309 digits of the largest double.
+CLI::Validator positive_number();
+CLI::Validator non_negative_number();
+
 // Adds `--config FILE` to a subcommand: a TOML file whose keys are the subcommand's flag names
 // without the dashes (e.g. `shards = 2`, `insecure = true`, `test = "/data/test.libsvm"`).
 // Flags given on the command line win over the file. main() applies it (apply_config_file).

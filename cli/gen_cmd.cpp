@@ -11,8 +11,8 @@ namespace colony::cli {
 Runner add_gen(CLI::App& app) {
   auto o = std::make_shared<GenOptions>();
   CLI::App* cmd = app.add_subcommand("gen", "Generate synthetic Criteo-like CTR data");
-  cmd->add_option("--rows", o->rows, "Training rows")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--test-rows", o->test_rows, "Test rows")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--rows", o->rows, "Training rows")->required()->check(positive_number());
+  cmd->add_option("--test-rows", o->test_rows, "Test rows")->required()->check(positive_number());
   cmd->add_option("--seed", o->seed, "Seed: same seed, same data")->required();
   cmd->add_option("--out", o->out_dir, "Output directory (created)")->required();
   cmd->add_option("--format", o->format, "libsvm, libffm (field:index:value) or criteo")

@@ -71,6 +71,30 @@ bool write_report(const std::string& path, const std::string& json_text) {
   return write_file("--report", path, json_text);
 }
 
+namespace {
+
+CLI::Validator number_at_least(double floor, bool floor_allowed, const char* what,
+                               const char* name) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) ||
+            !(floor_allowed ? value >= floor : value > floor))
+          return fmt::format("must be a number {}, not {}", what, text);
+        return {};
+      },
+      name, name);
+}
+
+}  // namespace
+
+CLI::Validator positive_number() {
+  return number_at_least(0, false, "above 0", "POSITIVE");
+}
+CLI::Validator non_negative_number() {
+  return number_at_least(0, true, "0 or above", "NONNEGATIVE");
+}
+
 void add_config_option(CLI::App* cmd) {
   cmd->add_option(
       "--config",

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "actors/embedded_cluster.h"
+#include "cli/commands.h"
 
 namespace colony::cli {
 
@@ -34,13 +35,13 @@ void add_model_flags(CLI::App* cmd, ModelFlags& f, const std::string& fields_hel
           ->capture_default_str());
   f.deep_only.push_back(
       cmd->add_option("--dense-lr", f.dense_lr, "Step size of the dense optimizer")
-          ->check(CLI::PositiveNumber)
+          ->check(positive_number())
           ->capture_default_str());
   f.deep_only.push_back(
       cmd->add_option("--dense-weight-decay", f.dense_weight_decay,
                       "Weight decay of the dense optimizer: decoupled for adamw, an L2 term added "
                       "to the gradient for adam and sgd")
-          ->check(CLI::NonNegativeNumber)
+          ->check(non_negative_number())
           ->capture_default_str());
   f.dense_sync_option =
       cmd->add_option("--dense-sync", f.dense_sync,

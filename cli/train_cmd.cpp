@@ -87,10 +87,10 @@ Runner add_train(CLI::App& app) {
   cmd->add_option("--l1", a->l1, "L1 strength, FTRL only (default: ftrl 20)");
   cmd->add_option("--l2", a->l2, "L2 strength (default: ftrl 20, others 0)");
   cmd->add_option("--batch", j.batch, "Samples per step")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--epochs", j.epochs, "Passes over the training data")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--valid-fraction", j.valid_fraction,
                   "Hold out this share of the training rows (chosen by a hash of each row) and "
@@ -217,10 +217,10 @@ Runner add_train(CLI::App& app) {
       ->check(CLI::IsMember({"cluster", "local"}))
       ->capture_default_str();
   cmd->add_option("--rows", j.generate.rows, "Generated training rows (without --data)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   cmd->add_option("--test-rows", j.generate.test_rows, "Generated test rows (without --data)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_number())
       ->capture_default_str();
   return [a]() {
     TrainJobOptions o = a->job;

@@ -130,6 +130,18 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   }
   BOOST_TEST(run("--help").code == 0);
   BOOST_TEST(run("train --help").code == 0);
+  // A number out of its range is named with the range in words, not the largest double's digits.
+  for (const auto& [args, says] : std::vector<std::pair<const char*, const char*>>{
+           {"train --epochs 0", "--epochs: must be a number above 0, not 0"},
+           {"train --batch abc", "--batch: must be a number above 0, not abc"},
+           {"gen --rows -3 --test-rows 1 --seed 1 --out x", "--rows: must be a number above 0"},
+           {"train --model dcn --dense-weight-decay -1",
+            "--dense-weight-decay: must be a number 0 or above, not -1"}}) {
+    const Run r = run(args);
+    BOOST_TEST(r.code == 2, args);
+    BOOST_TEST(r.err.find(says) != std::string::npos, args << ": " << r.err);
+    BOOST_TEST(r.err.find("179769") == std::string::npos, args << ": " << r.err);
+  }
   // A train flag that takes no value is refused by the coordinator as such, saying where it goes.
   for (const char* flag : {"--dashboard", "--read-ahead", "--resume"}) {
     const Run r = run(std::string("coordinator --listen tcp://127.0.0.1:1 --insecure ") + flag);
