@@ -40,8 +40,21 @@ class Member {
                       o_.role == MemberRole::ps ? "--shards" : "--replicas", o_.count));
     if (o_.role == MemberRole::worker && o_.data.empty())
       return Status::invalid_input("--data is required");
+    // Said now, not after the wait for the coordinator and the job's start.
+    if (o_.role == MemberRole::worker) {
+      std::error_code error;
+      const auto data = std::filesystem::status(o_.data, error);
+      if (!std::filesystem::exists(data))
+        return Status::invalid_input(fmt::format("--data {}: no such file", o_.data));
+      if (std::filesystem::is_directory(data))
+        return Status::invalid_input(
+            fmt::format("--data {}: a directory, not a training file", o_.data));
+    }
     if (o_.coordinator.empty())
       return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
+    if (o_.coordinator.rfind("tcp://", 0) != 0 || host_of(o_.coordinator).empty())
+      return Status::invalid_input(
+          fmt::format("--coordinator {}: not a tcp://HOST:PORT endpoint", o_.coordinator));
     auto keys = load_keys(o_.security);
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());

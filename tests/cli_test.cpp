@@ -130,13 +130,21 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   }
   BOOST_TEST(run("--help").code == 0);
   BOOST_TEST(run("train --help").code == 0);
-  // A number out of its range is named with the range in words, not the largest double's digits.
+  // A number out of its range is named with the range in words, not the largest double's digits;
+  // a member's flags that cannot work are refused at once.
   for (const auto& [args, says] : std::vector<std::pair<const char*, const char*>>{
            {"train --epochs 0", "--epochs: must be a number above 0, not 0"},
            {"train --batch abc", "--batch: must be a number above 0, not abc"},
            {"gen --rows -3 --test-rows 1 --seed 1 --out x", "--rows: must be a number above 0"},
            {"train --model dcn --dense-weight-decay -1",
-            "--dense-weight-decay: must be a number 0 or above, not -1"}}) {
+            "--dense-weight-decay: must be a number 0 or above, not -1"},
+           // A member's endpoint or data that cannot work, said before it waits for anyone.
+           {"ps --coordinator garbage --insecure",
+            "--coordinator garbage: not a tcp://HOST:PORT endpoint"},
+           {"worker --coordinator tcp://127.0.0.1:1 --insecure --data no-such-file",
+            "--data no-such-file: no such file"},
+           {"worker --coordinator tcp://127.0.0.1:1 --insecure --data /",
+            "--data /: a directory"}}) {
     const Run r = run(args);
     BOOST_TEST(r.code == 2, args);
     BOOST_TEST(r.err.find(says) != std::string::npos, args << ": " << r.err);
