@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "tests/cli_fixture.h"
@@ -160,6 +161,31 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
 
 // Issue 14: --durability asks what a store can promise; what it cannot is refused before any
 // work, naming the flag (train) or before the coordinator listens.
+// docs/getting-started.md is the command line's contract: every flag each subcommand's --help
+// lists is named there.
+BOOST_AUTO_TEST_CASE(every_flag_of_every_subcommand_is_in_the_guide) {
+  std::ifstream in(std::string(COLONY_SOURCE_DIR) + "/docs/getting-started.md");
+  BOOST_REQUIRE(in);
+  const std::string guide((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::regex flag(R"(^\s+(?:-[a-z],)?(--[a-z0-9-]+))");
+  size_t flags = 0;
+  for (const char* command : {"train", "gen", "bench", "keygen", "coordinator", "ps", "worker",
+                              "checkpoint", "export", "sim", "profile"}) {
+    const Run r = run(std::string(command) + " --help");
+    BOOST_REQUIRE_MESSAGE(r.code == 0, command);
+    std::istringstream help(r.out);
+    for (std::string line; std::getline(help, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, flag) || m[1] == "--help") continue;
+      ++flags;
+      // The flag as a word: followed by neither a letter, a digit nor a dash.
+      const std::regex named(m[1].str() + "(?![a-z0-9-])");
+      BOOST_TEST(std::regex_search(guide, named), "colony " << command << " " << m[1]);
+    }
+  }
+  BOOST_TEST(flags > 150u);  // the help was read
+}
+
 BOOST_AUTO_TEST_CASE(durabilities_a_store_cannot_give_are_refused_naming_the_flag) {
   Run r = run("train --durability log --rows 100 --test-rows 10");
   BOOST_TEST(r.code == 2);
