@@ -367,25 +367,28 @@ Status BackupCopy::on_part(const ReplicaCopy& part) {
   if (!part.last && (part.applied != 0 || !part.state.clocks.empty() ||
                      !part.state.keys_dropped.empty() || part.state.last_checkpoint != 0))
     return refuse("state only the last part carries, in a part before it");
-  // The tail is counted as the backup's log counts forwards and the core counts a sender's parts
-  // (shard_push_parts_bytes_max each), and is kept in memory of its own (below): a part's frame
-  // is not held for a few bytes of it.
-  uint64_t kept_bytes = kept_bytes_, parts_bytes = parts_bytes_;
+  // The tail is counted as the backup's log counts forwards, and each sender's push parts at most
+  // as the core counts them (shard_push_parts_bytes_max a sender; from_replica_state checks the
+  // rest at the last part), and is kept in memory of its own (below): a part's frame is not held
+  // for a few bytes of it.
+  uint64_t kept_bytes = kept_bytes_;
   for (const ReplicaForward& f : part.kept) kept_bytes += forward_kept_bytes(f);
-  for (const PushRequest& p : part.state.parts) parts_bytes += push_kept_bytes(p);
-  const uint64_t parts_bytes_max = config_.senders.size() * shard_push_parts_bytes_max;
   if (kept_.size() + part.kept.size() > replica_log_max || kept_bytes > replica_log_bytes_max)
     return refuse(fmt::format(
-        "a tail of {} forwards ({} bytes), over the {} forwards and {} "
-        "bytes a backup keeps",
+        "a tail of {} forwards ({} bytes), over the {} forwards and {} bytes a backup keeps",
         kept_.size() + part.kept.size(), kept_bytes, replica_log_max, replica_log_bytes_max));
-  if (tail_parts_.size() + part.state.parts.size() > replica_log_max ||
-      parts_bytes > parts_bytes_max)
-    return refuse(
-        fmt::format("a tail of {} push parts ({} bytes), over the {} parts and {} "
-                    "bytes its {} senders' pushes may keep",
-                    tail_parts_.size() + part.state.parts.size(), parts_bytes, replica_log_max,
-                    parts_bytes_max, config_.senders.size()));
+  if (tail_parts_.size() + part.state.parts.size() > replica_log_max)
+    return refuse(fmt::format("a tail of {} push parts, over the {} a copy carries",
+                              tail_parts_.size() + part.state.parts.size(), replica_log_max));
+  std::unordered_map<NodeId, uint64_t> parts_bytes = parts_bytes_;
+  for (const PushRequest& p : part.state.parts) {
+    const NodeId sender = p.header.sender;
+    if (std::find(config_.senders.begin(), config_.senders.end(), sender) == config_.senders.end())
+      return refuse(fmt::format("a push part from node {}, which is not a sender", sender));
+    if ((parts_bytes[sender] += push_kept_bytes(p)) > shard_push_parts_bytes_max)
+      return refuse(fmt::format("push parts from node {} past the {} bytes a sender's may keep",
+                                sender, shard_push_parts_bytes_max));
+  }
   if (Status s = store_->load_for_write(part.keys, slots_); !s.ok()) {
     failed_ = true;
     return s;
@@ -408,7 +411,7 @@ Status BackupCopy::on_part(const ReplicaCopy& part) {
     if (auto* push = std::get_if<PushRequest>(&kept_.emplace_back(f).message)) push->grads.vec();
   for (const PushRequest& p : part.state.parts) tail_parts_.emplace_back(p).grads.vec();
   kept_bytes_ = kept_bytes;
-  parts_bytes_ = parts_bytes;
+  parts_bytes_ = std::move(parts_bytes);
   if (!part.last) return Status();
   const ReplicaState state{part.state.clocks, std::move(tail_parts_), part.state.keys_dropped,
                            part.state.last_checkpoint};

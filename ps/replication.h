@@ -52,6 +52,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -251,8 +252,9 @@ class BackupCopy {
   // replica_copy_rows_max rows or replica_copy_floats_max floats, rows that are not row_floats
   // floats a key or not finite, a key of another shard or one taken before, a part before the last
   // with state only the last carries (clocks, refusals, a checkpoint, forwards applied), a tail
-  // past what a backup keeps (replica_log_max forwards, replica_log_bytes_max bytes of them) or
-  // a core keeps (replica_log_max push parts, shard_push_parts_bytes_max bytes of them a sender),
+  // past what a backup keeps (replica_log_max forwards, replica_log_bytes_max bytes of them), push
+  // parts past replica_log_max, from a node that is no sender, or past what a core keeps of a
+  // sender's (shard_push_parts_bytes_max bytes),
   // or (the last part) a state from_replica_state or kept forwards rebuilt() refuse; with io_error
   // when the store cannot write it. A part's rows and tail are checked before any of them is
   // written or kept, but for a key taken before; the last part's state after its rows are
@@ -285,7 +287,7 @@ class BackupCopy {
   std::vector<ReplicaForward> kept_;
   std::vector<PushRequest> tail_parts_;
   uint64_t kept_bytes_ = 0;
-  uint64_t parts_bytes_ = 0;
+  std::unordered_map<NodeId, uint64_t> parts_bytes_;  // by sender
 };
 
 }  // namespace colony

@@ -1381,8 +1381,11 @@ BOOST_AUTO_TEST_CASE(a_copy_the_primary_could_not_have_made_is_refused) {
       },
       p.sc);
   with(
+      "which is not a sender",
+      [](auto& v) { v[0].state.parts.push_back(part(first_client + 50, 1, 3, {}, true)); }, p.sc);
+  with(
       "push parts",
-      [](auto& v) {  // more parts than a core keeps, over two parts
+      [](auto& v) {  // more parts than a copy carries, over two parts
         const PushRequest kept = part(first_client, 1, 3, {}, true);
         v[0].state.parts.assign(replica_log_max / 2 + 1, kept);
         v[1].state.parts.assign(replica_log_max / 2, kept);
