@@ -29,10 +29,10 @@ Runner add_export(CLI::App& app);
 Runner add_sim(CLI::App& app);
 Runner add_profile(CLI::App& app);
 
-// For a flag's number that must be above 0, or 0 or above: CLI11's PositiveNumber and
-// NonNegativeNumber (named as theirs in --help: POSITIVE, NONNEGATIVE), refusing a value with a
-// message a user can read ("--epochs: must be a number above 0, not 0") where theirs print
-// their range to the 309 digits of the largest double.
+// For a flag's number that must be above 0, or 0 or above, and finite: CLI11's PositiveNumber
+// and NonNegativeNumber (named as theirs in --help: POSITIVE, NONNEGATIVE), refusing a value
+// with a message a user can read ("--epochs: must be a number above 0, not 0") where theirs
+// print their range to the 309 digits of the largest double (and let nan through).
 CLI::Validator positive_number();
 CLI::Validator non_negative_number();
 

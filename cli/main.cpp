@@ -2,6 +2,7 @@
 #include <malloc.h>
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -78,7 +79,7 @@ CLI::Validator number_at_least(double floor, bool floor_allowed, const char* wha
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         double value = 0;
-        if (!CLI::detail::lexical_cast(text, value) ||
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value) ||
             !(floor_allowed ? value >= floor : value > floor))
           return fmt::format("must be a number {}, not {}", what, text);
         return {};

@@ -139,9 +139,14 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
            {"gen --rows -3 --test-rows 1 --seed 1 --out x", "--rows: must be a number above 0"},
            {"train --model dcn --dense-weight-decay -1",
             "--dense-weight-decay: must be a number 0 or above, not -1"},
+           {"train --model deepfm --dense-lr inf", "--dense-lr: must be a number above 0, not inf"},
+           {"coordinator --listen tcp://127.0.0.1:1 --insecure --join-timeout 1e400",
+            "--join-timeout: must be a number above 0, not 1e400"},
            // A member's endpoint or data that cannot work, said before it waits for anyone.
            {"ps --coordinator garbage --insecure",
             "--coordinator garbage: not a tcp://HOST:PORT endpoint"},
+           {"ps --coordinator tcp://[::1] --insecure",
+            "--coordinator tcp://[::1]: not a tcp://HOST:PORT endpoint"},
            {"worker --coordinator tcp://127.0.0.1:1 --insecure --data no-such-file",
             "--data no-such-file: no such file"},
            {"worker --coordinator tcp://127.0.0.1:1 --insecure --data /",
@@ -159,8 +164,6 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
   }
 }
 
-// Issue 14: --durability asks what a store can promise; what it cannot is refused before any
-// work, naming the flag (train) or before the coordinator listens.
 // docs/getting-started.md is the command line's contract: every flag each subcommand's --help
 // lists is named there.
 BOOST_AUTO_TEST_CASE(every_flag_of_every_subcommand_is_in_the_guide) {
@@ -186,6 +189,8 @@ BOOST_AUTO_TEST_CASE(every_flag_of_every_subcommand_is_in_the_guide) {
   BOOST_TEST(flags > 150u);  // the help was read
 }
 
+// Issue 14: --durability asks what a store can promise; what it cannot is refused before any
+// work, naming the flag (train) or before the coordinator listens.
 BOOST_AUTO_TEST_CASE(durabilities_a_store_cannot_give_are_refused_naming_the_flag) {
   Run r = run("train --durability log --rows 100 --test-rows 10");
   BOOST_TEST(r.code == 2);
