@@ -1,6 +1,7 @@
 // `colony ps` and `colony worker`: a member process joins, builds its cores from the layout,
 // serves until the coordinator ends the job (actors/daemon.h).
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -41,18 +42,24 @@ class Member {
     if (o_.role == MemberRole::worker && o_.data.empty())
       return Status::invalid_input("--data is required");
     // Said now, not after the wait for the coordinator and the job's start.
+    // (The reader opens the path itself and takes regular files only.)
     if (o_.role == MemberRole::worker) {
       std::error_code error;
       const auto data = std::filesystem::status(o_.data, error);
-      if (!std::filesystem::exists(data))
+      if (data.type() == std::filesystem::file_type::not_found)
         return Status::invalid_input(fmt::format("--data {}: no such file", o_.data));
-      if (std::filesystem::is_directory(data))
+      if (error)  // a folder on the way that cannot be searched, say
+        return Status::invalid_input(fmt::format("--data {}: {}", o_.data, error.message()));
+      if (!std::filesystem::is_regular_file(data))
         return Status::invalid_input(
-            fmt::format("--data {}: a directory, not a training file", o_.data));
+            fmt::format("--data {}: {}, not a training file", o_.data,
+                        std::filesystem::is_directory(data) ? "a directory" : "a special file"));
     }
     if (o_.coordinator.empty())
       return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
-    if (o_.coordinator.rfind("tcp://", 0) != 0 || host_of(o_.coordinator).empty())
+    const std::string port = o_.coordinator.substr(o_.coordinator.rfind(':') + 1);
+    if (o_.coordinator.rfind("tcp://", 0) != 0 || host_of(o_.coordinator).empty() || port.empty() ||
+        !std::all_of(port.begin(), port.end(), ::isdigit))
       return Status::invalid_input(
           fmt::format("--coordinator {}: not a tcp://HOST:PORT endpoint", o_.coordinator));
     auto keys = load_keys(o_.security);
