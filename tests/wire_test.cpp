@@ -20,6 +20,8 @@
 #include "common/fp16.h"
 #include "common/hash.h"
 #include "common/int8.h"
+#include "ps/replication.h"
+#include "tests/test_shard.h"
 
 using namespace colony;
 
@@ -949,6 +951,41 @@ std::vector<uint8_t> raw_ps(uint64_t cluster_id,
 
 }  // namespace
 
+// A copy's tail may come in any part, the rest of its state in the last only: a part before the
+// last that carries clocks, refusals, a checkpoint or a count of forwards applied is refused.
+BOOST_AUTO_TEST_CASE(a_copy_part_before_the_last_carries_no_state) {
+  auto part = [](const std::function<void(wire::ReplicaCopy::Builder)>& fill) {
+    return decode_ps_message(raw_ps(1,
+                                    [&](wire::PsMessage::Builder ps) {
+                                      auto c = ps.initReplicaCopy();
+                                      c.initHeader();  // sender 0, as the envelope says
+                                      c.setLast(false);
+                                      fill(c);
+                                    }),
+                             1);
+  };
+  auto tail = part([](wire::ReplicaCopy::Builder c) {
+    c.initKept(1)[0].initClock().setClock(4);
+    c.initParts(1)[0].setMore(true);
+  });
+  BOOST_REQUIRE_MESSAGE(tail.ok(), (tail.ok() ? std::string() : tail.status().message()));
+  BOOST_TEST(std::get<ReplicaCopy>(*tail).kept.size() == 1u);
+  BOOST_TEST(std::get<ReplicaCopy>(*tail).state.parts.size() == 1u);
+  for (const auto& [what, fill] :
+       std::vector<std::pair<const char*, std::function<void(wire::ReplicaCopy::Builder)>>>{
+           {"applied", [](auto c) { c.setApplied(9); }},
+           {"clocks", [](auto c) { c.initClockNodes(1).set(0, 7); }},
+           {"clock values", [](auto c) { c.initClockValues(1).set(0, 2); }},
+           {"refusals", [](auto c) { c.initDroppedNodes(1).set(0, 7); }},
+           {"refused clocks", [](auto c) { c.initDroppedClocks(1).set(0, 2); }},
+           {"checkpoint", [](auto c) { c.setLastCheckpoint(2); }}}) {
+    auto refused = part(fill);
+    BOOST_REQUIRE_MESSAGE(!refused.ok(), what);
+    BOOST_TEST(refused.status().message().find("in a part before the last") != std::string::npos,
+               what << ": " << refused.status().message());
+  }
+}
+
 // --wire-format bf16: a push's gradients and a reply's rows take two bytes a value, and come
 // back bit for bit.
 BOOST_AUTO_TEST_CASE(bf16_values_take_half_the_bytes_and_come_back_exactly) {
@@ -1441,6 +1478,52 @@ BOOST_AUTO_TEST_CASE(every_ps_message_kind_round_trips_as_frames) {
   BOOST_TEST(multi > 50u);
   BOOST_TEST(views > 20u);
   BOOST_TEST(dense_views > 10u);  // DenseReduce and DenseBroadcast values as PullReply's
+}
+
+// A shard may keep more of a sender's push in parts than one message carries (64 MiB): a copy
+// for a new backup taken then goes out, and comes in, in parts that each encode, and the backup
+// built from them keeps every part (ps/replication.h send_copy, BackupCopy).
+BOOST_AUTO_TEST_CASE(a_copy_whose_tail_passes_a_message_travels_in_parts) {
+  const ShardConfig sc = colony::testing::small_adagrad_shard();  // sender 7, rows of 3 floats
+  auto core = std::move(ShardCore::make(sc).value());
+  auto primary = std::move(ShardPrimary::make(*core, 1).value());
+  Outbox out;
+  std::vector<ReplicaForward> forwards;
+  constexpr size_t keys_a_part = 1'200'000;  // 24 MB of keys and gradients, under 32 MiB a part
+  uint64_t key = 1;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    PushRequest p{{7, id, 1}, 1, {}, FloatBuffer(keys_a_part * 3, 0.5f)};
+    for (size_t i = 0; i < keys_a_part; ++i) p.keys.push_back(key++);
+    p.more = true;
+    primary->on_message(p, out, forwards);
+  }
+  BOOST_REQUIRE(core->replica_state().parts.size() == 3u);
+  BOOST_REQUIRE(primary->on_backup_lost(0, out).ok());
+  std::vector<ReplicaCopy> parts;
+  BOOST_REQUIRE(send_copy(*core, primary->add_backup(), 4096, [&](ReplicaCopy&& part) {
+                  parts.push_back(std::move(part));
+                }).ok());
+  BOOST_TEST(parts.size() == 3u);  // one push part each, the last with the state
+  auto copy =
+      BackupCopy::make(sc, std::make_unique<MemoryRowStore>(core->store().row_floats())).value();
+  for (ReplicaCopy& part : parts) {
+    auto sent = encode_ps_frames(PsMessage(std::move(part)), 5, 1);
+    BOOST_REQUIRE_MESSAGE(sent.ok(), (sent.ok() ? std::string() : sent.status().message()));
+    BOOST_TEST(sent->bytes() <= wire_message_bytes_max);
+    auto back = decode_wire_message(received(*sent), 5);
+    BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
+    const Status taken = copy->on_part(std::get<ReplicaCopy>(back->ps));
+    BOOST_REQUIRE_MESSAGE(taken.ok(), taken.message());
+  }
+  std::unique_ptr<ShardBackup> backup = copy->take();
+  BOOST_REQUIRE(backup);
+  const ReplicaState state = backup->core().replica_state();
+  BOOST_REQUIRE(state.parts.size() == 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    BOOST_TEST(state.parts[i].header.request_id == i + 1);
+    BOOST_TEST(state.parts[i].keys.size() == keys_a_part);
+    BOOST_TEST(!state.parts[i].grads.is_view());  // its own floats, not the received frame's
+  }
 }
 
 BOOST_AUTO_TEST_CASE(frames_without_an_owner_or_off_alignment_are_copied) {
