@@ -26,6 +26,7 @@ class Coordinator {
       : o_(o), log_(log), signals_(signals), p_(0) {}
 
   Expected<CoordinatorResult> run() {
+    if (Status s = check_endpoint("--listen", o_.listen, true); !s.ok()) return s;
     auto keys =
         load_keys(DaemonSecurity{o_.security.insecure, o_.security.keys_dir,
                                  o_.security.key_name.empty() ? "server" : o_.security.key_name});

@@ -2,6 +2,8 @@
 // loop's inbox, key loading, endpoints, and the process (CAF system, routing table, bridge).
 #pragma once
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -160,6 +162,47 @@ inline std::string host_of(const std::string& endpoint) {
   return endpoint.substr(scheme + 3, colon - scheme - 3);
 }
 
+// A tcp://HOST:PORT endpoint given to `flag`: HOST a name, an IPv4 address or an [IPv6] one;
+// PORT 1-65535, or where `any_port` (a socket to bind) also * or 0: any free port. Fails with
+// invalid_input naming the flag and the value, before any socket is opened.
+inline Status check_endpoint(const char* flag, const std::string& endpoint, bool any_port) {
+  const auto refused = [&] {
+    return Status::invalid_input(fmt::format("{} {}: not a tcp://HOST:PORT endpoint{}", flag,
+                                             endpoint, any_port ? " (PORT * for any)" : ""));
+  };
+  if (endpoint.rfind("tcp://", 0) != 0) return refused();
+  const std::string rest = endpoint.substr(6);
+  std::string host, port;
+  if (!rest.empty() && rest[0] == '[') {  // an IPv6 address holds colons of its own
+    const size_t close = rest.find(']');
+    if (close == std::string::npos || rest.compare(close + 1, 1, ":") != 0) return refused();
+    host = rest.substr(1, close - 1);
+    port = rest.substr(close + 2);
+  } else {
+    const size_t colon = rest.find(':');
+    if (colon == std::string::npos) return refused();
+    host = rest.substr(0, colon);
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty() || host.find_first_of(" /\t") != std::string::npos) return refused();
+  if (any_port && (port == "*" || port == "0")) return Status();
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
+      std::stoul(port) == 0 || std::stoul(port) > 65535)
+    return refused();
+  return Status();
+}
+
+// The host given to --advertise: a name or an address, without a scheme or a port (those are
+// --listen's).
+inline Status check_advertise(const std::string& host) {
+  const bool bracketed = !host.empty() && host[0] == '[' && host.back() == ']';
+  if (host.find_first_of(bracketed ? "/ \t" : ":/ \t") != std::string::npos)
+    return Status::invalid_input(fmt::format(
+        "--advertise {}: give the host or address only (e.g. 10.0.0.2); the port is --listen's",
+        host));
+  return Status();
+}
+
 // The endpoint peers use: `bound` with its host replaced by `advertise` when given.
 inline Expected<std::string> advertised_endpoint(const std::string& bound,
                                                  const std::string& advertise) {
@@ -176,7 +219,7 @@ inline Expected<std::string> advertised_endpoint(const std::string& bound,
 }
 
 inline bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0;
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]";
 }
 
 // The CAF system, the shared routing table and the bridge of one daemon, torn down in the

@@ -1,7 +1,6 @@
 // `colony ps` and `colony worker`: a member process joins, builds its cores from the layout,
 // serves until the coordinator ends the job (actors/daemon.h).
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 #include <future>
 #include <map>
@@ -57,11 +56,9 @@ class Member {
     }
     if (o_.coordinator.empty())
       return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
-    const std::string port = o_.coordinator.substr(o_.coordinator.rfind(':') + 1);
-    if (o_.coordinator.rfind("tcp://", 0) != 0 || host_of(o_.coordinator).empty() || port.empty() ||
-        !std::all_of(port.begin(), port.end(), ::isdigit))
-      return Status::invalid_input(
-          fmt::format("--coordinator {}: not a tcp://HOST:PORT endpoint", o_.coordinator));
+    if (Status s = check_endpoint("--coordinator", o_.coordinator, false); !s.ok()) return s;
+    if (Status s = check_endpoint("--listen", o_.listen, true); !s.ok()) return s;
+    if (Status s = check_advertise(o_.advertise); !s.ok()) return s;
     auto keys = load_keys(o_.security);
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());

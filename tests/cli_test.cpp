@@ -147,6 +147,20 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
             "--coordinator garbage: not a tcp://HOST:PORT endpoint"},
            {"ps --coordinator tcp://[::1] --insecure",
             "--coordinator tcp://[::1]: not a tcp://HOST:PORT endpoint"},
+           {"ps --coordinator tcp://127.0.0.1:70000 --insecure",
+            "--coordinator tcp://127.0.0.1:70000: not a tcp://HOST:PORT endpoint"},
+           {"ps --coordinator tcp://127.0.0.1:* --insecure",
+            "--coordinator tcp://127.0.0.1:*: not a tcp://HOST:PORT endpoint"},
+           {"ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://127.0.0.1",
+            "--listen tcp://127.0.0.1: not a tcp://HOST:PORT endpoint (PORT * for any)"},
+           {"ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://:7101",
+            "--listen tcp://:7101: not a tcp://HOST:PORT endpoint"},
+           {"ps --coordinator tcp://127.0.0.1:1 --insecure --advertise tcp://10.0.0.2",
+            "--advertise tcp://10.0.0.2: give the host or address only"},
+           {"ps --coordinator tcp://127.0.0.1:1 --insecure --advertise 10.0.0.2:7101",
+            "--advertise 10.0.0.2:7101: give the host or address only"},
+           {"coordinator --listen 127.0.0.1:7100 --insecure",
+            "--listen 127.0.0.1:7100: not a tcp://HOST:PORT endpoint"},
            {"worker --coordinator tcp://127.0.0.1:1 --insecure --data no-such-file",
             "--data no-such-file: no such file"},
            {"worker --coordinator tcp://127.0.0.1:1 --insecure --data /",
@@ -155,6 +169,17 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
     BOOST_TEST(r.code == 2, args);
     BOOST_TEST(r.err.find(says) != std::string::npos, args << ": " << r.err);
     BOOST_TEST(r.err.find("179769") == std::string::npos, args << ": " << r.err);
+  }
+  // The endpoints' other forms pass those checks (an IPv6 loopback coordinator with a loopback
+  // --listen too): the member goes on to wait for its coordinator.
+  for (const char* args :
+       {"ps --coordinator tcp://[::1]:1 --insecure --join-timeout 1",
+        "ps --coordinator tcp://localhost:1 --insecure --join-timeout 1 --listen tcp://0.0.0.0:0 "
+        "--advertise node-2.example"}) {
+    const Run r = run(args);
+    BOOST_TEST(r.code != 0, args);
+    BOOST_TEST(r.err.find("no answer from the coordinator") != std::string::npos,
+               args << ": " << r.err);
   }
   // A train flag that takes no value is refused by the coordinator as such, saying where it goes.
   for (const char* flag : {"--dashboard", "--read-ahead", "--resume"}) {
