@@ -74,6 +74,20 @@ std::filesystem::path data_dir(const BenchArgs& a) {
              : std::filesystem::path(a.dir);
 }
 
+// A suite's data folder for one run: a temporary one (no --dir) is removed when the run ends,
+// whether it succeeded or failed; --dir is kept.
+struct BenchDataDir {
+  explicit BenchDataDir(const BenchArgs& a) : path(data_dir(a)), temporary(a.dir.empty()) {}
+  ~BenchDataDir() {
+    std::error_code ignored;  // nothing to report it to at the end of a run
+    if (temporary) std::filesystem::remove_all(path, ignored);
+  }
+  BenchDataDir(const BenchDataDir&) = delete;
+  BenchDataDir& operator=(const BenchDataDir&) = delete;
+  const std::filesystem::path path;
+  const bool temporary;
+};
+
 // Generates the suite's data into data_dir(a): --rows training rows with seed 1, `test_rows`
 // test rows, in `format` with labels from `planted`.
 Expected<GenSummary> generate_bench_data(const BenchArgs& a, const char* suite, uint64_t test_rows,
@@ -104,8 +118,7 @@ Expected<double> training_pass(const std::string& path, const ReaderOptions& ro,
 }
 
 int bench_train(const BenchArgs& a) {
-  namespace fs = std::filesystem;
-  const fs::path dir = data_dir(a);
+  const BenchDataDir data(a);
   auto gen = generate_bench_data(a, "train", 1000);
   if (!gen) return fail(gen.status());
   ReaderOptions ro;
@@ -147,7 +160,6 @@ int bench_train(const BenchArgs& a) {
     rep[fmt::format("{}_model_share_of_time", model)] = 1.0 - best_stream / best_train;
   }
   std::printf("ratio = training throughput / streaming the same batches from the binary cache\n");
-  if (a.dir.empty()) fs::remove_all(dir);
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
 }
@@ -169,8 +181,7 @@ std::string default_peer_script() {
 // planted deep network), both on the same BLAS threads, with the dense layers' FLOP rate next
 // to sgemm's in the same run.
 int bench_train_deep(const BenchArgs& a) {
-  namespace fs = std::filesystem;
-  const fs::path dir = data_dir(a);
+  const BenchDataDir data(a);
   auto gen = generate_bench_data(a, "train", std::max<uint64_t>(20000, a.rows / 10), "criteo",
                                  PlantedKind::deep);
   if (!gen) return fail(gen.status());
@@ -256,7 +267,6 @@ int bench_train_deep(const BenchArgs& a) {
       "both sides: Adagrad %.3g on the embeddings, Adam %.3g on the dense layers, batch "
       "%zu, one epoch, training loop timed\n",
       tc.optimizer.lr, tc.dense_optimizer.lr, ro.batch_rows);
-  if (a.dir.empty()) fs::remove_all(dir);
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
 }
@@ -485,8 +495,7 @@ int bench_device(const BenchArgs& a) {
 // workers' dense layers are all-reduced through the aggregators, and a run of 4 workers on 2
 // nodes.
 int bench_cluster(const BenchArgs& a) {
-  namespace fs = std::filesystem;
-  const fs::path dir = data_dir(a);
+  const BenchDataDir data(a);
   const bool deep = !a.model.empty();
   auto gen = deep ? generate_bench_data(a, "cluster", 20000, "criteo", PlantedKind::deep)
                   : generate_bench_data(a, "cluster", 20000);
@@ -558,7 +567,6 @@ int bench_cluster(const BenchArgs& a) {
   std::printf(
       "cpu ratio = CPU seconds (user+sys) per trained sample / the single-process trainer's\n");
   rep["figures"] = figures;
-  if (a.dir.empty()) fs::remove_all(dir);
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
 }
@@ -583,8 +591,7 @@ Expected<TrainJobOptions> fm_bench_job(const BenchArgs& a, const char* suite) {
 // serves /metrics while a scraper asks for it every 100 ms (Prometheus scrapes every 5-60 s):
 // the worst case. The figure is on/off samples/s per pair; the median is the result.
 int bench_metrics(const BenchArgs& a) {
-  namespace fs = std::filesystem;
-  const fs::path dir = data_dir(a);
+  const BenchDataDir data(a);
   auto job = fm_bench_job(a, "metrics");
   if (!job) return fail(job.status());
   const TrainJobOptions& o = *job;
@@ -649,7 +656,6 @@ int bench_metrics(const BenchArgs& a) {
                         {"median_ratio", median},
                         {"min_ratio", sorted.front()},
                         {"max_ratio", sorted.back()}};
-  if (a.dir.empty()) fs::remove_all(dir);
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
 }
@@ -658,7 +664,8 @@ int bench_metrics(const BenchArgs& a) {
 // every store and durability, in one run: samples/s as a ratio to the memory store's.
 int bench_durability(const BenchArgs& a) {
   namespace fs = std::filesystem;
-  const fs::path dir = data_dir(a);
+  const BenchDataDir data(a);
+  const fs::path& dir = data.path;
   auto job = fm_bench_job(a, "durability");
   if (!job) return fail(job.status());
   const TrainJobOptions& o = *job;
@@ -719,7 +726,6 @@ int bench_durability(const BenchArgs& a) {
   std::printf("best of %d runs each; the ratio is to the memory store in the same run\n",
               a.repeats);
   rep["figures"] = figures;
-  if (a.dir.empty()) fs::remove_all(dir);
   if (!a.report.empty() && !write_report(a.report, rep.dump(2))) return 1;
   return 0;
 }

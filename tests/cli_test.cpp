@@ -985,6 +985,30 @@ BOOST_AUTO_TEST_CASE(bench_train_deep_model_reports_without_a_peer) {
   BOOST_TEST(j.contains("peer_error"));
 }
 
+// A suite's temporary data folder goes at the end of its run, failed or not; --dir's stays.
+BOOST_AUTO_TEST_CASE(bench_removes_its_temporary_data_even_when_it_fails) {
+  const fs::path tmp = dir / "tmp";
+  fs::create_directories(tmp);
+  const char* was = std::getenv("TMPDIR");
+  const std::string saved = was ? was : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  // One generated row: the test file has fields the training rows lack, so the deep model's
+  // run fails after its data was written.
+  const Run failed = run("bench cluster --model deepfm --rows 1 --repeats 1");
+  const Run passed = run("bench train --rows 2000 --repeats 1");
+  if (was)
+    ::setenv("TMPDIR", saved.c_str(), 1);
+  else
+    ::unsetenv("TMPDIR");
+  BOOST_TEST(failed.code == 2, failed.err);
+  BOOST_TEST(failed.err.find(tmp.string()) != std::string::npos, failed.err);  // written there
+  BOOST_TEST(passed.code == 0, passed.err);
+  BOOST_TEST(fs::is_empty(tmp));
+  const Run kept = run("bench train --rows 2000 --repeats 1 --dir " + (dir / "kept").string());
+  BOOST_TEST(kept.code == 0, kept.err);
+  BOOST_TEST(fs::exists(dir / "kept" / "train.libsvm"));
+}
+
 // bench cluster --model: a deep model in the cluster (hierarchical push, up to 2 nodes of 2
 // workers) next to the single-process trainer; --model is refused by the suites without it.
 BOOST_AUTO_TEST_CASE(bench_cluster_runs_a_deep_model) {
