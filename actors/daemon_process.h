@@ -2,6 +2,9 @@
 // loop's inbox, key loading, endpoints, and the process (CAF system, routing table, bridge).
 #pragma once
 
+#include <arpa/inet.h>
+#include <net/if.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -154,63 +157,94 @@ inline Expected<Keys> load_keys(const DaemonSecurity& s) {
   return k;
 }
 
-// The host of tcp://HOST:PORT; empty when `endpoint` does not have that shape.
-inline std::string host_of(const std::string& endpoint) {
-  const size_t scheme = endpoint.find("://");
+// A tcp://HOST:PORT endpoint taken apart (at its last colon); none when it is not tcp://.
+struct TcpEndpoint {
+  std::string host, port;
+};
+inline std::optional<TcpEndpoint> parse_tcp_endpoint(const std::string& endpoint) {
+  constexpr size_t scheme = 6;  // tcp://
   const size_t colon = endpoint.rfind(':');
-  if (scheme == std::string::npos || colon == std::string::npos || colon <= scheme + 3) return "";
-  return endpoint.substr(scheme + 3, colon - scheme - 3);
+  if (endpoint.rfind("tcp://", 0) != 0 || colon < scheme) return std::nullopt;
+  return TcpEndpoint{endpoint.substr(scheme, colon - scheme), endpoint.substr(colon + 1)};
 }
 
-// A tcp://HOST:PORT endpoint given to `flag`: HOST a name, an IPv4 address or an [IPv6] one;
-// PORT 1-65535, or where `any_port` (a socket to bind) also * or 0: any free port. Fails with
-// invalid_input naming the flag and the value, before any socket is opened.
-inline Status check_endpoint(const char* flag, const std::string& endpoint, bool any_port) {
-  const auto refused = [&] {
-    return Status::invalid_input(fmt::format("{} {}: not a tcp://HOST:PORT endpoint{}", flag,
-                                             endpoint, any_port ? " (PORT * for any)" : ""));
+// The host of tcp://HOST:PORT; empty when `endpoint` does not have that shape.
+inline std::string host_of(const std::string& endpoint) {
+  const auto e = parse_tcp_endpoint(endpoint);
+  return e ? e->host : "";
+}
+
+// A host name or an IPv4 address in the characters they may hold.
+inline bool is_host_name(const std::string& host) {
+  return !host.empty() && std::all_of(host.begin(), host.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '-' || c == '_';
+  });
+}
+inline bool is_wildcard(const std::string& host) {
+  return host == "*" || host == "0.0.0.0";
+}
+
+// A tcp://HOST:PORT endpoint given to `flag`, checked before any socket is made, as ZeroMQ takes
+// it: to connect to (`bind` false), HOST a name or an IPv4 address and PORT 1-65535; to bind,
+// HOST an IPv4 address of this machine's, an interface name or * (ZeroMQ resolves no names
+// there), and PORT also * or 0 for any free one. IPv6 is not taken (the sockets are IPv4).
+// Fails with invalid_input naming the flag and the value.
+inline Status check_endpoint(const char* flag, const std::string& endpoint, bool bind) {
+  const auto refused = [&](const std::string& why) {
+    return Status::invalid_input(fmt::format("{} {}: {}", flag, endpoint, why));
   };
-  if (endpoint.rfind("tcp://", 0) != 0) return refused();
-  const std::string rest = endpoint.substr(6);
-  std::string host, port;
-  if (!rest.empty() && rest[0] == '[') {  // an IPv6 address holds colons of its own
-    const size_t close = rest.find(']');
-    if (close == std::string::npos || rest.compare(close + 1, 1, ":") != 0) return refused();
-    host = rest.substr(1, close - 1);
-    port = rest.substr(close + 2);
-  } else {
-    const size_t colon = rest.find(':');
-    if (colon == std::string::npos) return refused();
-    host = rest.substr(0, colon);
-    port = rest.substr(colon + 1);
+  const auto e = parse_tcp_endpoint(endpoint);
+  if (!e || e->host.empty())
+    return refused(bind ? "not a tcp://HOST:PORT endpoint (PORT * for any)"
+                        : "not a tcp://HOST:PORT endpoint");
+  if (e->host.find_first_of("[]:") != std::string::npos)
+    return refused("IPv6 addresses are not supported: give an IPv4 address");
+  const std::string& port = e->port;
+  const bool any_port = bind && (port == "*" || port == "0");
+  if (!any_port &&
+      (port.empty() || port.size() > 5 ||
+       !std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c); }) ||
+       std::stoul(port) == 0 || std::stoul(port) > 65535))
+    return refused(bind ? "PORT must be 1-65535, or * for any" : "PORT must be 1-65535");
+  if (bind) {
+    in_addr ip{};
+    if (e->host != "*" && inet_pton(AF_INET, e->host.c_str(), &ip) != 1 &&
+        if_nametoindex(e->host.c_str()) == 0)
+      return refused(fmt::format(
+          "a socket binds to an IPv4 address, an interface name or *, and {} is neither an "
+          "address nor an interface here (a host name is not resolved there)",
+          e->host));
+    return Status();
   }
-  if (host.empty() || host.find_first_of(" /\t") != std::string::npos) return refused();
-  if (any_port && (port == "*" || port == "0")) return Status();
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit) ||
-      std::stoul(port) == 0 || std::stoul(port) > 65535)
-    return refused();
+  if (is_wildcard(e->host)) return refused(fmt::format("{} is no address to connect to", e->host));
+  if (!is_host_name(e->host)) return refused("not a tcp://HOST:PORT endpoint");
   return Status();
 }
 
-// The host given to --advertise: a name or an address, without a scheme or a port (those are
-// --listen's).
+// The host given to --advertise (none: empty): a name or an IPv4 address, without a scheme or a
+// port (those are --listen's).
 inline Status check_advertise(const std::string& host) {
-  const bool bracketed = !host.empty() && host[0] == '[' && host.back() == ']';
-  if (host.find_first_of(bracketed ? "/ \t" : ":/ \t") != std::string::npos)
-    return Status::invalid_input(fmt::format(
-        "--advertise {}: give the host or address only (e.g. 10.0.0.2); the port is --listen's",
-        host));
+  if (host.empty()) return Status();
+  const auto refused = [&](const char* why) {
+    return Status::invalid_input(fmt::format("--advertise {}: {}", host, why));
+  };
+  if (host.find('[') != std::string::npos || std::count(host.begin(), host.end(), ':') > 1)
+    return refused("IPv6 addresses are not supported: give an IPv4 address or a host name");
+  if (host.find(':') != std::string::npos)
+    return refused("give the host or address only (e.g. 10.0.0.2); the port is --listen's");
+  if (is_wildcard(host)) return refused("peers cannot connect to a wildcard address");
+  if (!is_host_name(host)) return refused("not a host name or an IPv4 address");
   return Status();
 }
 
 // The endpoint peers use: `bound` with its host replaced by `advertise` when given.
 inline Expected<std::string> advertised_endpoint(const std::string& bound,
                                                  const std::string& advertise) {
-  const std::string host = host_of(bound);
-  if (host.empty()) return Status::invalid_input("cannot tell the host and port of " + bound);
-  const size_t at = bound.find("://") + 3;
-  if (!advertise.empty()) return bound.substr(0, at) + advertise + bound.substr(at + host.size());
-  if (host == "0.0.0.0" || host == "*" || host == "[::]")
+  const auto e = parse_tcp_endpoint(bound);
+  if (!e || e->host.empty())
+    return Status::invalid_input("cannot tell the host and port of " + bound);
+  if (!advertise.empty()) return fmt::format("tcp://{}:{}", advertise, e->port);
+  if (is_wildcard(e->host))
     return Status::invalid_input(
         fmt::format("--listen {} binds every interface: say which address peers should use with "
                     "--advertise HOST",
@@ -219,7 +253,7 @@ inline Expected<std::string> advertised_endpoint(const std::string& bound,
 }
 
 inline bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]";
+  return host == "localhost" || host.rfind("127.", 0) == 0;
 }
 
 // The CAF system, the shared routing table and the bridge of one daemon, torn down in the

@@ -769,16 +769,15 @@ int bench_wire(const BenchArgs& a) {
 
 // Row stores (memory, RocksDB, tiered) against RocksDB's own point lookups on the same data.
 int bench_store(const BenchArgs& a, bool rows_given) {
-  namespace fs = std::filesystem;
-  const fs::path dir =
-      a.dir.empty() ? fs::temp_directory_path() / fmt::format("colony-bench-store-{}", ::getpid())
-                    : fs::path(a.dir);
   StoreBenchOptions o;
-  o.dir = dir.string();
   if (rows_given) o.rows = a.rows;
-  auto figures = run_store_bench(
-      o, [](const std::string& line) { std::fprintf(stderr, "bench store: %s\n", line.c_str()); });
-  if (a.dir.empty()) fs::remove_all(dir);
+  auto figures = [&] {
+    const BenchDataDir data(a);  // a temporary one is gone before the figures are printed
+    o.dir = data.path.string();
+    return run_store_bench(o, [](const std::string& line) {
+      std::fprintf(stderr, "bench store: %s\n", line.c_str());
+    });
+  }();
   if (!figures) return fail(figures.status());
   double raw = 0;
   for (const StoreBenchFigure& f : *figures)

@@ -39,11 +39,12 @@ struct CliFixture {
     fs::create_directories(dir);
   }
   ~CliFixture() { fs::remove_all(dir); }
-  // Runs `colony ARGS` (a shell command line) and waits for it.
-  Run run(const std::string& args) {
+  // Runs `colony ARGS` (a shell command line) and waits for it; `env`: NAME=VALUE words the
+  // child's environment adds.
+  Run run(const std::string& args, const std::string& env = "") {
     const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
     const std::string cmd =
-        bin + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
+        env + " " + bin + " " + args + " >" + out.string() + " 2>" + err.string() + " </dev/null";
     const int status = std::system(cmd.c_str());
     BOOST_REQUIRE(WIFEXITED(status));
     return Run{WEXITSTATUS(status), slurp(out), slurp(err)};

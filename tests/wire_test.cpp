@@ -1489,7 +1489,9 @@ BOOST_AUTO_TEST_CASE(a_copy_whose_tail_passes_a_message_travels_in_parts) {
   auto primary = std::move(ShardPrimary::make(*core, 1).value());
   Outbox out;
   std::vector<ReplicaForward> forwards;
-  constexpr size_t keys_a_part = 1'200'000;  // 24 MB of keys and gradients, under 32 MiB a part
+  // 24 MB of keys and gradients a push part: over the copy's 16 MiB tail budget, each goes alone
+  // (one item may pass the budget, up to 32 MiB), three together over one message's 64 MiB.
+  constexpr size_t keys_a_part = 1'200'000;
   uint64_t key = 1;
   for (uint64_t id = 1; id <= 3; ++id) {
     PushRequest p{{7, id, 1}, 1, {}, FloatBuffer(keys_a_part * 3, 0.5f)};
@@ -1506,15 +1508,18 @@ BOOST_AUTO_TEST_CASE(a_copy_whose_tail_passes_a_message_travels_in_parts) {
   BOOST_TEST(parts.size() == 3u);  // one push part each, the last with the state
   auto copy =
       BackupCopy::make(sc, std::make_unique<MemoryRowStore>(core->store().row_floats())).value();
+  uint64_t bytes = 0;
   for (ReplicaCopy& part : parts) {
     auto sent = encode_ps_frames(PsMessage(std::move(part)), 5, 1);
     BOOST_REQUIRE_MESSAGE(sent.ok(), (sent.ok() ? std::string() : sent.status().message()));
     BOOST_TEST(sent->bytes() <= wire_message_bytes_max);
+    bytes += sent->bytes();
     auto back = decode_wire_message(received(*sent), 5);
     BOOST_REQUIRE_MESSAGE(back.ok(), (back.ok() ? std::string() : back.status().message()));
     const Status taken = copy->on_part(std::get<ReplicaCopy>(back->ps));
     BOOST_REQUIRE_MESSAGE(taken.ok(), taken.message());
   }
+  BOOST_TEST(bytes > wire_message_bytes_max);  // the copy could not have gone in one message
   std::unique_ptr<ShardBackup> backup = copy->take();
   BOOST_REQUIRE(backup);
   const ReplicaState state = backup->core().replica_state();
