@@ -54,11 +54,7 @@ class Member {
             fmt::format("--data {}: {}, not a training file", o_.data,
                         std::filesystem::is_directory(data) ? "a directory" : "a special file"));
     }
-    if (o_.coordinator.empty())
-      return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
-    if (Status s = check_endpoint("--coordinator", o_.coordinator, false); !s.ok()) return s;
-    if (Status s = check_endpoint("--listen", o_.listen, true); !s.ok()) return s;
-    if (Status s = check_advertise(o_.advertise); !s.ok()) return s;
+    if (Status s = check_member_endpoints(o_); !s.ok()) return s;
     auto keys = load_keys(o_.security);
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());
@@ -1091,6 +1087,14 @@ class Member {
 };
 
 }  // namespace
+
+Status check_member_endpoints(const MemberDaemonOptions& o) {
+  if (o.coordinator.empty())
+    return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
+  if (Status s = check_endpoint("--coordinator", o.coordinator, false); !s.ok()) return s;
+  if (Status s = check_endpoint("--listen", o.listen, true); !s.ok()) return s;
+  return check_advertise(o.advertise);
+}
 
 Status run_member(const MemberDaemonOptions& options, const DaemonLog& log,
                   DaemonSignals& signals) {

@@ -179,6 +179,18 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
     BOOST_TEST(r.err.find(says) != std::string::npos, args << ": " << r.err);
     BOOST_TEST(r.err.find("179769") == std::string::npos, args << ": " << r.err);
   }
+  // Checked before the process opens anything of its own: no metrics port, no timeline.
+  {
+    const fs::path timeline = dir / "refused-timeline.json";
+    const Run r =
+        run("ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://h:1 "
+            "--metrics-port 0 --timeline " +
+            timeline.string());
+    BOOST_TEST(r.code == 2);
+    BOOST_TEST(r.err.find("--listen tcp://h:1: a socket binds") != std::string::npos, r.err);
+    BOOST_TEST(r.err.find("metrics") == std::string::npos, r.err);
+    BOOST_TEST(!fs::exists(timeline));
+  }
   // The endpoints' other forms pass those checks (a host name to connect to, an interface to
   // bind, a name to advertise): the member goes on to wait for its coordinator.
   for (const char* args :
