@@ -26,7 +26,7 @@ class Coordinator {
       : o_(o), log_(log), signals_(signals), p_(0) {}
 
   Expected<CoordinatorResult> run() {
-    if (Status s = check_coordinator_endpoints(o_); !s.ok()) return s;
+    if (Status s = check_coordinator_listen(o_); !s.ok()) return s;
     auto keys =
         load_keys(DaemonSecurity{o_.security.insecure, o_.security.keys_dir,
                                  o_.security.key_name.empty() ? "server" : o_.security.key_name});
@@ -447,7 +447,7 @@ class Coordinator {
 
 }  // namespace
 
-Status check_coordinator_endpoints(const CoordinatorDaemonOptions& o) {
+Status check_coordinator_listen(const CoordinatorDaemonOptions& o) {
   return check_endpoint("--listen", o.listen, true);
 }
 

@@ -93,7 +93,7 @@ Expected<CoordinatorResult> run_coordinator(const CoordinatorDaemonOptions& opti
 // The check of --listen that run_coordinator makes first (a tcp://HOST:PORT it can bind, IPv4),
 // for a caller to make before it opens anything of its own (a metrics port): invalid_input
 // naming the flag.
-Status check_coordinator_endpoints(const CoordinatorDaemonOptions& options);
+Status check_coordinator_listen(const CoordinatorDaemonOptions& options);
 
 struct MemberDaemonOptions {
   MemberRole role = MemberRole::ps;
@@ -136,9 +136,9 @@ struct MemberDaemonOptions {
 // member drains after a signal (OK), or something fails (the Status says what: the
 // coordinator unreachable after the join timeout, refused, lost, a core's error).
 Status run_member(const MemberDaemonOptions& options, const DaemonLog& log, DaemonSignals& signals);
-// The checks of --coordinator, --listen and --advertise that run_member makes first (see
-// docs/deploy.md), for a caller to make before it opens anything of its own (a metrics port, a
-// timeline): invalid_input naming the flag.
-Status check_member_endpoints(const MemberDaemonOptions& options);
+// The checks of the options that run_member makes first (the count, a worker's --data, and
+// --coordinator, --listen and --advertise as docs/deploy.md says), for a caller to make before it
+// opens anything of its own (a metrics port, a timeline): invalid_input naming the flag.
+Status check_member_options(const MemberDaemonOptions& options);
 
 }  // namespace colony

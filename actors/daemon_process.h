@@ -3,7 +3,7 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <net/if.h>
+#include <ifaddrs.h>
 
 #include <algorithm>
 #include <cctype>
@@ -184,9 +184,21 @@ inline bool is_wildcard(const std::string& host) {
   return host == "*" || host == "0.0.0.0";
 }
 
+// Whether this machine has an interface of that name with an IPv4 address (what ZeroMQ binds
+// to for an interface name).
+inline bool is_ipv4_interface(const std::string& name) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (const ifaddrs* i = list; i && !found; i = i->ifa_next)
+    found = i->ifa_addr && i->ifa_addr->sa_family == AF_INET && name == i->ifa_name;
+  freeifaddrs(list);
+  return found;
+}
+
 // A tcp://HOST:PORT endpoint given to `flag`, checked before any socket is made, as ZeroMQ takes
 // it: to connect to (`bind` false), HOST a name or an IPv4 address and PORT 1-65535; to bind,
-// HOST an IPv4 address of this machine's, an interface name or * (ZeroMQ resolves no names
+// HOST an IPv4 address, the name of an interface here with one, or * (ZeroMQ resolves no names
 // there), and PORT also * or 0 for any free one. IPv6 is not taken (the sockets are IPv4).
 // Fails with invalid_input naming the flag and the value.
 inline Status check_endpoint(const char* flag, const std::string& endpoint, bool bind) {
@@ -198,7 +210,7 @@ inline Status check_endpoint(const char* flag, const std::string& endpoint, bool
     return refused(bind ? "not a tcp://HOST:PORT endpoint (PORT * for any)"
                         : "not a tcp://HOST:PORT endpoint");
   if (e->host.find_first_of("[]:") != std::string::npos)
-    return refused("IPv6 addresses are not supported: give an IPv4 address");
+    return refused("HOST holds a colon or a bracket: IPv6 addresses are not supported");
   const std::string& port = e->port;
   const bool any_port = bind && (port == "*" || port == "0");
   if (!any_port &&
@@ -209,10 +221,10 @@ inline Status check_endpoint(const char* flag, const std::string& endpoint, bool
   if (bind) {
     in_addr ip{};
     if (e->host != "*" && inet_pton(AF_INET, e->host.c_str(), &ip) != 1 &&
-        if_nametoindex(e->host.c_str()) == 0)
+        !is_ipv4_interface(e->host))
       return refused(fmt::format(
           "a socket binds to an IPv4 address, an interface name or *, and {} is neither an "
-          "address nor an interface here (a host name is not resolved there)",
+          "address nor an interface with one here (a host name is not resolved there)",
           e->host));
     return Status();
   }

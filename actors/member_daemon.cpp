@@ -26,6 +26,23 @@ using namespace daemon_internal;
 
 namespace {
 
+// The endpoint peers are to use, from --listen or the endpoint bound (`listen_or_bound`) and
+// --advertise: refused when it binds every interface and names none, or when it is loopback and
+// the coordinator is not (peers on other hosts could never reach it: said now, not after a
+// timeout).
+Expected<std::string> endpoint_for_peers(const std::string& listen_or_bound,
+                                         const MemberDaemonOptions& o) {
+  auto endpoint = advertised_endpoint(listen_or_bound, o.advertise);
+  if (!endpoint) return endpoint.status();
+  if (is_loopback(host_of(*endpoint)) && !is_loopback(host_of(o.coordinator)))
+    return Status::invalid_input(fmt::format(
+        "this process would listen on {}, which only this host can reach, but the coordinator at "
+        "{} is on another host: give --listen tcp://<this host's address>:PORT (or --advertise "
+        "HOST)",
+        *endpoint, o.coordinator));
+  return endpoint;
+}
+
 class Member {
  public:
   Member(const MemberDaemonOptions& o, const DaemonLog& log, DaemonSignals& signals)
@@ -34,27 +51,7 @@ class Member {
   ~Member() { row_actors_.clear(); }
 
   Status run() {
-    if (o_.count == 0 || o_.count > 4096)
-      return Status::invalid_input(
-          fmt::format("{} {} out of range 1..4096",
-                      o_.role == MemberRole::ps ? "--shards" : "--replicas", o_.count));
-    if (o_.role == MemberRole::worker && o_.data.empty())
-      return Status::invalid_input("--data is required");
-    // Said now, not after the wait for the coordinator and the job's start.
-    // (The reader opens the path itself and takes regular files only.)
-    if (o_.role == MemberRole::worker) {
-      std::error_code error;
-      const auto data = std::filesystem::status(o_.data, error);
-      if (data.type() == std::filesystem::file_type::not_found)
-        return Status::invalid_input(fmt::format("--data {}: no such file", o_.data));
-      if (error)  // a folder on the way that cannot be searched, say
-        return Status::invalid_input(fmt::format("--data {}: {}", o_.data, error.message()));
-      if (!std::filesystem::is_regular_file(data))
-        return Status::invalid_input(
-            fmt::format("--data {}: {}, not a training file", o_.data,
-                        std::filesystem::is_directory(data) ? "a directory" : "a special file"));
-    }
-    if (Status s = check_member_endpoints(o_); !s.ok()) return s;
+    if (Status s = check_member_options(o_); !s.ok()) return s;
     auto keys = load_keys(o_.security);
     if (!keys) return keys.status();
     keys_ = std::move(keys.value());
@@ -65,15 +62,9 @@ class Member {
       skip_alerts_ = &monitor::not_finite_alerts(*metrics_);
       worker_metrics_ = monitor::worker_instruments(*metrics_);
     }
-    auto endpoint = advertised_endpoint(p_.bridge->endpoint(), o_.advertise);
+    // Checked on --listen before; again on what was bound (an interface's address).
+    auto endpoint = endpoint_for_peers(p_.bridge->endpoint(), o_);
     if (!endpoint) return endpoint.status();
-    // Peers on other hosts could never reach a loopback address: say so now, not after a timeout.
-    if (is_loopback(host_of(*endpoint)) && !is_loopback(host_of(o_.coordinator)))
-      return Status::invalid_input(fmt::format(
-          "this process would listen on {}, which only this host can reach, but the coordinator at "
-          "{} is on "
-          "another host: give --listen tcp://<this host's address>:PORT (or --advertise HOST)",
-          *endpoint, o_.coordinator));
     me_.role = o_.role;
     me_.endpoint = *endpoint;
     me_.public_key = keys_.own ? keys_.own->public_z85 : "";
@@ -1088,12 +1079,32 @@ class Member {
 
 }  // namespace
 
-Status check_member_endpoints(const MemberDaemonOptions& o) {
+Status check_member_options(const MemberDaemonOptions& o) {
+  if (o.count == 0 || o.count > 4096)
+    return Status::invalid_input(fmt::format("{} {} out of range 1..4096",
+                                             o.role == MemberRole::ps ? "--shards" : "--replicas",
+                                             o.count));
+  if (o.role == MemberRole::worker) {
+    if (o.data.empty()) return Status::invalid_input("--data is required");
+    // (The reader opens the path itself and takes regular files only.)
+    std::error_code error;
+    const auto data = std::filesystem::status(o.data, error);
+    if (data.type() == std::filesystem::file_type::not_found)
+      return Status::invalid_input(fmt::format("--data {}: no such file", o.data));
+    if (error)  // a folder on the way that cannot be searched, say
+      return Status::invalid_input(fmt::format("--data {}: {}", o.data, error.message()));
+    if (!std::filesystem::is_regular_file(data))
+      return Status::invalid_input(
+          fmt::format("--data {}: {}, not a training file", o.data,
+                      std::filesystem::is_directory(data) ? "a directory" : "a special file"));
+  }
   if (o.coordinator.empty())
     return Status::invalid_input("--coordinator tcp://HOST:PORT is required");
   if (Status s = check_endpoint("--coordinator", o.coordinator, false); !s.ok()) return s;
   if (Status s = check_endpoint("--listen", o.listen, true); !s.ok()) return s;
-  return check_advertise(o.advertise);
+  if (Status s = check_advertise(o.advertise); !s.ok()) return s;
+  const auto peers = endpoint_for_peers(o.listen, o);
+  return peers ? Status() : peers.status();
 }
 
 Status run_member(const MemberDaemonOptions& options, const DaemonLog& log,

@@ -356,7 +356,7 @@ Runner add_coordinator(CLI::App& app) {
     }
     // The coordinator serves the job's dashboard wherever it serves metrics.
     a->common.metrics.dashboard = a->common.metrics.port >= 0;
-    if (Status s = check_coordinator_endpoints(o); !s.ok()) return fail(s);
+    if (Status s = check_coordinator_listen(o); !s.ok()) return fail(s);
     auto endpoint = start_metrics(a->common.metrics, log);
     if (!endpoint) return fail(endpoint.status());
     o.metrics = endpoint->registry;
@@ -609,7 +609,7 @@ Runner add_member(CLI::App& app, MemberRole role) {
     o.security = a->common.security;
     o.cluster_id = a->common.cluster_id;
     o.join_timeout_ms = static_cast<uint64_t>(a->common.join_timeout_s * 1000);
-    if (Status s = check_member_endpoints(o); !s.ok()) return fail(s);
+    if (Status s = check_member_options(o); !s.ok()) return fail(s);
     auto endpoint = start_metrics(a->common.metrics, log);
     if (!endpoint) return fail(endpoint.status());
     o.metrics = endpoint->registry;

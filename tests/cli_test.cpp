@@ -146,7 +146,8 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
            {"ps --coordinator garbage --insecure",
             "--coordinator garbage: not a tcp://HOST:PORT endpoint"},
            {"ps --coordinator tcp://[::1]:7100 --insecure",
-            "--coordinator tcp://[::1]:7100: IPv6 addresses are not supported"},
+            "--coordinator tcp://[::1]:7100: HOST holds a colon or a bracket: IPv6 addresses are "
+            "not"},
            {"ps --coordinator tcp://127.0.0.1:70000 --insecure",
             "--coordinator tcp://127.0.0.1:70000: PORT must be 1-65535"},
            {"ps --coordinator tcp://127.0.0.1:* --insecure",
@@ -180,16 +181,20 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
     BOOST_TEST(r.err.find("179769") == std::string::npos, args << ": " << r.err);
   }
   // Checked before the process opens anything of its own: no metrics port, no timeline.
-  {
-    const fs::path timeline = dir / "refused-timeline.json";
-    const Run r =
-        run("ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://h:1 "
-            "--metrics-port 0 --timeline " +
-            timeline.string());
-    BOOST_TEST(r.code == 2);
-    BOOST_TEST(r.err.find("--listen tcp://h:1: a socket binds") != std::string::npos, r.err);
-    BOOST_TEST(r.err.find("metrics") == std::string::npos, r.err);
-    BOOST_TEST(!fs::exists(timeline));
+  const fs::path timeline = dir / "refused-timeline.json";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, const char*>>{
+           {"ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://h:1",
+            "--listen tcp://h:1: a socket binds"},
+           {"ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://0.0.0.0:0",
+            "--listen tcp://0.0.0.0:0 binds every interface"},
+           {"ps --coordinator tcp://10.0.0.1:7100 --insecure", "only this host can reach"},
+           {"worker --coordinator tcp://127.0.0.1:1 --insecure --data no-such-file",
+            "--data no-such-file: no such file"}}) {
+    const Run r = run(args + " --metrics-port 0 --timeline " + timeline.string());
+    BOOST_TEST(r.code == 2, args);
+    BOOST_TEST(r.err.find(says) != std::string::npos, args << ": " << r.err);
+    BOOST_TEST(r.err.find("metrics") == std::string::npos, args << ": " << r.err);
+    BOOST_TEST(!fs::exists(timeline), args);
   }
   // The endpoints' other forms pass those checks (a host name to connect to, an interface to
   // bind, a name to advertise): the member goes on to wait for its coordinator.
@@ -1015,9 +1020,11 @@ BOOST_AUTO_TEST_CASE(bench_removes_its_temporary_data_even_when_it_fails) {
   // run fails after its data was written.
   const Run failed = run("bench cluster --model deepfm --rows 1 --repeats 1", env);
   const Run passed = run("bench train --rows 2000 --repeats 1", env);
+  const Run store = run("bench store --rows 2000", env);
   BOOST_TEST(failed.code == 2, failed.err);
   BOOST_TEST(failed.err.find(tmp.string()) != std::string::npos, failed.err);  // written there
   BOOST_TEST(passed.code == 0, passed.err);
+  BOOST_TEST(store.code == 0, store.err);
   BOOST_TEST(fs::is_empty(tmp));
   const Run kept = run("bench train --rows 2000 --repeats 1 --dir " + (dir / "kept").string());
   BOOST_TEST(kept.code == 0, kept.err);
