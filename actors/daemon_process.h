@@ -1,12 +1,7 @@
 // What the daemons of actors/daemon.h share, internal to actors/: timing constants, the
-// loop's inbox, key loading, endpoints, and the process (CAF system, routing table, bridge).
+// loop's inbox, key loading, and the process (CAF system, routing table, bridge).
 #pragma once
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-
-#include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -20,6 +15,7 @@
 #include "actors/core_actors.h"
 #include "actors/curve_keys.h"
 #include "actors/daemon.h"
+#include "actors/endpoint.h"
 
 namespace colony::daemon_internal {
 
@@ -155,117 +151,6 @@ inline Expected<Keys> load_keys(const DaemonSecurity& s) {
   if (!server) return server.status();
   k.server_public = std::move(server.value());
   return k;
-}
-
-// A tcp://HOST:PORT endpoint taken apart (at its last colon); none when it is not tcp://.
-struct TcpEndpoint {
-  std::string host, port;
-};
-inline std::optional<TcpEndpoint> parse_tcp_endpoint(const std::string& endpoint) {
-  constexpr size_t scheme = 6;  // tcp://
-  const size_t colon = endpoint.rfind(':');
-  if (endpoint.rfind("tcp://", 0) != 0 || colon < scheme) return std::nullopt;
-  return TcpEndpoint{endpoint.substr(scheme, colon - scheme), endpoint.substr(colon + 1)};
-}
-
-// The host of tcp://HOST:PORT; empty when `endpoint` does not have that shape.
-inline std::string host_of(const std::string& endpoint) {
-  const auto e = parse_tcp_endpoint(endpoint);
-  return e ? e->host : "";
-}
-
-// A host name or an IPv4 address in the characters they may hold.
-inline bool is_host_name(const std::string& host) {
-  return !host.empty() && std::all_of(host.begin(), host.end(), [](unsigned char c) {
-    return std::isalnum(c) || c == '.' || c == '-' || c == '_';
-  });
-}
-inline bool is_wildcard(const std::string& host) {
-  return host == "*" || host == "0.0.0.0";
-}
-
-// Whether this machine has an interface of that name with an IPv4 address (what ZeroMQ binds
-// to for an interface name).
-inline bool is_ipv4_interface(const std::string& name) {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return false;
-  bool found = false;
-  for (const ifaddrs* i = list; i && !found; i = i->ifa_next)
-    found = i->ifa_addr && i->ifa_addr->sa_family == AF_INET && name == i->ifa_name;
-  freeifaddrs(list);
-  return found;
-}
-
-// A tcp://HOST:PORT endpoint given to `flag`, checked before any socket is made, as ZeroMQ takes
-// it: to connect to (`bind` false), HOST a name or an IPv4 address and PORT 1-65535; to bind,
-// HOST an IPv4 address, the name of an interface here with one, or * (ZeroMQ resolves no names
-// there), and PORT also * or 0 for any free one. IPv6 is not taken (the sockets are IPv4).
-// Fails with invalid_input naming the flag and the value.
-inline Status check_endpoint(const char* flag, const std::string& endpoint, bool bind) {
-  const auto refused = [&](const std::string& why) {
-    return Status::invalid_input(fmt::format("{} {}: {}", flag, endpoint, why));
-  };
-  const auto e = parse_tcp_endpoint(endpoint);
-  if (!e || e->host.empty())
-    return refused(bind ? "not a tcp://HOST:PORT endpoint (PORT * for any)"
-                        : "not a tcp://HOST:PORT endpoint");
-  if (e->host.find_first_of("[]:") != std::string::npos)
-    return refused("HOST holds a colon or a bracket: IPv6 addresses are not supported");
-  const std::string& port = e->port;
-  const bool any_port = bind && (port == "*" || port == "0");
-  if (!any_port &&
-      (port.empty() || port.size() > 5 ||
-       !std::all_of(port.begin(), port.end(), [](unsigned char c) { return std::isdigit(c); }) ||
-       std::stoul(port) == 0 || std::stoul(port) > 65535))
-    return refused(bind ? "PORT must be 1-65535, or * for any" : "PORT must be 1-65535");
-  if (bind) {
-    in_addr ip{};
-    if (e->host != "*" && inet_pton(AF_INET, e->host.c_str(), &ip) != 1 &&
-        !is_ipv4_interface(e->host))
-      return refused(fmt::format(
-          "a socket binds to an IPv4 address, an interface name or *, and {} is neither an "
-          "address nor an interface with one here (a host name is not resolved there)",
-          e->host));
-    return Status();
-  }
-  if (is_wildcard(e->host)) return refused(fmt::format("{} is no address to connect to", e->host));
-  if (!is_host_name(e->host)) return refused("not a tcp://HOST:PORT endpoint");
-  return Status();
-}
-
-// The host given to --advertise (none: empty): a name or an IPv4 address, without a scheme or a
-// port (those are --listen's).
-inline Status check_advertise(const std::string& host) {
-  if (host.empty()) return Status();
-  const auto refused = [&](const char* why) {
-    return Status::invalid_input(fmt::format("--advertise {}: {}", host, why));
-  };
-  if (host.find('[') != std::string::npos || std::count(host.begin(), host.end(), ':') > 1)
-    return refused("IPv6 addresses are not supported: give an IPv4 address or a host name");
-  if (host.find(':') != std::string::npos)
-    return refused("give the host or address only (e.g. 10.0.0.2); the port is --listen's");
-  if (is_wildcard(host)) return refused("peers cannot connect to a wildcard address");
-  if (!is_host_name(host)) return refused("not a host name or an IPv4 address");
-  return Status();
-}
-
-// The endpoint peers use: `bound` with its host replaced by `advertise` when given.
-inline Expected<std::string> advertised_endpoint(const std::string& bound,
-                                                 const std::string& advertise) {
-  const auto e = parse_tcp_endpoint(bound);
-  if (!e || e->host.empty())
-    return Status::invalid_input("cannot tell the host and port of " + bound);
-  if (!advertise.empty()) return fmt::format("tcp://{}:{}", advertise, e->port);
-  if (is_wildcard(e->host))
-    return Status::invalid_input(
-        fmt::format("--listen {} binds every interface: say which address peers should use with "
-                    "--advertise HOST",
-                    bound));
-  return bound;
-}
-
-inline bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0;
 }
 
 // The CAF system, the shared routing table and the bridge of one daemon, torn down in the

@@ -769,15 +769,12 @@ int bench_wire(const BenchArgs& a) {
 
 // Row stores (memory, RocksDB, tiered) against RocksDB's own point lookups on the same data.
 int bench_store(const BenchArgs& a, bool rows_given) {
+  const BenchDataDir data(a);
   StoreBenchOptions o;
+  o.dir = data.path.string();
   if (rows_given) o.rows = a.rows;
-  auto figures = [&] {
-    const BenchDataDir data(a);  // a temporary one is gone before the figures are printed
-    o.dir = data.path.string();
-    return run_store_bench(o, [](const std::string& line) {
-      std::fprintf(stderr, "bench store: %s\n", line.c_str());
-    });
-  }();
+  auto figures = run_store_bench(
+      o, [](const std::string& line) { std::fprintf(stderr, "bench store: %s\n", line.c_str()); });
   if (!figures) return fail(figures.status());
   double raw = 0;
   for (const StoreBenchFigure& f : *figures)

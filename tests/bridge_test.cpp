@@ -1,6 +1,5 @@
 // The ZeroMQ bridge on its own: delivery to local actors through proxies, control messages,
-// bad messages counted and logged at most once a minute per peer, lost nodes dropped; and the
-// daemons' endpoint checks (actors/daemon_process.h).
+// bad messages counted and logged at most once a minute per peer, lost nodes dropped.
 #define BOOST_TEST_MODULE bridge_test
 #include <boost/test/unit_test.hpp>
 
@@ -9,7 +8,6 @@
 #include <thread>
 
 #include "actors/bridge.h"
-#include "actors/daemon_process.h"
 #include "actors/zmq_transport.h"
 
 using namespace colony;
@@ -132,35 +130,3 @@ BOOST_AUTO_TEST_CASE(bad_messages_are_counted_dropped_and_logged_once_a_minute_p
 }
 
 BOOST_AUTO_TEST_SUITE_END()
-
-// A tcp://HOST:PORT endpoint is split at its last colon; the checks refuse what ZeroMQ could not
-// use, before a socket exists.
-BOOST_AUTO_TEST_CASE(endpoints_are_taken_apart_and_checked_as_zeromq_takes_them) {
-  using namespace daemon_internal;
-  BOOST_TEST(!parse_tcp_endpoint("tcp://"));
-  BOOST_TEST(!parse_tcp_endpoint("tcp://h"));
-  BOOST_TEST(!parse_tcp_endpoint("udp://h:1"));
-  BOOST_TEST(parse_tcp_endpoint("tcp://h:")->port.empty());
-  BOOST_TEST(parse_tcp_endpoint("tcp://:1")->host.empty());
-  BOOST_TEST(parse_tcp_endpoint("tcp://a:b:1")->host == "a:b");
-  BOOST_TEST(host_of("tcp://10.0.0.2:7101") == "10.0.0.2");
-  BOOST_TEST(host_of("garbage").empty());
-  for (const char* ok : {"tcp://10.0.0.1:7100", "tcp://node-1.example:1", "tcp://h_2:65535"})
-    BOOST_TEST(check_endpoint("--coordinator", ok, false).ok(), ok);
-  for (const char* bad :
-       {"tcp://h:", "tcp://h:0", "tcp://h:65536", "tcp://h:1x", "tcp://:1", "tcp://a:b:1",
-        "tcp://[::1]:1", "tcp://*:1", "tcp://0.0.0.0:1", "tcp://a b:1", "tcp://u@h:1", "tcp://h:*"})
-    BOOST_TEST(!check_endpoint("--coordinator", bad, false).ok(), bad);
-  for (const char* ok : {"tcp://127.0.0.1:*", "tcp://0.0.0.0:0", "tcp://*:7101", "tcp://lo:1"})
-    BOOST_TEST(check_endpoint("--listen", ok, true).ok(), ok);
-  for (const char* bad :
-       {"tcp://localhost:1", "tcp://no-such-interface:1", "tcp://127.0.0.1:00", "tcp://127.0.0.1"})
-    BOOST_TEST(!check_endpoint("--listen", bad, true).ok(), bad);
-  for (const char* ok : {"", "10.0.0.2", "node-2.example"})
-    BOOST_TEST(check_advertise(ok).ok(), ok);
-  for (const char* bad : {"10.0.0.2:7101", "tcp://h", "fe80::1", "[::1]", "*", "0.0.0.0", "a/b"})
-    BOOST_TEST(!check_advertise(bad).ok(), bad);
-  BOOST_TEST(!advertised_endpoint("tcp://0.0.0.0:5", "").ok());
-  BOOST_TEST(advertised_endpoint("tcp://0.0.0.0:5", "n").value() == "tcp://n:5");
-  BOOST_TEST(advertised_endpoint("tcp://10.0.0.2:5", "").value() == "tcp://10.0.0.2:5");
-}

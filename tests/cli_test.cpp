@@ -142,37 +142,14 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
            {"train --model deepfm --dense-lr inf", "--dense-lr: must be a number above 0, not inf"},
            {"coordinator --listen tcp://127.0.0.1:1 --insecure --join-timeout 1e400",
             "--join-timeout: must be a number above 0, not 1e400"},
-           // A member's endpoint or data that cannot work, said before it waits for anyone.
+           // A member's endpoint or data that cannot work, said before it waits for anyone (the
+           // endpoint grammar itself: endpoint_test).
            {"ps --coordinator garbage --insecure",
             "--coordinator garbage: not a tcp://HOST:PORT endpoint"},
-           {"ps --coordinator tcp://[::1]:7100 --insecure",
-            "--coordinator tcp://[::1]:7100: HOST holds a colon or a bracket: IPv6 addresses are "
-            "not"},
-           {"ps --coordinator tcp://127.0.0.1:70000 --insecure",
-            "--coordinator tcp://127.0.0.1:70000: PORT must be 1-65535"},
-           {"ps --coordinator tcp://127.0.0.1:* --insecure",
-            "--coordinator tcp://127.0.0.1:*: PORT must be 1-65535"},
-           {"ps --coordinator tcp://*:7100 --insecure",
-            "--coordinator tcp://*:7100: * is no address to connect to"},
-           {"ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://127.0.0.1",
-            "--listen tcp://127.0.0.1: not a tcp://HOST:PORT endpoint (PORT * for any)"},
-           {"ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://:7101",
-            "--listen tcp://:7101: not a tcp://HOST:PORT endpoint"},
-           {"ps --coordinator tcp://127.0.0.1:1 --insecure --listen tcp://localhost:7101",
-            "--listen tcp://localhost:7101: a socket binds to an IPv4 address, an interface name "
-            "or *, and localhost is neither"},
-           {"ps --coordinator tcp://127.0.0.1:1 --insecure --advertise tcp://10.0.0.2",
-            "--advertise tcp://10.0.0.2: give the host or address only"},
            {"ps --coordinator tcp://127.0.0.1:1 --insecure --advertise 10.0.0.2:7101",
             "--advertise 10.0.0.2:7101: give the host or address only"},
-           {"ps --coordinator tcp://127.0.0.1:1 --insecure --advertise fe80::1",
-            "--advertise fe80::1: IPv6 addresses are not supported"},
-           {"ps --coordinator tcp://127.0.0.1:1 --insecure --advertise 0.0.0.0",
-            "--advertise 0.0.0.0: peers cannot connect to a wildcard address"},
            {"coordinator --listen 127.0.0.1:7100 --insecure",
             "--listen 127.0.0.1:7100: not a tcp://HOST:PORT endpoint"},
-           {"worker --coordinator tcp://127.0.0.1:1 --insecure --data no-such-file",
-            "--data no-such-file: no such file"},
            {"worker --coordinator tcp://127.0.0.1:1 --insecure --data /",
             "--data /: a directory"}}) {
     const Run r = run(args);
@@ -196,10 +173,11 @@ BOOST_AUTO_TEST_CASE(bad_flags_exit_2) {
     BOOST_TEST(r.err.find("metrics") == std::string::npos, args << ": " << r.err);
     BOOST_TEST(!fs::exists(timeline), args);
   }
-  // The endpoints' other forms pass those checks (a host name to connect to, an interface to
-  // bind, a name to advertise): the member goes on to wait for its coordinator.
+  // The endpoints' other forms pass those checks (a host name to connect to, any port to bind, a
+  // name to advertise): the member goes on to wait for its coordinator.
   for (const char* args :
-       {"ps --coordinator tcp://localhost:1 --insecure --join-timeout 1 --listen tcp://lo:0",
+       {"ps --coordinator tcp://localhost:1 --insecure --join-timeout 1 --listen "
+        "tcp://127.0.0.1:0",
         "ps --coordinator tcp://127.0.0.1:1 --insecure --join-timeout 1 --listen "
         "tcp://127.0.0.1:* --advertise node-2.example"}) {
     const Run r = run(args);
@@ -1016,13 +994,15 @@ BOOST_AUTO_TEST_CASE(bench_removes_its_temporary_data_even_when_it_fails) {
   const fs::path tmp = dir / "tmp";
   fs::create_directories(tmp);
   const std::string env = "TMPDIR=" + tmp.string();
-  // One generated row: the test file has fields the training rows lack, so the deep model's
-  // run fails after its data was written.
+  // A failure in the middle of a suite, after its data was generated (before the end, where the
+  // folder used to be removed): one generated row lacks fields of the test file, which a deep
+  // model's run refuses (if that ever changes, this case must find another such failure).
   const Run failed = run("bench cluster --model deepfm --rows 1 --repeats 1", env);
   const Run passed = run("bench train --rows 2000 --repeats 1", env);
   const Run store = run("bench store --rows 2000", env);
   BOOST_TEST(failed.code == 2, failed.err);
   BOOST_TEST(failed.err.find(tmp.string()) != std::string::npos, failed.err);  // written there
+  BOOST_TEST(failed.err.find("--fields") != std::string::npos, failed.err);
   BOOST_TEST(passed.code == 0, passed.err);
   BOOST_TEST(store.code == 0, store.err);
   BOOST_TEST(fs::is_empty(tmp));
